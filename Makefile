@@ -1,0 +1,51 @@
+# airlock's entry points. `make help` lists them.
+SHELL := /bin/bash
+GO ?= go
+AIRLOCK_ROOT ?= /var/lib/airlock
+export AIRLOCK_ROOT
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: setup
+setup: ## Install and start everything airlock needs (root; idempotent)
+	@./scripts/setup.sh
+
+.PHONY: build
+build: ## Build bin/airlock
+	$(GO) build -trimpath -o bin/airlock ./cmd/airlock
+
+.PHONY: run
+run: setup ## Set up, then run a Python job on the default image
+	./bin/airlock run -- python3 -c 'import numpy, matplotlib, platform; print("hello from", platform.node(), "numpy", numpy.__version__, "sum", int(numpy.arange(10).sum()))'
+
+.PHONY: test
+test: setup ## Set up, then run unit and end-to-end tests against real dockerd and runsc
+	$(GO) vet ./...
+	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -tags e2e -timeout 30m -v ./e2e/
+
+.PHONY: unit
+unit: ## Run the unit tests only (no root, no daemon)
+	$(GO) test ./...
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz target for 30s
+	$(GO) test -run XXX -fuzz FuzzParseBytes -fuzztime 30s ./units/
+	$(GO) test -run XXX -fuzz FuzzParseCPUs -fuzztime 30s ./units/
+	$(GO) test -run XXX -fuzz FuzzParseDuration -fuzztime 30s ./units/
+	$(GO) test -run XXX -fuzz FuzzParseRef -fuzztime 30s ./images/
+	$(GO) test -run XXX -fuzz FuzzWriter -fuzztime 30s ./internal/termsafe/
+
+.PHONY: lint
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) vet -tags e2e ./e2e/
+
+.PHONY: clean
+clean: ## Remove build outputs
+	rm -rf bin e2e.log

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"errors"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/runner"
+)
+
+// airlock's own exit codes. They are a contract: README.md documents them.
+// When the program ran and exited by itself, airlock exits with the
+// program's code instead; --json tells the two apart without doubt.
+const (
+	exitUsage       = 64  // invalid input: flags, sizes, references (EX_USAGE)
+	exitNotFound    = 66  // an image or file that is not there (EX_NOINPUT)
+	exitUnavailable = 69  // engine or runtime unavailable (EX_UNAVAILABLE)
+	exitInternal    = 70  // an internal failure (EX_SOFTWARE)
+	exitOutputLimit = 123 // the program passed its output cap and was killed
+	exitTimeout     = 124 // the program passed its wall-clock limit (as timeout(1))
+	exitOOM         = 137 // the program passed its memory limit (128+SIGKILL)
+	exitKilled      = 130 // airlock was interrupted and killed the program
+)
+
+// exitErr carries an exit code for an outcome that has already been
+// reported, so main prints nothing more.
+type exitErr struct{ code int }
+
+func (e *exitErr) Error() string { return "exit" }
+
+// commandStarted is set once a command's own code runs; an error before
+// that is a command-line mistake.
+var commandStarted bool
+
+// usageError marks a flag or argument mistake found by the CLI itself.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+func exitCode(err error) int {
+	var ec *exitErr
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ec):
+		return ec.code
+	case errors.As(err, &ue), errdefs.IsInvalidArgument(err):
+		return exitUsage
+	case errdefs.IsNotFound(err):
+		return exitNotFound
+	case errdefs.IsUnavailable(err):
+		return exitUnavailable
+	case !commandStarted:
+		// cobra failed to parse the command line before any command ran.
+		return exitUsage
+	}
+	return exitInternal
+}
+
+// resultCode maps a finished run to airlock's exit code.
+func resultCode(r runner.Result, err error) int {
+	if err != nil {
+		return exitCode(err)
+	}
+	switch r.Reason {
+	case runner.ReasonExited:
+		return r.ExitCode
+	case runner.ReasonTimeout:
+		return exitTimeout
+	case runner.ReasonOOM:
+		return exitOOM
+	case runner.ReasonOutputLimit:
+		return exitOutputLimit
+	case runner.ReasonKilled:
+		return exitKilled
+	}
+	return exitInternal
+}

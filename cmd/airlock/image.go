@@ -1,0 +1,297 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-sandbox/airlock/images"
+)
+
+func newImageCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "image",
+		Short: "Import, list and pin the images airlock runs",
+		Long: `airlock runs only images it can name by digest. Import an image once with
+'airlock image import'; it is verified blob by blob, loaded into the engine,
+and printed as a pinned reference to pass to 'airlock run --image'. airlock
+never pulls from a registry.`,
+	}
+	cmd.AddCommand(newImageImportCmd(g), newImageLsCmd(g), newImageDefaultCmd(g))
+	return cmd
+}
+
+type importFlags struct {
+	name, workdir, user, recipe string
+	env                         []string
+	rootfs, setDefault          bool
+}
+
+func newImageImportCmd(g *globals) *cobra.Command {
+	f := &importFlags{}
+	cmd := &cobra.Command{
+		Use:   "import PATH",
+		Short: "Verify an image archive, load it, and print its pinned reference",
+		Long: `Import an image from PATH, which is one of:
+  - an OCI image layout directory (it has an oci-layout file),
+  - a tar of an OCI image layout (as 'docker save' writes since Docker 25),
+  - a 'docker save' archive (manifest.json and layer tars),
+  - with --rootfs, a tar of a root filesystem, made into a one-layer image.
+
+Every blob is checked against its digest and size, and every layer against
+the config's diff_ids, before anything reaches the engine. The pinned
+reference NAME@sha256:<image id> is printed on stdout; progress goes to
+stderr.`,
+		Example: `  airlock image import ./python-oci/
+  airlock image import --name team/py python.tar
+  airlock image import --rootfs rootfs.tar --name airlock/default --env PATH=/usr/bin:/bin --default`,
+		Args: exactArgs(1, "give the path of one image archive or layout"),
+		RunE: func(cmd *cobra.Command, args []string) error { return runImport(cmd, g, f, args[0]) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.name, "name", "", "name to show with the digest (default: from the archive, else the file name)")
+	fl.BoolVar(&f.rootfs, "rootfs", false, "treat PATH as a root filesystem tar (use with --env, --workdir, --user)")
+	fl.StringArrayVar(&f.env, "env", nil, "with --rootfs: image environment NAME=VALUE (repeatable)")
+	fl.StringVar(&f.workdir, "workdir", "/", "with --rootfs: image working directory")
+	fl.StringVar(&f.user, "user", "65534:65534", "with --rootfs: image default user")
+	fl.BoolVar(&f.setDefault, "default", false, "make this the image `airlock run` uses without --image")
+	fl.StringVar(&f.recipe, "recipe", "", "with --default: sha256 of the recipe that built the image, recorded in the lock")
+	return cmd
+}
+
+func exactArgs(n int, hint string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usageError{fmt.Errorf("%s takes %d argument(s), got %d: %s", cmd.CommandPath(), n, len(args), hint)}
+		}
+		return nil
+	}
+}
+
+func runImport(cmd *cobra.Command, g *globals, f *importFlags, path string) error {
+	ctx := cmd.Context()
+	errw := cmd.ErrOrStderr()
+	step := progress(errw)
+
+	var src *images.Source
+	var err error
+	if f.rootfs {
+		step("hashing root filesystem %s", path)
+		src, err = images.FromRootfs(path, images.RootfsConfig{Env: f.env, WorkingDir: f.workdir, User: f.user, Created: time.Unix(0, 0)})
+	} else {
+		step("reading %s", path)
+		src, err = images.Open(path)
+	}
+	if err != nil {
+		if errors.Is(err, images.ErrFormat) {
+			return fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
+		}
+		return fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
+	}
+	defer src.Close()
+
+	v, err := images.Verify(src, step)
+	if err != nil {
+		return fmt.Errorf("%w: verifying %s: %w; the archive is damaged or was tampered with, so nothing was imported", errdefs.ErrInvalidArgument, path, err)
+	}
+	step("verified %d layer(s), %s, image %s", v.Layers, humanSize(v.Size), v.ID)
+
+	repo := f.name
+	if repo == "" {
+		repo = src.Name
+	}
+	if repo == "" {
+		repo = "local/" + sanitize(strings.TrimSuffix(filepath.Base(strings.TrimRight(path, "/")), filepath.Ext(path)))
+	}
+	if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
+		repo = repo[:i] // a tag from the archive is not kept
+	}
+	tag, err := name.NewTag(repo + ":" + v.ID.Encoded()[:12])
+	if err != nil {
+		return usageError{fmt.Errorf("--name %q is not a valid repository name: %v", repo, err)}
+	}
+	ref := images.Ref{Name: tag.Context().RepositoryStr(), ID: v.ID}
+	if tag.Context().RegistryStr() != name.DefaultRegistry {
+		ref.Name = tag.Context().Name()
+	}
+
+	eng, err := g.dockerEngine()
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	step("loading into dockerd")
+	start := time.Now()
+	if err := eng.Load(ctx, src.Image, v.ID, tag); err != nil {
+		return err
+	}
+	step("loaded in %.1fs", time.Since(start).Seconds())
+
+	idx := images.OpenIndex(filepath.Join(g.root, "images"))
+	if err := idx.Add(images.Record{Name: ref.Name, ID: v.ID, Manifest: v.Manifest, Format: src.Format, Size: v.Size, ImportedAt: time.Now().UTC()}); err != nil {
+		return err
+	}
+	if f.setDefault {
+		if err := idx.SetDefault(images.Lock{Ref: ref.String(), BuiltAt: time.Now().UTC(), Recipe: f.recipe}); err != nil {
+			return err
+		}
+		step("recorded as the default image")
+	}
+	fmt.Fprintln(cmd.OutOrStdout(), ref.String())
+	return nil
+}
+
+func sanitize(s string) string {
+	s = strings.ToLower(s)
+	var b strings.Builder
+	for _, r := range s {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('-')
+		}
+	}
+	out := strings.Trim(b.String(), "-_.")
+	if out == "" {
+		return "image"
+	}
+	return out
+}
+
+// progress prints timestamped steps to w.
+func progress(w io.Writer) images.Progress {
+	start := time.Now()
+	return func(format string, args ...any) {
+		fmt.Fprintf(w, "[%5.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
+	}
+}
+
+func humanSize(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+type imageRow struct {
+	images.Record
+	Ref     string `json:"ref"`
+	Present bool   `json:"present"`
+	Default bool   `json:"default"`
+}
+
+func newImageLsCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List imported images with their pinned references",
+		Long: `List the images airlock has imported, newest first, with the pinned
+reference to pass to --image, and whether the engine still holds each one.`,
+		Args: exactArgs(0, "ls takes no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rows, err := listImages(cmd, g)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if rows == nil {
+					rows = []imageRow{}
+				}
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(rows)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "REFERENCE\tSIZE\tIMPORTED\tPRESENT\tDEFAULT")
+			for _, r := range rows {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Ref, humanSize(r.Size), r.ImportedAt.Format(time.RFC3339), yesNo(r.Present), yesNo(r.Default))
+			}
+			if len(rows) == 0 {
+				fmt.Fprintln(cmd.ErrOrStderr(), "no images yet: `make setup` builds the default image; `airlock image import PATH` adds others")
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	return cmd
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func listImages(cmd *cobra.Command, g *globals) ([]imageRow, error) {
+	idx := images.OpenIndex(filepath.Join(g.root, "images"))
+	recs, err := idx.List()
+	if err != nil {
+		return nil, err
+	}
+	_, def, _ := idx.Default()
+	eng, err := g.dockerEngine()
+	if err != nil {
+		return nil, err
+	}
+	defer eng.Close()
+	var rows []imageRow
+	for _, r := range recs {
+		present, err := eng.HasImage(cmd.Context(), r.ID.String())
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, imageRow{Record: r, Ref: r.Ref().String(), Present: present, Default: r.ID == def.ID})
+	}
+	return rows, nil
+}
+
+func newImageDefaultCmd(g *globals) *cobra.Command {
+	var recipe string
+	cmd := &cobra.Command{
+		Use:   "default",
+		Short: "Print the default image's pinned reference; fail if it is missing",
+		Long: `Print the reference recorded in the default-image lock. Exits 66 when there
+is no lock, when the engine does not hold the image, or when --recipe is
+given and differs from the recipe the image was built from (setup uses this
+to skip a rebuild).`,
+		Args: exactArgs(0, "default takes no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			lock, ref, err := images.OpenIndex(filepath.Join(g.root, "images")).Default()
+			if err != nil {
+				return fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
+			}
+			if recipe != "" && lock.Recipe != recipe {
+				return fmt.Errorf("%w: the default image was built from recipe %q, not %q; rebuild it with `make setup`", errdefs.ErrNotFound, lock.Recipe, recipe)
+			}
+			eng, err := g.dockerEngine()
+			if err != nil {
+				return err
+			}
+			defer eng.Close()
+			present, err := eng.HasImage(cmd.Context(), ref.ID.String())
+			if err != nil {
+				return err
+			}
+			if !present {
+				return fmt.Errorf("%w: the default image %s is not in dockerd; rebuild it with `make setup`", errdefs.ErrNotFound, ref)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), ref)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&recipe, "recipe", "", "fail unless the image was built from this recipe hash")
+	return cmd
+}

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-sandbox/airlock/engine/docker"
+	"github.com/airlock-sandbox/airlock/runner"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+type globals struct {
+	root   string
+	debug  bool
+	stderr io.Writer
+}
+
+func (g *globals) logger() *slog.Logger {
+	if !g.debug {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+func (g *globals) dockerEngine() (*docker.Engine, error) {
+	return docker.New(docker.WithLogger(g.logger()))
+}
+
+func newRootCmd() *cobra.Command {
+	g := &globals{stderr: os.Stderr}
+	root := &cobra.Command{
+		Use:   "airlock",
+		Short: "Run untrusted code in a locked-down sandbox",
+		Long: `airlock runs code nobody has read inside a digest-pinned image under gVisor:
+no network, no capabilities, no-new-privileges, a read-only root, a non-root
+user, and hard limits on time, memory, CPU, processes and output. Every run
+ends with an exact reason: exited, timeout, oom, output_limit, killed or error.
+
+Start with:
+  airlock run -- python3 -c 'print("hello from the sandbox")'
+  airlock run --json --timeout 5s --memory 256MiB -- python3 script.py
+  airlock image ls
+
+Exit codes: the program's own code when it exited; otherwise 64 invalid
+input, 66 not found, 69 engine or runtime unavailable, 70 internal error,
+123 output limit, 124 timeout, 130 interrupted, 137 out of memory.`,
+		Version:           version,
+		SilenceUsage:      true,
+		SilenceErrors:     true,
+		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: true},
+		PersistentPreRun:  func(*cobra.Command, []string) { commandStarted = true },
+	}
+	defRoot := runner.DefaultRoot
+	if v := os.Getenv("AIRLOCK_ROOT"); v != "" {
+		defRoot = v
+	}
+	root.PersistentFlags().StringVar(&g.root, "root", defRoot, "airlock's state directory (images index, default-image lock); env AIRLOCK_ROOT")
+	root.PersistentFlags().BoolVar(&g.debug, "debug", false, "log engine steps to stderr")
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usageError{fmt.Errorf("%w\nRun '%s --help' for usage", err, c.CommandPath())}
+	})
+	root.AddCommand(newRunCmd(g), newImageCmd(g), newHostCmd(g))
+	return root
+}

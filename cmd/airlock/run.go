@@ -1,0 +1,208 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/containerd/errdefs"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/airlock-sandbox/airlock/internal/termsafe"
+	"github.com/airlock-sandbox/airlock/isolation"
+	"github.com/airlock-sandbox/airlock/runner"
+	"github.com/airlock-sandbox/airlock/units"
+)
+
+type runFlags struct {
+	image, timeout, memory, cpus, output, tmp, engine, isolation, stdin string
+	pids                                                                int64
+	env                                                                 []string
+	json                                                                bool
+}
+
+func newRunCmd(g *globals) *cobra.Command {
+	d := isolation.Default()
+	f := &runFlags{}
+	cmd := &cobra.Command{
+		Use:   "run [flags] -- COMMAND [ARG...]",
+		Short: "Run a command in a fresh sandbox and report how it ended",
+		Long: `Run COMMAND, as an argv (never through a shell), in a fresh sandbox made from
+a digest-pinned image. Without --image the default image built by setup is
+used (Debian with python3, numpy and matplotlib).
+
+The sandbox has no network, no capabilities, no-new-privileges, a read-only
+root with a size-capped tmpfs at /tmp, uid 65534, and only the environment
+given with --env. stdin is closed unless --stdin is given.
+
+Without --json, the program's output streams live (control sequences are
+escaped when the destination is a terminal) and airlock exits with the
+program's exit code. With --json, airlock prints exactly one JSON object
+and nothing else on stdout.
+
+Sizes take units (512MiB, 1.5GiB, 100MB); durations too (30s, 1m, 500ms).`,
+		Example: `  airlock run -- python3 -c 'print(6*7)'
+  airlock run --json --timeout 5s -- python3 -c 'while True: pass'
+  airlock run --image airlock/default@sha256:<64 hex> --env SEED=1 -- python3 -c 'import os; print(os.environ["SEED"])'
+  airlock run --stdin input.txt -- python3 -c 'import sys; print(len(sys.stdin.read()))'`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageError{fmt.Errorf("no command given: put it after `--`, for example `airlock run -- python3 -c 'print(1)'`")}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error { return runRun(cmd, g, f, args) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.image, "image", "", "digest-pinned image: NAME@sha256:<64 hex> or sha256:<64 hex> (default: the image built by setup)")
+	fl.StringVar(&f.timeout, "timeout", d.Limits.Timeout.String(), "wall-clock limit, from the program's start")
+	fl.StringVar(&f.memory, "memory", d.Limits.Memory.String(), "memory limit (no swap on top)")
+	fl.StringVar(&f.cpus, "cpus", d.Limits.CPUs.String(), "CPU limit, in CPUs (0.5, 1, 2)")
+	fl.Int64Var(&f.pids, "pids", d.Limits.Pids, "limit on processes and threads")
+	fl.StringVar(&f.output, "output-limit", d.Limits.Output.String(), "cap on each of stdout and stderr; passing it kills the sandbox")
+	fl.StringVar(&f.tmp, "tmp-size", d.Limits.Tmp.String(), "size of the writable tmpfs at /tmp")
+	fl.StringArrayVarP(&f.env, "env", "e", nil, "set an environment variable NAME=VALUE (repeatable)")
+	fl.BoolVar(&f.json, "json", false, "print one JSON result object on stdout instead of streaming output")
+	fl.StringVar(&f.engine, "engine", "docker", "engine to run on: docker")
+	fl.StringVar(&f.isolation, "isolation", string(isolation.GVisor), "isolation mode: gvisor")
+	fl.StringVar(&f.stdin, "stdin", "", "feed this file to the program's stdin")
+	return cmd
+}
+
+// policy converts the flags, refusing anything malformed.
+func (f *runFlags) policy() (isolation.Policy, error) {
+	p := isolation.Default()
+	var err error
+	if p.Isolation, err = isolation.ParseMode(f.isolation); err != nil {
+		return p, usageError{err}
+	}
+	if p.Isolation != isolation.GVisor {
+		return p, usageError{fmt.Errorf("--isolation %s is not available in this version of airlock; use --isolation gvisor", p.Isolation)}
+	}
+	l := &p.Limits
+	if l.Timeout, err = units.ParseDuration(f.timeout); err != nil {
+		return p, usageError{fmt.Errorf("--timeout: %w", err)}
+	}
+	if l.Memory, err = units.ParseBytes(f.memory); err != nil {
+		return p, usageError{fmt.Errorf("--memory: %w", err)}
+	}
+	if l.CPUs, err = units.ParseCPUs(f.cpus); err != nil {
+		return p, usageError{fmt.Errorf("--cpus: %w", err)}
+	}
+	if l.Output, err = units.ParseBytes(f.output); err != nil {
+		return p, usageError{fmt.Errorf("--output-limit: %w", err)}
+	}
+	if l.Tmp, err = units.ParseBytes(f.tmp); err != nil {
+		return p, usageError{fmt.Errorf("--tmp-size: %w", err)}
+	}
+	l.Pids = f.pids
+	if err := p.Validate(); err != nil {
+		return p, usageError{err}
+	}
+	return p, nil
+}
+
+func runRun(cmd *cobra.Command, g *globals, f *runFlags, argv []string) error {
+	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	res, err := runOnce(cmd, g, f, argv)
+	if f.json {
+		if err != nil && res.ID == "" {
+			res = runner.Result{Reason: runner.ReasonError, ExitCode: -1}
+		}
+		if err != nil {
+			res.Error, res.ErrorKind = err.Error(), errorKind(err)
+		}
+		enc := json.NewEncoder(stdout)
+		if encErr := enc.Encode(res); encErr != nil {
+			return encErr
+		}
+		return &exitErr{code: resultCode(res, err)}
+	}
+	if err != nil {
+		return err
+	}
+	if msg := ending(res); msg != "" {
+		fmt.Fprintf(stderr, "airlock: %s\n", msg)
+	}
+	return &exitErr{code: resultCode(res, nil)}
+}
+
+func runOnce(cmd *cobra.Command, g *globals, f *runFlags, argv []string) (runner.Result, error) {
+	pol, err := f.policy()
+	if err != nil {
+		return runner.Result{}, err
+	}
+	if f.engine != "docker" {
+		return runner.Result{}, usageError{fmt.Errorf("--engine %q: the only engine in this version is docker", f.engine)}
+	}
+	eng, err := g.dockerEngine()
+	if err != nil {
+		return runner.Result{}, err
+	}
+	defer eng.Close()
+	r, err := runner.New(runner.WithRoot(g.root), runner.WithEngine(eng), runner.WithLogger(g.logger()))
+	if err != nil {
+		return runner.Result{}, err
+	}
+	spec := runner.Spec{Image: f.image, Argv: argv, Env: f.env, Policy: pol}
+	if f.stdin != "" {
+		in, err := os.Open(f.stdin)
+		if err != nil {
+			return runner.Result{}, fmt.Errorf("%w: --stdin: %v", errdefs.ErrNotFound, err)
+		}
+		defer in.Close()
+		spec.Stdin = in
+	}
+	if !f.json {
+		out, errw := liveWriter(cmd.OutOrStdout()), liveWriter(cmd.ErrOrStderr())
+		spec.Stdout, spec.Stderr = out, errw
+		defer flush(out)
+		defer flush(errw)
+	}
+	return r.Run(cmd.Context(), spec)
+}
+
+// liveWriter escapes control sequences when w is a terminal.
+func liveWriter(w io.Writer) io.Writer {
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		return termsafe.New(w)
+	}
+	return w
+}
+
+func flush(w io.Writer) {
+	if t, ok := w.(*termsafe.Writer); ok {
+		t.Flush()
+	}
+}
+
+// ending says, for a person, why a run that did not simply exit ended.
+func ending(r runner.Result) string {
+	switch r.Reason {
+	case runner.ReasonTimeout:
+		return fmt.Sprintf("run %s killed at its %dms timeout (reason timeout)", r.ID, r.Limits.TimeoutMS)
+	case runner.ReasonOOM:
+		return fmt.Sprintf("run %s killed at its %s memory limit (reason oom)", r.ID, units.Bytes(r.Limits.MemoryBytes))
+	case runner.ReasonOutputLimit:
+		return fmt.Sprintf("run %s killed: output passed its %s cap (stdout %d bytes, stderr %d bytes; reason output_limit; --json keeps the head and tail)",
+			r.ID, units.Bytes(r.Limits.OutputBytes), r.Stdout.Bytes, r.Stderr.Bytes)
+	case runner.ReasonKilled:
+		return fmt.Sprintf("run %s killed: airlock was interrupted (reason killed)", r.ID)
+	}
+	return ""
+}
+
+// errorKind names an error's class for JSON consumers.
+func errorKind(err error) string {
+	switch exitCode(err) {
+	case exitUsage:
+		return "invalid_input"
+	case exitNotFound:
+		return "not_found"
+	case exitUnavailable:
+		return "unavailable"
+	}
+	return "internal"
+}

@@ -1,0 +1,92 @@
+package docker
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/internal/atomicfile"
+)
+
+// DaemonJSON is dockerd's default configuration file.
+const DaemonJSON = "/etc/docker/daemon.json"
+
+// Runtime is one entry of daemon.json's "runtimes" object.
+type Runtime struct {
+	Path        string   `json:"path"`
+	RuntimeArgs []string `json:"runtimeArgs,omitempty"`
+}
+
+// RegisterRuntime adds or updates runtimes[name] in the daemon.json at path,
+// keeping every other key exactly as it was. A file that is not valid JSON
+// is left alone and reported. Before changing an existing file it copies it
+// to a timestamped backup beside it. It returns whether the file changed and
+// the backup's path, if one was made.
+func RegisterRuntime(path, name string, rt Runtime) (changed bool, backup string, err error) {
+	orig, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, "", fmt.Errorf("reading %s: %w", path, err)
+	}
+	exists := err == nil
+	top := map[string]json.RawMessage{}
+	if exists && len(bytes.TrimSpace(orig)) > 0 {
+		if err := json.Unmarshal(orig, &top); err != nil {
+			return false, "", fmt.Errorf("%w: %s is not a JSON object (%v); fix it by hand, airlock will not overwrite it", errdefs.ErrInvalidArgument, path, err)
+		}
+	}
+	runtimes := map[string]json.RawMessage{}
+	if raw, ok := top["runtimes"]; ok {
+		if err := json.Unmarshal(raw, &runtimes); err != nil {
+			return false, "", fmt.Errorf("%w: %s: \"runtimes\" is not an object (%v); fix it by hand", errdefs.ErrInvalidArgument, path, err)
+		}
+	}
+	if raw, ok := runtimes[name]; ok {
+		var cur Runtime
+		if json.Unmarshal(raw, &cur) == nil && reflect.DeepEqual(normal(cur), normal(rt)) {
+			return false, "", nil
+		}
+	}
+	entry, err := json.Marshal(rt)
+	if err != nil {
+		return false, "", err
+	}
+	runtimes[name] = entry
+	if top["runtimes"], err = json.Marshal(runtimes); err != nil {
+		return false, "", err
+	}
+	out, err := json.MarshalIndent(top, "", "  ")
+	if err != nil {
+		return false, "", err
+	}
+	mode := fs.FileMode(0o644)
+	if exists {
+		if fi, err := os.Stat(path); err == nil {
+			mode = fi.Mode().Perm()
+		}
+		backup = fmt.Sprintf("%s.airlock-backup-%s", path, time.Now().UTC().Format("20060102T150405.000000000Z"))
+		if err := os.WriteFile(backup, orig, mode); err != nil {
+			return false, "", fmt.Errorf("backing up %s: %w", path, err)
+		}
+	} else if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return false, "", err
+	}
+	if err := atomicfile.WriteFile(path, append(out, '\n'), mode); err != nil {
+		return false, backup, err
+	}
+	return true, backup, nil
+}
+
+func normal(r Runtime) Runtime {
+	if len(r.RuntimeArgs) == 0 {
+		r.RuntimeArgs = nil
+	}
+	return r
+}

@@ -1,0 +1,310 @@
+// Package docker runs airlock jobs through the Docker Engine API.
+//
+// The container is created from isolation.DockerConfig and nothing else; the
+// engine adds only labels. Every container it creates is removed on a
+// detached context, whatever happens to the caller's.
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/isolation"
+)
+
+// Labels airlock puts on every container it creates.
+const (
+	LabelID       = "airlock.id"
+	LabelOwner    = "airlock.owner"
+	LabelDeadline = "airlock.deadline"
+)
+
+// cleanupTimeout bounds kill, wait and remove once the run is over.
+const cleanupTimeout = 30 * time.Second
+
+// Engine is the Docker backend.
+type Engine struct {
+	cli  *client.Client
+	host string
+	log  *slog.Logger
+}
+
+// Option configures an Engine.
+type Option func(*Engine)
+
+// WithLogger sets the logger; the default discards.
+func WithLogger(l *slog.Logger) Option { return func(e *Engine) { e.log = l } }
+
+// WithHost sets the daemon address, such as unix:///run/docker.sock. The
+// default follows DOCKER_HOST, then the standard socket.
+func WithHost(host string) Option { return func(e *Engine) { e.host = host } }
+
+// New returns an engine. It does not contact the daemon.
+func New(opts ...Option) (*Engine, error) {
+	e := &Engine{log: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o(e)
+	}
+	copts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+	if e.host != "" {
+		copts = append(copts, client.WithHost(e.host))
+	}
+	cli, err := client.NewClientWithOpts(copts...)
+	if err != nil {
+		return nil, errdefs.ErrInvalidArgument.WithMessage(fmt.Sprintf("configuring the docker client: %v; check DOCKER_HOST", err))
+	}
+	e.cli = cli
+	return e, nil
+}
+
+// Close releases the client.
+func (e *Engine) Close() error { return e.cli.Close() }
+
+// Name implements engine.Engine.
+func (e *Engine) Name() string { return "docker" }
+
+// Ping checks that dockerd answers.
+func (e *Engine) Ping(ctx context.Context) error {
+	if _, err := e.cli.Ping(ctx); err != nil {
+		return unavailable(e.cli.DaemonHost(), err)
+	}
+	return nil
+}
+
+func unavailable(host string, err error) error {
+	return fmt.Errorf("%w: cannot reach dockerd at %s (%v); start it with `make setup`, or check DOCKER_HOST",
+		errdefs.ErrUnavailable, host, err)
+}
+
+// Check implements engine.Engine: dockerd answers, the isolation mode's
+// runtime is registered, and the image is present under exactly its ID.
+func (e *Engine) Check(ctx context.Context, j *engine.Job) error {
+	rt, ok := isolation.DockerRuntimes[j.Policy.Isolation]
+	if !ok {
+		return fmt.Errorf("%w: isolation %q is not available on the docker engine yet; use --isolation %s",
+			errdefs.ErrInvalidArgument, j.Policy.Isolation, isolation.GVisor)
+	}
+	info, err := e.cli.Info(ctx)
+	if err != nil {
+		return unavailable(e.cli.DaemonHost(), err)
+	}
+	if _, ok := info.Runtimes[rt]; !ok {
+		return fmt.Errorf("%w: dockerd has no runtime %q, so it cannot run %s isolation; register airlock's runsc with `make setup` (or `airlock host install-runtime`) and retry",
+			errdefs.ErrUnavailable, rt, j.Policy.Isolation)
+	}
+	return e.checkImage(ctx, j.Image.String())
+}
+
+func (e *Engine) checkImage(ctx context.Context, id string) error {
+	img, err := e.cli.ImageInspect(ctx, id)
+	if errdefs.IsNotFound(err) {
+		return fmt.Errorf("%w: image %s is not in dockerd; airlock never pulls, so import it first with `airlock image import PATH` (`airlock image ls` lists what is present)",
+			errdefs.ErrNotFound, id)
+	}
+	if err != nil {
+		return unavailable(e.cli.DaemonHost(), err)
+	}
+	if img.ID != id {
+		return fmt.Errorf("%w: dockerd resolved %s to image %s; refusing to run anything but the pinned ID", errdefs.ErrNotFound, id, img.ID)
+	}
+	return nil
+}
+
+// HasImage reports whether dockerd holds the image with exactly this ID.
+func (e *Engine) HasImage(ctx context.Context, id string) (bool, error) {
+	err := e.checkImage(ctx, id)
+	if errdefs.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// Run implements engine.Engine.
+func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
+	if err := ctx.Err(); err != nil {
+		return engine.Exit{}, err
+	}
+	labels := map[string]string{
+		LabelID:       j.ID,
+		LabelOwner:    j.Owner,
+		LabelDeadline: j.Deadline.UTC().Format(time.RFC3339),
+	}
+	cfg, host, netcfg, err := isolation.DockerConfig(j.Policy, isolation.DockerJob{
+		Image:  j.Image.String(),
+		Argv:   j.Argv,
+		Env:    j.Env,
+		Labels: labels,
+		Stdin:  j.Stdin != nil,
+	})
+	if err != nil {
+		return engine.Exit{}, fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
+	}
+	log := e.log.With("sandbox_id", j.ID, "image_digest", j.Image.String(), "runtime", host.Runtime)
+
+	// Daemon calls run on a context detached from the caller's: a cancel
+	// that lands mid-create must not leave a container airlock never learnt
+	// the ID of. The caller's context only decides when to kill.
+	bg, cancelBg := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelBg()
+	created, err := e.cli.ContainerCreate(bg, cfg, host, netcfg, nil, "airlock-"+j.ID)
+	if err != nil {
+		return engine.Exit{}, classify("creating sandbox", e.cli.DaemonHost(), err)
+	}
+	id := created.ID
+	log.Debug("created", "container", id)
+
+	// From here on every path removes the container.
+	defer func() {
+		rctx, cancel := context.WithTimeout(bg, cleanupTimeout)
+		defer cancel()
+		if err := e.cli.ContainerRemove(rctx, id, container.RemoveOptions{Force: true}); err != nil && !errdefs.IsNotFound(err) {
+			log.Warn("removing sandbox", "container", id, "err", err)
+		}
+	}()
+
+	att, err := e.cli.ContainerAttach(bg, id, container.AttachOptions{
+		Stream: true, Stdout: true, Stderr: true, Stdin: j.Stdin != nil,
+	})
+	if err != nil {
+		return engine.Exit{}, classify("attaching to sandbox", e.cli.DaemonHost(), err)
+	}
+	defer att.Close()
+	waitCh, waitErr := e.cli.ContainerWait(bg, id, container.WaitConditionNextExit)
+
+	copied := make(chan error, 1)
+	go func() {
+		_, err := stdcopy.StdCopy(j.Stdout, j.Stderr, att.Reader)
+		copied <- err
+	}()
+	if j.Stdin != nil {
+		go func() {
+			io.Copy(att.Conn, j.Stdin)
+			att.CloseWrite()
+		}()
+	}
+
+	if err := ctx.Err(); err != nil {
+		return engine.Exit{Killed: true, Code: -1}, nil
+	}
+	if err := e.cli.ContainerStart(bg, id, container.StartOptions{}); err != nil {
+		return engine.Exit{}, classify("starting sandbox", e.cli.DaemonHost(), err)
+	}
+	started := time.Now()
+	timer := time.NewTimer(j.Policy.Limits.Timeout)
+	defer timer.Stop()
+
+	var exit engine.Exit
+	kill := func() {
+		kctx, cancel := context.WithTimeout(bg, cleanupTimeout)
+		defer cancel()
+		if err := e.cli.ContainerKill(kctx, id, "KILL"); err != nil && !errdefs.IsNotFound(err) && !errdefs.IsConflict(err) {
+			log.Warn("killing sandbox", "err", err)
+		}
+	}
+	var status container.WaitResponse
+	select {
+	case status = <-waitCh:
+	case err := <-waitErr:
+		return engine.Exit{}, classify("waiting for sandbox", e.cli.DaemonHost(), err)
+	case <-timer.C:
+		exit.TimedOut = true
+		kill()
+	case <-ctx.Done():
+		exit.Killed = true
+		kill()
+	}
+	if exit.TimedOut || exit.Killed {
+		select {
+		case status = <-waitCh:
+		case err := <-waitErr:
+			return engine.Exit{}, classify("waiting for killed sandbox", e.cli.DaemonHost(), err)
+		case <-time.After(cleanupTimeout):
+			return engine.Exit{}, fmt.Errorf("%w: sandbox %q did not exit %v after SIGKILL", errdefs.ErrInternal, j.ID, cleanupTimeout)
+		}
+	}
+	finished := time.Now()
+	// The stream ends once the container has exited; bound the wait in case
+	// the daemon keeps the connection.
+	select {
+	case err := <-copied:
+		if err != nil && !errors.Is(err, io.EOF) && !exit.Killed && !exit.TimedOut {
+			log.Warn("reading output", "err", err)
+		}
+	case <-time.After(5 * time.Second):
+		att.Close()
+		<-copied
+	}
+
+	exit.Code = int(status.StatusCode)
+	exit.Started, exit.Finished = started, finished
+	ictx, cancel := context.WithTimeout(bg, cleanupTimeout)
+	defer cancel()
+	st, err := e.cli.ContainerInspect(ictx, id)
+	if err != nil {
+		return engine.Exit{}, classify("inspecting sandbox", e.cli.DaemonHost(), err)
+	}
+	if st.State != nil {
+		exit.OOMKilled = st.State.OOMKilled
+		if t, err := time.Parse(time.RFC3339Nano, st.State.StartedAt); err == nil && !t.IsZero() {
+			exit.Started = t
+		}
+		if t, err := time.Parse(time.RFC3339Nano, st.State.FinishedAt); err == nil && !t.IsZero() {
+			exit.Finished = t
+		}
+	}
+	if status.Error != nil && status.Error.Message != "" {
+		log.Warn("wait reported", "err", status.Error.Message)
+	}
+	log.Debug("exited", "code", exit.Code, "oom", exit.OOMKilled, "timed_out", exit.TimedOut, "killed", exit.Killed)
+	return exit, nil
+}
+
+// classify maps a daemon error onto airlock's error classes and says what to do.
+func classify(what, host string, err error) error {
+	switch {
+	case client.IsErrConnectionFailed(err):
+		return unavailable(host, err)
+	case errdefs.IsNotFound(err):
+		return fmt.Errorf("%s: %w: %v", what, errdefs.ErrNotFound, err)
+	case errdefs.IsInvalidArgument(err):
+		return fmt.Errorf("%s: %w: %v", what, errdefs.ErrInvalidArgument, err)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return fmt.Errorf("%s: %w: %v; the dockerd log has the details, and `make setup` re-checks the runtime", what, errdefs.ErrInternal, err)
+}
+
+// ListSandboxes returns the IDs of containers airlock created, running or not.
+func (e *Engine) ListSandboxes(ctx context.Context) ([]string, error) {
+	list, err := e.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", LabelID))})
+	if err != nil {
+		return nil, unavailable(e.cli.DaemonHost(), err)
+	}
+	ids := make([]string, 0, len(list))
+	for _, c := range list {
+		ids = append(ids, c.Labels[LabelID])
+	}
+	return ids, nil
+}
+
+// Version returns the daemon's version and negotiated API version.
+func (e *Engine) Version(ctx context.Context) (string, error) {
+	v, err := e.cli.ServerVersion(ctx)
+	if err != nil {
+		return "", unavailable(e.cli.DaemonHost(), err)
+	}
+	return v.Version + " (API " + e.cli.ClientVersion() + ")", nil
+}
+
+var _ engine.Engine = (*Engine)(nil)

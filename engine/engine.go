@@ -1,0 +1,67 @@
+// Package engine defines what airlock asks of a container engine: run one
+// job under a policy, report how it ended, and leave nothing behind.
+//
+// Rules every engine keeps:
+//   - Nothing is created until the image and the runtime have been checked.
+//   - When the run's context is done, the engine kills the sandbox, waits for
+//     it to exit and removes it, on a context of its own: a cancelled caller
+//     never leaves a sandbox behind.
+//   - The program's outcome (exit code, timeout, OOM) is an Exit, not an
+//     error. An error means the engine failed.
+package engine
+
+import (
+	"context"
+	"io"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/isolation"
+	"github.com/opencontainers/go-digest"
+)
+
+// Job is one program to run.
+type Job struct {
+	// ID names the sandbox; unique per run.
+	ID string
+	// Image is the image ID (sha256 of its config).
+	Image digest.Digest
+	// Argv is the program and its arguments, run without a shell.
+	Argv []string
+	// Env holds "K=V" entries; nothing else from the host reaches the sandbox.
+	Env    []string
+	Policy isolation.Policy
+	// Stdin feeds the program's stdin; nil means stdin is closed.
+	Stdin io.Reader
+	// Stdout and Stderr receive the program's output as it arrives. They must
+	// not block for long: the engine reads the program through them.
+	Stdout, Stderr io.Writer
+	// Owner and Deadline label the sandbox so that a sweep can find it.
+	Owner    string
+	Deadline time.Time
+}
+
+// Exit is how a program ended, as the engine saw it.
+type Exit struct {
+	// Code is the program's exit status (128+signal when killed).
+	Code int
+	// TimedOut is set when the engine killed the program at Policy.Limits.Timeout.
+	TimedOut bool
+	// Killed is set when the engine killed the program because the run's
+	// context was done.
+	Killed bool
+	// OOMKilled is set when the kernel's OOM killer ended the program.
+	OOMKilled bool
+	// Started and Finished bound the program's wall-clock run.
+	Started, Finished time.Time
+}
+
+// Engine runs jobs.
+type Engine interface {
+	// Name is the engine's name as shown in results ("docker").
+	Name() string
+	// Check verifies, before anything is created, that the engine can run
+	// the job as asked: the image is present and the runtime registered.
+	Check(ctx context.Context, j *Job) error
+	// Run runs the job to its end. Timeout starts when the program starts.
+	Run(ctx context.Context, j *Job) (Exit, error)
+}

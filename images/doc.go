@@ -1,0 +1,15 @@
+// Package images reads, verifies and records the images airlock runs.
+//
+// Rules:
+//   - An image is referred to by its ID, the sha256 of its config blob; the
+//     config names every layer by its diff_id, so the ID pins the whole root
+//     filesystem. Names are labels for people and are never resolved.
+//   - Nothing is trusted on the way in: every blob is checked against its
+//     digest and size, and every layer against its diff_id, before an image
+//     is handed to an engine (Verify).
+//   - Archives are read by go-containerregistry; the only names airlock
+//     accepts from an OCI layout tar are the layout's own (oci-layout,
+//     index.json, blobs/<alg>/<hex>), so extraction cannot write elsewhere.
+//   - Files under airlock's root are written atomically (temporary file, then
+//     rename), so an interrupted command never leaves a half-written record.
+package images

@@ -1,0 +1,226 @@
+package images
+
+import (
+	"archive/tar"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// ErrFormat is wrapped when a file is not an image airlock can read.
+var ErrFormat = errors.New("unrecognised image format")
+
+// Source is an image read from disk, not yet verified.
+type Source struct {
+	Image v1.Image
+	// Manifest is the manifest descriptor from an OCI index; nil for a
+	// docker save archive, which has no manifest blob.
+	Manifest *v1.Descriptor
+	// Name is the image name the archive suggests, if any.
+	Name string
+	// Format is "oci-layout" or "docker-archive".
+	Format string
+
+	cleanup func()
+}
+
+// Close removes anything Open unpacked.
+func (s *Source) Close() error {
+	if s.cleanup != nil {
+		s.cleanup()
+	}
+	return nil
+}
+
+// Open reads an OCI image layout (a directory or a tar of one) or a
+// `docker save` archive. The layout or archive must hold exactly one image
+// for this machine's platform.
+func Open(path string) (*Source, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("opening image %q: %w", path, err)
+	}
+	if fi.IsDir() {
+		if _, err := os.Stat(filepath.Join(path, ocispec.ImageLayoutFile)); err != nil {
+			return nil, fmt.Errorf("%w: directory %q has no %s file; give an OCI image layout, a tar of one, or a `docker save` archive", ErrFormat, path, ocispec.ImageLayoutFile)
+		}
+		return openLayout(path, nil)
+	}
+	kind, err := sniffTar(path)
+	if err != nil {
+		return nil, err
+	}
+	switch kind {
+	case "oci-layout":
+		dir, err := os.MkdirTemp("", "airlock-layout-")
+		if err != nil {
+			return nil, fmt.Errorf("unpacking %q: %w", path, err)
+		}
+		done := func() { os.RemoveAll(dir) }
+		if err := extractLayout(path, dir); err != nil {
+			done()
+			return nil, err
+		}
+		return openLayout(dir, done)
+	default:
+		img, err := tarball.ImageFromPath(path, nil)
+		if err != nil {
+			return nil, fmt.Errorf("%w: reading docker archive %q: %v", ErrFormat, path, err)
+		}
+		return &Source{Image: img, Format: "docker-archive"}, nil
+	}
+}
+
+// sniffTar tells an OCI layout tar from a docker save archive by its entries.
+func sniffTar(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("opening image %q: %w", path, err)
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	var manifest bool
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return "", fmt.Errorf("%w: %q is not a tar archive (%v); give an OCI image layout or a `docker save` archive", ErrFormat, path, err)
+		}
+		switch filepath.Clean(h.Name) {
+		case ocispec.ImageLayoutFile:
+			return "oci-layout", nil
+		case "manifest.json":
+			manifest = true
+		}
+	}
+	if manifest {
+		return "docker-archive", nil
+	}
+	return "", fmt.Errorf("%w: %q has neither an oci-layout nor a manifest.json entry", ErrFormat, path)
+}
+
+var layoutName = regexp.MustCompile(`^(oci-layout|index\.json|blobs/[a-z0-9]+/[a-f0-9]{32,128})$`)
+
+// extractLayout copies the layout's own files from a tar into dir. Any
+// other name (manifest.json and repositories from newer docker save
+// archives included) is skipped, so nothing lands outside dir.
+func extractLayout(path, dir string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("opening image %q: %w", path, err)
+	}
+	defer f.Close()
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%w: reading %q: %v", ErrFormat, path, err)
+		}
+		name := filepath.ToSlash(filepath.Clean(h.Name))
+		if h.Typeflag != tar.TypeReg || !layoutName.MatchString(name) {
+			continue
+		}
+		if err := root.MkdirAll(filepath.Dir(name), 0o700); err != nil {
+			return fmt.Errorf("unpacking %q: %w", name, err)
+		}
+		out, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return fmt.Errorf("unpacking %q: %w", name, err)
+		}
+		_, err = io.Copy(out, tr)
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("unpacking %q: %w", name, err)
+		}
+	}
+}
+
+func openLayout(dir string, cleanup func()) (*Source, error) {
+	fail := func(err error) (*Source, error) {
+		if cleanup != nil {
+			cleanup()
+		}
+		return nil, err
+	}
+	idx, err := layout.ImageIndexFromPath(dir)
+	if err != nil {
+		return fail(fmt.Errorf("%w: reading OCI layout: %v", ErrFormat, err))
+	}
+	var found []v1.Descriptor
+	var images []v1.Image
+	if err := collect(idx, &found, &images, 0); err != nil {
+		return fail(err)
+	}
+	switch len(images) {
+	case 1:
+	case 0:
+		return fail(fmt.Errorf("%w: the OCI layout holds no image for %s/%s", ErrFormat, runtime.GOOS, runtime.GOARCH))
+	default:
+		return fail(fmt.Errorf("%w: the OCI layout holds %d images for %s/%s; export one image per layout", ErrFormat, len(images), runtime.GOOS, runtime.GOARCH))
+	}
+	d := found[0]
+	return &Source{
+		Image:    images[0],
+		Manifest: &d,
+		Name:     d.Annotations[ocispec.AnnotationRefName],
+		Format:   "oci-layout",
+		cleanup:  cleanup,
+	}, nil
+}
+
+// collect walks an index, keeping images for this platform (or with no
+// platform given) and descending into nested indexes.
+func collect(idx v1.ImageIndex, found *[]v1.Descriptor, images *[]v1.Image, depth int) error {
+	if depth > 4 {
+		return fmt.Errorf("%w: image indexes nested too deep", ErrFormat)
+	}
+	m, err := idx.IndexManifest()
+	if err != nil {
+		return fmt.Errorf("%w: reading index: %v", ErrFormat, err)
+	}
+	for _, d := range m.Manifests {
+		if p := d.Platform; p != nil && (p.OS != runtime.GOOS || p.Architecture != runtime.GOARCH) {
+			continue
+		}
+		switch d.MediaType {
+		case types.OCIImageIndex, types.DockerManifestList:
+			child, err := idx.ImageIndex(d.Digest)
+			if err != nil {
+				return fmt.Errorf("%w: reading index %s: %v", ErrFormat, d.Digest, err)
+			}
+			if err := collect(child, found, images, depth+1); err != nil {
+				return err
+			}
+		case types.OCIManifestSchema1, types.DockerManifestSchema2:
+			img, err := idx.Image(d.Digest)
+			if err != nil {
+				return fmt.Errorf("%w: reading image %s: %v", ErrFormat, d.Digest, err)
+			}
+			*found = append(*found, d)
+			*images = append(*images, img)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,157 @@
+package images
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/opencontainers/go-digest"
+)
+
+// ErrDigest is wrapped when content does not match its digest or size.
+var ErrDigest = errors.New("content does not match its digest")
+
+// Verified describes an image whose every byte has been checked.
+type Verified struct {
+	// ID is the sha256 of the config blob.
+	ID digest.Digest
+	// Manifest is the manifest digest when the source had a manifest blob.
+	Manifest digest.Digest
+	// Size is the total of the layers' stored sizes.
+	Size   int64
+	Layers int
+}
+
+// Progress receives one line per verification step. It may be nil.
+type Progress func(format string, args ...any)
+
+// Verify reads every blob of src and checks it: the manifest against its
+// descriptor, the config against the manifest, each layer blob against the
+// manifest, and each layer's uncompressed content against the config's
+// diff_ids.
+func Verify(src *Source, progress Progress) (Verified, error) {
+	if progress == nil {
+		progress = func(string, ...any) {}
+	}
+	img := src.Image
+	var v Verified
+	if src.Manifest != nil {
+		raw, err := img.RawManifest()
+		if err != nil {
+			return v, fmt.Errorf("reading manifest: %w", err)
+		}
+		if err := checkBytes("manifest", raw, src.Manifest.Digest, src.Manifest.Size); err != nil {
+			return v, err
+		}
+		v.Manifest = digest.Digest(src.Manifest.Digest.String())
+	}
+	rawCfg, err := img.RawConfigFile()
+	if err != nil {
+		return v, fmt.Errorf("reading config: %w", err)
+	}
+	sum := sha256.Sum256(rawCfg)
+	v.ID = digest.NewDigestFromEncoded(digest.SHA256, hex.EncodeToString(sum[:]))
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return v, fmt.Errorf("%w: parsing config: %v", ErrFormat, err)
+	}
+	m, err := img.Manifest()
+	if err != nil {
+		return v, fmt.Errorf("%w: reading manifest: %v", ErrFormat, err)
+	}
+	if src.Manifest != nil {
+		if err := checkBytes("config", rawCfg, m.Config.Digest, m.Config.Size); err != nil {
+			return v, err
+		}
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return v, fmt.Errorf("%w: listing layers: %v", ErrFormat, err)
+	}
+	if len(layers) != len(cfg.RootFS.DiffIDs) || (src.Manifest != nil && len(layers) != len(m.Layers)) {
+		return v, fmt.Errorf("%w: %d layers but %d diff_ids in the config", ErrDigest, len(layers), len(cfg.RootFS.DiffIDs))
+	}
+	for i, l := range layers {
+		want := cfg.RootFS.DiffIDs[i]
+		progress("verifying layer %d/%d (%s)", i+1, len(layers), want.Hex[:12])
+		if src.Manifest != nil {
+			d := m.Layers[i]
+			rc, err := l.Compressed()
+			if err != nil {
+				return v, fmt.Errorf("reading layer %d: %w", i+1, err)
+			}
+			_, err = io.Copy(io.Discard, NewVerifier(rc, d.Digest, d.Size))
+			rc.Close()
+			if err != nil {
+				return v, fmt.Errorf("layer %d blob: %w", i+1, err)
+			}
+			v.Size += d.Size
+		}
+		rc, err := l.Uncompressed()
+		if err != nil {
+			return v, fmt.Errorf("reading layer %d: %w", i+1, err)
+		}
+		n, err := io.Copy(io.Discard, NewVerifier(rc, want, -1))
+		rc.Close()
+		if err != nil {
+			return v, fmt.Errorf("layer %d content: %w", i+1, err)
+		}
+		if src.Manifest == nil {
+			v.Size += n
+		}
+	}
+	v.Layers = len(layers)
+	return v, nil
+}
+
+func checkBytes(what string, b []byte, want v1.Hash, size int64) error {
+	sum := sha256.Sum256(b)
+	if want.Algorithm != "sha256" || want.Hex != hex.EncodeToString(sum[:]) {
+		return fmt.Errorf("%w: %s is sha256:%x, expected %s", ErrDigest, what, sum, want)
+	}
+	if int64(len(b)) != size {
+		return fmt.Errorf("%w: %s is %d bytes, expected %d", ErrDigest, what, len(b), size)
+	}
+	return nil
+}
+
+// Verifier reads through to r, counting and hashing. It fails with ErrDigest
+// as soon as more than size bytes arrive (size < 0: no size check), and at
+// EOF if the count or the digest is wrong.
+type Verifier struct {
+	r    io.Reader
+	h    hash.Hash
+	want v1.Hash
+	size int64
+	n    int64
+}
+
+// NewVerifier wraps r. Only sha256 digests are accepted.
+func NewVerifier(r io.Reader, want v1.Hash, size int64) *Verifier {
+	return &Verifier{r: r, h: sha256.New(), want: want, size: size}
+}
+
+func (v *Verifier) Read(p []byte) (int, error) {
+	if v.want.Algorithm != "sha256" {
+		return 0, fmt.Errorf("%w: unsupported digest algorithm %q", ErrDigest, v.want.Algorithm)
+	}
+	n, err := v.r.Read(p)
+	v.n += int64(n)
+	v.h.Write(p[:n])
+	if v.size >= 0 && v.n > v.size {
+		return n, fmt.Errorf("%w: more than the %d bytes expected for %s", ErrDigest, v.size, v.want)
+	}
+	if err == io.EOF {
+		if v.size >= 0 && v.n != v.size {
+			return n, fmt.Errorf("%w: %d bytes, expected %d for %s", ErrDigest, v.n, v.size, v.want)
+		}
+		if got := hex.EncodeToString(v.h.Sum(nil)); got != v.want.Hex {
+			return n, fmt.Errorf("%w: got sha256:%s, expected %s", ErrDigest, got, v.want)
+		}
+	}
+	return n, err
+}

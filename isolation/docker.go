@@ -1,0 +1,161 @@
+package isolation
+
+import (
+	"fmt"
+	"maps"
+	"strconv"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/network"
+)
+
+// DockerRuntimes maps an isolation mode to the runtime name airlock registers
+// with dockerd. The gVisor entry points at airlock's pinned runsc build.
+var DockerRuntimes = map[Mode]string{
+	GVisor: "airlock-runsc",
+}
+
+// DockerJob is what a run adds to the policy: the program and its labels.
+type DockerJob struct {
+	// Image is the image ID ("sha256:…"); never a tag.
+	Image string
+	// Argv is the program and its arguments, run without a shell.
+	Argv []string
+	// Env holds "K=V" entries given by the caller; the host's environment is
+	// never consulted.
+	Env    []string
+	Labels map[string]string
+	// Stdin keeps the program's stdin open for the caller to feed.
+	Stdin bool
+}
+
+// DockerOpt mutates a container configuration. Opts run in order after the
+// literal default.
+type DockerOpt func(*container.Config, *container.HostConfig) error
+
+// DockerConfig converts a policy and a job into the container configuration
+// airlock sends to dockerd. It is pure: the same input gives the same output.
+func DockerConfig(p Policy, j DockerJob) (*container.Config, *container.HostConfig, *network.NetworkingConfig, error) {
+	if err := p.Validate(); err != nil {
+		return nil, nil, nil, err
+	}
+	if len(j.Argv) == 0 || j.Argv[0] == "" {
+		return nil, nil, nil, fmt.Errorf("%w: no command given", ErrInvalid)
+	}
+	cfg, host := dockerDefault()
+	for _, opt := range []DockerOpt{
+		withDockerRuntime(p.Isolation),
+		withDockerLimits(p.Isolation, p.Limits),
+		withDockerIdentity(p),
+		withDockerJob(j),
+	} {
+		if err := opt(cfg, host); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	// No endpoints: the container joins no network at all.
+	return cfg, host, &network.NetworkingConfig{}, nil
+}
+
+// dockerDefault is the literal starting point: everything shut.
+func dockerDefault() (*container.Config, *container.HostConfig) {
+	cfg := &container.Config{
+		NetworkDisabled: true,
+		AttachStdout:    true,
+		AttachStderr:    true,
+		Tty:             false,
+		Env:             []string{},
+		Labels:          map[string]string{},
+	}
+	host := &container.HostConfig{
+		NetworkMode:    "none",
+		CapDrop:        []string{"ALL"},
+		SecurityOpt:    []string{"no-new-privileges"},
+		ReadonlyRootfs: true,
+		Privileged:     false,
+		IpcMode:        "private",
+		CgroupnsMode:   "private",
+		// Output reaches airlock through attach; a log driver would copy a
+		// flood to disk.
+		LogConfig:     container.LogConfig{Type: "none"},
+		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
+		// Prefer the sandbox when the host runs out of memory.
+		OomScoreAdj: 500,
+		Binds:       nil,
+		Mounts:      nil,
+		DNS:         []string{},
+		ExtraHosts:  nil,
+	}
+	return cfg, host
+}
+
+func withDockerRuntime(m Mode) DockerOpt {
+	return func(_ *container.Config, h *container.HostConfig) error {
+		rt, ok := DockerRuntimes[m]
+		if !ok {
+			return fmt.Errorf("%w: isolation %q is not available on the docker engine yet; use --isolation %s", ErrInvalid, m, GVisor)
+		}
+		h.Runtime = rt
+		return nil
+	}
+}
+
+// GVisorHostPids is the host task limit that gives a gVisor sandbox room for
+// pids guest tasks. runsc's sentry serves each guest process with host
+// tasks of its own (about two under systrap) and keeps a few dozen threads
+// besides; gVisor does not enforce RLIMIT_NPROC or an in-sandbox pids limit,
+// so the host limit is the one that holds.
+func GVisorHostPids(pids int64) int64 { return 2*pids + 64 }
+
+func withDockerLimits(m Mode, l Limits) DockerOpt {
+	return func(_ *container.Config, h *container.HostConfig) error {
+		pids := l.Pids
+		if m == GVisor {
+			pids = GVisorHostPids(l.Pids)
+		}
+		h.Resources = container.Resources{
+			Memory:     int64(l.Memory),
+			MemorySwap: int64(l.Memory), // equal: no swap on top
+			NanoCPUs:   l.CPUs.NanoCPUs(),
+			PidsLimit:  &pids,
+			Ulimits: []*container.Ulimit{
+				{Name: "nofile", Soft: l.OpenFiles, Hard: l.OpenFiles},
+				{Name: "fsize", Soft: int64(l.FileSize), Hard: int64(l.FileSize)},
+				{Name: "core", Soft: 0, Hard: 0},
+			},
+		}
+		h.Tmpfs = map[string]string{
+			"/tmp": "rw,nosuid,nodev,mode=1777,size=" + strconv.FormatInt(int64(l.Tmp), 10),
+		}
+		return nil
+	}
+}
+
+func withDockerIdentity(p Policy) DockerOpt {
+	return func(c *container.Config, _ *container.HostConfig) error {
+		c.User = p.User()
+		c.Hostname = p.Hostname
+		c.Domainname = ""
+		return nil
+	}
+}
+
+func withDockerJob(j DockerJob) DockerOpt {
+	return func(c *container.Config, _ *container.HostConfig) error {
+		c.Image = j.Image
+		// The argv replaces the image's entrypoint and command entirely.
+		c.Entrypoint = []string{j.Argv[0]}
+		c.Cmd = append([]string{}, j.Argv[1:]...)
+		c.Env = append([]string{}, j.Env...)
+		c.Labels = maps.Clone(j.Labels)
+		if c.Labels == nil {
+			c.Labels = map[string]string{}
+		}
+		if j.Stdin {
+			c.AttachStdin = true
+			c.OpenStdin = true
+			c.StdinOnce = true
+		}
+		return nil
+	}
+}

@@ -1,0 +1,203 @@
+package isolation
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/units"
+)
+
+// ErrInvalid is wrapped by every policy validation error.
+var ErrInvalid = errors.New("invalid policy")
+
+// Mode names the main barrier between the program and the host kernel.
+type Mode string
+
+const (
+	// GVisor runs the program under gVisor's runsc: the program's system
+	// calls are served by a user-space kernel.
+	GVisor Mode = "gvisor"
+	// Seccomp runs the program under runc behind a strict seccomp allowlist.
+	Seccomp Mode = "seccomp"
+)
+
+// ParseMode reads an --isolation value.
+func ParseMode(s string) (Mode, error) {
+	switch Mode(s) {
+	case GVisor, Seccomp:
+		return Mode(s), nil
+	}
+	return "", fmt.Errorf("%w: isolation %q: use %q or %q", ErrInvalid, s, GVisor, Seccomp)
+}
+
+// Limits caps what one run may consume.
+type Limits struct {
+	// Timeout is the wall-clock budget from the moment the sandbox starts.
+	Timeout time.Duration
+	// Memory is the hard memory limit; swap is never granted on top of it.
+	Memory units.Bytes
+	// CPUs is the CPU bandwidth, in thousandths of a CPU.
+	CPUs units.MilliCPUs
+	// Pids caps the number of tasks (processes and threads).
+	Pids int64
+	// Output caps the bytes captured from each of stdout and stderr.
+	Output units.Bytes
+	// Tmp is the size of the writable tmpfs at /tmp.
+	Tmp units.Bytes
+	// FileSize is RLIMIT_FSIZE: the largest file the program may write.
+	FileSize units.Bytes
+	// OpenFiles is RLIMIT_NOFILE.
+	OpenFiles int64
+}
+
+// Policy is everything that decides what a sandbox may do. Its fields can
+// only narrow the sandbox: the network, capabilities, host mounts and a
+// writable root are not expressible.
+type Policy struct {
+	Isolation Mode
+	Limits    Limits
+	// UID and GID are the numeric identity the program runs as; never 0.
+	UID, GID uint32
+	// Hostname is what the sandbox sees as its host name.
+	Hostname string
+}
+
+// Nobody is the uid and gid of the unprivileged "nobody" account.
+const Nobody = 65534
+
+// Default returns the default policy: gVisor, no network, no capabilities,
+// read-only root, uid 65534, and modest limits.
+func Default() Policy {
+	return Policy{
+		Isolation: GVisor,
+		Limits: Limits{
+			Timeout:   30 * time.Second,
+			Memory:    512 << 20,
+			CPUs:      1000,
+			Pids:      256,
+			Output:    1 << 20,
+			Tmp:       64 << 20,
+			FileSize:  64 << 20,
+			OpenFiles: 1024,
+		},
+		UID:      Nobody,
+		GID:      Nobody,
+		Hostname: "sandbox",
+	}
+}
+
+// Bounds keep a limit within what the engines can apply meaningfully.
+const (
+	minMemory  = 6 << 20 // Docker refuses less than 6 MiB.
+	minPids    = 8
+	maxPids    = 1 << 22
+	maxNoFile  = 1 << 20
+	minTimeout = 10 * time.Millisecond
+)
+
+// Validate checks every field. A zero limit is an error, never "unlimited".
+func (p Policy) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...))
+	}
+	if _, err := ParseMode(string(p.Isolation)); err != nil {
+		errs = append(errs, err)
+	}
+	l := p.Limits
+	if l.Timeout < minTimeout {
+		bad("timeout %v is below the minimum of %v", l.Timeout, minTimeout)
+	}
+	if l.Memory < minMemory {
+		bad("memory %v is below the minimum of %v", l.Memory, units.Bytes(minMemory))
+	}
+	if l.CPUs <= 0 {
+		bad("cpus must be more than 0")
+	}
+	if l.Pids < minPids || l.Pids > maxPids {
+		bad("pids %d must be between %d and %d", l.Pids, minPids, maxPids)
+	}
+	if l.Output < 1024 {
+		bad("output limit %v is below the minimum of 1KiB", l.Output)
+	}
+	if l.Tmp < 1<<20 {
+		bad("tmp size %v is below the minimum of 1MiB", l.Tmp)
+	}
+	if l.FileSize < 1<<20 {
+		bad("file size limit %v is below the minimum of 1MiB", l.FileSize)
+	}
+	if l.OpenFiles < 16 || l.OpenFiles > maxNoFile {
+		bad("open files %d must be between 16 and %d", l.OpenFiles, maxNoFile)
+	}
+	if p.UID == 0 || p.GID == 0 {
+		bad("uid and gid must not be 0 (root)")
+	}
+	if !validHostname(p.Hostname) {
+		bad("hostname %q must be 1 to 63 letters, digits or '-'", p.Hostname)
+	}
+	return errors.Join(errs...)
+}
+
+func validHostname(h string) bool {
+	if h == "" || len(h) > 63 || strings.HasPrefix(h, "-") {
+		return false
+	}
+	for _, r := range h {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// User returns the "uid:gid" string engines take.
+func (p Policy) User() string {
+	return strconv.FormatUint(uint64(p.UID), 10) + ":" + strconv.FormatUint(uint64(p.GID), 10)
+}
+
+// WithDefaults returns p with every zero field taken from Default. A zero
+// UID or GID becomes nobody, never root.
+func (p Policy) WithDefaults() Policy {
+	d := Default()
+	if p.Isolation == "" {
+		p.Isolation = d.Isolation
+	}
+	if p.UID == 0 {
+		p.UID = d.UID
+	}
+	if p.GID == 0 {
+		p.GID = d.GID
+	}
+	if p.Hostname == "" {
+		p.Hostname = d.Hostname
+	}
+	l, dl := &p.Limits, d.Limits
+	if l.Timeout == 0 {
+		l.Timeout = dl.Timeout
+	}
+	if l.Memory == 0 {
+		l.Memory = dl.Memory
+	}
+	if l.CPUs == 0 {
+		l.CPUs = dl.CPUs
+	}
+	if l.Pids == 0 {
+		l.Pids = dl.Pids
+	}
+	if l.Output == 0 {
+		l.Output = dl.Output
+	}
+	if l.Tmp == 0 {
+		l.Tmp = dl.Tmp
+	}
+	if l.FileSize == 0 {
+		l.FileSize = dl.FileSize
+	}
+	if l.OpenFiles == 0 {
+		l.OpenFiles = dl.OpenFiles
+	}
+	return p
+}

@@ -1,0 +1,186 @@
+package runner
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"sync"
+	"unicode/utf8"
+)
+
+// maxTail bounds the tail kept after a stream passes its cap.
+const maxTail = 64 << 10
+
+// capture keeps a bounded picture of one output stream: the first limit
+// bytes (the head), and once the stream has passed its cap, the last bytes
+// after the head (the tail). Memory stays at limit+maxTail whatever the
+// program writes. Write never fails, so the engine keeps draining (and
+// counting) until the sandbox is gone.
+type capture struct {
+	mu      sync.Mutex
+	limit   int64
+	head    []byte
+	tail    []byte // ring buffer, len == cap once full
+	tailPos int
+	total   int64
+	live    io.Writer
+	over    func()
+	fired   bool
+}
+
+func newCapture(limit int64, live io.Writer, over func()) *capture {
+	tailCap := min(limit, maxTail)
+	return &capture{limit: limit, head: make([]byte, 0, min(limit, 64<<10)), tail: make([]byte, 0, tailCap), live: live, over: over}
+}
+
+func (c *capture) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	n := len(p)
+	c.total += int64(n)
+	if room := c.limit - int64(len(c.head)); room > 0 {
+		take := p[:min(int64(len(p)), room)]
+		c.head = append(c.head, take...)
+		if c.live != nil {
+			// A slow or broken terminal must not stall the sandbox's pipe.
+			c.live.Write(take)
+		}
+		p = p[len(take):]
+	}
+	if len(p) > 0 {
+		c.addTail(p)
+		if !c.fired {
+			c.fired = true
+			c.mu.Unlock()
+			if c.over != nil {
+				c.over()
+			}
+			return n, nil
+		}
+	}
+	c.mu.Unlock()
+	return n, nil
+}
+
+func (c *capture) addTail(p []byte) {
+	tc := cap(c.tail)
+	if tc == 0 {
+		return
+	}
+	if len(p) >= tc {
+		c.tail = append(c.tail[:0], p[len(p)-tc:]...)
+		c.tailPos = 0
+		return
+	}
+	for len(p) > 0 {
+		if len(c.tail) < tc {
+			k := min(tc-len(c.tail), len(p))
+			c.tail = append(c.tail, p[:k]...)
+			p = p[k:]
+			continue
+		}
+		k := copy(c.tail[c.tailPos:], p)
+		c.tailPos = (c.tailPos + k) % tc
+		p = p[k:]
+	}
+}
+
+// Stream is one output stream as the Result reports it.
+type Stream struct {
+	// Head is the first bytes, up to the cap.
+	Head []byte
+	// Tail is the last bytes after the head, kept only when Truncated.
+	Tail []byte
+	// Bytes is how many bytes the program wrote in total.
+	Bytes int64
+	// Truncated is set when Bytes passed the cap.
+	Truncated bool
+}
+
+func (c *capture) stream() Stream {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := Stream{Head: append([]byte{}, c.head...), Bytes: c.total, Truncated: c.total > c.limit}
+	if s.Truncated {
+		s.Tail = append(append([]byte{}, c.tail[c.tailPos:]...), c.tail[:c.tailPos]...)
+	}
+	return s
+}
+
+// MarshalJSON writes {"text"|"base64", "bytes", "truncated"} and, when
+// truncated, "tail"|"tail_base64" and "omitted_bytes". Captured bytes that
+// are not UTF-8 go out as base64, exactly.
+func (s Stream) MarshalJSON() ([]byte, error) {
+	out := map[string]any{"bytes": s.Bytes, "truncated": s.Truncated}
+	put(out, "text", "base64", s.Head, s.Truncated, false)
+	if s.Truncated {
+		put(out, "tail", "tail_base64", s.Tail, false, true)
+		out["omitted_bytes"] = s.Bytes - int64(len(s.Head)) - int64(len(s.Tail))
+	}
+	return json.Marshal(out)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (s *Stream) UnmarshalJSON(b []byte) error {
+	var in struct {
+		Text       *string `json:"text"`
+		Base64     []byte  `json:"base64"`
+		Tail       *string `json:"tail"`
+		TailBase64 []byte  `json:"tail_base64"`
+		Bytes      int64   `json:"bytes"`
+		Truncated  bool    `json:"truncated"`
+	}
+	if err := json.Unmarshal(b, &in); err != nil {
+		return err
+	}
+	*s = Stream{Head: in.Base64, Tail: in.TailBase64, Bytes: in.Bytes, Truncated: in.Truncated}
+	// base64, when present, holds the exact bytes.
+	if in.Base64 == nil && in.Text != nil {
+		s.Head = []byte(*in.Text)
+	}
+	if in.TailBase64 == nil && in.Tail != nil {
+		s.Tail = []byte(*in.Tail)
+	}
+	return nil
+}
+
+// put stores b as text when it is UTF-8. A cut at the head's end or the
+// tail's start may split one character; that split alone does not force
+// base64, but then the text field carries only whole characters and the
+// base64 field the exact bytes.
+func put(out map[string]any, textKey, b64Key string, b []byte, cutEnd, cutStart bool) {
+	if utf8.Valid(b) {
+		out[textKey] = string(b)
+		return
+	}
+	out[b64Key] = base64.StdEncoding.EncodeToString(b)
+	trimmed := b
+	if cutEnd {
+		trimmed = trimPartialEnd(trimmed)
+	}
+	if cutStart {
+		trimmed = trimPartialStart(trimmed)
+	}
+	if len(trimmed) != len(b) && utf8.Valid(trimmed) {
+		out[textKey] = string(trimmed)
+	}
+}
+
+func trimPartialEnd(b []byte) []byte {
+	for i := 1; i <= 3 && i <= len(b); i++ {
+		if utf8.RuneStart(b[len(b)-i]) {
+			if !utf8.FullRune(b[len(b)-i:]) {
+				return b[:len(b)-i]
+			}
+			break
+		}
+	}
+	return b
+}
+
+func trimPartialStart(b []byte) []byte {
+	i := 0
+	for i < 3 && i < len(b) && !utf8.RuneStart(b[i]) {
+		i++
+	}
+	return b[i:]
+}

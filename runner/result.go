@@ -1,0 +1,73 @@
+package runner
+
+import (
+	"time"
+
+	"github.com/airlock-sandbox/airlock/isolation"
+)
+
+// Reason is why a run ended. The values are stable: scripts match on them.
+type Reason string
+
+const (
+	// ReasonExited: the program exited by itself; see ExitCode.
+	ReasonExited Reason = "exited"
+	// ReasonTimeout: airlock killed the program at its wall-clock limit.
+	ReasonTimeout Reason = "timeout"
+	// ReasonOOM: the kernel killed the program at its memory limit.
+	ReasonOOM Reason = "oom"
+	// ReasonOutputLimit: airlock killed the program when stdout or stderr
+	// passed its cap.
+	ReasonOutputLimit Reason = "output_limit"
+	// ReasonKilled: the run was cancelled (airlock itself was interrupted).
+	ReasonKilled Reason = "killed"
+	// ReasonError: the engine failed; see Error.
+	ReasonError Reason = "error"
+)
+
+// Result is the whole account of one run.
+type Result struct {
+	ID string `json:"id"`
+	// Image is the image ID that ran ("sha256:…").
+	Image string `json:"image"`
+	// ImageRef is the reference as given, when it carried a name.
+	ImageRef  string `json:"image_ref,omitempty"`
+	Engine    string `json:"engine"`
+	Isolation string `json:"isolation"`
+	Reason    Reason `json:"reason"`
+	// ExitCode is the program's exit status; 128+N when a signal N ended
+	// it, -1 when the engine failed or the program never started.
+	ExitCode   int       `json:"exit_code"`
+	DurationMS int64     `json:"duration_ms"`
+	Stdout     Stream    `json:"stdout"`
+	Stderr     Stream    `json:"stderr"`
+	Limits     Limits    `json:"limits"`
+	StartedAt  time.Time `json:"started_at,omitzero"`
+	FinishedAt time.Time `json:"finished_at,omitzero"`
+	// Error is the failure, with Reason "error".
+	Error string `json:"error,omitempty"`
+	// ErrorKind classifies Error: invalid_input, not_found, unavailable or
+	// internal.
+	ErrorKind string `json:"error_kind,omitempty"`
+}
+
+// Limits is the effective policy's limits, in plain units for JSON.
+type Limits struct {
+	TimeoutMS   int64   `json:"timeout_ms"`
+	MemoryBytes int64   `json:"memory_bytes"`
+	CPUs        float64 `json:"cpus"`
+	Pids        int64   `json:"pids"`
+	OutputBytes int64   `json:"output_bytes"`
+	TmpBytes    int64   `json:"tmp_bytes"`
+}
+
+func limitsOf(l isolation.Limits) Limits {
+	return Limits{
+		TimeoutMS:   l.Timeout.Milliseconds(),
+		MemoryBytes: int64(l.Memory),
+		CPUs:        float64(l.CPUs) / 1000,
+		Pids:        l.Pids,
+		OutputBytes: int64(l.Output),
+		TmpBytes:    int64(l.Tmp),
+	}
+}

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Prepares this machine for airlock. Idempotent: each step checks before it
+# acts, so a second run does nothing but confirm.
+#
+#   1. apt packages: docker.io, runc, libseccomp-dev, mmdebstrap, busybox-static
+#   2. runsc, built from the gVisor version pinned in tools/runsc (CGO_ENABLED=0)
+#   3. the airlock-runsc runtime registered in /etc/docker/daemon.json (merged, backed up)
+#   4. dockerd started if it is not answering
+#   5. the airlock binary
+#   6. the default image (python3, numpy, matplotlib), rebuilt only when its
+#      recipe changed or dockerd lost it
+#
+# Environment: AIRLOCK_ROOT (default /var/lib/airlock).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+root=${AIRLOCK_ROOT:-/var/lib/airlock}
+tools=$root/tools
+bin=$here/bin/airlock
+start=$(date +%s)
+
+step() { printf '[setup %4ss] %s\n' "$(($(date +%s) - start))" "$*"; }
+fail() { printf 'setup: %s\n' "$*" >&2; exit 1; }
+
+# heartbeat WHAT LOG CMD...: runs CMD (output to LOG, or here if LOG is -),
+# printing a line every 15s so that long steps show life.
+heartbeat() {
+  local what=$1 log=$2; shift 2
+  if [ "$log" = - ]; then "$@" & else "$@" >"$log" 2>&1 & fi
+  local pid=$! t=0
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 1; t=$((t + 1))
+    if ((t % 15 == 0)); then step "  … $what, ${t}s so far"; fi
+  done
+  wait "$pid"
+}
+
+[ "$(id -u)" = 0 ] || fail "run as root (it installs packages, builds runsc into $root and configures dockerd)"
+command -v go >/dev/null || fail "Go is not on PATH; install Go 1.26 or newer"
+
+# 1. apt packages ----------------------------------------------------------
+want=(docker.io runc libseccomp-dev mmdebstrap busybox-static ca-certificates)
+missing=()
+for p in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  step "installing ${missing[*]} (apt)"
+  heartbeat "apt-get update" - apt-get update -qq
+  export DEBIAN_FRONTEND=noninteractive
+  heartbeat "apt-get install" /var/log/airlock-setup-apt.log \
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" ||
+    { tail -20 /var/log/airlock-setup-apt.log >&2; fail "apt-get install failed (log above)"; }
+else
+  step "apt packages present"
+fi
+
+# 2. runsc -------------------------------------------------------------------
+gvisor_version=$(cd "$here/tools/runsc" && go list -m -f '{{.Version}}' gvisor.dev/gvisor)
+runsc=$tools/runsc
+if [ -x "$runsc" ] && "$runsc" --version 2>/dev/null | grep -qF "runsc version $gvisor_version"; then
+  step "runsc $gvisor_version present"
+else
+  step "building runsc $gvisor_version (CGO_ENABLED=0; about 2-4 minutes)"
+  mkdir -p "$tools"
+  (cd "$here/tools/runsc" && export CGO_ENABLED=0 GOFLAGS=-mod=readonly && heartbeat "building runsc" - \
+    go build -trimpath -ldflags "-X gvisor.dev/gvisor/runsc/version.version=$gvisor_version" \
+    -o "$runsc.new" gvisor.dev/gvisor/runsc)
+  mv -f "$runsc.new" "$runsc"
+  step "runsc built: $("$runsc" --version | head -1)"
+fi
+
+# 5 (early). The airlock binary does the daemon.json merge and image import.
+step "building airlock"
+(cd "$here" && go build -trimpath -ldflags "-X main.version=$(git -C "$here" describe --always --dirty 2>/dev/null || echo dev)" -o "$bin" ./cmd/airlock)
+
+# 3. daemon.json ---------------------------------------------------------------
+changed=$("$bin" host install-runtime --runsc "$runsc")
+step "dockerd runtime airlock-runsc: $changed"
+
+# 4. dockerd -------------------------------------------------------------------
+docker_up() { timeout 5 docker version --format '{{.Server.Version}}' >/dev/null 2>&1; }
+if docker_up; then
+  if [ "$changed" = changed ] && [ -f /var/run/docker.pid ]; then
+    step "reloading dockerd's runtimes (SIGHUP)"
+    kill -HUP "$(cat /var/run/docker.pid)"
+    for _ in $(seq 1 50); do
+      docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q airlock-runsc && break
+      sleep 0.2
+    done
+  fi
+else
+  step "starting dockerd (log: /var/log/airlock-dockerd.log)"
+  mkdir -p /var/log
+  nohup setsid dockerd >>/var/log/airlock-dockerd.log 2>&1 </dev/null &
+  for i in $(seq 1 120); do
+    docker_up && break
+    ((i % 20 == 0)) && step "  … waiting for dockerd, ${i}/120"
+    sleep 0.5
+  done
+  docker_up || fail "dockerd did not answer within 60s; see /var/log/airlock-dockerd.log"
+fi
+docker info --format '{{json .Runtimes}}' | grep -q airlock-runsc ||
+  fail "dockerd does not list the airlock-runsc runtime; check /etc/docker/daemon.json and restart dockerd"
+step "dockerd $(docker version --format '{{.Server.Version}}') answers, airlock-runsc registered"
+
+# 6. default image -----------------------------------------------------------
+recipe=$(sha256sum "$here/images/default/build.sh" | cut -d' ' -f1)
+if ref=$("$bin" --root "$root" image default --recipe "$recipe" 2>/dev/null); then
+  step "default image present: $ref"
+else
+  work=$(mktemp -d "${TMPDIR:-/tmp}/airlock-image.XXXXXX")
+  trap 'rm -rf "$work"' EXIT
+  step "building the default image with mmdebstrap (python3, numpy, matplotlib; about 2-3 minutes)"
+  heartbeat "mmdebstrap" "$work/build.log" "$here/images/default/build.sh" "$work/rootfs.tar" ||
+    { tail -30 "$work/build.log" >&2; fail "building the default image failed (log above)"; }
+  step "importing the default image"
+  "$bin" --root "$root" image import --rootfs "$work/rootfs.tar" --name airlock/default \
+    --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    --env HOME=/tmp --env MPLCONFIGDIR=/tmp/matplotlib --env MPLBACKEND=Agg \
+    --env LANG=C.UTF-8 --env PYTHONDONTWRITEBYTECODE=1 \
+    --workdir /tmp --default --recipe "$recipe"
+  rm -rf "$work"
+  trap - EXIT
+fi
+step "done: $("$bin" --root "$root" image default)"

@@ -1,0 +1,364 @@
+package artifacts
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"slices"
+
+	"github.com/gabriel-vasile/mimetype"
+	"golang.org/x/sys/unix"
+)
+
+// maxDepth bounds directory nesting; deeper entries are rejected as too_many.
+const maxDepth = 32
+
+// sniffLen is how much of a file the type detector sees.
+const sniffLen = 3072
+
+// resolve is the openat2 policy for every lookup: one component, beneath
+// the directory fd, never through a symlink, never onto another mount.
+var resolve = unix.OpenHow{
+	Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
+}
+
+type collector struct {
+	ctx   context.Context
+	opt   Options
+	dest  *os.Root
+	quar  *os.Root
+	rep   Report
+	files int
+	total int64
+}
+
+// Collect checks every entry under src and delivers the accepted files to
+// opt.Dest. It returns an error only when it cannot do its job at all (src
+// unreadable, a destination unwritable); a hostile file is a Rejection.
+func Collect(ctx context.Context, src string, opt Options) (Report, error) {
+	if err := opt.validate(); err != nil {
+		return Report{}, err
+	}
+	c := &collector{ctx: ctx, opt: opt, rep: Report{Artifacts: []Artifact{}, Rejected: []Rejection{}}}
+	var err error
+	if opt.Dest != "" {
+		if c.dest, err = openDest(opt.Dest); err != nil {
+			return Report{}, err
+		}
+		defer c.dest.Close()
+	}
+	if opt.Quarantine != "" {
+		if c.quar, err = openDest(opt.Quarantine); err != nil {
+			return Report{}, err
+		}
+		defer c.quar.Close()
+	}
+	fd, err := unix.Open(src, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return Report{}, fmt.Errorf("opening output directory %q: %w", src, err)
+	}
+	defer unix.Close(fd)
+	if err := c.walk(fd, "", "", 0); err != nil {
+		return c.rep, err
+	}
+	return c.rep, nil
+}
+
+func openDest(dir string) (*os.Root, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating %q: %w", dir, err)
+	}
+	r, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("opening %q: %w", dir, err)
+	}
+	return r, nil
+}
+
+func (c *collector) reject(shown string, r Reason, detail string) {
+	c.rep.Rejected = append(c.rep.Rejected, Rejection{Path: shown, Reason: r, Detail: detail})
+}
+
+// walk visits one directory. rel is the real relative path (for delivery),
+// shown its escaped form (for reports).
+func (c *collector) walk(dirfd int, rel, shown string, depth int) error {
+	if err := c.ctx.Err(); err != nil {
+		return err
+	}
+	names, err := readNames(dirfd)
+	if err != nil {
+		return fmt.Errorf("reading %q: %w", shown, err)
+	}
+	for _, name := range names {
+		relp, shownp := path.Join(rel, name), path.Join(shown, Escape(name))
+		var st unix.Stat_t
+		if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			c.reject(shownp, ReasonNotRegular, "cannot stat: "+err.Error())
+			continue
+		}
+		if why := checkName(name); why != "" {
+			c.reject(shownp, ReasonBadName, why)
+			c.quarantineBadName(dirfd, name, shownp, &st)
+			continue
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFLNK:
+			c.reject(shownp, ReasonSymlink, "")
+		case unix.S_IFDIR:
+			if depth+1 > maxDepth {
+				c.reject(shownp, ReasonTooMany, fmt.Sprintf("nested deeper than %d directories", maxDepth))
+				continue
+			}
+			sub, err := unix.Openat2(dirfd, name, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: resolve.Resolve})
+			if err != nil {
+				c.reject(shownp, ReasonNotRegular, "cannot open directory: "+err.Error())
+				continue
+			}
+			err = c.walk(sub, relp, shownp, depth+1)
+			unix.Close(sub)
+			if err != nil {
+				return err
+			}
+		case unix.S_IFREG:
+			if err := c.file(dirfd, name, relp, shownp, &st); err != nil {
+				return err
+			}
+		default:
+			c.reject(shownp, ReasonNotRegular, fileType(st.Mode))
+		}
+	}
+	return nil
+}
+
+func readNames(dirfd int) ([]string, error) {
+	dup, err := unix.Dup(dirfd)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(dup), "dir")
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	slices.Sort(names)
+	return names, err
+}
+
+func fileType(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFIFO:
+		return "fifo"
+	case unix.S_IFSOCK:
+		return "socket"
+	case unix.S_IFCHR:
+		return "character device"
+	case unix.S_IFBLK:
+		return "block device"
+	}
+	return fmt.Sprintf("file type %#o", mode&unix.S_IFMT)
+}
+
+// file checks one regular file and delivers it if it passes.
+func (c *collector) file(dirfd int, name, rel, shown string, st *unix.Stat_t) error {
+	c.files++
+	switch {
+	case c.files > c.opt.MaxFiles:
+		c.reject(shown, ReasonTooMany, fmt.Sprintf("more than %d files", c.opt.MaxFiles))
+		return nil
+	case st.Nlink > 1:
+		c.reject(shown, ReasonHardlink, fmt.Sprintf("%d links", st.Nlink))
+		return nil
+	case st.Size > c.opt.MaxFileBytes:
+		c.reject(shown, ReasonTooLarge, fmt.Sprintf("%d bytes, over the %d-byte file cap", st.Size, c.opt.MaxFileBytes))
+		return nil
+	case c.total+st.Size > c.opt.MaxTotalBytes:
+		c.reject(shown, ReasonTooLarge, fmt.Sprintf("%d bytes would pass the %d-byte total cap", st.Size, c.opt.MaxTotalBytes))
+		return nil
+	}
+	fd, err := unix.Openat2(dirfd, name, &unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC,
+		Resolve: resolve.Resolve,
+	})
+	if err != nil {
+		c.reject(shown, ReasonNotRegular, "cannot open: "+err.Error())
+		return nil
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	// The entry may have been swapped since lstat; trust only the open fd.
+	var fst unix.Stat_t
+	if err := unix.Fstat(fd, &fst); err != nil || fst.Ino != st.Ino || fst.Dev != st.Dev || fst.Mode&unix.S_IFMT != unix.S_IFREG || fst.Nlink != 1 {
+		c.reject(shown, ReasonNotRegular, "changed while being checked")
+		return nil
+	}
+
+	sink, err := c.tempIn(c.dest, path.Dir(rel))
+	if err != nil {
+		return err
+	}
+	h := sha256.New()
+	head := &prefix{max: sniffLen}
+	w := io.MultiWriter(h, head)
+	if sink != nil {
+		w = io.MultiWriter(h, head, sink.f)
+	}
+	n, err := io.Copy(w, io.LimitReader(f, c.opt.MaxFileBytes+1))
+	if err != nil {
+		sink.discard()
+		return fmt.Errorf("reading %q: %w", shown, err)
+	}
+	if n > c.opt.MaxFileBytes || c.total+n > c.opt.MaxTotalBytes {
+		sink.discard()
+		c.reject(shown, ReasonTooLarge, "grew past its cap while being read")
+		return nil
+	}
+	m := mimetype.Detect(head.b)
+	ext := lowerExt(name)
+	var why Reason
+	switch {
+	case !allowed(c.opt.Types, m):
+		why = ReasonTypeNotAllowed
+	case !extensionAgrees(m, ext):
+		why = ReasonTypeMismatch
+	}
+	if why != "" {
+		sink.discard()
+		detail := "content is " + baseType(m.String())
+		if why == ReasonTypeMismatch {
+			detail += fmt.Sprintf(", name ends in %q", ext)
+		}
+		c.reject(shown, why, detail)
+		c.quarantine(f, shown)
+		return nil
+	}
+	if sink != nil {
+		if err := sink.commit(path.Base(rel)); err != nil {
+			return err
+		}
+	}
+	c.total += n
+	c.rep.Artifacts = append(c.rep.Artifacts, Artifact{Path: rel, Size: n, SHA256: hex.EncodeToString(h.Sum(nil)), MIME: baseType(m.String())})
+	return nil
+}
+
+func lowerExt(name string) string {
+	ext := path.Ext(name)
+	b := []byte(ext)
+	for i, ch := range b {
+		if ch >= 'A' && ch <= 'Z' {
+			b[i] = ch + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
+// quarantine copies a rejected, already-open regular file into the
+// quarantine directory under its escaped path.
+func (c *collector) quarantine(f *os.File, shown string) {
+	if c.quar == nil {
+		return
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return
+	}
+	sink, err := c.tempIn(c.quar, path.Dir(shown))
+	if err != nil || sink == nil {
+		return
+	}
+	if _, err := io.Copy(sink.f, io.LimitReader(f, c.opt.MaxFileBytes)); err != nil {
+		sink.discard()
+		return
+	}
+	if sink.commit(path.Base(shown)) == nil {
+		c.rep.Rejected[len(c.rep.Rejected)-1].Quarantined = shown
+	}
+}
+
+// quarantineBadName keeps a badly named regular file under its escaped name.
+func (c *collector) quarantineBadName(dirfd int, name, shown string, st *unix.Stat_t) {
+	if c.quar == nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 || st.Size > c.opt.MaxFileBytes {
+		return
+	}
+	fd, err := unix.Openat2(dirfd, name, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC, Resolve: resolve.Resolve})
+	if err != nil {
+		return
+	}
+	f := os.NewFile(uintptr(fd), "quarantine")
+	defer f.Close()
+	var fst unix.Stat_t
+	if unix.Fstat(fd, &fst) != nil || fst.Ino != st.Ino || fst.Mode&unix.S_IFMT != unix.S_IFREG {
+		return
+	}
+	c.quarantine(f, shown)
+}
+
+// tempFile is a file being written under a destination root.
+type tempFile struct {
+	root *os.Root
+	dir  string
+	name string
+	f    *os.File
+}
+
+// tempIn creates a temporary file in dir under root (nil root: no sink).
+func (c *collector) tempIn(root *os.Root, dir string) (*tempFile, error) {
+	if root == nil {
+		return nil, nil
+	}
+	if dir != "." {
+		if err := root.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("creating %q in the destination: %w", dir, err)
+		}
+	}
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	name := path.Join(dir, ".airlock-"+hex.EncodeToString(rnd[:]))
+	f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("writing to the destination: %w", err)
+	}
+	return &tempFile{root: root, dir: dir, name: name, f: f}, nil
+}
+
+func (t *tempFile) discard() {
+	if t == nil {
+		return
+	}
+	t.f.Close()
+	t.root.Remove(t.name)
+}
+
+// commit makes the file 0644 and renames it to base in its directory.
+func (t *tempFile) commit(base string) error {
+	err := t.f.Chmod(0o644)
+	if err == nil {
+		err = t.f.Sync()
+	}
+	if cerr := t.f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = t.root.Rename(t.name, path.Join(t.dir, base))
+	}
+	if err != nil {
+		t.root.Remove(t.name)
+		return fmt.Errorf("delivering %q: %w", path.Join(t.dir, base), err)
+	}
+	return nil
+}
+
+// prefix keeps the first max bytes written to it.
+type prefix struct {
+	b   []byte
+	max int
+}
+
+func (p *prefix) Write(b []byte) (int, error) {
+	if room := p.max - len(p.b); room > 0 {
+		p.b = append(p.b, b[:min(room, len(b))]...)
+	}
+	return len(b), nil
+}

@@ -39,6 +39,11 @@ fuzz: ## Run each fuzz target for 30s
 	$(GO) test -run XXX -fuzz FuzzParseDuration -fuzztime 30s ./units/
 	$(GO) test -run XXX -fuzz FuzzParseRef -fuzztime 30s ./images/
 	$(GO) test -run XXX -fuzz FuzzWriter -fuzztime 30s ./internal/termsafe/
+	$(GO) test -run XXX -fuzz FuzzCheckName -fuzztime 30s ./artifacts/
+
+.PHONY: bench-artifacts
+bench-artifacts: ## Artifact copy-out throughput beside `cp -r` of the same tree
+	$(GO) test -run XXX -bench CopyOut -benchtime 5x ./artifacts/
 
 .PHONY: lint
 lint: ## gofmt and go vet

@@ -35,6 +35,7 @@ type collector struct {
 	rep   Report
 	files int
 	total int64
+	buf   []byte
 }
 
 // Collect checks every entry under src and delivers the accepted files to
@@ -44,7 +45,7 @@ func Collect(ctx context.Context, src string, opt Options) (Report, error) {
 	if err := opt.validate(); err != nil {
 		return Report{}, err
 	}
-	c := &collector{ctx: ctx, opt: opt, rep: Report{Artifacts: []Artifact{}, Rejected: []Rejection{}}}
+	c := &collector{ctx: ctx, opt: opt, rep: Report{Artifacts: []Artifact{}, Rejected: []Rejection{}}, buf: make([]byte, 1<<20)}
 	var err error
 	if opt.Dest != "" {
 		if c.dest, err = openDest(opt.Dest); err != nil {
@@ -205,7 +206,7 @@ func (c *collector) file(dirfd int, name, rel, shown string, st *unix.Stat_t) er
 	if sink != nil {
 		w = io.MultiWriter(h, head, sink.f)
 	}
-	n, err := io.Copy(w, io.LimitReader(f, c.opt.MaxFileBytes+1))
+	n, err := io.CopyBuffer(w, io.LimitReader(f, c.opt.MaxFileBytes+1), c.buf)
 	if err != nil {
 		sink.discard()
 		return fmt.Errorf("reading %q: %w", shown, err)
@@ -332,11 +333,9 @@ func (t *tempFile) discard() {
 }
 
 // commit makes the file 0644 and renames it to base in its directory.
+// Readers see the whole file or none of it; like cp, it does not fsync.
 func (t *tempFile) commit(base string) error {
 	err := t.f.Chmod(0o644)
-	if err == nil {
-		err = t.f.Sync()
-	}
 	if cerr := t.f.Close(); err == nil {
 		err = cerr
 	}

@@ -107,6 +107,15 @@ func setup(m *testing.M) (int, error) {
 		fmt.Fprintf(os.Stderr, "containers left behind: %v\n", left)
 		code = 1
 	}
+	// Every run's scratch directory and output tmpfs is gone too.
+	if runs, _ := os.ReadDir(filepath.Join(rootDir, "runs")); len(runs) > 0 {
+		fmt.Fprintf(os.Stderr, "run directories left behind: %d\n", len(runs))
+		code = 1
+	}
+	if mi, _ := os.ReadFile("/proc/self/mountinfo"); bytes.Contains(mi, []byte(rootDir)) {
+		fmt.Fprintf(os.Stderr, "mounts left behind under %s\n", rootDir)
+		code = 1
+	}
 	return code, nil
 }
 

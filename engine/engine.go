@@ -35,9 +35,21 @@ type Job struct {
 	// Stdout and Stderr receive the program's output as it arrives. They must
 	// not block for long: the engine reads the program through them.
 	Stdout, Stderr io.Writer
+	// Mounts are airlock's own scratch directories (staged inputs, the
+	// output tmpfs); nothing else from the host is ever mounted.
+	Mounts []Mount
+	// Workdir is the program's working directory; empty keeps the image's.
+	Workdir string
 	// Owner and Deadline label the sandbox so that a sweep can find it.
 	Owner    string
 	Deadline time.Time
+}
+
+// Mount binds a host directory or file that airlock prepared into the
+// sandbox.
+type Mount struct {
+	Source, Target string
+	ReadOnly       bool
 }
 
 // Exit is how a program ended, as the engine saw it.

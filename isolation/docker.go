@@ -3,9 +3,11 @@ package isolation
 import (
 	"fmt"
 	"maps"
+	"path"
 	"strconv"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/network"
 )
 
@@ -27,6 +29,15 @@ type DockerJob struct {
 	Labels map[string]string
 	// Stdin keeps the program's stdin open for the caller to feed.
 	Stdin bool
+	// Binds are airlock's scratch directories; Workdir the working directory.
+	Binds   []Bind
+	Workdir string
+}
+
+// Bind is a host path airlock prepared, bound at Target.
+type Bind struct {
+	Source, Target string
+	ReadOnly       bool
 }
 
 // DockerOpt mutates a container configuration. Opts run in order after the
@@ -48,6 +59,7 @@ func DockerConfig(p Policy, j DockerJob) (*container.Config, *container.HostConf
 		withDockerLimits(p.Isolation, p.Limits),
 		withDockerIdentity(p),
 		withDockerJob(j),
+		withDockerBinds(j.Binds),
 	} {
 		if err := opt(cfg, host); err != nil {
 			return nil, nil, nil, err
@@ -151,10 +163,32 @@ func withDockerJob(j DockerJob) DockerOpt {
 		if c.Labels == nil {
 			c.Labels = map[string]string{}
 		}
+		c.WorkingDir = j.Workdir
 		if j.Stdin {
 			c.AttachStdin = true
 			c.OpenStdin = true
 			c.StdinOnce = true
+		}
+		return nil
+	}
+}
+
+func withDockerBinds(binds []Bind) DockerOpt {
+	return func(_ *container.Config, h *container.HostConfig) error {
+		for _, b := range binds {
+			if !path.IsAbs(b.Source) || !path.IsAbs(b.Target) || path.Clean(b.Target) != b.Target || b.Target == "/" {
+				return fmt.Errorf("%w: bind %q -> %q must join absolute, clean paths", ErrInvalid, b.Source, b.Target)
+			}
+			h.Mounts = append(h.Mounts, mount.Mount{
+				Type:     mount.TypeBind,
+				Source:   b.Source,
+				Target:   b.Target,
+				ReadOnly: b.ReadOnly,
+				BindOptions: &mount.BindOptions{
+					Propagation:  mount.PropagationRPrivate,
+					NonRecursive: true,
+				},
+			})
 		}
 		return nil
 	}

@@ -3,6 +3,7 @@ package runner
 import (
 	"time"
 
+	"github.com/airlock-sandbox/airlock/artifacts"
 	"github.com/airlock-sandbox/airlock/isolation"
 )
 
@@ -37,13 +38,17 @@ type Result struct {
 	Reason    Reason `json:"reason"`
 	// ExitCode is the program's exit status; 128+N when a signal N ended
 	// it, -1 when the engine failed or the program never started.
-	ExitCode   int       `json:"exit_code"`
-	DurationMS int64     `json:"duration_ms"`
-	Stdout     Stream    `json:"stdout"`
-	Stderr     Stream    `json:"stderr"`
-	Limits     Limits    `json:"limits"`
-	StartedAt  time.Time `json:"started_at,omitzero"`
-	FinishedAt time.Time `json:"finished_at,omitzero"`
+	ExitCode   int    `json:"exit_code"`
+	DurationMS int64  `json:"duration_ms"`
+	Stdout     Stream `json:"stdout"`
+	Stderr     Stream `json:"stderr"`
+	Limits     Limits `json:"limits"`
+	// Artifacts and Rejected are every decision about the output
+	// directory's files; null when the output directory is off.
+	Artifacts  []artifacts.Artifact  `json:"artifacts"`
+	Rejected   []artifacts.Rejection `json:"rejected"`
+	StartedAt  time.Time             `json:"started_at,omitzero"`
+	FinishedAt time.Time             `json:"finished_at,omitzero"`
 	// Error is the failure, with Reason "error".
 	Error string `json:"error,omitempty"`
 	// ErrorKind classifies Error: invalid_input, not_found, unavailable or

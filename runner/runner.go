@@ -21,6 +21,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -28,10 +29,12 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"github.com/airlock-sandbox/airlock/artifacts"
 	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/engine/docker"
 	"github.com/airlock-sandbox/airlock/images"
 	"github.com/airlock-sandbox/airlock/isolation"
+	"github.com/airlock-sandbox/airlock/units"
 )
 
 // DefaultRoot is where airlock keeps its state unless told otherwise.
@@ -55,6 +58,61 @@ type Spec struct {
 	// Stdout and Stderr, when set, receive the program's output live, up to
 	// the output cap.
 	Stdout, Stderr io.Writer
+	// Inputs are copied in read-only; InputLimit caps their total size
+	// (default 256MiB).
+	Inputs     []Input
+	InputLimit units.Bytes
+	// Workdir is the program's working directory (default: the image's).
+	Workdir string
+	// Output is the writable output directory and what may leave it.
+	Output Output
+}
+
+// Input puts a host file or directory into the sandbox, read-only.
+type Input struct {
+	// Host is the path on this machine. Symlinks below it are not followed.
+	Host string
+	// Sandbox is where it appears; default /work/<base name of Host>.
+	Sandbox string
+}
+
+// Output is the sandbox's one writable directory besides /tmp. Zero fields
+// take the defaults: /out, 64MiB, 1000 files, the default type allowlist,
+// and check-and-report without delivery.
+type Output struct {
+	// Disabled turns the output directory off.
+	Disabled bool
+	// Dir is the path inside the sandbox.
+	Dir string
+	// Size caps the directory's bytes (kernel-enforced) and the total of
+	// accepted artifacts.
+	Size units.Bytes
+	// Files caps the number of files.
+	Files int
+	// MaxFileSize caps one artifact; default Size.
+	MaxFileSize units.Bytes
+	// Types is the MIME allowlist; nil means artifacts.DefaultTypes.
+	Types []string
+	// Artifacts receives accepted files; empty means report only.
+	Artifacts string
+	// Quarantine, when set, keeps readable rejected files for inspection.
+	Quarantine string
+}
+
+func (o Output) withDefaults() Output {
+	if o.Dir == "" {
+		o.Dir = "/out"
+	}
+	if o.Size == 0 {
+		o.Size = 64 << 20
+	}
+	if o.Files == 0 {
+		o.Files = 1000
+	}
+	if o.MaxFileSize == 0 {
+		o.MaxFileSize = o.Size
+	}
+	return o
 }
 
 // Runner runs specs on one engine.
@@ -112,6 +170,15 @@ var (
 // Run converts and validates s, checks that the engine can run it, then runs
 // it to the end. See the package comment for how outcomes are reported.
 func (r *Runner) Run(ctx context.Context, s Spec) (Result, error) {
+	s.Output = s.Output.withDefaults()
+	if s.InputLimit == 0 {
+		s.InputLimit = 256 << 20
+	}
+	for i := range s.Inputs {
+		if s.Inputs[i].Sandbox == "" {
+			s.Inputs[i].Sandbox = path.Join("/work", filepath.Base(filepath.Clean(s.Inputs[i].Host)))
+		}
+	}
 	job, err := r.plan(s)
 	if err != nil {
 		return Result{}, err
@@ -119,6 +186,16 @@ func (r *Runner) Run(ctx context.Context, s Spec) (Result, error) {
 	if err := r.engine.Check(ctx, job); err != nil {
 		return Result{}, err
 	}
+	sc, err := prepareScratch(r.root, job.ID, &s, job.Policy.UID, job.Policy.GID)
+	if err != nil {
+		return Result{}, err
+	}
+	defer func() {
+		if err := sc.cleanup(); err != nil {
+			r.log.Warn("cleaning up run directory", "sandbox_id", job.ID, "err", err)
+		}
+	}()
+	job.Mounts = sc.mounts
 
 	runCtx, kill := context.WithCancelCause(ctx)
 	defer kill(nil)
@@ -149,6 +226,21 @@ func (r *Runner) Run(ctx context.Context, s Spec) (Result, error) {
 	}
 	res.ExitCode = exit.Code
 	res.Reason = reasonOf(exit, context.Cause(runCtx))
+	if sc.out != "" {
+		// The engine has removed the sandbox: no process is left to race
+		// the scan.
+		o := s.Output
+		rep, err := artifacts.Collect(context.WithoutCancel(ctx), sc.out, artifacts.Options{
+			Dest: o.Artifacts, Quarantine: o.Quarantine,
+			MaxFileBytes: int64(o.MaxFileSize), MaxTotalBytes: int64(o.Size), MaxFiles: o.Files,
+			Types: o.Types,
+		})
+		res.Artifacts, res.Rejected = rep.Artifacts, rep.Rejected
+		if err != nil {
+			res.Reason, res.Error = ReasonError, err.Error()
+			return res, fmt.Errorf("%w: collecting artifacts: %v", errdefs.ErrInternal, err)
+		}
+	}
 	res.StartedAt, res.FinishedAt = exit.Started, exit.Finished
 	res.DurationMS = exit.Finished.Sub(exit.Started).Milliseconds()
 	r.log.Info("run ended", "sandbox_id", job.ID, "image_digest", job.Image.String(), "reason", res.Reason, "exit_code", res.ExitCode)
@@ -184,6 +276,9 @@ func (r *Runner) plan(s Spec) (*engine.Job, error) {
 	if err := checkEnv(s.Env); err != nil {
 		return nil, err
 	}
+	if err := checkFiles(s); err != nil {
+		return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
+	}
 	var ref images.Ref
 	if s.Image == "" {
 		_, def, err := r.Images().Default()
@@ -209,6 +304,7 @@ func (r *Runner) plan(s Spec) (*engine.Job, error) {
 		Env:      s.Env,
 		Policy:   pol,
 		Stdin:    s.Stdin,
+		Workdir:  s.Workdir,
 		Owner:    fmt.Sprintf("%s/%d", host, os.Getpid()),
 		Deadline: time.Now().Add(pol.Limits.Timeout + time.Minute),
 	}, nil
@@ -245,4 +341,46 @@ func newID() (string, error) {
 		return "", fmt.Errorf("%w: generating a run id: %v", errdefs.ErrInternal, err)
 	}
 	return hex.EncodeToString(b[:]), nil
+}
+
+// checkFiles validates inputs, the working directory and the output
+// directory: sandbox paths must be absolute, clean, off the system's
+// directories, and distinct.
+func checkFiles(s Spec) error {
+	seen := map[string]string{}
+	claim := func(p, what string) error {
+		if err := checkSandboxPath(p); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		for q, other := range seen {
+			if p == q || strings.HasPrefix(p, q+"/") || strings.HasPrefix(q, p+"/") {
+				return fmt.Errorf("%s at %s overlaps %s at %s", what, p, other, q)
+			}
+		}
+		seen[p] = what
+		return nil
+	}
+	if !s.Output.Disabled {
+		if err := claim(s.Output.Dir, "the output directory"); err != nil {
+			return err
+		}
+		if s.Output.Size < 1<<20 || s.Output.Files < 1 || s.Output.MaxFileSize < 1 {
+			return fmt.Errorf("the output directory needs at least 1MiB and 1 file")
+		}
+	}
+	for _, in := range s.Inputs {
+		if in.Host == "" {
+			return fmt.Errorf("an input needs a host path")
+		}
+		if err := claim(in.Sandbox, "input "+in.Host); err != nil {
+			return err
+		}
+	}
+	if s.Workdir != "" && (!path.IsAbs(s.Workdir) || path.Clean(s.Workdir) != s.Workdir) {
+		return fmt.Errorf("workdir %q must be an absolute, clean path", s.Workdir)
+	}
+	if s.InputLimit < 0 {
+		return fmt.Errorf("input limit must be positive")
+	}
+	return nil
 }

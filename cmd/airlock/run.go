@@ -5,11 +5,15 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
+	"strings"
 
 	"github.com/containerd/errdefs"
+	"github.com/gabriel-vasile/mimetype"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/airlock-sandbox/airlock/artifacts"
 	"github.com/airlock-sandbox/airlock/internal/termsafe"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
@@ -17,10 +21,15 @@ import (
 )
 
 type runFlags struct {
-	image, timeout, memory, cpus, output, tmp, engine, isolation, stdin string
-	pids                                                                int64
-	env                                                                 []string
-	json                                                                bool
+	image, timeout, memory, cpus, output, tmp, engine, isolation, stdin, fileSize string
+	pids                                                                          int64
+	env                                                                           []string
+	json                                                                          bool
+
+	inputs                                                 []string
+	inputLimit, workdir                                    string
+	outDir, outLimit, maxArtifact, types, dest, quarantine string
+	outFiles                                               int
 }
 
 func newRunCmd(g *globals) *cobra.Command {
@@ -63,11 +72,23 @@ Sizes take units (512MiB, 1.5GiB, 100MB); durations too (30s, 1m, 500ms).`,
 	fl.Int64Var(&f.pids, "pids", d.Limits.Pids, "limit on processes and threads")
 	fl.StringVar(&f.output, "output-limit", d.Limits.Output.String(), "cap on each of stdout and stderr; passing it kills the sandbox")
 	fl.StringVar(&f.tmp, "tmp-size", d.Limits.Tmp.String(), "size of the writable tmpfs at /tmp")
+	fl.StringVar(&f.fileSize, "file-size", d.Limits.FileSize.String(), "largest file the program may write (RLIMIT_FSIZE)")
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "set an environment variable NAME=VALUE (repeatable)")
 	fl.BoolVar(&f.json, "json", false, "print one JSON result object on stdout instead of streaming output")
 	fl.StringVar(&f.engine, "engine", "docker", "engine to run on: docker")
 	fl.StringVar(&f.isolation, "isolation", string(isolation.GVisor), "isolation mode: gvisor")
 	fl.StringVar(&f.stdin, "stdin", "", "feed this file to the program's stdin")
+	fl.StringArrayVar(&f.inputs, "input", nil, "copy HOSTPATH[:SANDBOXPATH] in, read-only (default under /work; repeatable; symlinks inside are not followed)")
+	fl.StringVar(&f.inputLimit, "input-limit", "256MiB", "cap on the total size of --input")
+	fl.StringVar(&f.workdir, "workdir", "", "working directory of the program (default: the image's)")
+	fl.StringVar(&f.outDir, "out-dir", "/out", "the sandbox's writable output directory, or none")
+	fl.StringVar(&f.outLimit, "out-limit", "64MiB", "size of the output directory (kernel-enforced) and cap on all artifacts")
+	fl.IntVar(&f.outFiles, "out-files", 1000, "cap on the number of files in the output directory")
+	fl.StringVar(&f.maxArtifact, "artifact-max-size", "", "cap on one artifact (default: --out-limit)")
+	fl.StringVar(&f.types, "artifact-types", strings.Join(artifacts.DefaultTypes, ","), "MIME types an artifact may have, comma-separated")
+	fl.StringVar(&f.dest, "artifacts", "", "copy accepted artifacts to this host directory (default: check and report only)")
+	fl.StringVar(&f.quarantine, "quarantine", "", "keep readable rejected files in this host directory, under escaped names")
+	cmd.Flags().SortFlags = false
 	return cmd
 }
 
@@ -96,6 +117,9 @@ func (f *runFlags) policy() (isolation.Policy, error) {
 	}
 	if l.Tmp, err = units.ParseBytes(f.tmp); err != nil {
 		return p, usageError{fmt.Errorf("--tmp-size: %w", err)}
+	}
+	if l.FileSize, err = units.ParseBytes(f.fileSize); err != nil {
+		return p, usageError{fmt.Errorf("--file-size: %w", err)}
 	}
 	l.Pids = f.pids
 	if err := p.Validate(); err != nil {
@@ -146,7 +170,10 @@ func runOnce(cmd *cobra.Command, g *globals, f *runFlags, argv []string) (runner
 	if err != nil {
 		return runner.Result{}, err
 	}
-	spec := runner.Spec{Image: f.image, Argv: argv, Env: f.env, Policy: pol}
+	spec := runner.Spec{Image: f.image, Argv: argv, Env: f.env, Policy: pol, Workdir: f.workdir}
+	if err := f.files(&spec); err != nil {
+		return runner.Result{}, err
+	}
 	if f.stdin != "" {
 		in, err := os.Open(f.stdin)
 		if err != nil {
@@ -162,6 +189,55 @@ func runOnce(cmd *cobra.Command, g *globals, f *runFlags, argv []string) (runner
 		defer flush(errw)
 	}
 	return r.Run(cmd.Context(), spec)
+}
+
+// files converts the input and output flags.
+func (f *runFlags) files(spec *runner.Spec) error {
+	var err error
+	if spec.InputLimit, err = units.ParseBytes(f.inputLimit); err != nil {
+		return usageError{fmt.Errorf("--input-limit: %w", err)}
+	}
+	for _, in := range f.inputs {
+		host, sandbox, _ := strings.Cut(in, ":")
+		if host == "" {
+			return usageError{fmt.Errorf("--input %q: use HOSTPATH or HOSTPATH:SANDBOXPATH", in)}
+		}
+		if sandbox != "" && !path.IsAbs(sandbox) {
+			sandbox = path.Join("/work", sandbox)
+		}
+		spec.Inputs = append(spec.Inputs, runner.Input{Host: host, Sandbox: sandbox})
+	}
+	if f.outDir == "none" {
+		spec.Output.Disabled = true
+		if f.dest != "" || f.quarantine != "" {
+			return usageError{fmt.Errorf("--artifacts and --quarantine need an output directory; drop --out-dir none")}
+		}
+		return nil
+	}
+	o := &spec.Output
+	o.Dir, o.Files, o.Artifacts, o.Quarantine = f.outDir, f.outFiles, f.dest, f.quarantine
+	if o.Size, err = units.ParseBytes(f.outLimit); err != nil {
+		return usageError{fmt.Errorf("--out-limit: %w", err)}
+	}
+	if f.maxArtifact != "" {
+		if o.MaxFileSize, err = units.ParseBytes(f.maxArtifact); err != nil {
+			return usageError{fmt.Errorf("--artifact-max-size: %w", err)}
+		}
+	}
+	for _, t := range strings.Split(f.types, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			o.Types = append(o.Types, t)
+		}
+	}
+	if len(o.Types) == 0 {
+		return usageError{fmt.Errorf("--artifact-types is empty; list at least one MIME type, such as text/plain")}
+	}
+	for _, t := range o.Types {
+		if mimetype.Lookup(t) == nil {
+			return usageError{fmt.Errorf("--artifact-types: unknown MIME type %q; known examples: %s", t, strings.Join(artifacts.DefaultTypes, ", "))}
+		}
+	}
+	return nil
 }
 
 // liveWriter escapes control sequences when w is a terminal.

@@ -141,11 +141,13 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 		LabelDeadline: j.Deadline.UTC().Format(time.RFC3339),
 	}
 	cfg, host, netcfg, err := isolation.DockerConfig(j.Policy, isolation.DockerJob{
-		Image:  j.Image.String(),
-		Argv:   j.Argv,
-		Env:    j.Env,
-		Labels: labels,
-		Stdin:  j.Stdin != nil,
+		Image:   j.Image.String(),
+		Argv:    j.Argv,
+		Env:     j.Env,
+		Labels:  labels,
+		Stdin:   j.Stdin != nil,
+		Binds:   binds(j.Mounts),
+		Workdir: j.Workdir,
 	})
 	if err != nil {
 		return engine.Exit{}, fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
@@ -308,3 +310,11 @@ func (e *Engine) Version(ctx context.Context) (string, error) {
 }
 
 var _ engine.Engine = (*Engine)(nil)
+
+func binds(ms []engine.Mount) []isolation.Bind {
+	var out []isolation.Bind
+	for _, m := range ms {
+		out = append(out, isolation.Bind{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
+	}
+	return out
+}

@@ -186,6 +186,28 @@ func TestCollectCraftedTree(t *testing.T) {
 	}
 }
 
+// Device nodes need root to make; `make test` runs as root, so CI runs this.
+func TestCollectRejectsDevicesUnopened(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mknod needs root; `make test` runs this as root")
+	}
+	src := t.TempDir()
+	// A character device that would block or misbehave if opened: /dev/tty's numbers.
+	if err := syscall.Mknod(filepath.Join(src, "tty"), syscall.S_IFCHR|0o666, 5<<8|0); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mknod(filepath.Join(src, "blk"), syscall.S_IFBLK|0o600, 7<<8|0); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Collect(context.Background(), src, Options{Dest: t.TempDir(), MaxFileBytes: 10, MaxTotalBytes: 10, MaxFiles: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rejected) != 2 || rep.Rejected[0].Reason != ReasonNotRegular || rep.Rejected[1].Reason != ReasonNotRegular {
+		t.Errorf("rejected %+v", rep.Rejected)
+	}
+}
+
 func TestCollectCaps(t *testing.T) {
 	src := t.TempDir()
 	tr := tree{t, src}

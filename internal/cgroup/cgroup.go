@@ -1,0 +1,243 @@
+// Package cgroup gives each run a cgroup that airlock owns, on cgroup v1
+// (and hybrid) and v2 hosts alike, through containerd/cgroups.
+//
+// airlock creates the group with its limits before the runtime starts and
+// deletes it after the runtime is gone. runsc joins a cgroup that already
+// exists without changing or removing it, so the counters that say how a
+// run ended (OOM kills, pids-limit hits, peaks) outlive the sandbox long
+// enough to be read.
+package cgroup
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/containerd/cgroups/v3"
+	"github.com/containerd/cgroups/v3/cgroup1"
+	"github.com/containerd/cgroups/v3/cgroup2"
+	"github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// Parent is the cgroup under which every run's group lives.
+const Parent = "/airlock"
+
+const mountpoint = "/sys/fs/cgroup"
+
+// Limits are applied to the group itself.
+type Limits struct {
+	Memory    int64 // bytes; swap is set equal, so none is granted on top
+	MilliCPUs int64
+	Pids      int64
+}
+
+// Stats are what the group recorded.
+type Stats struct {
+	MemoryPeak int64
+	CPU        time.Duration
+	PidsPeak   int64
+	// OOMKills counts tasks the kernel killed at the memory limit.
+	OOMKills uint64
+	// PidsLimitHits counts forks refused at the pids limit.
+	PidsLimitHits uint64
+}
+
+// Group is one run's cgroup.
+type Group struct {
+	path string // relative to the hierarchy root, e.g. /airlock/<id>
+	v1   cgroup1.Cgroup
+	v2   *cgroup2.Manager
+}
+
+// Unified reports whether the host uses the cgroup v2 unified hierarchy.
+func Unified() bool { return cgroups.Mode() == cgroups.Unified }
+
+// New creates <Parent>/<id> with the limits.
+func New(id string, l Limits) (*Group, error) {
+	path := filepath.Join(Parent, id)
+	period := uint64(100000)
+	quota := l.MilliCPUs * int64(period) / 1000
+	swap := l.Memory
+	res := &specs.LinuxResources{
+		Memory: &specs.LinuxMemory{Limit: &l.Memory, Swap: &swap},
+		CPU:    &specs.LinuxCPU{Quota: &quota, Period: &period},
+		Pids:   &specs.LinuxPids{Limit: &l.Pids},
+	}
+	g := &Group{path: path}
+	var err error
+	if Unified() {
+		g.v2, err = cgroup2.NewManager(mountpoint, path, cgroup2.ToResources(res))
+	} else {
+		g.v1, err = cgroup1.New(cgroup1.StaticPath(path), res, cgroup1.WithHierarchy(v1Subsystems))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("creating cgroup %s: %w", path, err)
+	}
+	return g, nil
+}
+
+// v1Subsystems limits a v1 group to the controllers airlock uses, so that a
+// host without, say, net_prio still works.
+func v1Subsystems() ([]cgroup1.Subsystem, error) {
+	all, err := cgroup1.Default()
+	if err != nil {
+		return nil, err
+	}
+	var out []cgroup1.Subsystem
+	for _, s := range all {
+		switch s.Name() {
+		case cgroup1.Memory, cgroup1.Cpu, cgroup1.Cpuacct, cgroup1.Pids, cgroup1.Freezer, cgroup1.Devices, cgroup1.Cpuset:
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// Path is the group's path as a runtime spec's cgroupsPath.
+func (g *Group) Path() string { return g.path }
+
+// Stats reads the group's counters.
+func (g *Group) Stats() (Stats, error) {
+	var s Stats
+	if g.v2 != nil {
+		m, err := g.v2.Stat()
+		if err != nil {
+			return s, fmt.Errorf("reading cgroup %s: %w", g.path, err)
+		}
+		if m.Memory != nil {
+			s.MemoryPeak = int64(m.Memory.MaxUsage)
+		}
+		if m.CPU != nil {
+			s.CPU = time.Duration(m.CPU.UsageUsec) * time.Microsecond
+		}
+		if m.MemoryEvents != nil {
+			s.OOMKills = m.MemoryEvents.OomKill
+		}
+		dir := filepath.Join(mountpoint, g.path)
+		s.PidsPeak = readInt(filepath.Join(dir, "pids.peak"))
+		s.PidsLimitHits = readKey(filepath.Join(dir, "pids.events"), "max")
+		return s, nil
+	}
+	m, err := g.v1.Stat(cgroup1.IgnoreNotExist)
+	if err != nil {
+		return s, fmt.Errorf("reading cgroup %s: %w", g.path, err)
+	}
+	if m.Memory != nil && m.Memory.Usage != nil {
+		s.MemoryPeak = int64(m.Memory.Usage.Max)
+	}
+	if m.CPU != nil && m.CPU.Usage != nil {
+		s.CPU = time.Duration(m.CPU.Usage.Total)
+	}
+	if m.MemoryOomControl != nil {
+		s.OOMKills = m.MemoryOomControl.OomKill
+	}
+	pids := filepath.Join(mountpoint, "pids", g.path)
+	s.PidsPeak = readInt(filepath.Join(pids, "pids.peak"))
+	s.PidsLimitHits = readKey(filepath.Join(pids, "pids.events"), "max")
+	return s, nil
+}
+
+// Empty reports whether no process is left in the group.
+func (g *Group) Empty() (bool, error) {
+	if g.v2 != nil {
+		procs, err := g.v2.Procs(true)
+		return len(procs) == 0, err
+	}
+	procs, err := g.v1.Processes(cgroup1.Pids, true)
+	return len(procs) == 0, err
+}
+
+// KillAll kills every process in the group, daemons that double-forked
+// away from the runtime included, and waits until the group is empty.
+func (g *Group) KillAll(ctx context.Context) error {
+	for {
+		if empty, err := g.Empty(); err != nil || empty {
+			return err
+		}
+		if err := g.killOnce(); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cgroup %s still has processes: %w", g.path, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func (g *Group) killOnce() error {
+	if g.v2 != nil {
+		return g.v2.Kill()
+	}
+	// Freeze so nothing can fork while the list is walked, then kill.
+	if err := g.v1.Freeze(); err != nil {
+		return fmt.Errorf("freezing cgroup %s: %w", g.path, err)
+	}
+	procs, err := g.v1.Processes(cgroup1.Pids, true)
+	for _, p := range procs {
+		if perr := syscallKill(p.Pid); perr != nil && err == nil {
+			err = perr
+		}
+	}
+	if terr := g.v1.Thaw(); err == nil {
+		err = terr
+	}
+	return err
+}
+
+// Delete kills what is left and removes the group.
+func (g *Group) Delete(ctx context.Context) error {
+	if err := g.KillAll(ctx); err != nil {
+		return err
+	}
+	var err error
+	if g.v2 != nil {
+		err = g.v2.Delete()
+	} else {
+		err = g.v1.Delete()
+	}
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("deleting cgroup %s: %w", g.path, err)
+	}
+	return nil
+}
+
+func readInt(path string) int64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(string(bytes.TrimSpace(b)), 10, 64)
+	return n
+}
+
+// readKey reads "key value" lines, as in pids.events.
+func readKey(path, key string) uint64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		f := bytes.Fields(sc.Bytes())
+		if len(f) == 2 && string(f[0]) == key {
+			n, _ := strconv.ParseUint(string(f[1]), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// Add moves a process into the group.
+func (g *Group) Add(pid int) error {
+	if g.v2 != nil {
+		return g.v2.AddProc(uint64(pid))
+	}
+	return g.v1.Add(cgroup1.Process{Pid: pid})
+}

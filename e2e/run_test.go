@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -150,6 +151,9 @@ func TestMemoryHogIsOOM(t *testing.T) {
 	if c.code != 137 {
 		t.Errorf("airlock exit %d, want 137", c.code)
 	}
+	if res.Usage.MemoryPeakBytes < 100<<20 || res.Usage.CPUMS == 0 {
+		t.Errorf("usage %+v: want a memory peak near the 128MiB limit", res.Usage)
+	}
 	noSandboxLeft(t)
 }
 
@@ -174,11 +178,15 @@ func TestForkBombContained(t *testing.T) {
 	case <-time.After(2 * time.Minute):
 		t.Fatal("the fork-bomb run did not end")
 	}
-	if c.code == 0 || c.code == 70 || c.code == 69 {
-		t.Errorf("fork bomb ended with airlock exit %d: %s %s", c.code, c.stdout, c.stderr)
+	var res runner.Result
+	if err := json.Unmarshal([]byte(c.stdout), &res); err != nil {
+		t.Fatalf("no result: %v %s", err, c.stdout)
 	}
-	if !strings.Contains(c.stdout, `"reason"`) {
-		t.Errorf("no result: %s", c.stdout)
+	if res.Reason != runner.ReasonPidsLimit || c.code != 122 {
+		t.Errorf("fork bomb: reason %s airlock exit %d, want pids_limit and 122", res.Reason, c.code)
+	}
+	if res.Usage.PidsPeak == 0 || res.Usage.CPUMS == 0 || res.Usage.MemoryPeakBytes == 0 {
+		t.Errorf("usage not recorded: %+v", res.Usage)
 	}
 	noSandboxLeft(t)
 }

@@ -63,8 +63,28 @@ type Exit struct {
 	Killed bool
 	// OOMKilled is set when the kernel's OOM killer ended the program.
 	OOMKilled bool
+	// PidsLimited is set when a fork was refused at the pids limit.
+	PidsLimited bool
+	// Usage is what the sandbox consumed; zero where the engine cannot tell.
+	Usage Usage
 	// Started and Finished bound the program's wall-clock run.
 	Started, Finished time.Time
+}
+
+// Usage is what a sandbox consumed, from its cgroup.
+type Usage struct {
+	CPU        time.Duration
+	MemoryPeak int64
+	PidsPeak   int64
+}
+
+// Binds converts mounts for the isolation package's conversions.
+func Binds(ms []Mount) []isolation.Bind {
+	var out []isolation.Bind
+	for _, m := range ms {
+		out = append(out, isolation.Bind{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
+	}
+	return out
 }
 
 // Engine runs jobs.

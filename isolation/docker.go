@@ -32,6 +32,10 @@ type DockerJob struct {
 	// Binds are airlock's scratch directories; Workdir the working directory.
 	Binds   []Bind
 	Workdir string
+	// CgroupParent is a cgroup airlock created with the same limits. The
+	// container's own pids limit is then set one above it, so that the
+	// parent, which outlives the container, is the one that records a hit.
+	CgroupParent string
 }
 
 // Bind is a host path airlock prepared, bound at Target.
@@ -60,6 +64,7 @@ func DockerConfig(p Policy, j DockerJob) (*container.Config, *container.HostConf
 		withDockerIdentity(p),
 		withDockerJob(j),
 		withDockerBinds(j.Binds),
+		withDockerCgroupParent(j.CgroupParent),
 	} {
 		if err := opt(cfg, host); err != nil {
 			return nil, nil, nil, err
@@ -190,6 +195,21 @@ func withDockerBinds(binds []Bind) DockerOpt {
 				},
 			})
 		}
+		return nil
+	}
+}
+
+func withDockerCgroupParent(parent string) DockerOpt {
+	return func(_ *container.Config, h *container.HostConfig) error {
+		if parent == "" {
+			return nil
+		}
+		if !path.IsAbs(parent) || path.Clean(parent) != parent {
+			return fmt.Errorf("%w: cgroup parent %q must be an absolute, clean path", ErrInvalid, parent)
+		}
+		h.CgroupParent = parent
+		pids := *h.PidsLimit + 1
+		h.PidsLimit = &pids
 		return nil
 	}
 }

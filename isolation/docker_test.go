@@ -49,6 +49,9 @@ func TestDockerConfigGolden(t *testing.T) {
 	tight.UID, tight.GID, tight.Hostname = 1000, 1000, "box"
 	stdinJob := testJob
 	stdinJob.Stdin = true
+	stdinJob.CgroupParent = "/airlock/r1"
+	stdinJob.Binds = []Bind{{Source: "/var/lib/airlock/runs/r1/out", Target: "/out"}, {Source: "/var/lib/airlock/runs/r1/in/0", Target: "/work", ReadOnly: true}}
+	stdinJob.Workdir = "/work"
 	for _, tc := range []struct {
 		name string
 		p    Policy

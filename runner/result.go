@@ -20,6 +20,9 @@ const (
 	// ReasonOutputLimit: airlock killed the program when stdout or stderr
 	// passed its cap.
 	ReasonOutputLimit Reason = "output_limit"
+	// ReasonPidsLimit: a fork was refused at the pids limit and the program
+	// did not exit cleanly (under gVisor, the sandbox ends at that point).
+	ReasonPidsLimit Reason = "pids_limit"
 	// ReasonKilled: the run was cancelled (airlock itself was interrupted).
 	ReasonKilled Reason = "killed"
 	// ReasonError: the engine failed; see Error.
@@ -43,6 +46,8 @@ type Result struct {
 	Stdout     Stream `json:"stdout"`
 	Stderr     Stream `json:"stderr"`
 	Limits     Limits `json:"limits"`
+	// Usage is what the sandbox consumed, read from its cgroup.
+	Usage Usage `json:"usage"`
 	// Artifacts and Rejected are every decision about the output
 	// directory's files; null when the output directory is off.
 	Artifacts  []artifacts.Artifact  `json:"artifacts"`
@@ -75,4 +80,11 @@ func limitsOf(l isolation.Limits) Limits {
 		OutputBytes: int64(l.Output),
 		TmpBytes:    int64(l.Tmp),
 	}
+}
+
+// Usage is what a sandbox consumed.
+type Usage struct {
+	CPUMS           int64 `json:"cpu_ms"`
+	MemoryPeakBytes int64 `json:"memory_peak_bytes"`
+	PidsPeak        int64 `json:"pids_peak"`
 }

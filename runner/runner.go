@@ -226,6 +226,7 @@ func (r *Runner) Run(ctx context.Context, s Spec) (Result, error) {
 	}
 	res.ExitCode = exit.Code
 	res.Reason = reasonOf(exit, context.Cause(runCtx))
+	res.Usage = Usage{CPUMS: exit.Usage.CPU.Milliseconds(), MemoryPeakBytes: exit.Usage.MemoryPeak, PidsPeak: exit.Usage.PidsPeak}
 	if sc.out != "" {
 		// The engine has removed the sandbox: no process is left to race
 		// the scan.
@@ -249,7 +250,7 @@ func (r *Runner) Run(ctx context.Context, s Spec) (Result, error) {
 
 // reasonOf decides why a run ended. airlock's own kills come first: a
 // program killed at its timeout is a timeout even if it was also near its
-// memory limit.
+// memory limit. Then the kernel's: OOM, then a refused fork.
 func reasonOf(exit engine.Exit, cause error) Reason {
 	switch {
 	case exit.TimedOut:
@@ -260,6 +261,8 @@ func reasonOf(exit engine.Exit, cause error) Reason {
 		return ReasonKilled
 	case exit.OOMKilled:
 		return ReasonOOM
+	case exit.PidsLimited && exit.Code != 0:
+		return ReasonPidsLimit
 	}
 	return ReasonExited
 }

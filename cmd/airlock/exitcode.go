@@ -16,6 +16,7 @@ const (
 	exitNotFound    = 66  // an image or file that is not there (EX_NOINPUT)
 	exitUnavailable = 69  // engine or runtime unavailable (EX_UNAVAILABLE)
 	exitInternal    = 70  // an internal failure (EX_SOFTWARE)
+	exitPidsLimit   = 122 // the program hit its process limit and did not exit cleanly
 	exitOutputLimit = 123 // the program passed its output cap and was killed
 	exitTimeout     = 124 // the program passed its wall-clock limit (as timeout(1))
 	exitOOM         = 137 // the program passed its memory limit (128+SIGKILL)
@@ -72,6 +73,8 @@ func resultCode(r runner.Result, err error) int {
 		return exitOOM
 	case runner.ReasonOutputLimit:
 		return exitOutputLimit
+	case runner.ReasonPidsLimit:
+		return exitPidsLimit
 	case runner.ReasonKilled:
 		return exitKilled
 	}

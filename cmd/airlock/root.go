@@ -40,7 +40,8 @@ func newRootCmd() *cobra.Command {
 		Long: `airlock runs code nobody has read inside a digest-pinned image under gVisor:
 no network, no capabilities, no-new-privileges, a read-only root, a non-root
 user, and hard limits on time, memory, CPU, processes and output. Every run
-ends with an exact reason: exited, timeout, oom, output_limit, killed or error.
+ends with an exact reason: exited, timeout, oom, pids_limit, output_limit,
+killed or error.
 
 Start with:
   airlock run -- python3 -c 'print("hello from the sandbox")'
@@ -49,7 +50,8 @@ Start with:
 
 Exit codes: the program's own code when it exited; otherwise 64 invalid
 input, 66 not found, 69 engine or runtime unavailable, 70 internal error,
-123 output limit, 124 timeout, 130 interrupted, 137 out of memory.`,
+122 process limit, 123 output limit, 124 timeout, 130 interrupted,
+137 out of memory.`,
 		Version:           version,
 		SilenceUsage:      true,
 		SilenceErrors:     true,

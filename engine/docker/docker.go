@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -20,6 +21,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/isolation"
 )
 
@@ -38,6 +40,9 @@ type Engine struct {
 	cli  *client.Client
 	host string
 	log  *slog.Logger
+	// cgroupfs is set when dockerd uses the cgroupfs driver, so a cgroup
+	// path airlock creates can be the container's parent.
+	cgroupfs bool
 }
 
 // Option configures an Engine.
@@ -99,6 +104,7 @@ func (e *Engine) Check(ctx context.Context, j *engine.Job) error {
 	if err != nil {
 		return unavailable(e.cli.DaemonHost(), err)
 	}
+	e.cgroupfs = info.CgroupDriver == "cgroupfs"
 	if _, ok := info.Runtimes[rt]; !ok {
 		return fmt.Errorf("%w: dockerd has no runtime %q, so it cannot run %s isolation; register airlock's runsc with `make setup` (or `airlock host install-runtime`) and retry",
 			errdefs.ErrUnavailable, rt, j.Policy.Isolation)
@@ -135,20 +141,42 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 	if err := ctx.Err(); err != nil {
 		return engine.Exit{}, err
 	}
+	// On cgroupfs hosts the container nests in a cgroup airlock owns: it
+	// outlives the container, so peaks and limit hits can still be read.
+	var cg *cgroup.Group
+	if e.cgroupfs && os.Geteuid() == 0 {
+		l := j.Policy.Limits
+		var err error
+		cg, err = cgroup.New(j.ID, cgroup.Limits{Memory: int64(l.Memory), MilliCPUs: int64(l.CPUs), Pids: isolation.GVisorHostPids(l.Pids)})
+		if err != nil {
+			return engine.Exit{}, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+		}
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			defer cancel()
+			if err := cg.Delete(dctx); err != nil {
+				e.log.Warn("deleting cgroup", "sandbox_id", j.ID, "err", err)
+			}
+		}()
+	}
 	labels := map[string]string{
 		LabelID:       j.ID,
 		LabelOwner:    j.Owner,
 		LabelDeadline: j.Deadline.UTC().Format(time.RFC3339),
 	}
-	cfg, host, netcfg, err := isolation.DockerConfig(j.Policy, isolation.DockerJob{
+	djob := isolation.DockerJob{
 		Image:   j.Image.String(),
 		Argv:    j.Argv,
 		Env:     j.Env,
 		Labels:  labels,
 		Stdin:   j.Stdin != nil,
-		Binds:   binds(j.Mounts),
+		Binds:   engine.Binds(j.Mounts),
 		Workdir: j.Workdir,
-	})
+	}
+	if cg != nil {
+		djob.CgroupParent = cg.Path()
+	}
+	cfg, host, netcfg, err := isolation.DockerConfig(j.Policy, djob)
 	if err != nil {
 		return engine.Exit{}, fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
 	}
@@ -268,6 +296,15 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 	if status.Error != nil && status.Error.Message != "" {
 		log.Warn("wait reported", "err", status.Error.Message)
 	}
+	if cg != nil {
+		if s, err := cg.Stats(); err == nil {
+			// cgroup v1 counts a refused fork in the forking (container's)
+			// cgroup, which dockerd removes; reaching the parent's limit is
+			// the trace that stays.
+			exit.PidsLimited = s.PidsLimitHits > 0 || s.PidsPeak >= isolation.GVisorHostPids(j.Policy.Limits.Pids)
+			exit.Usage = engine.Usage{CPU: s.CPU, MemoryPeak: s.MemoryPeak, PidsPeak: s.PidsPeak}
+		}
+	}
 	log.Debug("exited", "code", exit.Code, "oom", exit.OOMKilled, "timed_out", exit.TimedOut, "killed", exit.Killed)
 	return exit, nil
 }
@@ -310,11 +347,3 @@ func (e *Engine) Version(ctx context.Context) (string, error) {
 }
 
 var _ engine.Engine = (*Engine)(nil)
-
-func binds(ms []engine.Mount) []isolation.Bind {
-	var out []isolation.Bind
-	for _, m := range ms {
-		out = append(out, isolation.Bind{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
-	}
-	return out
-}

@@ -1,6 +1,6 @@
 // Package isolation defines airlock's sandbox policy and converts it, purely
 // and deterministically, into what an engine needs: a Docker container
-// configuration today, an OCI runtime spec later.
+// configuration or an OCI runtime spec.
 //
 // Rules:
 //   - A Policy's defaults are data (Default). Conversion starts from a literal
@@ -13,4 +13,11 @@
 //     limit, for example, means "unlimited" to Docker and is an error here).
 //   - Conversions are golden-tested: any change to what reaches the engine
 //     shows up in review.
+//
+// OCISpec builds the runtime spec that runsc and runc run from a bundle. Of
+// the image it takes only Env and the working directory. CheckOCISpec runs
+// last and refuses any spec wider than the policy: a capability, a joined or
+// missing namespace, a hook, a writable root, a host mount other than
+// airlock's binds, or a dev.gvisor.* annotation, which runsc reads as
+// configuration.
 package isolation

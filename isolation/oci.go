@@ -1,0 +1,492 @@
+package isolation
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// OCIJob is what a run adds to the policy for a runtime-spec bundle.
+type OCIJob struct {
+	Rootfs      string            // absolute host path of the unpacked, shared image rootfs
+	Argv        []string          // program and args, never a shell string
+	Env         []string          // "K=V": the image config's Env first, then the caller's (caller wins on duplicate keys)
+	Workdir     string            // absolute; "" means "/"
+	Binds       []Bind            // airlock's scratch dirs
+	CgroupsPath string            // absolute cgroup path airlock created, e.g. "/airlock/<id>"
+	Annotations map[string]string // airlock's own labels only
+	Terminal    bool              // always false for airlock; kept so that true is refused, not dropped
+}
+
+// OCIOpt mutates a runtime spec. Opts run in order after the literal default.
+type OCIOpt func(*specs.Spec) error
+
+// ociVersion is the spec version airlock writes; runsc and runc accept it.
+const ociVersion = "1.0.2"
+
+// ociCPUPeriod is the CFS period, in microseconds, the CPU quota is a share of.
+const ociCPUPeriod = 100000
+
+// refusedAnnotations are prefixes a runtime reads as configuration: runsc
+// takes dev.gvisor.* as settings (mount hints, flag overrides) and
+// io.kubernetes.* as sandbox and container wiring.
+var refusedAnnotations = []string{"dev.gvisor.", "io.kubernetes."}
+
+// Paths the program must not read (masked) or write (read-only), as in
+// runc's and containerd's defaults, plus /proc/cmdline.
+var (
+	ociMaskedPaths = []string{
+		"/proc/acpi",
+		"/proc/asound",
+		"/proc/kcore",
+		"/proc/keys",
+		"/proc/latency_stats",
+		"/proc/timer_list",
+		"/proc/timer_stats",
+		"/proc/sched_debug",
+		"/proc/scsi",
+		"/sys/firmware",
+		"/sys/devices/virtual/powercap",
+		"/proc/cmdline",
+	}
+	ociReadonlyPaths = []string{
+		"/proc/bus",
+		"/proc/fs",
+		"/proc/irq",
+		"/proc/sys",
+		"/proc/sysrq-trigger",
+	}
+	// ociNamespaces are all new and empty: none has a Path, and the network
+	// namespace has no interface but loopback.
+	ociNamespaces = []specs.LinuxNamespaceType{
+		specs.PIDNamespace,
+		specs.NetworkNamespace,
+		specs.IPCNamespace,
+		specs.UTSNamespace,
+		specs.MountNamespace,
+		specs.CgroupNamespace,
+	}
+	// ociMountTypes are the filesystem types of the fixed mounts; any other
+	// non-bind type (cgroup, overlay, a block device) is a widening.
+	ociMountTypes = []string{"proc", "tmpfs", "devpts", "mqueue", "sysfs"}
+	ociRlimits    = []string{"RLIMIT_CORE", "RLIMIT_FSIZE", "RLIMIT_NOFILE"}
+	// binds never go over the mounts the spec itself provides.
+	reservedTargets = []string{"/proc", "/sys", "/dev", "/tmp"}
+)
+
+// OCISpec converts a policy and a job into the runtime spec airlock writes
+// to a bundle's config.json for runsc or runc. It is pure: the same input
+// gives the same output. Of the image, only Env and the working directory
+// reach the spec, through the job; nothing else in an image config can
+// widen the policy.
+func OCISpec(p Policy, j OCIJob) (*specs.Spec, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	if err := validateOCIJob(j); err != nil {
+		return nil, err
+	}
+	s := ociDefault()
+	for _, opt := range []OCIOpt{
+		withOCIIdentity(p),
+		withOCILimits(p.Isolation, p.Limits),
+		withOCIJob(j),
+		withOCIBinds(j.Binds),
+		withOCICheck(j.Binds),
+	} {
+		if err := opt(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// ociDefault is the literal starting point: everything shut, no limits yet
+// and no /tmp until its size is known.
+func ociDefault() *specs.Spec {
+	return &specs.Spec{
+		Version: ociVersion,
+		Process: &specs.Process{
+			Terminal: false,
+			User:     specs.User{UID: Nobody, GID: Nobody},
+			Env:      []string{},
+			Cwd:      "/",
+			// Empty, not nil: every set is given, so no runtime fills one in.
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding:    []string{},
+				Effective:   []string{},
+				Inheritable: []string{},
+				Permitted:   []string{},
+				Ambient:     []string{},
+			},
+			NoNewPrivileges: true,
+			// Prefer the sandbox when the host runs out of memory.
+			OOMScoreAdj: new(500),
+		},
+		Root: &specs.Root{Readonly: true},
+		Mounts: []specs.Mount{
+			{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+			{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+		},
+		Hooks:       nil,
+		Annotations: map[string]string{},
+		Linux: &specs.Linux{
+			Namespaces: ociNamespaceList(),
+			Resources: &specs.LinuxResources{
+				Devices: ociDevices(),
+			},
+			MaskedPaths:   slices.Clone(ociMaskedPaths),
+			ReadonlyPaths: slices.Clone(ociReadonlyPaths),
+			// A later change adds the profiles.
+			Seccomp: nil,
+		},
+	}
+}
+
+func ociNamespaceList() []specs.LinuxNamespace {
+	ns := make([]specs.LinuxNamespace, 0, len(ociNamespaces))
+	for _, t := range ociNamespaces {
+		ns = append(ns, specs.LinuxNamespace{Type: t})
+	}
+	return ns
+}
+
+// ociDevices denies every device, then allows the usual character devices:
+// null, zero, full, random, urandom, tty, ptmx and the pts range.
+func ociDevices() []specs.LinuxDeviceCgroup {
+	char := func(major int64, minor *int64) specs.LinuxDeviceCgroup {
+		return specs.LinuxDeviceCgroup{Allow: true, Type: "c", Major: &major, Minor: minor, Access: "rwm"}
+	}
+	return []specs.LinuxDeviceCgroup{
+		{Allow: false, Access: "rwm"},
+		char(1, new(int64(3))),
+		char(1, new(int64(5))),
+		char(1, new(int64(7))),
+		char(1, new(int64(8))),
+		char(1, new(int64(9))),
+		char(5, new(int64(0))),
+		char(5, new(int64(2))),
+		char(136, nil),
+	}
+}
+
+func validateOCIJob(j OCIJob) error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...))
+	}
+	if len(j.Argv) == 0 || j.Argv[0] == "" {
+		bad("no command given")
+	}
+	for _, a := range j.Argv {
+		if strings.ContainsRune(a, 0) {
+			bad("argument %q contains a NUL byte", a)
+		}
+	}
+	if !absClean(j.Rootfs) || j.Rootfs == "/" {
+		bad("rootfs %q must be an absolute, clean path other than /", j.Rootfs)
+	}
+	if j.Terminal {
+		bad("a terminal is never given to the sandbox")
+	}
+	if j.Workdir != "" && !absClean(j.Workdir) {
+		bad("workdir %q must be an absolute, clean path", j.Workdir)
+	}
+	if !absClean(j.CgroupsPath) || j.CgroupsPath == "/" {
+		bad("cgroups path %q must be an absolute, clean path other than /", j.CgroupsPath)
+	}
+	if _, err := mergeEnv(j.Env); err != nil {
+		errs = append(errs, err)
+	}
+	targets := map[string]bool{}
+	for _, b := range j.Binds {
+		if !absClean(b.Source) || b.Source == "/" || !absClean(b.Target) || b.Target == "/" {
+			bad("bind %q -> %q must join absolute, clean paths other than /", b.Source, b.Target)
+		}
+		if r, ok := under(b.Target, reservedTargets); ok {
+			bad("bind target %q is over %s", b.Target, r)
+		}
+		if targets[b.Target] {
+			bad("bind target %q given twice", b.Target)
+		}
+		targets[b.Target] = true
+	}
+	for k := range j.Annotations {
+		if refusedAnnotation(k) {
+			bad("annotation %q is runtime configuration, not a label", k)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func absClean(p string) bool { return path.IsAbs(p) && path.Clean(p) == p }
+
+// under reports which of dirs p is, or is beneath.
+func under(p string, dirs []string) (string, bool) {
+	for _, d := range dirs {
+		if p == d || strings.HasPrefix(p, d+"/") {
+			return d, true
+		}
+	}
+	return "", false
+}
+
+func refusedAnnotation(k string) bool {
+	for _, pre := range refusedAnnotations {
+		if strings.HasPrefix(k, pre) {
+			return true
+		}
+	}
+	return false
+}
+
+// mergeEnv keeps one entry per key: a later entry replaces an earlier one in
+// its place, so the caller's value wins over the image's.
+func mergeEnv(env []string) ([]string, error) {
+	out := make([]string, 0, len(env))
+	at := map[string]int{}
+	for _, kv := range env {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || strings.ContainsRune(kv, 0) {
+			return nil, fmt.Errorf("%w: environment entry %q must be K=V", ErrInvalid, kv)
+		}
+		if i, dup := at[k]; dup {
+			out[i] = kv
+			continue
+		}
+		at[k] = len(out)
+		out = append(out, kv)
+	}
+	return out, nil
+}
+
+func withOCIIdentity(p Policy) OCIOpt {
+	return func(s *specs.Spec) error {
+		s.Process.User = specs.User{UID: p.UID, GID: p.GID}
+		s.Hostname = p.Hostname
+		s.Domainname = ""
+		return nil
+	}
+}
+
+func withOCILimits(m Mode, l Limits) OCIOpt {
+	return func(s *specs.Spec) error {
+		// As with Docker, the pids limit is on the host cgroup, which under
+		// gVisor also holds the sentry's own tasks.
+		pids := l.Pids
+		if m == GVisor {
+			pids = GVisorHostPids(l.Pids)
+		}
+		s.Linux.Resources.Memory = &specs.LinuxMemory{
+			Limit: new(int64(l.Memory)),
+			Swap:  new(int64(l.Memory)), // memory+swap equal to memory: no swap
+		}
+		s.Linux.Resources.CPU = &specs.LinuxCPU{
+			Quota:  new(int64(l.CPUs) * ociCPUPeriod / 1000),
+			Period: new(uint64(ociCPUPeriod)),
+		}
+		s.Linux.Resources.Pids = &specs.LinuxPids{Limit: &pids}
+		s.Process.Rlimits = []specs.POSIXRlimit{
+			{Type: "RLIMIT_NOFILE", Hard: uint64(l.OpenFiles), Soft: uint64(l.OpenFiles)},
+			{Type: "RLIMIT_FSIZE", Hard: uint64(l.FileSize), Soft: uint64(l.FileSize)},
+			{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},
+		}
+		slices.SortFunc(s.Process.Rlimits, func(a, b specs.POSIXRlimit) int { return strings.Compare(a.Type, b.Type) })
+		s.Mounts = append(s.Mounts, specs.Mount{
+			Destination: "/tmp",
+			Type:        "tmpfs",
+			Source:      "tmpfs",
+			Options:     []string{"nosuid", "nodev", "mode=1777", "size=" + strconv.FormatInt(int64(l.Tmp), 10)},
+		})
+		return nil
+	}
+}
+
+func withOCIJob(j OCIJob) OCIOpt {
+	return func(s *specs.Spec) error {
+		env, err := mergeEnv(j.Env)
+		if err != nil {
+			return err
+		}
+		s.Root.Path = j.Rootfs
+		s.Process.Args = slices.Clone(j.Argv)
+		s.Process.Env = env
+		s.Process.Cwd = j.Workdir
+		if s.Process.Cwd == "" {
+			s.Process.Cwd = "/"
+		}
+		s.Linux.CgroupsPath = j.CgroupsPath
+		s.Annotations = maps.Clone(j.Annotations)
+		if s.Annotations == nil {
+			s.Annotations = map[string]string{}
+		}
+		return nil
+	}
+}
+
+// withOCIBinds mounts airlock's scratch directories. The binds are not
+// recursive, as with Docker, so nothing mounted beneath a source comes
+// along, and "ro" covers the whole bind.
+func withOCIBinds(binds []Bind) OCIOpt {
+	return func(s *specs.Spec) error {
+		for _, b := range binds {
+			opts := []string{"bind", "rprivate", "nosuid", "nodev"}
+			if b.ReadOnly {
+				opts = append(opts, "ro")
+			}
+			s.Mounts = append(s.Mounts, specs.Mount{
+				Destination: b.Target,
+				Type:        "bind",
+				Source:      b.Source,
+				Options:     opts,
+			})
+		}
+		return nil
+	}
+}
+
+// withOCICheck runs last, so a mistake in any earlier step fails closed.
+func withOCICheck(binds []Bind) OCIOpt {
+	return func(s *specs.Spec) error { return CheckOCISpec(s, binds...) }
+}
+
+// CheckOCISpec reports every way s is wider than OCISpec ever makes it:
+// a capability, a shared or missing namespace, root as uid or gid, a
+// writable root, a hook, a host mount other than binds, a runtime
+// configuration annotation, a missing limit or device rule, or swap. binds
+// are the only host paths s may mount. Errors wrap ErrInvalid.
+func CheckOCISpec(s *specs.Spec, binds ...Bind) error {
+	if s == nil || s.Process == nil || s.Root == nil || s.Linux == nil || s.Linux.Resources == nil {
+		return fmt.Errorf("%w: spec lacks process, root, linux or resources", ErrInvalid)
+	}
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: spec widens the policy: "+format, append([]any{ErrInvalid}, args...)...))
+	}
+	pr := s.Process
+	if pr.Terminal {
+		bad("terminal")
+	}
+	if c := pr.Capabilities; c == nil {
+		bad("capabilities unset")
+	} else if len(c.Bounding)+len(c.Effective)+len(c.Inheritable)+len(c.Permitted)+len(c.Ambient) != 0 {
+		bad("capabilities %+v", *c)
+	}
+	if !pr.NoNewPrivileges {
+		bad("noNewPrivileges is false")
+	}
+	if pr.User.UID == 0 || pr.User.GID == 0 || len(pr.User.AdditionalGids) != 0 {
+		bad("user %d:%d with groups %v", pr.User.UID, pr.User.GID, pr.User.AdditionalGids)
+	}
+	for _, want := range ociRlimits {
+		if !slices.ContainsFunc(pr.Rlimits, func(r specs.POSIXRlimit) bool { return r.Type == want }) {
+			bad("%s unset", want)
+		}
+	}
+	if !s.Root.Readonly || s.Root.Path == "/" {
+		bad("root %q is writable or the host's", s.Root.Path)
+	}
+	l := s.Linux
+	for _, ns := range l.Namespaces {
+		if ns.Path != "" {
+			bad("joins the %s namespace at %q", ns.Type, ns.Path)
+		}
+	}
+	for _, t := range ociNamespaces {
+		if !slices.ContainsFunc(l.Namespaces, func(ns specs.LinuxNamespace) bool { return ns.Type == t }) {
+			bad("no new %s namespace", t)
+		}
+	}
+	if len(l.UIDMappings)+len(l.GIDMappings) != 0 {
+		bad("uid or gid mappings")
+	}
+	if len(l.Devices) != 0 || len(l.NetDevices) != 0 || len(l.Sysctl) != 0 {
+		bad("devices, network devices or sysctls")
+	}
+	for _, p := range ociMaskedPaths {
+		if !slices.Contains(l.MaskedPaths, p) {
+			bad("%s not masked", p)
+		}
+	}
+	for _, p := range ociReadonlyPaths {
+		if !slices.Contains(l.ReadonlyPaths, p) {
+			bad("%s not read-only", p)
+		}
+	}
+	for _, m := range s.Mounts {
+		if err := checkOCIMount(m, binds); err != "" {
+			bad("mount %q: %s", m.Destination, err)
+		}
+	}
+	if s.Hooks != nil {
+		bad("hooks")
+	}
+	for k := range s.Annotations {
+		if refusedAnnotation(k) {
+			bad("annotation %q", k)
+		}
+	}
+	r := l.Resources
+	if r.Memory == nil || r.Memory.Limit == nil || r.Memory.Swap == nil || *r.Memory.Limit <= 0 || *r.Memory.Swap != *r.Memory.Limit {
+		bad("memory limit unset or swap granted")
+	}
+	if r.Pids == nil || r.Pids.Limit == nil || *r.Pids.Limit <= 0 {
+		bad("pids limit unset")
+	}
+	if r.CPU == nil || r.CPU.Quota == nil || *r.CPU.Quota <= 0 || r.CPU.Period == nil || *r.CPU.Period == 0 {
+		bad("cpu quota unset")
+	}
+	if len(r.Devices) == 0 || !isDenyAll(r.Devices[0]) {
+		bad("device rules do not start by denying all")
+	}
+	for _, d := range r.Devices {
+		if d.Allow && (d.Type != "c" || d.Major == nil) {
+			major := "*"
+			if d.Major != nil {
+				major = strconv.FormatInt(*d.Major, 10)
+			}
+			bad("device rule allows type %q, major %s", d.Type, major)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkOCIMount says what is wrong with m, or "". runc treats any mount
+// with a bind option as a bind, whatever its type.
+func checkOCIMount(m specs.Mount, binds []Bind) string {
+	if len(m.UIDMappings)+len(m.GIDMappings) != 0 {
+		return "id-mapped"
+	}
+	if m.Type != "bind" && !slices.Contains(m.Options, "bind") && !slices.Contains(m.Options, "rbind") {
+		if !slices.Contains(ociMountTypes, m.Type) {
+			return "type " + strconv.Quote(m.Type)
+		}
+		if m.Type == "sysfs" && !slices.Contains(m.Options, "ro") {
+			return "sysfs writable"
+		}
+		return ""
+	}
+	for _, b := range binds {
+		if m.Source == b.Source && m.Destination == b.Target {
+			if b.ReadOnly && !slices.Contains(m.Options, "ro") {
+				return "read-only bind made writable"
+			}
+			return ""
+		}
+	}
+	return "binds " + strconv.Quote(m.Source) + ", which is not one of airlock's binds"
+}
+
+func isDenyAll(d specs.LinuxDeviceCgroup) bool {
+	return !d.Allow && (d.Type == "" || d.Type == "a") && d.Major == nil && d.Minor == nil && d.Access == "rwm"
+}

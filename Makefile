@@ -26,7 +26,9 @@ run: setup ## Set up, then run a Python job on the default image
 test: setup ## Set up, then run unit and end-to-end tests against real dockerd and runsc
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
-	$(GO) test -count=1 -tags e2e -timeout 30m -v ./e2e/
+	@# One conformance suite, unchanged, on every engine.
+	AIRLOCK_E2E_ENGINE=docker $(GO) test -count=1 -tags e2e -timeout 30m -v ./e2e/
+	AIRLOCK_E2E_ENGINE=oci $(GO) test -count=1 -tags e2e -timeout 30m -v ./e2e/
 
 .PHONY: unit
 unit: ## Run the unit tests only (no root, no daemon)
@@ -40,6 +42,11 @@ fuzz: ## Run each fuzz target for 30s
 	$(GO) test -run XXX -fuzz FuzzParseRef -fuzztime 30s ./images/
 	$(GO) test -run XXX -fuzz FuzzWriter -fuzztime 30s ./internal/termsafe/
 	$(GO) test -run XXX -fuzz FuzzCheckName -fuzztime 30s ./artifacts/
+	$(GO) test -run XXX -fuzz FuzzUnpackLayer -fuzztime 60s -fuzzminimizetime 10x ./store/
+
+.PHONY: bench-start
+bench-start: setup ## Start-up latency: oci and docker engines beside bare runsc and docker run (30 runs each)
+	$(GO) run ./bench/start -n 30
 
 .PHONY: bench-artifacts
 bench-artifacts: ## Artifact copy-out throughput beside `cp -r` of the same tree

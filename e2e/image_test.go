@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/images"
+	"github.com/airlock-sandbox/airlock/internal/imagetest"
 )
 
 func busyboxID(t *testing.T) string {
@@ -53,7 +54,7 @@ func TestImportDockerSaveArchive(t *testing.T) {
 func TestImportOCILayoutTar(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "layout")
 	nonce := fmt.Sprintf("layout-tar %d", time.Now().UnixNano())
-	if err := writeBusyboxLayout(dir, nonce); err != nil {
+	if err := imagetest.BusyboxLayout(dir, nonce); err != nil {
 		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "layout.tar")
@@ -71,8 +72,9 @@ func TestImportOCILayoutTar(t *testing.T) {
 	}
 
 	var rows []struct {
-		Ref     string `json:"ref"`
-		Present bool   `json:"present"`
+		Ref      string `json:"ref"`
+		InStore  bool   `json:"in_store"`
+		InDocker bool   `json:"in_docker"`
 	}
 	ls := airlock(nil, "image", "ls", "--json")
 	if err := json.Unmarshal([]byte(ls.stdout), &rows); err != nil {
@@ -80,7 +82,7 @@ func TestImportOCILayoutTar(t *testing.T) {
 	}
 	found := false
 	for _, r := range rows {
-		found = found || (r.Ref == ref && r.Present)
+		found = found || (r.Ref == ref && r.InStore && r.InDocker)
 	}
 	if !found {
 		t.Errorf("image ls does not list %s as present: %s", ref, ls.stdout)
@@ -89,7 +91,7 @@ func TestImportOCILayoutTar(t *testing.T) {
 
 func TestImportRefusesTamperedBlob(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "layout")
-	if err := writeBusyboxLayout(dir, fmt.Sprintf("tampered %d", time.Now().UnixNano())); err != nil {
+	if err := imagetest.BusyboxLayout(dir, fmt.Sprintf("tampered %d", time.Now().UnixNano())); err != nil {
 		t.Fatal(err)
 	}
 	// Find the largest blob (the layer) and change one byte in the middle.

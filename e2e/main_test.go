@@ -7,16 +7,13 @@
 package e2e
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,16 +22,14 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/airlock-sandbox/airlock/engine/docker"
+	"github.com/airlock-sandbox/airlock/internal/imagetest"
 	"github.com/airlock-sandbox/airlock/runner"
 )
 
 var (
+	engineName string // the engine under test: AIRLOCK_E2E_ENGINE, default docker
 	airlockBin string // the binary under test
 	rootDir    string // airlock's state directory for these tests
 	busybox    string // pinned reference of the busybox test image
@@ -76,7 +71,22 @@ func setup(m *testing.M) (int, error) {
 		return 0, fmt.Errorf("no default image: %w", err)
 	}
 	defaultRef = strings.TrimSpace(string(out))
+	engineName = os.Getenv("AIRLOCK_E2E_ENGINE")
+	if engineName == "" {
+		engineName = "docker"
+	}
+	fmt.Fprintf(os.Stderr, "e2e: engine %s\n", engineName)
 	rootDir = filepath.Join(tmp, "root")
+	// The tests' root shares setup's store (content-addressed, locked) and
+	// runsc, so the default image need not be unpacked again.
+	if err := os.MkdirAll(rootDir, 0o755); err != nil {
+		return 0, err
+	}
+	for _, d := range []string{"store", "tools"} {
+		if err := os.Symlink(filepath.Join(sysRoot, d), filepath.Join(rootDir, d)); err != nil {
+			return 0, err
+		}
+	}
 	lock, err := os.ReadFile(filepath.Join(sysRoot, "images", "default.lock"))
 	if err != nil {
 		return 0, err
@@ -93,7 +103,7 @@ func setup(m *testing.M) (int, error) {
 		return 0, err
 	}
 	layoutDir := filepath.Join(tmp, "busybox-oci")
-	if err := writeBusyboxLayout(layoutDir); err != nil {
+	if err := imagetest.BusyboxLayout(layoutDir); err != nil {
 		return 0, fmt.Errorf("building the busybox image: %w", err)
 	}
 	res := airlock(nil, "image", "import", "--name", "airlock-e2e/busybox", layoutDir)
@@ -112,77 +122,15 @@ func setup(m *testing.M) (int, error) {
 		fmt.Fprintf(os.Stderr, "run directories left behind: %d\n", len(runs))
 		code = 1
 	}
+	// runsc keeps one empty network namespace per state root for
+	// --network=none, bound at <state>/null-netns; that one is expected.
+	netns := filepath.Join(rootDir, "oci", "runsc", "null-netns")
+	syscall.Unmount(netns, syscall.MNT_DETACH)
 	if mi, _ := os.ReadFile("/proc/self/mountinfo"); bytes.Contains(mi, []byte(rootDir)) {
 		fmt.Fprintf(os.Stderr, "mounts left behind under %s\n", rootDir)
 		code = 1
 	}
 	return code, nil
-}
-
-// writeBusyboxLayout writes an OCI image layout holding busybox-static and
-// a link per applet, with a gzip layer. extra files are added to the layer.
-func writeBusyboxLayout(dir string, extra ...string) error {
-	bin, err := os.ReadFile("/bin/busybox")
-	if err != nil {
-		return err
-	}
-	list, err := exec.Command("/bin/busybox", "--list").Output()
-	if err != nil {
-		return err
-	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, d := range []string{"bin/", "tmp/", "etc/", "proc/", "dev/", "sys/"} {
-		mode := int64(0o755)
-		if d == "tmp/" {
-			mode = 0o1777
-		}
-		tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d, Mode: mode})
-	}
-	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "bin/busybox", Mode: 0o755, Size: int64(len(bin))})
-	tw.Write(bin)
-	for _, applet := range strings.Fields(string(list)) {
-		if applet == "busybox" {
-			continue
-		}
-		tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: "bin/" + applet, Linkname: "busybox"})
-	}
-	passwd := "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"
-	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "etc/passwd", Mode: 0o644, Size: int64(len(passwd))})
-	tw.Write([]byte(passwd))
-	for i, content := range extra {
-		tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: fmt.Sprintf("etc/extra%d", i), Mode: 0o644, Size: int64(len(content))})
-		tw.Write([]byte(content))
-	}
-	if err := tw.Close(); err != nil {
-		return err
-	}
-	layerBytes := buf.Bytes()
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(layerBytes)), nil
-	})
-	if err != nil {
-		return err
-	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		return err
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return err
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", runtime.GOARCH
-	cf.Config.Env = []string{"PATH=/bin"}
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		return err
-	}
-	p, err := layout.Write(dir, empty.Index)
-	if err != nil {
-		return err
-	}
-	return p.AppendImage(img)
 }
 
 type cliResult struct {
@@ -195,6 +143,9 @@ type cliResult struct {
 // airlock runs the binary with the tests' root. env entries are added to
 // airlock's own environment.
 func airlock(env []string, args ...string) cliResult {
+	if len(args) > 0 && args[0] == "run" {
+		args = append([]string{"run", "--engine", engineName}, args[1:]...)
+	}
 	cmd := exec.Command(airlockBin, append([]string{"--root", rootDir}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	var so, se bytes.Buffer
@@ -233,7 +184,8 @@ func runJSON(t *testing.T, env []string, args ...string) (runner.Result, cliResu
 	return res, c
 }
 
-// sandboxes lists the containers airlock created that still exist.
+// sandboxes lists what airlock created that still exists: containers,
+// runsc containers, run cgroups and bundles.
 func sandboxes() []string {
 	list, err := dockerCli.ContainerList(context.Background(), container.ListOptions{
 		All: true, Filters: filters.NewArgs(filters.Arg("label", docker.LabelID)),
@@ -243,7 +195,29 @@ func sandboxes() []string {
 	}
 	var names []string
 	for _, c := range list {
-		names = append(names, c.Labels[docker.LabelID])
+		names = append(names, "container "+c.Labels[docker.LabelID])
+	}
+	state := filepath.Join(rootDir, "oci", "runsc")
+	if _, err := os.Stat(state); err == nil {
+		out, err := exec.Command(filepath.Join(rootDir, "tools", "runsc"), "--root", state, "list", "--quiet").Output()
+		if err != nil {
+			names = append(names, "runsc list failed: "+err.Error())
+		}
+		for _, id := range strings.Fields(string(out)) {
+			names = append(names, "runsc "+id)
+		}
+	}
+	for _, dir := range []string{"/sys/fs/cgroup/pids/airlock", "/sys/fs/cgroup/airlock"} {
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			if e.IsDir() {
+				names = append(names, "cgroup "+e.Name())
+			}
+		}
+	}
+	bundles, _ := os.ReadDir(filepath.Join(rootDir, "oci", "bundles"))
+	for _, b := range bundles {
+		names = append(names, "bundle "+b.Name())
 	}
 	return names
 }

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,7 +32,7 @@ func TestEcho(t *testing.T) {
 	if got := string(res.Stdout.Head); got != "hello sandbox\n" {
 		t.Errorf("stdout %q", got)
 	}
-	if res.Engine != "docker" || res.Isolation != "gvisor" || res.Image == "" || res.ID == "" {
+	if res.Engine != engineName || res.Isolation != "gvisor" || res.Image == "" || res.ID == "" {
 		t.Errorf("result fields: %+v", res)
 	}
 	noSandboxLeft(t)
@@ -284,6 +285,11 @@ func TestInterruptKillsAndRemoves(t *testing.T) {
 
 func TestBadReferencesCreateNothing(t *testing.T) {
 	since := time.Now()
+	// Every run creates its scratch directory under runs/ before the engine
+	// starts; an untouched runs/ means nothing was created on either engine.
+	runs := filepath.Join(rootDir, "runs")
+	os.MkdirAll(runs, 0o700)
+	before, _ := os.Stat(runs)
 	for _, tc := range []struct {
 		ref  string
 		code int
@@ -299,7 +305,10 @@ func TestBadReferencesCreateNothing(t *testing.T) {
 			t.Errorf("--image %s: exit %d, stderr %q; want exit %d mentioning %q", tc.ref, c.code, c.stderr, tc.code, tc.want)
 		}
 	}
-	// Nothing was created: dockerd saw no container create in that window.
+	if after, _ := os.Stat(runs); !after.ModTime().Equal(before.ModTime()) {
+		t.Errorf("a run directory was created and removed")
+	}
+	// dockerd saw no container create in that window either.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	msgs, errs := dockerCli.Events(ctx, events.ListOptions{

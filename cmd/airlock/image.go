@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/images"
+	"github.com/airlock-sandbox/airlock/store"
 )
 
 func newImageCmd(g *globals) *cobra.Command {
@@ -124,17 +125,29 @@ func runImport(cmd *cobra.Command, g *globals, f *importFlags, path string) erro
 		ref.Name = tag.Context().Name()
 	}
 
+	st, err := store.Open(filepath.Join(g.root, "store"))
+	if err != nil {
+		return fmt.Errorf("%w: opening the image store: %v", errdefs.ErrUnavailable, err)
+	}
+	step("writing to airlock's store")
+	if _, err := st.Put(ctx, src.Image, ref.Name); err != nil {
+		return fmt.Errorf("%w: storing the image: %v", errdefs.ErrInternal, err)
+	}
 	eng, err := g.dockerEngine()
 	if err != nil {
 		return err
 	}
 	defer eng.Close()
-	step("loading into dockerd")
-	start := time.Now()
-	if err := eng.Load(ctx, src.Image, v.ID, tag); err != nil {
-		return err
+	if err := eng.Ping(ctx); err != nil {
+		step("dockerd is not reachable: imported for the oci engine only (%v)", err)
+	} else {
+		step("loading into dockerd")
+		start := time.Now()
+		if err := eng.Load(ctx, src.Image, v.ID, tag); err != nil {
+			return err
+		}
+		step("loaded in %.1fs", time.Since(start).Seconds())
 	}
-	step("loaded in %.1fs", time.Since(start).Seconds())
 
 	idx := images.OpenIndex(filepath.Join(g.root, "images"))
 	if err := idx.Add(images.Record{Name: ref.Name, ID: v.ID, Manifest: v.Manifest, Format: src.Format, Size: v.Size, ImportedAt: time.Now().UTC()}); err != nil {
@@ -189,9 +202,11 @@ func humanSize(n int64) string {
 
 type imageRow struct {
 	images.Record
-	Ref     string `json:"ref"`
-	Present bool   `json:"present"`
-	Default bool   `json:"default"`
+	Ref string `json:"ref"`
+	// InStore and InDocker say which engines can run it.
+	InStore  bool `json:"in_store"`
+	InDocker bool `json:"in_docker"`
+	Default  bool `json:"default"`
 }
 
 func newImageLsCmd(g *globals) *cobra.Command {
@@ -214,9 +229,9 @@ reference to pass to --image, and whether the engine still holds each one.`,
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(rows)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "REFERENCE\tSIZE\tIMPORTED\tPRESENT\tDEFAULT")
+			fmt.Fprintln(tw, "REFERENCE\tSIZE\tIMPORTED\tSTORE\tDOCKER\tDEFAULT")
 			for _, r := range rows {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Ref, humanSize(r.Size), r.ImportedAt.Format(time.RFC3339), yesNo(r.Present), yesNo(r.Default))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Ref, humanSize(r.Size), r.ImportedAt.Format(time.RFC3339), yesNo(r.InStore), yesNo(r.InDocker), yesNo(r.Default))
 			}
 			if len(rows) == 0 {
 				fmt.Fprintln(cmd.ErrOrStderr(), "no images yet: `make setup` builds the default image; `airlock image import PATH` adds others")
@@ -242,18 +257,25 @@ func listImages(cmd *cobra.Command, g *globals) ([]imageRow, error) {
 		return nil, err
 	}
 	_, def, _ := idx.Default()
+	st, err := store.Open(filepath.Join(g.root, "store"))
+	if err != nil {
+		return nil, err
+	}
 	eng, err := g.dockerEngine()
 	if err != nil {
 		return nil, err
 	}
 	defer eng.Close()
+	docker := eng.Ping(cmd.Context()) == nil
 	var rows []imageRow
 	for _, r := range recs {
-		present, err := eng.HasImage(cmd.Context(), r.ID.String())
-		if err != nil {
-			return nil, err
+		row := imageRow{Record: r, Ref: r.Ref().String(), InStore: st.Has(r.ID), Default: r.ID == def.ID}
+		if docker {
+			if row.InDocker, err = eng.HasImage(cmd.Context(), r.ID.String()); err != nil {
+				return nil, err
+			}
 		}
-		rows = append(rows, imageRow{Record: r, Ref: r.Ref().String(), Present: present, Default: r.ID == def.ID})
+		rows = append(rows, row)
 	}
 	return rows, nil
 }
@@ -264,7 +286,8 @@ func newImageDefaultCmd(g *globals) *cobra.Command {
 		Use:   "default",
 		Short: "Print the default image's pinned reference; fail if it is missing",
 		Long: `Print the reference recorded in the default-image lock. Exits 66 when there
-is no lock, when the engine does not hold the image, or when --recipe is
+is no lock, when airlock's store or a reachable dockerd does not hold the
+image, or when --recipe is
 given and differs from the recipe the image was built from (setup uses this
 to skip a rebuild).`,
 		Args: exactArgs(0, "default takes no arguments"),
@@ -276,17 +299,26 @@ to skip a rebuild).`,
 			if recipe != "" && lock.Recipe != recipe {
 				return fmt.Errorf("%w: the default image was built from recipe %q, not %q; rebuild it with `make setup`", errdefs.ErrNotFound, lock.Recipe, recipe)
 			}
+			st, err := store.Open(filepath.Join(g.root, "store"))
+			if err != nil {
+				return err
+			}
+			if !st.Has(ref.ID) {
+				return fmt.Errorf("%w: the default image %s is not in airlock's store; rebuild it with `make setup`", errdefs.ErrNotFound, ref)
+			}
 			eng, err := g.dockerEngine()
 			if err != nil {
 				return err
 			}
 			defer eng.Close()
-			present, err := eng.HasImage(cmd.Context(), ref.ID.String())
-			if err != nil {
-				return err
-			}
-			if !present {
-				return fmt.Errorf("%w: the default image %s is not in dockerd; rebuild it with `make setup`", errdefs.ErrNotFound, ref)
+			if eng.Ping(cmd.Context()) == nil {
+				present, err := eng.HasImage(cmd.Context(), ref.ID.String())
+				if err != nil {
+					return err
+				}
+				if !present {
+					return fmt.Errorf("%w: the default image %s is not in dockerd; rebuild it with `make setup`", errdefs.ErrNotFound, ref)
+				}
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), ref)
 			return nil

@@ -8,7 +8,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/engine/docker"
+	"github.com/airlock-sandbox/airlock/engine/oci"
 	"github.com/airlock-sandbox/airlock/runner"
 )
 
@@ -30,6 +32,32 @@ func (g *globals) logger() *slog.Logger {
 
 func (g *globals) dockerEngine() (*docker.Engine, error) {
 	return docker.New(docker.WithLogger(g.logger()))
+}
+
+// pickEngine resolves --engine. auto picks oci where airlock can use it
+// (root, and setup's runsc installed), and docker otherwise.
+func (g *globals) pickEngine(name string) (engine.Engine, func(), error) {
+	if name == "auto" {
+		name = "docker"
+		if oci.Usable(g.root) == nil {
+			name = "oci"
+		}
+	}
+	switch name {
+	case "docker":
+		e, err := g.dockerEngine()
+		if err != nil {
+			return nil, nil, err
+		}
+		return e, func() { e.Close() }, nil
+	case "oci":
+		e, err := oci.New(g.root, oci.WithLogger(g.logger()))
+		if err != nil {
+			return nil, nil, err
+		}
+		return e, func() {}, nil
+	}
+	return nil, nil, usageError{fmt.Errorf("--engine %q: use auto, oci or docker", name)}
 }
 
 func newRootCmd() *cobra.Command {

@@ -75,7 +75,7 @@ Sizes take units (512MiB, 1.5GiB, 100MB); durations too (30s, 1m, 500ms).`,
 	fl.StringVar(&f.fileSize, "file-size", d.Limits.FileSize.String(), "largest file the program may write (RLIMIT_FSIZE)")
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "set an environment variable NAME=VALUE (repeatable)")
 	fl.BoolVar(&f.json, "json", false, "print one JSON result object on stdout instead of streaming output")
-	fl.StringVar(&f.engine, "engine", "docker", "engine to run on: docker")
+	fl.StringVar(&f.engine, "engine", "auto", "engine: oci (daemonless runsc), docker (Docker Engine API), or auto (oci where root and setup's runsc are available, else docker)")
 	fl.StringVar(&f.isolation, "isolation", string(isolation.GVisor), "isolation mode: gvisor")
 	fl.StringVar(&f.stdin, "stdin", "", "feed this file to the program's stdin")
 	fl.StringArrayVar(&f.inputs, "input", nil, "copy HOSTPATH[:SANDBOXPATH] in, read-only (default under /work; repeatable; symlinks inside are not followed)")
@@ -158,14 +158,11 @@ func runOnce(cmd *cobra.Command, g *globals, f *runFlags, argv []string) (runner
 	if err != nil {
 		return runner.Result{}, err
 	}
-	if f.engine != "docker" {
-		return runner.Result{}, usageError{fmt.Errorf("--engine %q: the only engine in this version is docker", f.engine)}
-	}
-	eng, err := g.dockerEngine()
+	eng, closeEngine, err := g.pickEngine(f.engine)
 	if err != nil {
 		return runner.Result{}, err
 	}
-	defer eng.Close()
+	defer closeEngine()
 	r, err := runner.New(runner.WithRoot(g.root), runner.WithEngine(eng), runner.WithLogger(g.logger()))
 	if err != nil {
 		return runner.Result{}, err

@@ -1,0 +1,162 @@
+// Command start measures sandbox start-up side by side, interleaved in one
+// run so that the ratios hold on a noisy machine: airlock's oci engine,
+// bare `runsc run` of an equivalent bundle, airlock's docker engine, and
+// `docker run --runtime=<runsc> --network none`. `make bench-start` runs it
+// after setup.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/images"
+	"github.com/airlock-sandbox/airlock/internal/imagetest"
+	"github.com/airlock-sandbox/airlock/isolation"
+	"github.com/airlock-sandbox/airlock/store"
+)
+
+func main() {
+	n := flag.Int("n", 30, "runs per scenario")
+	flag.Parse()
+	if err := run(*n); err != nil {
+		fmt.Fprintf(os.Stderr, "bench-start: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+type scenario struct {
+	name string
+	argv []string
+	prep func(i int) error // per-run set-up outside the timed part
+	took []time.Duration
+}
+
+func run(n int) error {
+	ctx := context.Background()
+	root := os.Getenv("AIRLOCK_ROOT")
+	if root == "" {
+		root = "/var/lib/airlock"
+	}
+	tmp, err := os.MkdirTemp("", "airlock-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	bin := filepath.Join(tmp, "airlock")
+	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/airlock").CombinedOutput(); err != nil {
+		return fmt.Errorf("building airlock: %v\n%s", err, out)
+	}
+	layoutDir := filepath.Join(tmp, "busybox")
+	if err := imagetest.BusyboxLayout(layoutDir); err != nil {
+		return err
+	}
+	out, err := exec.Command(bin, "--root", root, "image", "import", "--name", "airlock-bench/busybox", layoutDir).Output()
+	if err != nil {
+		return fmt.Errorf("importing the busybox image: %w", err)
+	}
+	ref, err := images.ParseRef(strings.TrimSpace(string(out)))
+	if err != nil {
+		return err
+	}
+	st, err := store.Open(filepath.Join(root, "store"))
+	if err != nil {
+		return err
+	}
+	rootfs, err := st.Rootfs(ctx, ref.ID)
+	if err != nil {
+		return err
+	}
+
+	// The bare runsc bundle: the same policy, as airlock would write it,
+	// with runsc creating its own cgroup.
+	runsc := filepath.Join(root, "tools", "runsc")
+	state := filepath.Join(tmp, "runsc-state")
+	bundle := filepath.Join(tmp, "bundle")
+	os.MkdirAll(bundle, 0o700)
+	pol := isolation.Default()
+	bare := &scenario{name: "runsc run (bare)"}
+	bare.prep = func(i int) error {
+		spec, err := isolation.OCISpec(pol, isolation.OCIJob{
+			Rootfs: rootfs, Argv: []string{"/bin/true"}, Env: []string{"PATH=/bin"}, Workdir: "/",
+			CgroupsPath: fmt.Sprintf("/airlock-bench/%d", i),
+		})
+		if err != nil {
+			return err
+		}
+		b, _ := json.Marshal(spec)
+		bare.argv = []string{runsc, "--root", state, "--network=none", "run", "--bundle", bundle, fmt.Sprintf("bench-%d", i)}
+		return os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600)
+	}
+	scenarios := []*scenario{
+		{name: "airlock run --engine oci", argv: []string{bin, "--root", root, "run", "--engine", "oci", "--out-dir", "none", "--image", ref.String(), "--", "/bin/true"}},
+		bare,
+		{name: "airlock run --engine docker", argv: []string{bin, "--root", root, "run", "--engine", "docker", "--out-dir", "none", "--image", ref.String(), "--", "/bin/true"}},
+		{name: "docker run --runtime=airlock-runsc", argv: []string{"docker", "run", "--rm", "--runtime=" + isolation.DockerRuntimes[isolation.GVisor], "--network", "none", ref.ID.String(), "/bin/true"}},
+	}
+	fmt.Fprintf(os.Stderr, "%d runs of each of %d scenarios, interleaved…\n", n, len(scenarios))
+	for i := 0; i < n; i++ {
+		for k := range scenarios {
+			s := scenarios[(i+k)%len(scenarios)] // rotate the order every round
+			if s.prep != nil {
+				if err := s.prep(i); err != nil {
+					return err
+				}
+			}
+			start := time.Now()
+			if out, err := exec.Command(s.argv[0], s.argv[1:]...).CombinedOutput(); err != nil {
+				return fmt.Errorf("%s: %v\n%s", s.name, err, out)
+			}
+			s.took = append(s.took, time.Since(start))
+		}
+		if (i+1)%10 == 0 {
+			fmt.Fprintf(os.Stderr, "  %d/%d rounds\n", i+1, n)
+		}
+	}
+	// runsc removed each run's cgroup; the parent it made is left empty.
+	for _, dir := range []string{"/sys/fs/cgroup/airlock-bench"} {
+		os.Remove(dir)
+	}
+	if hier, err := filepath.Glob("/sys/fs/cgroup/*/airlock-bench"); err == nil {
+		for _, dir := range hier {
+			os.Remove(dir)
+		}
+	}
+
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tp50 ms\tp99 ms\tmean ms\t")
+	p50 := map[string]time.Duration{}
+	for _, s := range scenarios {
+		slices.Sort(s.took)
+		p50[s.name] = pct(s.took, 50)
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t\n", s.name, ms(pct(s.took, 50)), ms(pct(s.took, 99)), ms(mean(s.took)))
+	}
+	tw.Flush()
+	ratio := func(a, b string) float64 { return float64(p50[a]) / float64(p50[b]) }
+	fmt.Printf("\np50 ratios: oci / bare runsc = %.2f (target ≤ 1.3); oci / docker run = %.2f (target ≤ 0.5); airlock docker / docker run = %.2f\n",
+		ratio(scenarios[0].name, bare.name), ratio(scenarios[0].name, scenarios[3].name), ratio(scenarios[2].name, scenarios[3].name))
+	return nil
+}
+
+func pct(d []time.Duration, p int) time.Duration {
+	i := (len(d)*p + 99) / 100
+	return d[max(0, min(len(d)-1, i-1))]
+}
+
+func mean(d []time.Duration) time.Duration {
+	var t time.Duration
+	for _, x := range d {
+		t += x
+	}
+	return t / time.Duration(len(d))
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -1,0 +1,309 @@
+// Package oci runs airlock jobs with no daemon: it unpacks verified images
+// from airlock's own store, writes an OCI runtime bundle from
+// isolation.OCISpec, runs it with runsc (or runc), and accounts for it in a
+// cgroup that airlock owns.
+//
+// Rules:
+//   - The run's cgroup exists, with its limits, before the runtime starts,
+//     and is deleted only after every process in it is gone.
+//   - Kill means: kill every process in the cgroup (daemons that escaped
+//     the runtime's process tree included), then the runtime itself.
+//   - The runtime's state, the bundle and the cgroup are removed on a
+//     context detached from the caller's.
+package oci
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/internal/cgroup"
+	"github.com/airlock-sandbox/airlock/isolation"
+	"github.com/airlock-sandbox/airlock/store"
+)
+
+// cleanupTimeout bounds kill, delete and cgroup removal.
+const cleanupTimeout = 30 * time.Second
+
+// Engine is the daemonless backend.
+type Engine struct {
+	root  string
+	runsc string
+	store *store.Store
+	log   *slog.Logger
+}
+
+// Option configures an Engine.
+type Option func(*Engine)
+
+// WithLogger sets the logger; the default discards.
+func WithLogger(l *slog.Logger) Option { return func(e *Engine) { e.log = l } }
+
+// WithRunsc sets the runsc binary; the default is <root>/tools/runsc.
+func WithRunsc(path string) Option { return func(e *Engine) { e.runsc = path } }
+
+// RunscPath is where setup installs airlock's pinned runsc under root.
+func RunscPath(root string) string { return filepath.Join(root, "tools", "runsc") }
+
+// New returns an engine over airlock's root directory.
+func New(root string, opts ...Option) (*Engine, error) {
+	e := &Engine{root: root, runsc: RunscPath(root), log: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o(e)
+	}
+	st, err := store.Open(filepath.Join(root, "store"))
+	if err != nil {
+		return nil, fmt.Errorf("%w: opening the image store: %v", errdefs.ErrUnavailable, err)
+	}
+	e.store = st
+	return e, nil
+}
+
+// Name implements engine.Engine.
+func (e *Engine) Name() string { return "oci" }
+
+// Usable reports whether this engine can run here at all: root, and
+// airlock's runsc installed.
+func Usable(root string) error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("%w: the oci engine needs root (it creates cgroups and runs runsc); run as root or use --engine docker", errdefs.ErrUnavailable)
+	}
+	fi, err := os.Stat(RunscPath(root))
+	if err != nil || fi.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("%w: runsc is not installed at %s; run `make setup`", errdefs.ErrUnavailable, RunscPath(root))
+	}
+	return nil
+}
+
+// Check implements engine.Engine.
+func (e *Engine) Check(ctx context.Context, j *engine.Job) error {
+	if j.Policy.Isolation != isolation.GVisor {
+		return fmt.Errorf("%w: isolation %q is not available on the oci engine yet; use --isolation %s", errdefs.ErrInvalidArgument, j.Policy.Isolation, isolation.GVisor)
+	}
+	if err := Usable(e.root); err != nil {
+		return err
+	}
+	if !e.store.Has(j.Image) {
+		return fmt.Errorf("%w: image %s is not in airlock's store; airlock never pulls, so import it first with `airlock image import PATH` (`airlock image ls` lists what is present)",
+			errdefs.ErrNotFound, j.Image)
+	}
+	return nil
+}
+
+// Run implements engine.Engine.
+func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
+	if err := ctx.Err(); err != nil {
+		return engine.Exit{Killed: true, Code: -1}, nil
+	}
+	bg := context.WithoutCancel(ctx)
+	log := e.log.With("sandbox_id", j.ID, "image_digest", j.Image.String(), "runtime", "runsc")
+
+	rootfs, err := e.store.Rootfs(ctx, j.Image)
+	if err == nil {
+		// runsc refuses a root path that runs through a symlink.
+		rootfs, err = filepath.EvalSymlinks(rootfs)
+	}
+	if err != nil {
+		return engine.Exit{}, fmt.Errorf("%w: unpacking image %s: %v", errdefs.ErrInternal, j.Image, err)
+	}
+	env, workdir, err := e.imageDefaults(j)
+	if err != nil {
+		return engine.Exit{}, err
+	}
+
+	l := j.Policy.Limits
+	cg, err := cgroup.New(j.ID, cgroup.Limits{Memory: int64(l.Memory), MilliCPUs: int64(l.CPUs), Pids: isolation.GVisorHostPids(l.Pids)})
+	if err != nil {
+		return engine.Exit{}, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(bg, cleanupTimeout)
+		defer cancel()
+		if err := cg.Delete(dctx); err != nil {
+			log.Warn("deleting cgroup", "err", err)
+		}
+	}()
+
+	spec, err := isolation.OCISpec(j.Policy, isolation.OCIJob{
+		Rootfs:      rootfs,
+		Argv:        j.Argv,
+		Env:         env,
+		Workdir:     workdir,
+		Binds:       engine.Binds(j.Mounts),
+		CgroupsPath: cg.Path(),
+		Annotations: map[string]string{"airlock.id": j.ID, "airlock.owner": j.Owner, "airlock.deadline": j.Deadline.UTC().Format(time.RFC3339)},
+	})
+	if err != nil {
+		return engine.Exit{}, fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
+	}
+	bundle := filepath.Join(e.root, "oci", "bundles", j.ID)
+	if err := writeBundle(bundle, spec); err != nil {
+		return engine.Exit{}, fmt.Errorf("%w: writing bundle: %v", errdefs.ErrUnavailable, err)
+	}
+	defer os.RemoveAll(bundle)
+
+	name := "airlock-" + j.ID
+	state := filepath.Join(e.root, "oci", "runsc")
+	args := []string{"--root", state, "--network=none"}
+	if spec.Linux != nil && spec.Linux.Seccomp != nil {
+		// runsc ignores a spec's seccomp profile unless told to apply it.
+		args = append(args, "--oci-seccomp")
+	}
+	cmd := exec.Command(e.runsc, append(args, "run", "--bundle", bundle, name)...)
+	cmd.Stdin = j.Stdin
+	cmd.Stdout, cmd.Stderr = j.Stdout, j.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// Once runsc has exited, stop waiting for its pipes: a process that
+	// escaped with a copy of them is killed with the cgroup below.
+	cmd.WaitDelay = 2 * time.Second
+	defer e.delete(bg, state, name, log)
+
+	started := time.Now()
+	if err := cmd.Start(); err != nil {
+		return engine.Exit{}, fmt.Errorf("%w: starting runsc: %v; run `make setup` to install it", errdefs.ErrUnavailable, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	timer := time.NewTimer(l.Timeout)
+	defer timer.Stop()
+
+	var exit engine.Exit
+	var waitErr error
+	select {
+	case waitErr = <-done:
+	case <-timer.C:
+		exit.TimedOut = true
+	case <-ctx.Done():
+		exit.Killed = true
+	}
+	if exit.TimedOut || exit.Killed {
+		if waitErr, err = e.kill(bg, cg, cmd, done); err != nil {
+			return engine.Exit{}, err
+		}
+	}
+	exit.Started, exit.Finished = started, time.Now()
+	exit.Code = exitCode(cmd.ProcessState)
+	if waitErr != nil && cmd.ProcessState == nil {
+		return engine.Exit{}, fmt.Errorf("%w: waiting for runsc: %v", errdefs.ErrInternal, waitErr)
+	}
+	// Whatever the program left running goes now, before anyone reads its
+	// output directory.
+	kctx, cancel := context.WithTimeout(bg, cleanupTimeout)
+	defer cancel()
+	if err := cg.KillAll(kctx); err != nil {
+		return engine.Exit{}, fmt.Errorf("%w: %v", errdefs.ErrInternal, err)
+	}
+	st, err := cg.Stats()
+	if err != nil {
+		log.Warn("reading cgroup", "err", err)
+	}
+	exit.OOMKilled = st.OOMKills > 0
+	exit.PidsLimited = st.PidsLimitHits > 0
+	exit.Usage = engine.Usage{CPU: st.CPU, MemoryPeak: st.MemoryPeak, PidsPeak: st.PidsPeak}
+	log.Debug("exited", "code", exit.Code, "oom", exit.OOMKilled, "pids_limited", exit.PidsLimited)
+	return exit, nil
+}
+
+// kill ends the sandbox: every process in its cgroup, then runsc run
+// itself if it lingers. It returns runsc's wait result.
+func (e *Engine) kill(ctx context.Context, cg *cgroup.Group, cmd *exec.Cmd, done <-chan error) (error, error) {
+	deadline := time.After(cleanupTimeout)
+	for {
+		kctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		cg.KillAll(kctx)
+		cancel()
+		select {
+		case err := <-done:
+			return err, nil
+		case <-time.After(200 * time.Millisecond):
+			// The sandbox may not have joined its cgroup yet; runsc's own
+			// process group goes too.
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		case <-deadline:
+			return nil, fmt.Errorf("%w: sandbox did not exit %v after SIGKILL", errdefs.ErrInternal, cleanupTimeout)
+		}
+	}
+}
+
+// delete removes runsc's state for the container; a container that is
+// already gone is not an error.
+func (e *Engine) delete(ctx context.Context, state, name string, log *slog.Logger) {
+	dctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+	defer cancel()
+	// runsc reports a container it no longer knows as an error; the
+	// cgroup and bundle are removed regardless, so this is only logged.
+	if out, err := exec.CommandContext(dctx, e.runsc, "--root", state, "delete", "--force", name).CombinedOutput(); err != nil {
+		log.Debug("runsc delete", "err", err, "output", strings.TrimSpace(string(out)))
+	}
+}
+
+// imageDefaults takes the image's environment and working directory; the
+// caller's values win.
+func (e *Engine) imageDefaults(j *engine.Job) ([]string, string, error) {
+	img, err := e.store.Image(j.Image)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: reading image %s: %v", errdefs.ErrInternal, j.Image, err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: reading image config %s: %v", errdefs.ErrInternal, j.Image, err)
+	}
+	env := mergeEnv(cf.Config.Env, j.Env)
+	wd := j.Workdir
+	if wd == "" {
+		wd = cf.Config.WorkingDir
+	}
+	if wd == "" {
+		wd = "/"
+	}
+	return env, wd, nil
+}
+
+// mergeEnv lays over on top of base, key by key, keeping base's order.
+func mergeEnv(base, over []string) []string {
+	idx := map[string]int{}
+	out := make([]string, 0, len(base)+len(over))
+	for _, kv := range append(append([]string{}, base...), over...) {
+		k, _, _ := strings.Cut(kv, "=")
+		if i, ok := idx[k]; ok {
+			out[i] = kv
+			continue
+		}
+		idx[k] = len(out)
+		out = append(out, kv)
+	}
+	return out
+}
+
+func writeBundle(dir string, spec any) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "config.json"), b, 0o600)
+}
+
+func exitCode(ps *os.ProcessState) int {
+	if ps == nil {
+		return -1
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+var _ engine.Engine = (*Engine)(nil)

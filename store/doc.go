@@ -1,0 +1,40 @@
+// Package store is airlock's own image content store: an OCI image layout
+// of verified blobs, and the flattened root filesystems unpacked from it.
+// It needs no daemon.
+//
+// On disk, under the store's directory (usually <root>/store):
+//
+//	oci/                 an OCI image layout: oci-layout, index.json, blobs/sha256/<hex>
+//	rootfs/<id-hex>/     the unpacked root filesystem of image <id>, shared by every run
+//	rootfs/.tmp-*        an unpack in progress, or left by one that died
+//
+// Rules:
+//   - An image is named by its ID, the sha256 of its config blob. index.json
+//     lists each image's manifest with the annotation
+//     org.opencontainers.image.ref.name (the name, a label for people) and
+//     dev.airlock.image.id (the ID).
+//   - A blob is written to a temporary file beside its final name, checked
+//     against the digest and size the manifest gives it while it is written,
+//     synced, and renamed into place. An image is listed in index.json only
+//     after all its blobs are in place, and index.json is replaced by rename
+//     under an flock, so an interrupted import never leaves a half image.
+//   - A root filesystem is unpacked once per image ID, under an flock on that
+//     ID, into rootfs/.tmp-* and renamed to rootfs/<hex> only when complete.
+//     Every layer's uncompressed bytes are checked against the config's
+//     diff_id. A .tmp-* directory is never used: stale ones are removed by
+//     the next Rootfs call. rootfs/ is mode 0700 and no entry of a finished
+//     tree is writable by group or others.
+//   - Layers are hostile. UnpackLayer writes only through an os.Root, refuses
+//     (ErrUnsafeLayer) absolute names, names that climb out with "..",
+//     hardlinks to such names, symlinks whose relative target climbs above
+//     the root, and any entry whose parent path holds a symlink, so nothing
+//     is ever written through a link. Devices and FIFOs are skipped; setuid
+//     and setgid bits are dropped; xattrs are never written; GNU sparse
+//     files are refused (their holes expand without bound).
+//   - An entry replaces an existing one of the same name (remove, then
+//     create; an existing file is never opened for writing), except that a
+//     directory merges into an existing directory. Whiteouts (.wh.<name>)
+//     and opaque markers (.wh..wh..opq) hide entries from lower layers only,
+//     never what the same layer wrote, and are never created themselves;
+//     entries under a .wh.* directory (AUFS bookkeeping) are skipped.
+package store

@@ -1,0 +1,367 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/airlock-sandbox/airlock/internal/atomicfile"
+	"github.com/containerd/errdefs"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/opencontainers/go-digest"
+	specs "github.com/opencontainers/image-spec/specs-go"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/sys/unix"
+)
+
+// AnnotationImageID is the index.json annotation that carries an image's ID.
+const AnnotationImageID = "dev.airlock.image.id"
+
+// Store is an image store rooted at one directory. Its methods are safe for
+// concurrent use, by goroutines and by processes.
+type Store struct {
+	dir string
+}
+
+// Entry is one image listed in the store.
+type Entry struct {
+	// Name is a label for people; it may be empty.
+	Name string
+	// ID is the sha256 of the image's config blob.
+	ID digest.Digest
+	// Manifest is the digest of the image's manifest blob.
+	Manifest digest.Digest
+}
+
+// layerTypes are the layer media types Rootfs can unpack.
+var layerTypes = []types.MediaType{
+	types.OCIUncompressedLayer,
+	types.OCILayer,
+	types.OCILayerZStd,
+	types.DockerLayer,
+	types.DockerUncompressedLayer,
+}
+
+// Open uses dir (usually <root>/store) for the store, creating it if
+// missing.
+func Open(dir string) (*Store, error) {
+	s := &Store{dir: dir}
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{
+		{dir, 0o700},
+		{s.blobDir(), 0o755},
+		// Nobody but the store's owner reaches an unpacked tree, whatever
+		// owners and modes the image gave its files.
+		{s.rootfsDir(), 0o700},
+	} {
+		if err := os.MkdirAll(d.path, d.mode); err != nil {
+			return nil, fmt.Errorf("opening image store: %w", err)
+		}
+	}
+	if err := os.Chmod(s.rootfsDir(), 0o700); err != nil {
+		return nil, fmt.Errorf("opening image store: %w", err)
+	}
+	layoutFile, err := json.Marshal(ocispec.ImageLayout{Version: ocispec.ImageLayoutVersion})
+	if err != nil {
+		return nil, err
+	}
+	empty, err := json.Marshal(newIndex())
+	if err != nil {
+		return nil, err
+	}
+	for name, data := range map[string][]byte{
+		ocispec.ImageLayoutFile: layoutFile,
+		ocispec.ImageIndexFile:  empty,
+	} {
+		if err := createOnce(filepath.Join(dir, "oci", name), append(data, '\n')); err != nil {
+			return nil, fmt.Errorf("opening image store: %w", err)
+		}
+	}
+	return s, nil
+}
+
+func (s *Store) ociDir() string    { return filepath.Join(s.dir, "oci") }
+func (s *Store) indexPath() string { return filepath.Join(s.ociDir(), ocispec.ImageIndexFile) }
+
+// Put writes img into the store under name and returns its ID. Every blob
+// is checked against the manifest while it is written; the image is listed
+// only once all of them are in place. Putting an image again is cheap: blobs
+// already present are skipped.
+func (s *Store) Put(ctx context.Context, img v1.Image, name string) (digest.Digest, error) {
+	mt, err := img.MediaType()
+	if err != nil {
+		return "", fmt.Errorf("reading manifest: %w", err)
+	}
+	if mt != types.OCIManifestSchema1 && mt != types.DockerManifestSchema2 {
+		return "", fmt.Errorf("%w: manifest media type %q is not an image manifest", errdefs.ErrInvalidArgument, mt)
+	}
+	raw, err := img.RawManifest()
+	if err != nil {
+		return "", fmt.Errorf("reading manifest: %w", err)
+	}
+	m, err := v1.ParseManifest(bytes.NewReader(raw))
+	if err != nil {
+		return "", fmt.Errorf("%w: parsing manifest: %v", errdefs.ErrInvalidArgument, err)
+	}
+	id, err := toDigest(m.Config.Digest)
+	if err != nil {
+		return "", fmt.Errorf("image config: %w", err)
+	}
+	rawCfg, err := img.RawConfigFile()
+	if err != nil {
+		return "", fmt.Errorf("reading config: %w", err)
+	}
+	cfg, err := v1.ParseConfigFile(bytes.NewReader(rawCfg))
+	if err != nil {
+		return "", fmt.Errorf("%w: parsing config: %v", errdefs.ErrInvalidArgument, err)
+	}
+	if len(cfg.RootFS.DiffIDs) != len(m.Layers) {
+		return "", fmt.Errorf("%w: %d layers but %d diff_ids in the config", ErrDigest, len(m.Layers), len(cfg.RootFS.DiffIDs))
+	}
+
+	// Layers, then config, then manifest: a manifest blob in place means
+	// everything it names is too.
+	for i, desc := range m.Layers {
+		if !slices.Contains(layerTypes, desc.MediaType) {
+			return "", fmt.Errorf("%w: layer %d has media type %q, which airlock cannot unpack", errdefs.ErrInvalidArgument, i+1, desc.MediaType)
+		}
+		d, err := toDigest(desc.Digest)
+		if err != nil {
+			return "", fmt.Errorf("layer %d: %w", i+1, err)
+		}
+		l, err := img.LayerByDigest(desc.Digest)
+		if err != nil {
+			return "", fmt.Errorf("reading layer %d: %w", i+1, err)
+		}
+		rc, err := l.Compressed()
+		if err != nil {
+			return "", fmt.Errorf("reading layer %d: %w", i+1, err)
+		}
+		err = s.writeBlob(ctx, rc, d, desc.Size)
+		rc.Close()
+		if err != nil {
+			return "", fmt.Errorf("layer %d: %w", i+1, err)
+		}
+	}
+	if err := s.writeBlob(ctx, bytes.NewReader(rawCfg), id, m.Config.Size); err != nil {
+		return "", fmt.Errorf("config: %w", err)
+	}
+	manifest := digest.FromBytes(raw)
+	if err := s.writeBlob(ctx, bytes.NewReader(raw), manifest, int64(len(raw))); err != nil {
+		return "", fmt.Errorf("manifest: %w", err)
+	}
+	syncDir(s.blobDir())
+
+	desc := ocispec.Descriptor{
+		MediaType:   string(mt),
+		Digest:      manifest,
+		Size:        int64(len(raw)),
+		Annotations: map[string]string{AnnotationImageID: id.String()},
+	}
+	if name != "" {
+		desc.Annotations[ocispec.AnnotationRefName] = name
+	}
+	if cfg.OS != "" {
+		desc.Platform = &ocispec.Platform{OS: cfg.OS, Architecture: cfg.Architecture, Variant: cfg.Variant, OSVersion: cfg.OSVersion}
+	}
+	if err := s.addToIndex(ctx, desc); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+// addToIndex lists desc in index.json. A name names one image, so an entry
+// with the same name is replaced, as is an unnamed entry for the same image;
+// an unnamed image already listed is left as it is.
+func (s *Store) addToIndex(ctx context.Context, desc ocispec.Descriptor) error {
+	unlock, err := lock(ctx, filepath.Join(s.dir, ".lock"), unix.LOCK_EX)
+	if err != nil {
+		return fmt.Errorf("locking image store index: %w", err)
+	}
+	defer unlock()
+	idx, err := s.readIndex()
+	if err != nil {
+		return err
+	}
+	name, id := desc.Annotations[ocispec.AnnotationRefName], desc.Annotations[AnnotationImageID]
+	for _, d := range idx.Manifests {
+		sameID := d.Annotations[AnnotationImageID] == id
+		if sameID && d.Digest == desc.Digest && d.Annotations[ocispec.AnnotationRefName] == name {
+			return nil
+		}
+		if sameID && name == "" {
+			return nil
+		}
+	}
+	idx.Manifests = slices.DeleteFunc(idx.Manifests, func(d ocispec.Descriptor) bool {
+		dname := d.Annotations[ocispec.AnnotationRefName]
+		return (name != "" && dname == name) || (dname == "" && d.Annotations[AnnotationImageID] == id)
+	})
+	idx.Manifests = append(idx.Manifests, desc)
+	b, err := json.MarshalIndent(idx, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.WriteFile(s.indexPath(), append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("updating image store index: %w", err)
+	}
+	return nil
+}
+
+func newIndex() ocispec.Index {
+	return ocispec.Index{
+		Versioned: specs.Versioned{SchemaVersion: 2},
+		MediaType: ocispec.MediaTypeImageIndex,
+		Manifests: []ocispec.Descriptor{},
+	}
+}
+
+// readIndex needs no lock: index.json is only ever replaced by rename.
+func (s *Store) readIndex() (ocispec.Index, error) {
+	b, err := os.ReadFile(s.indexPath())
+	if errors.Is(err, fs.ErrNotExist) {
+		return newIndex(), nil
+	}
+	if err != nil {
+		return ocispec.Index{}, fmt.Errorf("reading image store index: %w", err)
+	}
+	var idx ocispec.Index
+	if err := json.Unmarshal(b, &idx); err != nil {
+		return ocispec.Index{}, fmt.Errorf("reading image store index %q: %w", s.indexPath(), err)
+	}
+	if idx.Manifests == nil {
+		idx.Manifests = []ocispec.Descriptor{}
+	}
+	return idx, nil
+}
+
+// List returns the images in the store, oldest first. Manifests in
+// index.json without a valid airlock image ID are left out.
+func (s *Store) List() ([]Entry, error) {
+	idx, err := s.readIndex()
+	if err != nil {
+		return nil, err
+	}
+	var out []Entry
+	for _, d := range idx.Manifests {
+		id := digest.Digest(d.Annotations[AnnotationImageID])
+		if checkID(id) != nil || d.Digest.Validate() != nil {
+			continue
+		}
+		out = append(out, Entry{Name: d.Annotations[ocispec.AnnotationRefName], ID: id, Manifest: d.Digest})
+	}
+	return out, nil
+}
+
+// Has reports whether the image id is listed in the store.
+func (s *Store) Has(id digest.Digest) bool {
+	_, err := s.entry(id)
+	return err == nil
+}
+
+func (s *Store) entry(id digest.Digest) (Entry, error) {
+	if err := checkID(id); err != nil {
+		return Entry{}, err
+	}
+	entries, err := s.List()
+	if err != nil {
+		return Entry{}, err
+	}
+	for _, e := range entries {
+		if e.ID == id {
+			return e, nil
+		}
+	}
+	return Entry{}, fmt.Errorf("%w: image %q is not in the store", errdefs.ErrNotFound, id)
+}
+
+// Image reads the image id back from the store's OCI layout, checking its
+// manifest and config against their digests. Layers are checked as Rootfs
+// unpacks them.
+func (s *Store) Image(id digest.Digest) (v1.Image, error) {
+	e, err := s.entry(id)
+	if err != nil {
+		return nil, err
+	}
+	p, err := layout.FromPath(s.ociDir())
+	if err != nil {
+		return nil, fmt.Errorf("reading image store: %w", err)
+	}
+	img, err := p.Image(v1.Hash{Algorithm: string(e.Manifest.Algorithm()), Hex: e.Manifest.Encoded()})
+	if err != nil {
+		return nil, fmt.Errorf("reading image %q: %w", id, err)
+	}
+	raw, err := img.RawManifest()
+	if err != nil {
+		return nil, fmt.Errorf("reading image %q: %w", id, err)
+	}
+	if got := digest.FromBytes(raw); got != e.Manifest {
+		return nil, fmt.Errorf("%w: manifest of image %q is %s, the index says %s", ErrDigest, id, got, e.Manifest)
+	}
+	rawCfg, err := img.RawConfigFile()
+	if err != nil {
+		return nil, fmt.Errorf("reading image %q: %w", id, err)
+	}
+	if got := digest.FromBytes(rawCfg); got != id {
+		return nil, fmt.Errorf("%w: config of image %q is %s", ErrDigest, id, got)
+	}
+	return img, nil
+}
+
+// checkID accepts only sha256 digests in canonical form, so an ID is safe
+// to use as a file name.
+func checkID(id digest.Digest) error {
+	if id.Validate() != nil || id.Algorithm() != digest.SHA256 {
+		return fmt.Errorf("%w: %q is not a sha256 image ID", errdefs.ErrInvalidArgument, id)
+	}
+	return nil
+}
+
+func toDigest(h v1.Hash) (digest.Digest, error) {
+	d := digest.Digest(h.String())
+	if d.Validate() != nil || d.Algorithm() != digest.SHA256 {
+		return "", fmt.Errorf("%w: digest %q is not sha256", errdefs.ErrInvalidArgument, h)
+	}
+	return d, nil
+}
+
+// createOnce writes data to path unless path already exists. The content
+// appears whole or not at all: it is written to a temporary file and linked
+// into place, which fails rather than replace a file a concurrent Put wrote.
+func createOnce(path string, data []byte) error {
+	if _, err := os.Lstat(path); err == nil {
+		return nil
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(0o644)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.Link(f.Name(), path); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return nil
+}

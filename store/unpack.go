@@ -1,0 +1,423 @@
+package store
+
+import (
+	"archive/tar"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrUnsafeLayer is wrapped when a layer names a path outside its root,
+// would write through a symlink, or carries an entry airlock refuses.
+var ErrUnsafeLayer = errors.New("unsafe layer")
+
+const (
+	whiteoutPrefix = ".wh."
+	whiteoutMeta   = ".wh..wh."
+	whiteoutOpaque = ".wh..wh..opq"
+)
+
+// UnpackLayer applies one uncompressed layer tar stream onto root, over
+// whatever lower layers were applied before it. See the package comment for
+// the rules. On error root holds a partial tree and should be discarded.
+func UnpackLayer(root *os.Root, r io.Reader) error {
+	u := &unpacker{
+		root:       root,
+		privileged: os.Geteuid() == 0,
+		dirs:       map[string]bool{".": true},
+		touched:    map[string]bool{},
+		under:      map[string]bool{},
+		dirTimes:   map[string]time.Time{},
+	}
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return u.finish()
+		}
+		if err != nil {
+			return fmt.Errorf("reading layer: %w", err)
+		}
+		if err := u.entry(h, tr); err != nil {
+			return fmt.Errorf("unpacking %q: %w", h.Name, err)
+		}
+	}
+}
+
+type unpacker struct {
+	root       *os.Root
+	privileged bool
+	// dirs caches paths known to be real directories (not symlinks). It is
+	// cleared whenever a directory is removed.
+	dirs map[string]bool
+	// touched holds every path this layer created; under holds every
+	// ancestor of one. Whiteouts and opaque markers spare both.
+	touched map[string]bool
+	under   map[string]bool
+	// dirTimes are applied last: adding children changes a directory's mtime.
+	dirTimes map[string]time.Time
+}
+
+func (u *unpacker) entry(h *tar.Header, data io.Reader) error {
+	if h.Typeflag == tar.TypeXGlobalHeader {
+		return nil
+	}
+	name, err := cleanName(h.Name)
+	if err != nil {
+		return err
+	}
+	if strings.Contains("/"+path.Dir(name), "/"+whiteoutPrefix) {
+		return nil // under a whiteout name, such as AUFS's .wh..wh.plnk/
+	}
+	if base := path.Base(name); strings.HasPrefix(base, whiteoutPrefix) {
+		return u.whiteout(name, base)
+	}
+	switch h.Typeflag {
+	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+		return nil
+	case tar.TypeReg, tar.TypeDir, tar.TypeSymlink, tar.TypeLink:
+	default:
+		return fmt.Errorf("%w: entry type %q is not supported", ErrUnsafeLayer, h.Typeflag)
+	}
+	for k := range h.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return fmt.Errorf("%w: sparse files are not supported", ErrUnsafeLayer)
+		}
+	}
+	if h.Uid < 0 || h.Gid < 0 || int64(h.Uid) >= math.MaxUint32 || int64(h.Gid) >= math.MaxUint32 {
+		return fmt.Errorf("%w: owner %d:%d is out of range", ErrUnsafeLayer, h.Uid, h.Gid)
+	}
+	if name == "." {
+		if h.Typeflag != tar.TypeDir {
+			return fmt.Errorf("%w: a non-directory entry names the root", ErrUnsafeLayer)
+		}
+		return u.dir(name, h)
+	}
+	if _, err := u.parents(name, true); err != nil {
+		return err
+	}
+	switch h.Typeflag {
+	case tar.TypeDir:
+		return u.dir(name, h)
+	case tar.TypeSymlink:
+		return u.symlink(name, h)
+	case tar.TypeLink:
+		return u.link(name, h)
+	default:
+		return u.file(name, h, data)
+	}
+}
+
+// cleanName turns an entry name into a clean relative path, refusing names
+// that are absolute or climb out of the root.
+func cleanName(name string) (string, error) {
+	if path.IsAbs(name) {
+		return "", fmt.Errorf("%w: %q is absolute", ErrUnsafeLayer, name)
+	}
+	c := path.Clean(name)
+	if c == ".." || strings.HasPrefix(c, "../") {
+		return "", fmt.Errorf("%w: %q climbs out of the root", ErrUnsafeLayer, name)
+	}
+	return c, nil
+}
+
+// parents checks that every ancestor of name is a real directory, refusing
+// a symlink anywhere on the way. Missing ancestors are created (mode 0755)
+// if create is set; otherwise exists reports false.
+func (u *unpacker) parents(name string, create bool) (exists bool, err error) {
+	dir := path.Dir(name)
+	if u.dirs[dir] {
+		return true, nil
+	}
+	p := ""
+	for part := range strings.SplitSeq(dir, "/") {
+		p = path.Join(p, part)
+		if u.dirs[p] {
+			continue
+		}
+		fi, err := u.root.Lstat(p)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			if !create {
+				return false, nil
+			}
+			if err := u.root.Mkdir(p, 0o700); err != nil {
+				return false, err
+			}
+			if err := u.root.Chmod(p, 0o755); err != nil {
+				return false, err
+			}
+			u.created(p)
+		case err != nil:
+			return false, err
+		case fi.Mode()&fs.ModeSymlink != 0:
+			return false, fmt.Errorf("%w: %q is under the symlink %q", ErrUnsafeLayer, name, p)
+		case !fi.IsDir():
+			return false, fmt.Errorf("%q is under %q, which is not a directory", name, p)
+		}
+		u.dirs[p] = true
+	}
+	return true, nil
+}
+
+// created records that this layer made p.
+func (u *unpacker) created(p string) {
+	u.touched[p] = true
+	for q := path.Dir(p); q != "." && !u.under[q]; q = path.Dir(q) {
+		u.under[q] = true
+	}
+}
+
+// clear removes whatever is at name, so that a new entry can take its place.
+func (u *unpacker) clear(name string) error {
+	fi, err := u.root.Lstat(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return u.remove(name, fi)
+}
+
+func (u *unpacker) remove(name string, fi fs.FileInfo) error {
+	if !fi.IsDir() {
+		return u.root.Remove(name)
+	}
+	u.dirs = map[string]bool{".": true}
+	return u.root.RemoveAll(name)
+}
+
+func (u *unpacker) dir(name string, h *tar.Header) error {
+	fi, err := u.root.Lstat(name)
+	switch {
+	case err == nil && fi.IsDir():
+		// Merge into the existing directory.
+	case err == nil || errors.Is(err, fs.ErrNotExist):
+		if err == nil {
+			if err := u.remove(name, fi); err != nil {
+				return err
+			}
+		}
+		if err := u.root.Mkdir(name, 0o700); err != nil {
+			return err
+		}
+	default:
+		return err
+	}
+	u.dirs[name] = true
+	if name != "." {
+		u.created(name)
+	}
+	mode := perm(h)
+	if h.Mode&0o1000 != 0 {
+		mode |= fs.ModeSticky
+	}
+	if !u.privileged {
+		// Unprivileged, a read-only directory could not take the entries of
+		// this or a later layer, nor be removed.
+		mode |= 0o700
+	}
+	if err := u.root.Chmod(name, mode); err != nil {
+		return err
+	}
+	if err := u.owned(u.root.Lchown(name, h.Uid, h.Gid)); err != nil {
+		return err
+	}
+	u.dirTimes[name] = h.ModTime
+	return nil
+}
+
+func (u *unpacker) file(name string, h *tar.Header, data io.Reader) error {
+	if err := u.clear(name); err != nil {
+		return err
+	}
+	// O_EXCL: a new inode every time, never one a link elsewhere shares.
+	f, err := u.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	u.created(name)
+	_, err = io.Copy(f, data)
+	if err == nil {
+		err = u.owned(f.Chown(h.Uid, h.Gid))
+	}
+	if err == nil {
+		err = f.Chmod(perm(h))
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return u.root.Chtimes(name, h.ModTime, h.ModTime)
+}
+
+func (u *unpacker) symlink(name string, h *tar.Header) error {
+	target := h.Linkname
+	if target == "" {
+		return errors.New("symlink with an empty target")
+	}
+	if !path.IsAbs(target) {
+		if r := path.Join(path.Dir(name), target); r == ".." || strings.HasPrefix(r, "../") {
+			return fmt.Errorf("%w: symlink target %q climbs out of the root", ErrUnsafeLayer, target)
+		}
+	}
+	if err := u.clear(name); err != nil {
+		return err
+	}
+	if err := u.root.Symlink(target, name); err != nil {
+		return err
+	}
+	u.created(name)
+	if err := u.owned(u.root.Lchown(name, h.Uid, h.Gid)); err != nil {
+		return err
+	}
+	return lutimes(u.root, name, h.ModTime)
+}
+
+func (u *unpacker) link(name string, h *tar.Header) error {
+	target, err := cleanName(h.Linkname)
+	if err != nil {
+		return fmt.Errorf("hardlink target: %w", err)
+	}
+	ok, err := u.parents(target, false)
+	if err != nil {
+		return fmt.Errorf("hardlink target: %w", err)
+	}
+	if !ok {
+		return fmt.Errorf("hardlink target %q does not exist", target)
+	}
+	fi, err := u.root.Lstat(target)
+	if err != nil {
+		return fmt.Errorf("hardlink target: %w", err)
+	}
+	if fi.IsDir() {
+		return fmt.Errorf("hardlink target %q is a directory", target)
+	}
+	if target == name {
+		return nil
+	}
+	if err := u.clear(name); err != nil {
+		return err
+	}
+	// linkat without AT_SYMLINK_FOLLOW: a link to a symlink is a link to
+	// the symlink itself.
+	if err := u.root.Link(target, name); err != nil {
+		return err
+	}
+	u.created(name)
+	return nil
+}
+
+// whiteout applies .wh.<name> or .wh..wh..opq; the marker itself is never
+// created.
+func (u *unpacker) whiteout(name, base string) error {
+	dir := path.Dir(name)
+	if base == whiteoutOpaque {
+		if _, err := u.parents(name, true); err != nil {
+			return err
+		}
+		return u.prune(dir)
+	}
+	if strings.HasPrefix(base, whiteoutMeta) {
+		return nil // other AUFS bookkeeping
+	}
+	hidden := strings.TrimPrefix(base, whiteoutPrefix)
+	if hidden == "" || hidden == "." || hidden == ".." {
+		return fmt.Errorf("%w: whiteout %q names no entry", ErrUnsafeLayer, name)
+	}
+	p := path.Join(dir, hidden)
+	ok, err := u.parents(p, false)
+	if err != nil || !ok {
+		return err
+	}
+	fi, err := u.root.Lstat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if u.touched[p] || u.under[p] {
+		// The layer wrote here itself: hide only what lies beneath.
+		if fi.IsDir() {
+			return u.prune(p)
+		}
+		return nil
+	}
+	return u.remove(p, fi)
+}
+
+// prune removes every entry under dir that this layer did not create. dir
+// has been checked to be a real directory.
+func (u *unpacker) prune(dir string) error {
+	d, err := u.root.Open(dir)
+	if err != nil {
+		return err
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		p := path.Join(dir, n)
+		fi, err := u.root.Lstat(p)
+		if err != nil {
+			return err
+		}
+		switch {
+		case !u.touched[p] && !u.under[p]:
+			if err := u.remove(p, fi); err != nil {
+				return err
+			}
+		case fi.IsDir():
+			if err := u.prune(p); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// finish sets the mtimes of this layer's directories, which stay as the
+// layer gives them only once their children are in place.
+func (u *unpacker) finish() error {
+	for name, mtime := range u.dirTimes {
+		if ok, err := u.parents(name, false); err != nil || !ok {
+			continue // replaced or removed later in the layer
+		}
+		if fi, err := u.root.Lstat(name); err != nil || !fi.IsDir() {
+			continue
+		}
+		if err := u.root.Chtimes(name, mtime, mtime); err != nil {
+			return fmt.Errorf("setting times of %q: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// owned passes on a chown error, except that an unprivileged unpack cannot
+// give files away and keeps them as its own.
+func (u *unpacker) owned(err error) error {
+	if err != nil && !u.privileged && (errors.Is(err, unix.EPERM) || errors.Is(err, unix.EINVAL)) {
+		return nil
+	}
+	return err
+}
+
+// perm is the entry's permission bits; setuid, setgid and sticky are
+// dropped.
+func perm(h *tar.Header) fs.FileMode {
+	return fs.FileMode(h.Mode) & fs.ModePerm
+}

@@ -162,7 +162,7 @@ func TestForkBombContained(t *testing.T) {
 	done := make(chan cliResult, 1)
 	go func() {
 		done <- airlock(nil, "run", "--json", "--image", busybox, "--pids", "64", "--timeout", "20s", "--",
-			"sh", "-c", "f(){ f | f & }; f; sleep 100")
+			"sh", "-c", "f(){ f | f & }; f; sleep 5; exit 3")
 	}()
 	// While the bomb runs, the host must still start and finish processes.
 	for i := 0; i < 5; i++ {

@@ -39,6 +39,7 @@ const cleanupTimeout = 30 * time.Second
 type Engine struct {
 	root  string
 	runsc string
+	runc  string
 	store *store.Store
 	log   *slog.Logger
 }
@@ -52,12 +53,15 @@ func WithLogger(l *slog.Logger) Option { return func(e *Engine) { e.log = l } }
 // WithRunsc sets the runsc binary; the default is <root>/tools/runsc.
 func WithRunsc(path string) Option { return func(e *Engine) { e.runsc = path } }
 
+// WithRunc sets the runc binary; the default is runc on PATH.
+func WithRunc(path string) Option { return func(e *Engine) { e.runc = path } }
+
 // RunscPath is where setup installs airlock's pinned runsc under root.
 func RunscPath(root string) string { return filepath.Join(root, "tools", "runsc") }
 
 // New returns an engine over airlock's root directory.
 func New(root string, opts ...Option) (*Engine, error) {
-	e := &Engine{root: root, runsc: RunscPath(root), log: slog.New(slog.DiscardHandler)}
+	e := &Engine{root: root, runsc: RunscPath(root), runc: "runc", log: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		o(e)
 	}
@@ -87,11 +91,13 @@ func Usable(root string) error {
 
 // Check implements engine.Engine.
 func (e *Engine) Check(ctx context.Context, j *engine.Job) error {
-	if j.Policy.Isolation != isolation.GVisor {
-		return fmt.Errorf("%w: isolation %q is not available on the oci engine yet; use --isolation %s", errdefs.ErrInvalidArgument, j.Policy.Isolation, isolation.GVisor)
-	}
 	if err := Usable(e.root); err != nil {
 		return err
+	}
+	if j.Policy.Isolation == isolation.Seccomp {
+		if _, err := exec.LookPath(e.runc); err != nil {
+			return fmt.Errorf("%w: seccomp isolation runs runc, which is not installed (%v); run `make setup`", errdefs.ErrUnavailable, err)
+		}
 	}
 	if !e.store.Has(j.Image) {
 		return fmt.Errorf("%w: image %s is not in airlock's store; airlock never pulls, so import it first with `airlock image import PATH` (`airlock image ls` lists what is present)",
@@ -106,7 +112,7 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 		return engine.Exit{Killed: true, Code: -1}, nil
 	}
 	bg := context.WithoutCancel(ctx)
-	log := e.log.With("sandbox_id", j.ID, "image_digest", j.Image.String(), "runtime", "runsc")
+	log := e.log.With("sandbox_id", j.ID, "image_digest", j.Image.String())
 
 	rootfs, err := e.store.Rootfs(ctx, j.Image)
 	if err == nil {
@@ -122,7 +128,12 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 	}
 
 	l := j.Policy.Limits
-	cg, err := cgroup.New(j.ID, cgroup.Limits{Memory: int64(l.Memory), MilliCPUs: int64(l.CPUs), Pids: isolation.GVisorHostPids(l.Pids)})
+	native := j.Policy.Isolation == isolation.Seccomp
+	hostPids := isolation.GVisorHostPids(l.Pids)
+	if native {
+		hostPids = l.Pids
+	}
+	cg, err := cgroup.New(j.ID, cgroup.Limits{Memory: int64(l.Memory), MilliCPUs: int64(l.CPUs), Pids: hostPids})
 	if err != nil {
 		return engine.Exit{}, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
@@ -134,39 +145,67 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 		}
 	}()
 
+	bundle := filepath.Join(e.root, "oci", "bundles", j.ID)
+	if err := os.MkdirAll(bundle, 0o700); err != nil {
+		return engine.Exit{}, fmt.Errorf("%w: creating bundle: %v", errdefs.ErrUnavailable, err)
+	}
+	defer os.RemoveAll(bundle)
+	cgPath := cg.Path()
+	if native {
+		// runc creates its mount points in the root it is given and removes
+		// the cgroup it runs in: give it a per-run overlay over the shared
+		// rootfs, and a child of airlock's cgroup.
+		if rootfs, err = overlay(bundle, rootfs); err != nil {
+			return engine.Exit{}, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+		}
+		defer unmount(filepath.Join(bundle, "rootfs"), log)
+		cgPath += "/ctr"
+	}
+
 	spec, err := isolation.OCISpec(j.Policy, isolation.OCIJob{
 		Rootfs:      rootfs,
 		Argv:        j.Argv,
 		Env:         env,
 		Workdir:     workdir,
 		Binds:       engine.Binds(j.Mounts),
-		CgroupsPath: cg.Path(),
+		CgroupsPath: cgPath,
 		Annotations: map[string]string{"airlock.id": j.ID, "airlock.owner": j.Owner, "airlock.deadline": j.Deadline.UTC().Format(time.RFC3339)},
 	})
 	if err != nil {
 		return engine.Exit{}, fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
 	}
-	bundle := filepath.Join(e.root, "oci", "bundles", j.ID)
-	if err := writeBundle(bundle, spec); err != nil {
+	if native {
+		// runc sets these limits on its child cgroup; keep them just above
+		// airlock's, so that airlock's cgroup, which outlives the run, is
+		// the one that trips and counts.
+		*spec.Linux.Resources.Memory.Limit += 1 << 20
+		*spec.Linux.Resources.Memory.Swap += 1 << 20
+		*spec.Linux.Resources.Pids.Limit++
+	}
+	if err := writeSpec(bundle, spec); err != nil {
 		return engine.Exit{}, fmt.Errorf("%w: writing bundle: %v", errdefs.ErrUnavailable, err)
 	}
-	defer os.RemoveAll(bundle)
 
 	name := "airlock-" + j.ID
-	state := filepath.Join(e.root, "oci", "runsc")
+	runtime, state := e.runsc, filepath.Join(e.root, "oci", "runsc")
 	args := []string{"--root", state, "--network=none"}
 	if spec.Linux != nil && spec.Linux.Seccomp != nil {
 		// runsc ignores a spec's seccomp profile unless told to apply it.
 		args = append(args, "--oci-seccomp")
 	}
-	cmd := exec.Command(e.runsc, append(args, "run", "--bundle", bundle, name)...)
+	if native {
+		runtime, state = e.runc, filepath.Join(e.root, "oci", "runc")
+		args = []string{"--root", state}
+	}
+	log = log.With("runtime", filepath.Base(runtime))
+	cmd := exec.Command(runtime, append(args, "run", "--bundle", bundle, name)...)
 	cmd.Stdin = j.Stdin
 	cmd.Stdout, cmd.Stderr = j.Stdout, j.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	// Once runsc has exited, stop waiting for its pipes: a process that
 	// escaped with a copy of them is killed with the cgroup below.
 	cmd.WaitDelay = 2 * time.Second
-	defer e.delete(bg, state, name, log)
+	defer e.delete(bg, runtime, state, name, log)
 
 	started := time.Now()
 	if err := cmd.Start(); err != nil {
@@ -187,7 +226,7 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 		exit.Killed = true
 	}
 	if exit.TimedOut || exit.Killed {
-		if waitErr, err = e.kill(bg, cg, cmd, done); err != nil {
+		if waitErr, err = kill(bg, cg, cmd, done); err != nil {
 			return engine.Exit{}, err
 		}
 	}
@@ -207,8 +246,12 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 	if err != nil {
 		log.Warn("reading cgroup", "err", err)
 	}
-	exit.OOMKilled = st.OOMKills > 0
-	exit.PidsLimited = st.PidsLimitHits > 0
+	// A SIGKILL at the memory limit is the OOM killer's, even where the
+	// kill was counted in a cgroup runc has since removed.
+	exit.OOMKilled = st.OOMKills > 0 || exit.Code == 128+int(syscall.SIGKILL) && (st.MemoryLimitHits > 0 || st.MemoryPeak >= int64(l.Memory))
+	// On cgroup v1 a refused fork is counted in the forking cgroup, which
+	// for runc is its own child; reaching airlock's limit is what stays.
+	exit.PidsLimited = st.PidsLimitHits > 0 || st.PidsPeak >= hostPids
 	exit.Usage = engine.Usage{CPU: st.CPU, MemoryPeak: st.MemoryPeak, PidsPeak: st.PidsPeak}
 	log.Debug("exited", "code", exit.Code, "oom", exit.OOMKilled, "pids_limited", exit.PidsLimited)
 	return exit, nil
@@ -216,7 +259,7 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 
 // kill ends the sandbox: every process in its cgroup, then runsc run
 // itself if it lingers. It returns runsc's wait result.
-func (e *Engine) kill(ctx context.Context, cg *cgroup.Group, cmd *exec.Cmd, done <-chan error) (error, error) {
+func kill(ctx context.Context, cg *cgroup.Group, cmd *exec.Cmd, done <-chan error) (error, error) {
 	deadline := time.After(cleanupTimeout)
 	for {
 		kctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -237,13 +280,13 @@ func (e *Engine) kill(ctx context.Context, cg *cgroup.Group, cmd *exec.Cmd, done
 
 // delete removes runsc's state for the container; a container that is
 // already gone is not an error.
-func (e *Engine) delete(ctx context.Context, state, name string, log *slog.Logger) {
+func (e *Engine) delete(ctx context.Context, runtime, state, name string, log *slog.Logger) {
 	dctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
 	defer cancel()
 	// runsc reports a container it no longer knows as an error; the
 	// cgroup and bundle are removed regardless, so this is only logged.
-	if out, err := exec.CommandContext(dctx, e.runsc, "--root", state, "delete", "--force", name).CombinedOutput(); err != nil {
-		log.Debug("runsc delete", "err", err, "output", strings.TrimSpace(string(out)))
+	if out, err := exec.CommandContext(dctx, runtime, "--root", state, "delete", "--force", name).CombinedOutput(); err != nil {
+		log.Debug("runtime delete", "err", err, "output", strings.TrimSpace(string(out)))
 	}
 }
 
@@ -285,10 +328,7 @@ func mergeEnv(base, over []string) []string {
 	return out
 }
 
-func writeBundle(dir string, spec any) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
+func writeSpec(dir string, spec any) error {
 	b, err := json.Marshal(spec)
 	if err != nil {
 		return err
@@ -307,3 +347,25 @@ func exitCode(ps *os.ProcessState) int {
 }
 
 var _ engine.Engine = (*Engine)(nil)
+
+// overlay mounts a per-run, writable view of the shared rootfs at
+// <bundle>/rootfs; the runtime then makes it read-only for the program.
+func overlay(bundle, lower string) (string, error) {
+	upper, work, merged := filepath.Join(bundle, "upper"), filepath.Join(bundle, "work"), filepath.Join(bundle, "rootfs")
+	for _, d := range []string{upper, work, merged} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return "", fmt.Errorf("creating overlay directories: %w", err)
+		}
+	}
+	opts := "lowerdir=" + lower + ",upperdir=" + upper + ",workdir=" + work
+	if err := syscall.Mount("overlay", merged, "overlay", syscall.MS_NODEV|syscall.MS_NOSUID, opts); err != nil {
+		return "", fmt.Errorf("mounting the run's root overlay: %w", err)
+	}
+	return merged, nil
+}
+
+func unmount(path string, log *slog.Logger) {
+	if err := syscall.Unmount(path, syscall.MNT_DETACH); err != nil {
+		log.Warn("unmounting", "path", path, "err", err)
+	}
+}

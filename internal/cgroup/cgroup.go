@@ -42,8 +42,13 @@ type Stats struct {
 	MemoryPeak int64
 	CPU        time.Duration
 	PidsPeak   int64
-	// OOMKills counts tasks the kernel killed at the memory limit.
+	// OOMKills counts tasks the kernel killed at the memory limit. On v1
+	// it is counted in the victim's own cgroup, so a runtime that nests and
+	// removes a child cgroup takes it along; MemoryLimitHits stays.
 	OOMKills uint64
+	// MemoryLimitHits counts charges that met the memory limit: v2's
+	// memory.events "max"; v1's failcnt, which recent kernels leave at 0.
+	MemoryLimitHits uint64
 	// PidsLimitHits counts forks refused at the pids limit.
 	PidsLimitHits uint64
 }
@@ -118,6 +123,7 @@ func (g *Group) Stats() (Stats, error) {
 		}
 		if m.MemoryEvents != nil {
 			s.OOMKills = m.MemoryEvents.OomKill
+			s.MemoryLimitHits = m.MemoryEvents.Max
 		}
 		dir := filepath.Join(mountpoint, g.path)
 		s.PidsPeak = readInt(filepath.Join(dir, "pids.peak"))
@@ -130,6 +136,11 @@ func (g *Group) Stats() (Stats, error) {
 	}
 	if m.Memory != nil && m.Memory.Usage != nil {
 		s.MemoryPeak = int64(m.Memory.Usage.Max)
+		s.MemoryLimitHits = m.Memory.Usage.Failcnt
+		if m.Memory.Swap != nil {
+			// With memory+swap equal to memory, memsw trips first.
+			s.MemoryLimitHits += m.Memory.Swap.Failcnt
+		}
 	}
 	if m.CPU != nil && m.CPU.Usage != nil {
 		s.CPU = time.Duration(m.CPU.Usage.Total)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"path"
+	"slices"
 	"strconv"
 
 	"github.com/docker/docker/api/types/container"
@@ -98,6 +99,10 @@ func dockerDefault() (*container.Config, *container.HostConfig) {
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
 		// Prefer the sandbox when the host runs out of memory.
 		OomScoreAdj: 500,
+		// The same masked and read-only /proc and /sys paths as the OCI
+		// spec; Docker's own defaults leave /proc/cmdline readable.
+		MaskedPaths:   slices.Clone(ociMaskedPaths),
+		ReadonlyPaths: slices.Clone(ociReadonlyPaths),
 		Binds:       nil,
 		Mounts:      nil,
 		DNS:         []string{},

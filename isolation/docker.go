@@ -15,7 +15,8 @@ import (
 // DockerRuntimes maps an isolation mode to the runtime name airlock registers
 // with dockerd. The gVisor entry points at airlock's pinned runsc build.
 var DockerRuntimes = map[Mode]string{
-	GVisor: "airlock-runsc",
+	GVisor:  "airlock-runsc",
+	Seccomp: "runc",
 }
 
 // DockerJob is what a run adds to the policy: the program and its labels.
@@ -63,6 +64,7 @@ func DockerConfig(p Policy, j DockerJob) (*container.Config, *container.HostConf
 		withDockerRuntime(p.Isolation),
 		withDockerLimits(p.Isolation, p.Limits),
 		withDockerIdentity(p),
+		withDockerSeccomp(p.Seccomp),
 		withDockerJob(j),
 		withDockerBinds(j.Binds),
 		withDockerCgroupParent(j.CgroupParent),
@@ -103,10 +105,10 @@ func dockerDefault() (*container.Config, *container.HostConfig) {
 		// spec; Docker's own defaults leave /proc/cmdline readable.
 		MaskedPaths:   slices.Clone(ociMaskedPaths),
 		ReadonlyPaths: slices.Clone(ociReadonlyPaths),
-		Binds:       nil,
-		Mounts:      nil,
-		DNS:         []string{},
-		ExtraHosts:  nil,
+		Binds:         nil,
+		Mounts:        nil,
+		DNS:           []string{},
+		ExtraHosts:    nil,
 	}
 	return cfg, host
 }
@@ -215,6 +217,18 @@ func withDockerCgroupParent(parent string) DockerOpt {
 		h.CgroupParent = parent
 		pids := *h.PidsLimit + 1
 		h.PidsLimit = &pids
+		return nil
+	}
+}
+
+func withDockerSeccomp(prof *SeccompProfile) DockerOpt {
+	return func(_ *container.Config, h *container.HostConfig) error {
+		if prof == nil {
+			return nil
+		}
+		// dockerd takes the profile's JSON inline; under gVisor runsc
+		// applies it because airlock registers runsc with --oci-seccomp.
+		h.SecurityOpt = append(h.SecurityOpt, "seccomp="+string(prof.JSON))
 		return nil
 	}
 }

@@ -47,6 +47,8 @@ func TestDockerConfigGolden(t *testing.T) {
 	tight := Default()
 	tight.Limits = Limits{Timeout: 5 * time.Second, Memory: 64 << 20, CPUs: 500, Pids: 32, Output: 4096, Tmp: 8 << 20, FileSize: 8 << 20, OpenFiles: 64}
 	tight.UID, tight.GID, tight.Hostname = 1000, 1000, "box"
+	seccompMode := tight
+	seccompMode.Isolation, seccompMode.Seccomp = Seccomp, testSeccomp
 	stdinJob := testJob
 	stdinJob.Stdin = true
 	stdinJob.CgroupParent = "/airlock/r1"
@@ -59,6 +61,7 @@ func TestDockerConfigGolden(t *testing.T) {
 	}{
 		{"docker-default.json", Default(), testJob},
 		{"docker-tight-stdin.json", tight, stdinJob},
+		{"docker-seccomp.json", seccompMode, testJob},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, host, net, err := DockerConfig(tc.p, tc.j)
@@ -105,14 +108,14 @@ func TestDockerConfigInvariants(t *testing.T) {
 
 func TestDockerConfigRefusesWeakPolicies(t *testing.T) {
 	for name, mutate := range map[string]func(*Policy){
-		"zero memory":  func(p *Policy) { p.Limits.Memory = 0 },
-		"zero timeout": func(p *Policy) { p.Limits.Timeout = 0 },
-		"zero pids":    func(p *Policy) { p.Limits.Pids = 0 },
-		"root uid":     func(p *Policy) { p.UID = 0 },
-		"root gid":     func(p *Policy) { p.GID = 0 },
-		"seccomp mode": func(p *Policy) { p.Isolation = Seccomp },
-		"unknown mode": func(p *Policy) { p.Isolation = "none" },
-		"bad hostname": func(p *Policy) { p.Hostname = "evil host" },
+		"zero memory":               func(p *Policy) { p.Limits.Memory = 0 },
+		"zero timeout":              func(p *Policy) { p.Limits.Timeout = 0 },
+		"zero pids":                 func(p *Policy) { p.Limits.Pids = 0 },
+		"root uid":                  func(p *Policy) { p.UID = 0 },
+		"root gid":                  func(p *Policy) { p.GID = 0 },
+		"seccomp without a profile": func(p *Policy) { p.Isolation = Seccomp },
+		"unknown mode":              func(p *Policy) { p.Isolation = "none" },
+		"bad hostname":              func(p *Policy) { p.Hostname = "evil host" },
 	} {
 		p := Default()
 		mutate(&p)

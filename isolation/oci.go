@@ -1,6 +1,7 @@
 package isolation
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -98,6 +99,7 @@ func OCISpec(p Policy, j OCIJob) (*specs.Spec, error) {
 		withOCILimits(p.Isolation, p.Limits),
 		withOCIJob(j),
 		withOCIBinds(j.Binds),
+		withOCISeccomp(p.Seccomp),
 		withOCICheck(j.Binds),
 	} {
 		if err := opt(s); err != nil {
@@ -489,4 +491,23 @@ func checkOCIMount(m specs.Mount, binds []Bind) string {
 
 func isDenyAll(d specs.LinuxDeviceCgroup) bool {
 	return !d.Allow && (d.Type == "" || d.Type == "a") && d.Major == nil && d.Minor == nil && d.Access == "rwm"
+}
+
+func withOCISeccomp(prof *SeccompProfile) OCIOpt {
+	return func(s *specs.Spec) error {
+		if prof == nil {
+			return nil
+		}
+		// A deep copy: the spec is the caller's to marshal or change.
+		b, err := json.Marshal(prof.Spec)
+		if err != nil {
+			return fmt.Errorf("%w: seccomp profile: %v", ErrInvalid, err)
+		}
+		var sc specs.LinuxSeccomp
+		if err := json.Unmarshal(b, &sc); err != nil {
+			return fmt.Errorf("%w: seccomp profile: %v", ErrInvalid, err)
+		}
+		s.Linux.Seccomp = &sc
+		return nil
+	}
 }

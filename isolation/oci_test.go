@@ -19,6 +19,18 @@ var testOCIJob = OCIJob{
 	Annotations: map[string]string{"airlock.id": "r1"},
 }
 
+// testSeccomp is a small profile; the real ones are tested where they are
+// compiled.
+var testSeccomp = &SeccompProfile{
+	JSON: []byte(`{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{"names":["read","write","exit_group"],"action":"SCMP_ACT_ALLOW"}]}`),
+	Spec: &specs.LinuxSeccomp{
+		DefaultAction: specs.ActErrno,
+		Architectures: []specs.Arch{specs.ArchX86_64},
+		Syscalls:      []specs.LinuxSyscall{{Names: []string{"read", "write", "exit_group"}, Action: specs.ActAllow}},
+	},
+	SHA256: "0000000000000000000000000000000000000000000000000000000000000000",
+}
+
 var tightOCIBinds = []Bind{
 	{Source: "/var/lib/airlock/runs/r2/in", Target: "/work/in", ReadOnly: true},
 	{Source: "/var/lib/airlock/runs/r2/out", Target: "/work/out"},
@@ -27,6 +39,7 @@ var tightOCIBinds = []Bind{
 func TestOCISpecGolden(t *testing.T) {
 	tight := Default()
 	tight.Isolation = Seccomp
+	tight.Seccomp = testSeccomp
 	tight.Limits = Limits{Timeout: 5 * time.Second, Memory: 64 << 20, CPUs: 500, Pids: 32, Output: 4096, Tmp: 8 << 20, FileSize: 8 << 20, OpenFiles: 64}
 	tight.UID, tight.GID, tight.Hostname = 1000, 1000, "box"
 	tightJob := testOCIJob
@@ -137,9 +150,16 @@ func TestOCISpecInvariants(t *testing.T) {
 func TestOCISpecSeccompMode(t *testing.T) {
 	p := Default()
 	p.Isolation = Seccomp
+	if _, err := OCISpec(p, testOCIJob); !errors.Is(err, ErrInvalid) {
+		t.Errorf("seccomp mode without a profile: err = %v", err)
+	}
+	p.Seccomp = testSeccomp
 	s, err := OCISpec(p, testOCIJob)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if s.Linux.Seccomp == nil || s.Linux.Seccomp == testSeccomp.Spec || len(s.Linux.Seccomp.Syscalls) != 1 {
+		t.Errorf("spec seccomp %+v: want a copy of the profile", s.Linux.Seccomp)
 	}
 	if *s.Linux.Resources.Pids.Limit != p.Limits.Pids {
 		t.Errorf("pids %d, want %d", *s.Linux.Resources.Pids.Limit, p.Limits.Pids)

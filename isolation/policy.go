@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/airlock-sandbox/airlock/units"
 )
 
@@ -63,6 +65,19 @@ type Policy struct {
 	UID, GID uint32
 	// Hostname is what the sandbox sees as its host name.
 	Hostname string
+	// Seccomp is the syscall filter; the seccomp isolation mode refuses to
+	// run without one, and gVisor carries it as a second layer.
+	Seccomp *SeccompProfile
+}
+
+// SeccompProfile is a seccomp profile that has been parsed and compiled.
+type SeccompProfile struct {
+	// JSON is the profile as written (Docker/OCI format), for dockerd.
+	JSON []byte
+	// Spec is the same profile for runtime bundles.
+	Spec *specs.LinuxSeccomp
+	// SHA256 is the hex sha256 of JSON, recorded in every Result.
+	SHA256 string
 }
 
 // Nobody is the uid and gid of the unprivileged "nobody" account.
@@ -131,6 +146,9 @@ func (p Policy) Validate() error {
 	}
 	if l.OpenFiles < 16 || l.OpenFiles > maxNoFile {
 		bad("open files %d must be between 16 and %d", l.OpenFiles, maxNoFile)
+	}
+	if p.Isolation == Seccomp && (p.Seccomp == nil || p.Seccomp.Spec == nil || len(p.Seccomp.JSON) == 0) {
+		bad("seccomp isolation needs a seccomp profile")
 	}
 	if p.UID == 0 || p.GID == 0 {
 		bad("uid and gid must not be 0 (root)")

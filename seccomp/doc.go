@@ -1,0 +1,15 @@
+// Package seccomp reads seccomp profiles in moby's JSON format, converts them
+// to the runtime spec's LinuxSeccomp, and compiles them with libseccomp.
+//
+// Rules:
+//   - Convert, validate, then execute. Parse converts and then compiles the
+//     profile once, so a misspelt syscall, which runc would skip silently,
+//     is refused before anything is created.
+//   - Fail closed. Unknown fields, actions, operators and architectures are
+//     errors, not ignored; so is a syscall name that no listed architecture
+//     has. Without cgo and libseccomp, Parse, Load and Compile return
+//     ErrNotSupported.
+//   - A profile's groups are unambiguous: a syscall with an unconditional rule
+//     appears in no other group, and a rule never compares one argument twice.
+//   - The libseccomp code builds only under linux && cgo.
+package seccomp

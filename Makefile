@@ -26,9 +26,12 @@ run: setup ## Set up, then run a Python job on the default image
 test: setup ## Set up, then run unit and end-to-end tests against real dockerd and runsc
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
-	@# One conformance suite, unchanged, on every engine.
-	AIRLOCK_E2E_ENGINE=docker $(GO) test -count=1 -tags e2e -timeout 30m -v ./e2e/
-	AIRLOCK_E2E_ENGINE=oci $(GO) test -count=1 -tags e2e -timeout 30m -v ./e2e/
+	@# One conformance suite, unchanged, on every engine and isolation pair.
+	@for pair in "docker gvisor" "oci gvisor" "docker seccomp" "oci seccomp"; do \
+		set -- $$pair; \
+		echo "== e2e: engine $$1, isolation $$2"; \
+		AIRLOCK_E2E_ENGINE=$$1 AIRLOCK_E2E_ISOLATION=$$2 $(GO) test -count=1 -tags e2e -timeout 30m -v ./e2e/ || exit 1; \
+	done
 
 .PHONY: unit
 unit: ## Run the unit tests only (no root, no daemon)

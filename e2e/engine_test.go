@@ -132,7 +132,7 @@ func TestInterruptedImportAndUnpackLeaveStoreUsable(t *testing.T) {
 
 	// Killed while the root filesystem is being unpacked: the half tree is
 	// never used, and the next run unpacks it whole.
-	rootfs := filepath.Join(store, "rootfs")
+	rootfs := filepath.Join(store, "unpacked")
 	run := exec.Command(airlockBin, "--root", rootDir, "run", "--engine", "oci", "--out-dir", "none", "--image", ref.String(), "--", "true")
 	if !killWhen(t, run, filepath.Join(rootfs, ".tmp-*", "data", "f0*")) {
 		t.Fatal("the unpack finished before it could be interrupted")

@@ -29,12 +29,13 @@ import (
 )
 
 var (
-	engineName string // the engine under test: AIRLOCK_E2E_ENGINE, default docker
-	airlockBin string // the binary under test
-	rootDir    string // airlock's state directory for these tests
-	busybox    string // pinned reference of the busybox test image
-	defaultRef string // pinned reference of the default image
-	dockerCli  *client.Client
+	engineName    string // the engine under test: AIRLOCK_E2E_ENGINE, default docker
+	isolationName string // the isolation mode under test: AIRLOCK_E2E_ISOLATION, default gvisor
+	airlockBin    string // the binary under test
+	rootDir       string // airlock's state directory for these tests
+	busybox       string // pinned reference of the busybox test image
+	defaultRef    string // pinned reference of the default image
+	dockerCli     *client.Client
 )
 
 func TestMain(m *testing.M) {
@@ -75,7 +76,11 @@ func setup(m *testing.M) (int, error) {
 	if engineName == "" {
 		engineName = "docker"
 	}
-	fmt.Fprintf(os.Stderr, "e2e: engine %s\n", engineName)
+	isolationName = os.Getenv("AIRLOCK_E2E_ISOLATION")
+	if isolationName == "" {
+		isolationName = "gvisor"
+	}
+	fmt.Fprintf(os.Stderr, "e2e: engine %s, isolation %s\n", engineName, isolationName)
 	rootDir = filepath.Join(tmp, "root")
 	// The tests' root shares setup's store (content-addressed, locked) and
 	// runsc, so the default image need not be unpacked again.
@@ -144,7 +149,7 @@ type cliResult struct {
 // airlock's own environment.
 func airlock(env []string, args ...string) cliResult {
 	if len(args) > 0 && args[0] == "run" {
-		args = append([]string{"run", "--engine", engineName}, args[1:]...)
+		args = append([]string{"run", "--engine", engineName, "--isolation", isolationName}, args[1:]...)
 	}
 	cmd := exec.Command(airlockBin, append([]string{"--root", rootDir}, args...)...)
 	cmd.Env = append(os.Environ(), env...)

@@ -38,7 +38,9 @@ type Result struct {
 	ImageRef  string `json:"image_ref,omitempty"`
 	Engine    string `json:"engine"`
 	Isolation string `json:"isolation"`
-	Reason    Reason `json:"reason"`
+	// Seccomp is the sha256 of the seccomp profile that was applied.
+	Seccomp string `json:"seccomp_profile_sha256"`
+	Reason  Reason `json:"reason"`
 	// ExitCode is the program's exit status; 128+N when a signal N ended
 	// it, -1 when the engine failed or the program never started.
 	ExitCode   int    `json:"exit_code"`

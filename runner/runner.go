@@ -34,6 +34,7 @@ import (
 	"github.com/airlock-sandbox/airlock/engine/docker"
 	"github.com/airlock-sandbox/airlock/images"
 	"github.com/airlock-sandbox/airlock/isolation"
+	"github.com/airlock-sandbox/airlock/seccomp"
 	"github.com/airlock-sandbox/airlock/units"
 )
 
@@ -66,6 +67,9 @@ type Spec struct {
 	Workdir string
 	// Output is the writable output directory and what may leave it.
 	Output Output
+	// SeccompProfile is a profile file (Docker/OCI JSON) to use instead of
+	// airlock's default; ignored when Policy.Seccomp is set.
+	SeccompProfile string
 }
 
 // Input puts a host file or directory into the sandbox, read-only.
@@ -209,6 +213,7 @@ func (r *Runner) Run(ctx context.Context, s Spec) (Result, error) {
 		Image:     job.Image.String(),
 		Engine:    r.engine.Name(),
 		Isolation: string(job.Policy.Isolation),
+		Seccomp:   job.Policy.Seccomp.SHA256,
 		Limits:    limitsOf(job.Policy.Limits),
 	}
 	if ref, err := images.ParseRef(s.Image); err == nil && ref.Name != "" {
@@ -270,6 +275,13 @@ func reasonOf(exit engine.Exit, cause error) Reason {
 // plan converts a Spec into an engine job, refusing anything invalid.
 func (r *Runner) plan(s Spec) (*engine.Job, error) {
 	pol := s.Policy.WithDefaults()
+	if pol.Seccomp == nil {
+		prof, err := loadSeccomp(s.SeccompProfile, pol.Isolation)
+		if err != nil {
+			return nil, err
+		}
+		pol.Seccomp = prof
+	}
 	if err := pol.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
 	}
@@ -386,4 +398,40 @@ func checkFiles(s Spec) error {
 		return fmt.Errorf("input limit must be positive")
 	}
 	return nil
+}
+
+// loadSeccomp reads and compiles the named profile file, or airlock's
+// default. A profile that cannot be applied is an error, never skipped.
+func loadSeccomp(file string, mode isolation.Mode) (*isolation.SeccompProfile, error) {
+	var p *seccomp.Profile
+	var err error
+	if file == "" {
+		p, err = seccomp.Load("default")
+	} else {
+		var b []byte
+		if b, err = os.ReadFile(file); err != nil {
+			return nil, fmt.Errorf("%w: seccomp profile: %v", errdefs.ErrNotFound, err)
+		}
+		p, err = seccomp.Parse(b)
+	}
+	if err == nil && mode == isolation.GVisor {
+		p, err = seccomp.ForGVisor(p)
+	}
+	if err == nil {
+		err = seccomp.Validate(p)
+	}
+	switch {
+	case errors.Is(err, seccomp.ErrNotSupported):
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	case err != nil:
+		return nil, fmt.Errorf("%w: seccomp profile %s: %v", errdefs.ErrInvalidArgument, cmpOr(file, "default"), err)
+	}
+	return &isolation.SeccompProfile{JSON: p.Bytes(), Spec: p.Spec(), SHA256: p.SHA256()}, nil
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }

@@ -286,3 +286,27 @@ func TestExportBPF(t *testing.T) {
 		t.Errorf("export to a file differs from export to a buffer (%v)", err)
 	}
 }
+
+func TestForGVisorAllowsOnlyClone3(t *testing.T) {
+	p, err := Load("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := ForGVisor(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.SHA256() == p.SHA256() {
+		t.Fatal("the variant has the same digest")
+	}
+	before, after := Syscalls(p, "SCMP_ARCH_X86_64"), Syscalls(g, "SCMP_ARCH_X86_64")
+	var added []string
+	for _, s := range after {
+		if !slices.Contains(before, s) {
+			added = append(added, s)
+		}
+	}
+	if len(added) != 1 || added[0] != "clone3" || len(after) != len(before)+1 {
+		t.Errorf("the variant adds %v; want only clone3", added)
+	}
+}

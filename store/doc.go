@@ -5,8 +5,8 @@
 // On disk, under the store's directory (usually <root>/store):
 //
 //	oci/                 an OCI image layout: oci-layout, index.json, blobs/sha256/<hex>
-//	rootfs/<id-hex>/     the unpacked root filesystem of image <id>, shared by every run
-//	rootfs/.tmp-*        an unpack in progress, or left by one that died
+//	unpacked/<id-hex>/   the unpacked root filesystem of image <id>, shared by every run
+//	unpacked/.tmp-*      an unpack in progress, or left by one that died
 //
 // Rules:
 //   - An image is named by its ID, the sha256 of its config blob. index.json
@@ -19,11 +19,12 @@
 //     after all its blobs are in place, and index.json is replaced by rename
 //     under an flock, so an interrupted import never leaves a half image.
 //   - A root filesystem is unpacked once per image ID, under an flock on that
-//     ID, into rootfs/.tmp-* and renamed to rootfs/<hex> only when complete.
+//     ID, into unpacked/.tmp-* and renamed to unpacked/<hex> only when complete.
 //     Every layer's uncompressed bytes are checked against the config's
 //     diff_id. A .tmp-* directory is never used: stale ones are removed by
-//     the next Rootfs call. rootfs/ is mode 0700 and no entry of a finished
-//     tree is writable by group or others.
+//     the next Rootfs call. unpacked/ is mode 0700, so no other host user
+//     reaches a tree; inside it the image's own modes are kept (a runtime
+//     copies a mount point's mode onto the tmpfs it mounts there).
 //   - Layers are hostile. UnpackLayer writes only through an os.Root, refuses
 //     (ErrUnsafeLayer) absolute names, names that climb out with "..",
 //     hardlinks to such names, symlinks whose relative target climbs above

@@ -17,7 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func (s *Store) rootfsDir() string { return filepath.Join(s.dir, "rootfs") }
+func (s *Store) rootfsDir() string { return filepath.Join(s.dir, "unpacked") }
 
 // Rootfs returns the directory holding the root filesystem of the image id,
 // unpacking it first if it is not there yet. The tree is shared by every run
@@ -133,9 +133,6 @@ func (s *Store) unpack(ctx context.Context, id digest.Digest, final string) erro
 			return fmt.Errorf("layer %d/%d: %w", i+1, len(layers), err)
 		}
 	}
-	if err := readOnly(root); err != nil {
-		return fmt.Errorf("making rootfs read-only: %w", err)
-	}
 	if err := syncFS(tmp); err != nil {
 		return fmt.Errorf("syncing rootfs: %w", err)
 	}
@@ -170,24 +167,4 @@ func applyLayer(ctx context.Context, root *os.Root, l v1.Layer, diffID v1.Hash) 
 		return fmt.Errorf("%w: layer content is sha256:%s, the config says %s", ErrDigest, got, diffID)
 	}
 	return nil
-}
-
-// readOnly takes write permission from group and others on every entry.
-func readOnly(root *os.Root) error {
-	return fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.Type()&fs.ModeSymlink != 0 {
-			return nil
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		if fi.Mode()&0o022 == 0 {
-			return nil
-		}
-		return root.Chmod(p, fi.Mode()&^0o022)
-	})
 }

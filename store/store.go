@@ -71,6 +71,9 @@ func Open(dir string) (*Store, error) {
 	if err := os.Chmod(s.rootfsDir(), 0o700); err != nil {
 		return nil, fmt.Errorf("opening image store: %w", err)
 	}
+	// Trees unpacked by an earlier layout took group and other write bits
+	// away, which a runtime copies onto tmpfs mount points (/tmp 1755).
+	os.RemoveAll(filepath.Join(dir, "rootfs"))
 	layoutFile, err := json.Marshal(ocispec.ImageLayout{Version: ocispec.ImageLayoutVersion})
 	if err != nil {
 		return nil, err

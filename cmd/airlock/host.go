@@ -58,7 +58,7 @@ file is first copied to a timestamped backup beside it. Prints "changed" or
 	}
 	cmd.Flags().StringVar(&runsc, "runsc", "", "path of the runsc binary (required)")
 	cmd.Flags().StringVar(&daemonJSON, "daemon-json", docker.DaemonJSON, "dockerd configuration file")
-	cmd.Flags().StringArrayVar(&args, "runtime-arg", []string{"--network=none"}, "runsc flag for every container (repeatable)")
+	cmd.Flags().StringArrayVar(&args, "runtime-arg", []string{"--network=none", "--oci-seccomp"}, "runsc flag for every container (repeatable); --oci-seccomp makes runsc apply the seccomp profile airlock passes")
 	cmd.MarkFlagRequired("runsc")
 	return cmd
 }

@@ -21,10 +21,10 @@ import (
 )
 
 type runFlags struct {
-	image, timeout, memory, cpus, output, tmp, engine, isolation, stdin, fileSize string
-	pids                                                                          int64
-	env                                                                           []string
-	json                                                                          bool
+	image, timeout, memory, cpus, output, tmp, engine, isolation, stdin, fileSize, seccompProfile string
+	pids                                                                                          int64
+	env                                                                                           []string
+	json                                                                                          bool
 
 	inputs                                                 []string
 	inputLimit, workdir                                    string
@@ -76,7 +76,8 @@ Sizes take units (512MiB, 1.5GiB, 100MB); durations too (30s, 1m, 500ms).`,
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "set an environment variable NAME=VALUE (repeatable)")
 	fl.BoolVar(&f.json, "json", false, "print one JSON result object on stdout instead of streaming output")
 	fl.StringVar(&f.engine, "engine", "auto", "engine: oci (daemonless runsc), docker (Docker Engine API), or auto (oci where root and setup's runsc are available, else docker)")
-	fl.StringVar(&f.isolation, "isolation", string(isolation.GVisor), "isolation mode: gvisor")
+	fl.StringVar(&f.isolation, "isolation", string(isolation.GVisor), "isolation mode: gvisor (runsc, with the seccomp profile as a second layer) or seccomp (runc behind the seccomp allowlist)")
+	fl.StringVar(&f.seccompProfile, "seccomp-profile", "", "seccomp profile file (Docker/OCI JSON) instead of airlock's default; `airlock seccomp export default` prints the default")
 	fl.StringVar(&f.stdin, "stdin", "", "feed this file to the program's stdin")
 	fl.StringArrayVar(&f.inputs, "input", nil, "copy HOSTPATH[:SANDBOXPATH] in, read-only (default under /work; repeatable; symlinks inside are not followed)")
 	fl.StringVar(&f.inputLimit, "input-limit", "256MiB", "cap on the total size of --input")
@@ -99,9 +100,6 @@ func (f *runFlags) policy() (isolation.Policy, error) {
 	if p.Isolation, err = isolation.ParseMode(f.isolation); err != nil {
 		return p, usageError{err}
 	}
-	if p.Isolation != isolation.GVisor {
-		return p, usageError{fmt.Errorf("--isolation %s is not available in this version of airlock; use --isolation gvisor", p.Isolation)}
-	}
 	l := &p.Limits
 	if l.Timeout, err = units.ParseDuration(f.timeout); err != nil {
 		return p, usageError{fmt.Errorf("--timeout: %w", err)}
@@ -122,9 +120,7 @@ func (f *runFlags) policy() (isolation.Policy, error) {
 		return p, usageError{fmt.Errorf("--file-size: %w", err)}
 	}
 	l.Pids = f.pids
-	if err := p.Validate(); err != nil {
-		return p, usageError{err}
-	}
+	// The runner validates the whole policy once the profile is loaded.
 	return p, nil
 }
 
@@ -167,7 +163,7 @@ func runOnce(cmd *cobra.Command, g *globals, f *runFlags, argv []string) (runner
 	if err != nil {
 		return runner.Result{}, err
 	}
-	spec := runner.Spec{Image: f.image, Argv: argv, Env: f.env, Policy: pol, Workdir: f.workdir}
+	spec := runner.Spec{Image: f.image, Argv: argv, Env: f.env, Policy: pol, Workdir: f.workdir, SeccompProfile: f.seccompProfile}
 	if err := f.files(&spec); err != nil {
 		return runner.Result{}, err
 	}

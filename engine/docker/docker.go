@@ -147,7 +147,7 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 	if e.cgroupfs && os.Geteuid() == 0 {
 		l := j.Policy.Limits
 		var err error
-		cg, err = cgroup.New(j.ID, cgroup.Limits{Memory: int64(l.Memory), MilliCPUs: int64(l.CPUs), Pids: isolation.GVisorHostPids(l.Pids)})
+		cg, err = cgroup.New(j.ID, cgroup.Limits{Memory: int64(l.Memory), MilliCPUs: int64(l.CPUs), Pids: hostPids(j.Policy)})
 		if err != nil {
 			return engine.Exit{}, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 		}
@@ -301,7 +301,7 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 			// cgroup v1 counts a refused fork in the forking (container's)
 			// cgroup, which dockerd removes; reaching the parent's limit is
 			// the trace that stays.
-			exit.PidsLimited = s.PidsLimitHits > 0 || s.PidsPeak >= isolation.GVisorHostPids(j.Policy.Limits.Pids)
+			exit.PidsLimited = s.PidsLimitHits > 0 || s.PidsPeak >= hostPids(j.Policy)
 			exit.Usage = engine.Usage{CPU: s.CPU, MemoryPeak: s.MemoryPeak, PidsPeak: s.PidsPeak}
 		}
 	}
@@ -347,3 +347,11 @@ func (e *Engine) Version(ctx context.Context) (string, error) {
 }
 
 var _ engine.Engine = (*Engine)(nil)
+
+// hostPids is the host task limit for the policy's runtime.
+func hostPids(p isolation.Policy) int64 {
+	if p.Isolation == isolation.GVisor {
+		return isolation.GVisorHostPids(p.Limits.Pids)
+	}
+	return p.Limits.Pids
+}

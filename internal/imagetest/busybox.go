@@ -21,6 +21,22 @@ import (
 // BusyboxLayout writes an OCI image layout holding busybox-static and
 // a link per applet, with a gzip layer. extra files are added to the layer.
 func BusyboxLayout(dir string, extra ...string) error {
+	var files []File
+	for i, content := range extra {
+		files = append(files, File{Name: fmt.Sprintf("etc/extra%d", i), Mode: 0o644, Data: []byte(content)})
+	}
+	return BusyboxLayoutFiles(dir, files...)
+}
+
+// File is a regular file to add to a test image.
+type File struct {
+	Name string
+	Mode int64
+	Data []byte
+}
+
+// BusyboxLayoutFiles is BusyboxLayout with files of any content and mode.
+func BusyboxLayoutFiles(dir string, extra ...File) error {
 	bin, err := os.ReadFile("/bin/busybox")
 	if err != nil {
 		return err
@@ -49,9 +65,9 @@ func BusyboxLayout(dir string, extra ...string) error {
 	passwd := "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"
 	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "etc/passwd", Mode: 0o644, Size: int64(len(passwd))})
 	tw.Write([]byte(passwd))
-	for i, content := range extra {
-		tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: fmt.Sprintf("etc/extra%d", i), Mode: 0o644, Size: int64(len(content))})
-		tw.Write([]byte(content))
+	for _, f := range extra {
+		tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f.Name, Mode: f.Mode, Size: int64(len(f.Data))})
+		tw.Write(f.Data)
 	}
 	if err := tw.Close(); err != nil {
 		return err

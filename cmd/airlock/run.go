@@ -33,7 +33,6 @@ type runFlags struct {
 }
 
 func newRunCmd(g *globals) *cobra.Command {
-	d := isolation.Default()
 	f := &runFlags{}
 	cmd := &cobra.Command{
 		Use:   "run [flags] -- COMMAND [ARG...]",
@@ -64,6 +63,15 @@ Sizes take units (512MiB, 1.5GiB, 100MB); durations too (30s, 1m, 500ms).`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error { return runRun(cmd, g, f, args) },
 	}
+	addRunFlags(cmd, f)
+	cmd.Flags().BoolVar(&f.json, "json", false, "print one JSON result object on stdout instead of streaming output")
+	cmd.Flags().SortFlags = false
+	return cmd
+}
+
+// addRunFlags defines the flags that shape a run, shared by run and batch.
+func addRunFlags(cmd *cobra.Command, f *runFlags) {
+	d := isolation.Default()
 	fl := cmd.Flags()
 	fl.StringVar(&f.image, "image", "", "digest-pinned image: NAME@sha256:<64 hex> or sha256:<64 hex> (default: the image built by setup)")
 	fl.StringVar(&f.timeout, "timeout", d.Limits.Timeout.String(), "wall-clock limit, from the program's start")
@@ -74,7 +82,6 @@ Sizes take units (512MiB, 1.5GiB, 100MB); durations too (30s, 1m, 500ms).`,
 	fl.StringVar(&f.tmp, "tmp-size", d.Limits.Tmp.String(), "size of the writable tmpfs at /tmp")
 	fl.StringVar(&f.fileSize, "file-size", d.Limits.FileSize.String(), "largest file the program may write (RLIMIT_FSIZE)")
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "set an environment variable NAME=VALUE (repeatable)")
-	fl.BoolVar(&f.json, "json", false, "print one JSON result object on stdout instead of streaming output")
 	fl.StringVar(&f.engine, "engine", "auto", "engine: oci (daemonless runsc), docker (Docker Engine API), or auto (oci where root and setup's runsc are available, else docker)")
 	fl.StringVar(&f.isolation, "isolation", string(isolation.GVisor), "isolation mode: gvisor (runsc, with the seccomp profile as a second layer) or seccomp (runc behind the seccomp allowlist)")
 	fl.StringVar(&f.seccompProfile, "seccomp-profile", "", "seccomp profile file (Docker/OCI JSON) instead of airlock's default; `airlock seccomp export default` prints the default")
@@ -89,8 +96,6 @@ Sizes take units (512MiB, 1.5GiB, 100MB); durations too (30s, 1m, 500ms).`,
 	fl.StringVar(&f.types, "artifact-types", strings.Join(artifacts.DefaultTypes, ","), "MIME types an artifact may have, comma-separated")
 	fl.StringVar(&f.dest, "artifacts", "", "copy accepted artifacts to this host directory (default: check and report only)")
 	fl.StringVar(&f.quarantine, "quarantine", "", "keep readable rejected files in this host directory, under escaped names")
-	cmd.Flags().SortFlags = false
-	return cmd
 }
 
 // policy converts the flags, refusing anything malformed.
@@ -265,13 +270,8 @@ func ending(r runner.Result) string {
 
 // errorKind names an error's class for JSON consumers.
 func errorKind(err error) string {
-	switch exitCode(err) {
-	case exitUsage:
+	if exitCode(err) == exitUsage {
 		return "invalid_input"
-	case exitNotFound:
-		return "not_found"
-	case exitUnavailable:
-		return "unavailable"
 	}
-	return "internal"
+	return runner.ErrorKind(err)
 }

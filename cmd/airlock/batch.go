@@ -1,0 +1,216 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/airlock-sandbox/airlock/runner"
+)
+
+type batchFlags struct {
+	run      runFlags
+	parallel int
+	out      string
+}
+
+func newBatchCmd(g *globals) *cobra.Command {
+	f := &batchFlags{}
+	cmd := &cobra.Command{
+		Use:   "batch JOBS.jsonl --out RESULTS.jsonl",
+		Short: "Run many jobs, in parallel, with a JSON result per job",
+		Long: `Run every job in JOBS.jsonl, --parallel at a time, and append one JSON
+result per job to --out as each finishes. A job is one JSON object per line:
+
+  {"id": "t1", "argv": ["python3", "-c", "print(6*7)"], "expected_stdout": "42\n",
+   "image": "NAME@sha256:…", "env": ["K=V"], "stdin": "text",
+   "inputs": [{"host": "./data", "sandbox": "/work/data"}],
+   "limits": {"timeout": "5s", "memory": "256MiB", "cpus": "1", "pids": 64, "output": "1MiB"}}
+
+Only id and argv are required; the run flags below are every job's defaults.
+Each result is the Result of 'airlock run --json' plus "job_id" and, when the
+job gave expected_stdout, "pass". A line that is not a valid job becomes a
+result with reason "error" and never stops the batch.
+
+Re-running the same command resumes: jobs whose id already has a result in
+--out are skipped. At the end a summary goes to stderr: counts by reason,
+pass and fail, and p50/p99 duration. airlock exits 0 once every job has a
+result, whatever the jobs did; 130 when interrupted (run it again to resume).`,
+		Example: `  airlock batch jobs.jsonl --out results.jsonl --parallel 4
+  airlock batch jobs.jsonl --out results.jsonl --parallel 4 --timeout 10s --memory 256MiB`,
+		Args: exactArgs(1, "give the jobs file"),
+		RunE: func(cmd *cobra.Command, args []string) error { return runBatch(cmd, g, f, args[0]) },
+	}
+	fl := cmd.Flags()
+	fl.IntVar(&f.parallel, "parallel", 1, "jobs to run at once")
+	fl.StringVar(&f.out, "out", "", "results file (JSON Lines), appended to; required")
+	cmd.MarkFlagRequired("out")
+	addRunFlags(cmd, &f.run)
+	return cmd
+}
+
+func runBatch(cmd *cobra.Command, g *globals, f *batchFlags, path string) error {
+	if f.parallel < 1 || f.parallel > 256 {
+		return usageError{fmt.Errorf("--parallel %d: use 1 to 256", f.parallel)}
+	}
+	in, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errdefs.ErrNotFound, err)
+	}
+	jobs, bad, err := runner.ParseJobs(in)
+	in.Close()
+	if err != nil {
+		return fmt.Errorf("%w: reading %s: %v", errdefs.ErrInvalidArgument, path, err)
+	}
+	done, err := doneIDs(f.out)
+	if err != nil {
+		return err
+	}
+	pol, err := f.run.policy()
+	if err != nil {
+		return err
+	}
+	base := runner.Spec{Image: f.run.image, Env: f.run.env, Policy: pol, Workdir: f.run.workdir, SeccompProfile: f.run.seccompProfile}
+	if err := f.run.files(&base); err != nil {
+		return err
+	}
+	eng, closeEngine, err := g.pickEngine(f.run.engine)
+	if err != nil {
+		return err
+	}
+	defer closeEngine()
+	r, err := runner.New(runner.WithRoot(g.root), runner.WithEngine(eng), runner.WithLogger(g.logger()))
+	if err != nil {
+		return err
+	}
+
+	out, err := os.OpenFile(f.out, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("%w: opening --out: %v", errdefs.ErrInvalidArgument, err)
+	}
+	defer out.Close()
+	w := bufio.NewWriter(out)
+	total := len(jobs) + len(bad)
+	var results []runner.BatchResult
+	failures := 0
+	bar := newBar(cmd.ErrOrStderr(), total-countDone(jobs, bad, done))
+	emit := func(br runner.BatchResult) {
+		b, _ := json.Marshal(br)
+		w.Write(append(b, '\n'))
+		w.Flush() // one whole line per job, so a resumed batch sees it
+		results = append(results, br)
+		if br.Reason != runner.ReasonExited || br.ExitCode != 0 || br.Pass != nil && !*br.Pass {
+			failures++
+		}
+		bar.Describe(fmt.Sprintf("%d not ok", failures))
+		bar.Add(1)
+	}
+	for _, b := range bad {
+		if !done[b.JobID] {
+			emit(b)
+		}
+	}
+	start := time.Now()
+	runErr := r.RunBatch(cmd.Context(), jobs, runner.BatchOptions{Parallel: f.parallel, Base: base, Skip: done}, emit)
+	bar.Finish()
+	if err := w.Flush(); err != nil {
+		return fmt.Errorf("writing results: %w", err)
+	}
+	if err := out.Sync(); err != nil {
+		return fmt.Errorf("writing results: %w", err)
+	}
+	printSummary(cmd.ErrOrStderr(), runner.Summarize(results), len(done), time.Since(start))
+	if runErr != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "airlock: batch interrupted; run the same command again to resume\n")
+		return &exitErr{code: exitKilled}
+	}
+	return nil
+}
+
+// doneIDs reads the ids that already have a result in the output file.
+func doneIDs(path string) (map[string]bool, error) {
+	done := map[string]bool{}
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return done, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading --out: %v", errdefs.ErrInvalidArgument, err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for sc.Scan() {
+		var line struct {
+			JobID string `json:"job_id"`
+		}
+		// A torn last line from an interrupted batch is not a result.
+		if json.Unmarshal(sc.Bytes(), &line) == nil && line.JobID != "" {
+			done[line.JobID] = true
+		}
+	}
+	return done, sc.Err()
+}
+
+func countDone(jobs []runner.Job, bad []runner.BatchResult, done map[string]bool) int {
+	n := 0
+	for _, j := range jobs {
+		if done[j.ID] {
+			n++
+		}
+	}
+	for _, b := range bad {
+		if done[b.JobID] {
+			n++
+		}
+	}
+	return n
+}
+
+// newBar shows done/total, rate, ETA and failures on a terminal, and
+// nothing elsewhere.
+func newBar(w io.Writer, total int) *progressbar.ProgressBar {
+	visible := false
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		visible = true
+	}
+	return progressbar.NewOptions(total,
+		progressbar.OptionSetWriter(w),
+		progressbar.OptionSetVisibility(visible),
+		progressbar.OptionShowCount(),
+		progressbar.OptionShowIts(),
+		progressbar.OptionSetItsString("jobs"),
+		progressbar.OptionSetPredictTime(true),
+		progressbar.OptionShowDescriptionAtLineEnd(),
+		progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionClearOnFinish(),
+	)
+}
+
+func printSummary(w io.Writer, s runner.Summary, skipped int, wall time.Duration) {
+	fmt.Fprintf(w, "%d jobs run in %.1fs (%d skipped as already done)\n", s.Jobs, wall.Seconds(), skipped)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "REASON\tJOBS")
+	reasons := make([]string, 0, len(s.ByReason))
+	for r := range s.ByReason {
+		reasons = append(reasons, string(r))
+	}
+	slices.Sort(reasons)
+	for _, r := range reasons {
+		fmt.Fprintf(tw, "%s\t%d\n", r, s.ByReason[runner.Reason(r)])
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "expected stdout: %d pass, %d fail; duration p50 %dms, p99 %dms\n", s.Passed, s.Failed, s.P50MS, s.P99MS)
+}

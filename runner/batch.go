@@ -1,0 +1,262 @@
+package runner
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/units"
+)
+
+// Job is one line of a batch file (JSON Lines).
+type Job struct {
+	ID    string   `json:"id"`
+	Argv  []string `json:"argv"`
+	Image string   `json:"image,omitempty"`
+	Env   []string `json:"env,omitempty"`
+	// Stdin is text fed to the program; empty means stdin is closed.
+	Stdin  string     `json:"stdin,omitempty"`
+	Inputs []JobInput `json:"inputs,omitempty"`
+	Limits JobLimits  `json:"limits,omitzero"`
+	// ExpectedStdout, when set, decides Pass: the program must exit 0 and
+	// print exactly this.
+	ExpectedStdout *string `json:"expected_stdout,omitempty"`
+}
+
+// JobInput is an Input in a batch file.
+type JobInput struct {
+	Host    string `json:"host"`
+	Sandbox string `json:"sandbox,omitempty"`
+}
+
+// JobLimits are a job's limits in the CLI's units; empty fields take the
+// batch's defaults.
+type JobLimits struct {
+	Timeout string `json:"timeout,omitempty"`
+	Memory  string `json:"memory,omitempty"`
+	CPUs    string `json:"cpus,omitempty"`
+	Pids    int64  `json:"pids,omitempty"`
+	Output  string `json:"output,omitempty"`
+}
+
+// BatchResult is one line of a batch's output: the job's id and its Result,
+// or why the job could not run.
+type BatchResult struct {
+	JobID string `json:"job_id"`
+	// Pass is set when the job gave an expected stdout.
+	Pass *bool `json:"pass,omitempty"`
+	Result
+}
+
+// BatchOptions shape a batch.
+type BatchOptions struct {
+	// Parallel is how many jobs run at once (default 1).
+	Parallel int
+	// Base is the spec every job starts from: policy, output settings.
+	Base Spec
+	// Skip holds job ids that already have a result (a resumed batch).
+	Skip map[string]bool
+}
+
+// ParseJobs reads a batch file. A line that is not a valid job does not
+// stop the others: it comes back as a BatchResult with Reason error and
+// ErrorKind invalid_input, in file order among the jobs.
+func ParseJobs(r io.Reader) ([]Job, []BatchResult, error) {
+	var jobs []Job
+	var bad []BatchResult
+	seen := map[string]bool{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 || line[0] == '#' {
+			continue
+		}
+		var j Job
+		dec := json.NewDecoder(bytes.NewReader(line))
+		dec.DisallowUnknownFields()
+		err := dec.Decode(&j)
+		switch {
+		case err != nil:
+			err = fmt.Errorf("line %d is not a job: %v", n, err)
+		case j.ID == "":
+			err = fmt.Errorf("line %d has no id", n)
+		case seen[j.ID]:
+			err = fmt.Errorf("line %d repeats id %q", n, j.ID)
+		case len(j.Argv) == 0:
+			err = fmt.Errorf("line %d (%q) has no argv", n, j.ID)
+		}
+		if err != nil {
+			id := j.ID
+			if id == "" || seen[id] {
+				id = fmt.Sprintf("line-%d", n)
+			}
+			bad = append(bad, BatchResult{JobID: id, Result: Result{Reason: ReasonError, ExitCode: -1, Error: err.Error(), ErrorKind: "invalid_input"}})
+			continue
+		}
+		seen[j.ID] = true
+		jobs = append(jobs, j)
+	}
+	return jobs, bad, sc.Err()
+}
+
+// spec turns a job into a Spec on top of the batch's base.
+func (j Job) spec(base Spec) (Spec, error) {
+	s := base
+	s.Argv, s.Env = j.Argv, j.Env
+	if j.Image != "" {
+		s.Image = j.Image
+	}
+	if j.Stdin != "" {
+		s.Stdin = strings.NewReader(j.Stdin)
+	}
+	for _, in := range j.Inputs {
+		s.Inputs = append(s.Inputs, Input{Host: in.Host, Sandbox: in.Sandbox})
+	}
+	l := &s.Policy.Limits
+	var err error
+	if j.Limits.Timeout != "" {
+		if l.Timeout, err = units.ParseDuration(j.Limits.Timeout); err != nil {
+			return s, err
+		}
+	}
+	if j.Limits.Memory != "" {
+		if l.Memory, err = units.ParseBytes(j.Limits.Memory); err != nil {
+			return s, err
+		}
+	}
+	if j.Limits.CPUs != "" {
+		if l.CPUs, err = units.ParseCPUs(j.Limits.CPUs); err != nil {
+			return s, err
+		}
+	}
+	if j.Limits.Output != "" {
+		if l.Output, err = units.ParseBytes(j.Limits.Output); err != nil {
+			return s, err
+		}
+	}
+	if j.Limits.Pids != 0 {
+		l.Pids = j.Limits.Pids
+	}
+	return s, nil
+}
+
+// RunBatch runs jobs, Parallel at a time, calling emit once per job as it
+// finishes (never concurrently). A job's failure, even an engine error, is
+// its own result; RunBatch stops early only when ctx is done.
+func (r *Runner) RunBatch(ctx context.Context, jobs []Job, opt BatchOptions, emit func(BatchResult)) error {
+	par := max(opt.Parallel, 1)
+	todo := make(chan Job)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range par {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range todo {
+				br := r.runJob(ctx, j, opt.Base)
+				mu.Lock()
+				emit(br)
+				mu.Unlock()
+			}
+		}()
+	}
+	var err error
+feed:
+	for _, j := range jobs {
+		if opt.Skip[j.ID] {
+			continue
+		}
+		select {
+		case todo <- j:
+		case <-ctx.Done():
+			err = ctx.Err()
+			break feed
+		}
+	}
+	close(todo)
+	wg.Wait()
+	return err
+}
+
+func (r *Runner) runJob(ctx context.Context, j Job, base Spec) BatchResult {
+	br := BatchResult{JobID: j.ID}
+	s, err := j.spec(base)
+	if err != nil {
+		err = fmt.Errorf("%w: job %q: %w", errdefs.ErrInvalidArgument, j.ID, err)
+	} else {
+		br.Result, err = r.Run(ctx, s)
+	}
+	if err != nil {
+		if br.Result.ID == "" {
+			br.Result = Result{Reason: ReasonError, ExitCode: -1}
+		}
+		br.Error, br.ErrorKind = err.Error(), ErrorKind(err)
+		return br
+	}
+	if j.ExpectedStdout != nil {
+		pass := br.Reason == ReasonExited && br.ExitCode == 0 && !br.Stdout.Truncated && string(br.Stdout.Head) == *j.ExpectedStdout
+		br.Pass = &pass
+	}
+	return br
+}
+
+// Summary counts a batch's results.
+type Summary struct {
+	Jobs     int            `json:"jobs"`
+	ByReason map[Reason]int `json:"by_reason"`
+	Passed   int            `json:"passed"`
+	Failed   int            `json:"failed"`
+	P50MS    int64          `json:"p50_ms"`
+	P99MS    int64          `json:"p99_ms"`
+	Wall     time.Duration  `json:"-"`
+}
+
+// Summarize counts results by reason, pass and fail, and duration
+// percentiles over the jobs that ran.
+func Summarize(results []BatchResult) Summary {
+	s := Summary{Jobs: len(results), ByReason: map[Reason]int{}}
+	var d []int64
+	for _, r := range results {
+		s.ByReason[r.Reason]++
+		if r.Pass != nil {
+			if *r.Pass {
+				s.Passed++
+			} else {
+				s.Failed++
+			}
+		}
+		if r.ID != "" && r.Reason != ReasonError {
+			d = append(d, r.DurationMS)
+		}
+	}
+	slices.Sort(d)
+	if len(d) > 0 {
+		s.P50MS = d[(len(d)*50+99)/100-1]
+		s.P99MS = d[(len(d)*99+99)/100-1]
+	}
+	return s
+}
+
+// ErrorKind names an error's class for JSON consumers: invalid_input,
+// not_found, unavailable or internal.
+func ErrorKind(err error) string {
+	switch {
+	case errdefs.IsInvalidArgument(err):
+		return "invalid_input"
+	case errdefs.IsNotFound(err):
+		return "not_found"
+	case errdefs.IsUnavailable(err):
+		return "unavailable"
+	}
+	return "internal"
+}

@@ -47,6 +47,10 @@ fuzz: ## Run each fuzz target for 30s
 	$(GO) test -run XXX -fuzz FuzzCheckName -fuzztime 30s ./artifacts/
 	$(GO) test -run XXX -fuzz FuzzUnpackLayer -fuzztime 60s -fuzzminimizetime 10x ./store/
 
+.PHONY: bench
+bench: setup ## airlock beside docker run: cold start, first byte, burst, flood, copy-out, batch
+	$(GO) run ./bench/all
+
 .PHONY: bench-start
 bench-start: setup ## Start-up latency: oci and docker engines beside bare runsc and docker run (30 runs each)
 	$(GO) run ./bench/start -n 30

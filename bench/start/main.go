@@ -13,13 +13,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/images"
 	"github.com/airlock-sandbox/airlock/internal/imagetest"
+	"github.com/airlock-sandbox/airlock/internal/timing"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/store"
 )
@@ -135,9 +135,8 @@ func run(n int) error {
 	fmt.Fprintln(tw, "scenario\tp50 ms\tp99 ms\tmean ms\t")
 	p50 := map[string]time.Duration{}
 	for _, s := range scenarios {
-		slices.Sort(s.took)
-		p50[s.name] = pct(s.took, 50)
-		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t\n", s.name, ms(pct(s.took, 50)), ms(pct(s.took, 99)), ms(mean(s.took)))
+		p50[s.name] = timing.Percentile(s.took, 50)
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t\n", s.name, timing.MS(p50[s.name]), timing.MS(timing.Percentile(s.took, 99)), timing.MS(timing.Mean(s.took)))
 	}
 	tw.Flush()
 	ratio := func(a, b string) float64 { return float64(p50[a]) / float64(p50[b]) }
@@ -145,18 +144,3 @@ func run(n int) error {
 		ratio(scenarios[0].name, bare.name), ratio(scenarios[0].name, scenarios[3].name), ratio(scenarios[2].name, scenarios[3].name))
 	return nil
 }
-
-func pct(d []time.Duration, p int) time.Duration {
-	i := (len(d)*p + 99) / 100
-	return d[max(0, min(len(d)-1, i-1))]
-}
-
-func mean(d []time.Duration) time.Duration {
-	var t time.Duration
-	for _, x := range d {
-		t += x
-	}
-	return t / time.Duration(len(d))
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

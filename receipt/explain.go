@@ -1,0 +1,93 @@
+package receipt
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Explain says, for people, what s claims and what a valid signature on it
+// does and does not prove. It does not verify s; call Verify first. Every
+// string from the receipt is quoted if it could disturb a terminal.
+func (s Signed) Explain() string {
+	r := s.Receipt
+	var b strings.Builder
+	line := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+
+	line("run %s ran image %s", show(r.RunID), show(r.Image))
+	if r.ImageManifest != "" {
+		line("  image manifest %s", show(r.ImageManifest))
+	}
+	flags := "no flags"
+	if len(r.RuntimeFlags) > 0 {
+		shown := make([]string, len(r.RuntimeFlags))
+		for i, f := range r.RuntimeFlags {
+			shown[i] = show(f)
+		}
+		flags = "flags " + strings.Join(shown, " ")
+	}
+	line("  under %s (%s %s, %s) on the %s engine", show(r.Isolation), show(r.Runtime), show(r.RuntimeVersion), flags, show(r.Engine))
+	line("  with policy %s and seccomp profile %s", digest(r.PolicySHA256), digest(r.SeccompSHA256))
+	l := r.Limits
+	line("  limits: timeout %dms, memory %d bytes, %d millicpus, %d pids, output %d bytes, tmp %d bytes",
+		l.TimeoutMS, l.MemoryBytes, l.MilliCPUs, l.Pids, l.OutputBytes, l.TmpBytes)
+	line("  argv %s", digest(r.ArgvSHA256))
+	files(&b, "input", r.Inputs)
+	line("  stdout %s (%s)", digest(r.Stdout.SHA256), streamSize(r.Stdout))
+	line("  stderr %s (%s)", digest(r.Stderr.SHA256), streamSize(r.Stderr))
+	files(&b, "artifact", r.Artifacts)
+	line("  ended %s (exit code %d) at %s, started %s", show(r.Reason), r.ExitCode, stamp(r.FinishedAt), stamp(r.StartedAt))
+	line("  issued by airlock %s, signed by key %s", show(r.AirlockVersion), show(s.KeyID))
+	line("A valid signature proves: an airlock holding key %s issued this", show(s.KeyID))
+	line("  account, and nothing in it has changed since.")
+	line("It does not prove: that the host, the runtime or airlock itself was")
+	line("  uncompromised, nor that the key is one you trust (compare the key ID")
+	line("  with the one you expect).")
+	return b.String()
+}
+
+func files(b *strings.Builder, noun string, list []File) {
+	if len(list) != 1 {
+		noun += "s"
+	}
+	fmt.Fprintf(b, "  %d %s\n", len(list), noun)
+	for _, f := range list {
+		fmt.Fprintf(b, "    %s %s (%d bytes)\n", show(f.Path), digest(f.SHA256), f.Size)
+	}
+}
+
+func streamSize(s Stream) string {
+	if s.Truncated {
+		return fmt.Sprintf("%d bytes, truncated", s.Bytes)
+	}
+	return fmt.Sprintf("%d bytes", s.Bytes)
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "an unrecorded time"
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+// digest shows a hex sha256 as "sha256:…".
+func digest(h string) string {
+	if h == "" {
+		return "(not recorded)"
+	}
+	return "sha256:" + show(h)
+}
+
+// show returns s as is when it is plain printable ASCII, else quoted.
+func show(s string) string {
+	if s == "" {
+		return `""`
+	}
+	for i := range len(s) {
+		if c := s[i]; c <= ' ' || c >= 0x7f || c == '"' || c == '\\' {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}

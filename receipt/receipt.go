@@ -1,0 +1,277 @@
+package receipt
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/isolation"
+)
+
+// Version is the receipt format this package writes and accepts.
+const Version = 1
+
+var (
+	// ErrBadSignature is wrapped when a signature does not match the receipt.
+	ErrBadSignature = errors.New("bad receipt signature")
+	// ErrUntrustedKey is wrapped when a receipt is signed by a key other than
+	// the trusted one.
+	ErrUntrustedKey = errors.New("receipt signed by an untrusted key")
+	// ErrInvalid is wrapped when a receipt or its envelope is malformed.
+	ErrInvalid = errors.New("invalid receipt")
+)
+
+// Receipt says what ran, where, under which policy, on what, and what came
+// out.
+type Receipt struct {
+	Version int    `json:"version"`
+	RunID   string `json:"run_id"`
+	// Image is the image ID that ran ("sha256:…").
+	Image string `json:"image"`
+	// ImageManifest is the manifest digest ("sha256:…"), when known.
+	ImageManifest string `json:"image_manifest,omitempty"`
+	// Engine is "oci" or "docker".
+	Engine string `json:"engine"`
+	// Runtime is "runsc" or "runc".
+	Runtime        string   `json:"runtime"`
+	RuntimeVersion string   `json:"runtime_version"`
+	RuntimeFlags   []string `json:"runtime_flags"`
+	Isolation      string   `json:"isolation"`
+	// SeccompSHA256 is the hex sha256 of the seccomp profile applied.
+	SeccompSHA256 string `json:"seccomp_profile_sha256"`
+	// PolicySHA256 is Hash of the effective policy.
+	PolicySHA256 string `json:"policy_sha256"`
+	Limits       Limits `json:"limits"`
+	// ArgvSHA256 is Hash of the argv.
+	ArgvSHA256 string `json:"argv_sha256"`
+	Inputs     []File `json:"inputs"`
+	Stdout     Stream `json:"stdout"`
+	Stderr     Stream `json:"stderr"`
+	Artifacts  []File `json:"artifacts"`
+	// Reason is why the run ended (runner.Reason).
+	Reason         string    `json:"reason"`
+	ExitCode       int       `json:"exit_code"`
+	AirlockVersion string    `json:"airlock_version"`
+	StartedAt      time.Time `json:"started_at"`
+	FinishedAt     time.Time `json:"finished_at"`
+}
+
+// File is one input or artifact.
+type File struct {
+	// Path is relative to its directory, with '/' separators.
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// Stream is what the program wrote to stdout or stderr.
+type Stream struct {
+	// SHA256 is the hex sha256 of the bytes captured.
+	SHA256 string `json:"sha256"`
+	// Bytes is how many bytes the program wrote in total.
+	Bytes     int64 `json:"bytes"`
+	Truncated bool  `json:"truncated"`
+}
+
+// Limits is the effective policy's limits, in integer units.
+type Limits struct {
+	TimeoutMS   int64 `json:"timeout_ms"`
+	MemoryBytes int64 `json:"memory_bytes"`
+	MilliCPUs   int64 `json:"milli_cpus"`
+	Pids        int64 `json:"pids"`
+	OutputBytes int64 `json:"output_bytes"`
+	TmpBytes    int64 `json:"tmp_bytes"`
+}
+
+// LimitsOf converts a policy's limits.
+func LimitsOf(l isolation.Limits) Limits {
+	return Limits{
+		TimeoutMS:   l.Timeout.Milliseconds(),
+		MemoryBytes: int64(l.Memory),
+		MilliCPUs:   int64(l.CPUs),
+		Pids:        l.Pids,
+		OutputBytes: int64(l.Output),
+		TmpBytes:    int64(l.Tmp),
+	}
+}
+
+// Signed is a receipt with its signature.
+type Signed struct {
+	Receipt Receipt `json:"receipt"`
+	// KeyID is KeyID(PublicKey).
+	KeyID string `json:"key_id"`
+	// PublicKey is the ed25519 key that signed.
+	PublicKey []byte `json:"public_key"`
+	// Signature is over Canonical(Receipt).
+	Signature []byte `json:"signature"`
+}
+
+// KeyID returns the hex of the first 16 bytes of the key's sha256.
+func KeyID(pub ed25519.PublicKey) string {
+	sum := sha256.Sum256(pub)
+	return hex.EncodeToString(sum[:16])
+}
+
+// Sign signs r. A zero Version becomes Version, and the times become UTC so
+// that the receipt reads back equal.
+func Sign(key ed25519.PrivateKey, r Receipt) (Signed, error) {
+	if len(key) != ed25519.PrivateKeySize {
+		return Signed{}, fmt.Errorf("signing receipt %q: private key is %d bytes, want %d", r.RunID, len(key), ed25519.PrivateKeySize)
+	}
+	if r.Version == 0 {
+		r.Version = Version
+	}
+	r.StartedAt = r.StartedAt.UTC()
+	r.FinishedAt = r.FinishedAt.UTC()
+	if err := check(r); err != nil {
+		return Signed{}, fmt.Errorf("signing receipt %q: %w", r.RunID, err)
+	}
+	msg, err := Canonical(r)
+	if err != nil {
+		return Signed{}, fmt.Errorf("signing receipt %q: %w", r.RunID, err)
+	}
+	pub := key.Public().(ed25519.PublicKey)
+	return Signed{
+		Receipt:   r,
+		KeyID:     KeyID(pub),
+		PublicKey: bytes.Clone(pub),
+		Signature: ed25519.Sign(key, msg),
+	}, nil
+}
+
+// Verify checks that s.Signature is s.PublicKey's signature over
+// Canonical(s.Receipt), that KeyID matches the key and that the receipt is
+// well formed. If trusted is non-nil the embedded key must be trusted;
+// without it, Verify proves only that whoever holds the embedded key signed.
+func Verify(s Signed, trusted ed25519.PublicKey) error {
+	id := s.Receipt.RunID
+	if len(s.PublicKey) != ed25519.PublicKeySize {
+		return fmt.Errorf("verifying receipt %q: %w: public key is %d bytes, want %d", id, ErrInvalid, len(s.PublicKey), ed25519.PublicKeySize)
+	}
+	if trusted != nil && !bytes.Equal(s.PublicKey, trusted) {
+		return fmt.Errorf("verifying receipt %q: %w: signed by key %s, trusted key is %s", id, ErrUntrustedKey, KeyID(s.PublicKey), KeyID(trusted))
+	}
+	if want := KeyID(s.PublicKey); s.KeyID != want {
+		return fmt.Errorf("verifying receipt %q: %w: key_id %q does not match the public key (%s)", id, ErrInvalid, s.KeyID, want)
+	}
+	msg, err := Canonical(s.Receipt)
+	if err != nil {
+		return fmt.Errorf("verifying receipt %q: %w", id, err)
+	}
+	if !ed25519.Verify(s.PublicKey, msg, s.Signature) {
+		return fmt.Errorf("verifying receipt %q: %w", id, ErrBadSignature)
+	}
+	if err := check(s.Receipt); err != nil {
+		return fmt.Errorf("verifying receipt %q: %w", id, err)
+	}
+	return nil
+}
+
+// check is the sanity check both Sign and Verify apply.
+func check(r Receipt) error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...))
+	}
+	if r.Version != Version {
+		bad("version %d, want %d", r.Version, Version)
+	}
+	if r.RunID == "" {
+		bad("empty run_id")
+	}
+	if !isDigest(r.Image) {
+		bad("image %q is not sha256:<64 hex>", r.Image)
+	}
+	if r.ImageManifest != "" && !isDigest(r.ImageManifest) {
+		bad("image_manifest %q is not sha256:<64 hex>", r.ImageManifest)
+	}
+	hashes := []struct{ name, v string }{
+		{"seccomp_profile_sha256", r.SeccompSHA256},
+		{"policy_sha256", r.PolicySHA256},
+		{"argv_sha256", r.ArgvSHA256},
+		{"stdout.sha256", r.Stdout.SHA256},
+		{"stderr.sha256", r.Stderr.SHA256},
+	}
+	for _, h := range hashes {
+		if h.v != "" && !isHex64(h.v) {
+			bad("%s %q is not 64 lowercase hex", h.name, h.v)
+		}
+	}
+	if r.Stdout.Bytes < 0 || r.Stderr.Bytes < 0 {
+		bad("negative stream size")
+	}
+	for _, set := range []struct {
+		name  string
+		files []File
+	}{{"inputs", r.Inputs}, {"artifacts", r.Artifacts}} {
+		for i, f := range set.files {
+			if f.SHA256 != "" && !isHex64(f.SHA256) {
+				bad("%s[%d] %q: sha256 %q is not 64 lowercase hex", set.name, i, f.Path, f.SHA256)
+			}
+			if f.Size < 0 {
+				bad("%s[%d] %q: negative size", set.name, i, f.Path)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func isDigest(s string) bool {
+	hexPart, ok := strings.CutPrefix(s, "sha256:")
+	return ok && isHex64(hexPart)
+}
+
+func isHex64(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := range len(s) {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// maxRead caps what Read accepts.
+const maxRead = 64 << 20
+
+// Read decodes one signed receipt. Unknown fields and trailing data are
+// errors. Read does not verify; call Verify.
+func Read(r io.Reader) (Signed, error) {
+	data, err := io.ReadAll(io.LimitReader(r, maxRead+1))
+	if err != nil {
+		return Signed{}, fmt.Errorf("reading receipt: %w", err)
+	}
+	if len(data) > maxRead {
+		return Signed{}, fmt.Errorf("reading receipt: %w: larger than %d bytes", ErrInvalid, maxRead)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var s Signed
+	if err := dec.Decode(&s); err != nil {
+		return Signed{}, fmt.Errorf("reading receipt: %w: %w", ErrInvalid, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Signed{}, fmt.Errorf("reading receipt: %w: trailing data", ErrInvalid)
+	}
+	return s, nil
+}
+
+// Write encodes s as indented JSON with a final newline.
+func (s Signed) Write(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(s); err != nil {
+		return fmt.Errorf("writing receipt %q: %w", s.Receipt.RunID, err)
+	}
+	return nil
+}

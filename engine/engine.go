@@ -87,6 +87,13 @@ func Binds(ms []Mount) []isolation.Bind {
 	return out
 }
 
+// Runtime names the OCI runtime a mode runs on, for receipts.
+type Runtime struct {
+	Name    string
+	Version string
+	Flags   []string
+}
+
 // Engine runs jobs.
 type Engine interface {
 	// Name is the engine's name as shown in results ("docker").
@@ -96,4 +103,6 @@ type Engine interface {
 	Check(ctx context.Context, j *Job) error
 	// Run runs the job to its end. Timeout starts when the program starts.
 	Run(ctx context.Context, j *Job) (Exit, error)
+	// Runtime describes the runtime a mode runs on.
+	Runtime(ctx context.Context, m isolation.Mode) Runtime
 }

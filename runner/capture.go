@@ -1,8 +1,11 @@
 package runner
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
+	"hash"
 	"io"
 	"sync"
 	"unicode/utf8"
@@ -18,6 +21,7 @@ const maxTail = 64 << 10
 // counting) until the sandbox is gone.
 type capture struct {
 	mu      sync.Mutex
+	sum     hash.Hash // of every byte, kept or not
 	limit   int64
 	head    []byte
 	tail    []byte // ring buffer, len == cap once full
@@ -30,13 +34,14 @@ type capture struct {
 
 func newCapture(limit int64, live io.Writer, over func()) *capture {
 	tailCap := min(limit, maxTail)
-	return &capture{limit: limit, head: make([]byte, 0, min(limit, 64<<10)), tail: make([]byte, 0, tailCap), live: live, over: over}
+	return &capture{sum: sha256.New(), limit: limit, head: make([]byte, 0, min(limit, 64<<10)), tail: make([]byte, 0, tailCap), live: live, over: over}
 }
 
 func (c *capture) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	n := len(p)
 	c.total += int64(n)
+	c.sum.Write(p)
 	if room := c.limit - int64(len(c.head)); room > 0 {
 		take := p[:min(int64(len(p)), room)]
 		c.head = append(c.head, take...)
@@ -94,12 +99,14 @@ type Stream struct {
 	Bytes int64
 	// Truncated is set when Bytes passed the cap.
 	Truncated bool
+	// SHA256 is the hex sha256 of all Bytes, including those not kept.
+	SHA256 string
 }
 
 func (c *capture) stream() Stream {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := Stream{Head: append([]byte{}, c.head...), Bytes: c.total, Truncated: c.total > c.limit}
+	s := Stream{Head: append([]byte{}, c.head...), Bytes: c.total, Truncated: c.total > c.limit, SHA256: hex.EncodeToString(c.sum.Sum(nil))}
 	if s.Truncated {
 		s.Tail = append(append([]byte{}, c.tail[c.tailPos:]...), c.tail[:c.tailPos]...)
 	}
@@ -110,7 +117,7 @@ func (c *capture) stream() Stream {
 // truncated, "tail"|"tail_base64" and "omitted_bytes". Captured bytes that
 // are not UTF-8 go out as base64, exactly.
 func (s Stream) MarshalJSON() ([]byte, error) {
-	out := map[string]any{"bytes": s.Bytes, "truncated": s.Truncated}
+	out := map[string]any{"bytes": s.Bytes, "truncated": s.Truncated, "sha256": s.SHA256}
 	put(out, "text", "base64", s.Head, s.Truncated, false)
 	if s.Truncated {
 		put(out, "tail", "tail_base64", s.Tail, false, true)
@@ -128,11 +135,12 @@ func (s *Stream) UnmarshalJSON(b []byte) error {
 		TailBase64 []byte  `json:"tail_base64"`
 		Bytes      int64   `json:"bytes"`
 		Truncated  bool    `json:"truncated"`
+		SHA256     string  `json:"sha256"`
 	}
 	if err := json.Unmarshal(b, &in); err != nil {
 		return err
 	}
-	*s = Stream{Head: in.Base64, Tail: in.TailBase64, Bytes: in.Bytes, Truncated: in.Truncated}
+	*s = Stream{Head: in.Base64, Tail: in.TailBase64, Bytes: in.Bytes, Truncated: in.Truncated, SHA256: in.SHA256}
 	// base64, when present, holds the exact bytes.
 	if in.Base64 == nil && in.Text != nil {
 		s.Head = []byte(*in.Text)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/artifacts"
 	"github.com/airlock-sandbox/airlock/isolation"
+	"github.com/airlock-sandbox/airlock/receipt"
 )
 
 // Reason is why a run ended. The values are stable: scripts match on them.
@@ -61,6 +62,8 @@ type Result struct {
 	// ErrorKind classifies Error: invalid_input, not_found, unavailable or
 	// internal.
 	ErrorKind string `json:"error_kind,omitempty"`
+	// Receipt is the signed evidence of the run; see `airlock receipt verify`.
+	Receipt *receipt.Signed `json:"receipt,omitempty"`
 }
 
 // Limits is the effective policy's limits, in plain units for JSON.

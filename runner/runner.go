@@ -14,6 +14,7 @@ package runner
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -25,6 +26,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -34,6 +36,7 @@ import (
 	"github.com/airlock-sandbox/airlock/engine/docker"
 	"github.com/airlock-sandbox/airlock/images"
 	"github.com/airlock-sandbox/airlock/isolation"
+	"github.com/airlock-sandbox/airlock/receipt"
 	"github.com/airlock-sandbox/airlock/seccomp"
 	"github.com/airlock-sandbox/airlock/units"
 )
@@ -121,9 +124,14 @@ func (o Output) withDefaults() Output {
 
 // Runner runs specs on one engine.
 type Runner struct {
-	root   string
-	engine engine.Engine
-	log    *slog.Logger
+	root    string
+	engine  engine.Engine
+	log     *slog.Logger
+	version string
+
+	keyOnce sync.Once
+	key     ed25519.PrivateKey
+	keyErr  error
 }
 
 // Option configures a Runner.
@@ -135,12 +143,15 @@ func WithRoot(dir string) Option { return func(r *Runner) { r.root = dir } }
 // WithEngine sets the engine; the default is Docker.
 func WithEngine(e engine.Engine) Option { return func(r *Runner) { r.engine = e } }
 
+// WithVersion sets the airlock version recorded in receipts.
+func WithVersion(v string) Option { return func(r *Runner) { r.version = v } }
+
 // WithLogger sets the logger; the default discards.
 func WithLogger(l *slog.Logger) Option { return func(r *Runner) { r.log = l } }
 
 // New returns a Runner.
 func New(opts ...Option) (*Runner, error) {
-	r := &Runner{root: DefaultRoot, log: slog.New(slog.DiscardHandler)}
+	r := &Runner{root: DefaultRoot, log: slog.New(slog.DiscardHandler), version: "dev"}
 	for _, o := range opts {
 		o(r)
 	}
@@ -249,6 +260,10 @@ func (r *Runner) Run(ctx context.Context, s Spec) (Result, error) {
 	}
 	res.StartedAt, res.FinishedAt = exit.Started, exit.Finished
 	res.DurationMS = exit.Finished.Sub(exit.Started).Milliseconds()
+	if res.Receipt, err = r.sign(ctx, job, s, res, sc.inputs); err != nil {
+		res.Reason, res.Error = ReasonError, err.Error()
+		return res, err
+	}
 	r.log.Info("run ended", "sandbox_id", job.ID, "image_digest", job.Image.String(), "reason", res.Reason, "exit_code", res.ExitCode)
 	return res, nil
 }
@@ -434,4 +449,79 @@ func cmpOr(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// sign makes the run's receipt and signs it with the key under the root,
+// created on first use.
+func (r *Runner) sign(ctx context.Context, job *engine.Job, s Spec, res Result, inputs []receipt.File) (*receipt.Signed, error) {
+	r.keyOnce.Do(func() { r.key, r.keyErr = receipt.LoadOrCreateKey(filepath.Join(r.root, "keys")) })
+	if r.keyErr != nil {
+		return nil, fmt.Errorf("%w: receipt key: %v", errdefs.ErrUnavailable, r.keyErr)
+	}
+	pol := job.Policy
+	policyHash, err := receipt.Hash(struct {
+		Isolation  isolation.Mode `json:"isolation"`
+		Limits     receipt.Limits `json:"limits"`
+		UID        uint32         `json:"uid"`
+		GID        uint32         `json:"gid"`
+		Hostname   string         `json:"hostname"`
+		Seccomp    string         `json:"seccomp_profile_sha256"`
+		Output     Output         `json:"output"`
+		InputLimit units.Bytes    `json:"input_limit"`
+		Mounts     []string       `json:"mounts"`
+		Workdir    string         `json:"workdir"`
+		FileSize   units.Bytes    `json:"file_size"`
+	}{pol.Isolation, receipt.LimitsOf(pol.Limits), pol.UID, pol.GID, pol.Hostname, pol.Seccomp.SHA256, s.Output, s.InputLimit, mountTargets(job.Mounts), s.Workdir, pol.Limits.FileSize})
+	if err != nil {
+		return nil, err
+	}
+	argvHash, err := receipt.Hash(job.Argv)
+	if err != nil {
+		return nil, err
+	}
+	rt := r.engine.Runtime(ctx, pol.Isolation)
+	rec := receipt.Receipt{
+		RunID:          res.ID,
+		Image:          res.Image,
+		Engine:         res.Engine,
+		Runtime:        rt.Name,
+		RuntimeVersion: rt.Version,
+		RuntimeFlags:   rt.Flags,
+		Isolation:      res.Isolation,
+		SeccompSHA256:  res.Seccomp,
+		PolicySHA256:   policyHash,
+		Limits:         receipt.LimitsOf(pol.Limits),
+		ArgvSHA256:     argvHash,
+		Inputs:         append([]receipt.File{}, inputs...),
+		Stdout:         receipt.Stream{SHA256: res.Stdout.SHA256, Bytes: res.Stdout.Bytes, Truncated: res.Stdout.Truncated},
+		Stderr:         receipt.Stream{SHA256: res.Stderr.SHA256, Bytes: res.Stderr.Bytes, Truncated: res.Stderr.Truncated},
+		Artifacts:      []receipt.File{},
+		Reason:         string(res.Reason),
+		ExitCode:       res.ExitCode,
+		AirlockVersion: r.version,
+		StartedAt:      res.StartedAt,
+		FinishedAt:     res.FinishedAt,
+	}
+	for _, a := range res.Artifacts {
+		rec.Artifacts = append(rec.Artifacts, receipt.File{Path: a.Path, Size: a.Size, SHA256: a.SHA256})
+	}
+	signed, err := receipt.Sign(r.key, rec)
+	if err != nil {
+		return nil, fmt.Errorf("%w: signing the receipt: %v", errdefs.ErrInternal, err)
+	}
+	return &signed, nil
+}
+
+// mountTargets describes the binds by where they appear, not by the
+// run's host paths, so the same policy hashes the same in every run.
+func mountTargets(ms []engine.Mount) []string {
+	out := []string{}
+	for _, m := range ms {
+		mode := "rw"
+		if m.ReadOnly {
+			mode = "ro"
+		}
+		out = append(out, m.Target+":"+mode)
+	}
+	return out
 }

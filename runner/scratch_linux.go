@@ -1,6 +1,8 @@
 package runner
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/receipt"
 )
 
 // scratch is one run's host-side directories under <root>/runs/<id>: the
@@ -22,6 +25,8 @@ type scratch struct {
 	dir    string
 	out    string // the mounted tmpfs, "" when the output directory is off
 	mounts []engine.Mount
+	// inputs lists every staged input file, by sandbox path, for receipts.
+	inputs []receipt.File
 }
 
 // prepareScratch stages inputs and mounts the output tmpfs. On error it
@@ -95,7 +100,7 @@ func (sc *scratch) stageInputs(inputs []Input, limit int64) error {
 		if src, err = filepath.EvalSymlinks(src); err != nil {
 			return fmt.Errorf("%w: --input %q: %v", errdefs.ErrNotFound, in.Host, err)
 		}
-		if err := copyTree(src, dst, &total, limit); err != nil {
+		if err := sc.copyTree(src, dst, in.Sandbox, &total, limit); err != nil {
 			return fmt.Errorf("--input %q: %w", in.Host, err)
 		}
 		sc.mounts = append(sc.mounts, engine.Mount{Source: dst, Target: in.Sandbox, ReadOnly: true})
@@ -103,7 +108,7 @@ func (sc *scratch) stageInputs(inputs []Input, limit int64) error {
 	return nil
 }
 
-func copyTree(src, dst string, total *int64, limit int64) error {
+func (sc *scratch) copyTree(src, dst, sandbox string, total *int64, limit int64) error {
 	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return fmt.Errorf("%w: reading %q: %v", errdefs.ErrNotFound, p, err)
@@ -129,28 +134,35 @@ func copyTree(src, dst string, total *int64, limit int64) error {
 		if fi.Mode().Perm()&0o111 != 0 {
 			mode = 0o755
 		}
-		return copyFile(p, target, mode)
+		sum, err := copyFile(p, target, mode)
+		if err == nil {
+			sc.inputs = append(sc.inputs, receipt.File{Path: path.Join(sandbox, filepath.ToSlash(rel)), Size: fi.Size(), SHA256: sum})
+		}
+		return err
 	})
 }
 
-func copyFile(src, dst string, mode os.FileMode) error {
+// copyFile copies src to a new file dst and returns the hex sha256 of what
+// it copied.
+func copyFile(src, dst string, mode os.FileMode) (string, error) {
 	in, err := os.OpenFile(src, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
-		return fmt.Errorf("%w: %v", errdefs.ErrNotFound, err)
+		return "", fmt.Errorf("%w: %v", errdefs.ErrNotFound, err)
 	}
 	defer in.Close()
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 	if err != nil {
-		return err
+		return "", err
 	}
-	_, err = io.Copy(out, in)
+	h := sha256.New()
+	_, err = io.Copy(io.MultiWriter(out, h), in)
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil {
 		err = os.Chmod(dst, mode)
 	}
-	return err
+	return hex.EncodeToString(h.Sum(nil)), err
 }
 
 // cleanup unmounts the output tmpfs and removes the run directory.

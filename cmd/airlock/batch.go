@@ -91,7 +91,7 @@ func runBatch(cmd *cobra.Command, g *globals, f *batchFlags, path string) error 
 		return err
 	}
 	defer closeEngine()
-	r, err := runner.New(runner.WithRoot(g.root), runner.WithEngine(eng), runner.WithLogger(g.logger()))
+	r, err := runner.New(runner.WithRoot(g.root), runner.WithEngine(eng), runner.WithLogger(g.logger()), runner.WithVersion(version))
 	if err != nil {
 		return err
 	}

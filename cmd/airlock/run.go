@@ -164,7 +164,7 @@ func runOnce(cmd *cobra.Command, g *globals, f *runFlags, argv []string) (runner
 		return runner.Result{}, err
 	}
 	defer closeEngine()
-	r, err := runner.New(runner.WithRoot(g.root), runner.WithEngine(eng), runner.WithLogger(g.logger()))
+	r, err := runner.New(runner.WithRoot(g.root), runner.WithEngine(eng), runner.WithLogger(g.logger()), runner.WithVersion(version))
 	if err != nil {
 		return runner.Result{}, err
 	}

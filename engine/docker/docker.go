@@ -355,3 +355,22 @@ func hostPids(p isolation.Policy) int64 {
 	}
 	return p.Limits.Pids
 }
+
+// Runtime implements engine.Engine: the binary and flags dockerd has
+// registered for the mode, and dockerd's own version.
+func (e *Engine) Runtime(ctx context.Context, m isolation.Mode) engine.Runtime {
+	rt := engine.Runtime{Name: isolation.DockerRuntimes[m], Version: "unknown", Flags: []string{}}
+	info, err := e.cli.Info(ctx)
+	if err != nil {
+		return rt
+	}
+	path := rt.Name
+	if r, ok := info.Runtimes[rt.Name]; ok {
+		if r.Path != "" {
+			path = r.Path
+		}
+		rt.Flags = append(rt.Flags, r.Args...)
+	}
+	rt.Version = engine.BinaryVersion(ctx, path) + ", via dockerd " + info.ServerVersion
+	return rt
+}

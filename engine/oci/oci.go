@@ -369,3 +369,12 @@ func unmount(path string, log *slog.Logger) {
 		log.Warn("unmounting", "path", path, "err", err)
 	}
 }
+
+// Runtime implements engine.Engine.
+func (e *Engine) Runtime(ctx context.Context, m isolation.Mode) engine.Runtime {
+	if m == isolation.Seccomp {
+		return engine.Runtime{Name: "runc", Version: engine.BinaryVersion(ctx, e.runc), Flags: []string{}}
+	}
+	// Every run carries a seccomp profile, so runsc always gets --oci-seccomp.
+	return engine.Runtime{Name: "runsc", Version: engine.BinaryVersion(ctx, e.runsc), Flags: []string{"--network=none", "--oci-seccomp"}}
+}

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/containerd/errdefs"
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-sandbox/airlock/receipt"
+)
+
+// exitBadReceipt is airlock's exit code when a receipt does not verify.
+const exitBadReceipt = 65 // EX_DATAERR
+
+func newReceiptCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "receipt",
+		Short: "Verify the signed receipts airlock puts in every result",
+	}
+	var keyFile string
+	verify := &cobra.Command{
+		Use:   "verify FILE",
+		Short: "Check a receipt's signature and say what it proves",
+		Long: `Verify the receipt in FILE: the output of 'airlock run --json', one line of
+'airlock batch' results, or a bare signed receipt. The signature must match,
+and by default the signing key must be this host's (under --root/keys);
+--key PUBKEY trusts another host's key instead (the base64 public_key from
+one of its receipts). Exits 0 when the receipt verifies, 65 when it does not.`,
+		Args: exactArgs(1, "give the file holding the receipt"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, err := os.ReadFile(args[0])
+			if err != nil {
+				return fmt.Errorf("%w: %v", errdefs.ErrNotFound, err)
+			}
+			signed, err := extractReceipt(b)
+			if err != nil {
+				return err
+			}
+			trusted, err := trustedKey(g.root, keyFile)
+			if err != nil {
+				return err
+			}
+			if err := receipt.Verify(signed, trusted); err != nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "airlock: receipt does NOT verify: %v\n", err)
+				return &exitErr{code: exitBadReceipt}
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), signed.Explain())
+			return nil
+		},
+	}
+	verify.Flags().StringVar(&keyFile, "key", "", "trust this public key (base64, or a file holding it) instead of this host's")
+	cmd.AddCommand(verify)
+	return cmd
+}
+
+// extractReceipt finds the signed receipt in a Result, a batch line, or a
+// bare receipt.
+func extractReceipt(b []byte) (receipt.Signed, error) {
+	var wrapper struct {
+		Receipt json.RawMessage `json:"receipt"`
+	}
+	if err := json.Unmarshal(b, &wrapper); err != nil {
+		return receipt.Signed{}, fmt.Errorf("%w: not a JSON object: %v", errdefs.ErrInvalidArgument, err)
+	}
+	// A bare receipt has "receipt" holding the receipt body, beside
+	// "signature"; a Result has "receipt" holding the whole signed receipt.
+	var probe struct {
+		Signature []byte `json:"signature"`
+	}
+	json.Unmarshal(b, &probe)
+	if len(probe.Signature) == 0 && len(wrapper.Receipt) > 0 {
+		b = wrapper.Receipt
+	}
+	s, err := receipt.Read(bytes.NewReader(b))
+	if err != nil {
+		return receipt.Signed{}, fmt.Errorf("%w: no receipt found: %v", errdefs.ErrInvalidArgument, err)
+	}
+	return s, nil
+}
+
+func trustedKey(root, flag string) (ed25519.PublicKey, error) {
+	if flag != "" {
+		v := flag
+		if b, err := os.ReadFile(flag); err == nil {
+			v = string(bytes.TrimSpace(b))
+		}
+		var pub []byte
+		if err := json.Unmarshal([]byte(`"`+v+`"`), &pub); err != nil || len(pub) != ed25519.PublicKeySize {
+			return nil, usageError{fmt.Errorf("--key: want a base64 ed25519 public key (32 bytes), as in a receipt's public_key")}
+		}
+		return pub, nil
+	}
+	if _, err := os.Stat(filepath.Join(root, "keys", receipt.KeyFile)); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: this host has no receipt key under %s; pass --key with the signer's public key", errdefs.ErrNotFound, filepath.Join(root, "keys"))
+	}
+	key, err := receipt.LoadOrCreateKey(filepath.Join(root, "keys"))
+	if err != nil {
+		return nil, err
+	}
+	return key.Public().(ed25519.PublicKey), nil
+}

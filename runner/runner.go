@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
 
 	"github.com/airlock-sandbox/airlock/artifacts"
 	"github.com/airlock-sandbox/airlock/engine"
@@ -38,6 +39,7 @@ import (
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/receipt"
 	"github.com/airlock-sandbox/airlock/seccomp"
+	"github.com/airlock-sandbox/airlock/store"
 	"github.com/airlock-sandbox/airlock/units"
 )
 
@@ -483,6 +485,7 @@ func (r *Runner) sign(ctx context.Context, job *engine.Job, s Spec, res Result, 
 	rec := receipt.Receipt{
 		RunID:          res.ID,
 		Image:          res.Image,
+		ImageManifest:  r.manifestOf(job.Image),
 		Engine:         res.Engine,
 		Runtime:        rt.Name,
 		RuntimeVersion: rt.Version,
@@ -524,4 +527,23 @@ func mountTargets(ms []engine.Mount) []string {
 		out = append(out, m.Target+":"+mode)
 	}
 	return out
+}
+
+// manifestOf finds the image's manifest digest in airlock's store; empty
+// when the store does not hold it.
+func (r *Runner) manifestOf(id digest.Digest) string {
+	st, err := store.Open(filepath.Join(r.root, "store"))
+	if err != nil {
+		return ""
+	}
+	entries, err := st.List()
+	if err != nil {
+		return ""
+	}
+	for _, e := range entries {
+		if e.ID == id {
+			return e.Manifest.String()
+		}
+	}
+	return ""
 }

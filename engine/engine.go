@@ -106,3 +106,13 @@ type Engine interface {
 	// Runtime describes the runtime a mode runs on.
 	Runtime(ctx context.Context, m isolation.Mode) Runtime
 }
+
+// Reaper is an engine that can find and remove what a run left behind when
+// its airlock process died.
+type Reaper interface {
+	// Leftovers lists the run ids the engine still holds resources for.
+	Leftovers(ctx context.Context) ([]string, error)
+	// Reap removes everything the engine holds for the run. Removing what
+	// is already gone is not an error.
+	Reap(ctx context.Context, id string) error
+}

@@ -203,7 +203,7 @@ func (r *Runner) Run(ctx context.Context, s Spec) (Result, error) {
 	if err := r.engine.Check(ctx, job); err != nil {
 		return Result{}, err
 	}
-	sc, err := prepareScratch(r.root, job.ID, &s, job.Policy.UID, job.Policy.GID)
+	sc, err := prepareScratch(r.root, job.ID, &s, job.Policy.UID, job.Policy.GID, job.Deadline)
 	if err != nil {
 		return Result{}, err
 	}

@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
@@ -31,7 +32,7 @@ type scratch struct {
 
 // prepareScratch stages inputs and mounts the output tmpfs. On error it
 // leaves nothing behind.
-func prepareScratch(root, id string, s *Spec, uid, gid uint32) (_ *scratch, err error) {
+func prepareScratch(root, id string, s *Spec, uid, gid uint32, deadline time.Time) (_ *scratch, err error) {
 	sc := &scratch{dir: filepath.Join(root, "runs", id)}
 	if err := os.MkdirAll(sc.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("%w: creating run directory: %v", errdefs.ErrUnavailable, err)
@@ -41,6 +42,10 @@ func prepareScratch(root, id string, s *Spec, uid, gid uint32) (_ *scratch, err 
 			sc.cleanup()
 		}
 	}()
+	// First, so that a reaper can tell this run from one whose owner died.
+	if err := writeOwner(sc.dir, deadline); err != nil {
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
 	// The run directory itself is private; what the sandbox sees below it
 	// must be reachable by the gofer and readable by the sandbox's user.
 	if err := os.Chmod(sc.dir, 0o711); err != nil {
@@ -167,13 +172,8 @@ func copyFile(src, dst string, mode os.FileMode) (string, error) {
 
 // cleanup unmounts the output tmpfs and removes the run directory.
 func (sc *scratch) cleanup() error {
-	if sc.out != "" {
-		if err := unix.Unmount(sc.out, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
-			return fmt.Errorf("unmounting %q: %w", sc.out, err)
-		}
-		sc.out = ""
-	}
-	return os.RemoveAll(sc.dir)
+	sc.out = ""
+	return removeRunDir(sc.dir)
 }
 
 // checkSandboxPath refuses mount targets that would shadow the system or

@@ -84,7 +84,12 @@ input, 66 not found, 69 engine or runtime unavailable, 70 internal error,
 		SilenceUsage:      true,
 		SilenceErrors:     true,
 		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: true},
-		PersistentPreRun:  func(*cobra.Command, []string) { commandStarted = true },
+		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
+			commandStarted = true
+			if cmd.Name() != "reap" { // reap does the whole job and reports it
+				g.sweep(cmd.Context())
+			}
+		},
 	}
 	defRoot := runner.DefaultRoot
 	if v := os.Getenv("AIRLOCK_ROOT"); v != "" {
@@ -95,6 +100,6 @@ input, 66 not found, 69 engine or runtime unavailable, 70 internal error,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%w\nRun '%s --help' for usage", err, c.CommandPath())}
 	})
-	root.AddCommand(newRunCmd(g), newBatchCmd(g), newImageCmd(g), newReceiptCmd(g), newHostCmd(g), newSeccompCmd())
+	root.AddCommand(newRunCmd(g), newBatchCmd(g), newImageCmd(g), newReceiptCmd(g), newReapCmd(g), newHostCmd(g), newSeccompCmd())
 	return root
 }

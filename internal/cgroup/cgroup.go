@@ -252,3 +252,58 @@ func (g *Group) Add(pid int) error {
 	}
 	return g.v1.Add(cgroup1.Process{Pid: pid})
 }
+
+// Remove kills every process in <Parent>/<id> and removes it with any
+// child groups, on every hierarchy. A group that is not there is fine.
+func Remove(ctx context.Context, id string) error {
+	path := filepath.Join(Parent, id)
+	var dirs []string
+	if Unified() {
+		dirs = []string{filepath.Join(mountpoint, path)}
+	} else {
+		hier, _ := filepath.Glob(filepath.Join(mountpoint, "*", path))
+		dirs = hier
+	}
+	if len(dirs) == 0 {
+		return nil
+	}
+	g := &Group{path: path}
+	var err error
+	if Unified() {
+		g.v2, err = cgroup2.Load(path)
+	} else {
+		g.v1, err = cgroup1.Load(cgroup1.StaticPath(path), cgroup1.WithHierarchy(v1Subsystems))
+	}
+	if err == nil {
+		if kerr := g.KillAll(ctx); kerr != nil {
+			return kerr
+		}
+	}
+	// Children first (a runtime's own group), then the run's group.
+	for _, d := range dirs {
+		subs, _ := filepath.Glob(filepath.Join(d, "*", "cgroup.procs"))
+		for _, s := range subs {
+			os.Remove(filepath.Dir(s))
+		}
+		if rerr := os.Remove(d); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			return fmt.Errorf("removing cgroup %s: %w", d, rerr)
+		}
+	}
+	return nil
+}
+
+// IDs lists the run ids that have a group under Parent.
+func IDs() []string {
+	dir := filepath.Join(mountpoint, "airlock")
+	if !Unified() {
+		dir = filepath.Join(mountpoint, "pids", "airlock")
+	}
+	ents, _ := os.ReadDir(dir)
+	var ids []string
+	for _, e := range ents {
+		if e.IsDir() {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids
+}

@@ -1,0 +1,164 @@
+package runner
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/internal/atomicfile"
+)
+
+// runID matches the ids airlock gives runs; the reaper touches nothing else.
+var runID = regexp.MustCompile(`^[0-9a-f]{20}$`)
+
+// owner is written first into every run directory: who runs it, and until
+// when.
+type owner struct {
+	PID int `json:"pid"`
+	// Start is the process's start time in clock ticks since boot, so a
+	// recycled pid is not mistaken for the owner.
+	Start    uint64    `json:"start"`
+	Deadline time.Time `json:"deadline"`
+}
+
+const ownerFile = "owner.json"
+
+func writeOwner(dir string, deadline time.Time) error {
+	o := owner{PID: os.Getpid(), Start: procStart(os.Getpid()), Deadline: deadline}
+	b, _ := json.Marshal(o)
+	return atomicfile.WriteFile(filepath.Join(dir, ownerFile), b, 0o600)
+}
+
+// procStart reads field 22 of /proc/<pid>/stat; 0 when the process is gone.
+func procStart(pid int) uint64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name may hold spaces; fields start after its ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0
+	}
+	n, _ := strconv.ParseUint(f[19], 10, 64)
+	return n
+}
+
+// ReapReport says what a reap did.
+type ReapReport struct {
+	Reaped []string `json:"reaped"`
+	// Live counts runs left alone: their owner is alive and in time.
+	Live int `json:"live"`
+}
+
+// freshGrace spares a run directory whose owner file has not been written
+// yet because the run is starting this instant.
+const freshGrace = time.Minute
+
+// Reap removes every run whose owner process died or whose deadline passed:
+// containers, runtime state, cgroups, mounts, bundles and run directories.
+// With full set it also asks each engine for leftovers that no run
+// directory names (their directory went first, or the state was lost).
+func Reap(ctx context.Context, root string, reapers []engine.Reaper, full bool) (ReapReport, error) {
+	var rep ReapReport
+	ids := map[string]bool{}
+	runs := filepath.Join(root, "runs")
+	ents, _ := os.ReadDir(runs)
+	for _, e := range ents {
+		ids[e.Name()] = true
+	}
+	var errs []error
+	if full {
+		for _, r := range reapers {
+			left, err := r.Leftovers(ctx)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			for _, id := range left {
+				ids[id] = true
+			}
+		}
+	}
+	for id := range ids {
+		if !runID.MatchString(id) {
+			continue
+		}
+		if live(filepath.Join(runs, id)) {
+			rep.Live++
+			continue
+		}
+		for _, r := range reapers {
+			if err := r.Reap(ctx, id); err != nil {
+				errs = append(errs, fmt.Errorf("reaping %q: %w", id, err))
+			}
+		}
+		if err := removeRunDir(filepath.Join(runs, id)); err != nil {
+			errs = append(errs, fmt.Errorf("reaping %q: %w", id, err))
+		}
+		rep.Reaped = append(rep.Reaped, id)
+	}
+	return rep, errors.Join(errs...)
+}
+
+// live reports whether a run directory's owner is alive and in time. A
+// directory that does not exist is not live; one too new to have its owner
+// file yet is.
+func live(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, ownerFile))
+	if err != nil {
+		fi, serr := os.Stat(dir)
+		return serr == nil && time.Since(fi.ModTime()) < freshGrace
+	}
+	var o owner
+	if json.Unmarshal(b, &o) != nil {
+		return false // corrupt: airlock's, and nobody can be proven to own it
+	}
+	return o.PID > 0 && o.Start != 0 && procStart(o.PID) == o.Start && time.Now().Before(o.Deadline)
+}
+
+// removeRunDir unmounts anything under dir (the output tmpfs) and removes it.
+func removeRunDir(dir string) error {
+	for _, m := range mountsUnder(dir) {
+		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("unmounting %q: %w", m, err)
+		}
+	}
+	return os.RemoveAll(dir)
+}
+
+// mountsUnder lists mount points at or below dir, deepest first.
+func mountsUnder(dir string) []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && (fields[4] == dir || strings.HasPrefix(fields[4], dir+"/")) {
+			out = append(out, fields[4])
+		}
+	}
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out
+}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/isolation"
+	"github.com/airlock-sandbox/airlock/lifecycle"
 	"github.com/opencontainers/go-digest"
 )
 
@@ -43,6 +44,16 @@ type Job struct {
 	// Owner and Deadline label the sandbox so that a sweep can find it.
 	Owner    string
 	Deadline time.Time
+	// OnState, when set, hears the sandbox become created, ready and
+	// running.
+	OnState func(lifecycle.State)
+}
+
+// State reports a state change if the job asked to hear of them.
+func (j *Job) State(s lifecycle.State) {
+	if j.OnState != nil {
+		j.OnState(s)
+	}
 }
 
 // Mount binds a host directory or file that airlock prepared into the

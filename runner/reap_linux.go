@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/internal/atomicfile"
+	"github.com/airlock-sandbox/airlock/lifecycle"
 )
 
 // runID matches the ids airlock gives runs; the reaper touches nothing else.
@@ -95,20 +96,40 @@ func Reap(ctx context.Context, root string, reapers []engine.Reaper, full bool) 
 			}
 		}
 	}
+	lc, err := lifecycle.Open(root)
+	if err != nil {
+		return rep, err
+	}
 	for id := range ids {
 		if !runID.MatchString(id) {
 			continue
 		}
-		if live(filepath.Join(runs, id)) {
+		status := ownerStatus(filepath.Join(runs, id))
+		if status == "" {
 			rep.Live++
 			continue
 		}
-		for _, r := range reapers {
-			if err := r.Reap(ctx, id); err != nil {
-				errs = append(errs, fmt.Errorf("reaping %q: %w", id, err))
+		free := func() error {
+			var errs []error
+			for _, r := range reapers {
+				if err := r.Reap(ctx, id); err != nil {
+					errs = append(errs, err)
+				}
 			}
+			if err := removeRunDir(filepath.Join(runs, id)); err != nil {
+				errs = append(errs, err)
+			}
+			return errors.Join(errs...)
 		}
-		if err := removeRunDir(filepath.Join(runs, id)); err != nil {
+		// A run the state store still knows is destroyed through it, once;
+		// one it has lost (or never recorded) is freed all the same.
+		if rec, _ := lc.Get(id); rec.State == "" || rec.State == lifecycle.Terminated {
+			err = free()
+			lc.Audit().Append(map[string]any{"event": "destroy", "run_id": id, "why": string(status), "error": errString(err)})
+		} else {
+			err = lc.Destroy(id, status, free)
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("reaping %q: %w", id, err))
 		}
 		rep.Reaped = append(rep.Reaped, id)
@@ -116,20 +137,36 @@ func Reap(ctx context.Context, root string, reapers []engine.Reaper, full bool) 
 	return rep, errors.Join(errs...)
 }
 
-// live reports whether a run directory's owner is alive and in time. A
-// directory that does not exist is not live; one too new to have its owner
-// file yet is.
-func live(dir string) bool {
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// ownerStatus says why a run may be reaped: orphaned (its owner is gone,
+// or its directory or owner file is), expired (its deadline passed), or ""
+// when its owner is alive and in time. A directory too new to have its
+// owner file yet counts as live.
+func ownerStatus(dir string) lifecycle.State {
 	b, err := os.ReadFile(filepath.Join(dir, ownerFile))
 	if err != nil {
-		fi, serr := os.Stat(dir)
-		return serr == nil && time.Since(fi.ModTime()) < freshGrace
+		if fi, serr := os.Stat(dir); serr == nil && time.Since(fi.ModTime()) < freshGrace {
+			return ""
+		}
+		return lifecycle.Orphaned
 	}
 	var o owner
 	if json.Unmarshal(b, &o) != nil {
-		return false // corrupt: airlock's, and nobody can be proven to own it
+		return lifecycle.Orphaned // corrupt: airlock's, and nobody can be proven to own it
 	}
-	return o.PID > 0 && o.Start != 0 && procStart(o.PID) == o.Start && time.Now().Before(o.Deadline)
+	switch {
+	case o.PID <= 0 || o.Start == 0 || procStart(o.PID) != o.Start:
+		return lifecycle.Orphaned
+	case !time.Now().Before(o.Deadline):
+		return lifecycle.Expired
+	}
+	return ""
 }
 
 // removeRunDir unmounts anything under dir (the output tmpfs) and removes it.

@@ -37,6 +37,7 @@ import (
 	"github.com/airlock-sandbox/airlock/engine/docker"
 	"github.com/airlock-sandbox/airlock/images"
 	"github.com/airlock-sandbox/airlock/isolation"
+	"github.com/airlock-sandbox/airlock/lifecycle"
 	"github.com/airlock-sandbox/airlock/receipt"
 	"github.com/airlock-sandbox/airlock/seccomp"
 	"github.com/airlock-sandbox/airlock/store"
@@ -126,6 +127,10 @@ func (o Output) withDefaults() Output {
 
 // Runner runs specs on one engine.
 type Runner struct {
+	lcOnce sync.Once
+	lc     *lifecycle.Store
+	lcErr  error
+
 	root    string
 	engine  engine.Engine
 	log     *slog.Logger
@@ -203,6 +208,34 @@ func (r *Runner) Run(ctx context.Context, s Spec) (Result, error) {
 	if err := r.engine.Check(ctx, job); err != nil {
 		return Result{}, err
 	}
+	lc, err := r.lifecycle()
+	if err != nil {
+		return Result{}, err
+	}
+	if err := lc.Move(job.ID, lifecycle.Requested, "", map[string]any{
+		"image": job.Image.String(), "engine": r.engine.Name(), "isolation": string(job.Policy.Isolation),
+		"seccomp_profile_sha256": job.Policy.Seccomp.SHA256, "limits": limitsOf(job.Policy.Limits), "owner": job.Owner,
+	}); err != nil {
+		return Result{}, fmt.Errorf("%w: recording the run: %v", errdefs.ErrUnavailable, err)
+	}
+	job.OnState = func(st lifecycle.State) {
+		if err := lc.Move(job.ID, st, "", nil); err != nil {
+			r.log.Warn("recording state", "sandbox_id", job.ID, "state", st, "err", err)
+		}
+	}
+	res, err := r.execute(ctx, s, job)
+	if err != nil {
+		job.State(lifecycle.Failed)
+	}
+	job.State(lifecycle.Terminating)
+	if merr := lc.Move(job.ID, lifecycle.Terminated, "", auditSummary(res, err)); merr != nil {
+		r.log.Warn("recording state", "sandbox_id", job.ID, "err", merr)
+	}
+	return res, err
+}
+
+// execute runs a planned, checked job: scratch, engine, artifacts, receipt.
+func (r *Runner) execute(ctx context.Context, s Spec, job *engine.Job) (Result, error) {
 	sc, err := prepareScratch(r.root, job.ID, &s, job.Policy.UID, job.Policy.GID, job.Deadline)
 	if err != nil {
 		return Result{}, err
@@ -234,6 +267,7 @@ func (r *Runner) Run(ctx context.Context, s Spec) (Result, error) {
 	}
 	begin := time.Now()
 	exit, err := r.engine.Run(runCtx, job)
+	job.State(lifecycle.Terminating)
 	res.Stdout, res.Stderr = stdout.stream(), stderr.stream()
 	if err != nil {
 		res.Reason = ReasonError
@@ -546,4 +580,39 @@ func (r *Runner) manifestOf(id digest.Digest) string {
 		}
 	}
 	return ""
+}
+
+// lifecycle opens the state store and audit log under the root, once.
+func (r *Runner) lifecycle() (*lifecycle.Store, error) {
+	r.lcOnce.Do(func() { r.lc, r.lcErr = lifecycle.Open(r.root) })
+	if r.lcErr != nil {
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, r.lcErr)
+	}
+	return r.lc, nil
+}
+
+// auditSummary is what the audit log keeps of a finished run: never the
+// output itself, only its size and hash.
+func auditSummary(res Result, err error) map[string]any {
+	ev := map[string]any{
+		"reason": string(res.Reason), "exit_code": res.ExitCode, "duration_ms": res.DurationMS, "usage": res.Usage,
+		"stdout": map[string]any{"bytes": res.Stdout.Bytes, "sha256": res.Stdout.SHA256},
+		"stderr": map[string]any{"bytes": res.Stderr.Bytes, "sha256": res.Stderr.SHA256},
+	}
+	if res.Receipt != nil {
+		ev["policy_sha256"] = res.Receipt.Receipt.PolicySHA256
+		ev["argv_sha256"] = res.Receipt.Receipt.ArgvSHA256
+	}
+	var arts, rej []map[string]any
+	for _, a := range res.Artifacts {
+		arts = append(arts, map[string]any{"path": a.Path, "size": a.Size, "sha256": a.SHA256, "mime": a.MIME})
+	}
+	for _, x := range res.Rejected {
+		rej = append(rej, map[string]any{"path": x.Path, "reason": string(x.Reason)})
+	}
+	ev["artifacts"], ev["rejected"] = arts, rej
+	if err != nil {
+		ev["error"] = err.Error()
+	}
+	return ev
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/isolation"
+	"github.com/airlock-sandbox/airlock/lifecycle"
 )
 
 // Labels airlock puts on every container it creates.
@@ -193,6 +194,7 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 	}
 	id := created.ID
 	log.Debug("created", "container", id)
+	j.State(lifecycle.Created)
 
 	// From here on every path removes the container.
 	defer func() {
@@ -227,9 +229,11 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 	if err := ctx.Err(); err != nil {
 		return engine.Exit{Killed: true, Code: -1}, nil
 	}
+	j.State(lifecycle.Ready)
 	if err := e.cli.ContainerStart(bg, id, container.StartOptions{}); err != nil {
 		return engine.Exit{}, classify("starting sandbox", e.cli.DaemonHost(), err)
 	}
+	j.State(lifecycle.Running)
 	started := time.Now()
 	timer := time.NewTimer(j.Policy.Limits.Timeout)
 	defer timer.Stop()

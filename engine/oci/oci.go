@@ -29,6 +29,7 @@ import (
 	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/isolation"
+	"github.com/airlock-sandbox/airlock/lifecycle"
 	"github.com/airlock-sandbox/airlock/store"
 )
 
@@ -185,6 +186,7 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 	if err := writeSpec(bundle, spec); err != nil {
 		return engine.Exit{}, fmt.Errorf("%w: writing bundle: %v", errdefs.ErrUnavailable, err)
 	}
+	j.State(lifecycle.Created)
 
 	name := "airlock-" + j.ID
 	runtime, state := e.runsc, filepath.Join(e.root, "oci", "runsc")
@@ -207,10 +209,12 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 	cmd.WaitDelay = 2 * time.Second
 	defer e.delete(bg, runtime, state, name, log)
 
+	j.State(lifecycle.Ready)
 	started := time.Now()
 	if err := cmd.Start(); err != nil {
-		return engine.Exit{}, fmt.Errorf("%w: starting runsc: %v; run `make setup` to install it", errdefs.ErrUnavailable, err)
+		return engine.Exit{}, fmt.Errorf("%w: starting %s: %v; run `make setup` to install it", errdefs.ErrUnavailable, filepath.Base(runtime), err)
 	}
+	j.State(lifecycle.Running)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	timer := time.NewTimer(l.Timeout)

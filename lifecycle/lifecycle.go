@@ -1,0 +1,217 @@
+// Package lifecycle keeps every sandbox's state on disk and an append-only
+// audit log of what happened to it.
+//
+// Rules:
+//   - A sandbox moves requested → created → ready → running → terminating →
+//     terminated; failed, expired and orphaned lead to terminating. Any
+//     other move is refused (ErrTransition).
+//   - The state of run <id> is <root>/state/<id>.json, written atomically
+//     under one flock for the store, so concurrent writers serialise; a
+//     terminated run's file is removed (the audit log keeps its history).
+//   - Every transition is also an audit event. The audit log never holds a
+//     program's output, only sizes and hashes, and anything that looks like
+//     a credential is redacted before it is written.
+package lifecycle
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/atomicfile"
+)
+
+// State is where a sandbox is in its life.
+type State string
+
+const (
+	Requested   State = "requested"
+	Created     State = "created"
+	Ready       State = "ready"
+	Running     State = "running"
+	Terminating State = "terminating"
+	Terminated  State = "terminated"
+	Failed      State = "failed"
+	Expired     State = "expired"
+	Orphaned    State = "orphaned"
+)
+
+// next lists the moves each state allows.
+var next = map[State][]State{
+	"":          {Requested},
+	Requested:   {Created, Failed, Terminating},
+	Created:     {Ready, Failed, Terminating},
+	Ready:       {Running, Failed, Terminating},
+	Running:     {Terminating, Failed},
+	Terminating: {Terminated, Failed},
+	Failed:      {Terminating},
+	Expired:     {Terminating},
+	Orphaned:    {Terminating},
+	Terminated:  {},
+}
+
+// ErrTransition is wrapped when a move is not allowed from the current state.
+var ErrTransition = errors.New("invalid state transition")
+
+// Allowed reports whether a sandbox in state from may move to to. Expired
+// and orphaned may be entered from any state but terminated: the reaper
+// decides them.
+func Allowed(from, to State) bool {
+	if (to == Expired || to == Orphaned) && from != Terminated && from != "" {
+		return true
+	}
+	return slices.Contains(next[from], to)
+}
+
+// Record is what is kept for one sandbox.
+type Record struct {
+	ID      string    `json:"id"`
+	State   State     `json:"state"`
+	Updated time.Time `json:"updated"`
+	Error   string    `json:"error,omitempty"`
+}
+
+// Store keeps records under <root>/state and events in <root>/audit.jsonl.
+type Store struct {
+	dir   string
+	audit *Audit
+}
+
+// Open returns the store for airlock's root.
+func Open(root string) (*Store, error) {
+	dir := filepath.Join(root, "state")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("opening state: %w", err)
+	}
+	return &Store{dir: dir, audit: OpenAudit(filepath.Join(root, "audit.jsonl"))}, nil
+}
+
+// Audit returns the store's audit log.
+func (s *Store) Audit() *Audit { return s.audit }
+
+func (s *Store) path(id string) string { return filepath.Join(s.dir, id+".json") }
+
+// Get reads a record; a missing one is the zero Record with no error.
+func (s *Store) Get(id string) (Record, error) {
+	b, err := os.ReadFile(s.path(id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return Record{ID: id}, nil
+	}
+	if err != nil {
+		return Record{}, err
+	}
+	var r Record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return Record{ID: id}, fmt.Errorf("state of %q is corrupt: %w", id, err)
+	}
+	return r, nil
+}
+
+// Move changes a sandbox's state, refusing moves the state machine does not
+// allow, and records the move in the audit log with any extra fields.
+// Moving to the state it is already in is a no-op.
+func (s *Store) Move(id string, to State, errMsg string, extra map[string]any) error {
+	return s.locked(func() error {
+		cur, err := s.Get(id)
+		if err != nil {
+			cur.State = Orphaned // unreadable state is treated as lost
+		}
+		if cur.State == to {
+			return nil
+		}
+		return s.moveLocked(id, &cur, to, errMsg, extra)
+	})
+}
+
+// Destroy frees a sandbox's resources exactly once however many callers
+// race: the first moves it to terminating (through reason, when given),
+// runs fn outside the lock, and moves it to terminated; a caller that finds
+// it terminating, terminated or unknown returns nil at once.
+func (s *Store) Destroy(id string, reason State, fn func() error) error {
+	var mine bool
+	err := s.locked(func() error {
+		cur, _ := s.Get(id)
+		if cur.State == "" || cur.State == Terminating || cur.State == Terminated {
+			return nil
+		}
+		if reason != "" && Allowed(cur.State, reason) {
+			if err := s.moveLocked(id, &cur, reason, "", nil); err != nil {
+				return err
+			}
+		}
+		mine = true
+		return s.moveLocked(id, &cur, Terminating, "", nil)
+	})
+	if err != nil || !mine {
+		return err
+	}
+	ferr := fn()
+	ev := map[string]any{"event": "destroy", "run_id": id}
+	if ferr != nil {
+		ev["error"] = ferr.Error()
+	}
+	s.audit.Append(ev)
+	if ferr != nil {
+		s.Move(id, Failed, ferr.Error(), nil)
+		return ferr
+	}
+	return s.Move(id, Terminated, "", nil)
+}
+
+// moveLocked is Move for a caller that holds the lock.
+func (s *Store) moveLocked(id string, cur *Record, to State, errMsg string, extra map[string]any) error {
+	if !Allowed(cur.State, to) {
+		return fmt.Errorf("%w: %q is %s, cannot become %s", ErrTransition, id, orNone(cur.State), to)
+	}
+	from := cur.State
+	*cur = Record{ID: id, State: to, Updated: time.Now().UTC(), Error: errMsg}
+	if to == Terminated {
+		// The log keeps the history; a finished run needs no state file.
+		if err := os.Remove(s.path(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	} else {
+		b, _ := json.Marshal(cur)
+		if err := atomicfile.WriteFile(s.path(id), b, 0o600); err != nil {
+			return err
+		}
+	}
+	ev := map[string]any{"event": "transition", "run_id": id, "from": string(from), "to": string(to)}
+	if errMsg != "" {
+		ev["error"] = errMsg
+	}
+	for k, v := range extra {
+		ev[k] = v
+	}
+	return s.audit.Append(ev)
+}
+
+func orNone(s State) string {
+	if s == "" {
+		return "unknown"
+	}
+	return string(s)
+}
+
+// locked runs fn under the store's exclusive flock. Transitions are a few
+// small writes, so one lock for every run costs nothing and cannot race a
+// lock file's removal.
+func (s *Store) locked(fn func() error) error {
+	f, err := os.OpenFile(filepath.Join(s.dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return fmt.Errorf("locking state: %w", err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		return fmt.Errorf("locking state: %w", err)
+	}
+	defer unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	return fn()
+}

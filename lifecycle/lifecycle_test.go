@@ -1,0 +1,154 @@
+package lifecycle
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+func TestAllowed(t *testing.T) {
+	for _, tc := range []struct {
+		from, to State
+		ok       bool
+	}{
+		{"", Requested, true},
+		{Requested, Created, true},
+		{Created, Ready, true},
+		{Ready, Running, true},
+		{Running, Terminating, true},
+		{Terminating, Terminated, true},
+		{Running, Failed, true},
+		{Failed, Terminating, true},
+		{Running, Orphaned, true},
+		{Created, Expired, true},
+		{Terminated, Running, false}, // start after terminate
+		{Terminated, Orphaned, false},
+		{Requested, Running, false},
+		{Running, Created, false},
+		{"", Running, false},
+		{Orphaned, Running, false},
+	} {
+		if got := Allowed(tc.from, tc.to); got != tc.ok {
+			t.Errorf("Allowed(%q, %q) = %v, want %v", tc.from, tc.to, got, tc.ok)
+		}
+	}
+}
+
+func events(t *testing.T, s *Store) []map[string]any {
+	t.Helper()
+	f, err := os.Open(s.Audit().Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []map[string]any
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var ev map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("audit line is not JSON: %q", sc.Text())
+		}
+		out = append(out, ev)
+	}
+	return out
+}
+
+func TestLifecycleAndAudit(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := "0123456789abcdef0123"
+	for _, to := range []State{Requested, Created, Ready, Running, Terminating} {
+		if err := s.Move(id, to, "", map[string]any{"note": "ok"}); err != nil {
+			t.Fatalf("move to %s: %v", to, err)
+		}
+	}
+	if r, _ := s.Get(id); r.State != Terminating {
+		t.Errorf("state %s", r.State)
+	}
+	if err := s.Move(id, Terminated, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Move(id, Running, "", nil); !errors.Is(err, ErrTransition) {
+		t.Errorf("start after terminate: %v", err)
+	}
+	if _, err := os.Stat(s.path(id)); !os.IsNotExist(err) {
+		t.Errorf("terminated run keeps a state file")
+	}
+	evs := events(t, s)
+	if len(evs) != 6 || evs[0]["to"] != "requested" || evs[5]["to"] != "terminated" || evs[2]["note"] != "ok" {
+		t.Errorf("events %v", evs)
+	}
+}
+
+func TestDestroyRunsOnceUnderRaces(t *testing.T) {
+	s, _ := Open(t.TempDir())
+	id := "aaaaaaaaaaaaaaaaaaaa"
+	s.Move(id, Requested, "", nil)
+	s.Move(id, Created, "", nil)
+	var freed atomic.Int32
+	var wg sync.WaitGroup
+	errs := make(chan error, 10)
+	for i := 0; i < 10; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- s.Destroy(id, Orphaned, func() error { freed.Add(1); return nil })
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("destroy: %v", err)
+		}
+	}
+	if freed.Load() != 1 {
+		t.Errorf("resources freed %d times", freed.Load())
+	}
+	if err := s.Destroy(id, "", func() error { freed.Add(1); return nil }); err != nil || freed.Load() != 1 {
+		t.Errorf("destroy after terminated: %v, freed %d", err, freed.Load())
+	}
+	var orphaned bool
+	for _, ev := range events(t, s) {
+		orphaned = orphaned || ev["to"] == "orphaned"
+	}
+	if !orphaned {
+		t.Error("no orphaned transition recorded")
+	}
+}
+
+func TestRedact(t *testing.T) {
+	for _, secret := range []string{
+		"AKIAIOSFODNN7EXAMPLE",
+		"ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+		"xoxb-1234567890-abcdefghij",
+		"sk-abcdefghijklmnopqrstuvwx",
+		"-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----",
+		"Authorization: Bearer abc.def.ghi123456",
+		"password=hunter22",
+		"API_KEY: 0123456789",
+		"https://user:pa55word@example.com/x",
+		"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+	} {
+		got := Redact("before " + secret + " after")
+		if strings.Contains(got, strings.Split(secret, "\n")[0][4:]) || !strings.Contains(got, "[REDACTED]") {
+			t.Errorf("Redact kept %q: %q", secret, got)
+		}
+	}
+	if got := Redact("plot.png sha256:abc exit 0"); got != "plot.png sha256:abc exit 0" {
+		t.Errorf("Redact changed plain text: %q", got)
+	}
+	s, _ := Open(t.TempDir())
+	s.Audit().Append(map[string]any{"error": "token=abc123secret", "nested": map[string]any{"k": []string{"ghp_abcdefghijklmnopqrstuvwxyz0123"}}})
+	b, _ := os.ReadFile(s.Audit().Path())
+	if strings.Contains(string(b), "abc123secret") || strings.Contains(string(b), "ghp_abc") {
+		t.Errorf("audit log holds a secret: %s", b)
+	}
+}

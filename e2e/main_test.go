@@ -214,6 +214,15 @@ func sandboxes() []string {
 			names = append(names, "runsc "+id)
 		}
 	}
+	if state := filepath.Join(rootDir, "oci", "runc"); dirExists(state) {
+		out, err := exec.Command("runc", "--root", state, "list", "--quiet").Output()
+		if err != nil {
+			names = append(names, "runc list failed: "+err.Error())
+		}
+		for _, id := range strings.Fields(string(out)) {
+			names = append(names, "runsc "+id) // counted with runsc: a runtime sandbox
+		}
+	}
 	for _, dir := range []string{"/sys/fs/cgroup/pids/airlock", "/sys/fs/cgroup/airlock"} {
 		ents, _ := os.ReadDir(dir)
 		for _, e := range ents {
@@ -234,4 +243,9 @@ func noSandboxLeft(t *testing.T) {
 	if left := sandboxes(); len(left) > 0 {
 		t.Errorf("containers left behind: %v", left)
 	}
+}
+
+func dirExists(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
 }

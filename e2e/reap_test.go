@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,12 +27,13 @@ func mountsUnderRoot() []string {
 	return out
 }
 
-// TestReapAfterSIGKILL kills airlock mid-run with SIGKILL, then checks that
-// `airlock reap` leaves no container, runtime sandbox, cgroup, mount or
-// scratch directory behind.
+// TestReapAfterSIGKILL starts 20 runs at once, kills every airlock process
+// with SIGKILL mid-run, then checks that `airlock reap` leaves no
+// container, runtime sandbox, cgroup, mount or scratch directory behind.
 func TestReapAfterSIGKILL(t *testing.T) {
+	const runs = 20
 	var cmds []*exec.Cmd
-	for i := 0; i < 3; i++ {
+	for i := 0; i < runs; i++ {
 		cmd := exec.Command(airlockBin, "--root", rootDir, "run", "--engine", engineName, "--isolation", isolationName,
 			"--image", busybox, "--", "sh", "-c", "echo busy > /out/x.txt; sleep 600")
 		if err := cmd.Start(); err != nil {
@@ -47,7 +49,7 @@ func TestReapAfterSIGKILL(t *testing.T) {
 				running++
 			}
 		}
-		if running >= 3 {
+		if running >= runs {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -58,21 +60,22 @@ func TestReapAfterSIGKILL(t *testing.T) {
 		c.Wait()
 	}
 	left := sandboxes()
-	runs, _ := os.ReadDir(filepath.Join(rootDir, "runs"))
-	if len(left) == 0 || len(runs) == 0 || len(mountsUnderRoot()) == 0 {
-		t.Fatalf("SIGKILL left nothing to reap (sandboxes %v, runs %d, mounts %v): the test proves nothing", left, len(runs), mountsUnderRoot())
+	dirs, _ := os.ReadDir(filepath.Join(rootDir, "runs"))
+	if len(left) == 0 || len(dirs) == 0 || len(mountsUnderRoot()) == 0 {
+		t.Fatalf("SIGKILL left nothing to reap (sandboxes %v, runs %d, mounts %v): the test proves nothing", left, len(dirs), mountsUnderRoot())
 	}
-	t.Logf("after SIGKILL: %d resources, %d run directories, %d mounts", len(left), len(runs), len(mountsUnderRoot()))
+	t.Logf("after SIGKILL: %s", figures())
 
 	c := airlock(nil, "reap")
-	if c.code != 0 || !strings.Contains(c.stdout, "reaped 3 run(s)") {
+	t.Logf("after reap: %s", figures())
+	if c.code != 0 || !strings.Contains(c.stdout, fmt.Sprintf("reaped %d run(s)", runs)) {
 		t.Errorf("reap: exit %d %s %s", c.code, c.stdout, c.stderr)
 	}
 	if left := sandboxes(); len(left) > 0 {
 		t.Errorf("after reap: %v", left)
 	}
-	if runs, _ := os.ReadDir(filepath.Join(rootDir, "runs")); len(runs) > 0 {
-		t.Errorf("after reap: %d run directories", len(runs))
+	if dirs, _ := os.ReadDir(filepath.Join(rootDir, "runs")); len(dirs) > 0 {
+		t.Errorf("after reap: %d run directories", len(dirs))
 	}
 	if m := mountsUnderRoot(); len(m) > 0 {
 		t.Errorf("after reap: mounts %v", m)
@@ -86,4 +89,16 @@ func TestReapAfterSIGKILL(t *testing.T) {
 	if c := airlock(nil, "reap"); !strings.Contains(c.stdout, "reaped 0 run(s)") {
 		t.Errorf("second reap: %s", c.stdout)
 	}
+}
+
+// figures counts each kind of resource a run holds, for the log.
+func figures() string {
+	count := map[string]int{}
+	for _, s := range sandboxes() {
+		kind, _, _ := strings.Cut(s, " ")
+		count[kind]++
+	}
+	dirs, _ := os.ReadDir(filepath.Join(rootDir, "runs"))
+	return fmt.Sprintf("containers %d, runsc/runc sandboxes %d, cgroups %d, bundles %d, mounts %d, scratch directories %d",
+		count["container"], count["runsc"], count["cgroup"], count["bundle"], len(mountsUnderRoot()), len(dirs))
 }

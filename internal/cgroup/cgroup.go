@@ -202,21 +202,29 @@ func (g *Group) killOnce() error {
 	return err
 }
 
-// Delete kills what is left and removes the group.
+// Delete kills what is left and removes the group. A group whose last
+// tasks are still exiting refuses removal (EBUSY) for a moment; Delete
+// retries until ctx is done.
 func (g *Group) Delete(ctx context.Context) error {
-	if err := g.KillAll(ctx); err != nil {
-		return err
+	for {
+		if err := g.KillAll(ctx); err != nil {
+			return err
+		}
+		var err error
+		if g.v2 != nil {
+			err = g.v2.Delete()
+		} else {
+			err = g.v1.Delete()
+		}
+		if err == nil || errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("deleting cgroup %s: %w", g.path, err)
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
-	var err error
-	if g.v2 != nil {
-		err = g.v2.Delete()
-	} else {
-		err = g.v1.Delete()
-	}
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("deleting cgroup %s: %w", g.path, err)
-	}
-	return nil
 }
 
 func readInt(path string) int64 {

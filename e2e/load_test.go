@@ -1,0 +1,103 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/engine/docker"
+	"github.com/airlock-sandbox/airlock/engine/oci"
+	"github.com/airlock-sandbox/airlock/internal/cgroup"
+	"github.com/airlock-sandbox/airlock/isolation"
+	"github.com/airlock-sandbox/airlock/runner"
+)
+
+func TestFiftyConcurrentRuns(t *testing.T) {
+	dir := t.TempDir()
+	var jobs strings.Builder
+	for i := 0; i < 50; i++ {
+		fmt.Fprintf(&jobs, `{"id":"c%02d","argv":["sh","-c","sleep 1; echo %d"],"expected_stdout":"%d\n"}`+"\n", i, i, i)
+	}
+	jobsPath, out := filepath.Join(dir, "jobs.jsonl"), filepath.Join(dir, "out.jsonl")
+	os.WriteFile(jobsPath, []byte(jobs.String()), 0o644)
+	c := airlock(nil, "batch", jobsPath, "--out", out, "--parallel", "50", "--image", busybox,
+		"--engine", engineName, "--isolation", isolationName, "--out-dir", "none", "--timeout", "120s")
+	if c.code != 0 || !strings.Contains(c.stderr, "expected stdout: 50 pass, 0 fail") {
+		t.Errorf("50 at once: exit %d\n%s", c.code, c.stderr)
+	}
+	noSandboxLeft(t)
+}
+
+// leakCounts are the host resources a run must give back.
+func leakCounts(t *testing.T) (goroutines, fds, mounts, cgroups int) {
+	t.Helper()
+	ents, _ := os.ReadDir("/proc/self/fd")
+	return runtime.NumGoroutine(), len(ents), len(mountsUnderRoot()), len(cgroup.IDs())
+}
+
+// TestSoakNoLeaks runs 500 (100 on the slower pairs) sandboxes one after another through the
+// embeddable API, in this process, and checks that goroutines, fds, mounts
+// and cgroups come back to where they were.
+func TestSoakNoLeaks(t *testing.T) {
+	var eng engine.Engine
+	var err error
+	if engineName == "oci" {
+		eng, err = oci.New(rootDir)
+	} else {
+		var d *docker.Engine
+		d, err = docker.New()
+		if err == nil {
+			defer d.Close()
+		}
+		eng = d
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := runner.New(runner.WithRoot(rootDir), runner.WithEngine(eng))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := isolation.Default()
+	pol.Isolation = isolation.Mode(isolationName)
+	run := func() {
+		res, err := r.Run(context.Background(), runner.Spec{Image: busybox, Argv: []string{"echo", "soak"}, Policy: pol})
+		if err != nil || res.Reason != runner.ReasonExited || string(res.Stdout.Head) != "soak\n" {
+			t.Fatalf("run: %v %s %q", err, res.Reason, res.Stdout.Head)
+		}
+	}
+	for i := 0; i < 10; i++ { // warm the client's connection pool and caches
+		run()
+	}
+	g0, f0, m0, c0 := leakCounts(t)
+	// The full soak runs on the default pair; the others run a shorter one
+	// to keep the suite's time in bounds.
+	n := 100
+	if engineName == "oci" && isolationName == "gvisor" {
+		n = 500
+	}
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		run()
+	}
+	t.Logf("%d runs in %v", n, time.Since(start).Round(time.Second))
+	var g1, f1, m1, c1 int
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if g1, f1, m1, c1 = leakCounts(t); g1 <= g0 && f1 <= f0 {
+			break
+		}
+	}
+	t.Logf("before/after %d runs: goroutines %d/%d, fds %d/%d, mounts %d/%d, cgroups %d/%d", n, g0, g1, f0, f1, m0, m1, c0, c1)
+	if g1 > g0 || f1 > f0 || m1 > m0 || c1 > c0 {
+		t.Errorf("leak after %d runs: goroutines %d→%d, fds %d→%d, mounts %d→%d, cgroups %d→%d", n, g0, g1, f0, f1, m0, m1, c0, c1)
+	}
+	noSandboxLeft(t)
+}

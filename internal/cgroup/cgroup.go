@@ -217,7 +217,9 @@ func (g *Group) Delete(ctx context.Context) error {
 			err = g.v1.Delete()
 		}
 		if err == nil || errors.Is(err, os.ErrNotExist) {
-			return nil
+			// Runtimes and dockerd create the path in hierarchies airlock
+			// does not manage (blkio, name=systemd, unified); they go too.
+			return removeDirs(g.path)
 		}
 		select {
 		case <-ctx.Done():
@@ -225,6 +227,30 @@ func (g *Group) Delete(ctx context.Context) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// dirsOf lists the directories of path in every mounted hierarchy.
+func dirsOf(path string) []string {
+	dirs, _ := filepath.Glob(filepath.Join(mountpoint, "*", path))
+	if fi, err := os.Stat(filepath.Join(mountpoint, path)); err == nil && fi.IsDir() {
+		dirs = append(dirs, filepath.Join(mountpoint, path))
+	}
+	return dirs
+}
+
+// removeDirs removes path, children first, from every hierarchy.
+func removeDirs(path string) error {
+	var errs []error
+	for _, d := range dirsOf(path) {
+		subs, _ := filepath.Glob(filepath.Join(d, "*", "cgroup.procs"))
+		for _, s := range subs {
+			os.Remove(filepath.Dir(s))
+		}
+		if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("removing cgroup %s: %w", d, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func readInt(path string) int64 {
@@ -265,14 +291,7 @@ func (g *Group) Add(pid int) error {
 // child groups, on every hierarchy. A group that is not there is fine.
 func Remove(ctx context.Context, id string) error {
 	path := filepath.Join(Parent, id)
-	var dirs []string
-	if Unified() {
-		dirs = []string{filepath.Join(mountpoint, path)}
-	} else {
-		hier, _ := filepath.Glob(filepath.Join(mountpoint, "*", path))
-		dirs = hier
-	}
-	if len(dirs) == 0 {
+	if len(dirsOf(path)) == 0 {
 		return nil
 	}
 	g := &Group{path: path}
@@ -287,31 +306,22 @@ func Remove(ctx context.Context, id string) error {
 			return kerr
 		}
 	}
-	// Children first (a runtime's own group), then the run's group.
-	for _, d := range dirs {
-		subs, _ := filepath.Glob(filepath.Join(d, "*", "cgroup.procs"))
-		for _, s := range subs {
-			os.Remove(filepath.Dir(s))
-		}
-		if rerr := os.Remove(d); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
-			return fmt.Errorf("removing cgroup %s: %w", d, rerr)
-		}
-	}
-	return nil
+	return removeDirs(path)
 }
 
-// IDs lists the run ids that have a group under Parent.
+// IDs lists the run ids that have a group under Parent in any hierarchy.
 func IDs() []string {
-	dir := filepath.Join(mountpoint, "airlock")
-	if !Unified() {
-		dir = filepath.Join(mountpoint, "pids", "airlock")
-	}
-	ents, _ := os.ReadDir(dir)
-	var ids []string
-	for _, e := range ents {
-		if e.IsDir() {
-			ids = append(ids, e.Name())
+	seen := map[string]bool{}
+	dirs, _ := filepath.Glob(filepath.Join(mountpoint, "*", Parent, "*"))
+	more, _ := filepath.Glob(filepath.Join(mountpoint, Parent, "*"))
+	for _, d := range append(dirs, more...) {
+		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
+			seen[filepath.Base(d)] = true
 		}
+	}
+	ids := make([]string, 0, len(seen))
+	for id := range seen {
+		ids = append(ids, id)
 	}
 	return ids
 }

@@ -84,7 +84,7 @@ func addRunFlags(cmd *cobra.Command, f *runFlags) {
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "set an environment variable NAME=VALUE (repeatable)")
 	fl.StringVar(&f.engine, "engine", "auto", "engine: oci (daemonless runsc), docker (Docker Engine API), or auto (oci where root and setup's runsc are available, else docker)")
 	fl.StringVar(&f.isolation, "isolation", string(isolation.GVisor), "isolation mode: gvisor (runsc, with the seccomp profile as a second layer) or seccomp (runc behind the seccomp allowlist)")
-	fl.StringVar(&f.seccompProfile, "seccomp-profile", "", "seccomp profile file (Docker/OCI JSON) instead of airlock's default; `airlock seccomp export default` prints the default")
+	fl.StringVar(&f.seccompProfile, "seccomp-profile", "", "seccomp profile FILE (Docker/OCI JSON) instead of airlock's default; airlock seccomp export default prints the default")
 	fl.StringVar(&f.stdin, "stdin", "", "feed this file to the program's stdin")
 	fl.StringArrayVar(&f.inputs, "input", nil, "copy HOSTPATH[:SANDBOXPATH] in, read-only (default under /work; repeatable; symlinks inside are not followed)")
 	fl.StringVar(&f.inputLimit, "input-limit", "256MiB", "cap on the total size of --input")

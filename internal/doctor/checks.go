@@ -1,0 +1,269 @@
+package doctor
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/containerd/cgroups/v3"
+	"github.com/docker/docker/client"
+
+	"github.com/airlock-sandbox/airlock/engine/oci"
+	"github.com/airlock-sandbox/airlock/images"
+	"github.com/airlock-sandbox/airlock/isolation"
+	"github.com/airlock-sandbox/airlock/seccomp"
+)
+
+const cgroupRoot = "/sys/fs/cgroup"
+
+// controllers are the cgroup controllers every run's limits need.
+var controllers = []string{"memory", "pids", "cpu"}
+
+// Free space under the root: below these, images cannot be unpacked.
+const (
+	spaceWarn = 2 << 30
+	spaceFail = 256 << 20
+)
+
+func checkRoot(context.Context, Options) Check {
+	if euid := os.Geteuid(); euid != 0 {
+		return fail("root", fmt.Sprintf("euid %d; the oci engine (cgroups, runsc) and the output directory's tmpfs need root", euid),
+			"run airlock as root, for example with sudo")
+	}
+	return ok("root", "euid 0")
+}
+
+func checkRunsc(ctx context.Context, o Options) Check {
+	const name = "runsc"
+	path := oci.RunscPath(o.Root)
+	// The oci engine refuses to start without it, whatever the mode.
+	needed := o.Engine == "oci" || o.Isolation == string(isolation.GVisor)
+	fix := "run `make setup`, which installs airlock's pinned runsc at " + path
+	fi, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return bad(needed, name, "not installed at "+path, fix)
+	case err != nil:
+		return bad(needed, name, err.Error(), fix)
+	case !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0:
+		return bad(needed, name, fmt.Sprintf("%s is not an executable file (mode %v)", path, fi.Mode()), fix)
+	}
+	v, err := version(ctx, path)
+	if err != nil {
+		return bad(needed, name, fmt.Sprintf("%s --version: %v", path, err), fix)
+	}
+	return ok(name, fmt.Sprintf("%s: %s; platform %s", path, v, platform()))
+}
+
+// platform is the gVisor platform airlock's runs use. airlock passes no
+// --platform, so runsc uses its default.
+func platform() string {
+	if _, err := os.Stat("/dev/kvm"); err == nil {
+		return "systrap (default; /dev/kvm is available, but airlock uses the default)"
+	}
+	return "systrap (default)"
+}
+
+func checkRunc(ctx context.Context, o Options) Check {
+	const name = "runc"
+	// Only the oci engine's seccomp mode runs the runc on PATH; dockerd
+	// brings its own.
+	needed := o.Engine == "oci" && o.Isolation == string(isolation.Seccomp)
+	fix := "install runc (`make setup` does), or use --isolation gvisor"
+	path, err := exec.LookPath("runc")
+	if err != nil {
+		return bad(needed, name, "not on PATH; --isolation seccomp on the oci engine runs it", fix)
+	}
+	v, err := version(ctx, path)
+	if err != nil {
+		return bad(needed, name, fmt.Sprintf("%s --version: %v", path, err), fix)
+	}
+	return ok(name, path+": "+v)
+}
+
+// version returns the first line a binary prints for --version.
+func version(ctx context.Context, path string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, path, "--version").Output()
+	if err != nil {
+		return "", err
+	}
+	first, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	if first == "" {
+		return "", errors.New("printed nothing")
+	}
+	return first, nil
+}
+
+func checkCgroups(context.Context, Options) Check {
+	const name = "cgroups"
+	mode := cgroups.Mode()
+	var have func(string) bool
+	var ver, fix string
+	switch mode {
+	case cgroups.Unified:
+		ver = "v2 (unified)"
+		b, _ := os.ReadFile(filepath.Join(cgroupRoot, "cgroup.controllers"))
+		listed := strings.Fields(string(b))
+		have = func(c string) bool { return slices.Contains(listed, c) }
+		fix = "boot without cgroup_disable= for the missing controllers, and leave none of them on a cgroup v1 hierarchy"
+	case cgroups.Legacy, cgroups.Hybrid:
+		ver = "v1 (legacy)"
+		if mode == cgroups.Hybrid {
+			ver = "v1 (hybrid)"
+		}
+		have = func(c string) bool { return isCgroupFS(filepath.Join(cgroupRoot, c)) }
+		fix = "mount the missing controllers under " + cgroupRoot + " (memory may need the kernel parameter cgroup_enable=memory)"
+	default:
+		return fail(name, "no cgroup hierarchy at "+cgroupRoot, "mount cgroup2 at "+cgroupRoot+" (systemd does this at boot)")
+	}
+	if missing := missingControllers(have); len(missing) > 0 {
+		return fail(name, fmt.Sprintf("%s; missing controllers: %s", ver, strings.Join(missing, ", ")), fix)
+	}
+	return ok(name, fmt.Sprintf("%s; controllers %s available", ver, strings.Join(controllers, ", ")))
+}
+
+func missingControllers(have func(string) bool) []string {
+	var missing []string
+	for _, c := range controllers {
+		if !have(c) {
+			missing = append(missing, c)
+		}
+	}
+	return missing
+}
+
+func checkSeccomp(_ context.Context, o Options) Check {
+	const name = "seccomp"
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return fail(name, err.Error(), "mount /proc")
+	}
+	if !hasField(status, "Seccomp") {
+		return fail(name, "the kernel has no seccomp support (no Seccomp: line in /proc/self/status)",
+			"use a kernel built with CONFIG_SECCOMP and CONFIG_SECCOMP_FILTER")
+	}
+	// Every run carries the default profile, adapted for gVisor there, and
+	// the runner compiles it first: do the same.
+	p, err := seccomp.Load("default")
+	if err == nil && o.Isolation == string(isolation.GVisor) {
+		p, err = seccomp.ForGVisor(p)
+	}
+	if err == nil {
+		err = seccomp.Validate(p)
+	}
+	switch {
+	case errors.Is(err, seccomp.ErrNotSupported):
+		return fail(name, "the kernel supports it, but this airlock was built without cgo, so it cannot compile a profile",
+			"install libseccomp-dev and rebuild with CGO_ENABLED=1 (`make build`)")
+	case err != nil:
+		return fail(name, "the default profile does not compile: "+err.Error(),
+			"update libseccomp (`make setup` installs it) and rebuild airlock")
+	}
+	return ok(name, fmt.Sprintf("kernel supports it; the default profile compiles with libseccomp (sha256 %.12s…)", p.SHA256()))
+}
+
+// hasField reports whether a /proc status file has a "key:" line.
+func hasField(status []byte, key string) bool {
+	sc := bufio.NewScanner(bytes.NewReader(status))
+	for sc.Scan() {
+		if k, _, found := strings.Cut(sc.Text(), ":"); found && k == key {
+			return true
+		}
+	}
+	return false
+}
+
+func checkDockerd(ctx context.Context, o Options) Check {
+	const name = "dockerd"
+	needed := o.Engine == "docker"
+	rt := isolation.DockerRuntimes[isolation.Mode(o.Isolation)]
+	only := ""
+	if !needed {
+		only = " (needed only for --engine docker)"
+	}
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return bad(needed, name, fmt.Sprintf("configuring the docker client: %v%s", err, only), "check DOCKER_HOST")
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := cli.Ping(ctx); err != nil {
+		fix := "start dockerd (`make setup` does), or check DOCKER_HOST"
+		if errors.Is(err, fs.ErrPermission) {
+			fix = "run airlock as root (or as a member of the docker group)"
+		}
+		return bad(needed, name, fmt.Sprintf("cannot reach dockerd at %s: %v%s", cli.DaemonHost(), err, only), fix)
+	}
+	info, err := cli.Info(ctx)
+	if err != nil {
+		return bad(needed, name, fmt.Sprintf("asking dockerd at %s for its runtimes: %v%s", cli.DaemonHost(), err, only),
+			"check dockerd's log")
+	}
+	ver := fmt.Sprintf("dockerd %s (API %s)", info.ServerVersion, cli.ClientVersion())
+	register := "register airlock's runsc with `make setup` (or `airlock host install-runtime --runsc " + oci.RunscPath(o.Root) + "`, then SIGHUP dockerd)"
+	r, found := info.Runtimes[rt]
+	if !found {
+		return bad(needed, name, fmt.Sprintf("%s has no runtime %q%s", ver, rt, only), register)
+	}
+	if filepath.IsAbs(r.Path) {
+		if _, err := os.Stat(r.Path); err != nil {
+			return bad(needed, name, fmt.Sprintf("%s: runtime %q points at %s, which is missing%s", ver, rt, r.Path, only), register)
+		}
+	}
+	return ok(name, fmt.Sprintf("%s; runtime %q registered", ver, rt))
+}
+
+func checkSpace(_ context.Context, o Options) Check {
+	free, err := freeBytes(o.Root)
+	if err != nil {
+		return fail("free space", err.Error(), "create airlock's root with `make setup`, or pass --root")
+	}
+	return spaceCheck(o.Root, free)
+}
+
+// spaceCheck is the row for free bytes under root.
+func spaceCheck(root string, free uint64) Check {
+	c := Check{Name: "free space", Status: spaceStatus(free), Detail: fmt.Sprintf("%s free in %s", human(free), root)}
+	switch c.Status {
+	case StatusFail:
+		c.Detail += " (under " + human(spaceFail) + ")"
+	case StatusWarn:
+		c.Detail += " (under " + human(spaceWarn) + ")"
+	}
+	if c.Status != StatusOK {
+		c.Fix = "free space on the filesystem that holds " + root + " (images are unpacked there), or move it with --root"
+	}
+	return c
+}
+
+// spaceStatus grades the free bytes under the root.
+func spaceStatus(free uint64) string {
+	switch {
+	case free < spaceFail:
+		return StatusFail
+	case free < spaceWarn:
+		return StatusWarn
+	}
+	return StatusOK
+}
+
+func checkDefaultImage(_ context.Context, o Options) Check {
+	const name = "default image"
+	_, ref, err := images.OpenIndex(filepath.Join(o.Root, "images")).Default()
+	if err != nil {
+		return fail(name, err.Error(), "run `make setup`, which builds the default image")
+	}
+	return ok(name, ref.String())
+}

@@ -1,0 +1,132 @@
+// Package doctor checks whether a host can keep airlock's guarantees for an
+// engine and isolation mode: root, the runtimes, cgroup controllers,
+// seccomp, dockerd, free space, and a live probe that tries from inside a
+// real sandbox what must fail there.
+//
+// A check FAILs only when the chosen engine and isolation mode need what
+// is missing; what they do not need is a warning. The live probe runs only
+// when nothing before it failed.
+package doctor
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock/engine/oci"
+	"github.com/airlock-sandbox/airlock/runner"
+)
+
+// A check's Status is one of these.
+const (
+	StatusOK   = "ok"
+	StatusWarn = "warn"
+	StatusFail = "FAIL"
+)
+
+// Check is one row of the report.
+type Check struct {
+	Name   string `json:"name"`
+	Status string `json:"status"`
+	Detail string `json:"detail"`
+	// Fix says what to do; set for every FAIL.
+	Fix string `json:"fix"`
+}
+
+// Options say what to check.
+type Options struct {
+	// Root is airlock's state directory.
+	Root string
+	// Engine is "oci", "docker" or "auto" (resolved as ResolveEngine does).
+	Engine string
+	// Isolation is "gvisor" or "seccomp"; empty means gvisor.
+	Isolation string
+	// Run runs the live probe's sandboxes on the chosen engine; nil leaves
+	// the probe out.
+	Run func(context.Context, runner.Spec) (runner.Result, error)
+}
+
+// check is one host check. Each returns exactly one row.
+type check func(context.Context, Options) Check
+
+// hostChecks run in this order, before the probe.
+var hostChecks = []check{
+	checkRoot,
+	checkRunsc,
+	checkRunc,
+	checkCgroups,
+	checkSeccomp,
+	checkDockerd,
+	checkSpace,
+	checkDefaultImage,
+}
+
+// Run runs every check in order and returns one row for each, then the
+// probe's rows.
+func Run(ctx context.Context, o Options) []Check {
+	o.Engine = ResolveEngine(o.Root, o.Engine)
+	if o.Isolation == "" {
+		o.Isolation = "gvisor"
+	}
+	var out []Check
+	for _, c := range hostChecks {
+		out = append(out, c(ctx, o))
+	}
+	return append(out, probe(ctx, o, failures(out))...)
+}
+
+// ResolveEngine turns "auto" into the engine `airlock run --engine auto`
+// picks: oci where it is usable (root, and setup's runsc), else docker.
+func ResolveEngine(root, name string) string {
+	if name != "auto" {
+		return name
+	}
+	if oci.Usable(root) == nil {
+		return "oci"
+	}
+	return "docker"
+}
+
+// OK reports whether no check failed.
+func OK(checks []Check) bool { return failures(checks) == 0 }
+
+func failures(checks []Check) int {
+	n := 0
+	for _, c := range checks {
+		if c.Status == StatusFail {
+			n++
+		}
+	}
+	return n
+}
+
+func ok(name, detail string) Check { return Check{Name: name, Status: StatusOK, Detail: detail} }
+
+func fail(name, detail, fix string) Check {
+	return Check{Name: name, Status: StatusFail, Detail: detail, Fix: fix}
+}
+
+// bad is a FAIL when the chosen engine and isolation need the thing, and
+// a warning otherwise.
+func bad(needed bool, name, detail, fix string) Check {
+	c := fail(name, detail, fix)
+	if !needed {
+		c.Status = StatusWarn
+	}
+	return c
+}
+
+// human prints a byte count for people, to one decimal place.
+func human(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit && exp < 4; m /= unit {
+		div *= unit
+		exp++
+	}
+	v := strings.TrimSuffix(fmt.Sprintf("%.1f", float64(n)/float64(div)), ".0")
+	return fmt.Sprintf("%s %ciB", v, "KMGTP"[exp])
+}

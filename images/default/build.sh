@@ -4,7 +4,8 @@
 # code rather than building it. Writes a tar to $1.
 #
 # The sha256 of this file is the image's recipe: setup rebuilds the image
-# whenever this file changes.
+# whenever this file changes. Nothing of the build host stays in it: its
+# resolv.conf, hostname, hosts and machine-id are replaced or removed.
 set -euo pipefail
 
 out=${1:?usage: build.sh OUTPUT.tar}
@@ -31,4 +32,6 @@ mmdebstrap \
   --customize-hook='rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/* "$1"/var/log/* "$1"/var/cache/debconf/*-old' \
   --customize-hook='find "$1" -xdev -type f -perm /6000 -exec chmod ug-s {} +' \
   --customize-hook='mkdir -p "$1"/tmp "$1"/work "$1"/out && chmod 1777 "$1"/tmp' \
+  --customize-hook='rm -f "$1"/etc/resolv.conf "$1"/etc/hostname "$1"/etc/hosts "$1"/etc/machine-id' \
+  --customize-hook=': > "$1"/etc/resolv.conf && echo sandbox > "$1"/etc/hostname && printf "127.0.0.1 localhost\n::1 localhost\n" > "$1"/etc/hosts' \
   "$suite" "$out"

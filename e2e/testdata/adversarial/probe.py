@@ -15,7 +15,7 @@ for fd in range(3, 1024):
     except OSError:
         pass
 
-import ctypes, errno, shutil, signal, socket, stat, struct, sys, time
+import ctypes, errno, resource, signal, socket, stat, struct, sys, time
 
 host_port, abstract, host_sock, host_pid, host_file, peer_port = sys.argv[1:7]
 libc = ctypes.CDLL(None, use_errno=True)
@@ -137,15 +137,17 @@ attempt("mknod", lambda: os.mknod("/tmp/mem", stat.S_IFCHR | 0o600, os.makedev(1
 os.makedirs("/tmp/mnt", exist_ok=True)
 syscall_attempt("mount_tmpfs", 165, b"none", b"/tmp/mnt", b"tmpfs", 0, None)
 syscall_attempt("mount_proc", 165, b"proc", b"/tmp/mnt", b"proc", 0, None)
+# find / -perm /6000, leaving out the kernel's filesystems.
 setuid = []
-for top in ("/bin", "/sbin", "/usr", "/etc", "/lib", "/lib64", "/opt", "/var", "/root", "/home"):
-    for d, dirs, files in os.walk(top):
-        for f in files:
-            try:
-                if os.lstat(os.path.join(d, f)).st_mode & (stat.S_ISUID | stat.S_ISGID):
-                    setuid.append(os.path.join(d, f))
-            except OSError:
-                pass
+for d, dirs, files in os.walk("/"):
+    if d == "/":
+        dirs[:] = [x for x in dirs if x not in ("proc", "sys", "dev")]
+    for f in files:
+        try:
+            if os.lstat(os.path.join(d, f)).st_mode & (stat.S_ISUID | stat.S_ISGID):
+                setuid.append(os.path.join(d, f))
+        except OSError:
+            pass
 say("setuid_files", "none" if not setuid else "found", " ".join(setuid[:10]))
 say("cwd", "path", os.getcwd())
 attempt("host_file", lambda: os.close(os.open(host_file, os.O_WRONLY | os.O_TRUNC)))
@@ -201,7 +203,7 @@ os.makedirs("/tmp/cg", exist_ok=True)
 syscall_attempt("mount_cgroup", 165, b"cgroup", b"/tmp/cg", b"cgroup", 0, b"rdma")
 agents = []
 for d, dirs, files in os.walk("/sys/fs/cgroup"):
-    agents += [os.path.join(d, f) for f in files if f in ("release_agent", "notify_on_release")]
+    agents += [os.path.join(d, f) for f in files if f == "release_agent"]
 writable = []
 for p in agents:
     try:
@@ -209,11 +211,13 @@ for p in agents:
         writable.append(p)
     except OSError:
         pass
+# release_agent runs a host command as root when a cgroup empties: none
+# may be writable, and no cgroup may be made.
 try:
     os.mkdir("/sys/fs/cgroup/airlock-probe")
     say("cgroup_write", "ok", "mkdir")
 except OSError as e:
-    say("cgroup_write", "errno=%d" % e.errno if not writable else "writable", " ".join(writable) or e.strerror)
+    say("cgroup_write", "errno=%d" % e.errno, "writable release_agent: " + (" ".join(writable) or "none"))
 syscall_attempt("chroot", 161, b"/tmp")
 syscall_attempt("pivot_root", 155, b"/tmp", b"/tmp/mnt")
 syscall_attempt("sethostname", 170, b"pwned", 5)
@@ -226,12 +230,14 @@ say("pids_visible", "list", ",".join(sorted((p for p in os.listdir("/proc") if p
 
 # Secrets.
 say("environment", "names", ",".join(sorted(os.environ)))
+say("environ", "hex", b"\0".join(b"%s=%s" % kv for kv in sorted(os.environb.items())).hex())
 try:
     h = read_file("/proc/sys/kernel/hostname").decode().strip()
 except OSError as e:
     h = "errno=%d" % e.errno
 say("hostname", "names", socket.gethostname() + "," + h)
-for name, path in (("machine_id", "/etc/machine-id"), ("resolv_conf", "/etc/resolv.conf")):
+for name, path in (("machine_id", "/etc/machine-id"), ("resolv_conf", "/etc/resolv.conf"), ("etc_hostname", "/etc/hostname"),
+                   ("etc_hosts", "/etc/hosts")):
     try:
         say(name, "read", read_file(path).hex() or "-")
     except OSError as e:
@@ -246,7 +252,6 @@ try:
     while True:
         fds.append(os.open("/dev/null", os.O_RDONLY))
 except OSError as e:
-    import resource
     say("fd_exhaustion", "errno=%d" % e.errno, "opened=%d nofile=%d" % (len(fds), resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
 for fd in fds:
     os.close(fd)

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/atomicfile"
+	"github.com/airlock-sandbox/airlock/internal/flock"
 	"github.com/opencontainers/go-digest"
-	"golang.org/x/sys/unix"
 )
 
 // Record is airlock's note of one imported image.
@@ -123,14 +123,5 @@ func (x *Index) locked(fn func() error) error {
 	if err := os.MkdirAll(x.dir, 0o755); err != nil {
 		return fmt.Errorf("creating %q: %w", x.dir, err)
 	}
-	f, err := os.OpenFile(filepath.Join(x.dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return fmt.Errorf("locking image index: %w", err)
-	}
-	defer f.Close()
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-		return fmt.Errorf("locking image index: %w", err)
-	}
-	defer unix.Flock(int(f.Fd()), unix.LOCK_UN)
-	return fn()
+	return flock.With(filepath.Join(x.dir, ".lock"), fn)
 }

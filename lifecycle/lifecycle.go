@@ -23,9 +23,8 @@ import (
 	"slices"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/airlock-sandbox/airlock/internal/atomicfile"
+	"github.com/airlock-sandbox/airlock/internal/flock"
 )
 
 // State is where a sandbox is in its life.
@@ -201,17 +200,7 @@ func orNone(s State) string {
 }
 
 // locked runs fn under the store's exclusive flock. Transitions are a few
-// small writes, so one lock for every run costs nothing and cannot race a
-// lock file's removal.
+// small writes, so one lock for every run costs nothing.
 func (s *Store) locked(fn func() error) error {
-	f, err := os.OpenFile(filepath.Join(s.dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return fmt.Errorf("locking state: %w", err)
-	}
-	defer f.Close()
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-		return fmt.Errorf("locking state: %w", err)
-	}
-	defer unix.Flock(int(f.Fd()), unix.LOCK_UN)
-	return fn()
+	return flock.With(filepath.Join(s.dir, ".lock"), fn)
 }

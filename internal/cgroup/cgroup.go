@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -202,28 +203,45 @@ func (g *Group) killOnce() error {
 	return err
 }
 
-// Delete kills what is left and removes the group. A group whose last
-// tasks are still exiting refuses removal (EBUSY) for a moment; Delete
-// retries until ctx is done.
+// removeTimeout bounds a removal whose caller set no deadline: a task
+// stuck in the kernel must not hang airlock forever.
+const removeTimeout = 30 * time.Second
+
+// Delete kills what is left and removes the group, with any child groups a
+// runtime nested in it, from every hierarchy. A group whose last tasks are
+// still exiting refuses removal (EBUSY) for a moment; Delete retries until
+// ctx is done.
 func (g *Group) Delete(ctx context.Context) error {
-	for {
+	return untilGone(ctx, func() error {
+		if len(dirsOf(g.path)) == 0 {
+			return nil
+		}
 		if err := g.KillAll(ctx); err != nil {
-			return err
+			// A hierarchy went from under the group: kill by listing.
+			killListed(g.path)
 		}
-		var err error
-		if g.v2 != nil {
-			err = g.v2.Delete()
-		} else {
-			err = g.v1.Delete()
-		}
-		if err == nil || errors.Is(err, os.ErrNotExist) {
-			// Runtimes and dockerd create the path in hierarchies airlock
-			// does not manage (blkio, name=systemd, unified); they go too.
-			return removeDirs(g.path)
+		// Runtimes and dockerd also create the path in hierarchies airlock
+		// does not manage (blkio, name=systemd, unified); they go too.
+		return removeDirs(g.path)
+	})
+}
+
+// untilGone retries step every 20 ms until it succeeds or ctx (or, when
+// ctx has no deadline, removeTimeout) runs out, returning step's last error.
+func untilGone(ctx context.Context, step func() error) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, removeTimeout)
+		defer cancel()
+	}
+	for {
+		err := step()
+		if err == nil {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("deleting cgroup %s: %w", g.path, err)
+			return err
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -238,19 +256,45 @@ func dirsOf(path string) []string {
 	return dirs
 }
 
-// removeDirs removes path, children first, from every hierarchy.
+// removeDirs removes path, deepest children first, from every hierarchy.
 func removeDirs(path string) error {
 	var errs []error
 	for _, d := range dirsOf(path) {
-		subs, _ := filepath.Glob(filepath.Join(d, "*", "cgroup.procs"))
-		for _, s := range subs {
-			os.Remove(filepath.Dir(s))
-		}
-		if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("removing cgroup %s: %w", d, err))
+		var tree []string
+		filepath.WalkDir(d, func(p string, e fs.DirEntry, err error) error {
+			if err == nil && e.IsDir() {
+				tree = append(tree, p)
+			}
+			return nil
+		})
+		// WalkDir lists parents before children: remove in reverse.
+		for i := len(tree) - 1; i >= 0; i-- {
+			if err := os.Remove(tree[i]); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("removing cgroup %s: %w", tree[i], err))
+				break
+			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// killListed kills every task that a cgroup.procs file under path names,
+// in every hierarchy.
+func killListed(path string) {
+	for _, d := range dirsOf(path) {
+		filepath.WalkDir(d, func(p string, e fs.DirEntry, err error) error {
+			if err != nil || e.Name() != "cgroup.procs" {
+				return nil
+			}
+			b, _ := os.ReadFile(p)
+			for _, f := range bytes.Fields(b) {
+				if pid, err := strconv.Atoi(string(f)); err == nil && pid > 0 {
+					syscallKill(pid)
+				}
+			}
+			return nil
+		})
+	}
 }
 
 func readInt(path string) int64 {
@@ -287,26 +331,17 @@ func (g *Group) Add(pid int) error {
 	return g.v1.Add(cgroup1.Process{Pid: pid})
 }
 
-// Remove kills every process in <Parent>/<id> and removes it with any
-// child groups, on every hierarchy. A group that is not there is fine.
+// Remove kills every task in <Parent>/<id> and removes it with any child
+// groups, on every hierarchy, retrying as Delete does. It reads the
+// directories themselves rather than loading a group, so half a group (some
+// hierarchies already gone) is removed too. A group that is not there is
+// fine.
 func Remove(ctx context.Context, id string) error {
 	path := filepath.Join(Parent, id)
-	if len(dirsOf(path)) == 0 {
-		return nil
-	}
-	g := &Group{path: path}
-	var err error
-	if Unified() {
-		g.v2, err = cgroup2.Load(path)
-	} else {
-		g.v1, err = cgroup1.Load(cgroup1.StaticPath(path), cgroup1.WithHierarchy(v1Subsystems))
-	}
-	if err == nil {
-		if kerr := g.KillAll(ctx); kerr != nil {
-			return kerr
-		}
-	}
-	return removeDirs(path)
+	return untilGone(ctx, func() error {
+		killListed(path)
+		return removeDirs(path)
+	})
 }
 
 // IDs lists the run ids that have a group under Parent in any hierarchy.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -89,5 +91,42 @@ func TestCountsPidsLimitHits(t *testing.T) {
 	cmd.Wait()
 	if s.PidsLimitHits == 0 || s.PidsPeak != 4 {
 		t.Errorf("stats %+v: want pids-limit hits and a peak of 4", s)
+	}
+}
+
+// TestRemoveTakesNestedGroups is the reaper's case: a runtime nested its
+// own group in the run's, a task still lives there, and the owner is gone.
+func TestRemoveTakesNestedGroups(t *testing.T) {
+	g := newGroup(t, Limits{Memory: 64 << 20, MilliCPUs: 500, Pids: 32})
+	cmd := exec.Command("sleep", "300")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	joined := 0
+	for _, d := range dirsOf(g.Path()) {
+		child := filepath.Join(d, "ctr", "deeper")
+		if err := os.MkdirAll(child, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// cpuset children start with no cpus and refuse tasks; the others
+		// take it.
+		if os.WriteFile(filepath.Join(child, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0) == nil {
+			joined++
+		}
+	}
+	if joined == 0 {
+		t.Fatal("the task joined no nested group: the test proves nothing")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := Remove(ctx, filepath.Base(g.Path())); err != nil {
+		t.Fatal(err)
+	}
+	if left := dirsOf(g.Path()); len(left) != 0 {
+		t.Errorf("left behind: %v", left)
+	}
+	if err := cmd.Wait(); err == nil {
+		t.Error("the nested task was not killed")
 	}
 }

@@ -65,31 +65,16 @@ func TestReapAfterSIGKILL(t *testing.T) {
 		t.Fatalf("SIGKILL left nothing to reap (sandboxes %v, runs %d, mounts %v): the test proves nothing", left, len(dirs), mountsUnderRoot())
 	}
 	t.Logf("after SIGKILL: %s", figures())
-
-	c := airlock(nil, "reap")
-	t.Logf("after reap: %s", figures())
+	var ids []string
+	for _, d := range dirs {
+		ids = append(ids, d.Name())
+	}
+	c := reapAndCheck(t, ids)
 	// Every killed run is reaped (leftovers of earlier crashes on this host
 	// may be reaped with them).
-	if c.code != 0 {
-		t.Errorf("reap: exit %d %s %s", c.code, c.stdout, c.stderr)
-	}
-	for _, d := range dirs {
-		if !strings.Contains(c.stdout, d.Name()) {
-			t.Errorf("run %s was not reaped:\n%s", d.Name(), c.stdout)
-		}
-	}
-	if left := sandboxes(); len(left) > 0 {
-		t.Errorf("after reap: %v", left)
-	}
-	if dirs, _ := os.ReadDir(filepath.Join(rootDir, "runs")); len(dirs) > 0 {
-		t.Errorf("after reap: %d run directories", len(dirs))
-	}
-	if m := mountsUnderRoot(); len(m) > 0 {
-		t.Errorf("after reap: mounts %v", m)
-	}
-	for _, c := range cmds {
-		if procs := hostProcsIn(filepath.Base(c.Path)); len(procs) > 0 {
-			t.Errorf("processes left: %v", procs)
+	for _, id := range ids {
+		if !strings.Contains(c.stdout, id) {
+			t.Errorf("run %s was not reaped:\n%s", id, c.stdout)
 		}
 	}
 	// A second reap finds nothing.

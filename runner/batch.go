@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/units"
 )
 
@@ -248,9 +250,12 @@ func Summarize(results []BatchResult) Summary {
 }
 
 // ErrorKind names an error's class for JSON consumers: invalid_input,
-// not_found, unavailable or internal.
+// not_found, sandbox_lost (the sandbox ended from outside airlock; worth a
+// retry), unavailable or internal.
 func ErrorKind(err error) string {
 	switch {
+	case errors.Is(err, engine.ErrSandboxLost):
+		return "sandbox_lost"
 	case errdefs.IsInvalidArgument(err):
 		return "invalid_input"
 	case errdefs.IsNotFound(err):

@@ -59,8 +59,8 @@ type Result struct {
 	FinishedAt time.Time             `json:"finished_at,omitzero"`
 	// Error is the failure, with Reason "error".
 	Error string `json:"error,omitempty"`
-	// ErrorKind classifies Error: invalid_input, not_found, unavailable or
-	// internal.
+	// ErrorKind classifies Error: invalid_input, not_found, sandbox_lost,
+	// unavailable or internal.
 	ErrorKind string `json:"error_kind,omitempty"`
 	// Receipt is the signed evidence of the run; see `airlock receipt verify`.
 	Receipt *receipt.Signed `json:"receipt,omitempty"`

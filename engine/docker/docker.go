@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -44,6 +45,9 @@ type Engine struct {
 	// cgroupfs is set when dockerd uses the cgroupfs driver, so a cgroup
 	// path airlock creates can be the container's parent.
 	cgroupfs bool
+	// sandboxLogs is the --debug-log pattern registered with airlock's
+	// runsc ("<root>/sandbox-logs/%ID%/"), or "" when there is none.
+	sandboxLogs string
 }
 
 // Option configures an Engine.
@@ -106,10 +110,12 @@ func (e *Engine) Check(ctx context.Context, j *engine.Job) error {
 		return unavailable(e.cli.DaemonHost(), err)
 	}
 	e.cgroupfs = info.CgroupDriver == "cgroupfs"
-	if _, ok := info.Runtimes[rt]; !ok {
+	r, ok := info.Runtimes[rt]
+	if !ok {
 		return fmt.Errorf("%w: dockerd has no runtime %q, so it cannot run %s isolation; register airlock's runsc with `make setup` (or `airlock host install-runtime`) and retry",
 			errdefs.ErrUnavailable, rt, j.Policy.Isolation)
 	}
+	e.sandboxLogs = logPattern(r.Args)
 	return e.checkImage(ctx, j.Image.String())
 }
 
@@ -126,6 +132,17 @@ func (e *Engine) checkImage(ctx context.Context, id string) error {
 		return fmt.Errorf("%w: dockerd resolved %s to image %s; refusing to run anything but the pinned ID", errdefs.ErrNotFound, id, img.ID)
 	}
 	return nil
+}
+
+// logPattern finds the per-sandbox --debug-log pattern among runsc's
+// registered arguments.
+func logPattern(args []string) string {
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--debug-log="); ok && strings.Contains(v, "%ID%") {
+			return v
+		}
+	}
+	return ""
 }
 
 // HasImage reports whether dockerd holds the image with exactly this ID.
@@ -188,6 +205,7 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 	// the ID of. The caller's context only decides when to kill.
 	bg, cancelBg := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBg()
+	since := time.Now()
 	created, err := e.cli.ContainerCreate(bg, cfg, host, netcfg, nil, "airlock-"+j.ID)
 	if err != nil {
 		return engine.Exit{}, classify("creating sandbox", e.cli.DaemonHost(), err)
@@ -195,6 +213,12 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 	id := created.ID
 	log.Debug("created", "container", id)
 	j.State(lifecycle.Created)
+	w := e.watchEvents(bg, id, since)
+	var sandboxLogs string
+	if j.Policy.Isolation == isolation.GVisor && e.sandboxLogs != "" {
+		sandboxLogs = strings.ReplaceAll(e.sandboxLogs, "%ID%", id)
+		defer os.RemoveAll(sandboxLogs)
+	}
 
 	// From here on every path removes the container.
 	defer func() {
@@ -242,6 +266,7 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 	kill := func() {
 		kctx, cancel := context.WithTimeout(bg, cleanupTimeout)
 		defer cancel()
+		w.ours.Store(true)
 		if err := e.cli.ContainerKill(kctx, id, "KILL"); err != nil && !errdefs.IsNotFound(err) && !errdefs.IsConflict(err) {
 			log.Warn("killing sandbox", "err", err)
 		}
@@ -250,7 +275,7 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 	select {
 	case status = <-waitCh:
 	case err := <-waitErr:
-		return engine.Exit{}, classify("waiting for sandbox", e.cli.DaemonHost(), err)
+		return engine.Exit{}, engine.Lost("lost the connection to dockerd while the program ran (%v): dockerd stopped or restarted", err)
 	case <-timer.C:
 		exit.TimedOut = true
 		kill()
@@ -280,6 +305,9 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 		<-copied
 	}
 
+	if err := w.verdict(5 * time.Second); err != nil {
+		return engine.Exit{}, err
+	}
 	exit.Code = int(status.StatusCode)
 	exit.Started, exit.Finished = started, finished
 	ictx, cancel := context.WithTimeout(bg, cleanupTimeout)
@@ -307,6 +335,14 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 			// the trace that stays.
 			exit.PidsLimited = s.PidsLimitHits > 0 || s.PidsPeak >= hostPids(j.Policy)
 			exit.Usage = engine.Usage{CPU: s.CPU, MemoryPeak: s.MemoryPeak, PidsPeak: s.PidsPeak}
+		}
+	}
+	if sandboxLogs != "" && !exit.TimedOut && !exit.Killed && !exit.OOMKilled && !exit.PidsLimited && exit.Usage.MemoryPeak < int64(j.Policy.Limits.Memory) {
+		// The shim reaps the sandbox and reports a kill from the host as
+		// exit 137, like the program's own SIGKILL; only the sandbox's log
+		// tells them apart.
+		if exited, logged := engine.GVisorExited(sandboxLogs); logged && !exited {
+			return engine.Exit{}, engine.Lost("the gVisor sandbox process died before the program ended: killed from outside airlock, or it crashed")
 		}
 	}
 	log.Debug("exited", "code", exit.Code, "oom", exit.OOMKilled, "timed_out", exit.TimedOut, "killed", exit.Killed)

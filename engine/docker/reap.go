@@ -3,17 +3,58 @@ package docker
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
+	"github.com/airlock-sandbox/airlock/isolation"
 )
 
-// Leftovers implements engine.Reaper: containers carrying airlock's id label.
+// Leftovers implements engine.Reaper: containers carrying airlock's id
+// label. It also removes sandbox logs that no container owns any more.
 func (e *Engine) Leftovers(ctx context.Context) ([]string, error) {
-	return e.ListSandboxes(ctx)
+	ids, err := e.ListSandboxes(ctx)
+	if err == nil {
+		e.sweepSandboxLogs(ctx)
+	}
+	return ids, err
+}
+
+// sweepSandboxLogs removes <sandbox-logs>/<container id> directories whose
+// container dockerd no longer has. A directory younger than a minute may
+// belong to a container being created, and is left.
+func (e *Engine) sweepSandboxLogs(ctx context.Context) {
+	info, err := e.cli.Info(ctx)
+	if err != nil {
+		return
+	}
+	pattern := logPattern(info.Runtimes[isolation.DockerRuntimes[isolation.GVisor]].Args)
+	if filepath.Base(filepath.Clean(pattern)) != "%ID%" {
+		return // not a layout airlock registered
+	}
+	dirs, _ := filepath.Glob(strings.ReplaceAll(filepath.Clean(pattern), "%ID%", "*"))
+	if len(dirs) == 0 {
+		return
+	}
+	list, err := e.cli.ContainerList(ctx, container.ListOptions{All: true})
+	if err != nil {
+		return
+	}
+	known := map[string]bool{}
+	for _, c := range list {
+		known[c.ID] = true
+	}
+	for _, d := range dirs {
+		if fi, err := os.Stat(d); err == nil && !known[filepath.Base(d)] && time.Since(fi.ModTime()) > time.Minute {
+			os.RemoveAll(d)
+		}
+	}
 }
 
 // Reap implements engine.Reaper: force-remove the run's container and its
@@ -24,9 +65,18 @@ func (e *Engine) Reap(ctx context.Context, id string) error {
 	if err != nil {
 		errs = append(errs, unavailable(e.cli.DaemonHost(), err))
 	}
+	var pattern string
+	if len(list) > 0 {
+		if info, err := e.cli.Info(ctx); err == nil {
+			pattern = logPattern(info.Runtimes[isolation.DockerRuntimes[isolation.GVisor]].Args)
+		}
+	}
 	for _, c := range list {
 		if err := e.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !errdefs.IsNotFound(err) {
 			errs = append(errs, err)
+		}
+		if pattern != "" {
+			os.RemoveAll(strings.ReplaceAll(pattern, "%ID%", c.ID))
 		}
 	}
 	if err := cgroup.Remove(ctx, id); err != nil {

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
@@ -195,6 +196,8 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 		// runsc ignores a spec's seccomp profile unless told to apply it.
 		args = append(args, "--oci-seccomp")
 	}
+	runLogs := filepath.Join(bundle, "logs")
+	args = append(args, engine.GVisorLogFlags(runLogs, "run")...)
 	if native {
 		runtime, state = e.runc, filepath.Join(e.root, "oci", "runc")
 		args = []string{"--root", state}
@@ -257,8 +260,31 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 	// for runc is its own child; reaching airlock's limit is what stays.
 	exit.PidsLimited = st.PidsLimitHits > 0 || st.PidsPeak >= hostPids
 	exit.Usage = engine.Usage{CPU: st.CPU, MemoryPeak: st.MemoryPeak, PidsPeak: st.PidsPeak}
+	if !exit.TimedOut && !exit.Killed && !exit.OOMKilled && !exit.PidsLimited && st.MemoryPeak < int64(l.Memory) {
+		if err := lost(cmd, native, runLogs); err != nil {
+			return engine.Exit{}, err
+		}
+	}
 	log.Debug("exited", "code", exit.Code, "oom", exit.OOMKilled, "pids_limited", exit.PidsLimited)
 	return exit, nil
+}
+
+// lost says whether the sandbox ended from outside airlock. Both runtimes
+// report the program's death by a signal as an exit status (128+N), so a
+// runtime process that itself died by a signal was killed by someone else.
+// runsc run reports its sandbox killed under it with the sandbox's status;
+// only its log tells that apart from the program's own SIGKILL.
+func lost(cmd *exec.Cmd, native bool, runLogs string) error {
+	name := filepath.Base(cmd.Path)
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return engine.Lost("%s (pid %d) was killed by %s from outside airlock", name, cmd.Process.Pid, unix.SignalName(ws.Signal()))
+	}
+	if !native {
+		if engine.GVisorSandboxKilled(runLogs) {
+			return engine.Lost("the gVisor sandbox process died before the program ended: killed from outside airlock, or it crashed")
+		}
+	}
+	return nil
 }
 
 // kill ends the sandbox: every process in its cgroup, then runsc run
@@ -380,5 +406,6 @@ func (e *Engine) Runtime(ctx context.Context, m isolation.Mode) engine.Runtime {
 		return engine.Runtime{Name: "runc", Version: engine.BinaryVersion(ctx, e.runc), Flags: []string{}}
 	}
 	// Every run carries a seccomp profile, so runsc always gets --oci-seccomp.
-	return engine.Runtime{Name: "runsc", Version: engine.BinaryVersion(ctx, e.runsc), Flags: []string{"--network=none", "--oci-seccomp"}}
+	flags := append([]string{"--network=none", "--oci-seccomp"}, engine.GVisorLogFlags("<bundle>/logs", "run")...)
+	return engine.Runtime{Name: "runsc", Version: engine.BinaryVersion(ctx, e.runsc), Flags: flags}
 }

@@ -8,12 +8,18 @@
 //   - The state of run <id> is <root>/state/<id>.json, written atomically
 //     under one flock for the store, so concurrent writers serialise; a
 //     terminated run's file is removed (the audit log keeps its history).
+//   - A run's own lock, <root>/state/<id>.lock, is held while it is being
+//     created (requested → created), while it is torn down (terminating →
+//     terminated), and by Destroy. So a destroy that lands mid-create waits,
+//     then destroys; concurrent destroys free once and both succeed; and a
+//     holder that dies lets go, since the kernel drops its flock.
 //   - Every transition is also an audit event. The audit log never holds a
 //     program's output, only sizes and hashes, and anything that looks like
 //     a credential is redacted before it is written.
 package lifecycle
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -129,15 +135,65 @@ func (s *Store) Move(id string, to State, errMsg string, extra map[string]any) e
 	})
 }
 
+// RunLock is a held run lock; see Lock.
+type RunLock struct {
+	s  *Store
+	id string
+	l  *flock.Lock
+}
+
+// Lock waits for the run's own lock, or until ctx is done.
+func (s *Store) Lock(ctx context.Context, id string) (*RunLock, error) {
+	l, err := flock.Acquire(ctx, filepath.Join(s.dir, id+".lock"))
+	if err != nil {
+		return nil, err
+	}
+	return &RunLock{s: s, id: id, l: l}, nil
+}
+
+// Release lets go of the run lock; once the run is terminated, its lock
+// file goes too.
+func (l *RunLock) Release() {
+	_, err := os.Stat(l.s.path(l.id))
+	l.l.Release(errors.Is(err, fs.ErrNotExist))
+}
+
+// Begin records a new run as requested and returns its run lock, held
+// until the caller releases it once the sandbox is created (or failed to
+// be).
+func (s *Store) Begin(ctx context.Context, id string, extra map[string]any) (*RunLock, error) {
+	l, err := s.Lock(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Move(id, Requested, "", extra); err != nil {
+		l.Release()
+		return nil, err
+	}
+	return l, nil
+}
+
 // Destroy frees a sandbox's resources exactly once however many callers
-// race: the first moves it to terminating (through reason, when given),
-// runs fn outside the lock, and moves it to terminated; a caller that finds
-// it terminating, terminated or unknown returns nil at once.
-func (s *Store) Destroy(id string, reason State, fn func() error) error {
+// race. It takes the run lock, so it waits for a create or a teardown in
+// progress, or for another Destroy. Then, unless the run is already
+// terminated (or unknown), it moves it to terminating (through reason,
+// when given), runs fn, and moves it to terminated. Finding it terminating
+// under the lock means an earlier destroyer died mid-way: fn runs again,
+// so it must be idempotent.
+func (s *Store) Destroy(ctx context.Context, id string, reason State, fn func() error) error {
+	rl, err := s.Lock(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer rl.Release()
 	var mine bool
-	err := s.locked(func() error {
+	err = s.locked(func() error {
 		cur, _ := s.Get(id)
-		if cur.State == "" || cur.State == Terminating || cur.State == Terminated {
+		if cur.State == "" || cur.State == Terminated {
+			return nil
+		}
+		mine = true
+		if cur.State == Terminating {
 			return nil
 		}
 		if reason != "" && Allowed(cur.State, reason) {
@@ -145,7 +201,6 @@ func (s *Store) Destroy(id string, reason State, fn func() error) error {
 				return err
 			}
 		}
-		mine = true
 		return s.moveLocked(id, &cur, Terminating, "", nil)
 	})
 	if err != nil || !mine {

@@ -2,13 +2,17 @@ package lifecycle
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestAllowed(t *testing.T) {
@@ -99,7 +103,12 @@ func TestDestroyRunsOnceUnderRaces(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- s.Destroy(id, Orphaned, func() error { freed.Add(1); return nil })
+			err := s.Destroy(context.Background(), id, Orphaned, func() error { freed.Add(1); return nil })
+			// Every caller returns only once the run is terminated.
+			if rec, _ := s.Get(id); err == nil && rec.State != "" {
+				err = fmt.Errorf("returned while the run is %s", rec.State)
+			}
+			errs <- err
 		}()
 	}
 	wg.Wait()
@@ -112,7 +121,7 @@ func TestDestroyRunsOnceUnderRaces(t *testing.T) {
 	if freed.Load() != 1 {
 		t.Errorf("resources freed %d times", freed.Load())
 	}
-	if err := s.Destroy(id, "", func() error { freed.Add(1); return nil }); err != nil || freed.Load() != 1 {
+	if err := s.Destroy(context.Background(), id, "", func() error { freed.Add(1); return nil }); err != nil || freed.Load() != 1 {
 		t.Errorf("destroy after terminated: %v, freed %d", err, freed.Load())
 	}
 	var orphaned bool
@@ -121,6 +130,65 @@ func TestDestroyRunsOnceUnderRaces(t *testing.T) {
 	}
 	if !orphaned {
 		t.Error("no orphaned transition recorded")
+	}
+}
+
+func TestDestroyDuringCreateWaits(t *testing.T) {
+	root := t.TempDir()
+	s, _ := Open(root)
+	id := "bbbbbbbbbbbbbbbbbbbb"
+	held, err := s.Begin(context.Background(), id, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var freed atomic.Int32
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Destroy(context.Background(), id, "", func() error { freed.Add(1); return nil })
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("destroy returned mid-create: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if freed.Load() != 0 {
+		t.Fatal("destroy freed resources mid-create")
+	}
+	if err := s.Move(id, Created, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	held.Release()
+	if err := <-done; err != nil || freed.Load() != 1 {
+		t.Fatalf("destroy after create: %v, freed %d", err, freed.Load())
+	}
+	var moves []string
+	for _, ev := range events(t, s) {
+		if ev["event"] == "transition" {
+			moves = append(moves, fmt.Sprint(ev["to"]))
+		}
+	}
+	if got := strings.Join(moves, " "); got != "requested created terminating terminated" {
+		t.Errorf("moves %q", got)
+	}
+	if left, _ := filepath.Glob(filepath.Join(root, "state", id+"*")); len(left) != 0 {
+		t.Errorf("left behind: %v", left)
+	}
+}
+
+// A creator that died mid-create let go of its lock with its life: destroy
+// does not wait for it.
+func TestDestroyAfterCreatorDied(t *testing.T) {
+	s, _ := Open(t.TempDir())
+	id := "cccccccccccccccccccc"
+	held, _ := s.Begin(context.Background(), id, nil)
+	held.l.Release(false) // what the kernel does when the creator dies
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Destroy(ctx, id, Orphaned, func() error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if rec, _ := s.Get(id); rec.State != "" {
+		t.Errorf("run is %s", rec.State)
 	}
 }
 

@@ -127,7 +127,7 @@ func Reap(ctx context.Context, root string, reapers []engine.Reaper, full bool) 
 			err = free()
 			lc.Audit().Append(map[string]any{"event": "destroy", "run_id": id, "why": string(status), "error": errString(err)})
 		} else {
-			err = lc.Destroy(id, status, free)
+			err = lc.Destroy(ctx, id, status, free)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("reaping %q: %w", id, err))

@@ -212,20 +212,45 @@ func (r *Runner) Run(ctx context.Context, s Spec) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	if err := lc.Move(job.ID, lifecycle.Requested, "", map[string]any{
+	lockCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lockTimeout)
+	defer cancel()
+	// The run lock is held while the sandbox is created and while it is
+	// torn down, so a destroy that lands then waits (see lifecycle).
+	held, err := lc.Begin(lockCtx, job.ID, map[string]any{
 		"image": job.Image.String(), "engine": r.engine.Name(), "isolation": string(job.Policy.Isolation),
 		"seccomp_profile_sha256": job.Policy.Seccomp.SHA256, "limits": limitsOf(job.Policy.Limits), "owner": job.Owner,
-	}); err != nil {
+	})
+	if err != nil {
 		return Result{}, fmt.Errorf("%w: recording the run: %v", errdefs.ErrUnavailable, err)
 	}
+	release := func() {
+		if held != nil {
+			held.Release()
+			held = nil
+		}
+	}
+	defer release()
 	job.OnState = func(st lifecycle.State) {
+		if st == lifecycle.Terminating && held == nil {
+			var lerr error
+			if held, lerr = lc.Lock(lockCtx, job.ID); lerr != nil {
+				r.log.Warn("taking the run lock", "sandbox_id", job.ID, "err", lerr)
+			}
+		}
 		if err := lc.Move(job.ID, st, "", nil); err != nil {
 			r.log.Warn("recording state", "sandbox_id", job.ID, "state", st, "err", err)
+		}
+		if st == lifecycle.Created {
+			release()
 		}
 	}
 	res, err := r.execute(ctx, s, job)
 	if err != nil {
-		job.State(lifecycle.Failed)
+		// The state and the audit log keep why: a lost sandbox, a daemon
+		// that went away, a runtime that failed.
+		if merr := lc.Move(job.ID, lifecycle.Failed, err.Error(), nil); merr != nil {
+			r.log.Warn("recording state", "sandbox_id", job.ID, "state", lifecycle.Failed, "err", merr)
+		}
 	}
 	job.State(lifecycle.Terminating)
 	if merr := lc.Move(job.ID, lifecycle.Terminated, "", auditSummary(res, err)); merr != nil {
@@ -233,6 +258,10 @@ func (r *Runner) Run(ctx context.Context, s Spec) (Result, error) {
 	}
 	return res, err
 }
+
+// lockTimeout bounds the wait for a run's own lock: a destroy in progress
+// holds it while it kills and removes the sandbox.
+const lockTimeout = 2 * time.Minute
 
 // execute runs a planned, checked job: scratch, engine, artifacts, receipt.
 func (r *Runner) execute(ctx context.Context, s Spec, job *engine.Job) (Result, error) {
@@ -267,8 +296,11 @@ func (r *Runner) execute(ctx context.Context, s Spec, job *engine.Job) (Result, 
 	}
 	begin := time.Now()
 	exit, err := r.engine.Run(runCtx, job)
-	job.State(lifecycle.Terminating)
 	res.Stdout, res.Stderr = stdout.stream(), stderr.stream()
+	if err == nil {
+		// A failed run goes through failed first; Run records it.
+		job.State(lifecycle.Terminating)
+	}
 	if err != nil {
 		res.Reason = ReasonError
 		res.Error = err.Error()

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/containerd/errdefs"
@@ -72,6 +73,23 @@ func TestRegisterRuntimeRefusesBadJSON(t *testing.T) {
 		}
 		if ents, _ := os.ReadDir(filepath.Dir(p)); len(ents) != 1 {
 			t.Errorf("%s: stray files %v", content, ents)
+		}
+	}
+}
+
+func TestMissingRunscArgs(t *testing.T) {
+	for _, tc := range []struct {
+		args, missing []string
+	}{
+		{[]string{"--network=none", "--oci-seccomp", "--debug-log=/x/%ID%/"}, nil},
+		{[]string{"--network=none", "--oci-seccomp=true"}, nil},
+		{[]string{"--network=none"}, []string{"--oci-seccomp"}},
+		{nil, []string{"--network=none", "--oci-seccomp"}},
+		{[]string{"--network=host", "--oci-seccomp=false"}, []string{"--network=none", "--oci-seccomp"}},
+		{[]string{"--network=none", "--oci-seccomp", "--oci-seccomp=false", "-network=host"}, []string{"--network=none", "--oci-seccomp"}},
+	} {
+		if got := MissingRunscArgs(tc.args); !slices.Equal(got, tc.missing) {
+			t.Errorf("%q: missing %q, want %q", tc.args, got, tc.missing)
 		}
 	}
 }

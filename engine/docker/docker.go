@@ -115,6 +115,14 @@ func (e *Engine) Check(ctx context.Context, j *engine.Job) error {
 		return fmt.Errorf("%w: dockerd has no runtime %q, so it cannot run %s isolation; register airlock's runsc with `make setup` (or `airlock host install-runtime`) and retry",
 			errdefs.ErrUnavailable, rt, j.Policy.Isolation)
 	}
+	if j.Policy.Isolation == isolation.GVisor {
+		if missing := MissingRunscArgs(r.Args); len(missing) > 0 {
+			// runsc ignores the spec's seccomp profile without --oci-seccomp:
+			// running anyway would silently drop a layer.
+			return fmt.Errorf("%w: dockerd's runtime %q lacks %s, so it would not apply airlock's policy in full; re-register it with `make setup` (or `airlock host install-runtime`), then SIGHUP dockerd",
+				errdefs.ErrUnavailable, rt, strings.Join(missing, " and "))
+		}
+	}
 	e.sandboxLogs = logPattern(r.Args)
 	return e.checkImage(ctx, j.Image.String())
 }
@@ -132,6 +140,28 @@ func (e *Engine) checkImage(ctx context.Context, id string) error {
 		return fmt.Errorf("%w: dockerd resolved %s to image %s; refusing to run anything but the pinned ID", errdefs.ErrNotFound, id, img.ID)
 	}
 	return nil
+}
+
+// MissingRunscArgs lists the runsc flags airlock's policy depends on that a
+// registered runtime lacks. As in runsc's own parsing, the last occurrence
+// of a flag wins.
+func MissingRunscArgs(args []string) []string {
+	last := map[string]string{}
+	for _, a := range args {
+		name, val, ok := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !ok {
+			val = "true"
+		}
+		last[name] = val
+	}
+	var missing []string
+	if last["network"] != "none" {
+		missing = append(missing, "--network=none")
+	}
+	if last["oci-seccomp"] != "true" {
+		missing = append(missing, "--oci-seccomp")
+	}
+	return missing
 }
 
 // logPattern finds the per-sandbox --debug-log pattern among runsc's

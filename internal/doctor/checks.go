@@ -17,6 +17,7 @@ import (
 	"github.com/containerd/cgroups/v3"
 	"github.com/docker/docker/client"
 
+	"github.com/airlock-sandbox/airlock/engine/docker"
 	"github.com/airlock-sandbox/airlock/engine/oci"
 	"github.com/airlock-sandbox/airlock/images"
 	"github.com/airlock-sandbox/airlock/isolation"
@@ -222,7 +223,12 @@ func checkDockerd(ctx context.Context, o Options) Check {
 			return bad(needed, name, fmt.Sprintf("%s: runtime %q points at %s, which is missing%s", ver, rt, r.Path, only), register)
 		}
 	}
-	return ok(name, fmt.Sprintf("%s; runtime %q registered", ver, rt))
+	if rt == isolation.DockerRuntimes[isolation.GVisor] {
+		if missing := docker.MissingRunscArgs(r.Args); len(missing) > 0 {
+			return bad(needed, name, fmt.Sprintf("%s: runtime %q lacks %s%s", ver, rt, strings.Join(missing, " and "), only), register)
+		}
+	}
+	return ok(name, fmt.Sprintf("%s; runtime %q registered with %s", ver, rt, strings.Join(r.Args, " ")))
 }
 
 func checkSpace(_ context.Context, o Options) Check {

@@ -342,3 +342,39 @@ func TestSandboxKilledFromHost(t *testing.T) {
 	}
 	reapAndCheck(t, ids)
 }
+
+// TestKillTwiceAtOnce destroys a running sandbox from two shells at once:
+// both succeed, its resources are freed once (one destroy event), the
+// owner reports reason destroyed, and nothing is left.
+func TestKillTwiceAtOnce(t *testing.T) {
+	runs := startRuns(t, 1, "echo started; sleep 600")
+	ids := waitRunning(t, 1)
+	kills := make(chan cliResult, 2)
+	for i := 0; i < 2; i++ {
+		go func() { kills <- airlock(nil, "kill", ids[0]) }()
+	}
+	for i := 0; i < 2; i++ {
+		if c := <-kills; c.code != 0 || !strings.Contains(c.stdout, ids[0]) {
+			t.Errorf("kill: exit %d stdout %q stderr %q", c.code, c.stdout, c.stderr)
+		}
+	}
+	res, code := runs[0].finish(t)
+	if code != 130 || res.Reason != runner.ReasonDestroyed || string(res.Stdout.Head) != "started\n" {
+		t.Errorf("owner: exit %d reason %s stdout %q error %q; want 130, destroyed, the output so far", code, res.Reason, res.Stdout.Head, res.Error)
+	}
+	destroys := 0
+	f, _ := os.ReadFile(filepath.Join(rootDir, "audit.jsonl"))
+	for _, line := range bytes.Split(f, []byte("\n")) {
+		var ev map[string]any
+		if json.Unmarshal(line, &ev) == nil && ev["run_id"] == ids[0] && ev["event"] == "destroy" {
+			destroys++
+		}
+	}
+	if destroys != 1 {
+		t.Errorf("%d destroy events for %s; want exactly 1", destroys, ids[0])
+	}
+	if c := airlock(nil, "kill", ids[0]); c.code != 0 || !strings.Contains(c.stdout, "already gone") {
+		t.Errorf("third kill: exit %d stdout %q stderr %q", c.code, c.stdout, c.stderr)
+	}
+	reapAndCheck(t, ids)
+}

@@ -109,18 +109,7 @@ func Reap(ctx context.Context, root string, reapers []engine.Reaper, full bool) 
 			rep.Live++
 			continue
 		}
-		free := func() error {
-			var errs []error
-			for _, r := range reapers {
-				if err := r.Reap(ctx, id); err != nil {
-					errs = append(errs, err)
-				}
-			}
-			if err := removeRunDir(filepath.Join(runs, id)); err != nil {
-				errs = append(errs, err)
-			}
-			return errors.Join(errs...)
-		}
+		free := func() error { return freeRun(ctx, root, reapers, id) }
 		// A run the state store still knows is destroyed through it, once;
 		// one it has lost (or never recorded) is freed all the same.
 		if rec, _ := lc.Get(id); rec.State == "" || rec.State == lifecycle.Terminated {

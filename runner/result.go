@@ -26,6 +26,9 @@ const (
 	ReasonPidsLimit Reason = "pids_limit"
 	// ReasonKilled: the run was cancelled (airlock itself was interrupted).
 	ReasonKilled Reason = "killed"
+	// ReasonDestroyed: another airlock process destroyed the run: `airlock
+	// kill`, or `airlock reap` once the run's deadline had passed.
+	ReasonDestroyed Reason = "destroyed"
 	// ReasonError: the engine failed; see Error.
 	ReasonError Reason = "error"
 )

@@ -230,12 +230,25 @@ func (r *Runner) Run(ctx context.Context, s Spec) (Result, error) {
 		}
 	}
 	defer release()
+	// destroyed is set when, by the time this process comes to tear the run
+	// down, another has destroyed it (airlock kill, or a reap past its
+	// deadline).
+	var destroyed bool
+	teardown := func() {
+		if held != nil {
+			return
+		}
+		var lerr error
+		if held, lerr = lc.Lock(lockCtx, job.ID); lerr != nil {
+			r.log.Warn("taking the run lock", "sandbox_id", job.ID, "err", lerr)
+		}
+		if rec, _ := lc.Get(job.ID); rec.State == "" || rec.State == lifecycle.Terminating {
+			destroyed = true
+		}
+	}
 	job.OnState = func(st lifecycle.State) {
-		if st == lifecycle.Terminating && held == nil {
-			var lerr error
-			if held, lerr = lc.Lock(lockCtx, job.ID); lerr != nil {
-				r.log.Warn("taking the run lock", "sandbox_id", job.ID, "err", lerr)
-			}
+		if st == lifecycle.Terminating {
+			teardown()
 		}
 		if err := lc.Move(job.ID, st, "", nil); err != nil {
 			r.log.Warn("recording state", "sandbox_id", job.ID, "state", st, "err", err)
@@ -245,6 +258,20 @@ func (r *Runner) Run(ctx context.Context, s Spec) (Result, error) {
 		}
 	}
 	res, err := r.execute(ctx, s, job)
+	if err != nil {
+		// A destroyer may hold the run lock now: wait for it to say.
+		teardown()
+	}
+	if destroyed {
+		res.Reason, res.Error, res.ErrorKind = ReasonDestroyed, "another airlock process destroyed the run: `airlock kill`, or `airlock reap` after its deadline passed", ""
+		res.Receipt = nil
+		// The destroyer recorded the transitions; the summary is this
+		// process's to give.
+		ev := auditSummary(res, nil)
+		ev["event"], ev["run_id"] = "result", job.ID
+		lc.Audit().Append(ev)
+		return res, nil
+	}
 	if err != nil {
 		// The state and the audit log keep why: a lost sandbox, a daemon
 		// that went away, a runtime that failed.

@@ -20,7 +20,7 @@ const (
 	exitOutputLimit = 123 // the program passed its output cap and was killed
 	exitTimeout     = 124 // the program passed its wall-clock limit (as timeout(1))
 	exitOOM         = 137 // the program passed its memory limit (128+SIGKILL)
-	exitKilled      = 130 // airlock was interrupted and killed the program
+	exitKilled      = 130 // airlock was interrupted, or `airlock kill` destroyed the run
 )
 
 // exitErr carries an exit code for an outcome that has already been
@@ -75,7 +75,7 @@ func resultCode(r runner.Result, err error) int {
 		return exitOutputLimit
 	case runner.ReasonPidsLimit:
 		return exitPidsLimit
-	case runner.ReasonKilled:
+	case runner.ReasonKilled, runner.ReasonDestroyed:
 		return exitKilled
 	}
 	return exitInternal

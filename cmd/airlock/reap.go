@@ -52,20 +52,28 @@ Every airlock command also does a cheap sweep of the run directories first.`,
 // reap runs the reaper with every engine airlock can reach. full also asks
 // the engines for leftovers; without it only run directories are checked.
 func (g *globals) reap(ctx context.Context, full bool) (runner.ReapReport, error) {
+	reapers, done := g.reapers(ctx)
+	defer done()
+	return runner.Reap(ctx, g.root, reapers, full)
+}
+
+// reapers returns every engine airlock can reach, to find and free runs;
+// done closes them.
+func (g *globals) reapers(ctx context.Context) ([]engine.Reaper, func()) {
 	var reapers []engine.Reaper
 	if e, err := oci.New(g.root, oci.WithLogger(g.logger())); err == nil {
 		reapers = append(reapers, e)
 	}
 	d, err := g.dockerEngine()
-	if err == nil {
-		defer d.Close()
-		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		if d.Ping(pctx) == nil {
-			reapers = append(reapers, d)
-		}
-		cancel()
+	if err != nil {
+		return reapers, func() {}
 	}
-	return runner.Reap(ctx, g.root, reapers, full)
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if d.Ping(pctx) == nil {
+		reapers = append(reapers, d)
+	}
+	return reapers, func() { d.Close() }
 }
 
 // sweep is the cheap reap at the start of every command: run directories

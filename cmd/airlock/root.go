@@ -100,6 +100,6 @@ input, 66 not found, 69 engine or runtime unavailable, 70 internal error,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%w\nRun '%s --help' for usage", err, c.CommandPath())}
 	})
-	root.AddCommand(newRunCmd(g), newBatchCmd(g), newImageCmd(g), newReceiptCmd(g), newReapCmd(g), newDoctorCmd(g), newHostCmd(g), newSeccompCmd())
+	root.AddCommand(newRunCmd(g), newBatchCmd(g), newImageCmd(g), newReceiptCmd(g), newReapCmd(g), newPsCmd(g), newKillCmd(g), newDoctorCmd(g), newHostCmd(g), newSeccompCmd())
 	return root
 }

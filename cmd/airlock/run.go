@@ -264,6 +264,8 @@ func ending(r runner.Result) string {
 			r.ID, units.Bytes(r.Limits.OutputBytes), r.Stdout.Bytes, r.Stderr.Bytes)
 	case runner.ReasonKilled:
 		return fmt.Sprintf("run %s killed: airlock was interrupted (reason killed)", r.ID)
+	case runner.ReasonDestroyed:
+		return fmt.Sprintf("run %s destroyed by another airlock process: `airlock kill`, or `airlock reap` after its deadline (reason destroyed)", r.ID)
 	}
 	return ""
 }

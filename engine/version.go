@@ -2,19 +2,39 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/atomicfile"
 )
 
-var versions sync.Map // binary path → first line of `path --version`
+var versions sync.Map // binary identity → first line of `path --version`
 
 // BinaryVersion returns the first line a runtime binary prints for
-// --version, remembered per path for the life of the process.
-func BinaryVersion(ctx context.Context, path string) string {
-	if v, ok := versions.Load(path); ok {
+// --version. Asking costs an exec of a large binary (about 20 ms for
+// runsc), so answers are remembered for the life of the process and, when
+// cacheDir is not empty, in <cacheDir>/versions.json, keyed by the binary's
+// path, inode, size and modification time: a replaced binary is asked
+// again.
+func BinaryVersion(ctx context.Context, path, cacheDir string) string {
+	key := binaryKey(path)
+	if v, ok := versions.Load(key); ok {
 		return v.(string)
+	}
+	cacheFile := ""
+	if cacheDir != "" && key != path {
+		cacheFile = filepath.Join(cacheDir, "versions.json")
+		if v, ok := readVersions(cacheFile)[key]; ok {
+			versions.Store(key, v)
+			return v
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -23,6 +43,41 @@ func BinaryVersion(ctx context.Context, path string) string {
 		return "unknown"
 	}
 	v, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
-	versions.Store(path, v)
+	versions.Store(key, v)
+	if cacheFile != "" {
+		m := readVersions(cacheFile)
+		abs, _, _ := strings.Cut(key, ":")
+		for k := range m {
+			if strings.HasPrefix(k, abs+":") {
+				delete(m, k) // an older build at the same path
+			}
+		}
+		m[key] = v
+		if b, err := json.Marshal(m); err == nil && os.MkdirAll(cacheDir, 0o700) == nil {
+			atomicfile.WriteFile(cacheFile, b, 0o600)
+		}
+	}
 	return v
+}
+
+// binaryKey names the file at path as it is now; path alone when it
+// cannot be read.
+func binaryKey(path string) string {
+	abs, err := exec.LookPath(path)
+	if err != nil {
+		return path
+	}
+	var st syscall.Stat_t
+	if syscall.Stat(abs, &st) != nil {
+		return path
+	}
+	return fmt.Sprintf("%s:%d:%d:%d.%09d", abs, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec)
+}
+
+func readVersions(file string) map[string]string {
+	m := map[string]string{}
+	if b, err := os.ReadFile(file); err == nil {
+		json.Unmarshal(b, &m)
+	}
+	return m
 }

@@ -386,7 +386,7 @@ func reasonOf(exit engine.Exit, cause error) Reason {
 func (r *Runner) plan(s Spec) (*engine.Job, error) {
 	pol := s.Policy.WithDefaults()
 	if pol.Seccomp == nil {
-		prof, err := loadSeccomp(s.SeccompProfile, pol.Isolation)
+		prof, err := r.loadSeccomp(s.SeccompProfile, pol.Isolation)
 		if err != nil {
 			return nil, err
 		}
@@ -512,17 +512,23 @@ func checkFiles(s Spec) error {
 
 // loadSeccomp reads and compiles the named profile file, or airlock's
 // default. A profile that cannot be applied is an error, never skipped.
-func loadSeccomp(file string, mode isolation.Mode) (*isolation.SeccompProfile, error) {
+func (r *Runner) loadSeccomp(file string, mode isolation.Mode) (*isolation.SeccompProfile, error) {
 	var p *seccomp.Profile
 	var err error
+	var raw []byte
+	if file != "" {
+		if raw, err = os.ReadFile(file); err != nil {
+			return nil, fmt.Errorf("%w: seccomp profile: %v", errdefs.ErrNotFound, err)
+		}
+	}
+	cache := r.seccompCacheFile(raw, mode)
+	if prof := readCachedProfile(cache); prof != nil {
+		return prof, nil
+	}
 	if file == "" {
 		p, err = seccomp.Load("default")
 	} else {
-		var b []byte
-		if b, err = os.ReadFile(file); err != nil {
-			return nil, fmt.Errorf("%w: seccomp profile: %v", errdefs.ErrNotFound, err)
-		}
-		p, err = seccomp.Parse(b)
+		p, err = seccomp.Parse(raw)
 	}
 	if err == nil && mode == isolation.GVisor {
 		p, err = seccomp.ForGVisor(p)
@@ -536,7 +542,9 @@ func loadSeccomp(file string, mode isolation.Mode) (*isolation.SeccompProfile, e
 	case err != nil:
 		return nil, fmt.Errorf("%w: seccomp profile %s: %v", errdefs.ErrInvalidArgument, cmpOr(file, "default"), err)
 	}
-	return &isolation.SeccompProfile{JSON: p.Bytes(), Spec: p.Spec(), SHA256: p.SHA256()}, nil
+	prof := &isolation.SeccompProfile{JSON: p.Bytes(), Spec: p.Spec(), SHA256: p.SHA256()}
+	writeCachedProfile(cache, prof)
+	return prof, nil
 }
 
 func cmpOr(a, b string) string {

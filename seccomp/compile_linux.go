@@ -235,6 +235,9 @@ func onArch(name string, arch specs.Arch) bool {
 	return err == nil && int32(n) > pseudoBase
 }
 
+// LibVersion is the version of the libseccomp this binary runs with.
+func LibVersion() string { return libVersion() }
+
 func libVersion() string {
 	major, minor, micro := libseccomp.GetLibraryVersion()
 	return fmt.Sprintf("%d.%d.%d", major, minor, micro)

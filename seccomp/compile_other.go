@@ -25,3 +25,6 @@ func (*Filter) Release() {}
 
 // onArch cannot tell without libseccomp, so Syscalls lists nothing.
 func onArch(string, specs.Arch) bool { return false }
+
+// LibVersion is empty: this binary has no libseccomp.
+func LibVersion() string { return "" }

@@ -441,6 +441,6 @@ func (e *Engine) Runtime(ctx context.Context, m isolation.Mode) engine.Runtime {
 		}
 		rt.Flags = append(rt.Flags, r.Args...)
 	}
-	rt.Version = engine.BinaryVersion(ctx, path) + ", via dockerd " + info.ServerVersion
+	rt.Version = engine.BinaryVersion(ctx, path, "") + ", via dockerd " + info.ServerVersion
 	return rt
 }

@@ -1,0 +1,48 @@
+package runner
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/isolation"
+	"github.com/airlock-sandbox/airlock/seccomp"
+)
+
+func TestSeccompCache(t *testing.T) {
+	if seccomp.LibVersion() == "" {
+		t.Skip("built without libseccomp: profiles are refused, nothing is cached")
+	}
+	r := &Runner{root: t.TempDir()}
+	first, err := r.loadSeccomp("", isolation.GVisor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := r.seccompCacheFile(nil, isolation.GVisor)
+	if _, err := os.Stat(file); err != nil {
+		t.Fatalf("nothing cached: %v", err)
+	}
+	again, err := r.loadSeccomp("", isolation.GVisor)
+	if err != nil || again.SHA256 != first.SHA256 || !bytes.Equal(again.JSON, first.JSON) || len(again.Spec.Syscalls) != len(first.Spec.Syscalls) {
+		t.Fatalf("cached profile differs: %v", err)
+	}
+	// The other mode's profile differs and is keyed apart.
+	native, err := r.loadSeccomp("", isolation.Seccomp)
+	if err != nil || native.SHA256 == first.SHA256 || r.seccompCacheFile(nil, isolation.Seccomp) == file {
+		t.Fatalf("modes share a cache entry: %v", err)
+	}
+	// An entry whose profile no longer matches its hash is not used.
+	var tampered isolation.SeccompProfile
+	b, _ := os.ReadFile(file)
+	json.Unmarshal(b, &tampered)
+	tampered.JSON = append(tampered.JSON, ' ')
+	b, _ = json.Marshal(tampered)
+	os.WriteFile(file, b, 0o600)
+	if readCachedProfile(file) != nil {
+		t.Error("a tampered entry was read back")
+	}
+	if p, err := r.loadSeccomp("", isolation.GVisor); err != nil || p.SHA256 != first.SHA256 || !bytes.Equal(p.JSON, first.JSON) {
+		t.Errorf("not recompiled over a tampered entry: %v", err)
+	}
+}

@@ -10,8 +10,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/opencontainers/go-digest"
+	"golang.org/x/sys/unix"
 )
 
 // ErrDigest is wrapped when content does not match its digest or size.
@@ -36,6 +39,8 @@ func (s *Store) writeBlob(ctx context.Context, r io.Reader, d digest.Digest, siz
 	}
 	tmp := f.Name()
 	defer os.Remove(tmp) // a no-op once renamed
+	// Held until the file is closed: sweepBlobs leaves a locked file alone.
+	unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 	h := sha256.New()
 	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(ctxReader{ctx, r}, size+1))
 	if err == nil && n != size {
@@ -73,4 +78,33 @@ func (c ctxReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return c.r.Read(p)
+}
+
+// blobTmpGrace spares a temporary blob file created this instant, before
+// its writer has locked it.
+const blobTmpGrace = 10 * time.Second
+
+// sweepBlobs removes the temporary files of blob writes that died (an
+// import killed midway). A live writer holds an flock on its file.
+func (s *Store) sweepBlobs() {
+	dir := s.blobDir()
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), ".tmp-") {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil || time.Since(fi.ModTime()) < blobTmpGrace {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		f, err := os.Open(p)
+		if err != nil {
+			continue
+		}
+		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
+			os.Remove(p)
+		}
+		f.Close()
+	}
 }

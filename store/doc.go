@@ -15,7 +15,9 @@
 //     dev.airlock.image.id (the ID).
 //   - A blob is written to a temporary file beside its final name, checked
 //     against the digest and size the manifest gives it while it is written,
-//     synced, and renamed into place. An image is listed in index.json only
+//     synced, and renamed into place. The writer holds an flock on its
+//     temporary file; Put first removes any .tmp-* blob file that no writer
+//     holds (an import killed midway). An image is listed in index.json only
 //     after all its blobs are in place, and index.json is replaced by rename
 //     under an flock, so an interrupted import never leaves a half image.
 //   - A root filesystem is unpacked once per image ID, under an flock on that

@@ -101,6 +101,7 @@ func (s *Store) indexPath() string { return filepath.Join(s.ociDir(), ocispec.Im
 // only once all of them are in place. Putting an image again is cheap: blobs
 // already present are skipped.
 func (s *Store) Put(ctx context.Context, img v1.Image, name string) (digest.Digest, error) {
+	s.sweepBlobs()
 	mt, err := img.MediaType()
 	if err != nil {
 		return "", fmt.Errorf("reading manifest: %w", err)

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"testing"
 	"testing/iotest"
+	"time"
 
 	"github.com/containerd/errdefs"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -25,6 +26,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/sys/unix"
 )
 
 func openStore(t *testing.T) *Store {
@@ -344,6 +346,44 @@ func TestPutCancelled(t *testing.T) {
 	}
 	if entries, _ := s.List(); len(entries) != 0 {
 		t.Errorf("List = %v", entries)
+	}
+}
+
+// TestPutSweepsDeadWrites: a killed import leaves .tmp-* blob files; the
+// next Put removes those no writer holds, and keeps a locked or new one.
+func TestPutSweepsDeadWrites(t *testing.T) {
+	s := openStore(t)
+	if err := os.MkdirAll(s.blobDir(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	dead := filepath.Join(s.blobDir(), ".tmp-0123456789ab-1")
+	live := filepath.Join(s.blobDir(), ".tmp-0123456789ab-2")
+	fresh := filepath.Join(s.blobDir(), ".tmp-0123456789ab-3")
+	for _, p := range []string{dead, live, fresh} {
+		os.WriteFile(p, []byte("half a blob"), 0o600)
+	}
+	os.Chtimes(dead, old, old)
+	os.Chtimes(live, old, old)
+	f, err := os.Open(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	img, _ := random.Image(100, 1)
+	if _, err := s.Put(t.Context(), img, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dead); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("dead write left: %v", err)
+	}
+	for _, p := range []string{live, fresh} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s removed under its writer: %v", filepath.Base(p), err)
+		}
 	}
 }
 

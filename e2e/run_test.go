@@ -246,6 +246,17 @@ func TestBinaryAndFakeResultOutput(t *testing.T) {
 	if res.Reason != runner.ReasonExited || string(res.Stderr.Head) != `{"reason":"timeout","exit_code":0}` {
 		t.Errorf("reason %s, stderr %q", res.Reason, res.Stderr.Head)
 	}
+	// U+009B is CSI to a terminal in UTF-8 mode: valid UTF-8, so it rides
+	// in the JSON as text, escaped, and decodes back exactly.
+	res, c := runJSON(t, nil, "--image", busybox, "--", "printf", `\302\2332J\302\205ok`)
+	if string(res.Stdout.Head) != "\u009b2J\u0085ok" {
+		t.Errorf("C1 stdout not kept exactly: %q", res.Stdout.Head)
+	}
+	for b := byte(0x80); b <= 0x9f; b++ {
+		if strings.Contains(c.stdout, string([]byte{0xc2, b})) {
+			t.Errorf("raw C1 U+%04X in --json output: %q", b, c.stdout)
+		}
+	}
 }
 
 func TestStdin(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/airlock-sandbox/airlock/internal/termsafe"
 	"github.com/airlock-sandbox/airlock/runner"
 )
 
@@ -108,7 +109,7 @@ func runBatch(cmd *cobra.Command, g *globals, f *batchFlags, path string) error 
 	bar := newBar(cmd.ErrOrStderr(), total-countDone(jobs, bad, done))
 	emit := func(br runner.BatchResult) {
 		b, _ := json.Marshal(br)
-		w.Write(append(b, '\n'))
+		w.Write(append(termsafe.JSON(b), '\n'))
 		w.Flush() // one whole line per job, so a resumed batch sees it
 		results = append(results, br)
 		if br.Reason != runner.ReasonExited || br.ExitCode != 0 || br.Pass != nil && !*br.Pass {

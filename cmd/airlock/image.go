@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -226,7 +225,7 @@ reference to pass to --image, and whether the engine still holds each one.`,
 				if rows == nil {
 					rows = []imageRow{}
 				}
-				return json.NewEncoder(cmd.OutOrStdout()).Encode(rows)
+				return writeJSON(cmd.OutOrStdout(), rows)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "REFERENCE\tSIZE\tIMPORTED\tSTORE\tDOCKER\tDEFAULT")

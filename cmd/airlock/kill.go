@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"text/tabwriter"
@@ -34,7 +33,7 @@ deadline passed); it is empty while the owner is alive and in time.`,
 				if runs == nil {
 					runs = []runner.RunInfo{}
 				}
-				return json.NewEncoder(cmd.OutOrStdout()).Encode(runs)
+				return writeJSON(cmd.OutOrStdout(), runs)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tSTATE\tOWNER PID\tDEADLINE\tREAPABLE")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -35,7 +34,7 @@ Every airlock command also does a cheap sweep of the run directories first.`,
 				if rep.Reaped == nil {
 					rep.Reaped = []string{}
 				}
-				json.NewEncoder(cmd.OutOrStdout()).Encode(rep)
+				writeJSON(cmd.OutOrStdout(), rep)
 			} else {
 				fmt.Fprintf(cmd.OutOrStdout(), "reaped %d run(s); %d live run(s) left alone\n", len(rep.Reaped), rep.Live)
 				for _, id := range rep.Reaped {

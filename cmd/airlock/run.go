@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -139,8 +138,7 @@ func runRun(cmd *cobra.Command, g *globals, f *runFlags, argv []string) error {
 		if err != nil {
 			res.Error, res.ErrorKind = err.Error(), errorKind(err)
 		}
-		enc := json.NewEncoder(stdout)
-		if encErr := enc.Encode(res); encErr != nil {
+		if encErr := writeJSON(stdout, res); encErr != nil {
 			return encErr
 		}
 		return &exitErr{code: resultCode(res, err)}

@@ -75,3 +75,30 @@ func (t *Writer) Flush() error {
 	}
 	return nil
 }
+
+// JSON escapes the C1 controls (U+0080–U+009F, as UTF-8) in encoding/json
+// output as \u0080…\u009f. encoding/json already escapes C0 controls but
+// writes C1 raw, and a terminal in UTF-8 mode may act on them (U+009B is
+// CSI) when a person looks at --json output. In valid JSON such bytes can
+// only sit inside strings, so the result is the same JSON value.
+func JSON(b []byte) []byte {
+	n := 0
+	for i := 0; i+1 < len(b); i++ {
+		if b[i] == 0xC2 && b[i+1] >= 0x80 && b[i+1] <= 0x9F {
+			n++
+		}
+	}
+	if n == 0 {
+		return b
+	}
+	out := make([]byte, 0, len(b)+4*n)
+	for i := 0; i < len(b); i++ {
+		if b[i] == 0xC2 && i+1 < len(b) && b[i+1] >= 0x80 && b[i+1] <= 0x9F {
+			out = fmt.Appendf(out, `\u%04x`, b[i+1])
+			i++
+			continue
+		}
+		out = append(out, b[i])
+	}
+	return out
+}

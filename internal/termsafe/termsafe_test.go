@@ -2,6 +2,7 @@ package termsafe
 
 import (
 	"bytes"
+	"encoding/json"
 	"testing"
 )
 
@@ -56,4 +57,25 @@ func FuzzWriter(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestJSONEscapesC1(t *testing.T) {
+	v := map[string]string{"text": "a\u009b31mred\u0085é\u00a0z"}
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := JSON(b)
+	for c := 0x80; c <= 0x9f; c++ {
+		if bytes.Contains(got, []byte{0xC2, byte(c)}) {
+			t.Fatalf("raw C1 U+%04X left in %q", c, got)
+		}
+	}
+	var back map[string]string
+	if err := json.Unmarshal(got, &back); err != nil || back["text"] != v["text"] {
+		t.Errorf("%q decodes to %q (%v), want %q", got, back["text"], err, v["text"])
+	}
+	if plain := []byte(`{"a":"é"}`); !bytes.Equal(JSON(plain), plain) {
+		t.Error("changed JSON with no C1 in it")
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -42,12 +43,27 @@ type Engine struct {
 	cli  *client.Client
 	host string
 	log  *slog.Logger
+	// daemon is what Check last learnt of dockerd; a batch runs Checks
+	// and runs concurrently on one Engine.
+	daemon atomic.Pointer[daemonFacts]
+}
+
+// daemonFacts are what a run needs to know of dockerd.
+type daemonFacts struct {
 	// cgroupfs is set when dockerd uses the cgroupfs driver, so a cgroup
 	// path airlock creates can be the container's parent.
 	cgroupfs bool
 	// sandboxLogs is the --debug-log pattern registered with airlock's
 	// runsc ("<root>/sandbox-logs/%ID%/"), or "" when there is none.
 	sandboxLogs string
+}
+
+// facts returns what Check learnt; zero before any Check.
+func (e *Engine) facts() daemonFacts {
+	if f := e.daemon.Load(); f != nil {
+		return *f
+	}
+	return daemonFacts{}
 }
 
 // Option configures an Engine.
@@ -109,7 +125,7 @@ func (e *Engine) Check(ctx context.Context, j *engine.Job) error {
 	if err != nil {
 		return unavailable(e.cli.DaemonHost(), err)
 	}
-	e.cgroupfs = info.CgroupDriver == "cgroupfs"
+	facts := &daemonFacts{cgroupfs: info.CgroupDriver == "cgroupfs"}
 	r, ok := info.Runtimes[rt]
 	if !ok {
 		return fmt.Errorf("%w: dockerd has no runtime %q, so it cannot run %s isolation; register airlock's runsc with `make setup` (or `airlock host install-runtime`) and retry",
@@ -123,7 +139,8 @@ func (e *Engine) Check(ctx context.Context, j *engine.Job) error {
 				errdefs.ErrUnavailable, rt, strings.Join(missing, " and "))
 		}
 	}
-	e.sandboxLogs = logPattern(r.Args)
+	facts.sandboxLogs = logPattern(info.Runtimes[isolation.DockerRuntimes[isolation.GVisor]].Args)
+	e.daemon.Store(facts)
 	return e.checkImage(ctx, j.Image.String())
 }
 
@@ -192,7 +209,8 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 	// On cgroupfs hosts the container nests in a cgroup airlock owns: it
 	// outlives the container, so peaks and limit hits can still be read.
 	var cg *cgroup.Group
-	if e.cgroupfs && os.Geteuid() == 0 {
+	facts := e.facts()
+	if facts.cgroupfs && os.Geteuid() == 0 {
 		l := j.Policy.Limits
 		var err error
 		cg, err = cgroup.New(j.ID, cgroup.Limits{Memory: int64(l.Memory), MilliCPUs: int64(l.CPUs), Pids: hostPids(j.Policy)})
@@ -245,8 +263,8 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 	j.State(lifecycle.Created)
 	w := e.watchEvents(bg, id, since)
 	var sandboxLogs string
-	if j.Policy.Isolation == isolation.GVisor && e.sandboxLogs != "" {
-		sandboxLogs = strings.ReplaceAll(e.sandboxLogs, "%ID%", id)
+	if j.Policy.Isolation == isolation.GVisor && facts.sandboxLogs != "" {
+		sandboxLogs = strings.ReplaceAll(facts.sandboxLogs, "%ID%", id)
 		defer os.RemoveAll(sandboxLogs)
 	}
 

@@ -150,4 +150,11 @@ func TestInterruptedImportAndUnpackLeaveStoreUsable(t *testing.T) {
 	// The killed run may have left its scratch directory; nothing else.
 	os.RemoveAll(filepath.Join(rootDir, "runs"))
 	noSandboxLeft(t)
+	// The store is setup's: leave no 80 MB image (nor the blobs of the
+	// killed import) behind in it.
+	if c := airlock(nil, "image", "rm", ref.String()); c.code != 0 {
+		t.Errorf("image rm: exit %d %s", c.code, c.stderr)
+	} else {
+		t.Logf("%s", strings.TrimSpace(c.stdout))
+	}
 }

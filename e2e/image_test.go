@@ -9,13 +9,16 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/images"
 	"github.com/airlock-sandbox/airlock/internal/imagetest"
+	"github.com/airlock-sandbox/airlock/runner"
 )
 
 func busyboxID(t *testing.T) string {
@@ -164,4 +167,57 @@ func tarDir(dir, out string) error {
 		}
 		return nil
 	})
+}
+
+// TestImageRm imports an image of its own, runs it, and removes it: refused
+// while a run uses it (exit 75), then gone from the list, the store, its
+// unpacked tree and dockerd; running it is then "not found". The default
+// image is never removed.
+func TestImageRm(t *testing.T) {
+	tarPath := rootfsTar(t, 3, 64)
+	c := airlock(nil, "image", "import", "--rootfs", "--name", "airlock-e2e/rm-me", "--env", "PATH=/bin", tarPath)
+	if c.code != 0 {
+		t.Fatalf("import: exit %d %s", c.code, c.stderr)
+	}
+	ref := strings.TrimSpace(c.stdout)
+	id := ref[strings.LastIndex(ref, ":")+1:]
+	if res, _ := runJSON(t, nil, "--image", ref, "--", "/bin/busybox", "true"); res.Reason != runner.ReasonExited || res.ExitCode != 0 {
+		t.Fatalf("run before rm: %s %d %s", res.Reason, res.ExitCode, res.Error)
+	}
+
+	busy := exec.Command(airlockBin, "--root", rootDir, "run", "--engine", engineName, "--isolation", isolationName, "--image", ref, "--", "/bin/busybox", "sleep", "600")
+	if err := busy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitRunning(t, 1)
+	if c := airlock(nil, "image", "rm", ref); c.code != 75 || !strings.Contains(c.stderr, "running sandbox uses it") {
+		t.Errorf("rm while in use: exit %d stderr %q; want 75", c.code, c.stderr)
+	}
+	busy.Process.Signal(syscall.SIGTERM)
+	busy.Wait()
+
+	c = airlock(nil, "image", "rm", ref)
+	if c.code != 0 || !strings.Contains(c.stdout, "removed") {
+		t.Fatalf("rm: exit %d stdout %q stderr %q", c.code, c.stdout, c.stderr)
+	}
+	t.Logf("%s", strings.TrimSpace(c.stdout))
+	if ls := airlock(nil, "image", "ls"); strings.Contains(ls.stdout, id) {
+		t.Errorf("still listed:\n%s", ls.stdout)
+	}
+	if _, err := os.Stat(filepath.Join(rootDir, "store", "unpacked", id)); !os.IsNotExist(err) {
+		t.Errorf("unpacked tree left: %v", err)
+	}
+	if _, _, err := dockerCli.ImageInspectWithRaw(context.Background(), "sha256:"+id); err == nil {
+		t.Error("dockerd still holds it")
+	}
+	if c := airlock(nil, "run", "--image", ref, "--", "true"); c.code != 66 {
+		t.Errorf("run after rm: exit %d %s; want 66", c.code, c.stderr)
+	}
+	if c := airlock(nil, "image", "rm", ref); c.code != 66 {
+		t.Errorf("second rm: exit %d %s; want 66", c.code, c.stderr)
+	}
+	if c := airlock(nil, "image", "rm", defaultRef); c.code != 64 || !strings.Contains(c.stderr, "default image") {
+		t.Errorf("rm of the default: exit %d %s; want 64", c.code, c.stderr)
+	}
+	noSandboxLeft(t)
 }

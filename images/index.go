@@ -85,6 +85,27 @@ func (x *Index) Add(r Record) error {
 	})
 }
 
+// Remove drops every record of image id; removed says whether there was one.
+func (x *Index) Remove(id digest.Digest) (removed bool, err error) {
+	err = x.locked(func() error {
+		recs, err := x.List()
+		if err != nil {
+			return err
+		}
+		n := len(recs)
+		recs = slices.DeleteFunc(recs, func(o Record) bool { return o.ID == id })
+		if removed = len(recs) < n; !removed {
+			return nil
+		}
+		b, err := json.MarshalIndent(recs, "", "  ")
+		if err != nil {
+			return err
+		}
+		return atomicfile.WriteFile(x.path(), append(b, '\n'), 0o644)
+	})
+	return removed, err
+}
+
 // Default reads the default image's lock.
 func (x *Index) Default() (Lock, Ref, error) {
 	b, err := os.ReadFile(x.lockPath())

@@ -20,6 +20,11 @@
 //     holds (an import killed midway). An image is listed in index.json only
 //     after all its blobs are in place, and index.json is replaced by rename
 //     under an flock, so an interrupted import never leaves a half image.
+//   - Remove drops an image's index entries, renames its tree aside and
+//     deletes it, and collects every blob no remaining manifest refers to.
+//     A run holds unpacked/.use-<hex> shared (Use) for its life, and Remove
+//     refuses while one does; Put holds .put.lock shared while it writes, and
+//     blobs are collected only when no Put is writing.
 //   - A root filesystem is unpacked once per image ID, under an flock on that
 //     ID, into unpacked/.tmp-* and renamed to unpacked/<hex> only when complete.
 //     Every layer's uncompressed bytes are checked against the config's

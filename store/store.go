@@ -102,6 +102,11 @@ func (s *Store) indexPath() string { return filepath.Join(s.ociDir(), ocispec.Im
 // already present are skipped.
 func (s *Store) Put(ctx context.Context, img v1.Image, name string) (digest.Digest, error) {
 	s.sweepBlobs()
+	unput, err := lock(ctx, s.putLock(), unix.LOCK_SH)
+	if err != nil {
+		return "", fmt.Errorf("locking image store: %w", err)
+	}
+	defer unput()
 	mt, err := img.MediaType()
 	if err != nil {
 		return "", fmt.Errorf("reading manifest: %w", err)

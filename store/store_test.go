@@ -561,3 +561,56 @@ func TestImageChecksBlobs(t *testing.T) {
 		t.Errorf("Rootfs = %v, want %v", err, ErrDigest)
 	}
 }
+
+// TestRemove: removing one of two images that share a layer frees its own
+// blobs and tree, keeps the shared layer and the other image whole, and is
+// refused while a run holds the tree.
+func TestRemove(t *testing.T) {
+	s := openStore(t)
+	shared := plainLayer(t, reg("etc/os-release", "shared"))
+	a := ociImage(t, false, shared, plainLayer(t, reg("a", "only in a")))
+	b := ociImage(t, false, shared, plainLayer(t, reg("b", "only in b")))
+	idA, err := s.Put(t.Context(), a, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	idB, err := s.Put(t.Context(), b, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rootA, release, err := s.Use(t.Context(), idA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Remove(t.Context(), idA); !errors.Is(err, ErrInUse) || !errdefs.IsConflict(err) {
+		t.Fatalf("Remove while in use = %v, want ErrInUse", err)
+	}
+	release()
+	freed, err := s.Remove(t.Context(), idA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a's manifest, config and own layer go; the shared layer stays.
+	if freed.Blobs != 3 || !freed.Rootfs {
+		t.Errorf("freed %+v, want 3 blobs and the tree", freed)
+	}
+	if s.Has(idA) {
+		t.Error("a is still listed")
+	}
+	if _, err := os.Stat(rootA); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a's tree is still there: %v", err)
+	}
+	if _, err := s.Image(idB); err != nil {
+		t.Fatalf("b was damaged: %v", err)
+	}
+	rootB, err := s.Rootfs(t.Context(), idB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(rootB, "etc/os-release")); string(got) != "shared" {
+		t.Errorf("b's shared layer: %q", got)
+	}
+	if _, err := s.Remove(t.Context(), idA); !errdefs.IsNotFound(err) {
+		t.Errorf("second Remove = %v, want not found", err)
+	}
+}

@@ -16,6 +16,7 @@ const (
 	exitNotFound    = 66  // an image or file that is not there (EX_NOINPUT)
 	exitUnavailable = 69  // engine or runtime unavailable (EX_UNAVAILABLE)
 	exitInternal    = 70  // an internal failure (EX_SOFTWARE)
+	exitInUse       = 75  // in use for now, try again later: an image a run holds (EX_TEMPFAIL)
 	exitPidsLimit   = 122 // the program hit its process limit and did not exit cleanly
 	exitOutputLimit = 123 // the program passed its output cap and was killed
 	exitTimeout     = 124 // the program passed its wall-clock limit (as timeout(1))
@@ -52,6 +53,8 @@ func exitCode(err error) int {
 		return exitNotFound
 	case errdefs.IsUnavailable(err):
 		return exitUnavailable
+	case errdefs.IsConflict(err):
+		return exitInUse
 	case !commandStarted:
 		// cobra failed to parse the command line before any command ran.
 		return exitUsage

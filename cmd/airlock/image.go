@@ -26,7 +26,7 @@ func newImageCmd(g *globals) *cobra.Command {
 and printed as a pinned reference to pass to 'airlock run --image'. airlock
 never pulls from a registry.`,
 	}
-	cmd.AddCommand(newImageImportCmd(g), newImageLsCmd(g), newImageDefaultCmd(g))
+	cmd.AddCommand(newImageImportCmd(g), newImageLsCmd(g), newImageRmCmd(g), newImageDefaultCmd(g))
 	return cmd
 }
 
@@ -325,4 +325,100 @@ to skip a rebuild).`,
 	}
 	cmd.Flags().StringVar(&recipe, "recipe", "", "fail unless the image was built from this recipe hash")
 	return cmd
+}
+
+func newImageRmCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "rm IMAGE...",
+		Short: "Remove imported images and free their space",
+		Long: `Remove each image, named by its pinned reference (NAME@sha256:<id> or
+sha256:<id>, as 'airlock image ls' prints it): from airlock's index, from
+airlock's store (its unpacked root filesystem and every blob no other image
+shares), and from dockerd when it is reachable and holds it.
+
+An image a running sandbox uses is kept, with an error: remove it once the
+run ends. The default image is kept too: it is what 'airlock run' uses
+without --image ('make setup' builds it again if it goes).`,
+		Example: `  airlock image rm airlock/busybox@sha256:628fac27fd8ab2c52b15859160b78fd321083e81e064702455c937d0b7a9d58a
+  airlock image ls --json | jq -r '.[] | select(.default | not) | .ref' | xargs -r airlock image rm`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageError{errors.New("give at least one image reference; `airlock image ls` lists them")}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var errs []error
+			for _, a := range args {
+				if err := removeImage(cmd, g, a); err != nil {
+					errs = append(errs, fmt.Errorf("removing %s: %w", a, err))
+				}
+			}
+			return errors.Join(errs...)
+		},
+	}
+	return cmd
+}
+
+func removeImage(cmd *cobra.Command, g *globals, arg string) error {
+	ref, err := images.ParseRef(arg)
+	if err != nil {
+		return usageError{err}
+	}
+	idx := images.OpenIndex(filepath.Join(g.root, "images"))
+	if _, def, err := idx.Default(); err == nil && def.ID == ref.ID {
+		return fmt.Errorf("%w: %s is the default image, which `airlock run` uses without --image; it is kept", errdefs.ErrInvalidArgument, ref.ID)
+	}
+	st, err := store.Open(filepath.Join(g.root, "store"))
+	if err != nil {
+		return err
+	}
+	// Nothing is removed from either engine while either uses the image.
+	inUse := errors.New("a running sandbox uses it; remove it once the run ends (`airlock ps` lists runs)")
+	if st.InUse(ref.ID) {
+		return fmt.Errorf("%w: %w", errdefs.ErrConflict, inUse)
+	}
+	eng, err := g.dockerEngine()
+	if err == nil {
+		defer eng.Close()
+		if eng.Ping(cmd.Context()) != nil {
+			eng = nil
+		}
+	}
+	if eng != nil {
+		if used, err := eng.ImageInUse(cmd.Context(), ref.ID); err != nil {
+			return err
+		} else if used {
+			return fmt.Errorf("%w: %w", errdefs.ErrConflict, inUse)
+		}
+	}
+	var did []string
+	if eng != nil {
+		removed, err := eng.RemoveImage(cmd.Context(), ref.ID)
+		if err != nil {
+			return err
+		}
+		if removed {
+			did = append(did, "dockerd: removed")
+		}
+	}
+	if st.Has(ref.ID) {
+		freed, err := st.Remove(cmd.Context(), ref.ID)
+		if err != nil {
+			return err
+		}
+		did = append(did, fmt.Sprintf("store: %d blob(s), %s freed", freed.Blobs, humanSize(freed.Bytes)))
+	}
+	inIndex, err := idx.Remove(ref.ID)
+	if err != nil {
+		return err
+	}
+	if len(did) == 0 && !inIndex {
+		return fmt.Errorf("%w: image %s is not imported (`airlock image ls` lists what is)", errdefs.ErrNotFound, ref.ID)
+	}
+	if len(did) == 0 {
+		did = append(did, "index only: no engine held it")
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "removed %s (%s)\n", ref, strings.Join(did, "; "))
+	return nil
 }

@@ -116,12 +116,15 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 	bg := context.WithoutCancel(ctx)
 	log := e.log.With("sandbox_id", j.ID, "image_digest", j.Image.String())
 
-	rootfs, err := e.store.Rootfs(ctx, j.Image)
-	if err == nil {
-		// runsc refuses a root path that runs through a symlink.
-		rootfs, err = filepath.EvalSymlinks(rootfs)
-	}
+	// The run holds its image's tree against `airlock image rm` until it
+	// is over.
+	rootfs, release, err := e.store.Use(ctx, j.Image)
 	if err != nil {
+		return engine.Exit{}, fmt.Errorf("%w: unpacking image %s: %v", errdefs.ErrInternal, j.Image, err)
+	}
+	defer release()
+	// runsc refuses a root path that runs through a symlink.
+	if rootfs, err = filepath.EvalSymlinks(rootfs); err != nil {
 		return engine.Exit{}, fmt.Errorf("%w: unpacking image %s: %v", errdefs.ErrInternal, j.Image, err)
 	}
 	env, workdir, err := e.imageDefaults(j)

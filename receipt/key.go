@@ -12,6 +12,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/airlock-sandbox/airlock/internal/atomicfile"
 )
 
 // KeyFile is the signing key's name inside the key directory.
@@ -41,7 +43,7 @@ func LoadOrCreateKey(dir string) (ed25519.PrivateKey, error) {
 	if !errors.Is(err, fs.ErrNotExist) {
 		return key, err
 	}
-	if err := createKey(dir, path); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := createKey(path); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, err
 	}
 	// Ours or a concurrent creator's: either way, complete.
@@ -90,7 +92,7 @@ func loadKey(path string) (ed25519.PrivateKey, error) {
 // createKey writes a new key beside path and links it into place. It
 // returns an error wrapping fs.ErrExist when another creator got there
 // first.
-func createKey(dir, path string) error {
+func createKey(path string) error {
 	_, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return fmt.Errorf("creating key %q: %w", path, err)
@@ -101,30 +103,6 @@ func createKey(dir, path string) error {
 	}
 	data := pem.EncodeToMemory(&pem.Block{Type: pemType, Bytes: der})
 
-	f, err := os.CreateTemp(dir, "."+KeyFile+".tmp-*") // mode 0600
-	if err != nil {
-		return fmt.Errorf("creating key %q: %w", path, err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // the key stays reachable through path
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("creating key %q: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("creating key %q: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("creating key %q: %w", path, err)
-	}
-	// link(2), unlike rename(2), fails if path exists: one creator wins.
-	if err := os.Link(tmp, path); err != nil {
-		return fmt.Errorf("creating key %q: %w", path, err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
+	// One creator wins; the others get fs.ErrExist and load the winner's.
+	return atomicfile.Create(path, data, 0o600)
 }

@@ -351,25 +351,7 @@ func createOnce(path string, data []byte) error {
 	if _, err := os.Lstat(path); err == nil {
 		return nil
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(0o644)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	if err := os.Link(f.Name(), path); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := atomicfile.Create(path, data, 0o644); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
 	return nil

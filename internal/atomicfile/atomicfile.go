@@ -8,6 +8,41 @@ import (
 	"path/filepath"
 )
 
+// Create writes data to a temporary file beside path, syncs it, and links
+// it to path only if path does not exist yet: of concurrent creators one
+// wins, and the others get an error wrapping fs.ErrExist. A reader never
+// sees a partial file.
+func Create(path string, data []byte, perm os.FileMode) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("creating %q: %w", path, err)
+	}
+	defer os.Remove(f.Name()) // path, once linked, keeps the file
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(perm)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		// link(2), unlike rename(2), fails if path exists.
+		err = os.Link(f.Name(), path)
+	}
+	if err != nil {
+		return fmt.Errorf("creating %q: %w", path, err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
 // WriteFile writes data to a temporary file beside path, syncs it, and
 // renames it over path. The directory is created (0700) if missing.
 func WriteFile(path string, data []byte, perm os.FileMode) error {

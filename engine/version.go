@@ -60,18 +60,28 @@ func BinaryVersion(ctx context.Context, path, cacheDir string) string {
 	return v
 }
 
-// binaryKey names the file at path as it is now; path alone when it
-// cannot be read.
+// binaryKey names the binary at path (looked up in PATH) as it is now;
+// path alone when it cannot be read.
 func binaryKey(path string) string {
 	abs, err := exec.LookPath(path)
 	if err != nil {
 		return path
 	}
-	var st syscall.Stat_t
-	if syscall.Stat(abs, &st) != nil {
-		return path
+	if k := FileKey(abs); k != "" {
+		return k
 	}
-	return fmt.Sprintf("%s:%d:%d:%d.%09d", abs, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec)
+	return path
+}
+
+// FileKey names the file at path as it is now (path, inode, size and
+// modification time), for caches that must miss once the file is replaced;
+// "" when it cannot be read.
+func FileKey(path string) string {
+	var st syscall.Stat_t
+	if syscall.Stat(path, &st) != nil {
+		return ""
+	}
+	return fmt.Sprintf("%s:%d:%d:%d.%09d", path, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec)
 }
 
 func readVersions(file string) map[string]string {

@@ -8,8 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"syscall"
 
+	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/internal/atomicfile"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/seccomp"
@@ -24,12 +24,15 @@ import (
 func (r *Runner) seccompCacheFile(raw []byte, mode isolation.Mode) string {
 	lib := seccomp.LibVersion()
 	exe, err := os.Executable()
-	var st syscall.Stat_t
-	if lib == "" || err != nil || syscall.Stat(exe, &st) != nil {
+	if lib == "" || err != nil {
+		return ""
+	}
+	self := engine.FileKey(exe)
+	if self == "" {
 		return ""
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00%s\x00%s:%d:%d:%d.%09d\x00", mode, lib, exe, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec)
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00", mode, lib, self)
 	h.Write(raw)
 	return filepath.Join(r.root, "cache", "seccomp", hex.EncodeToString(h.Sum(nil))+".json")
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/system"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 
@@ -58,12 +59,35 @@ type daemonFacts struct {
 	sandboxLogs string
 }
 
-// facts returns what Check learnt; zero before any Check.
-func (e *Engine) facts() daemonFacts {
-	if f := e.daemon.Load(); f != nil {
-		return *f
+// learn keeps what runs need to know from dockerd's info.
+func (e *Engine) learn(info system.Info) daemonFacts {
+	f := &daemonFacts{
+		cgroupfs:    info.CgroupDriver == "cgroupfs",
+		sandboxLogs: logPattern(info.Runtimes[isolation.DockerRuntimes[isolation.GVisor]].Args),
 	}
-	return daemonFacts{}
+	e.daemon.Store(f)
+	return *f
+}
+
+// facts returns what was learnt last, asking dockerd only if nothing was
+// (the reaper runs no Check).
+func (e *Engine) facts(ctx context.Context) (daemonFacts, error) {
+	if f := e.daemon.Load(); f != nil {
+		return *f, nil
+	}
+	info, err := e.cli.Info(ctx)
+	if err != nil {
+		return daemonFacts{}, unavailable(e.cli.DaemonHost(), err)
+	}
+	return e.learn(info), nil
+}
+
+// sandboxLogDir is where container cid's sandbox writes its log, or "".
+func (f daemonFacts) sandboxLogDir(cid string) string {
+	if f.sandboxLogs == "" {
+		return ""
+	}
+	return strings.ReplaceAll(f.sandboxLogs, "%ID%", cid)
 }
 
 // Option configures an Engine.
@@ -125,7 +149,7 @@ func (e *Engine) Check(ctx context.Context, j *engine.Job) error {
 	if err != nil {
 		return unavailable(e.cli.DaemonHost(), err)
 	}
-	facts := &daemonFacts{cgroupfs: info.CgroupDriver == "cgroupfs"}
+	e.learn(info)
 	r, ok := info.Runtimes[rt]
 	if !ok {
 		return fmt.Errorf("%w: dockerd has no runtime %q, so it cannot run %s isolation; register airlock's runsc with `make setup` (or `airlock host install-runtime`) and retry",
@@ -139,8 +163,6 @@ func (e *Engine) Check(ctx context.Context, j *engine.Job) error {
 				errdefs.ErrUnavailable, rt, strings.Join(missing, " and "))
 		}
 	}
-	facts.sandboxLogs = logPattern(info.Runtimes[isolation.DockerRuntimes[isolation.GVisor]].Args)
-	e.daemon.Store(facts)
 	return e.checkImage(ctx, j.Image.String())
 }
 
@@ -209,7 +231,7 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 	// On cgroupfs hosts the container nests in a cgroup airlock owns: it
 	// outlives the container, so peaks and limit hits can still be read.
 	var cg *cgroup.Group
-	facts := e.facts()
+	facts, _ := e.facts(ctx) // zero facts only turn nesting and loss detection off
 	if facts.cgroupfs && os.Geteuid() == 0 {
 		l := j.Policy.Limits
 		var err error
@@ -264,7 +286,7 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 	w := e.watchEvents(bg, id, since)
 	var sandboxLogs string
 	if j.Policy.Isolation == isolation.GVisor && facts.sandboxLogs != "" {
-		sandboxLogs = strings.ReplaceAll(facts.sandboxLogs, "%ID%", id)
+		sandboxLogs = facts.sandboxLogDir(id)
 		defer os.RemoveAll(sandboxLogs)
 	}
 

@@ -13,7 +13,6 @@ import (
 	"github.com/docker/docker/api/types/filters"
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
-	"github.com/airlock-sandbox/airlock/isolation"
 )
 
 // Leftovers implements engine.Reaper: containers carrying airlock's id
@@ -30,11 +29,11 @@ func (e *Engine) Leftovers(ctx context.Context) ([]string, error) {
 // container dockerd no longer has. A directory younger than a minute may
 // belong to a container being created, and is left.
 func (e *Engine) sweepSandboxLogs(ctx context.Context) {
-	info, err := e.cli.Info(ctx)
+	f, err := e.facts(ctx)
 	if err != nil {
 		return
 	}
-	pattern := logPattern(info.Runtimes[isolation.DockerRuntimes[isolation.GVisor]].Args)
+	pattern := f.sandboxLogs
 	if filepath.Base(filepath.Clean(pattern)) != "%ID%" {
 		return // not a layout airlock registered
 	}
@@ -65,18 +64,16 @@ func (e *Engine) Reap(ctx context.Context, id string) error {
 	if err != nil {
 		errs = append(errs, unavailable(e.cli.DaemonHost(), err))
 	}
-	var pattern string
+	var f daemonFacts
 	if len(list) > 0 {
-		if info, err := e.cli.Info(ctx); err == nil {
-			pattern = logPattern(info.Runtimes[isolation.DockerRuntimes[isolation.GVisor]].Args)
-		}
+		f, _ = e.facts(ctx)
 	}
 	for _, c := range list {
 		if err := e.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !errdefs.IsNotFound(err) {
 			errs = append(errs, err)
 		}
-		if pattern != "" {
-			os.RemoveAll(strings.ReplaceAll(pattern, "%ID%", c.ID))
+		if dir := f.sandboxLogDir(c.ID); dir != "" {
+			os.RemoveAll(dir)
 		}
 	}
 	if err := cgroup.Remove(ctx, id); err != nil {

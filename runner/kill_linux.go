@@ -32,6 +32,21 @@ func freeRun(ctx context.Context, root string, reapers []engine.Reaper, id strin
 	return errors.Join(errs...)
 }
 
+// destroyRun frees run id exactly once: through the state store when it
+// still knows the run, or directly, with an audit event saying why, when
+// the store has lost it or never had it.
+func destroyRun(ctx context.Context, lc *lifecycle.Store, root string, reapers []engine.Reaper, id, why string) error {
+	free := func() error { return freeRun(ctx, root, reapers, id) }
+	if rec, _ := lc.Get(id); rec.State == "" || rec.State == lifecycle.Terminated {
+		err := free()
+		lc.Audit().Append(map[string]any{"event": "destroy", "run_id": id, "why": why, "error": errString(err)})
+		return err
+	}
+	// Destroy moves through why only where the state machine allows it
+	// (orphaned, expired); "killed" is not a state and is just recorded.
+	return lc.Destroy(ctx, id, lifecycle.State(why), free)
+}
+
 // Kill destroys run id now, whoever owns it: its sandbox is killed and all
 // it holds removed, once however many callers race; a kill that lands
 // while the run is being created waits for the create. The owner's result
@@ -45,20 +60,15 @@ func Kill(ctx context.Context, root string, reapers []engine.Reaper, id string) 
 	if err != nil {
 		return false, err
 	}
-	free := func() error { return freeRun(ctx, root, reapers, id) }
-	rec, _ := lc.Get(id)
-	if rec.State == "" {
+	if rec, _ := lc.Get(id); rec.State == "" {
 		// No state: finished, never there, or its state was lost while its
 		// run directory remains.
 		if _, err := os.Stat(filepath.Join(root, "runs", id)); err != nil {
 			return true, nil
 		}
-		err := free()
-		lc.Audit().Append(map[string]any{"event": "destroy", "run_id": id, "why": "killed", "error": errString(err)})
-		return false, err
 	}
 	lc.Audit().Append(map[string]any{"event": "kill", "run_id": id, "by_pid": os.Getpid()})
-	return false, lc.Destroy(ctx, id, "", free)
+	return false, destroyRun(ctx, lc, root, reapers, id, "killed")
 }
 
 // RunInfo is one live run, as `airlock ps` shows it.

@@ -109,16 +109,7 @@ func Reap(ctx context.Context, root string, reapers []engine.Reaper, full bool) 
 			rep.Live++
 			continue
 		}
-		free := func() error { return freeRun(ctx, root, reapers, id) }
-		// A run the state store still knows is destroyed through it, once;
-		// one it has lost (or never recorded) is freed all the same.
-		if rec, _ := lc.Get(id); rec.State == "" || rec.State == lifecycle.Terminated {
-			err = free()
-			lc.Audit().Append(map[string]any{"event": "destroy", "run_id": id, "why": string(status), "error": errString(err)})
-		} else {
-			err = lc.Destroy(ctx, id, status, free)
-		}
-		if err != nil {
+		if err := destroyRun(ctx, lc, root, reapers, id, string(status)); err != nil {
 			errs = append(errs, fmt.Errorf("reaping %q: %w", id, err))
 		}
 		rep.Reaped = append(rep.Reaped, id)

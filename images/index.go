@@ -70,32 +70,32 @@ func (x *Index) List() ([]Record, error) {
 
 // Add records r, replacing any record with the same ID.
 func (x *Index) Add(r Record) error {
-	return x.locked(func() error {
-		recs, err := x.List()
-		if err != nil {
-			return err
-		}
-		recs = slices.DeleteFunc(recs, func(o Record) bool { return o.ID == r.ID })
-		recs = append(recs, r)
-		b, err := json.MarshalIndent(recs, "", "  ")
-		if err != nil {
-			return err
-		}
-		return atomicfile.WriteFile(x.path(), append(b, '\n'), 0o644)
+	return x.rewrite(func(recs []Record) []Record {
+		return append(slices.DeleteFunc(recs, func(o Record) bool { return o.ID == r.ID }), r)
 	})
 }
 
 // Remove drops every record of image id; removed says whether there was one.
 func (x *Index) Remove(id digest.Digest) (removed bool, err error) {
-	err = x.locked(func() error {
+	err = x.rewrite(func(recs []Record) []Record {
+		n := len(recs)
+		recs = slices.DeleteFunc(recs, func(o Record) bool { return o.ID == id })
+		removed = len(recs) < n
+		return recs
+	})
+	return removed, err
+}
+
+// rewrite replaces the records with what fn makes of them, under the lock.
+func (x *Index) rewrite(fn func([]Record) []Record) error {
+	return x.locked(func() error {
 		recs, err := x.List()
 		if err != nil {
 			return err
 		}
-		n := len(recs)
-		recs = slices.DeleteFunc(recs, func(o Record) bool { return o.ID == id })
-		if removed = len(recs) < n; !removed {
-			return nil
+		recs = fn(recs)
+		if recs == nil {
+			recs = []Record{}
 		}
 		b, err := json.MarshalIndent(recs, "", "  ")
 		if err != nil {
@@ -103,7 +103,6 @@ func (x *Index) Remove(id digest.Digest) (removed bool, err error) {
 		}
 		return atomicfile.WriteFile(x.path(), append(b, '\n'), 0o644)
 	})
-	return removed, err
 }
 
 // Default reads the default image's lock.

@@ -78,6 +78,14 @@ func DockerConfig(p Policy, j DockerJob) (*container.Config, *container.HostConf
 }
 
 // dockerDefault is the literal starting point: everything shut.
+//
+// dockerd merges the image's config into a container's wherever the
+// container leaves a field empty, so every field it would act on is set
+// here: no health check is ever exec'd inside the sandbox, and a stop
+// (dockerd's shutdown included) is a SIGKILL. User, Entrypoint, Cmd and
+// airlock's labels are set by later steps; an image VOLUME is refused by
+// the engine before a container exists, because dockerd would give it a
+// writable volume on the host's disk.
 func dockerDefault() (*container.Config, *container.HostConfig) {
 	cfg := &container.Config{
 		NetworkDisabled: true,
@@ -86,6 +94,9 @@ func dockerDefault() (*container.Config, *container.HostConfig) {
 		Tty:             false,
 		Env:             []string{},
 		Labels:          map[string]string{},
+		Healthcheck:     &container.HealthConfig{Test: []string{"NONE"}},
+		StopSignal:      "SIGKILL",
+		Volumes:         nil,
 	}
 	host := &container.HostConfig{
 		NetworkMode:    "none",
@@ -109,6 +120,9 @@ func dockerDefault() (*container.Config, *container.HostConfig) {
 		Mounts:        nil,
 		DNS:           []string{},
 		ExtraHosts:    nil,
+		// An image's EXPOSE reaches nothing: no network, no published port.
+		PublishAllPorts: false,
+		PortBindings:    nil,
 	}
 	return cfg, host
 }

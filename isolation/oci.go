@@ -338,13 +338,17 @@ func withOCIJob(j OCIJob) OCIOpt {
 
 // withOCIBinds mounts airlock's scratch directories. The binds are not
 // recursive, as with Docker, so nothing mounted beneath a source comes
-// along, and "ro" covers the whole bind.
+// along, "ro" covers the whole bind, and a writable bind is noexec.
 func withOCIBinds(binds []Bind) OCIOpt {
 	return func(s *specs.Spec) error {
 		for _, b := range binds {
 			opts := []string{"bind", "rprivate", "nosuid", "nodev"}
 			if b.ReadOnly {
 				opts = append(opts, "ro")
+			} else {
+				// The only writable bind is the output directory: what
+				// the program writes there is never run.
+				opts = append(opts, "noexec")
 			}
 			s.Mounts = append(s.Mounts, specs.Mount{
 				Destination: b.Target,
@@ -482,6 +486,9 @@ func checkOCIMount(m specs.Mount, binds []Bind) string {
 		if m.Source == b.Source && m.Destination == b.Target {
 			if b.ReadOnly && !slices.Contains(m.Options, "ro") {
 				return "read-only bind made writable"
+			}
+			if !b.ReadOnly && !slices.Contains(m.Options, "noexec") {
+				return "writable bind is executable"
 			}
 			return ""
 		}

@@ -106,9 +106,12 @@ func Default() Policy {
 
 // Bounds keep a limit within what the engines can apply meaningfully.
 const (
-	minMemory  = 6 << 20 // Docker refuses less than 6 MiB.
-	minPids    = 8
-	maxPids    = 1 << 22
+	minMemory = 6 << 20 // Docker refuses less than 6 MiB.
+	minPids   = 8
+	// MaxPids keeps every host pids limit the engines derive (gVisor's
+	// 2×pids+64, plus one for a nested runtime cgroup) far below the
+	// kernel's PID_MAX_LIMIT (4194304), which pids.max refuses to pass.
+	MaxPids    = 32768
 	maxNoFile  = 1 << 20
 	minTimeout = 10 * time.Millisecond
 )
@@ -132,8 +135,8 @@ func (p Policy) Validate() error {
 	if l.CPUs <= 0 {
 		bad("cpus must be more than 0")
 	}
-	if l.Pids < minPids || l.Pids > maxPids {
-		bad("pids %d must be between %d and %d", l.Pids, minPids, maxPids)
+	if l.Pids < minPids || l.Pids > MaxPids {
+		bad("pids %d must be between %d and %d", l.Pids, minPids, MaxPids)
 	}
 	if l.Output < 1024 {
 		bad("output limit %v is below the minimum of 1KiB", l.Output)

@@ -64,7 +64,8 @@ type Group struct {
 // Unified reports whether the host uses the cgroup v2 unified hierarchy.
 func Unified() bool { return cgroups.Mode() == cgroups.Unified }
 
-// New creates <Parent>/<id> with the limits.
+// New creates <Parent>/<id> with the limits. On error nothing of the
+// group is left.
 func New(id string, l Limits) (*Group, error) {
 	path := filepath.Join(Parent, id)
 	period := uint64(100000)
@@ -83,6 +84,13 @@ func New(id string, l Limits) (*Group, error) {
 		g.v1, err = cgroup1.New(cgroup1.StaticPath(path), res, cgroup1.WithHierarchy(v1Subsystems))
 	}
 	if err != nil {
+		// The library creates a hierarchy's directory, then writes its
+		// limits: a refused write leaves the directories made so far.
+		ctx, cancel := context.WithTimeout(context.Background(), removeTimeout)
+		defer cancel()
+		if rerr := Remove(ctx, id); rerr != nil {
+			return nil, fmt.Errorf("creating cgroup %s: %w (and removing what was created: %v)", path, err, rerr)
+		}
 		return nil, fmt.Errorf("creating cgroup %s: %w", path, err)
 	}
 	return g, nil

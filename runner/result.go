@@ -35,29 +35,30 @@ const (
 
 // Result is the whole account of one run.
 type Result struct {
-	ID string `json:"id"`
+	ID string `json:"id,omitempty"`
 	// Image is the image ID that ran ("sha256:…").
-	Image string `json:"image"`
+	Image string `json:"image,omitempty"`
 	// ImageRef is the reference as given, when it carried a name.
 	ImageRef  string `json:"image_ref,omitempty"`
-	Engine    string `json:"engine"`
-	Isolation string `json:"isolation"`
+	Engine    string `json:"engine,omitempty"`
+	Isolation string `json:"isolation,omitempty"`
 	// Seccomp is the sha256 of the seccomp profile that was applied.
-	Seccomp string `json:"seccomp_profile_sha256"`
+	Seccomp string `json:"seccomp_profile_sha256,omitempty"`
 	Reason  Reason `json:"reason"`
 	// ExitCode is the program's exit status; 128+N when a signal N ended
 	// it, -1 when the engine failed or the program never started.
 	ExitCode   int    `json:"exit_code"`
-	DurationMS int64  `json:"duration_ms"`
-	Stdout     Stream `json:"stdout"`
-	Stderr     Stream `json:"stderr"`
-	Limits     Limits `json:"limits"`
+	DurationMS int64  `json:"duration_ms,omitempty"`
+	Stdout     Stream `json:"stdout,omitzero"`
+	Stderr     Stream `json:"stderr,omitzero"`
+	Limits     Limits `json:"limits,omitzero"`
 	// Usage is what the sandbox consumed, read from its cgroup.
-	Usage Usage `json:"usage"`
+	Usage Usage `json:"usage,omitzero"`
 	// Artifacts and Rejected are every decision about the output
-	// directory's files; null when the output directory is off.
-	Artifacts  []artifacts.Artifact  `json:"artifacts"`
-	Rejected   []artifacts.Rejection `json:"rejected"`
+	// directory's files; absent when the output directory is off or the
+	// run never got that far.
+	Artifacts  []artifacts.Artifact  `json:"artifacts,omitzero"`
+	Rejected   []artifacts.Rejection `json:"rejected,omitzero"`
 	StartedAt  time.Time             `json:"started_at,omitzero"`
 	FinishedAt time.Time             `json:"finished_at,omitzero"`
 	// Error is the failure, with Reason "error".

@@ -47,13 +47,15 @@ given with --env. stdin is closed unless --stdin is given.
 Without --json, the program's output streams live (control sequences are
 escaped when the destination is a terminal) and airlock exits with the
 program's exit code. With --json, airlock prints exactly one JSON object
-and nothing else on stdout.
+and nothing else on stdout; when airlock itself fails, that object carries
+the error and the same one-line message goes to stderr.
 
 Sizes take units (512MiB, 1.5GiB, 100MB); durations too (30s, 1m, 500ms).`,
 		Example: `  airlock run -- python3 -c 'print(6*7)'
   airlock run --json --timeout 5s -- python3 -c 'while True: pass'
   airlock run --image airlock/default@sha256:<64 hex> --env SEED=1 -- python3 -c 'import os; print(os.environ["SEED"])'
-  airlock run --stdin input.txt -- python3 -c 'import sys; print(len(sys.stdin.read()))'`,
+  airlock run --stdin input.txt -- python3 -c 'import sys; print(len(sys.stdin.read()))'
+  cat job.py | airlock run --stdin - -- python3 -`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usageError{fmt.Errorf("no command given: put it after `--`, for example `airlock run -- python3 -c 'print(1)'`")}
@@ -84,7 +86,7 @@ func addRunFlags(cmd *cobra.Command, f *runFlags) {
 	fl.StringVar(&f.engine, "engine", "auto", "engine: oci (daemonless runsc), docker (Docker Engine API), or auto (oci where root and setup's runsc are available, else docker)")
 	fl.StringVar(&f.isolation, "isolation", string(isolation.GVisor), "isolation mode: gvisor (runsc, with the seccomp profile as a second layer) or seccomp (runc behind the seccomp allowlist)")
 	fl.StringVar(&f.seccompProfile, "seccomp-profile", "", "seccomp profile FILE (Docker/OCI JSON) instead of airlock's default; airlock seccomp export default prints the default")
-	fl.StringVar(&f.stdin, "stdin", "", "feed this file to the program's stdin")
+	fl.StringVar(&f.stdin, "stdin", "", "feed this file to the program's stdin; - reads airlock's own stdin")
 	fl.StringArrayVar(&f.inputs, "input", nil, "copy HOSTPATH[:SANDBOXPATH] in, read-only (default under /work; repeatable; symlinks inside are not followed)")
 	fl.StringVar(&f.inputLimit, "input-limit", "256MiB", "cap on the total size of --input")
 	fl.StringVar(&f.workdir, "workdir", "", "working directory of the program (default: the image's)")
@@ -141,6 +143,10 @@ func runRun(cmd *cobra.Command, g *globals, f *runFlags, argv []string) error {
 		if encErr := writeJSON(stdout, res); encErr != nil {
 			return encErr
 		}
+		if err != nil {
+			// stdout may be going to jq: say why here too.
+			fmt.Fprintf(stderr, "airlock: %v\n", err)
+		}
 		return &exitErr{code: resultCode(res, err)}
 	}
 	if err != nil {
@@ -170,7 +176,12 @@ func runOnce(cmd *cobra.Command, g *globals, f *runFlags, argv []string) (runner
 	if err := f.files(&spec); err != nil {
 		return runner.Result{}, err
 	}
-	if f.stdin != "" {
+	switch f.stdin {
+	case "":
+	case "-":
+		// As every Unix tool: "-" is airlock's own standard input.
+		spec.Stdin = cmd.InOrStdin()
+	default:
 		in, err := os.Open(f.stdin)
 		if err != nil {
 			return runner.Result{}, fmt.Errorf("%w: --stdin: %v", errdefs.ErrNotFound, err)

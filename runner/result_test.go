@@ -1,0 +1,35 @@
+package runner
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/artifacts"
+)
+
+// A run refused before it had an id carries only what is known.
+func TestErrorResultCarriesOnlyWhatIsKnown(t *testing.T) {
+	b, err := json.Marshal(Result{Reason: ReasonError, ExitCode: -1, Error: "bad", ErrorKind: "invalid_input"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"reason":"error","exit_code":-1,"error":"bad","error_kind":"invalid_input"}`; string(b) != want {
+		t.Errorf("got %s\nwant %s", b, want)
+	}
+}
+
+// A run that ended keeps exit code 0 and an empty artifact list: absent
+// means "not known", never "none".
+func TestEndedResultKeepsZeroValues(t *testing.T) {
+	b, err := json.Marshal(Result{ID: "x", Reason: ReasonExited, Artifacts: []artifacts.Artifact{}, Rejected: []artifacts.Rejection{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]json.RawMessage
+	json.Unmarshal(b, &m)
+	for k, want := range map[string]string{"exit_code": "0", "artifacts": "[]", "rejected": "[]"} {
+		if string(m[k]) != want {
+			t.Errorf("%s = %s, want %s (in %s)", k, m[k], want, b)
+		}
+	}
+}

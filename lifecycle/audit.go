@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"syscall"
 	"time"
+
+	"github.com/containerd/errdefs"
 )
 
 // Audit is an append-only JSON Lines file of events.
@@ -17,9 +20,54 @@ func OpenAudit(path string) *Audit { return &Audit{path: path} }
 // Path is where the log lives.
 func (a *Audit) Path() string { return a.path }
 
+// AuditError is an event that could not be written. The audit log is
+// evidence: a run whose event is lost must fail, so it is an
+// errdefs.ErrUnavailable.
+type AuditError struct {
+	Path string
+	Err  error
+}
+
+func (e *AuditError) Error() string {
+	return fmt.Sprintf("cannot write the audit log %s (%v); it must be a regular file airlock can append to: fix its permissions or move whatever is at that path aside", e.Path, e.Err)
+}
+
+func (e *AuditError) Unwrap() []error { return []error{errdefs.ErrUnavailable, e.Err} }
+
+// Check opens the log for appending, creating it, without writing: a run
+// checks it before anything starts.
+func (a *Audit) Check() error {
+	f, err := a.open()
+	if err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return &AuditError{Path: a.path, Err: err}
+	}
+	return nil
+}
+
+// open opens the log for appending; it refuses anything but a regular file
+// (a FIFO would block, a device would swallow events).
+func (a *Audit) open() (*os.File, error) {
+	f, err := os.OpenFile(a.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NONBLOCK, 0o600)
+	if err != nil {
+		return nil, &AuditError{Path: a.path, Err: err}
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		if err == nil {
+			err = fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
+		}
+		return nil, &AuditError{Path: a.path, Err: err}
+	}
+	return f, nil
+}
+
 // Append writes one event as one line, with a time, after redacting every
 // string in it. Each line is a single write to a file opened O_APPEND, so
-// concurrent airlock processes never interleave within a line.
+// concurrent airlock processes never interleave within a line. Any failure
+// to write it, the final close included, is an *AuditError.
 func (a *Audit) Append(ev map[string]any) error {
 	out := map[string]any{"time": time.Now().UTC().Format(time.RFC3339Nano)}
 	for k, v := range ev {
@@ -27,15 +75,18 @@ func (a *Audit) Append(ev map[string]any) error {
 	}
 	b, err := json.Marshal(out)
 	if err != nil {
-		return fmt.Errorf("encoding audit event: %w", err)
+		return &AuditError{Path: a.path, Err: fmt.Errorf("encoding the event: %w", err)}
 	}
-	f, err := os.OpenFile(a.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	f, err := a.open()
 	if err != nil {
-		return fmt.Errorf("opening audit log: %w", err)
+		return err
 	}
-	defer f.Close()
 	if _, err := f.Write(append(b, '\n')); err != nil {
-		return fmt.Errorf("writing audit log: %w", err)
+		f.Close()
+		return &AuditError{Path: a.path, Err: err}
+	}
+	if err := f.Close(); err != nil {
+		return &AuditError{Path: a.path, Err: err}
 	}
 	return nil
 }

@@ -19,6 +19,7 @@
 package lifecycle
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -110,11 +111,11 @@ func (s *Store) Get(id string) (Record, error) {
 		return Record{ID: id}, nil
 	}
 	if err != nil {
-		return Record{}, err
+		return Record{ID: id}, fmt.Errorf("reading the state of %q: %w", id, err)
 	}
 	var r Record
 	if err := json.Unmarshal(b, &r); err != nil {
-		return Record{ID: id}, fmt.Errorf("state of %q is corrupt: %w", id, err)
+		return Record{ID: id}, fmt.Errorf("the state of %q in %s is corrupt: %w", id, s.path(id), err)
 	}
 	return r, nil
 }
@@ -160,13 +161,20 @@ func (l *RunLock) Release() {
 
 // Begin records a new run as requested and returns its run lock, held
 // until the caller releases it once the sandbox is created (or failed to
-// be).
+// be). An audit log that cannot be written fails Begin (*AuditError), and
+// a failed Begin leaves no state behind.
 func (s *Store) Begin(ctx context.Context, id string, extra map[string]any) (*RunLock, error) {
+	if err := s.audit.Check(); err != nil {
+		return nil, err
+	}
 	l, err := s.Lock(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	if err := s.Move(id, Requested, "", extra); err != nil {
+		if rerr := os.Remove(s.path(id)); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			err = fmt.Errorf("%w (and removing its state: %v)", err, rerr)
+		}
 		l.Release()
 		return nil, err
 	}
@@ -179,7 +187,9 @@ func (s *Store) Begin(ctx context.Context, id string, extra map[string]any) (*Ru
 // terminated (or unknown), it moves it to terminating (through reason,
 // when given), runs fn, and moves it to terminated. Finding it terminating
 // under the lock means an earlier destroyer died mid-way: fn runs again,
-// so it must be idempotent.
+// so it must be idempotent. Unreadable state counts as orphaned, so the
+// run is still freed. An audit event that cannot be written never stops
+// the freeing; it is returned (*AuditError) once the run is freed.
 func (s *Store) Destroy(ctx context.Context, id string, reason State, fn func() error) error {
 	rl, err := s.Lock(ctx, id)
 	if err != nil {
@@ -187,8 +197,22 @@ func (s *Store) Destroy(ctx context.Context, id string, reason State, fn func() 
 	}
 	defer rl.Release()
 	var mine bool
+	var auditErr error
+	// move records a transition; only a lost audit event lets it go on.
+	move := func(cur *Record, to State, errMsg string) error {
+		err := s.moveLocked(id, cur, to, errMsg, nil)
+		var ae *AuditError
+		if errors.As(err, &ae) {
+			auditErr = cmp.Or(auditErr, err)
+			return nil
+		}
+		return err
+	}
 	err = s.locked(func() error {
-		cur, _ := s.Get(id)
+		cur, gerr := s.Get(id)
+		if gerr != nil {
+			cur.State = Orphaned
+		}
 		if cur.State == "" || cur.State == Terminated {
 			return nil
 		}
@@ -196,27 +220,26 @@ func (s *Store) Destroy(ctx context.Context, id string, reason State, fn func() 
 		if cur.State == Terminating {
 			return nil
 		}
-		if reason != "" && Allowed(cur.State, reason) {
-			if err := s.moveLocked(id, &cur, reason, "", nil); err != nil {
+		if reason != "" && reason != cur.State && Allowed(cur.State, reason) {
+			if err := move(&cur, reason, ""); err != nil {
 				return err
 			}
 		}
-		return s.moveLocked(id, &cur, Terminating, "", nil)
+		return move(&cur, Terminating, "")
 	})
 	if err != nil || !mine {
-		return err
+		return errors.Join(err, auditErr)
 	}
 	ferr := fn()
 	ev := map[string]any{"event": "destroy", "run_id": id}
 	if ferr != nil {
 		ev["error"] = ferr.Error()
 	}
-	s.audit.Append(ev)
+	aerr := s.audit.Append(ev)
 	if ferr != nil {
-		s.Move(id, Failed, ferr.Error(), nil)
-		return ferr
+		return errors.Join(ferr, s.Move(id, Failed, ferr.Error(), nil), auditErr, aerr)
 	}
-	return s.Move(id, Terminated, "", nil)
+	return errors.Join(s.Move(id, Terminated, "", nil), auditErr, aerr)
 }
 
 // moveLocked is Move for a caller that holds the lock.

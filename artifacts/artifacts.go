@@ -20,6 +20,13 @@ const (
 	ReasonTooMany        Reason = "too_many"
 	ReasonTypeNotAllowed Reason = "type_not_allowed"
 	ReasonTypeMismatch   Reason = "type_mismatch"
+	// ReasonExists: the destination already holds something at that path;
+	// delivery never replaces a file, a symlink or another user's directory.
+	ReasonExists Reason = "exists"
+	// ReasonHiddenName: a path component starts with '.' (.git, .ssh,
+	// .bashrc), which tools act on by themselves; Options.AllowDotfiles
+	// delivers them.
+	ReasonHiddenName Reason = "hidden_name"
 )
 
 // Artifact is a file that passed every check.
@@ -70,6 +77,8 @@ type Options struct {
 	MaxFiles int
 	// Types is the MIME allowlist; nil means DefaultTypes.
 	Types []string
+	// AllowDotfiles delivers paths with a component that starts with '.'.
+	AllowDotfiles bool
 }
 
 // ErrOptions is wrapped when Options are unusable.

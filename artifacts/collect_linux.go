@@ -2,14 +2,15 @@ package artifacts
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path"
 	"slices"
+	"strings"
 
 	"github.com/gabriel-vasile/mimetype"
 	"golang.org/x/sys/unix"
@@ -30,8 +31,8 @@ var resolve = unix.OpenHow{
 type collector struct {
 	ctx   context.Context
 	opt   Options
-	dest  *os.Root
-	quar  *os.Root
+	dest  *destDir
+	quar  *destDir
 	rep   Report
 	files int
 	total int64
@@ -64,21 +65,10 @@ func Collect(ctx context.Context, src string, opt Options) (Report, error) {
 		return Report{}, fmt.Errorf("opening output directory %q: %w", src, err)
 	}
 	defer unix.Close(fd)
-	if err := c.walk(fd, "", "", 0); err != nil {
+	if err := c.walk(fd, "", "", "", 0); err != nil {
 		return c.rep, err
 	}
 	return c.rep, nil
-}
-
-func openDest(dir string) (*os.Root, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("creating %q: %w", dir, err)
-	}
-	r, err := os.OpenRoot(dir)
-	if err != nil {
-		return nil, fmt.Errorf("opening %q: %w", dir, err)
-	}
-	return r, nil
 }
 
 func (c *collector) reject(shown string, r Reason, detail string) {
@@ -86,8 +76,9 @@ func (c *collector) reject(shown string, r Reason, detail string) {
 }
 
 // walk visits one directory. rel is the real relative path (for delivery),
-// shown its escaped form (for reports).
-func (c *collector) walk(dirfd int, rel, shown string, depth int) error {
+// shown its escaped form (for reports), hidden the first dot-prefixed
+// component on the way, when dotfiles are not allowed.
+func (c *collector) walk(dirfd int, rel, shown, hidden string, depth int) error {
 	if err := c.ctx.Err(); err != nil {
 		return err
 	}
@@ -107,6 +98,10 @@ func (c *collector) walk(dirfd int, rel, shown string, depth int) error {
 			c.quarantineBadName(dirfd, name, shownp, &st)
 			continue
 		}
+		hiddenp := hidden
+		if hiddenp == "" && name[0] == '.' && !c.opt.AllowDotfiles {
+			hiddenp = Escape(name)
+		}
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFLNK:
 			c.reject(shownp, ReasonSymlink, "")
@@ -120,13 +115,13 @@ func (c *collector) walk(dirfd int, rel, shown string, depth int) error {
 				c.reject(shownp, ReasonNotRegular, "cannot open directory: "+err.Error())
 				continue
 			}
-			err = c.walk(sub, relp, shownp, depth+1)
+			err = c.walk(sub, relp, shownp, hiddenp, depth+1)
 			unix.Close(sub)
 			if err != nil {
 				return err
 			}
 		case unix.S_IFREG:
-			if err := c.file(dirfd, name, relp, shownp, &st); err != nil {
+			if err := c.file(dirfd, name, relp, shownp, hiddenp, &st); err != nil {
 				return err
 			}
 		default:
@@ -163,7 +158,7 @@ func fileType(mode uint32) string {
 }
 
 // file checks one regular file and delivers it if it passes.
-func (c *collector) file(dirfd int, name, rel, shown string, st *unix.Stat_t) error {
+func (c *collector) file(dirfd int, name, rel, shown, hidden string, st *unix.Stat_t) error {
 	c.files++
 	switch {
 	case c.files > c.opt.MaxFiles:
@@ -195,8 +190,18 @@ func (c *collector) file(dirfd int, name, rel, shown string, st *unix.Stat_t) er
 		c.reject(shown, ReasonNotRegular, "changed while being checked")
 		return nil
 	}
+	if hidden != "" {
+		c.reject(shown, ReasonHiddenName, fmt.Sprintf("%q starts with '.', and tools act on dotfiles by themselves (.git, .ssh, .bashrc); allow them with --artifacts-allow-dotfiles", hidden))
+		c.quarantine(f, shown)
+		return nil
+	}
 
 	sink, err := c.tempIn(c.dest, path.Dir(rel))
+	var taken *conflict
+	if errors.As(err, &taken) {
+		c.reject(shown, ReasonExists, taken.detail)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -236,7 +241,12 @@ func (c *collector) file(dirfd int, name, rel, shown string, st *unix.Stat_t) er
 		return nil
 	}
 	if sink != nil {
-		if err := sink.commit(path.Base(rel)); err != nil {
+		err := sink.commit(path.Base(rel))
+		if err == errTaken {
+			c.reject(shown, ReasonExists, "the destination already has a file of that name; airlock never replaces one: move it away or deliver into an empty directory")
+			return nil
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -245,8 +255,10 @@ func (c *collector) file(dirfd int, name, rel, shown string, st *unix.Stat_t) er
 	return nil
 }
 
+// lowerExt is name's extension in lower case; a leading dot (.bashrc)
+// does not start one.
 func lowerExt(name string) string {
-	ext := path.Ext(name)
+	ext := path.Ext(strings.TrimLeft(name, "."))
 	b := []byte(ext)
 	for i, ch := range b {
 		if ch >= 'A' && ch <= 'Z' {
@@ -265,7 +277,8 @@ func (c *collector) quarantine(f *os.File, shown string) {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return
 	}
-	sink, err := c.tempIn(c.quar, path.Dir(shown))
+	name := quarantineName(shown)
+	sink, err := c.tempIn(c.quar, path.Dir(name))
 	if err != nil || sink == nil {
 		return
 	}
@@ -273,8 +286,8 @@ func (c *collector) quarantine(f *os.File, shown string) {
 		sink.discard()
 		return
 	}
-	if sink.commit(path.Base(shown)) == nil {
-		c.rep.Rejected[len(c.rep.Rejected)-1].Quarantined = shown
+	if sink.commit(path.Base(name)) == nil {
+		c.rep.Rejected[len(c.rep.Rejected)-1].Quarantined = name
 	}
 }
 
@@ -296,57 +309,12 @@ func (c *collector) quarantineBadName(dirfd int, name, shown string, st *unix.St
 	c.quarantine(f, shown)
 }
 
-// tempFile is a file being written under a destination root.
-type tempFile struct {
-	root *os.Root
-	dir  string
-	name string
-	f    *os.File
-}
-
-// tempIn creates a temporary file in dir under root (nil root: no sink).
-func (c *collector) tempIn(root *os.Root, dir string) (*tempFile, error) {
-	if root == nil {
+// tempIn creates a temporary file in dir under d (nil d: no sink).
+func (c *collector) tempIn(d *destDir, dir string) (*tempFile, error) {
+	if d == nil {
 		return nil, nil
 	}
-	if dir != "." {
-		if err := root.MkdirAll(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("creating %q in the destination: %w", dir, err)
-		}
-	}
-	var rnd [8]byte
-	rand.Read(rnd[:])
-	name := path.Join(dir, ".airlock-"+hex.EncodeToString(rnd[:]))
-	f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("writing to the destination: %w", err)
-	}
-	return &tempFile{root: root, dir: dir, name: name, f: f}, nil
-}
-
-func (t *tempFile) discard() {
-	if t == nil {
-		return
-	}
-	t.f.Close()
-	t.root.Remove(t.name)
-}
-
-// commit makes the file 0644 and renames it to base in its directory.
-// Readers see the whole file or none of it; like cp, it does not fsync.
-func (t *tempFile) commit(base string) error {
-	err := t.f.Chmod(0o644)
-	if cerr := t.f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = t.root.Rename(t.name, path.Join(t.dir, base))
-	}
-	if err != nil {
-		t.root.Remove(t.name)
-		return fmt.Errorf("delivering %q: %w", path.Join(t.dir, base), err)
-	}
-	return nil
+	return d.create(dir)
 }
 
 // prefix keeps the first max bytes written to it.

@@ -241,9 +241,9 @@ func TestCollectDestinationSymlinkCannotEscape(t *testing.T) {
 	tree{t, src}.file("sub/a.txt", []byte("x\n"), 0o644)
 	// A symlink planted in the destination must not redirect delivery.
 	os.Symlink(outside, filepath.Join(dest, "sub"))
-	_, err := Collect(context.Background(), src, Options{Dest: dest, MaxFileBytes: 10, MaxTotalBytes: 10, MaxFiles: 10})
-	if err == nil {
-		t.Error("delivery through a destination symlink succeeded")
+	rep, err := Collect(context.Background(), src, Options{Dest: dest, MaxFileBytes: 10, MaxTotalBytes: 10, MaxFiles: 10})
+	if err != nil || len(rep.Rejected) != 1 || rep.Rejected[0].Reason != ReasonExists {
+		t.Errorf("delivery through a destination symlink: %v, rejected %+v", err, rep.Rejected)
 	}
 	if ents, _ := os.ReadDir(outside); len(ents) != 0 {
 		t.Errorf("wrote outside the destination: %v", ents)
@@ -285,6 +285,11 @@ func FuzzCheckName(f *testing.F) {
 		for _, r := range e {
 			if r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) {
 				t.Fatalf("Escape(%q) = %q keeps a control character", name, e)
+			}
+		}
+		for _, part := range strings.Split(quarantineName(e), "/") {
+			if strings.HasPrefix(part, ".") {
+				t.Fatalf("quarantine name of %q has a dot component: %q", name, quarantineName(e))
 			}
 		}
 		if checkName(name) == "" {

@@ -15,8 +15,19 @@
 //   - The type is detected from content (gabriel-vasile/mimetype) and must
 //     be on the allowlist, with an extension that agrees with it. Archives
 //     are never extracted.
-//   - Accepted files are written under the destination through os.Root,
-//     to a temporary file renamed into place, mode 0644, with no xattrs.
+//   - A path with a component that starts with '.' (.git/config, .ssh,
+//     .bashrc) is rejected as hidden_name unless Options.AllowDotfiles:
+//     tools such as git act on those files by themselves.
+//   - The destination and quarantine directories are opened with
+//     internal/safeopen: never through a symlink at the last component or
+//     one another user owns, and never when another user owns them.
+//   - Accepted files are written beneath the destination fd, one component
+//     at a time (openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS), to a
+//     temporary file renamed into place with RENAME_NOREPLACE, mode 0644,
+//     with no xattrs. Nothing in the destination is ever replaced: a taken
+//     name, a symlink or another user's directory on the way is a
+//     rejection, exists. Quarantine follows the same rules, under escaped
+//     names whose leading '.' is escaped too.
 //
 // Every decision is recorded with a stable reason word (see Reason).
 package artifacts

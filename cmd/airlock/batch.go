@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/airlock-sandbox/airlock/internal/safeopen"
 	"github.com/airlock-sandbox/airlock/internal/termsafe"
 	"github.com/airlock-sandbox/airlock/runner"
 )
@@ -97,7 +98,7 @@ func runBatch(cmd *cobra.Command, g *globals, f *batchFlags, path string) error 
 		return err
 	}
 
-	out, err := os.OpenFile(f.out, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	out, err := safeopen.AppendFile(f.out)
 	if err != nil {
 		return fmt.Errorf("%w: opening --out: %v", errdefs.ErrInvalidArgument, err)
 	}

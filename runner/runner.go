@@ -13,6 +13,7 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -82,6 +83,9 @@ type Spec struct {
 type Input struct {
 	// Host is the path on this machine. Symlinks below it are not followed.
 	Host string
+	// Beneath, when set, confines Host: a relative path resolved beneath
+	// this directory, through no symlink (batch inputs).
+	Beneath string
 	// Sandbox is where it appears; default /work/<base name of Host>.
 	Sandbox string
 }
@@ -107,6 +111,8 @@ type Output struct {
 	Artifacts string
 	// Quarantine, when set, keeps readable rejected files for inspection.
 	Quarantine string
+	// AllowDotfiles delivers paths with a component starting with '.'.
+	AllowDotfiles bool
 }
 
 func (o Output) withDefaults() Output {
@@ -135,6 +141,8 @@ type Runner struct {
 	engine  engine.Engine
 	log     *slog.Logger
 	version string
+	// lockWait bounds each wait for a run's own lock (default lockTimeout).
+	lockWait time.Duration
 
 	keyOnce sync.Once
 	key     ed25519.PrivateKey
@@ -156,9 +164,12 @@ func WithVersion(v string) Option { return func(r *Runner) { r.version = v } }
 // WithLogger sets the logger; the default discards.
 func WithLogger(l *slog.Logger) Option { return func(r *Runner) { r.log = l } }
 
+// withLockWait shortens the run lock's bound, for tests.
+func withLockWait(d time.Duration) Option { return func(r *Runner) { r.lockWait = d } }
+
 // New returns a Runner.
 func New(opts ...Option) (*Runner, error) {
-	r := &Runner{root: DefaultRoot, log: slog.New(slog.DiscardHandler), version: "dev"}
+	r := &Runner{root: DefaultRoot, log: slog.New(slog.DiscardHandler), version: "dev", lockWait: lockTimeout}
 	for _, o := range opts {
 		o(r)
 	}
@@ -208,20 +219,31 @@ func (r *Runner) Run(ctx context.Context, s Spec) (Result, error) {
 	if err := r.engine.Check(ctx, job); err != nil {
 		return Result{}, err
 	}
+	// Receipts name the runtime's version: a runtime that cannot say fails
+	// the run before anything is created.
+	if _, err := r.engine.Runtime(ctx, job.Policy.Isolation); err != nil {
+		return Result{}, err
+	}
 	lc, err := r.lifecycle()
 	if err != nil {
 		return Result{}, err
 	}
-	lockCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lockTimeout)
-	defer cancel()
+	// Each wait for the run lock has a bound of its own: a run that lasts
+	// longer than one must still wait for a destroyer at its teardown.
+	lockCtx := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(ctx), r.lockWait)
+	}
 	// The run lock is held while the sandbox is created and while it is
-	// torn down, so a destroy that lands then waits (see lifecycle).
-	held, err := lc.Begin(lockCtx, job.ID, map[string]any{
+	// torn down, so a destroy that lands then waits (see lifecycle). Begin
+	// refuses an audit log it cannot write before anything starts.
+	bctx, cancel := lockCtx()
+	held, err := lc.Begin(bctx, job.ID, map[string]any{
 		"image": job.Image.String(), "engine": r.engine.Name(), "isolation": string(job.Policy.Isolation),
 		"seccomp_profile_sha256": job.Policy.Seccomp.SHA256, "limits": limitsOf(job.Policy.Limits), "owner": job.Owner,
 	})
+	cancel()
 	if err != nil {
-		return Result{}, fmt.Errorf("%w: recording the run: %v", errdefs.ErrUnavailable, err)
+		return Result{}, fmt.Errorf("%w: recording the run: %w", errdefs.ErrUnavailable, err)
 	}
 	release := func() {
 		if held != nil {
@@ -230,38 +252,59 @@ func (r *Runner) Run(ctx context.Context, s Spec) (Result, error) {
 		}
 	}
 	defer release()
+	// auditErr is the first audit event that could not be written: the
+	// run then fails, whatever the program did.
+	var auditErr error
+	record := func(st lifecycle.State, errMsg string, extra map[string]any) {
+		merr := lc.Move(job.ID, st, errMsg, extra)
+		var ae *lifecycle.AuditError
+		switch {
+		case errors.As(merr, &ae):
+			auditErr = cmp.Or(auditErr, merr)
+		case merr != nil:
+			r.log.Warn("recording state", "sandbox_id", job.ID, "state", st, "err", merr)
+		}
+	}
 	// destroyed is set when, by the time this process comes to tear the run
 	// down, another has destroyed it (airlock kill, or a reap past its
-	// deadline).
-	var destroyed bool
+	// deadline). stateErr is set when teardown could not find out: the run
+	// lock stayed held past its bound, or the state is unreadable.
+	var destroyed, tornDown bool
+	var stateErr error
 	teardown := func() {
-		if held != nil {
+		if held != nil || tornDown {
 			return
 		}
+		tornDown = true
+		tctx, cancel := lockCtx()
+		defer cancel()
 		var lerr error
-		if held, lerr = lc.Lock(lockCtx, job.ID); lerr != nil {
-			r.log.Warn("taking the run lock", "sandbox_id", job.ID, "err", lerr)
+		if held, lerr = lc.Lock(tctx, job.ID); lerr != nil {
+			stateErr = fmt.Errorf("%w: tearing the run down: %v; another airlock process (`airlock kill` or `airlock reap`) held its lock for more than %v", errdefs.ErrUnavailable, lerr, r.lockWait)
+			return
 		}
-		if rec, _ := lc.Get(job.ID); rec.State == "" || rec.State == lifecycle.Terminating {
-			destroyed = true
+		rec, gerr := lc.Get(job.ID)
+		if gerr != nil {
+			stateErr = fmt.Errorf("%w: tearing the run down: %v; `airlock reap` removes what the run left", errdefs.ErrInternal, gerr)
+			return
 		}
+		destroyed = rec.State == "" || rec.State == lifecycle.Terminating
 	}
 	job.OnState = func(st lifecycle.State) {
 		if st == lifecycle.Terminating {
 			teardown()
+			if destroyed {
+				return // the destroyer recorded it
+			}
 		}
-		if err := lc.Move(job.ID, st, "", nil); err != nil {
-			r.log.Warn("recording state", "sandbox_id", job.ID, "state", st, "err", err)
-		}
+		record(st, "", nil)
 		if st == lifecycle.Created {
 			release()
 		}
 	}
-	res, err := r.execute(ctx, s, job)
-	if err != nil {
-		// A destroyer may hold the run lock now: wait for it to say.
-		teardown()
-	}
+	res, err := r.execute(ctx, s, job, teardown)
+	// A destroyer may hold the run lock now: wait for it to say.
+	teardown()
 	if destroyed {
 		res.Reason, res.Error, res.ErrorKind = ReasonDestroyed, "another airlock process destroyed the run: `airlock kill`, or `airlock reap` after its deadline passed", ""
 		res.Receipt = nil
@@ -269,21 +312,38 @@ func (r *Runner) Run(ctx context.Context, s Spec) (Result, error) {
 		// process's to give.
 		ev := auditSummary(res, nil)
 		ev["event"], ev["run_id"] = "result", job.ID
-		lc.Audit().Append(ev)
+		if aerr := lc.Audit().Append(ev); aerr != nil {
+			err = fmt.Errorf("another airlock process destroyed the run, and its result was not recorded: %w", aerr)
+			res.Reason, res.Error = ReasonError, err.Error()
+			return res, err
+		}
 		return res, nil
+	}
+	if stateErr != nil {
+		// The engine's error, if any, stays first.
+		err = also(err, stateErr)
+		res.Reason, res.Error, res.Receipt = ReasonError, err.Error(), nil
 	}
 	if err != nil {
 		// The state and the audit log keep why: a lost sandbox, a daemon
 		// that went away, a runtime that failed.
-		if merr := lc.Move(job.ID, lifecycle.Failed, err.Error(), nil); merr != nil {
-			r.log.Warn("recording state", "sandbox_id", job.ID, "state", lifecycle.Failed, "err", merr)
-		}
+		record(lifecycle.Failed, err.Error(), nil)
 	}
 	job.State(lifecycle.Terminating)
-	if merr := lc.Move(job.ID, lifecycle.Terminated, "", auditSummary(res, err)); merr != nil {
-		r.log.Warn("recording state", "sandbox_id", job.ID, "err", merr)
+	record(lifecycle.Terminated, "", auditSummary(res, err))
+	if auditErr != nil {
+		err = also(err, fmt.Errorf("recording the run: %w", auditErr))
+		res.Reason, res.Error, res.Receipt = ReasonError, err.Error(), nil
 	}
 	return res, err
+}
+
+// also adds more to err, keeping err first; either may be nil.
+func also(err, more error) error {
+	if err == nil {
+		return more
+	}
+	return fmt.Errorf("%w; and %w", err, more)
 }
 
 // lockTimeout bounds the wait for a run's own lock: a destroy in progress
@@ -291,12 +351,17 @@ func (r *Runner) Run(ctx context.Context, s Spec) (Result, error) {
 const lockTimeout = 2 * time.Minute
 
 // execute runs a planned, checked job: scratch, engine, artifacts, receipt.
-func (r *Runner) execute(ctx context.Context, s Spec, job *engine.Job) (Result, error) {
-	sc, err := prepareScratch(r.root, job.ID, &s, job.Policy.UID, job.Policy.GID, job.Deadline)
+// When the run fails, teardown runs before the run directory goes, so a
+// destroyer at work on it finishes first.
+func (r *Runner) execute(ctx context.Context, s Spec, job *engine.Job, teardown func()) (res Result, err error) {
+	sc, err := prepareScratch(ctx, r.root, job.ID, &s, job.Policy.UID, job.Policy.GID, job.Deadline)
 	if err != nil {
 		return Result{}, err
 	}
 	defer func() {
+		if err != nil {
+			teardown()
+		}
 		if err := sc.cleanup(); err != nil {
 			r.log.Warn("cleaning up run directory", "sandbox_id", job.ID, "err", err)
 		}
@@ -310,7 +375,7 @@ func (r *Runner) execute(ctx context.Context, s Spec, job *engine.Job) (Result, 
 	stderr := newCapture(lim, s.Stderr, func() { kill(errOutputLimit) })
 	job.Stdout, job.Stderr = stdout, stderr
 
-	res := Result{
+	res = Result{
 		ID:        job.ID,
 		Image:     job.Image.String(),
 		Engine:    r.engine.Name(),
@@ -345,7 +410,7 @@ func (r *Runner) execute(ctx context.Context, s Spec, job *engine.Job) (Result, 
 		rep, err := artifacts.Collect(context.WithoutCancel(ctx), sc.out, artifacts.Options{
 			Dest: o.Artifacts, Quarantine: o.Quarantine,
 			MaxFileBytes: int64(o.MaxFileSize), MaxTotalBytes: int64(o.Size), MaxFiles: o.Files,
-			Types: o.Types,
+			Types: o.Types, AllowDotfiles: o.AllowDotfiles,
 		})
 		res.Artifacts, res.Rejected = rep.Artifacts, rep.Rejected
 		if err != nil {
@@ -582,7 +647,10 @@ func (r *Runner) sign(ctx context.Context, job *engine.Job, s Spec, res Result, 
 	if err != nil {
 		return nil, err
 	}
-	rt := r.engine.Runtime(ctx, pol.Isolation)
+	rt, err := r.engine.Runtime(ctx, pol.Isolation)
+	if err != nil {
+		return nil, err
+	}
 	rec := receipt.Receipt{
 		RunID:          res.ID,
 		Image:          res.Image,

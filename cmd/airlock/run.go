@@ -29,6 +29,7 @@ type runFlags struct {
 	inputLimit, workdir                                    string
 	outDir, outLimit, maxArtifact, types, dest, quarantine string
 	outFiles                                               int
+	allowDotfiles                                          bool
 }
 
 func newRunCmd(g *globals) *cobra.Command {
@@ -97,6 +98,7 @@ func addRunFlags(cmd *cobra.Command, f *runFlags) {
 	fl.StringVar(&f.types, "artifact-types", strings.Join(artifacts.DefaultTypes, ","), "MIME types an artifact may have, comma-separated")
 	fl.StringVar(&f.dest, "artifacts", "", "copy accepted artifacts to this host directory (default: check and report only)")
 	fl.StringVar(&f.quarantine, "quarantine", "", "keep readable rejected files in this host directory, under escaped names")
+	fl.BoolVar(&f.allowDotfiles, "artifacts-allow-dotfiles", false, "deliver paths with a component starting with '.' (.git, .ssh, .bashrc); refused by default because tools act on them")
 }
 
 // policy converts the flags, refusing anything malformed.
@@ -126,6 +128,18 @@ func (f *runFlags) policy() (isolation.Policy, error) {
 		return p, usageError{fmt.Errorf("--file-size: %w", err)}
 	}
 	l.Pids = f.pids
+	// A zero limit would read as "take the default": refuse it instead.
+	for _, z := range []struct {
+		flag string
+		zero bool
+	}{
+		{"--timeout", l.Timeout == 0}, {"--memory", l.Memory == 0}, {"--cpus", l.CPUs == 0}, {"--pids", l.Pids == 0},
+		{"--output-limit", l.Output == 0}, {"--tmp-size", l.Tmp == 0}, {"--file-size", l.FileSize == 0},
+	} {
+		if z.zero {
+			return p, usageError{fmt.Errorf("%s 0: a limit of zero is neither \"unlimited\" nor \"the default\"; give a positive value, or leave the flag out for the default", z.flag)}
+		}
+	}
 	// The runner validates the whole policy once the profile is loaded.
 	return p, nil
 }
@@ -204,6 +218,9 @@ func (f *runFlags) files(spec *runner.Spec) error {
 	if spec.InputLimit, err = units.ParseBytes(f.inputLimit); err != nil {
 		return usageError{fmt.Errorf("--input-limit: %w", err)}
 	}
+	if spec.InputLimit == 0 {
+		return usageError{fmt.Errorf("--input-limit 0: give a positive size, or drop --input")}
+	}
 	for _, in := range f.inputs {
 		host, sandbox, _ := strings.Cut(in, ":")
 		if host == "" {
@@ -223,8 +240,12 @@ func (f *runFlags) files(spec *runner.Spec) error {
 	}
 	o := &spec.Output
 	o.Dir, o.Files, o.Artifacts, o.Quarantine = f.outDir, f.outFiles, f.dest, f.quarantine
+	o.AllowDotfiles = f.allowDotfiles
 	if o.Size, err = units.ParseBytes(f.outLimit); err != nil {
 		return usageError{fmt.Errorf("--out-limit: %w", err)}
+	}
+	if o.Size == 0 || o.Files <= 0 {
+		return usageError{fmt.Errorf("--out-limit and --out-files must be positive; to have no output directory, use --out-dir none")}
 	}
 	if f.maxArtifact != "" {
 		if o.MaxFileSize, err = units.ParseBytes(f.maxArtifact); err != nil {

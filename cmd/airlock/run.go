@@ -268,10 +268,11 @@ func (f *runFlags) files(spec *runner.Spec) error {
 	return nil
 }
 
-// liveWriter escapes control sequences when w is a terminal.
+// liveWriter escapes control sequences when w is a terminal (every byte
+// above 0x7F too when the locale is not UTF-8).
 func liveWriter(w io.Writer) io.Writer {
 	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		return termsafe.New(w)
+		return termsafe.ForLocale(w, os.Getenv)
 	}
 	return w
 }

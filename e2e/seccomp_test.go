@@ -3,14 +3,18 @@
 package e2e
 
 import (
+	"encoding/json"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/internal/imagetest"
 	"github.com/airlock-sandbox/airlock/runner"
+	seccompprofiles "github.com/airlock-sandbox/airlock/seccomp-profiles"
 )
 
 // TestProbeDeniesEverything runs the probe, which attempts every call the
@@ -135,6 +139,52 @@ func TestSeccompModeNeedsCgo(t *testing.T) {
 	ee, _ := err.(*exec.ExitError)
 	if ee == nil || ee.ExitCode() != 69 || !strings.Contains(string(out), "cgo") {
 		t.Errorf("seccomp mode without cgo: %v %s", err, out)
+	}
+	noSandboxLeft(t)
+}
+
+// A custom profile may only take calls away from the default: one that
+// allows everything is refused before anything runs, and one that denies
+// mkdir as well runs, with mkdir answered EPERM.
+func TestCustomSeccompProfileOnlyNarrows(t *testing.T) {
+	dir := t.TempDir()
+	allowAll := filepath.Join(dir, "allow-all.json")
+	os.WriteFile(allowAll, []byte(`{"defaultAction":"SCMP_ACT_ALLOW","architectures":["SCMP_ARCH_X86_64","SCMP_ARCH_X86","SCMP_ARCH_X32"],"syscalls":[]}`), 0o644)
+	runs := filepath.Join(rootDir, "runs")
+	os.MkdirAll(runs, 0o700)
+	before, _ := os.Stat(runs)
+	c := airlock(nil, "run", "--image", busybox, "--seccomp-profile", allowAll, "--", "true")
+	if c.code != 64 || !strings.Contains(c.stderr, "allows what airlock's default denies") || !strings.Contains(c.stderr, "unshare") {
+		t.Errorf("allow-all profile: exit %d stderr %q; want 64 naming unshare", c.code, c.stderr)
+	}
+	if after, _ := os.Stat(runs); !after.ModTime().Equal(before.ModTime()) {
+		t.Errorf("a run was started with a widening profile")
+	}
+
+	var doc map[string]any
+	raw, err := fs.ReadFile(seccompprofiles.FS, "default.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var kept []any
+	for _, g := range doc["syscalls"].([]any) {
+		rule := g.(map[string]any)
+		names := slices.DeleteFunc(rule["names"].([]any), func(n any) bool { return n == "mkdir" || n == "mkdirat" })
+		if len(names) > 0 {
+			rule["names"] = names
+			kept = append(kept, rule)
+		}
+	}
+	doc["syscalls"] = kept
+	b, _ := json.Marshal(doc)
+	noMkdir := filepath.Join(dir, "no-mkdir.json")
+	os.WriteFile(noMkdir, b, 0o644)
+	res, _ := runJSON(t, nil, "--image", busybox, "--seccomp-profile", noMkdir, "--", "sh", "-c", "echo ok; mkdir /tmp/d")
+	if res.Reason != runner.ReasonExited || res.ExitCode == 0 || string(res.Stdout.Head) != "ok\n" || !strings.Contains(string(res.Stderr.Head), "Operation not permitted") {
+		t.Errorf("no-mkdir profile: reason %s exit %d stdout %q stderr %q; want mkdir to fail with EPERM", res.Reason, res.ExitCode, res.Stdout.Head, res.Stderr.Head)
 	}
 	noSandboxLeft(t)
 }

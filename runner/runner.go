@@ -593,7 +593,7 @@ func (r *Runner) loadSeccomp(file string, mode isolation.Mode) (*isolation.Secco
 	if file == "" {
 		p, err = seccomp.Load("default")
 	} else {
-		p, err = seccomp.Parse(raw)
+		p, err = seccomp.ParseCustom(raw) // only narrows the default
 	}
 	if err == nil && mode == isolation.GVisor {
 		p, err = seccomp.ForGVisor(p)

@@ -227,12 +227,22 @@ func scmpConds(args []specs.LinuxSeccompArg) ([]libseccomp.ScmpCondition, error)
 // onArch reports whether arch has the syscall name, directly or through a
 // multiplexer.
 func onArch(name string, arch specs.Arch) bool {
+	_, ok := syscallNumber(name, arch)
+	return ok
+}
+
+// syscallNumber is name's number on arch, if arch has it (directly or
+// through a multiplexer, as onArch).
+func syscallNumber(name string, arch specs.Arch) (int32, bool) {
 	sa, err := scmpArch(arch)
 	if err != nil {
-		return false
+		return 0, false
 	}
 	n, err := libseccomp.GetSyscallFromNameByArch(name, sa)
-	return err == nil && int32(n) > pseudoBase
+	if err != nil || int32(n) <= pseudoBase {
+		return 0, false
+	}
+	return int32(n), true
 }
 
 // LibVersion is the version of the libseccomp this binary runs with.

@@ -26,5 +26,7 @@ func (*Filter) Release() {}
 // onArch cannot tell without libseccomp, so Syscalls lists nothing.
 func onArch(string, specs.Arch) bool { return false }
 
+func syscallNumber(string, specs.Arch) (int32, bool) { return 0, false }
+
 // LibVersion is empty: this binary has no libseccomp.
 func LibVersion() string { return "" }

@@ -11,5 +11,11 @@
 //     ErrNotSupported.
 //   - A profile's groups are unambiguous: a syscall with an unconditional rule
 //     appears in no other group, and a rule never compares one argument twice.
+//   - A profile a user gives may only narrow the built-in default, never
+//     allow what it denies (ParseCustom, Narrows): not by a weaker
+//     defaultAction, another architecture, a call the default denies, or
+//     argument conditions looser than the default's. Which denial answers
+//     (ERRNO, KILL, TRAP) may differ. What cannot be proved narrower is
+//     refused, naming the calls.
 //   - The libseccomp code builds only under linux && cgo.
 package seccomp

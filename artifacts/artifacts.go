@@ -3,6 +3,7 @@ package artifacts
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/gabriel-vasile/mimetype"
@@ -97,31 +98,57 @@ func (o Options) validate() error {
 }
 
 // extensions lists, for the types airlock knows well, the file extensions
-// that agree with the content. "" means no extension.
+// that agree with the content. "" means no extension. A type not listed
+// agrees only with its own extension (mimetype's).
 var extensions = map[string][]string{
 	"text/plain":       {"", ".txt", ".text", ".log", ".md", ".out", ".err", ".diff", ".patch", ".csv", ".tsv"},
 	"text/csv":         {".csv", ".txt"},
+	"text/html":        {".html", ".htm"},
 	"application/json": {".json"},
 	"image/png":        {".png"},
 	"image/jpeg":       {".jpg", ".jpeg"},
 	"image/gif":        {".gif"},
 	"image/webp":       {".webp"},
 	"application/pdf":  {".pdf"},
+	// Content nothing recognises: only no extension or a data extension,
+	// never one a host program would open by itself (.html, .sh, .exe).
+	// NumPy .npy, pickles and pre-zip PyTorch files land here.
+	"application/octet-stream": {"", ".bin", ".dat", ".raw", ".npy", ".pt", ".pth", ".pkl", ".pickle",
+		".joblib", ".ckpt", ".safetensors", ".onnx", ".h5", ".hdf5", ".arrow", ".feather", ".msgpack",
+		".pb", ".tfrecord", ".idx", ".weights", ".model"},
+	"application/gzip": {".gz", ".tgz"},
+	// PyTorch and Keras save zip archives; .jar, .docx, .apk and the like
+	// are detected as types of their own.
+	"application/zip":                {".zip", ".whl", ".npz", ".egg", ".pt", ".pth", ".keras"},
+	"application/x-tar":              {".tar"},
+	"application/vnd.apache.parquet": {".parquet", ".pq"},
+}
+
+// agreeing lists the extensions that agree with m, for messages.
+func agreeing(m *mimetype.MIME) []string {
+	if exts, ok := extensions[baseType(m.String())]; ok {
+		return exts
+	}
+	return []string{m.Extension()}
 }
 
 // extensionAgrees reports whether ext (lower case, with its dot) fits the
 // detected type m.
 func extensionAgrees(m *mimetype.MIME, ext string) bool {
-	base := baseType(m.String())
-	if exts, ok := extensions[base]; ok {
-		for _, e := range exts {
-			if e == ext {
-				return true
-			}
+	return slices.Contains(agreeing(m), ext)
+}
+
+// mismatchDetail says why ext does not fit m and what would.
+func mismatchDetail(m *mimetype.MIME, ext string) string {
+	var names []string
+	for _, e := range agreeing(m) {
+		if e == "" {
+			e = "no extension"
 		}
-		return false
+		names = append(names, e)
 	}
-	return ext == m.Extension()
+	return fmt.Sprintf("content is %s, name ends in %q; airlock delivers that content only as %s: rename the file",
+		baseType(m.String()), ext, strings.Join(names, ", "))
 }
 
 func baseType(s string) string {
@@ -129,6 +156,9 @@ func baseType(s string) string {
 	return strings.TrimSpace(t)
 }
 
+// allowed reports whether m is on the allowlist, exactly: allowing
+// application/octet-stream does not allow an executable, nor
+// application/zip a .jar. An alias (application/x-gzip) allows its type.
 func allowed(types []string, m *mimetype.MIME) bool {
 	if types == nil {
 		types = DefaultTypes
@@ -136,6 +166,9 @@ func allowed(types []string, m *mimetype.MIME) bool {
 	base := baseType(m.String())
 	for _, t := range types {
 		if t == base {
+			return true
+		}
+		if l := mimetype.Lookup(t); l != nil && baseType(l.String()) == base {
 			return true
 		}
 	}

@@ -232,9 +232,9 @@ func (c *collector) file(dirfd int, name, rel, shown, hidden string, st *unix.St
 	}
 	if why != "" {
 		sink.discard()
-		detail := "content is " + baseType(m.String())
+		detail := "content is " + baseType(m.String()) + ", which the type allowlist (--artifact-types) does not list"
 		if why == ReasonTypeMismatch {
-			detail += fmt.Sprintf(", name ends in %q", ext)
+			detail = mismatchDetail(m, ext)
 		}
 		c.reject(shown, why, detail)
 		c.quarantine(f, shown)

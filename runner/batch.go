@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -32,9 +33,13 @@ type Job struct {
 	// ExpectedStdout, when set, decides Pass: the program must exit 0 and
 	// print exactly this.
 	ExpectedStdout *string `json:"expected_stdout,omitempty"`
+
+	// inputRoot confines Inputs; set from BatchOptions.InputRoot.
+	inputRoot string
 }
 
-// JobInput is an Input in a batch file.
+// JobInput is an Input in a batch file. Host is a relative path beneath
+// the batch's input root, reached through no symlink and no "..".
 type JobInput struct {
 	Host    string `json:"host"`
 	Sandbox string `json:"sandbox,omitempty"`
@@ -67,48 +72,91 @@ type BatchOptions struct {
 	Base Spec
 	// Skip holds job ids that already have a result (a resumed batch).
 	Skip map[string]bool
+	// InputRoot is the directory job inputs are confined to (the CLI: the
+	// batch file's directory, or --input-root). Empty refuses every job
+	// input.
+	InputRoot string
 }
 
-// ParseJobs reads a batch file. A line that is not a valid job does not
-// stop the others: it comes back as a BatchResult with Reason error and
-// ErrorKind invalid_input, in file order among the jobs.
+// MaxJobLine caps one line of a batch file.
+const MaxJobLine = 16 << 20
+
+// ParseJobs reads a batch file. A line that is not a valid job (too long,
+// not JSON, no id...) does not stop the others: it comes back as a
+// BatchResult with Reason error and ErrorKind invalid_input, in file order
+// among the jobs. Memory stays bounded: the rest of an over-long line is
+// skipped, not held.
 func ParseJobs(r io.Reader) ([]Job, []BatchResult, error) {
 	var jobs []Job
 	var bad []BatchResult
 	seen := map[string]bool{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	for n := 1; sc.Scan(); n++ {
-		line := bytes.TrimSpace(sc.Bytes())
-		if len(line) == 0 || line[0] == '#' {
-			continue
+	br := bufio.NewReaderSize(r, 64<<10)
+	for n := 1; ; n++ {
+		raw, long, err := readLine(br, MaxJobLine)
+		last := errors.Is(err, io.EOF)
+		if err != nil && !last {
+			return jobs, bad, fmt.Errorf("reading line %d: %w", n, err)
 		}
-		var j Job
-		dec := json.NewDecoder(bytes.NewReader(line))
-		dec.DisallowUnknownFields()
-		err := dec.Decode(&j)
-		switch {
-		case err != nil:
-			err = fmt.Errorf("line %d is not a job: %v", n, err)
-		case j.ID == "":
-			err = fmt.Errorf("line %d has no id", n)
-		case seen[j.ID]:
-			err = fmt.Errorf("line %d repeats id %q", n, j.ID)
-		case len(j.Argv) == 0:
-			err = fmt.Errorf("line %d (%q) has no argv", n, j.ID)
-		}
-		if err != nil {
-			id := j.ID
-			if id == "" || seen[id] {
-				id = fmt.Sprintf("line-%d", n)
+		if line := bytes.TrimSpace(raw); long || len(line) > 0 && line[0] != '#' {
+			j, err := parseJob(n, line, long, seen)
+			if err != nil {
+				id := j.ID
+				if id == "" || seen[id] {
+					id = fmt.Sprintf("line-%d", n)
+				}
+				bad = append(bad, BatchResult{JobID: id, Result: Result{Reason: ReasonError, ExitCode: -1, Error: err.Error(), ErrorKind: "invalid_input"}})
+			} else {
+				seen[j.ID] = true
+				jobs = append(jobs, j)
 			}
-			bad = append(bad, BatchResult{JobID: id, Result: Result{Reason: ReasonError, ExitCode: -1, Error: err.Error(), ErrorKind: "invalid_input"}})
+		}
+		if last {
+			return jobs, bad, nil
+		}
+	}
+}
+
+// parseJob decodes line n of a batch file.
+func parseJob(n int, line []byte, long bool, seen map[string]bool) (Job, error) {
+	var j Job
+	if long {
+		return j, fmt.Errorf("line %d is longer than the %d-byte (16MiB) line limit; put big data in an input file", n, MaxJobLine)
+	}
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	switch err := dec.Decode(&j); {
+	case err != nil:
+		return j, fmt.Errorf("line %d is not a job: %v", n, err)
+	case j.ID == "":
+		return j, fmt.Errorf("line %d has no id", n)
+	case seen[j.ID]:
+		return j, fmt.Errorf("line %d repeats id %q", n, j.ID)
+	case len(j.Argv) == 0:
+		return j, fmt.Errorf("line %d (%q) has no argv", n, j.ID)
+	}
+	return j, nil
+}
+
+// readLine reads one line, without its newline. A line of more than max
+// bytes is read to its end without being kept: long is set, line is nil.
+// err is io.EOF on the last line, which may be empty.
+func readLine(br *bufio.Reader, max int) (line []byte, long bool, err error) {
+	for {
+		chunk, err := br.ReadSlice('\n')
+		size := len(line) + len(chunk)
+		if len(chunk) > 0 && chunk[len(chunk)-1] == '\n' {
+			size--
+		}
+		if long || size > max {
+			long, line = true, nil
+		} else {
+			line = append(line, chunk...)
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
 			continue
 		}
-		seen[j.ID] = true
-		jobs = append(jobs, j)
+		return bytes.TrimSuffix(line, []byte("\n")), long, err
 	}
-	return jobs, bad, sc.Err()
 }
 
 // spec turns a job into a Spec on top of the batch's base.
@@ -121,8 +169,14 @@ func (j Job) spec(base Spec) (Spec, error) {
 	if j.Stdin != "" {
 		s.Stdin = strings.NewReader(j.Stdin)
 	}
+	// The base's inputs are shared by every job: never append in place.
+	s.Inputs = slices.Clone(base.Inputs)
 	for _, in := range j.Inputs {
-		s.Inputs = append(s.Inputs, Input{Host: in.Host, Sandbox: in.Sandbox})
+		ji, err := jobInput(j.inputRoot, in)
+		if err != nil {
+			return s, err
+		}
+		s.Inputs = append(s.Inputs, ji)
 	}
 	l := &s.Policy.Limits
 	var err error
@@ -152,6 +206,31 @@ func (j Job) spec(base Spec) (Spec, error) {
 	return s, nil
 }
 
+// jobInput confines a job input to root: it must be a relative path that
+// resolves beneath root through no symlink. Staging resolves it again the
+// same way, from the root's fd, so a swap after this check gains nothing.
+func jobInput(root string, in JobInput) (Input, error) {
+	switch {
+	case root == "":
+		return Input{}, fmt.Errorf("input %q: this batch has no input root, so its jobs may not take inputs (set --input-root)", in.Host)
+	case in.Host == "" || strings.ContainsRune(in.Host, 0):
+		return Input{}, fmt.Errorf("input %q: give a path beneath the input root %q", in.Host, root)
+	case filepath.IsAbs(in.Host):
+		return Input{}, fmt.Errorf("input %q is absolute: batch inputs are paths relative to the input root %q (set another with --input-root)", in.Host, root)
+	case slices.Contains(strings.Split(in.Host, "/"), ".."):
+		return Input{}, fmt.Errorf("input %q has a \"..\": batch inputs stay beneath the input root %q (set another with --input-root)", in.Host, root)
+	}
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return Input{}, fmt.Errorf("input root %q: %v", root, err)
+	}
+	ji := Input{Host: in.Host, Beneath: abs, Sandbox: in.Sandbox}
+	if err := checkBeneath(ji); err != nil {
+		return Input{}, fmt.Errorf("input %q: %w", in.Host, err)
+	}
+	return ji, nil
+}
+
 // RunBatch runs jobs, Parallel at a time, calling emit once per job as it
 // finishes (never concurrently). A job's failure, even an engine error, is
 // its own result; RunBatch stops early only when ctx is done.
@@ -178,6 +257,7 @@ feed:
 		if opt.Skip[j.ID] {
 			continue
 		}
+		j.inputRoot = opt.InputRoot
 		select {
 		case todo <- j:
 		case <-ctx.Done():

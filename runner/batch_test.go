@@ -1,6 +1,10 @@
 package runner
 
 import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -62,5 +66,102 @@ func TestSummarize(t *testing.T) {
 	}
 	if s.P50MS != 51 || s.P99MS != 100 {
 		t.Errorf("p50 %d p99 %d", s.P50MS, s.P99MS)
+	}
+}
+
+// A line over the limit is that line's error; the lines around it still run.
+func TestParseJobsLongLine(t *testing.T) {
+	long := `{"id": "big", "argv": ["true"], "stdin": "` + strings.Repeat("x", 17<<20) + `"}`
+	in := `{"id": "a", "argv": ["true"]}` + "\n" + long + "\n" + `{"id": "b", "argv": ["true"]}` + "\n" + long
+	jobs, bad, err := ParseJobs(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 2 || jobs[0].ID != "a" || jobs[1].ID != "b" {
+		t.Errorf("jobs %+v", jobs)
+	}
+	if len(bad) != 2 || bad[0].JobID != "line-2" || bad[1].JobID != "line-4" {
+		t.Fatalf("bad %+v", bad)
+	}
+	for _, b := range bad {
+		if b.ErrorKind != "invalid_input" || !strings.Contains(b.Error, "line limit") {
+			t.Errorf("bad %s: %s %q", b.JobID, b.ErrorKind, b.Error)
+		}
+	}
+}
+
+func TestReadLineLimit(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		max  int
+		want []string // "!" marks an over-long line
+	}{
+		{"abc\nde", 3, []string{"abc", "de"}},
+		{"abcd\nde\n", 3, []string{"!", "de", ""}},
+		{"abc", 3, []string{"abc"}},
+		{"abcd", 3, []string{"!"}},
+		{"", 3, []string{""}},
+	} {
+		br := bufio.NewReaderSize(strings.NewReader(tc.in), 16)
+		var got []string
+		for {
+			line, long, err := readLine(br, tc.max)
+			if long {
+				got = append(got, "!")
+			} else {
+				got = append(got, string(line))
+			}
+			if err != nil {
+				break
+			}
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%q max %d: got %q, want %q", tc.in, tc.max, got, tc.want)
+		}
+	}
+}
+
+// Job inputs stay beneath the input root: no absolute path, no "..", no
+// symlink on the way.
+func TestJobInputsConfined(t *testing.T) {
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "data", "sub"), 0o755)
+	os.WriteFile(filepath.Join(root, "data", "f.txt"), []byte("ok"), 0o644)
+	os.Symlink("/etc", filepath.Join(root, "etc"))
+	os.Symlink("/etc/passwd", filepath.Join(root, "data", "passwd"))
+	os.Symlink(filepath.Join(root, "data"), filepath.Join(root, "alias"))
+	for _, host := range []string{"data", "data/f.txt", "data/sub", "./data/f.txt"} {
+		j := Job{ID: "x", Argv: []string{"true"}, Inputs: []JobInput{{Host: host}}, inputRoot: root}
+		s, err := j.spec(Spec{})
+		if err != nil {
+			t.Errorf("%q: %v", host, err)
+			continue
+		}
+		if in := s.Inputs[0]; in.Beneath != root || in.Host != host {
+			t.Errorf("%q: input %+v, want it confined to %s", host, in, root)
+		}
+	}
+	for _, host := range []string{"../x", "data/../../x", "/etc/passwd", "etc", "etc/passwd", "data/passwd", "alias/f.txt", "missing", ""} {
+		j := Job{ID: "x", Argv: []string{"true"}, Inputs: []JobInput{{Host: host}}, inputRoot: root}
+		if s, err := j.spec(Spec{}); err == nil {
+			t.Errorf("%q was accepted: %+v", host, s.Inputs)
+		}
+	}
+	j := Job{ID: "x", Argv: []string{"true"}, Inputs: []JobInput{{Host: "data"}}}
+	if _, err := j.spec(Spec{}); err == nil {
+		t.Error("a job input was accepted with no input root")
+	}
+}
+
+// The base's inputs are not appended to in place by concurrent jobs.
+func TestJobSpecKeepsBaseInputs(t *testing.T) {
+	root := t.TempDir()
+	os.WriteFile(filepath.Join(root, "a"), nil, 0o644)
+	os.WriteFile(filepath.Join(root, "b"), nil, 0o644)
+	base := Spec{Inputs: make([]Input, 1, 4)}
+	sa, _ := Job{ID: "a", Inputs: []JobInput{{Host: "a"}}, inputRoot: root}.spec(base)
+	sb, _ := Job{ID: "b", Inputs: []JobInput{{Host: "b"}}, inputRoot: root}.spec(base)
+	if len(sa.Inputs) != 2 || sa.Inputs[1].Host != "a" || sb.Inputs[1].Host != "b" {
+		t.Errorf("job a's inputs %+v, job b's %+v", sa.Inputs, sb.Inputs)
 	}
 }

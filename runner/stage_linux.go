@@ -156,24 +156,7 @@ func protectedDirs(root string) (map[devIno]string, error) {
 // own name in it, the one step done by name.
 func (st *stager) open(in Input) (parent int, name string, err error) {
 	if in.Beneath != "" {
-		// A batch input: relative, beneath its root, no symlink anywhere.
-		rfd, err := unix.Open(in.Beneath, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return -1, "", fmt.Errorf("%w: opening the input root %q: %v", errdefs.ErrNotFound, in.Beneath, err)
-		}
-		defer unix.Close(rfd)
-		dir, base := path.Split(in.Host)
-		if base == "" || base == "." || base == ".." {
-			return -1, "", fmt.Errorf("%w: name a file or directory beneath the input root %q", errdefs.ErrInvalidArgument, in.Beneath)
-		}
-		fd, err := unix.Openat2(rfd, cmpOr(dir, "."), &unix.OpenHow{
-			Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-		})
-		if err != nil {
-			return -1, "", beneathError(in, err)
-		}
-		return fd, base, nil
+		return openBeneath(in)
 	}
 	src, err := filepath.Abs(in.Host)
 	if err != nil {
@@ -192,6 +175,47 @@ func (st *stager) open(in Input) (parent int, name string, err error) {
 		return -1, "", fmt.Errorf("%w: %v", errdefs.ErrNotFound, err)
 	}
 	return fd, base, nil
+}
+
+// openBeneath resolves a batch input: a relative path beneath its root,
+// through no symlink and no "..", to its parent's fd and its name. The root
+// itself is resolved by name, once.
+func openBeneath(in Input) (parent int, name string, err error) {
+	dir, base := path.Split(path.Clean(in.Host))
+	if base == "" || base == "." || base == ".." || path.IsAbs(in.Host) {
+		return -1, "", fmt.Errorf("%w: name a file or directory beneath the input root %q", errdefs.ErrInvalidArgument, in.Beneath)
+	}
+	rfd, err := unix.Open(in.Beneath, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, "", fmt.Errorf("%w: opening the input root %q: %v", errdefs.ErrNotFound, in.Beneath, err)
+	}
+	defer unix.Close(rfd)
+	fd, err := unix.Openat2(rfd, cmpOr(dir, "."), &unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return -1, "", beneathError(in, err)
+	}
+	return fd, base, nil
+}
+
+// checkBeneath checks that a batch input resolves beneath its root and is
+// no symlink itself, without copying anything.
+func checkBeneath(in Input) error {
+	parent, base, err := openBeneath(in)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(parent)
+	var s unix.Stat_t
+	if err := unix.Fstatat(parent, base, &s, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return beneathError(in, err)
+	}
+	if s.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return beneathError(in, unix.ELOOP)
+	}
+	return nil
 }
 
 // beneathError explains why a batch input did not resolve beneath its root.
@@ -227,6 +251,9 @@ func (st *stager) input(dst int, name string, in Input) error {
 	case unix.S_IFREG:
 		return st.file(parent, base, dst, name, in.Sandbox, &s, 0)
 	case unix.S_IFLNK:
+		if in.Beneath != "" {
+			return beneathError(in, unix.ELOOP)
+		}
 		return fmt.Errorf("%w: it is a symlink; name its target instead", errdefs.ErrInvalidArgument)
 	}
 	return fmt.Errorf("%w: it is a device, FIFO or socket (file type %#o), not a file or directory", errdefs.ErrInvalidArgument, s.Mode&unix.S_IFMT)

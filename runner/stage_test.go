@@ -4,15 +4,19 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 )
 
@@ -191,5 +195,122 @@ func TestStageInputsRefusesSwappedFIFO(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("try %d: staging with a FIFO fed forever did not end within 10s", i)
 		}
+	}
+}
+
+// Nothing at or below airlock's root is ever an input, whatever the path.
+func TestStageInputsRefusesAirlockRoot(t *testing.T) {
+	base := t.TempDir()
+	root := filepath.Join(base, "root")
+	os.MkdirAll(filepath.Join(root, "keys"), 0o700)
+	os.WriteFile(filepath.Join(root, "keys", "receipt.key"), []byte("KEY"), 0o600)
+	os.Symlink(filepath.Join(root, "keys"), filepath.Join(base, "keys-link"))
+	for _, in := range []Input{
+		{Host: filepath.Join(root, "keys")},
+		{Host: filepath.Join(root, "keys", "receipt.key")},
+		{Host: root},
+		{Host: filepath.Join(base, "keys-link")},
+		{Host: filepath.Join(root, "keys", "..", "keys")},
+		{Host: base}, // holds the root
+		{Host: "root/keys", Beneath: base},
+		{Host: "root", Beneath: base},
+	} {
+		in.Sandbox = "/work/x"
+		sc, err := stageFor(t, root, []Input{in}, 1<<20)
+		if err == nil || !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "airlock's own state directory") {
+			t.Errorf("%+v: %v, want a refusal naming airlock's state directory", in, err)
+		}
+		if stagedContains(t, sc.dir, []byte("KEY")) {
+			t.Errorf("%+v: the key was staged", in)
+		}
+		sc.cleanup()
+	}
+}
+
+// Inputs land in a nosuid, nodev tmpfs no bigger than the limit plus
+// slack, with modes reduced, and the tmpfs goes at cleanup.
+func TestStageInputsTmpfs(t *testing.T) {
+	base := t.TempDir()
+	tree := filepath.Join(base, "tree")
+	os.MkdirAll(filepath.Join(tree, "d"), 0o700)
+	os.WriteFile(filepath.Join(tree, "d", "run.sh"), []byte("#!/bin/sh\n"), 0o4755)
+	os.WriteFile(filepath.Join(tree, "data"), []byte("12345"), 0o600)
+	os.Symlink("/etc/passwd", filepath.Join(tree, "passwd"))
+	syscall.Mkfifo(filepath.Join(tree, "fifo"), 0o644)
+	const limit = 4 << 20
+	sc, err := stageFor(t, filepath.Join(base, "root"), []Input{{Host: tree, Sandbox: "/work/tree"}, {Host: filepath.Join(tree, "data"), Sandbox: "/work/one"}}, limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := filepath.Join(sc.dir, "in")
+	var fs unix.Statfs_t
+	if err := unix.Statfs(in, &fs); err != nil {
+		t.Fatal(err)
+	}
+	if fs.Type != unix.TMPFS_MAGIC || fs.Flags&unix.ST_NOSUID == 0 || fs.Flags&unix.ST_NODEV == 0 {
+		t.Errorf("input space: type %#x flags %#x, want a nosuid,nodev tmpfs", fs.Type, fs.Flags)
+	}
+	if size := int64(fs.Blocks) * fs.Bsize; size > limit+inputSizeSlack {
+		t.Errorf("input tmpfs of %d bytes, over the %d-byte limit plus slack", size, limit)
+	}
+	if fs.Files > maxInputEntries+100 {
+		t.Errorf("input tmpfs has %d inodes", fs.Files)
+	}
+	want := map[string]os.FileMode{"0/d": 0o755 | os.ModeDir, "0/d/run.sh": 0o755, "0/data": 0o644, "1": 0o644}
+	for p, mode := range want {
+		fi, err := os.Lstat(filepath.Join(in, p))
+		if err != nil || fi.Mode() != mode {
+			t.Errorf("%s: %v %v, want mode %v", p, fi.Mode(), err, mode)
+		}
+	}
+	for _, p := range []string{"0/passwd", "0/fifo"} {
+		if _, err := os.Lstat(filepath.Join(in, p)); err == nil {
+			t.Errorf("%s was staged", p)
+		}
+	}
+	var paths []string
+	for _, f := range sc.inputs {
+		paths = append(paths, f.Path)
+	}
+	if !slices.Equal(paths, []string{"/work/tree/d/run.sh", "/work/tree/data", "/work/one"}) {
+		t.Errorf("receipt inputs %q", paths)
+	}
+	if err := sc.cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if m := mountsUnder(sc.dir); len(m) != 0 {
+		t.Errorf("mounts left behind: %q", m)
+	}
+}
+
+// The byte cap holds against the listed size and against what a read
+// actually returns (a /proc file says it is empty).
+func TestStageInputsLimit(t *testing.T) {
+	base := t.TempDir()
+	big := filepath.Join(base, "big")
+	os.WriteFile(big, make([]byte, 2048), 0o644)
+	for _, host := range []string{big, "/proc/self/status"} {
+		sc, err := stageFor(t, filepath.Join(base, "root"), []Input{{Host: host, Sandbox: "/work/x"}}, 16)
+		if !errdefs.IsInvalidArgument(err) || !strings.Contains(fmt.Sprint(err), "16-byte cap") {
+			t.Errorf("%s: %v, want the cap refusal", host, err)
+		}
+		var st unix.Statfs_t
+		if unix.Statfs(filepath.Join(sc.dir, "in"), &st) == nil && st.Type == unix.TMPFS_MAGIC && int64(st.Blocks-st.Bfree)*st.Bsize > inputSizeSlack {
+			t.Errorf("%s: %d blocks used", host, st.Blocks-st.Bfree)
+		}
+		sc.cleanup()
+	}
+}
+
+// Staging has a deadline.
+func TestStageInputsDeadline(t *testing.T) {
+	base := t.TempDir()
+	os.WriteFile(filepath.Join(base, "f"), []byte("x"), 0o644)
+	sc := &scratch{dir: filepath.Join(base, "root", "runs", "r")}
+	os.MkdirAll(sc.dir, 0o700)
+	defer sc.cleanup()
+	err := sc.stageInputs(context.Background(), filepath.Join(base, "root"), []Input{{Host: filepath.Join(base, "f"), Sandbox: "/work/f"}}, 1<<20, time.Now().Add(-time.Second))
+	if !errdefs.IsInvalidArgument(err) || !strings.Contains(fmt.Sprint(err), "staging deadline") {
+		t.Errorf("past the deadline: %v", err)
 	}
 }

@@ -152,18 +152,25 @@ func doneIDs(path string) (map[string]bool, error) {
 		return nil, fmt.Errorf("%w: reading --out: %v", errdefs.ErrInvalidArgument, err)
 	}
 	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	for sc.Scan() {
+	// A result line embeds the job's output, so it has no size limit: each
+	// is read whole, one at a time.
+	br := bufio.NewReaderSize(f, 1<<20)
+	for {
+		b, err := br.ReadBytes('\n')
 		var line struct {
 			JobID string `json:"job_id"`
 		}
 		// A torn last line from an interrupted batch is not a result.
-		if json.Unmarshal(sc.Bytes(), &line) == nil && line.JobID != "" {
+		if len(b) > 0 && json.Unmarshal(b, &line) == nil && line.JobID != "" {
 			done[line.JobID] = true
 		}
+		if errors.Is(err, io.EOF) {
+			return done, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: reading --out: %v", errdefs.ErrInvalidArgument, err)
+		}
 	}
-	return done, sc.Err()
 }
 
 func countDone(jobs []runner.Job, bad []runner.BatchResult, done map[string]bool) int {

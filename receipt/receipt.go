@@ -9,14 +9,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/isolation"
 )
 
-// Version is the receipt format this package writes and accepts.
-const Version = 1
+// Version is the receipt format this package writes. Version 2 binds the
+// Result around the receipt: the captured stream bytes, the batch job id
+// and verdict, the rejected files and the policy record. Version 1
+// receipts still verify, alone (see receiptV1).
+const Version = 2
 
 var (
 	// ErrBadSignature is wrapped when a signature does not match the receipt.
@@ -33,28 +37,33 @@ var (
 type Receipt struct {
 	Version int    `json:"version"`
 	RunID   string `json:"run_id"`
+	// JobID is the batch job the run was for; "" outside a batch.
+	JobID string `json:"job_id,omitempty"`
+	// Pass is the expected-stdout verdict, when the job gave one: the
+	// program exited 0 and printed exactly the expected bytes.
+	Pass *bool `json:"pass,omitempty"`
 	// Image is the image ID that ran ("sha256:…").
 	Image string `json:"image"`
 	// ImageManifest is the manifest digest ("sha256:…"), when known.
 	ImageManifest string `json:"image_manifest,omitempty"`
 	// Engine is "oci" or "docker".
 	Engine string `json:"engine"`
-	// Runtime is "runsc" or "runc".
-	Runtime        string   `json:"runtime"`
-	RuntimeVersion string   `json:"runtime_version"`
-	RuntimeFlags   []string `json:"runtime_flags"`
-	Isolation      string   `json:"isolation"`
+	// Runtime is "runsc" or "runc"; Policy.Runtime has its flags.
+	Runtime        string `json:"runtime"`
+	RuntimeVersion string `json:"runtime_version"`
+	Isolation      string `json:"isolation"`
 	// SeccompSHA256 is the hex sha256 of the seccomp profile applied.
 	SeccompSHA256 string `json:"seccomp_profile_sha256"`
-	// PolicySHA256 is Hash of the effective policy.
-	PolicySHA256 string `json:"policy_sha256"`
-	Limits       Limits `json:"limits"`
+	// Policy is the effective policy; PolicySHA256 is Hash(Policy).
+	Policy       isolation.Record `json:"policy"`
+	PolicySHA256 string           `json:"policy_sha256"`
 	// ArgvSHA256 is Hash of the argv.
-	ArgvSHA256 string `json:"argv_sha256"`
-	Inputs     []File `json:"inputs"`
-	Stdout     Stream `json:"stdout"`
-	Stderr     Stream `json:"stderr"`
-	Artifacts  []File `json:"artifacts"`
+	ArgvSHA256 string      `json:"argv_sha256"`
+	Inputs     []File      `json:"inputs"`
+	Stdout     Stream      `json:"stdout"`
+	Stderr     Stream      `json:"stderr"`
+	Artifacts  []File      `json:"artifacts"`
+	Rejected   []Rejection `json:"rejected"`
 	// Reason is why the run ended (runner.Reason).
 	Reason         string    `json:"reason"`
 	ExitCode       int       `json:"exit_code"`
@@ -69,37 +78,47 @@ type File struct {
 	Path   string `json:"path"`
 	Size   int64  `json:"size"`
 	SHA256 string `json:"sha256"`
+	// MIME is an artifact's detected type.
+	MIME string `json:"mime,omitempty"`
 }
 
-// Stream is what the program wrote to stdout or stderr.
+// Rejection is a file of the output directory that was not accepted.
+type Rejection struct {
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// Stream is what the program wrote to stdout or stderr, and what of it the
+// Result carries: the head (its "text" or "base64") and, once the stream
+// passed its cap, the tail (its "tail" or "tail_base64").
 type Stream struct {
-	// SHA256 is the hex sha256 of the bytes captured.
-	SHA256 string `json:"sha256"`
-	// Bytes is how many bytes the program wrote in total.
-	Bytes     int64 `json:"bytes"`
-	Truncated bool  `json:"truncated"`
+	// SHA256 is the hex sha256 of every byte the program wrote, kept or
+	// not; Bytes is how many.
+	SHA256    string `json:"sha256"`
+	Bytes     int64  `json:"bytes"`
+	Truncated bool   `json:"truncated"`
+	// CapturedSHA256 and CapturedBytes are the head's.
+	CapturedSHA256 string `json:"captured_sha256"`
+	CapturedBytes  int64  `json:"captured_bytes"`
+	// TailSHA256 and TailBytes are the tail's: no bytes unless Truncated.
+	TailSHA256 string `json:"tail_sha256"`
+	TailBytes  int64  `json:"tail_bytes"`
 }
 
-// Limits is the effective policy's limits, in integer units.
-type Limits struct {
-	TimeoutMS   int64 `json:"timeout_ms"`
-	MemoryBytes int64 `json:"memory_bytes"`
-	MilliCPUs   int64 `json:"milli_cpus"`
-	Pids        int64 `json:"pids"`
-	OutputBytes int64 `json:"output_bytes"`
-	TmpBytes    int64 `json:"tmp_bytes"`
-}
-
-// LimitsOf converts a policy's limits.
-func LimitsOf(l isolation.Limits) Limits {
-	return Limits{
-		TimeoutMS:   l.Timeout.Milliseconds(),
-		MemoryBytes: int64(l.Memory),
-		MilliCPUs:   int64(l.CPUs),
-		Pids:        l.Pids,
-		OutputBytes: int64(l.Output),
-		TmpBytes:    int64(l.Tmp),
+// StreamOf describes a stream of total bytes hashing to sum, of which the
+// Result carries head and tail.
+func StreamOf(sum string, total int64, truncated bool, head, tail []byte) Stream {
+	return Stream{
+		SHA256: sum, Bytes: total, Truncated: truncated,
+		CapturedSHA256: sha256Hex(head), CapturedBytes: int64(len(head)),
+		TailSHA256: sha256Hex(tail), TailBytes: int64(len(tail)),
 	}
+}
+
+func sha256Hex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // Signed is a receipt with its signature.
@@ -111,7 +130,14 @@ type Signed struct {
 	PublicKey []byte `json:"public_key"`
 	// Signature is over Canonical(Receipt).
 	Signature []byte `json:"signature"`
+
+	// v1 is the receipt as read, when it is a version 1 receipt; Receipt
+	// then holds what it says in the current shape, for Explain.
+	v1 *receiptV1
 }
+
+// Legacy reports a version 1 receipt: it binds no Result around it.
+func (s Signed) Legacy() bool { return s.v1 != nil }
 
 // KeyID returns the hex of the first 16 bytes of the key's sha256.
 func KeyID(pub ed25519.PublicKey) string {
@@ -130,6 +156,9 @@ func Sign(key ed25519.PrivateKey, r Receipt) (Signed, error) {
 	}
 	r.StartedAt = r.StartedAt.UTC()
 	r.FinishedAt = r.FinishedAt.UTC()
+	if r.Rejected == nil {
+		r.Rejected = []Rejection{}
+	}
 	if err := check(r); err != nil {
 		return Signed{}, fmt.Errorf("signing receipt %q: %w", r.RunID, err)
 	}
@@ -161,14 +190,27 @@ func Verify(s Signed, trusted ed25519.PublicKey) error {
 	if want := KeyID(s.PublicKey); s.KeyID != want {
 		return fmt.Errorf("verifying receipt %q: %w: key_id %q does not match the public key (%s)", id, ErrInvalid, s.KeyID, want)
 	}
-	msg, err := Canonical(s.Receipt)
+	var signed any = s.Receipt
+	if s.v1 != nil {
+		// What Explain shows must be what was signed.
+		if !reflect.DeepEqual(s.Receipt, s.v1.upgrade()) {
+			return fmt.Errorf("verifying receipt %q: %w: changed since it was read", id, ErrBadSignature)
+		}
+		signed = *s.v1
+	}
+	msg, err := Canonical(signed)
 	if err != nil {
 		return fmt.Errorf("verifying receipt %q: %w", id, err)
 	}
 	if !ed25519.Verify(s.PublicKey, msg, s.Signature) {
 		return fmt.Errorf("verifying receipt %q: %w", id, ErrBadSignature)
 	}
-	if err := check(s.Receipt); err != nil {
+	if s.v1 != nil {
+		err = s.v1.check()
+	} else {
+		err = check(s.Receipt)
+	}
+	if err != nil {
 		return fmt.Errorf("verifying receipt %q: %w", id, err)
 	}
 	return nil
@@ -204,8 +246,26 @@ func check(r Receipt) error {
 			bad("%s %q is not 64 lowercase hex", h.name, h.v)
 		}
 	}
-	if r.Stdout.Bytes < 0 || r.Stderr.Bytes < 0 {
-		bad("negative stream size")
+	for name, st := range map[string]Stream{"stdout": r.Stdout, "stderr": r.Stderr} {
+		if !isHex64(st.CapturedSHA256) || !isHex64(st.TailSHA256) {
+			bad("%s: captured_sha256 and tail_sha256 must be 64 lowercase hex", name)
+		}
+		if st.CapturedBytes < 0 || st.TailBytes < 0 || st.CapturedBytes+st.TailBytes > st.Bytes {
+			bad("%s: %d captured and %d tail bytes of %d written", name, st.CapturedBytes, st.TailBytes, st.Bytes)
+		}
+		if !st.Truncated && (st.TailBytes != 0 || st.CapturedBytes != st.Bytes) {
+			bad("%s: not truncated, yet %d of %d bytes captured and %d in the tail", name, st.CapturedBytes, st.Bytes, st.TailBytes)
+		}
+	}
+	if p := r.Policy; p.Isolation != isolation.Mode(r.Isolation) || p.SeccompSHA256 != r.SeccompSHA256 || p.Runtime.Name != r.Runtime {
+		bad("policy says isolation %q, seccomp %q and runtime %q; the receipt %q, %q and %q",
+			p.Isolation, p.SeccompSHA256, p.Runtime.Name, r.Isolation, r.SeccompSHA256, r.Runtime)
+	}
+	if err := r.Policy.Limits.Check(); err != nil {
+		errs = append(errs, fmt.Errorf("%w: policy: %w", ErrInvalid, err))
+	}
+	if h, err := Hash(r.Policy); err != nil || h != r.PolicySHA256 {
+		bad("policy_sha256 %q is not the hash of the policy (%s)", r.PolicySHA256, h)
 	}
 	for _, set := range []struct {
 		name  string

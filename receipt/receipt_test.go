@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/isolation"
 )
 
 func hash(s string) string {
@@ -25,32 +27,51 @@ func hash(s string) string {
 func sample() Receipt {
 	zone := time.FixedZone("CEST", 2*60*60)
 	start := time.Date(2025, 6, 1, 12, 0, 0, 123456789, zone)
-	return Receipt{
+	pol := isolation.Record{
+		Isolation:     isolation.GVisor,
+		Limits:        isolation.LimitsRecord{TimeoutMS: 30000, MemoryBytes: 512 << 20, MilliCPUs: 1000, CPUs: 1, Pids: 256, OutputBytes: 1 << 20, TmpBytes: 64 << 20, FileSizeBytes: 64 << 20, OpenFiles: 1024},
+		UID:           65534,
+		GID:           65534,
+		Hostname:      "sandbox",
+		SeccompSHA256: hash("seccomp"),
+		Mounts:        []isolation.MountRecord{{Target: "/in", Mode: "ro"}, {Target: "/out", Mode: "rw"}},
+		Runtime:       isolation.RuntimeRecord{Name: "runsc", Flags: []string{"--network=none", "--oci-seccomp"}},
+	}
+	r := Receipt{
 		RunID:          "run-1",
 		Image:          "sha256:" + hash("image"),
 		ImageManifest:  "sha256:" + hash("manifest"),
 		Engine:         "oci",
 		Runtime:        "runsc",
 		RuntimeVersion: "release-20250512.0",
-		RuntimeFlags:   []string{"--network=none", "--oci-seccomp"},
 		Isolation:      "gvisor",
 		SeccompSHA256:  hash("seccomp"),
-		PolicySHA256:   hash("policy"),
-		Limits:         Limits{TimeoutMS: 30000, MemoryBytes: 512 << 20, MilliCPUs: 1000, Pids: 256, OutputBytes: 1 << 20, TmpBytes: 64 << 20},
+		Policy:         pol,
 		ArgvSHA256:     hash("argv"),
 		Inputs:         []File{{Path: "in/data.csv", Size: 10, SHA256: hash("data")}},
-		Stdout:         Stream{SHA256: hash("out"), Bytes: 3},
-		Stderr:         Stream{SHA256: hash(""), Bytes: 0},
+		Stdout:         StreamOf(hash("out"), 3, false, []byte("out"), nil),
+		Stderr:         StreamOf(hash(""), 0, false, nil, nil),
 		Artifacts: []File{
-			{Path: "report.pdf", Size: 100, SHA256: hash("report")},
-			{Path: "plot.png", Size: 200, SHA256: hash("plot")},
+			{Path: "report.pdf", Size: 100, SHA256: hash("report"), MIME: "application/pdf"},
+			{Path: "plot.png", Size: 200, SHA256: hash("plot"), MIME: "image/png"},
 		},
+		Rejected:       []Rejection{},
 		Reason:         "exited",
 		ExitCode:       0,
 		AirlockVersion: "v0.1.0",
 		StartedAt:      start,
 		FinishedAt:     start.Add(1500 * time.Millisecond),
 	}
+	r.PolicySHA256 = mustHash(pol)
+	return r
+}
+
+func mustHash(v any) string {
+	h, err := Hash(v)
+	if err != nil {
+		panic(err)
+	}
+	return h
 }
 
 func newKey(t *testing.T) ed25519.PrivateKey {
@@ -183,8 +204,12 @@ func TestVerifyDetectsTampering(t *testing.T) {
 		{"exit code", func(s *Signed) { s.Receipt.ExitCode = 1 }, nil, ErrBadSignature},
 		{"stdout bytes", func(s *Signed) { s.Receipt.Stdout.Bytes++ }, nil, ErrBadSignature},
 		{"stdout truncated", func(s *Signed) { s.Receipt.Stdout.Truncated = true }, nil, ErrBadSignature},
-		{"runtime flag", func(s *Signed) { s.Receipt.RuntimeFlags = s.Receipt.RuntimeFlags[:1] }, nil, ErrBadSignature},
-		{"limit", func(s *Signed) { s.Receipt.Limits.MemoryBytes *= 2 }, nil, ErrBadSignature},
+		{"runtime flag", func(s *Signed) { s.Receipt.Policy.Runtime.Flags = s.Receipt.Policy.Runtime.Flags[:1] }, nil, ErrBadSignature},
+		{"limit", func(s *Signed) { s.Receipt.Policy.Limits.MemoryBytes *= 2 }, nil, ErrBadSignature},
+		{"open files", func(s *Signed) { s.Receipt.Policy.Limits.OpenFiles++ }, nil, ErrBadSignature},
+		{"job id", func(s *Signed) { s.Receipt.JobID = "other" }, nil, ErrBadSignature},
+		{"pass", func(s *Signed) { s.Receipt.Pass = new(true) }, nil, ErrBadSignature},
+		{"captured stdout", func(s *Signed) { s.Receipt.Stdout.CapturedSHA256 = hash("forged") }, nil, ErrBadSignature},
 		{"finish time", func(s *Signed) { s.Receipt.FinishedAt = s.Receipt.FinishedAt.Add(time.Nanosecond) }, nil, ErrBadSignature},
 		{"signature byte", func(s *Signed) { s.Signature[7] ^= 1 }, nil, ErrBadSignature},
 		{"signature cut", func(s *Signed) { s.Signature = s.Signature[:10] }, nil, ErrBadSignature},
@@ -237,7 +262,15 @@ func TestSanityChecks(t *testing.T) {
 		name   string
 		mutate func(r *Receipt)
 	}{
-		{"version", func(r *Receipt) { r.Version = 2 }},
+		{"version", func(r *Receipt) { r.Version = 3 }},
+		{"policy hash", func(r *Receipt) { r.PolicySHA256 = hash("other") }},
+		{"policy changed under its hash", func(r *Receipt) { r.Policy.Limits.Pids++ }},
+		{"policy isolation", func(r *Receipt) { r.Isolation = "seccomp" }},
+		{"policy runtime", func(r *Receipt) { r.Runtime = "runc" }},
+		{"cpus disagree", func(r *Receipt) { r.Policy.Limits.CPUs = 2; r.PolicySHA256 = mustHash(r.Policy) }},
+		{"captured more than written", func(r *Receipt) { r.Stdout.CapturedBytes = 4 }},
+		{"tail without truncation", func(r *Receipt) { r.Stdout.TailBytes = 1; r.Stdout.CapturedBytes = 2 }},
+		{"captured hash", func(r *Receipt) { r.Stderr.CapturedSHA256 = "" }},
 		{"empty run id", func(r *Receipt) { r.RunID = "" }},
 		{"image by tag", func(r *Receipt) { r.Image = "alpine:3.20" }},
 		{"image short", func(r *Receipt) { r.Image = "sha256:abc" }},
@@ -272,7 +305,8 @@ func TestSanityChecks(t *testing.T) {
 	}
 	// Optional hashes may be absent.
 	r := sample()
-	r.ImageManifest, r.SeccompSHA256, r.Stderr.SHA256 = "", "", ""
+	r.ImageManifest, r.SeccompSHA256, r.Policy.SeccompSHA256, r.Stderr.SHA256 = "", "", "", ""
+	r.PolicySHA256 = mustHash(r.Policy)
 	if _, err := Sign(key, r); err != nil {
 		t.Errorf("Sign without optional hashes: %v", err)
 	}

@@ -276,6 +276,7 @@ func (r *Runner) runJob(ctx context.Context, j Job, base Spec) BatchResult {
 	if err != nil {
 		err = fmt.Errorf("%w: job %q: %w", errdefs.ErrInvalidArgument, j.ID, err)
 	} else {
+		s.JobID, s.ExpectedStdout = j.ID, j.ExpectedStdout
 		br.Result, err = r.Run(ctx, s)
 	}
 	if err != nil {
@@ -285,9 +286,11 @@ func (r *Runner) runJob(ctx context.Context, j Job, base Spec) BatchResult {
 		br.Error, br.ErrorKind = err.Error(), ErrorKind(err)
 		return br
 	}
-	if j.ExpectedStdout != nil {
-		pass := br.Reason == ReasonExited && br.ExitCode == 0 && !br.Stdout.Truncated && string(br.Stdout.Head) == *j.ExpectedStdout
-		br.Pass = &pass
+	// The receipt's verdict, where there is one: the line must say what
+	// was signed.
+	br.Pass = passOf(br.Result, j.ExpectedStdout)
+	if br.Receipt != nil {
+		br.Pass = br.Receipt.Receipt.Pass
 	}
 	return br
 }

@@ -47,11 +47,11 @@ type Result struct {
 	Reason  Reason `json:"reason"`
 	// ExitCode is the program's exit status; 128+N when a signal N ended
 	// it, -1 when the engine failed or the program never started.
-	ExitCode   int    `json:"exit_code"`
-	DurationMS int64  `json:"duration_ms,omitempty"`
-	Stdout     Stream `json:"stdout,omitzero"`
-	Stderr     Stream `json:"stderr,omitzero"`
-	Limits     Limits `json:"limits,omitzero"`
+	ExitCode   int                    `json:"exit_code"`
+	DurationMS int64                  `json:"duration_ms,omitempty"`
+	Stdout     Stream                 `json:"stdout,omitzero"`
+	Stderr     Stream                 `json:"stderr,omitzero"`
+	Limits     isolation.LimitsRecord `json:"limits,omitzero"`
 	// Usage is what the sandbox consumed, read from its cgroup.
 	Usage Usage `json:"usage,omitzero"`
 	// Artifacts and Rejected are every decision about the output
@@ -66,30 +66,14 @@ type Result struct {
 	// ErrorKind classifies Error: invalid_input, not_found, sandbox_lost,
 	// unavailable or internal.
 	ErrorKind string `json:"error_kind,omitempty"`
+	// Policy is the run's effective policy, as its receipt records it.
+	Policy *isolation.Record `json:"policy,omitempty"`
 	// Receipt is the signed evidence of the run; see `airlock receipt verify`.
 	Receipt *receipt.Signed `json:"receipt,omitempty"`
 }
 
-// Limits is the effective policy's limits, in plain units for JSON.
-type Limits struct {
-	TimeoutMS   int64   `json:"timeout_ms"`
-	MemoryBytes int64   `json:"memory_bytes"`
-	CPUs        float64 `json:"cpus"`
-	Pids        int64   `json:"pids"`
-	OutputBytes int64   `json:"output_bytes"`
-	TmpBytes    int64   `json:"tmp_bytes"`
-}
-
-func limitsOf(l isolation.Limits) Limits {
-	return Limits{
-		TimeoutMS:   l.Timeout.Milliseconds(),
-		MemoryBytes: int64(l.Memory),
-		CPUs:        float64(l.CPUs) / 1000,
-		Pids:        l.Pids,
-		OutputBytes: int64(l.Output),
-		TmpBytes:    int64(l.Tmp),
-	}
-}
+// limitsOf is what the Result and the run's record show of l.
+func limitsOf(l isolation.Limits) isolation.LimitsRecord { return l.Record() }
 
 // Usage is what a sandbox consumed.
 type Usage struct {

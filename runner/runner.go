@@ -31,7 +31,6 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
-	"github.com/opencontainers/go-digest"
 
 	"github.com/airlock-sandbox/airlock/artifacts"
 	"github.com/airlock-sandbox/airlock/engine"
@@ -39,9 +38,7 @@ import (
 	"github.com/airlock-sandbox/airlock/images"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/lifecycle"
-	"github.com/airlock-sandbox/airlock/receipt"
 	"github.com/airlock-sandbox/airlock/seccomp"
-	"github.com/airlock-sandbox/airlock/store"
 	"github.com/airlock-sandbox/airlock/units"
 )
 
@@ -77,6 +74,10 @@ type Spec struct {
 	// SeccompProfile is a profile file (Docker/OCI JSON) to use instead of
 	// airlock's default; ignored when Policy.Seccomp is set.
 	SeccompProfile string
+	// JobID and ExpectedStdout are a batch job's: the receipt binds the
+	// job id and the verdict (see BatchResult.Pass).
+	JobID          string
+	ExpectedStdout *string
 }
 
 // Input puts a host file or directory into the sandbox, read-only.
@@ -420,7 +421,7 @@ func (r *Runner) execute(ctx context.Context, s Spec, job *engine.Job, teardown 
 	}
 	res.StartedAt, res.FinishedAt = exit.Started, exit.Finished
 	res.DurationMS = exit.Finished.Sub(exit.Started).Milliseconds()
-	if res.Receipt, err = r.sign(ctx, job, s, res, sc.inputs); err != nil {
+	if err = r.sign(ctx, job, s, &res, sc.inputs); err != nil {
 		res.Reason, res.Error = ReasonError, err.Error()
 		return res, err
 	}
@@ -617,104 +618,6 @@ func cmpOr(a, b string) string {
 		return a
 	}
 	return b
-}
-
-// sign makes the run's receipt and signs it with the key under the root,
-// created on first use.
-func (r *Runner) sign(ctx context.Context, job *engine.Job, s Spec, res Result, inputs []receipt.File) (*receipt.Signed, error) {
-	r.keyOnce.Do(func() { r.key, r.keyErr = receipt.LoadOrCreateKey(filepath.Join(r.root, "keys")) })
-	if r.keyErr != nil {
-		return nil, fmt.Errorf("%w: receipt key: %v", errdefs.ErrUnavailable, r.keyErr)
-	}
-	pol := job.Policy
-	policyHash, err := receipt.Hash(struct {
-		Isolation  isolation.Mode `json:"isolation"`
-		Limits     receipt.Limits `json:"limits"`
-		UID        uint32         `json:"uid"`
-		GID        uint32         `json:"gid"`
-		Hostname   string         `json:"hostname"`
-		Seccomp    string         `json:"seccomp_profile_sha256"`
-		Output     Output         `json:"output"`
-		InputLimit units.Bytes    `json:"input_limit"`
-		Mounts     []string       `json:"mounts"`
-		Workdir    string         `json:"workdir"`
-		FileSize   units.Bytes    `json:"file_size"`
-	}{pol.Isolation, receipt.LimitsOf(pol.Limits), pol.UID, pol.GID, pol.Hostname, pol.Seccomp.SHA256, s.Output, s.InputLimit, mountTargets(job.Mounts), s.Workdir, pol.Limits.FileSize})
-	if err != nil {
-		return nil, err
-	}
-	argvHash, err := receipt.Hash(job.Argv)
-	if err != nil {
-		return nil, err
-	}
-	rt, err := r.engine.Runtime(ctx, pol.Isolation)
-	if err != nil {
-		return nil, err
-	}
-	rec := receipt.Receipt{
-		RunID:          res.ID,
-		Image:          res.Image,
-		ImageManifest:  r.manifestOf(job.Image),
-		Engine:         res.Engine,
-		Runtime:        rt.Name,
-		RuntimeVersion: rt.Version,
-		RuntimeFlags:   rt.Flags,
-		Isolation:      res.Isolation,
-		SeccompSHA256:  res.Seccomp,
-		PolicySHA256:   policyHash,
-		Limits:         receipt.LimitsOf(pol.Limits),
-		ArgvSHA256:     argvHash,
-		Inputs:         append([]receipt.File{}, inputs...),
-		Stdout:         receipt.Stream{SHA256: res.Stdout.SHA256, Bytes: res.Stdout.Bytes, Truncated: res.Stdout.Truncated},
-		Stderr:         receipt.Stream{SHA256: res.Stderr.SHA256, Bytes: res.Stderr.Bytes, Truncated: res.Stderr.Truncated},
-		Artifacts:      []receipt.File{},
-		Reason:         string(res.Reason),
-		ExitCode:       res.ExitCode,
-		AirlockVersion: r.version,
-		StartedAt:      res.StartedAt,
-		FinishedAt:     res.FinishedAt,
-	}
-	for _, a := range res.Artifacts {
-		rec.Artifacts = append(rec.Artifacts, receipt.File{Path: a.Path, Size: a.Size, SHA256: a.SHA256})
-	}
-	signed, err := receipt.Sign(r.key, rec)
-	if err != nil {
-		return nil, fmt.Errorf("%w: signing the receipt: %v", errdefs.ErrInternal, err)
-	}
-	return &signed, nil
-}
-
-// mountTargets describes the binds by where they appear, not by the
-// run's host paths, so the same policy hashes the same in every run.
-func mountTargets(ms []engine.Mount) []string {
-	out := []string{}
-	for _, m := range ms {
-		mode := "rw"
-		if m.ReadOnly {
-			mode = "ro"
-		}
-		out = append(out, m.Target+":"+mode)
-	}
-	return out
-}
-
-// manifestOf finds the image's manifest digest in airlock's store; empty
-// when the store does not hold it.
-func (r *Runner) manifestOf(id digest.Digest) string {
-	st, err := store.Open(filepath.Join(r.root, "store"))
-	if err != nil {
-		return ""
-	}
-	entries, err := st.List()
-	if err != nil {
-		return ""
-	}
-	for _, e := range entries {
-		if e.ID == id {
-			return e.Manifest.String()
-		}
-	}
-	return ""
 }
 
 // lifecycle opens the state store and audit log under the root, once.

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/containerd/errdefs"
 	"github.com/spf13/cobra"
@@ -32,16 +33,23 @@ func newReceiptCmd(g *globals) *cobra.Command {
 'airlock batch' results, or a bare signed receipt. The signature must match,
 and by default the signing key must be this host's (under --root/keys);
 --key PUBKEY trusts another host's key instead (the base64 public_key from
-one of its receipts). Exits 0 when the receipt verifies, 65 when it does not.`,
+one of its receipts).
+
+Around a Result, every field the receipt covers must agree with it: id,
+job_id and pass, image, engine, isolation, the seccomp profile, limits and
+policy, reason, exit code, times, every artifact and rejected file, and
+stdout and stderr (the bytes carried as text, base64 and tail, and the
+totals). image_ref and usage are not covered. A version 1 receipt covers
+only itself. Exits 0 when the receipt verifies, 65 when it does not.`,
 		Args: exactArgs(1, "give the file holding the receipt"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			b, err := os.ReadFile(args[0])
 			if err != nil {
 				return fmt.Errorf("%w: %v", errdefs.ErrNotFound, err)
 			}
-			signed, err := extractReceipt(b)
+			signed, inResult, err := receipt.Find(b)
 			if err != nil {
-				return err
+				return fmt.Errorf("%w: no receipt found: %v", errdefs.ErrInvalidArgument, err)
 			}
 			trusted, err := trustedKey(g.root, keyFile)
 			if err != nil {
@@ -50,6 +58,12 @@ one of its receipts). Exits 0 when the receipt verifies, 65 when it does not.`,
 			if err := receipt.Verify(signed, trusted); err != nil {
 				fmt.Fprintf(cmd.ErrOrStderr(), "airlock: receipt does NOT verify: %v\n", err)
 				return &exitErr{code: exitBadReceipt}
+			}
+			if inResult {
+				if err := receipt.CheckResult(b); err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "airlock: the result does NOT verify: it disagrees with its signed receipt:\n%s\n", indent(err))
+					return &exitErr{code: exitBadReceipt}
+				}
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), signed.Explain())
 			return nil
@@ -60,29 +74,9 @@ one of its receipts). Exits 0 when the receipt verifies, 65 when it does not.`,
 	return cmd
 }
 
-// extractReceipt finds the signed receipt in a Result, a batch line, or a
-// bare receipt.
-func extractReceipt(b []byte) (receipt.Signed, error) {
-	var wrapper struct {
-		Receipt json.RawMessage `json:"receipt"`
-	}
-	if err := json.Unmarshal(b, &wrapper); err != nil {
-		return receipt.Signed{}, fmt.Errorf("%w: not a JSON object: %v", errdefs.ErrInvalidArgument, err)
-	}
-	// A bare receipt has "receipt" holding the receipt body, beside
-	// "signature"; a Result has "receipt" holding the whole signed receipt.
-	var probe struct {
-		Signature []byte `json:"signature"`
-	}
-	json.Unmarshal(b, &probe)
-	if len(probe.Signature) == 0 && len(wrapper.Receipt) > 0 {
-		b = wrapper.Receipt
-	}
-	s, err := receipt.Read(bytes.NewReader(b))
-	if err != nil {
-		return receipt.Signed{}, fmt.Errorf("%w: no receipt found: %v", errdefs.ErrInvalidArgument, err)
-	}
-	return s, nil
+// indent puts each of err's lines on its own indented line.
+func indent(err error) string {
+	return "  " + strings.ReplaceAll(err.Error(), "\n", "\n  ")
 }
 
 func trustedKey(root, flag string) (ed25519.PublicKey, error) {

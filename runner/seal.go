@@ -1,0 +1,154 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
+
+	"github.com/airlock-sandbox/airlock/artifacts"
+	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/isolation"
+	"github.com/airlock-sandbox/airlock/receipt"
+	"github.com/airlock-sandbox/airlock/store"
+)
+
+// sign records the run's effective policy in res.Policy, then makes the
+// run's receipt of res and signs it with the key under the root, created
+// on first use.
+func (r *Runner) sign(ctx context.Context, job *engine.Job, s Spec, res *Result, inputs []receipt.File) error {
+	r.keyOnce.Do(func() { r.key, r.keyErr = receipt.LoadOrCreateKey(filepath.Join(r.root, "keys")) })
+	if r.keyErr != nil {
+		return fmt.Errorf("%w: receipt key: %v", errdefs.ErrUnavailable, r.keyErr)
+	}
+	rt, err := r.engine.Runtime(ctx, job.Policy.Isolation)
+	if err != nil {
+		return err
+	}
+	rec, err := receiptOf(job, s, *res, inputs, rt)
+	if err != nil {
+		return err
+	}
+	rec.ImageManifest, rec.AirlockVersion = r.manifestOf(job.Image), r.version
+	signed, err := receipt.Sign(r.key, rec)
+	if err != nil {
+		return fmt.Errorf("%w: signing the receipt: %v", errdefs.ErrInternal, err)
+	}
+	res.Policy, res.Receipt = &signed.Receipt.Policy, &signed
+	return nil
+}
+
+// receiptOf is the receipt of res, but for what only the Runner knows:
+// the image manifest and airlock's version.
+func receiptOf(job *engine.Job, s Spec, res Result, inputs []receipt.File, rt engine.Runtime) (receipt.Receipt, error) {
+	pol := policyRecord(job, s, rt)
+	policyHash, err := receipt.Hash(pol)
+	if err != nil {
+		return receipt.Receipt{}, err
+	}
+	argvHash, err := receipt.Hash(job.Argv)
+	if err != nil {
+		return receipt.Receipt{}, err
+	}
+	rec := receipt.Receipt{
+		RunID:          res.ID,
+		JobID:          s.JobID,
+		Pass:           passOf(res, s.ExpectedStdout),
+		Image:          res.Image,
+		Engine:         res.Engine,
+		Runtime:        rt.Name,
+		RuntimeVersion: rt.Version,
+		Isolation:      res.Isolation,
+		SeccompSHA256:  res.Seccomp,
+		Policy:         pol,
+		PolicySHA256:   policyHash,
+		ArgvSHA256:     argvHash,
+		Inputs:         append([]receipt.File{}, inputs...),
+		Stdout:         streamOf(res.Stdout),
+		Stderr:         streamOf(res.Stderr),
+		Artifacts:      []receipt.File{},
+		Rejected:       []receipt.Rejection{},
+		Reason:         string(res.Reason),
+		ExitCode:       res.ExitCode,
+		StartedAt:      res.StartedAt,
+		FinishedAt:     res.FinishedAt,
+	}
+	for _, a := range res.Artifacts {
+		rec.Artifacts = append(rec.Artifacts, receipt.File{Path: a.Path, Size: a.Size, SHA256: a.SHA256, MIME: a.MIME})
+	}
+	for _, x := range res.Rejected {
+		rec.Rejected = append(rec.Rejected, receipt.Rejection{Path: x.Path, Reason: string(x.Reason), Detail: x.Detail})
+	}
+	return rec, nil
+}
+
+// policyRecord is the run's effective policy, with no host path in it, so
+// the same policy records and hashes the same in every run.
+func policyRecord(job *engine.Job, s Spec, rt engine.Runtime) isolation.Record {
+	rec := job.Policy.Record()
+	rec.Mounts = mountTargets(job.Mounts)
+	if o := s.Output; !o.Disabled {
+		types := o.Types
+		if types == nil {
+			types = artifacts.DefaultTypes
+		}
+		rec.Output = &isolation.OutputRecord{
+			Dir: o.Dir, SizeBytes: int64(o.Size), Files: o.Files, MaxFileBytes: int64(o.MaxFileSize),
+			Types: append([]string{}, types...), AllowDotfiles: o.AllowDotfiles,
+		}
+	}
+	rec.InputLimitBytes = int64(s.InputLimit)
+	rec.Workdir = s.Workdir
+	rec.Runtime = isolation.RuntimeRecord{Name: rt.Name, Flags: append([]string{}, rt.Flags...)}
+	return rec
+}
+
+// passOf is a batch job's verdict: the program exited 0 and printed
+// exactly the expected stdout. Nil when the job expects nothing.
+func passOf(res Result, expected *string) *bool {
+	if expected == nil {
+		return nil
+	}
+	pass := res.Reason == ReasonExited && res.ExitCode == 0 && !res.Stdout.Truncated && string(res.Stdout.Head) == *expected
+	return &pass
+}
+
+// streamOf binds both what the program wrote and what the Result carries.
+func streamOf(s Stream) receipt.Stream {
+	return receipt.StreamOf(s.SHA256, s.Bytes, s.Truncated, s.Head, s.Tail)
+}
+
+// mountTargets describes the binds by where they appear, not by the
+// run's host paths.
+func mountTargets(ms []engine.Mount) []isolation.MountRecord {
+	out := []isolation.MountRecord{}
+	for _, m := range ms {
+		mode := "rw"
+		if m.ReadOnly {
+			mode = "ro"
+		}
+		out = append(out, isolation.MountRecord{Target: m.Target, Mode: mode})
+	}
+	return out
+}
+
+// manifestOf finds the image's manifest digest in airlock's store; empty
+// when the store does not hold it.
+func (r *Runner) manifestOf(id digest.Digest) string {
+	st, err := store.Open(filepath.Join(r.root, "store"))
+	if err != nil {
+		return ""
+	}
+	entries, err := st.List()
+	if err != nil {
+		return ""
+	}
+	for _, e := range entries {
+		if e.ID == id {
+			return e.Manifest.String()
+		}
+	}
+	return ""
+}

@@ -11,14 +11,18 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/system"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
@@ -34,10 +38,16 @@ const (
 	LabelID       = "airlock.id"
 	LabelOwner    = "airlock.owner"
 	LabelDeadline = "airlock.deadline"
+	// labelNamespace is airlock's; an image may carry no label in it.
+	labelNamespace = "airlock."
 )
 
 // cleanupTimeout bounds kill, wait and remove once the run is over.
 const cleanupTimeout = 30 * time.Second
+
+// setupTimeout bounds each call that sets a sandbox up: create, attach,
+// start. A dockerd that does not answer in time fails the run.
+const setupTimeout = 30 * time.Second
 
 // Engine is the Docker backend.
 type Engine struct {
@@ -47,6 +57,8 @@ type Engine struct {
 	// daemon is what Check last learnt of dockerd; a batch runs Checks
 	// and runs concurrently on one Engine.
 	daemon atomic.Pointer[daemonFacts]
+	// setupTimeout is setupTimeout; tests shorten it.
+	setupTimeout time.Duration
 }
 
 // daemonFacts are what a run needs to know of dockerd.
@@ -102,7 +114,7 @@ func WithHost(host string) Option { return func(e *Engine) { e.host = host } }
 
 // New returns an engine. It does not contact the daemon.
 func New(opts ...Option) (*Engine, error) {
-	e := &Engine{log: slog.New(slog.DiscardHandler)}
+	e := &Engine{log: slog.New(slog.DiscardHandler), setupTimeout: setupTimeout}
 	for _, o := range opts {
 		o(e)
 	}
@@ -162,46 +174,65 @@ func (e *Engine) Check(ctx context.Context, j *engine.Job) error {
 			return fmt.Errorf("%w: dockerd's runtime %q lacks %s, so it would not apply airlock's policy in full; re-register it with `make setup` (or `airlock host install-runtime`), then SIGHUP dockerd",
 				errdefs.ErrUnavailable, rt, strings.Join(missing, " and "))
 		}
+		if logPattern(r.Args) == "" {
+			return noSandboxLogs(rt)
+		}
 	}
-	return e.checkImage(ctx, j.Image.String())
+	img, err := e.inspectImage(ctx, j.Image.String())
+	if err != nil {
+		return err
+	}
+	if img.Config == nil {
+		return nil
+	}
+	return checkImageConfig(j.Image.String(), img.Config.Volumes, img.Config.Labels)
 }
 
 func (e *Engine) checkImage(ctx context.Context, id string) error {
+	_, err := e.inspectImage(ctx, id)
+	return err
+}
+
+func (e *Engine) inspectImage(ctx context.Context, id string) (image.InspectResponse, error) {
 	img, err := e.cli.ImageInspect(ctx, id)
 	if errdefs.IsNotFound(err) {
-		return fmt.Errorf("%w: image %s is not in dockerd; airlock never pulls, so import it first with `airlock image import PATH` (`airlock image ls` lists what is present)",
+		return img, fmt.Errorf("%w: image %s is not in dockerd; airlock never pulls, so import it first with `airlock image import PATH` (`airlock image ls` lists what is present)",
 			errdefs.ErrNotFound, id)
 	}
 	if err != nil {
-		return unavailable(e.cli.DaemonHost(), err)
+		return img, unavailable(e.cli.DaemonHost(), err)
 	}
 	if img.ID != id {
-		return fmt.Errorf("%w: dockerd resolved %s to image %s; refusing to run anything but the pinned ID", errdefs.ErrNotFound, id, img.ID)
+		return img, fmt.Errorf("%w: dockerd resolved %s to image %s; refusing to run anything but the pinned ID", errdefs.ErrNotFound, id, img.ID)
+	}
+	return img, nil
+}
+
+// checkImageConfig refuses what dockerd would act on in an image's config
+// that the container's own config cannot override. The image ID is the
+// config's digest, so what is checked here is what dockerd merges.
+//   - VOLUME: dockerd creates a writable volume on the host's disk for each
+//     path, outside the tmpfs and output caps, and keeps it after the run.
+//   - Labels in airlock's namespace: reserved for what airlock sets, which
+//     the reaper and `airlock ps` read.
+func checkImageConfig(id string, volumes map[string]struct{}, labels map[string]string) error {
+	if len(volumes) > 0 {
+		paths := slices.Sorted(maps.Keys(volumes))
+		return fmt.Errorf("%w: image %s declares VOLUME %s; dockerd would back each with a writable volume on the host's disk, outside airlock's limits, so airlock refuses it: rebuild the image without VOLUME (the oci engine ignores VOLUME, and keeps those paths read-only)",
+			errdefs.ErrInvalidArgument, id, strings.Join(paths, " "))
+	}
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		if strings.HasPrefix(k, labelNamespace) {
+			return fmt.Errorf("%w: image %s carries label %q in airlock's own namespace %q; rebuild the image without it",
+				errdefs.ErrInvalidArgument, id, k, labelNamespace)
+		}
 	}
 	return nil
 }
 
-// MissingRunscArgs lists the runsc flags airlock's policy depends on that a
-// registered runtime lacks. As in runsc's own parsing, the last occurrence
-// of a flag wins.
-func MissingRunscArgs(args []string) []string {
-	last := map[string]string{}
-	for _, a := range args {
-		name, val, ok := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if !ok {
-			val = "true"
-		}
-		last[name] = val
-	}
-	var missing []string
-	if last["network"] != "none" {
-		missing = append(missing, "--network=none")
-	}
-	if last["oci-seccomp"] != "true" {
-		missing = append(missing, "--oci-seccomp")
-	}
-	return missing
-}
+// MissingRunscArgs lists the runsc flags airlock's policy depends on
+// (isolation.RunscFlags) that a registered runtime lacks.
+func MissingRunscArgs(args []string) []string { return isolation.MissingRunscFlags(args) }
 
 // logPattern finds the per-sandbox --debug-log pattern among runsc's
 // registered arguments.
@@ -231,7 +262,13 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 	// On cgroupfs hosts the container nests in a cgroup airlock owns: it
 	// outlives the container, so peaks and limit hits can still be read.
 	var cg *cgroup.Group
-	facts, _ := e.facts(ctx) // zero facts only turn nesting and loss detection off
+	facts, err := e.facts(ctx)
+	if err != nil {
+		return engine.Exit{}, err
+	}
+	if j.Policy.Isolation == isolation.GVisor && facts.sandboxLogs == "" {
+		return engine.Exit{}, noSandboxLogs(isolation.DockerRuntimes[isolation.GVisor])
+	}
 	if facts.cgroupfs && os.Geteuid() == 0 {
 		l := j.Policy.Limits
 		var err error
@@ -276,8 +313,20 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 	bg, cancelBg := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBg()
 	since := time.Now()
-	created, err := e.cli.ContainerCreate(bg, cfg, host, netcfg, nil, "airlock-"+j.ID)
+	name := "airlock-" + j.ID
+	cctx, cancelCreate := context.WithTimeout(bg, e.setupTimeout)
+	created, err := e.cli.ContainerCreate(cctx, cfg, host, netcfg, nil, name)
+	cancelCreate()
 	if err != nil {
+		if errors.Is(cctx.Err(), context.DeadlineExceeded) {
+			// dockerd may create it yet: remove it by name.
+			rctx, cancel := context.WithTimeout(bg, cleanupTimeout)
+			defer cancel()
+			if rerr := e.cli.ContainerRemove(rctx, name, container.RemoveOptions{Force: true, RemoveVolumes: true}); rerr != nil && !errdefs.IsNotFound(rerr) {
+				log.Warn("removing sandbox", "container", name, "err", rerr)
+			}
+			return engine.Exit{}, e.tooSlow("creating sandbox")
+		}
 		return engine.Exit{}, classify("creating sandbox", e.cli.DaemonHost(), err)
 	}
 	id := created.ID
@@ -294,16 +343,38 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 	defer func() {
 		rctx, cancel := context.WithTimeout(bg, cleanupTimeout)
 		defer cancel()
-		if err := e.cli.ContainerRemove(rctx, id, container.RemoveOptions{Force: true}); err != nil && !errdefs.IsNotFound(err) {
+		if err := e.cli.ContainerRemove(rctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !errdefs.IsNotFound(err) {
 			log.Warn("removing sandbox", "container", id, "err", err)
 		}
 	}()
 
-	att, err := e.cli.ContainerAttach(bg, id, container.AttachOptions{
-		Stream: true, Stdout: true, Stderr: true, Stdin: j.Stdin != nil,
-	})
-	if err != nil {
-		return engine.Exit{}, classify("attaching to sandbox", e.cli.DaemonHost(), err)
+	// The client honours a context only while it dials an attach, so the
+	// bound is kept here; a late answer is closed.
+	type attachment struct {
+		r   types.HijackedResponse
+		err error
+	}
+	attached := make(chan attachment, 1)
+	go func() {
+		r, err := e.cli.ContainerAttach(bg, id, container.AttachOptions{
+			Stream: true, Stdout: true, Stderr: true, Stdin: j.Stdin != nil,
+		})
+		attached <- attachment{r, err}
+	}()
+	var att types.HijackedResponse
+	select {
+	case a := <-attached:
+		if a.err != nil {
+			return engine.Exit{}, classify("attaching to sandbox", e.cli.DaemonHost(), a.err)
+		}
+		att = a.r
+	case <-time.After(e.setupTimeout):
+		go func() {
+			if a := <-attached; a.err == nil {
+				a.r.Close()
+			}
+		}()
+		return engine.Exit{}, e.tooSlow("attaching to sandbox")
 	}
 	defer att.Close()
 	waitCh, waitErr := e.cli.ContainerWait(bg, id, container.WaitConditionNextExit)
@@ -324,7 +395,13 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 		return engine.Exit{Killed: true, Code: -1}, nil
 	}
 	j.State(lifecycle.Ready)
-	if err := e.cli.ContainerStart(bg, id, container.StartOptions{}); err != nil {
+	sctx, cancelStart := context.WithTimeout(bg, e.setupTimeout)
+	err = e.cli.ContainerStart(sctx, id, container.StartOptions{})
+	cancelStart()
+	if errors.Is(sctx.Err(), context.DeadlineExceeded) && err != nil {
+		return engine.Exit{}, e.tooSlow("starting sandbox")
+	}
+	if err != nil {
 		return engine.Exit{}, classify("starting sandbox", e.cli.DaemonHost(), err)
 	}
 	j.State(lifecycle.Running)
@@ -399,13 +476,15 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 		log.Warn("wait reported", "err", status.Error.Message)
 	}
 	if cg != nil {
-		if s, err := cg.Stats(); err == nil {
-			// cgroup v1 counts a refused fork in the forking (container's)
-			// cgroup, which dockerd removes; reaching the parent's limit is
-			// the trace that stays.
-			exit.PidsLimited = s.PidsLimitHits > 0 || s.PidsPeak >= hostPids(j.Policy)
-			exit.Usage = engine.Usage{CPU: s.CPU, MemoryPeak: s.MemoryPeak, PidsPeak: s.PidsPeak}
+		s, err := cg.Stats()
+		if err != nil {
+			return engine.Exit{}, statsLost(err)
 		}
+		// cgroup v1 counts a refused fork in the forking (container's)
+		// cgroup, which dockerd removes; reaching the parent's limit is
+		// the trace that stays.
+		exit.PidsLimited = s.PidsLimitHits > 0 || s.PidsPeak >= hostPids(j.Policy)
+		exit.Usage = engine.Usage{CPU: s.CPU, MemoryPeak: s.MemoryPeak, PidsPeak: s.PidsPeak}
 	}
 	if sandboxLogs != "" && !exit.TimedOut && !exit.Killed && !exit.OOMKilled && !exit.PidsLimited && exit.Usage.MemoryPeak < int64(j.Policy.Limits.Memory) {
 		// The shim reaps the sandbox and reports a kill from the host as
@@ -417,6 +496,27 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 	}
 	log.Debug("exited", "code", exit.Code, "oom", exit.OOMKilled, "timed_out", exit.TimedOut, "killed", exit.Killed)
 	return exit, nil
+}
+
+// statsLost is the error for a run whose cgroup could not be read: without
+// its counters a pids-limit hit or an OOM kill would pass for the program's
+// own exit.
+func statsLost(err error) error {
+	return fmt.Errorf("%w: %v; without the run's cgroup counters airlock cannot tell an OOM kill or the pids limit from the program's own exit", errdefs.ErrInternal, err)
+}
+
+// tooSlow says dockerd did not answer a setup call in time.
+func (e *Engine) tooSlow(what string) error {
+	return fmt.Errorf("%s: %w: dockerd at %s did not answer within %v; check that it is healthy (`docker info`, its log) or restart it with `make setup`",
+		what, errdefs.ErrUnavailable, e.cli.DaemonHost(), e.setupTimeout)
+}
+
+// noSandboxLogs refuses a gVisor run on a runtime registered without a
+// per-sandbox --debug-log: only that log tells a sandbox killed from
+// outside from the program's own SIGKILL.
+func noSandboxLogs(rt string) error {
+	return fmt.Errorf("%w: dockerd's runtime %q has no per-sandbox --debug-log (…/%%ID%%/), so airlock could not tell a sandbox killed from outside from the program's own exit; re-register it with `make setup` (or `airlock host install-runtime`), then SIGHUP dockerd",
+		errdefs.ErrUnavailable, rt)
 }
 
 // classify maps a daemon error onto airlock's error classes and says what to do.

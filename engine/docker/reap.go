@@ -3,26 +3,41 @@ package docker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/volume"
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
 )
 
-// Leftovers implements engine.Reaper: containers carrying airlock's id
-// label. It also removes sandbox logs that no container owns any more.
+// Leftovers implements engine.Reaper: containers and volumes carrying
+// airlock's id label. It also removes sandbox logs that no container owns
+// any more.
 func (e *Engine) Leftovers(ctx context.Context) ([]string, error) {
 	ids, err := e.ListSandboxes(ctx)
-	if err == nil {
-		e.sweepSandboxLogs(ctx)
+	if err != nil {
+		return nil, err
 	}
-	return ids, err
+	e.sweepSandboxLogs(ctx)
+	vols, err := e.cli.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(filters.Arg("label", LabelID))})
+	if err != nil {
+		return nil, unavailable(e.cli.DaemonHost(), err)
+	}
+	for _, v := range vols.Volumes {
+		if id := v.Labels[LabelID]; id != "" && !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
 }
 
 // sweepSandboxLogs removes <sandbox-logs>/<container id> directories whose
@@ -56,11 +71,13 @@ func (e *Engine) sweepSandboxLogs(ctx context.Context) {
 	}
 }
 
-// Reap implements engine.Reaper: force-remove the run's container and its
-// parent cgroup.
+// Reap implements engine.Reaper: force-remove the run's container with
+// every volume it used, volumes labelled with the run's id, and its parent
+// cgroup.
 func (e *Engine) Reap(ctx context.Context, id string) error {
 	var errs []error
-	list, err := e.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", LabelID+"="+id))})
+	label := filters.NewArgs(filters.Arg("label", LabelID+"="+id))
+	list, err := e.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: label})
 	if err != nil {
 		errs = append(errs, unavailable(e.cli.DaemonHost(), err))
 	}
@@ -68,12 +85,31 @@ func (e *Engine) Reap(ctx context.Context, id string) error {
 	if len(list) > 0 {
 		f, _ = e.facts(ctx)
 	}
+	var vols []string
 	for _, c := range list {
-		if err := e.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !errdefs.IsNotFound(err) {
+		for _, m := range c.Mounts {
+			if m.Type == mount.TypeVolume && m.Name != "" {
+				vols = append(vols, m.Name)
+			}
+		}
+		// RemoveVolumes takes the anonymous volumes; named ones go below.
+		if err := e.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !errdefs.IsNotFound(err) {
 			errs = append(errs, err)
 		}
 		if dir := f.sandboxLogDir(c.ID); dir != "" {
 			os.RemoveAll(dir)
+		}
+	}
+	if labelled, err := e.cli.VolumeList(ctx, volume.ListOptions{Filters: label}); err != nil {
+		errs = append(errs, unavailable(e.cli.DaemonHost(), err))
+	} else {
+		for _, v := range labelled.Volumes {
+			vols = append(vols, v.Name)
+		}
+	}
+	for _, v := range vols {
+		if err := e.cli.VolumeRemove(ctx, v, true); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("removing volume %q: %w", v, err))
 		}
 	}
 	if err := cgroup.Remove(ctx, id); err != nil {

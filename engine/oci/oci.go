@@ -155,15 +155,16 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 		return engine.Exit{}, fmt.Errorf("%w: creating bundle: %v", errdefs.ErrUnavailable, err)
 	}
 	defer os.RemoveAll(bundle)
+	// Both runtimes create mount points, and a missing working directory,
+	// in the root they are given: give them a per-run overlay, so the
+	// shared tree is never written.
+	if rootfs, err = rootOverlay(bundle, rootfs); err != nil {
+		return engine.Exit{}, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	defer unmount(filepath.Join(bundle, "rootfs"), log)
 	cgPath := cg.Path()
 	if native {
-		// runc creates its mount points in the root it is given and removes
-		// the cgroup it runs in: give it a per-run overlay over the shared
-		// rootfs, and a child of airlock's cgroup.
-		if rootfs, err = overlay(bundle, rootfs); err != nil {
-			return engine.Exit{}, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
-		}
-		defer unmount(filepath.Join(bundle, "rootfs"), log)
+		// runc removes the cgroup it runs in: give it a child of airlock's.
 		cgPath += "/ctr"
 	}
 
@@ -194,13 +195,8 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 
 	name := "airlock-" + j.ID
 	runtime, state := e.runsc, filepath.Join(e.root, "oci", "runsc")
-	args := []string{"--root", state, "--network=none"}
-	if spec.Linux != nil && spec.Linux.Seccomp != nil {
-		// runsc ignores a spec's seccomp profile unless told to apply it.
-		args = append(args, "--oci-seccomp")
-	}
 	runLogs := filepath.Join(bundle, "logs")
-	args = append(args, engine.GVisorLogFlags(runLogs, "run")...)
+	args := append([]string{"--root", state}, runscFlags(runLogs)...)
 	if native {
 		runtime, state = e.runc, filepath.Join(e.root, "oci", "runc")
 		args = []string{"--root", state}
@@ -254,7 +250,9 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 	}
 	st, err := cg.Stats()
 	if err != nil {
-		log.Warn("reading cgroup", "err", err)
+		// Zero counters would pass an OOM kill or a pids-limit hit for the
+		// program's own exit.
+		return engine.Exit{}, fmt.Errorf("%w: %v; without the run's cgroup counters airlock cannot tell an OOM kill or the pids limit from the program's own exit", errdefs.ErrInternal, err)
 	}
 	// A SIGKILL at the memory limit is the OOM killer's, even where the
 	// kill was counted in a cgroup runc has since removed.
@@ -386,26 +384,10 @@ func exitCode(ps *os.ProcessState) int {
 
 var _ engine.Engine = (*Engine)(nil)
 
-// overlay mounts a per-run, writable view of the shared rootfs at
-// <bundle>/rootfs; the runtime then makes it read-only for the program.
-func overlay(bundle, lower string) (string, error) {
-	upper, work, merged := filepath.Join(bundle, "upper"), filepath.Join(bundle, "work"), filepath.Join(bundle, "rootfs")
-	for _, d := range []string{upper, work, merged} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			return "", fmt.Errorf("creating overlay directories: %w", err)
-		}
-	}
-	opts := "lowerdir=" + lower + ",upperdir=" + upper + ",workdir=" + work
-	if err := syscall.Mount("overlay", merged, "overlay", syscall.MS_NODEV|syscall.MS_NOSUID, opts); err != nil {
-		return "", fmt.Errorf("mounting the run's root overlay: %w", err)
-	}
-	return merged, nil
-}
-
-func unmount(path string, log *slog.Logger) {
-	if err := syscall.Unmount(path, syscall.MNT_DETACH); err != nil {
-		log.Warn("unmounting", "path", path, "err", err)
-	}
+// runscFlags are the flags every runsc run gets, the policy's first; Run
+// passes them and receipts record them.
+func runscFlags(logs string) []string {
+	return append(isolation.RunscFlags(), engine.GVisorLogFlags(logs, "run")...)
 }
 
 // Runtime implements engine.Engine.

@@ -57,7 +57,7 @@ func (e *Engine) runtimes() []runtimeState {
 }
 
 // Reap implements engine.Reaper: kill the run's cgroup, delete its runtime
-// containers, unmount and remove its bundle.
+// containers, unmount its root overlay and remove its bundle.
 func (e *Engine) Reap(ctx context.Context, id string) error {
 	var errs []error
 	if err := cgroup.Remove(ctx, id); err != nil {

@@ -70,9 +70,31 @@ func (x *Index) List() ([]Record, error) {
 
 // Add records r, replacing any record with the same ID.
 func (x *Index) Add(r Record) error {
-	return x.rewrite(func(recs []Record) []Record {
-		return append(slices.DeleteFunc(recs, func(o Record) bool { return o.ID == r.ID }), r)
+	_, err := x.Put(r)
+	return err
+}
+
+// Put is Add, and returns undo, which puts back the records of r.ID as they
+// were, for an import that fails after this step.
+func (x *Index) Put(r Record) (undo func() error, err error) {
+	var old []Record
+	err = x.rewrite(func(recs []Record) []Record {
+		return append(slices.DeleteFunc(recs, func(o Record) bool {
+			if o.ID == r.ID {
+				old = append(old, o)
+				return true
+			}
+			return false
+		}), r)
 	})
+	if err != nil {
+		return nil, err
+	}
+	return func() error {
+		return x.rewrite(func(recs []Record) []Record {
+			return append(slices.DeleteFunc(recs, func(o Record) bool { return o.ID == r.ID }), old...)
+		})
+	}, nil
 }
 
 // Remove drops every record of image id; removed says whether there was one.

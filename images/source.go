@@ -2,6 +2,7 @@ package images
 
 import (
 	"archive/tar"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -44,8 +45,8 @@ func (s *Source) Close() error {
 
 // Open reads an OCI image layout (a directory or a tar of one) or a
 // `docker save` archive. The layout or archive must hold exactly one image
-// for this machine's platform.
-func Open(path string) (*Source, error) {
+// for this machine's platform. ctx ends the unpacking of a layout tar.
+func Open(ctx context.Context, path string) (*Source, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("opening image %q: %w", path, err)
@@ -67,7 +68,7 @@ func Open(path string) (*Source, error) {
 			return nil, fmt.Errorf("unpacking %q: %w", path, err)
 		}
 		done := func() { os.RemoveAll(dir) }
-		if err := extractLayout(path, dir); err != nil {
+		if err := extractLayout(ctx, path, dir); err != nil {
 			done()
 			return nil, err
 		}
@@ -116,7 +117,7 @@ var layoutName = regexp.MustCompile(`^(oci-layout|index\.json|blobs/[a-z0-9]+/[a
 // extractLayout copies the layout's own files from a tar into dir. Any
 // other name (manifest.json and repositories from newer docker save
 // archives included) is skipped, so nothing lands outside dir.
-func extractLayout(path, dir string) error {
+func extractLayout(ctx context.Context, path, dir string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("opening image %q: %w", path, err)
@@ -129,6 +130,9 @@ func extractLayout(path, dir string) error {
 	defer root.Close()
 	tr := tar.NewReader(f)
 	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		h, err := tr.Next()
 		if err == io.EOF {
 			return nil

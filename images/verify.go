@@ -1,6 +1,7 @@
 package images
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -10,6 +11,8 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/opencontainers/go-digest"
+
+	"github.com/airlock-sandbox/airlock/store"
 )
 
 // ErrDigest is wrapped when content does not match its digest or size.
@@ -32,8 +35,10 @@ type Progress func(format string, args ...any)
 // Verify reads every blob of src and checks it: the manifest against its
 // descriptor, the config against the manifest, each layer blob against the
 // manifest, and each layer's uncompressed content against the config's
-// diff_ids.
-func Verify(src *Source, progress Progress) (Verified, error) {
+// diff_ids. Each layer's entries are checked as store.UnpackLayer would
+// apply them (store.LayerCheck), so a layer that would write outside its
+// root is refused here, wrapping store.ErrUnsafeLayer. ctx ends it early.
+func Verify(ctx context.Context, src *Source, progress Progress) (Verified, error) {
 	if progress == nil {
 		progress = func(string, ...any) {}
 	}
@@ -75,7 +80,11 @@ func Verify(src *Source, progress Progress) (Verified, error) {
 	if len(layers) != len(cfg.RootFS.DiffIDs) || (src.Manifest != nil && len(layers) != len(m.Layers)) {
 		return v, fmt.Errorf("%w: %d layers but %d diff_ids in the config", ErrDigest, len(layers), len(cfg.RootFS.DiffIDs))
 	}
+	check := store.NewLayerCheck()
 	for i, l := range layers {
+		if err := ctx.Err(); err != nil {
+			return v, err
+		}
 		want := cfg.RootFS.DiffIDs[i]
 		progress("verifying layer %d/%d (%s)", i+1, len(layers), want.Hex[:12])
 		if src.Manifest != nil {
@@ -95,10 +104,10 @@ func Verify(src *Source, progress Progress) (Verified, error) {
 		if err != nil {
 			return v, fmt.Errorf("reading layer %d: %w", i+1, err)
 		}
-		n, err := io.Copy(io.Discard, NewVerifier(rc, want, -1))
+		n, err := checkLayer(check, NewVerifier(rc, want, -1))
 		rc.Close()
 		if err != nil {
-			return v, fmt.Errorf("layer %d content: %w", i+1, err)
+			return v, fmt.Errorf("layer %d (%s): %w", i+1, want, err)
 		}
 		if src.Manifest == nil {
 			v.Size += n
@@ -106,6 +115,17 @@ func Verify(src *Source, progress Progress) (Verified, error) {
 	}
 	v.Layers = len(layers)
 	return v, nil
+}
+
+// checkLayer runs the layer's entries through check and reads the rest of
+// r, so that the verifier sees every byte. A damaged stream is a digest
+// error, not an unsafe layer: the verifier's error wins.
+func checkLayer(check *store.LayerCheck, r *Verifier) (int64, error) {
+	cerr := check.Layer(r)
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		return r.n, err
+	}
+	return r.n, cerr
 }
 
 func checkBytes(what string, b []byte, want v1.Hash, size int64) error {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -96,78 +97,139 @@ func Open(dir string) (*Store, error) {
 func (s *Store) ociDir() string    { return filepath.Join(s.dir, "oci") }
 func (s *Store) indexPath() string { return filepath.Join(s.ociDir(), ocispec.ImageIndexFile) }
 
-// Put writes img into the store under name and returns its ID. Every blob
-// is checked against the manifest while it is written; the image is listed
-// only once all of them are in place. Putting an image again is cheap: blobs
-// already present are skipped.
+// Put writes img into the store under name and lists it, and returns its
+// ID: Stage, then Commit.
 func (s *Store) Put(ctx context.Context, img v1.Image, name string) (digest.Digest, error) {
+	st, err := s.Stage(ctx, img, name)
+	if err != nil {
+		return "", err
+	}
+	defer st.Close()
+	if _, err := st.Commit(ctx); err != nil {
+		return "", err
+	}
+	return st.ID, nil
+}
+
+// Staged is an image whose blobs are all in the store but which is not
+// listed yet, so that nothing can run it. Until Commit or Close it holds
+// the store's put lock shared, so its blobs are not collected as unused.
+type Staged struct {
+	// ID is the image's ID.
+	ID    digest.Digest
+	s     *Store
+	desc  ocispec.Descriptor
+	unput func()
+}
+
+// Close gives up a staged image that was not committed; its blobs are
+// collected by a later Remove. It is safe to call more than once.
+func (st *Staged) Close() {
+	if st.unput != nil {
+		st.unput()
+		st.unput = nil
+	}
+}
+
+// Commit lists the staged image in index.json. undo takes it out again and
+// puts back what it replaced, for an import that fails after this step.
+func (st *Staged) Commit(ctx context.Context) (undo func(context.Context) error, err error) {
+	defer st.Close()
+	replaced, added, err := st.s.addToIndex(ctx, st.desc)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		if !added {
+			return nil
+		}
+		return st.s.restoreIndex(ctx, st.desc, replaced)
+	}, nil
+}
+
+// Stage writes img's blobs into the store under name without listing it.
+// Every blob is checked against the manifest while it is written. Staging
+// an image again is cheap: blobs already present are skipped.
+func (s *Store) Stage(ctx context.Context, img v1.Image, name string) (*Staged, error) {
 	s.sweepBlobs()
 	unput, err := lock(ctx, s.putLock(), unix.LOCK_SH)
 	if err != nil {
-		return "", fmt.Errorf("locking image store: %w", err)
+		return nil, fmt.Errorf("locking image store: %w", err)
 	}
-	defer unput()
+	st := &Staged{s: s, unput: unput}
+	desc, err := s.stage(ctx, img, name)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	st.desc = desc
+	st.ID = digest.Digest(desc.Annotations[AnnotationImageID])
+	return st, nil
+}
+
+func (s *Store) stage(ctx context.Context, img v1.Image, name string) (ocispec.Descriptor, error) {
+	fail := func(err error) (ocispec.Descriptor, error) { return ocispec.Descriptor{}, err }
 	mt, err := img.MediaType()
 	if err != nil {
-		return "", fmt.Errorf("reading manifest: %w", err)
+		return fail(fmt.Errorf("reading manifest: %w", err))
 	}
 	if mt != types.OCIManifestSchema1 && mt != types.DockerManifestSchema2 {
-		return "", fmt.Errorf("%w: manifest media type %q is not an image manifest", errdefs.ErrInvalidArgument, mt)
+		return fail(fmt.Errorf("%w: manifest media type %q is not an image manifest", errdefs.ErrInvalidArgument, mt))
 	}
 	raw, err := img.RawManifest()
 	if err != nil {
-		return "", fmt.Errorf("reading manifest: %w", err)
+		return fail(fmt.Errorf("reading manifest: %w", err))
 	}
 	m, err := v1.ParseManifest(bytes.NewReader(raw))
 	if err != nil {
-		return "", fmt.Errorf("%w: parsing manifest: %v", errdefs.ErrInvalidArgument, err)
+		return fail(fmt.Errorf("%w: parsing manifest: %v", errdefs.ErrInvalidArgument, err))
 	}
 	id, err := toDigest(m.Config.Digest)
 	if err != nil {
-		return "", fmt.Errorf("image config: %w", err)
+		return fail(fmt.Errorf("image config: %w", err))
 	}
 	rawCfg, err := img.RawConfigFile()
 	if err != nil {
-		return "", fmt.Errorf("reading config: %w", err)
+		return fail(fmt.Errorf("reading config: %w", err))
 	}
 	cfg, err := v1.ParseConfigFile(bytes.NewReader(rawCfg))
 	if err != nil {
-		return "", fmt.Errorf("%w: parsing config: %v", errdefs.ErrInvalidArgument, err)
+		return fail(fmt.Errorf("%w: parsing config: %v", errdefs.ErrInvalidArgument, err))
 	}
 	if len(cfg.RootFS.DiffIDs) != len(m.Layers) {
-		return "", fmt.Errorf("%w: %d layers but %d diff_ids in the config", ErrDigest, len(m.Layers), len(cfg.RootFS.DiffIDs))
+		return fail(fmt.Errorf("%w: %d layers but %d diff_ids in the config", ErrDigest, len(m.Layers), len(cfg.RootFS.DiffIDs)))
 	}
 
 	// Layers, then config, then manifest: a manifest blob in place means
 	// everything it names is too.
 	for i, desc := range m.Layers {
 		if !slices.Contains(layerTypes, desc.MediaType) {
-			return "", fmt.Errorf("%w: layer %d has media type %q, which airlock cannot unpack", errdefs.ErrInvalidArgument, i+1, desc.MediaType)
+			return fail(fmt.Errorf("%w: layer %d has media type %q, which airlock cannot unpack", errdefs.ErrInvalidArgument, i+1, desc.MediaType))
 		}
 		d, err := toDigest(desc.Digest)
 		if err != nil {
-			return "", fmt.Errorf("layer %d: %w", i+1, err)
+			return fail(fmt.Errorf("layer %d: %w", i+1, err))
 		}
 		l, err := img.LayerByDigest(desc.Digest)
 		if err != nil {
-			return "", fmt.Errorf("reading layer %d: %w", i+1, err)
+			return fail(fmt.Errorf("reading layer %d: %w", i+1, err))
 		}
 		rc, err := l.Compressed()
 		if err != nil {
-			return "", fmt.Errorf("reading layer %d: %w", i+1, err)
+			return fail(fmt.Errorf("reading layer %d: %w", i+1, err))
 		}
 		err = s.writeBlob(ctx, rc, d, desc.Size)
 		rc.Close()
 		if err != nil {
-			return "", fmt.Errorf("layer %d: %w", i+1, err)
+			return fail(fmt.Errorf("layer %d: %w", i+1, err))
 		}
 	}
 	if err := s.writeBlob(ctx, bytes.NewReader(rawCfg), id, m.Config.Size); err != nil {
-		return "", fmt.Errorf("config: %w", err)
+		return fail(fmt.Errorf("config: %w", err))
 	}
 	manifest := digest.FromBytes(raw)
 	if err := s.writeBlob(ctx, bytes.NewReader(raw), manifest, int64(len(raw))); err != nil {
-		return "", fmt.Errorf("manifest: %w", err)
+		return fail(fmt.Errorf("manifest: %w", err))
 	}
 	syncDir(s.blobDir())
 
@@ -183,16 +245,63 @@ func (s *Store) Put(ctx context.Context, img v1.Image, name string) (digest.Dige
 	if cfg.OS != "" {
 		desc.Platform = &ocispec.Platform{OS: cfg.OS, Architecture: cfg.Architecture, Variant: cfg.Variant, OSVersion: cfg.OSVersion}
 	}
-	if err := s.addToIndex(ctx, desc); err != nil {
-		return "", err
-	}
-	return id, nil
+	return desc, nil
 }
 
 // addToIndex lists desc in index.json. A name names one image, so an entry
 // with the same name is replaced, as is an unnamed entry for the same image;
-// an unnamed image already listed is left as it is.
-func (s *Store) addToIndex(ctx context.Context, desc ocispec.Descriptor) error {
+// an unnamed image already listed is left as it is. It returns the entries
+// it replaced, and whether it changed anything.
+func (s *Store) addToIndex(ctx context.Context, desc ocispec.Descriptor) (replaced []ocispec.Descriptor, added bool, err error) {
+	err = s.rewriteIndex(ctx, func(idx *ocispec.Index) bool {
+		name, id := desc.Annotations[ocispec.AnnotationRefName], desc.Annotations[AnnotationImageID]
+		for _, d := range idx.Manifests {
+			sameID := d.Annotations[AnnotationImageID] == id
+			if sameID && d.Digest == desc.Digest && d.Annotations[ocispec.AnnotationRefName] == name {
+				return false
+			}
+			if sameID && name == "" {
+				return false
+			}
+		}
+		idx.Manifests = slices.DeleteFunc(idx.Manifests, func(d ocispec.Descriptor) bool {
+			dname := d.Annotations[ocispec.AnnotationRefName]
+			if (name != "" && dname == name) || (dname == "" && d.Annotations[AnnotationImageID] == id) {
+				replaced = append(replaced, d)
+				return true
+			}
+			return false
+		})
+		idx.Manifests = append(idx.Manifests, desc)
+		added = true
+		return true
+	})
+	return replaced, added, err
+}
+
+// restoreIndex undoes addToIndex: it drops desc, and lists again each entry
+// it replaced whose name no entry has taken since.
+func (s *Store) restoreIndex(ctx context.Context, desc ocispec.Descriptor, replaced []ocispec.Descriptor) error {
+	return s.rewriteIndex(ctx, func(idx *ocispec.Index) bool {
+		idx.Manifests = slices.DeleteFunc(idx.Manifests, func(d ocispec.Descriptor) bool {
+			return d.Digest == desc.Digest && maps.Equal(d.Annotations, desc.Annotations)
+		})
+		for _, r := range replaced {
+			name := r.Annotations[ocispec.AnnotationRefName]
+			if !slices.ContainsFunc(idx.Manifests, func(d ocispec.Descriptor) bool {
+				return d.Annotations[ocispec.AnnotationRefName] == name &&
+					(name != "" || d.Annotations[AnnotationImageID] == r.Annotations[AnnotationImageID])
+			}) {
+				idx.Manifests = append(idx.Manifests, r)
+			}
+		}
+		return true
+	})
+}
+
+// rewriteIndex replaces index.json with what fn makes of it, under the
+// index lock; fn returns false to leave it as it is.
+func (s *Store) rewriteIndex(ctx context.Context, fn func(*ocispec.Index) bool) error {
 	unlock, err := lock(ctx, filepath.Join(s.dir, ".lock"), unix.LOCK_EX)
 	if err != nil {
 		return fmt.Errorf("locking image store index: %w", err)
@@ -202,21 +311,9 @@ func (s *Store) addToIndex(ctx context.Context, desc ocispec.Descriptor) error {
 	if err != nil {
 		return err
 	}
-	name, id := desc.Annotations[ocispec.AnnotationRefName], desc.Annotations[AnnotationImageID]
-	for _, d := range idx.Manifests {
-		sameID := d.Annotations[AnnotationImageID] == id
-		if sameID && d.Digest == desc.Digest && d.Annotations[ocispec.AnnotationRefName] == name {
-			return nil
-		}
-		if sameID && name == "" {
-			return nil
-		}
+	if !fn(&idx) {
+		return nil
 	}
-	idx.Manifests = slices.DeleteFunc(idx.Manifests, func(d ocispec.Descriptor) bool {
-		dname := d.Annotations[ocispec.AnnotationRefName]
-		return (name != "" && dname == name) || (dname == "" && d.Annotations[AnnotationImageID] == id)
-	})
-	idx.Manifests = append(idx.Manifests, desc)
 	b, err := json.MarshalIndent(idx, "", "  ")
 	if err != nil {
 		return err

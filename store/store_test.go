@@ -614,3 +614,70 @@ func TestRemove(t *testing.T) {
 		t.Errorf("second Remove = %v, want not found", err)
 	}
 }
+
+// TestStageCommitUndo: a staged image is not listed until Commit, and undo
+// puts the index back as it was, the entry the image replaced included.
+func TestStageCommitUndo(t *testing.T) {
+	ctx := t.Context()
+	s := openStore(t)
+	old, _ := random.Image(100, 1)
+	oldID, err := s.Put(ctx, old, "team/py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(s.indexPath())
+
+	img, _ := random.Image(100, 2)
+	st, err := s.Stage(ctx, img, "team/py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Has(st.ID) {
+		t.Fatal("a staged image is listed before Commit")
+	}
+	undo, err := st.Commit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Has(st.ID) || s.Has(oldID) {
+		t.Fatalf("after Commit: new listed %v, replaced one listed %v", s.Has(st.ID), s.Has(oldID))
+	}
+	if err := undo(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s.Has(st.ID) || !s.Has(oldID) {
+		t.Errorf("after undo: new listed %v, replaced one listed %v", s.Has(st.ID), s.Has(oldID))
+	}
+	var b, a ocispec.Index
+	json.Unmarshal(before, &b)
+	after, _ := os.ReadFile(s.indexPath())
+	json.Unmarshal(after, &a)
+	if len(a.Manifests) != 1 || len(b.Manifests) != 1 || a.Manifests[0].Digest != b.Manifests[0].Digest {
+		t.Errorf("index after undo %s, before %s", after, before)
+	}
+
+	// Staged and given up: never listed, and its blobs are collected.
+	third, _ := random.Image(100, 1)
+	st, err = s.Stage(ctx, third, "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	st.Close()
+	if s.Has(st.ID) {
+		t.Error("a staged image given up is listed")
+	}
+	// Committing an image already listed as it is changes nothing, and its
+	// undo keeps it.
+	st, err = s.Stage(ctx, old, "team/py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	undo, err = st.Commit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := undo(ctx); err != nil || !s.Has(oldID) {
+		t.Errorf("undo of a no-op Commit: %v; listed %v", err, s.Has(oldID))
+	}
+}

@@ -67,38 +67,17 @@ type unpacker struct {
 }
 
 func (u *unpacker) entry(h *tar.Header, data io.Reader) error {
-	if h.Typeflag == tar.TypeXGlobalHeader {
-		return nil
-	}
-	name, err := cleanName(h.Name)
+	name, kind, err := classify(h)
 	if err != nil {
 		return err
 	}
-	if strings.Contains("/"+path.Dir(name), "/"+whiteoutPrefix) {
-		return nil // under a whiteout name, such as AUFS's .wh..wh.plnk/
-	}
-	if base := path.Base(name); strings.HasPrefix(base, whiteoutPrefix) {
-		return u.whiteout(name, base)
-	}
-	switch h.Typeflag {
-	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+	switch kind {
+	case skipEntry:
 		return nil
-	case tar.TypeReg, tar.TypeDir, tar.TypeSymlink, tar.TypeLink:
-	default:
-		return fmt.Errorf("%w: entry type %q is not supported", ErrUnsafeLayer, h.Typeflag)
-	}
-	for k := range h.PAXRecords {
-		if strings.HasPrefix(k, "GNU.sparse.") {
-			return fmt.Errorf("%w: sparse files are not supported", ErrUnsafeLayer)
-		}
-	}
-	if h.Uid < 0 || h.Gid < 0 || int64(h.Uid) >= math.MaxUint32 || int64(h.Gid) >= math.MaxUint32 {
-		return fmt.Errorf("%w: owner %d:%d is out of range", ErrUnsafeLayer, h.Uid, h.Gid)
+	case whiteoutEntry:
+		return u.whiteout(name, path.Base(name))
 	}
 	if name == "." {
-		if h.Typeflag != tar.TypeDir {
-			return fmt.Errorf("%w: a non-directory entry names the root", ErrUnsafeLayer)
-		}
 		return u.dir(name, h)
 	}
 	if _, err := u.parents(name, true); err != nil {
@@ -114,6 +93,86 @@ func (u *unpacker) entry(h *tar.Header, data io.Reader) error {
 	default:
 		return u.file(name, h, data)
 	}
+}
+
+// maxName is PATH_MAX: no longer name can be opened as a whole.
+const maxName = 4096
+
+type entryKind int
+
+const (
+	plainEntry    entryKind = iota // a file, directory, symlink or hardlink to apply
+	skipEntry                      // ignored: devices, FIFOs, global headers, AUFS bookkeeping
+	whiteoutEntry                  // a .wh.<name> or opaque marker
+)
+
+// classify applies the rules that need nothing but the header itself, for
+// UnpackLayer and CheckLayers alike: it returns the entry's clean name and
+// what to do with it, or why the layer is refused.
+func classify(h *tar.Header) (string, entryKind, error) {
+	if h.Typeflag == tar.TypeXGlobalHeader {
+		return "", skipEntry, nil
+	}
+	if len(h.Name) > maxName || len(h.Linkname) > maxName {
+		return "", 0, fmt.Errorf("%w: a name over %d bytes", ErrUnsafeLayer, maxName)
+	}
+	name, err := cleanName(h.Name)
+	if err != nil {
+		return "", 0, err
+	}
+	if strings.Contains("/"+path.Dir(name), "/"+whiteoutPrefix) {
+		return name, skipEntry, nil // under a whiteout name, such as AUFS's .wh..wh.plnk/
+	}
+	if base := path.Base(name); strings.HasPrefix(base, whiteoutPrefix) {
+		hidden := strings.TrimPrefix(base, whiteoutPrefix)
+		if !strings.HasPrefix(base, whiteoutMeta) && (hidden == "" || hidden == "." || hidden == "..") {
+			return "", 0, fmt.Errorf("%w: whiteout %q names no entry", ErrUnsafeLayer, name)
+		}
+		return name, whiteoutEntry, nil
+	}
+	switch h.Typeflag {
+	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+		return name, skipEntry, nil
+	case tar.TypeReg, tar.TypeDir, tar.TypeSymlink, tar.TypeLink:
+	default:
+		return "", 0, fmt.Errorf("%w: entry type %q is not supported", ErrUnsafeLayer, h.Typeflag)
+	}
+	for k := range h.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return "", 0, fmt.Errorf("%w: sparse files are not supported", ErrUnsafeLayer)
+		}
+	}
+	if h.Uid < 0 || h.Gid < 0 || int64(h.Uid) >= math.MaxUint32 || int64(h.Gid) >= math.MaxUint32 {
+		return "", 0, fmt.Errorf("%w: owner %d:%d is out of range", ErrUnsafeLayer, h.Uid, h.Gid)
+	}
+	if name == "." && h.Typeflag != tar.TypeDir {
+		return "", 0, fmt.Errorf("%w: a non-directory entry names the root", ErrUnsafeLayer)
+	}
+	switch h.Typeflag {
+	case tar.TypeSymlink:
+		if err := checkSymlink(name, h.Linkname); err != nil {
+			return "", 0, err
+		}
+	case tar.TypeLink:
+		if _, err := cleanName(h.Linkname); err != nil {
+			return "", 0, fmt.Errorf("hardlink target: %w", err)
+		}
+	}
+	return name, plainEntry, nil
+}
+
+// checkSymlink refuses an empty target, and a relative one that climbs
+// above the root from name's directory.
+func checkSymlink(name, target string) error {
+	if target == "" {
+		return fmt.Errorf("%w: symlink with an empty target", ErrUnsafeLayer)
+	}
+	if !path.IsAbs(target) {
+		if r := path.Join(path.Dir(name), target); r == ".." || strings.HasPrefix(r, "../") {
+			return fmt.Errorf("%w: symlink target %q climbs out of the root", ErrUnsafeLayer, target)
+		}
+	}
+	return nil
 }
 
 // cleanName turns an entry name into a clean relative path, refusing names
@@ -264,13 +323,8 @@ func (u *unpacker) file(name string, h *tar.Header, data io.Reader) error {
 
 func (u *unpacker) symlink(name string, h *tar.Header) error {
 	target := h.Linkname
-	if target == "" {
-		return errors.New("symlink with an empty target")
-	}
-	if !path.IsAbs(target) {
-		if r := path.Join(path.Dir(name), target); r == ".." || strings.HasPrefix(r, "../") {
-			return fmt.Errorf("%w: symlink target %q climbs out of the root", ErrUnsafeLayer, target)
-		}
+	if err := checkSymlink(name, target); err != nil {
+		return err
 	}
 	if err := u.clear(name); err != nil {
 		return err
@@ -332,11 +386,7 @@ func (u *unpacker) whiteout(name, base string) error {
 	if strings.HasPrefix(base, whiteoutMeta) {
 		return nil // other AUFS bookkeeping
 	}
-	hidden := strings.TrimPrefix(base, whiteoutPrefix)
-	if hidden == "" || hidden == "." || hidden == ".." {
-		return fmt.Errorf("%w: whiteout %q names no entry", ErrUnsafeLayer, name)
-	}
-	p := path.Join(dir, hidden)
+	p := path.Join(dir, strings.TrimPrefix(base, whiteoutPrefix))
 	ok, err := u.parents(p, false)
 	if err != nil || !ok {
 		return err

@@ -162,62 +162,68 @@ func tree(t *testing.T, dir string) map[string]string {
 	return got
 }
 
+type hostileCase struct {
+	name    string
+	entries []ent
+	wantErr error
+	want    map[string]string
+}
+
+// hostileCases are single layers, each refused or unpacked as want says.
+// LayerCheck must agree with UnpackLayer on every one.
+var hostileCases = []hostileCase{
+	{name: "dotdot", entries: []ent{reg("../evil", "x")}, wantErr: ErrUnsafeLayer},
+	{name: "dotdot deep", entries: []ent{dir("a/"), reg("a/../../evil", "x")}, wantErr: ErrUnsafeLayer},
+	{name: "dotdot dir", entries: []ent{dir("../evil/")}, wantErr: ErrUnsafeLayer},
+	{name: "absolute", entries: []ent{reg("/evil", "x")}, wantErr: ErrUnsafeLayer},
+	{name: "absolute to out", entries: []ent{reg("@OUT@/evil", "x")}, wantErr: ErrUnsafeLayer},
+	{name: "write through in-root symlink", entries: []ent{dir("d/"), sym("l", "d"), reg("l/evil", "x")}, wantErr: ErrUnsafeLayer},
+	{name: "write through symlink to outside", entries: []ent{sym("a", "@OUT@"), reg("a/evil", "x")}, wantErr: ErrUnsafeLayer},
+	{name: "mkdir through symlink to outside", entries: []ent{sym("a", "@OUT@"), dir("a/evil/")}, wantErr: ErrUnsafeLayer},
+	{name: "write through symlink to /etc", entries: []ent{sym("etc", "/etc"), reg("etc/passwd", "x")}, wantErr: ErrUnsafeLayer},
+	{name: "symlink climbing", entries: []ent{sym("a", "../../..")}, wantErr: ErrUnsafeLayer},
+	{name: "symlink climbing from below", entries: []ent{sym("x/y/a", "../../../b")}, wantErr: ErrUnsafeLayer},
+	{name: "dir replaced by symlink then written through", entries: []ent{dir("d/"), reg("d/f", "x"), sym("d", "@OUT@"), reg("d/evil", "x")}, wantErr: ErrUnsafeLayer},
+	{name: "hardlink to outside", entries: []ent{hard("h", "@TOP@/secret")}, wantErr: ErrUnsafeLayer},
+	{name: "hardlink to /etc/shadow", entries: []ent{hard("h", "/etc/shadow")}, wantErr: ErrUnsafeLayer},
+	{name: "hardlink climbing", entries: []ent{hard("h", "../../secret")}, wantErr: ErrUnsafeLayer},
+	{name: "hardlink climbing after a dir", entries: []ent{dir("a/"), hard("h", "a/../../../secret")}, wantErr: ErrUnsafeLayer},
+	{name: "hardlink through symlink", entries: []ent{sym("s", "@TOP@"), hard("h", "s/secret")}, wantErr: ErrUnsafeLayer},
+	{name: "whiteout through symlink", entries: []ent{sym("s", "@TOP@"), reg("s/.wh.secret", "")}, wantErr: ErrUnsafeLayer},
+	{name: "opaque through symlink", entries: []ent{sym("s", "@TOP@"), reg("s/.wh..wh..opq", "")}, wantErr: ErrUnsafeLayer},
+	{name: "whiteout climbing", entries: []ent{reg("../.wh.out", "")}, wantErr: ErrUnsafeLayer},
+	{name: "whiteout of dotdot", entries: []ent{dir("a/"), reg("a/.wh..", "")}, wantErr: ErrUnsafeLayer},
+	{name: "file at the root", entries: []ent{reg(".", "x")}, wantErr: ErrUnsafeLayer},
+	{name: "unsupported type", entries: []ent{node("c", tar.TypeCont)}, wantErr: ErrUnsafeLayer},
+	{
+		name:    "file replaces symlink to outside",
+		entries: []ent{sym("f", "@TOP@/secret"), reg("f", "mine")},
+		want:    map[string]string{"f": "file:mine"},
+	},
+	{
+		name:    "file replaces hardlink",
+		entries: []ent{reg("a", "one"), hard("b", "a"), reg("b", "two")},
+		want:    map[string]string{"a": "file:one", "b": "file:two"},
+	},
+	{
+		name:    "devices and fifos skipped",
+		entries: []ent{node("dev/null", tar.TypeChar), node("sda", tar.TypeBlock), node("fifo", tar.TypeFifo), reg("f", "x")},
+		want:    map[string]string{"f": "file:x"},
+	},
+	{
+		name:    "absolute symlink kept as written",
+		entries: []ent{sym("etc", "/etc"), sym("bin/py", "/usr/bin/python3")},
+		want:    map[string]string{"etc": "link:/etc", "bin": "dir", "bin/py": "link:/usr/bin/python3"},
+	},
+	{
+		name:    "relative symlink inside",
+		entries: []ent{sym("x/y/a", "../../b"), sym("top", ".")},
+		want:    map[string]string{"x": "dir", "x/y": "dir", "x/y/a": "link:../../b", "top": "link:."},
+	},
+}
+
 func TestUnpackLayerHostile(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		entries []ent
-		wantErr error
-		want    map[string]string
-	}{
-		{name: "dotdot", entries: []ent{reg("../evil", "x")}, wantErr: ErrUnsafeLayer},
-		{name: "dotdot deep", entries: []ent{dir("a/"), reg("a/../../evil", "x")}, wantErr: ErrUnsafeLayer},
-		{name: "dotdot dir", entries: []ent{dir("../evil/")}, wantErr: ErrUnsafeLayer},
-		{name: "absolute", entries: []ent{reg("/evil", "x")}, wantErr: ErrUnsafeLayer},
-		{name: "absolute to out", entries: []ent{reg("@OUT@/evil", "x")}, wantErr: ErrUnsafeLayer},
-		{name: "write through in-root symlink", entries: []ent{dir("d/"), sym("l", "d"), reg("l/evil", "x")}, wantErr: ErrUnsafeLayer},
-		{name: "write through symlink to outside", entries: []ent{sym("a", "@OUT@"), reg("a/evil", "x")}, wantErr: ErrUnsafeLayer},
-		{name: "mkdir through symlink to outside", entries: []ent{sym("a", "@OUT@"), dir("a/evil/")}, wantErr: ErrUnsafeLayer},
-		{name: "write through symlink to /etc", entries: []ent{sym("etc", "/etc"), reg("etc/passwd", "x")}, wantErr: ErrUnsafeLayer},
-		{name: "symlink climbing", entries: []ent{sym("a", "../../..")}, wantErr: ErrUnsafeLayer},
-		{name: "symlink climbing from below", entries: []ent{sym("x/y/a", "../../../b")}, wantErr: ErrUnsafeLayer},
-		{name: "dir replaced by symlink then written through", entries: []ent{dir("d/"), reg("d/f", "x"), sym("d", "@OUT@"), reg("d/evil", "x")}, wantErr: ErrUnsafeLayer},
-		{name: "hardlink to outside", entries: []ent{hard("h", "@TOP@/secret")}, wantErr: ErrUnsafeLayer},
-		{name: "hardlink to /etc/shadow", entries: []ent{hard("h", "/etc/shadow")}, wantErr: ErrUnsafeLayer},
-		{name: "hardlink climbing", entries: []ent{hard("h", "../../secret")}, wantErr: ErrUnsafeLayer},
-		{name: "hardlink climbing after a dir", entries: []ent{dir("a/"), hard("h", "a/../../../secret")}, wantErr: ErrUnsafeLayer},
-		{name: "hardlink through symlink", entries: []ent{sym("s", "@TOP@"), hard("h", "s/secret")}, wantErr: ErrUnsafeLayer},
-		{name: "whiteout through symlink", entries: []ent{sym("s", "@TOP@"), reg("s/.wh.secret", "")}, wantErr: ErrUnsafeLayer},
-		{name: "opaque through symlink", entries: []ent{sym("s", "@TOP@"), reg("s/.wh..wh..opq", "")}, wantErr: ErrUnsafeLayer},
-		{name: "whiteout climbing", entries: []ent{reg("../.wh.out", "")}, wantErr: ErrUnsafeLayer},
-		{name: "whiteout of dotdot", entries: []ent{dir("a/"), reg("a/.wh..", "")}, wantErr: ErrUnsafeLayer},
-		{name: "file at the root", entries: []ent{reg(".", "x")}, wantErr: ErrUnsafeLayer},
-		{name: "unsupported type", entries: []ent{node("c", tar.TypeCont)}, wantErr: ErrUnsafeLayer},
-		{
-			name:    "file replaces symlink to outside",
-			entries: []ent{sym("f", "@TOP@/secret"), reg("f", "mine")},
-			want:    map[string]string{"f": "file:mine"},
-		},
-		{
-			name:    "file replaces hardlink",
-			entries: []ent{reg("a", "one"), hard("b", "a"), reg("b", "two")},
-			want:    map[string]string{"a": "file:one", "b": "file:two"},
-		},
-		{
-			name:    "devices and fifos skipped",
-			entries: []ent{node("dev/null", tar.TypeChar), node("sda", tar.TypeBlock), node("fifo", tar.TypeFifo), reg("f", "x")},
-			want:    map[string]string{"f": "file:x"},
-		},
-		{
-			name:    "absolute symlink kept as written",
-			entries: []ent{sym("etc", "/etc"), sym("bin/py", "/usr/bin/python3")},
-			want:    map[string]string{"etc": "link:/etc", "bin": "dir", "bin/py": "link:/usr/bin/python3"},
-		},
-		{
-			name:    "relative symlink inside",
-			entries: []ent{sym("x/y/a", "../../b"), sym("top", ".")},
-			want:    map[string]string{"x": "dir", "x/y": "dir", "x/y/a": "link:../../b", "top": "link:."},
-		},
-	} {
+	for _, tc := range hostileCases {
 		t.Run(tc.name, func(t *testing.T) {
 			root, out, check := target(t)
 			err := UnpackLayer(root, bytes.NewReader(layer(t, out, tc.entries...)))
@@ -239,86 +245,91 @@ func TestUnpackLayerHostile(t *testing.T) {
 	}
 }
 
+type layersCase struct {
+	name   string
+	layers [][]ent
+	want   map[string]string
+}
+
+// layersCases are images that unpack to want. LayerCheck must accept them.
+var layersCases = []layersCase{
+	{
+		name:   "implicit parents",
+		layers: [][]ent{{reg("a/b/c", "x")}},
+		want:   map[string]string{"a": "dir", "a/b": "dir", "a/b/c": "file:x"},
+	},
+	{
+		name:   "duplicates replaced",
+		layers: [][]ent{{reg("f", "one"), reg("f", "two"), reg("x", "file"), dir("x/"), dir("y/"), reg("y/in", "z"), reg("y", "file"), sym("z", "f"), reg("z", "zz")}},
+		want:   map[string]string{"f": "file:two", "x": "dir", "y": "file:file", "z": "file:zz"},
+	},
+	{
+		name:   "replaced across layers",
+		layers: [][]ent{{reg("f", "one"), dir("d/"), reg("d/in", "x"), sym("l", "f")}, {reg("f", "two"), reg("d", "now a file"), dir("l/")}},
+		want:   map[string]string{"f": "file:two", "d": "file:now a file", "l": "dir"},
+	},
+	{
+		name:   "directories merged",
+		layers: [][]ent{{dir("d/"), reg("d/a", "a")}, {dir("d/").mode(0o700), reg("d/b", "b")}},
+		want:   map[string]string{"d": "dir", "d/a": "file:a", "d/b": "file:b"},
+	},
+	{
+		name:   "hardlink inside",
+		layers: [][]ent{{reg("a", "x"), hard("b", "a"), hard("c", "./a")}},
+		want:   map[string]string{"a": "file:x", "b": "file:x", "c": "file:x"},
+	},
+	{
+		name: "whiteouts",
+		layers: [][]ent{
+			{reg("x", "x"), reg("y", "y"), dir("g/"), reg("g/h", "h"), reg("k", "k")},
+			{reg(".wh.x", ""), reg(".wh.g", ""), reg(".wh.nothing", ""), reg(".wh.k", ""), reg("k", "new k"), reg("nodir/.wh.z", "")},
+		},
+		want: map[string]string{"y": "file:y", "k": "file:new k"},
+	},
+	{
+		name: "whiteout spares the same layer",
+		layers: [][]ent{
+			{dir("d/"), reg("d/old", "old")},
+			{reg("n", "n"), reg(".wh.n", ""), reg("d/new", "new"), reg(".wh.d", "")},
+		},
+		want: map[string]string{"n": "file:n", "d": "dir", "d/new": "file:new"},
+	},
+	{
+		name: "opaque directory",
+		layers: [][]ent{
+			{dir("d/"), reg("d/a", "a"), reg("d/b", "b"), dir("d/sub/"), reg("d/sub/old", "old"), sym("d/l", "a"), reg("e/keep", "k")},
+			{reg("d/c", "c"), dir("d/sub/"), reg("d/sub/new", "new"), reg("d/.wh..wh..opq", ""), reg("d/after", "after")},
+		},
+		want: map[string]string{
+			"d": "dir", "d/c": "file:c", "d/sub": "dir", "d/sub/new": "file:new", "d/after": "file:after",
+			"e": "dir", "e/keep": "file:k",
+		},
+	},
+	{
+		name: "opaque directory, docker order",
+		layers: [][]ent{
+			{dir("f/"), reg("f/old", "old"), dir("f/deep/"), reg("f/deep/x", "x")},
+			{dir("f/"), reg("f/.wh..wh..opq", ""), reg("f/new", "new")},
+		},
+		want: map[string]string{"f": "dir", "f/new": "file:new"},
+	},
+	{
+		name: "opaque new directory",
+		layers: [][]ent{
+			{reg("top", "t")},
+			{reg("n/.wh..wh..opq", ""), reg(".wh..wh..opq", ""), reg("z", "z")},
+		},
+		want: map[string]string{"n": "dir", "z": "file:z"},
+	},
+	{
+		name:   "aufs bookkeeping skipped",
+		layers: [][]ent{{reg(".wh..wh.plnk/1.2", "x"), reg(".wh..wh.aufs", ""), reg("f", "f")}},
+		want:   map[string]string{"f": "file:f"},
+	},
+}
+
 func TestUnpackLayers(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		layers [][]ent
-		want   map[string]string
-	}{
-		{
-			name:   "implicit parents",
-			layers: [][]ent{{reg("a/b/c", "x")}},
-			want:   map[string]string{"a": "dir", "a/b": "dir", "a/b/c": "file:x"},
-		},
-		{
-			name:   "duplicates replaced",
-			layers: [][]ent{{reg("f", "one"), reg("f", "two"), reg("x", "file"), dir("x/"), dir("y/"), reg("y/in", "z"), reg("y", "file"), sym("z", "f"), reg("z", "zz")}},
-			want:   map[string]string{"f": "file:two", "x": "dir", "y": "file:file", "z": "file:zz"},
-		},
-		{
-			name:   "replaced across layers",
-			layers: [][]ent{{reg("f", "one"), dir("d/"), reg("d/in", "x"), sym("l", "f")}, {reg("f", "two"), reg("d", "now a file"), dir("l/")}},
-			want:   map[string]string{"f": "file:two", "d": "file:now a file", "l": "dir"},
-		},
-		{
-			name:   "directories merged",
-			layers: [][]ent{{dir("d/"), reg("d/a", "a")}, {dir("d/").mode(0o700), reg("d/b", "b")}},
-			want:   map[string]string{"d": "dir", "d/a": "file:a", "d/b": "file:b"},
-		},
-		{
-			name:   "hardlink inside",
-			layers: [][]ent{{reg("a", "x"), hard("b", "a"), hard("c", "./a")}},
-			want:   map[string]string{"a": "file:x", "b": "file:x", "c": "file:x"},
-		},
-		{
-			name: "whiteouts",
-			layers: [][]ent{
-				{reg("x", "x"), reg("y", "y"), dir("g/"), reg("g/h", "h"), reg("k", "k")},
-				{reg(".wh.x", ""), reg(".wh.g", ""), reg(".wh.nothing", ""), reg(".wh.k", ""), reg("k", "new k"), reg("nodir/.wh.z", "")},
-			},
-			want: map[string]string{"y": "file:y", "k": "file:new k"},
-		},
-		{
-			name: "whiteout spares the same layer",
-			layers: [][]ent{
-				{dir("d/"), reg("d/old", "old")},
-				{reg("n", "n"), reg(".wh.n", ""), reg("d/new", "new"), reg(".wh.d", "")},
-			},
-			want: map[string]string{"n": "file:n", "d": "dir", "d/new": "file:new"},
-		},
-		{
-			name: "opaque directory",
-			layers: [][]ent{
-				{dir("d/"), reg("d/a", "a"), reg("d/b", "b"), dir("d/sub/"), reg("d/sub/old", "old"), sym("d/l", "a"), reg("e/keep", "k")},
-				{reg("d/c", "c"), dir("d/sub/"), reg("d/sub/new", "new"), reg("d/.wh..wh..opq", ""), reg("d/after", "after")},
-			},
-			want: map[string]string{
-				"d": "dir", "d/c": "file:c", "d/sub": "dir", "d/sub/new": "file:new", "d/after": "file:after",
-				"e": "dir", "e/keep": "file:k",
-			},
-		},
-		{
-			name: "opaque directory, docker order",
-			layers: [][]ent{
-				{dir("f/"), reg("f/old", "old"), dir("f/deep/"), reg("f/deep/x", "x")},
-				{dir("f/"), reg("f/.wh..wh..opq", ""), reg("f/new", "new")},
-			},
-			want: map[string]string{"f": "dir", "f/new": "file:new"},
-		},
-		{
-			name: "opaque new directory",
-			layers: [][]ent{
-				{reg("top", "t")},
-				{reg("n/.wh..wh..opq", ""), reg(".wh..wh..opq", ""), reg("z", "z")},
-			},
-			want: map[string]string{"n": "dir", "z": "file:z"},
-		},
-		{
-			name:   "aufs bookkeeping skipped",
-			layers: [][]ent{{reg(".wh..wh.plnk/1.2", "x"), reg(".wh..wh.aufs", ""), reg("f", "f")}},
-			want:   map[string]string{"f": "file:f"},
-		},
-	} {
+	for _, tc := range layersCases {
 		t.Run(tc.name, func(t *testing.T) {
 			root, out, check := target(t)
 			for i, l := range tc.layers {

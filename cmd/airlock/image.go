@@ -1,16 +1,20 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/opencontainers/go-digest"
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/images"
@@ -78,30 +82,55 @@ func exactArgs(n int, hint string) cobra.PositionalArgs {
 }
 
 func runImport(cmd *cobra.Command, g *globals, f *importFlags, path string) error {
-	ctx := cmd.Context()
-	errw := cmd.ErrOrStderr()
-	step := progress(errw)
+	eng, err := g.dockerEngine()
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	ref, err := importImage(cmd.Context(), g, f, path, eng, progress(cmd.ErrOrStderr()))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(cmd.OutOrStdout(), ref.String())
+	return nil
+}
 
+// dockerLoader is what an import needs of dockerd (*docker.Engine).
+type dockerLoader interface {
+	Ping(ctx context.Context) error
+	HasImage(ctx context.Context, id string) (bool, error)
+	Load(ctx context.Context, img v1.Image, id digest.Digest, tag name.Tag) error
+	RemoveImage(ctx context.Context, id digest.Digest) (bool, error)
+}
+
+// importImage verifies, stores and loads one image, all or nothing: the
+// store's blobs first, then dockerd, then the store's index and airlock's,
+// each step undone if a later one fails.
+func importImage(ctx context.Context, g *globals, f *importFlags, path string, eng dockerLoader, step images.Progress) (ref images.Ref, err error) {
 	var src *images.Source
-	var err error
 	if f.rootfs {
 		step("hashing root filesystem %s", path)
 		src, err = images.FromRootfs(path, images.RootfsConfig{Env: f.env, WorkingDir: f.workdir, User: f.user, Created: time.Unix(0, 0)})
 	} else {
 		step("reading %s", path)
-		src, err = images.Open(path)
+		src, err = images.Open(ctx, path)
 	}
 	if err != nil {
 		if errors.Is(err, images.ErrFormat) {
-			return fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
+			return ref, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
 		}
-		return fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
+		return ref, fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
 	}
 	defer src.Close()
 
-	v, err := images.Verify(src, step)
-	if err != nil {
-		return fmt.Errorf("%w: verifying %s: %w; the archive is damaged or was tampered with, so nothing was imported", errdefs.ErrInvalidArgument, path, err)
+	v, err := images.Verify(ctx, src, step)
+	switch {
+	case errors.Is(err, store.ErrUnsafeLayer):
+		return ref, fmt.Errorf("%w: verifying %s: %w; airlock refuses such layers, so nothing was imported (rebuild the image without that entry)", errdefs.ErrInvalidArgument, path, err)
+	case ctx.Err() != nil:
+		return ref, ctx.Err()
+	case err != nil:
+		return ref, fmt.Errorf("%w: verifying %s: %w; the archive is damaged or was tampered with, so nothing was imported", errdefs.ErrInvalidArgument, path, err)
 	}
 	step("verified %d layer(s), %s, image %s", v.Layers, humanSize(v.Size), v.ID)
 
@@ -117,49 +146,78 @@ func runImport(cmd *cobra.Command, g *globals, f *importFlags, path string) erro
 	}
 	tag, err := name.NewTag(repo + ":" + v.ID.Encoded()[:12])
 	if err != nil {
-		return usageError{fmt.Errorf("--name %q is not a valid repository name: %v", repo, err)}
+		return ref, usageError{fmt.Errorf("--name %q is not a valid repository name: %v", repo, err)}
 	}
-	ref := images.Ref{Name: tag.Context().RepositoryStr(), ID: v.ID}
+	ref = images.Ref{Name: tag.Context().RepositoryStr(), ID: v.ID}
 	if tag.Context().RegistryStr() != name.DefaultRegistry {
 		ref.Name = tag.Context().Name()
 	}
 
+	// Undo what was done, newest first, if a later step fails. Cleanup
+	// outlives a cancelled ctx.
+	var undo []func(context.Context) error
+	defer func() {
+		if err == nil {
+			return
+		}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		for _, u := range slices.Backward(undo) {
+			if uerr := u(cctx); uerr != nil {
+				err = fmt.Errorf("%w (and undoing the import: %v)", err, uerr)
+			}
+		}
+	}()
+
 	st, err := store.Open(filepath.Join(g.root, "store"))
 	if err != nil {
-		return fmt.Errorf("%w: opening the image store: %v", errdefs.ErrUnavailable, err)
+		return ref, fmt.Errorf("%w: opening the image store: %v", errdefs.ErrUnavailable, err)
 	}
 	step("writing to airlock's store")
-	if _, err := st.Put(ctx, src.Image, ref.Name); err != nil {
-		return fmt.Errorf("%w: storing the image: %v", errdefs.ErrInternal, err)
-	}
-	eng, err := g.dockerEngine()
+	staged, err := st.Stage(ctx, src.Image, ref.Name)
 	if err != nil {
-		return err
+		return ref, fmt.Errorf("%w: storing the image: %v", errdefs.ErrInternal, err)
 	}
-	defer eng.Close()
-	if err := eng.Ping(ctx); err != nil {
-		step("dockerd is not reachable: imported for the oci engine only (%v)", err)
+	defer staged.Close()
+	if perr := eng.Ping(ctx); perr != nil {
+		step("dockerd is not reachable: imported for the oci engine only (%v)", perr)
 	} else {
+		had, err := eng.HasImage(ctx, v.ID.String())
+		if err != nil {
+			return ref, err
+		}
+		if !had {
+			undo = append(undo, func(ctx context.Context) error {
+				_, err := eng.RemoveImage(ctx, v.ID)
+				return err
+			})
+		}
 		step("loading into dockerd")
 		start := time.Now()
 		if err := eng.Load(ctx, src.Image, v.ID, tag); err != nil {
-			return err
+			return ref, fmt.Errorf("%w; nothing was imported", err)
 		}
 		step("loaded in %.1fs", time.Since(start).Seconds())
 	}
 
-	idx := images.OpenIndex(filepath.Join(g.root, "images"))
-	if err := idx.Add(images.Record{Name: ref.Name, ID: v.ID, Manifest: v.Manifest, Format: src.Format, Size: v.Size, ImportedAt: time.Now().UTC()}); err != nil {
-		return err
+	unlist, err := staged.Commit(ctx)
+	if err != nil {
+		return ref, fmt.Errorf("%w: listing the image in the store: %v", errdefs.ErrInternal, err)
 	}
+	undo = append(undo, unlist)
+	idx := images.OpenIndex(filepath.Join(g.root, "images"))
+	unrecord, err := idx.Put(images.Record{Name: ref.Name, ID: v.ID, Manifest: v.Manifest, Format: src.Format, Size: v.Size, ImportedAt: time.Now().UTC()})
+	if err != nil {
+		return ref, err
+	}
+	undo = append(undo, func(context.Context) error { return unrecord() })
 	if f.setDefault {
 		if err := idx.SetDefault(images.Lock{Ref: ref.String(), BuiltAt: time.Now().UTC(), Recipe: f.recipe}); err != nil {
-			return err
+			return ref, err
 		}
 		step("recorded as the default image")
 	}
-	fmt.Fprintln(cmd.OutOrStdout(), ref.String())
-	return nil
+	return ref, nil
 }
 
 func sanitize(s string) string {

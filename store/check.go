@@ -1,0 +1,161 @@
+package store
+
+import (
+	"archive/tar"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+)
+
+// LayerCheck applies UnpackLayer's rules to an image's layers without
+// unpacking them, so that a hostile image is refused when it is imported,
+// not when it first runs. It reads only tar headers, and follows what each
+// layer leaves in place (symlinks, files, whiteouts) to catch an entry
+// under a symlink, or a hardlink to nothing, that an earlier layer set up.
+//
+// Each path costs a map entry; each entry a walk over its ancestors, which
+// are bounded by the name's length (at most maxName bytes).
+type LayerCheck struct {
+	layer, seq int
+	nodes      map[string]treeNode
+	// replaced: path → seq at which an entry replaced it whole, which ends
+	// everything below it that was written earlier.
+	replaced map[string]int
+	// hidden: path → layer whose whiteout hid it and everything below it
+	// from lower layers; opaque: the same for what is below it only.
+	hidden, opaque map[string]int
+}
+
+type treeNode struct {
+	typ        byte // tar.TypeDir, TypeReg, TypeSymlink or TypeLink
+	layer, seq int
+}
+
+// NewLayerCheck starts a check of one image, its lowest layer first.
+func NewLayerCheck() *LayerCheck {
+	return &LayerCheck{
+		nodes:    map[string]treeNode{".": {typ: tar.TypeDir}},
+		replaced: map[string]int{}, hidden: map[string]int{}, opaque: map[string]int{},
+	}
+}
+
+// Layer reads the headers of the next layer's uncompressed tar stream up to
+// its end-of-archive marker. An error names the entry and wraps
+// ErrUnsafeLayer where the layer itself is at fault.
+func (c *LayerCheck) Layer(r io.Reader) error {
+	c.layer++
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%w: reading layer: %v", ErrUnsafeLayer, err)
+		}
+		if err := c.entry(h); err != nil {
+			return fmt.Errorf("entry %q: %w", h.Name, err)
+		}
+	}
+}
+
+func (c *LayerCheck) entry(h *tar.Header) error {
+	c.seq++
+	name, kind, err := classify(h)
+	if err != nil || kind == skipEntry || name == "." {
+		return err
+	}
+	if err := c.parents(name); err != nil {
+		return err
+	}
+	if kind == whiteoutEntry {
+		dir, base := path.Dir(name), path.Base(name)
+		switch {
+		case base == whiteoutOpaque:
+			c.opaque[dir] = c.layer
+		case !strings.HasPrefix(base, whiteoutMeta):
+			c.hidden[path.Join(dir, strings.TrimPrefix(base, whiteoutPrefix))] = c.layer
+		}
+		return nil
+	}
+	if h.Typeflag == tar.TypeLink {
+		target := path.Clean(h.Linkname)
+		if err := c.parents(target); err != nil {
+			return fmt.Errorf("hardlink target: %w", err)
+		}
+		if n, ok := c.live(target); !ok || n.typ == tar.TypeDir {
+			return fmt.Errorf("%w: hardlink target %q is not a file an earlier entry made", ErrUnsafeLayer, target)
+		}
+	}
+	old, exists := c.live(name)
+	if h.Typeflag != tar.TypeDir || exists && old.typ != tar.TypeDir {
+		c.replaced[name] = c.seq
+	}
+	if h.Typeflag == tar.TypeDir && exists && old.typ == tar.TypeDir {
+		return nil // merges into the directory
+	}
+	c.nodes[name] = treeNode{typ: h.Typeflag, layer: c.layer, seq: c.seq}
+	return nil
+}
+
+// parents refuses name if an ancestor is a symlink or not a directory, as
+// UnpackLayer would, and records missing ancestors as the directories
+// UnpackLayer creates. It walks down once, carrying what the ancestors
+// above ended, so a deep name costs its depth, not its depth squared.
+func (c *LayerCheck) parents(name string) error {
+	dir := path.Dir(name)
+	if dir == "." {
+		return nil
+	}
+	var above ends
+	above.add(c, ".")
+	p := ""
+	for part := range strings.SplitSeq(dir, "/") {
+		p = path.Join(p, part)
+		n, ok := c.nodes[p]
+		ok = ok && above.spare(n) && c.hidden[p] <= n.layer
+		switch {
+		case !ok:
+			c.nodes[p] = treeNode{typ: tar.TypeDir, layer: c.layer, seq: c.seq}
+		case n.typ == tar.TypeSymlink:
+			return fmt.Errorf("%w: %q is under the symlink %q", ErrUnsafeLayer, name, p)
+		case n.typ != tar.TypeDir:
+			return fmt.Errorf("%w: %q is under %q, which is not a directory", ErrUnsafeLayer, name, p)
+		}
+		above.add(c, p)
+	}
+	return nil
+}
+
+// live returns what is at p now, if anything: the last entry written there,
+// unless a later replacement or whiteout of p or an ancestor ended it.
+func (c *LayerCheck) live(p string) (treeNode, bool) {
+	n, ok := c.nodes[p]
+	if !ok || c.hidden[p] > n.layer {
+		return treeNode{}, false
+	}
+	var above ends
+	for q := path.Dir(p); ; q = path.Dir(q) {
+		above.add(c, q)
+		if q == "." {
+			break
+		}
+	}
+	return n, above.spare(n)
+}
+
+// ends is what a set of ancestors ended: the latest replacement, and the
+// highest layers whose whiteouts hid them or what is below them.
+type ends struct{ replaced, hidden, opaque int }
+
+func (e *ends) add(c *LayerCheck, q string) {
+	e.replaced = max(e.replaced, c.replaced[q])
+	e.hidden = max(e.hidden, c.hidden[q])
+	e.opaque = max(e.opaque, c.opaque[q])
+}
+
+// spare reports whether n, below every ancestor added, survived them.
+func (e *ends) spare(n treeNode) bool {
+	return e.replaced <= n.seq && e.hidden <= n.layer && e.opaque <= n.layer
+}

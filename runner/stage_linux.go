@@ -144,8 +144,9 @@ func protectedDirs(root string) (map[devIno]string, error) {
 		return nil, fmt.Errorf("checking airlock's root %q: %v", root, err)
 	}
 	for _, e := range ents {
+		// Followed: a symlink here is airlock's data kept elsewhere.
 		p := filepath.Join(root, e.Name())
-		if e.IsDir() && unix.Lstat(p, &st) == nil {
+		if unix.Stat(p, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			out[devInoOf(&st)] = p
 		}
 	}

@@ -205,6 +205,10 @@ func TestStageInputsRefusesAirlockRoot(t *testing.T) {
 	os.MkdirAll(filepath.Join(root, "keys"), 0o700)
 	os.WriteFile(filepath.Join(root, "keys", "receipt.key"), []byte("KEY"), 0o600)
 	os.Symlink(filepath.Join(root, "keys"), filepath.Join(base, "keys-link"))
+	// A root's directory kept elsewhere, by symlink, is still airlock's.
+	os.MkdirAll(filepath.Join(base, "store-elsewhere"), 0o700)
+	os.WriteFile(filepath.Join(base, "store-elsewhere", "blob"), []byte("KEY"), 0o600)
+	os.Symlink(filepath.Join(base, "store-elsewhere"), filepath.Join(root, "store"))
 	for _, in := range []Input{
 		{Host: filepath.Join(root, "keys")},
 		{Host: filepath.Join(root, "keys", "receipt.key")},
@@ -212,6 +216,8 @@ func TestStageInputsRefusesAirlockRoot(t *testing.T) {
 		{Host: filepath.Join(base, "keys-link")},
 		{Host: filepath.Join(root, "keys", "..", "keys")},
 		{Host: base}, // holds the root
+		{Host: filepath.Join(base, "store-elsewhere")},
+		{Host: filepath.Join(base, "store-elsewhere", "blob")},
 		{Host: "root/keys", Beneath: base},
 		{Host: "root", Beneath: base},
 	} {

@@ -114,8 +114,10 @@ type Engine interface {
 	Check(ctx context.Context, j *Job) error
 	// Run runs the job to its end. Timeout starts when the program starts.
 	Run(ctx context.Context, j *Job) (Exit, error)
-	// Runtime describes the runtime a mode runs on.
-	Runtime(ctx context.Context, m isolation.Mode) Runtime
+	// Runtime describes the runtime a mode runs on. Receipts are evidence:
+	// a version that cannot be read is an error (errdefs.ErrUnavailable),
+	// never "unknown".
+	Runtime(ctx context.Context, m isolation.Mode) (Runtime, error)
 }
 
 // Reaper is an engine that can find and remove what a run left behind when

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -22,27 +23,35 @@ var versions sync.Map // binary identity → first line of `path --version`
 // runsc), so answers are remembered for the life of the process and, when
 // cacheDir is not empty, in <cacheDir>/versions.json, keyed by the binary's
 // path, inode, size and modification time: a replaced binary is asked
-// again.
-func BinaryVersion(ctx context.Context, path, cacheDir string) string {
+// again. A binary that cannot say is an error; its answer is never
+// guessed.
+func BinaryVersion(ctx context.Context, path, cacheDir string) (string, error) {
 	key := binaryKey(path)
 	if v, ok := versions.Load(key); ok {
-		return v.(string)
+		return v.(string), nil
 	}
 	cacheFile := ""
 	if cacheDir != "" && key != path {
 		cacheFile = filepath.Join(cacheDir, "versions.json")
 		if v, ok := readVersions(cacheFile)[key]; ok {
 			versions.Store(key, v)
-			return v
+			return v, nil
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, path, "--version").Output()
 	if err != nil {
-		return "unknown"
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && len(ee.Stderr) > 0 {
+			err = fmt.Errorf("%w: %s", err, strings.TrimSpace(string(ee.Stderr)))
+		}
+		return "", fmt.Errorf("running %s --version: %w", path, err)
 	}
 	v, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	if v == "" {
+		return "", fmt.Errorf("%s --version printed nothing", path)
+	}
 	versions.Store(key, v)
 	if cacheFile != "" {
 		m := readVersions(cacheFile)
@@ -57,7 +66,7 @@ func BinaryVersion(ctx context.Context, path, cacheDir string) string {
 			atomicfile.WriteFile(cacheFile, b, 0o600)
 		}
 	}
-	return v
+	return v, nil
 }
 
 // binaryKey names the binary at path (looked up in PATH) as it is now;

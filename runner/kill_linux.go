@@ -33,18 +33,26 @@ func freeRun(ctx context.Context, root string, reapers []engine.Reaper, id strin
 }
 
 // destroyRun frees run id exactly once: through the state store when it
-// still knows the run, or directly, with an audit event saying why, when
-// the store has lost it or never had it.
-func destroyRun(ctx context.Context, lc *lifecycle.Store, root string, reapers []engine.Reaper, id, why string) error {
+// still knows the run (or cannot read its state), or directly, with an
+// audit event saying why, when the store has lost it or never had it. The
+// wait for the run's lock is bounded by wait; the freeing is not. An audit
+// event that cannot be written is an error, after the run is freed.
+func destroyRun(ctx context.Context, lc *lifecycle.Store, root string, reapers []engine.Reaper, id, why string, wait time.Duration) error {
 	free := func() error { return freeRun(ctx, root, reapers, id) }
-	if rec, _ := lc.Get(id); rec.State == "" || rec.State == lifecycle.Terminated {
+	if rec, gerr := lc.Get(id); gerr == nil && (rec.State == "" || rec.State == lifecycle.Terminated) {
 		err := free()
-		lc.Audit().Append(map[string]any{"event": "destroy", "run_id": id, "why": why, "error": errString(err)})
-		return err
+		aerr := lc.Audit().Append(map[string]any{"event": "destroy", "run_id": id, "why": why, "error": errString(err)})
+		return errors.Join(err, aerr)
 	}
+	lctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
 	// Destroy moves through why only where the state machine allows it
 	// (orphaned, expired); "killed" is not a state and is just recorded.
-	return lc.Destroy(ctx, id, lifecycle.State(why), free)
+	err := lc.Destroy(lctx, id, lifecycle.State(why), free)
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		return fmt.Errorf("%w: run %q: %v; its owner held the run lock for more than %v while creating or tearing it down: try again", errdefs.ErrConflict, id, err, wait)
+	}
+	return err
 }
 
 // Kill destroys run id now, whoever owns it: its sandbox is killed and all
@@ -60,15 +68,16 @@ func Kill(ctx context.Context, root string, reapers []engine.Reaper, id string) 
 	if err != nil {
 		return false, err
 	}
-	if rec, _ := lc.Get(id); rec.State == "" {
+	if rec, gerr := lc.Get(id); gerr == nil && rec.State == "" {
 		// No state: finished, never there, or its state was lost while its
 		// run directory remains.
 		if _, err := os.Stat(filepath.Join(root, "runs", id)); err != nil {
 			return true, nil
 		}
 	}
-	lc.Audit().Append(map[string]any{"event": "kill", "run_id": id, "by_pid": os.Getpid()})
-	return false, destroyRun(ctx, lc, root, reapers, id, "killed")
+	// A kill the audit log cannot record still kills, then fails.
+	aerr := lc.Audit().Append(map[string]any{"event": "kill", "run_id": id, "by_pid": os.Getpid()})
+	return false, errors.Join(destroyRun(ctx, lc, root, reapers, id, "killed", lockTimeout), aerr)
 }
 
 // RunInfo is one live run, as `airlock ps` shows it.

@@ -109,7 +109,7 @@ func Reap(ctx context.Context, root string, reapers []engine.Reaper, full bool) 
 			rep.Live++
 			continue
 		}
-		if err := destroyRun(ctx, lc, root, reapers, id, string(status)); err != nil {
+		if err := destroyRun(ctx, lc, root, reapers, id, string(status), lockTimeout); err != nil {
 			errs = append(errs, fmt.Errorf("reaping %q: %w", id, err))
 		}
 		rep.Reaped = append(rep.Reaped, id)

@@ -348,36 +348,42 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 		}
 	}()
 
-	// The client honours a context only while it dials an attach, so the
-	// bound is kept here; a late answer is closed.
+	// The attach and the wait stay open for the whole run, so their bound
+	// is on the answer, not their context; a late attach is closed.
 	type attachment struct {
 		r   types.HijackedResponse
 		err error
 	}
-	attached := make(chan attachment, 1)
-	go func() {
+	a, ok := within(e.setupTimeout, func() attachment {
 		r, err := e.cli.ContainerAttach(bg, id, container.AttachOptions{
 			Stream: true, Stdout: true, Stderr: true, Stdin: j.Stdin != nil,
 		})
-		attached <- attachment{r, err}
-	}()
-	var att types.HijackedResponse
-	select {
-	case a := <-attached:
-		if a.err != nil {
-			return engine.Exit{}, classify("attaching to sandbox", e.cli.DaemonHost(), a.err)
+		return attachment{r, err}
+	}, func(a attachment) {
+		if a.err == nil {
+			a.r.Close()
 		}
-		att = a.r
-	case <-time.After(e.setupTimeout):
-		go func() {
-			if a := <-attached; a.err == nil {
-				a.r.Close()
-			}
-		}()
+	})
+	if !ok {
 		return engine.Exit{}, e.tooSlow("attaching to sandbox")
 	}
+	if a.err != nil {
+		return engine.Exit{}, classify("attaching to sandbox", e.cli.DaemonHost(), a.err)
+	}
+	att := a.r
 	defer att.Close()
-	waitCh, waitErr := e.cli.ContainerWait(bg, id, container.WaitConditionNextExit)
+	type waiting struct {
+		ch   <-chan container.WaitResponse
+		errs <-chan error
+	}
+	wt, ok := within(e.setupTimeout, func() waiting {
+		ch, errs := e.cli.ContainerWait(bg, id, container.WaitConditionNextExit)
+		return waiting{ch, errs}
+	}, func(waiting) {})
+	if !ok {
+		return engine.Exit{}, e.tooSlow("waiting for sandbox")
+	}
+	waitCh, waitErr := wt.ch, wt.errs
 
 	copied := make(chan error, 1)
 	go func() {
@@ -505,6 +511,23 @@ func statsLost(err error) error {
 	return fmt.Errorf("%w: %v; without the run's cgroup counters airlock cannot tell an OOM kill or the pids limit from the program's own exit", errdefs.ErrInternal, err)
 }
 
+// within returns call's answer, or false once d has passed; an answer that
+// comes later goes to late.
+func within[T any](d time.Duration, call func() T, late func(T)) (T, bool) {
+	ch := make(chan T, 1)
+	go func() { ch <- call() }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case v := <-ch:
+		return v, true
+	case <-t.C:
+		go func() { late(<-ch) }()
+		var zero T
+		return zero, false
+	}
+}
+
 // tooSlow says dockerd did not answer a setup call in time.
 func (e *Engine) tooSlow(what string) error {
 	return fmt.Errorf("%s: %w: dockerd at %s did not answer within %v; check that it is healthy (`docker info`, its log) or restart it with `make setup`",
@@ -568,11 +591,11 @@ func hostPids(p isolation.Policy) int64 {
 
 // Runtime implements engine.Engine: the binary and flags dockerd has
 // registered for the mode, and dockerd's own version.
-func (e *Engine) Runtime(ctx context.Context, m isolation.Mode) engine.Runtime {
-	rt := engine.Runtime{Name: isolation.DockerRuntimes[m], Version: "unknown", Flags: []string{}}
+func (e *Engine) Runtime(ctx context.Context, m isolation.Mode) (engine.Runtime, error) {
+	rt := engine.Runtime{Name: isolation.DockerRuntimes[m], Flags: []string{}}
 	info, err := e.cli.Info(ctx)
 	if err != nil {
-		return rt
+		return rt, unavailable(e.cli.DaemonHost(), err)
 	}
 	path := rt.Name
 	if r, ok := info.Runtimes[rt.Name]; ok {
@@ -581,6 +604,10 @@ func (e *Engine) Runtime(ctx context.Context, m isolation.Mode) engine.Runtime {
 		}
 		rt.Flags = append(rt.Flags, r.Args...)
 	}
-	rt.Version = engine.BinaryVersion(ctx, path, "") + ", via dockerd " + info.ServerVersion
-	return rt
+	v, err := engine.BinaryVersion(ctx, path, "")
+	if err != nil {
+		return rt, fmt.Errorf("%w: cannot read the version of dockerd's runtime %q: %v; run `make setup`", errdefs.ErrUnavailable, rt.Name, err)
+	}
+	rt.Version = v + ", via dockerd " + info.ServerVersion
+	return rt, nil
 }

@@ -391,11 +391,18 @@ func runscFlags(logs string) []string {
 }
 
 // Runtime implements engine.Engine.
-func (e *Engine) Runtime(ctx context.Context, m isolation.Mode) engine.Runtime {
+func (e *Engine) Runtime(ctx context.Context, m isolation.Mode) (engine.Runtime, error) {
+	rt := engine.Runtime{Name: "runsc", Flags: []string{}}
+	bin := e.runsc
 	if m == isolation.Seccomp {
-		return engine.Runtime{Name: "runc", Version: engine.BinaryVersion(ctx, e.runc, filepath.Join(e.root, "cache")), Flags: []string{}}
+		rt.Name, bin = "runc", e.runc
+	} else {
+		rt.Flags = runscFlags("<bundle>/logs")
 	}
-	// Every run carries a seccomp profile, so runsc always gets --oci-seccomp.
-	flags := append([]string{"--network=none", "--oci-seccomp"}, engine.GVisorLogFlags("<bundle>/logs", "run")...)
-	return engine.Runtime{Name: "runsc", Version: engine.BinaryVersion(ctx, e.runsc, filepath.Join(e.root, "cache")), Flags: flags}
+	v, err := engine.BinaryVersion(ctx, bin, filepath.Join(e.root, "cache"))
+	if err != nil {
+		return rt, fmt.Errorf("%w: cannot read %s's version: %v; run `make setup`", errdefs.ErrUnavailable, rt.Name, err)
+	}
+	rt.Version = v
+	return rt, nil
 }

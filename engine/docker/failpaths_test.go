@@ -1,0 +1,226 @@
+package docker
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
+
+	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/isolation"
+)
+
+// fakeDockerd answers the Engine API calls a run makes. Each route maps a
+// request ("POST /containers/create") to a handler; anything else is a 500.
+// Calls are recorded in order.
+type fakeDockerd struct {
+	mu     sync.Mutex
+	calls  []string
+	routes map[string]http.HandlerFunc
+	quit   chan struct{} // closed when the test ends: hung handlers return
+}
+
+func (f *fakeDockerd) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p := r.URL.Path
+	if i := strings.Index(p[1:], "/"); strings.HasPrefix(p, "/v1.") && i > 0 {
+		p = p[i+1:]
+	}
+	key := r.Method + " " + p
+	f.mu.Lock()
+	f.calls = append(f.calls, key)
+	h := f.routes[key]
+	f.mu.Unlock()
+	switch {
+	case p == "/_ping":
+		w.Header().Set("API-Version", "1.41")
+		w.Write([]byte("OK"))
+	case h != nil:
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		go func() {
+			select {
+			case <-f.quit:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		h(w, r.WithContext(ctx))
+	default:
+		http.Error(w, `{"message":"not faked"}`, http.StatusInternalServerError)
+	}
+}
+
+func (f *fakeDockerd) called(key string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.calls {
+		if c == key {
+			return true
+		}
+	}
+	return false
+}
+
+func jsonReply(v any) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(v)
+	}
+}
+
+// hang answers only when the client gives up.
+func hang(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
+
+// stream answers at once, then sends nothing, as /events does.
+func stream(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusOK)
+	w.(http.Flusher).Flush()
+	<-r.Context().Done()
+}
+
+// goodInfo is a dockerd with airlock's runsc registered as setup does.
+var goodInfo = map[string]any{
+	"CgroupDriver": "systemd",
+	"Runtimes": map[string]any{
+		"airlock-runsc": map[string]any{"path": "/usr/local/bin/runsc", "runtimeArgs": []string{"--network=none", "--oci-seccomp", "--debug-log=/var/lib/airlock/sandbox-logs/%ID%/", "--debug-command=boot"}},
+	},
+}
+
+func startFake(t *testing.T, routes map[string]http.HandlerFunc) (*fakeDockerd, *Engine) {
+	t.Helper()
+	f := &fakeDockerd{routes: routes, quit: make(chan struct{})}
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(f.quit) })
+	e, err := New(WithHost("tcp://" + strings.TrimPrefix(srv.URL, "http://")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	e.setupTimeout = 200 * time.Millisecond
+	return f, e
+}
+
+func fakeJob() *engine.Job {
+	p := isolation.Default()
+	return &engine.Job{ID: "00112233445566778899", Image: digest.Digest("sha256:" + strings.Repeat("ab", 32)), Argv: []string{"true"}, Policy: p, Deadline: time.Now().Add(time.Hour)}
+}
+
+// runWithin runs the job and fails the test if Run outlives limit.
+func runWithin(t *testing.T, e *Engine, limit time.Duration) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.Run(context.Background(), fakeJob())
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(limit):
+		t.Fatalf("Run still waiting on dockerd after %v", limit)
+		return nil
+	}
+}
+
+func TestSetupCallsAreBounded(t *testing.T) {
+	const cid = "c0ffee"
+	upgrade := func(w http.ResponseWriter, r *http.Request) {
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		conn.Write([]byte("HTTP/1.1 101 UPGRADED\r\nContent-Type: application/vnd.docker.raw-stream\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n"))
+		<-r.Context().Done()
+		conn.Close()
+	}
+	for _, tc := range []struct {
+		name, hung, removed string
+		routes              map[string]http.HandlerFunc
+	}{
+		{"create", "POST /containers/create", "DELETE /containers/airlock-00112233445566778899", map[string]http.HandlerFunc{
+			"POST /containers/create": hang,
+		}},
+		{"attach", "POST /containers/" + cid + "/attach", "DELETE /containers/" + cid, map[string]http.HandlerFunc{
+			"POST /containers/" + cid + "/attach": hang,
+		}},
+		{"wait", "POST /containers/" + cid + "/wait", "DELETE /containers/" + cid, map[string]http.HandlerFunc{
+			"POST /containers/" + cid + "/attach": upgrade,
+			"POST /containers/" + cid + "/wait":   hang,
+		}},
+		{"start", "POST /containers/" + cid + "/start", "DELETE /containers/" + cid, map[string]http.HandlerFunc{
+			"POST /containers/" + cid + "/attach": upgrade,
+			"POST /containers/" + cid + "/wait":   stream,
+			"POST /containers/" + cid + "/start":  hang,
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			routes := map[string]http.HandlerFunc{
+				"GET /info":               jsonReply(goodInfo),
+				"POST /containers/create": jsonReply(map[string]any{"Id": cid}),
+				"GET /events":             stream,
+				"DELETE /containers/" + cid: func(w http.ResponseWriter, r *http.Request) {
+					w.WriteHeader(http.StatusNoContent)
+				},
+				"DELETE /containers/airlock-00112233445566778899": func(w http.ResponseWriter, r *http.Request) {
+					w.WriteHeader(http.StatusNoContent)
+				},
+			}
+			for k, h := range tc.routes {
+				routes[k] = h
+			}
+			f, e := startFake(t, routes)
+			err := runWithin(t, e, 10*time.Second)
+			if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "did not answer") {
+				t.Fatalf("error %v; want unavailable, saying dockerd did not answer", err)
+			}
+			if !f.called(tc.hung) || !f.called(tc.removed) {
+				t.Errorf("calls %v; want %q, then %q", f.calls, tc.hung, tc.removed)
+			}
+		})
+	}
+}
+
+// Without dockerd's facts a run cannot nest its cgroup or tell a sandbox
+// killed from outside: it must not start.
+func TestRunWithoutDaemonFactsCreatesNothing(t *testing.T) {
+	f, e := startFake(t, map[string]http.HandlerFunc{
+		"GET /info": func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, `{"message":"busy"}`, http.StatusInternalServerError)
+		},
+		"POST /containers/create": hang,
+	})
+	err := runWithin(t, e, 10*time.Second)
+	if !errdefs.IsUnavailable(err) {
+		t.Errorf("error %v; want unavailable", err)
+	}
+	if f.called("POST /containers/create") {
+		t.Error("a sandbox was created without dockerd's facts")
+	}
+}
+
+func TestGVisorWithoutSandboxLogsIsRefused(t *testing.T) {
+	info := map[string]any{
+		"CgroupDriver": "systemd",
+		"Runtimes": map[string]any{
+			"airlock-runsc": map[string]any{"path": "/usr/local/bin/runsc", "runtimeArgs": []string{"--network=none", "--oci-seccomp"}},
+		},
+	}
+	f, e := startFake(t, map[string]http.HandlerFunc{"GET /info": jsonReply(info), "POST /containers/create": hang})
+	if err := e.Check(context.Background(), fakeJob()); !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "--debug-log") {
+		t.Errorf("Check: %v; want unavailable, naming --debug-log", err)
+	}
+	if err := runWithin(t, e, 10*time.Second); !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "--debug-log") {
+		t.Errorf("Run: %v; want unavailable, naming --debug-log", err)
+	}
+	if f.called("POST /containers/create") {
+		t.Error("a sandbox was created without loss detection")
+	}
+}

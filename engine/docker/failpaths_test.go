@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/isolation"
+	"github.com/airlock-sandbox/airlock/seccomp"
 )
 
 // fakeDockerd answers the Engine API calls a run makes. Each route maps a
@@ -108,17 +109,27 @@ func startFake(t *testing.T, routes map[string]http.HandlerFunc) (*fakeDockerd, 
 	return f, e
 }
 
-func fakeJob() *engine.Job {
+func fakeJob(t *testing.T, m isolation.Mode) *engine.Job {
+	t.Helper()
 	p := isolation.Default()
+	p.Isolation = m
+	prof, err := seccomp.Load("default")
+	if err == nil && m == isolation.GVisor {
+		prof, err = seccomp.ForGVisor(prof)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Seccomp = &isolation.SeccompProfile{JSON: prof.Bytes(), Spec: prof.Spec(), SHA256: prof.SHA256()}
 	return &engine.Job{ID: "00112233445566778899", Image: digest.Digest("sha256:" + strings.Repeat("ab", 32)), Argv: []string{"true"}, Policy: p, Deadline: time.Now().Add(time.Hour)}
 }
 
 // runWithin runs the job and fails the test if Run outlives limit.
-func runWithin(t *testing.T, e *Engine, limit time.Duration) error {
+func runWithin(t *testing.T, e *Engine, m isolation.Mode, limit time.Duration) error {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() {
-		_, err := e.Run(context.Background(), fakeJob())
+		_, err := e.Run(context.Background(), fakeJob(t, m))
 		done <- err
 	}()
 	select {
@@ -177,7 +188,7 @@ func TestSetupCallsAreBounded(t *testing.T) {
 				routes[k] = h
 			}
 			f, e := startFake(t, routes)
-			err := runWithin(t, e, 10*time.Second)
+			err := runWithin(t, e, isolation.GVisor, 10*time.Second)
 			if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "did not answer") {
 				t.Fatalf("error %v; want unavailable, saying dockerd did not answer", err)
 			}
@@ -189,7 +200,7 @@ func TestSetupCallsAreBounded(t *testing.T) {
 }
 
 // Without dockerd's facts a run cannot nest its cgroup or tell a sandbox
-// killed from outside: it must not start.
+// killed from outside: it must not start, under either runtime.
 func TestRunWithoutDaemonFactsCreatesNothing(t *testing.T) {
 	f, e := startFake(t, map[string]http.HandlerFunc{
 		"GET /info": func(w http.ResponseWriter, r *http.Request) {
@@ -197,9 +208,10 @@ func TestRunWithoutDaemonFactsCreatesNothing(t *testing.T) {
 		},
 		"POST /containers/create": hang,
 	})
-	err := runWithin(t, e, 10*time.Second)
-	if !errdefs.IsUnavailable(err) {
-		t.Errorf("error %v; want unavailable", err)
+	for _, m := range []isolation.Mode{isolation.GVisor, isolation.Seccomp} {
+		if err := runWithin(t, e, m, 10*time.Second); !errdefs.IsUnavailable(err) {
+			t.Errorf("%s: error %v; want unavailable", m, err)
+		}
 	}
 	if f.called("POST /containers/create") {
 		t.Error("a sandbox was created without dockerd's facts")
@@ -214,10 +226,10 @@ func TestGVisorWithoutSandboxLogsIsRefused(t *testing.T) {
 		},
 	}
 	f, e := startFake(t, map[string]http.HandlerFunc{"GET /info": jsonReply(info), "POST /containers/create": hang})
-	if err := e.Check(context.Background(), fakeJob()); !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "--debug-log") {
+	if err := e.Check(context.Background(), fakeJob(t, isolation.GVisor)); !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "--debug-log") {
 		t.Errorf("Check: %v; want unavailable, naming --debug-log", err)
 	}
-	if err := runWithin(t, e, 10*time.Second); !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "--debug-log") {
+	if err := runWithin(t, e, isolation.GVisor, 10*time.Second); !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "--debug-log") {
 		t.Errorf("Run: %v; want unavailable, naming --debug-log", err)
 	}
 	if f.called("POST /containers/create") {

@@ -15,6 +15,7 @@ package oci
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -232,7 +233,7 @@ func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
 		exit.Killed = true
 	}
 	if exit.TimedOut || exit.Killed {
-		if waitErr, err = kill(bg, cg, cmd, done); err != nil {
+		if waitErr, err = kill(bg, cg, cmd, done, cleanupTimeout); err != nil {
 			return engine.Exit{}, err
 		}
 	}
@@ -290,11 +291,15 @@ func lost(cmd *exec.Cmd, native bool, runLogs string) error {
 
 // kill ends the sandbox: every process in its cgroup, then runsc run
 // itself if it lingers. It returns runsc's wait result.
-func kill(ctx context.Context, cg *cgroup.Group, cmd *exec.Cmd, done <-chan error) (error, error) {
-	deadline := time.After(cleanupTimeout)
+// It gives up after limit, saying why the kills failed.
+func kill(ctx context.Context, cg *cgroup.Group, cmd *exec.Cmd, done <-chan error, limit time.Duration) (error, error) {
+	deadline := time.After(limit)
+	var cgErr, pgErr error // the last failure of each kind
 	for {
 		kctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		cg.KillAll(kctx)
+		if err := cg.KillAll(kctx); err != nil {
+			cgErr = err
+		}
 		cancel()
 		select {
 		case err := <-done:
@@ -302,9 +307,15 @@ func kill(ctx context.Context, cg *cgroup.Group, cmd *exec.Cmd, done <-chan erro
 		case <-time.After(200 * time.Millisecond):
 			// The sandbox may not have joined its cgroup yet; runsc's own
 			// process group goes too.
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil && err != syscall.ESRCH {
+				pgErr = fmt.Errorf("killing process group %d: %w", cmd.Process.Pid, err)
+			}
 		case <-deadline:
-			return nil, fmt.Errorf("%w: sandbox did not exit %v after SIGKILL", errdefs.ErrInternal, cleanupTimeout)
+			why := "every kill was delivered"
+			if err := errors.Join(cgErr, pgErr); err != nil {
+				why = strings.ReplaceAll(err.Error(), "\n", "; ")
+			}
+			return nil, fmt.Errorf("%w: sandbox did not exit %v after SIGKILL (%s)", errdefs.ErrInternal, limit, why)
 		}
 	}
 }

@@ -18,6 +18,7 @@
 // the image it takes only Env and the working directory. CheckOCISpec runs
 // last and refuses any spec wider than the policy: a capability, a joined or
 // missing namespace, a hook, a writable root, a host mount other than
-// airlock's binds, or a dev.gvisor.* annotation, which runsc reads as
+// airlock's binds, a writable bind without noexec, or a dev.gvisor.*
+// annotation, which runsc reads as
 // configuration.
 package isolation

@@ -19,6 +19,5 @@
 // last and refuses any spec wider than the policy: a capability, a joined or
 // missing namespace, a hook, a writable root, a host mount other than
 // airlock's binds, a writable bind without noexec, or a dev.gvisor.*
-// annotation, which runsc reads as
-// configuration.
+// annotation, which runsc reads as configuration.
 package isolation

@@ -51,3 +51,14 @@ func TestJSONErrorAlsoOnStderr(t *testing.T) {
 		t.Errorf("stderr %q does not carry the error %q", c.stderr, msg)
 	}
 }
+
+// A zero limit is refused, never read as "the default".
+func TestZeroLimitsRefused(t *testing.T) {
+	for _, flag := range []string{"--timeout", "--memory", "--cpus", "--pids", "--output-limit", "--tmp-size", "--file-size", "--out-limit", "--input-limit"} {
+		c := airlock(nil, "run", flag, "0", "--", "true")
+		if c.code != 64 || !strings.Contains(c.stderr, flag) {
+			t.Errorf("%s 0: exit %d, stderr %q; want 64 naming the flag", flag, c.code, c.stderr)
+		}
+	}
+	noSandboxLeft(t)
+}

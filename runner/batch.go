@@ -51,8 +51,9 @@ type JobLimits struct {
 	Timeout string `json:"timeout,omitempty"`
 	Memory  string `json:"memory,omitempty"`
 	CPUs    string `json:"cpus,omitempty"`
-	Pids    int64  `json:"pids,omitempty"`
-	Output  string `json:"output,omitempty"`
+	// Pids is a pointer so that an explicit 0 is refused, not defaulted.
+	Pids   *int64 `json:"pids,omitempty"`
+	Output string `json:"output,omitempty"`
 }
 
 // BatchResult is one line of a batch's output: the job's id and its Result,
@@ -200,8 +201,18 @@ func (j Job) spec(base Spec) (Spec, error) {
 			return s, err
 		}
 	}
-	if j.Limits.Pids != 0 {
-		l.Pids = j.Limits.Pids
+	if j.Limits.Pids != nil {
+		l.Pids = *j.Limits.Pids
+	}
+	// A zero limit would read as "take the default": refuse it instead.
+	for name, zero := range map[string]bool{
+		"timeout": j.Limits.Timeout != "" && l.Timeout == 0, "memory": j.Limits.Memory != "" && l.Memory == 0,
+		"cpus": j.Limits.CPUs != "" && l.CPUs == 0, "output": j.Limits.Output != "" && l.Output == 0,
+		"pids": j.Limits.Pids != nil && l.Pids == 0,
+	} {
+		if zero {
+			return s, fmt.Errorf("limits.%s is 0: a limit of zero is neither \"unlimited\" nor \"the default\"; give a positive value, or leave it out", name)
+		}
 	}
 	return s, nil
 }

@@ -39,7 +39,7 @@ not json
 }
 
 func TestJobSpecLimits(t *testing.T) {
-	s, err := Job{ID: "x", Argv: []string{"true"}, Limits: JobLimits{Timeout: "2s", Memory: "64MiB", CPUs: "0.5", Pids: 32, Output: "4KiB"}}.spec(Spec{})
+	s, err := Job{ID: "x", Argv: []string{"true"}, Limits: JobLimits{Timeout: "2s", Memory: "64MiB", CPUs: "0.5", Pids: ptr(int64(32)), Output: "4KiB"}}.spec(Spec{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,5 +163,16 @@ func TestJobSpecKeepsBaseInputs(t *testing.T) {
 	sb, _ := Job{ID: "b", Inputs: []JobInput{{Host: "b"}}, inputRoot: root}.spec(base)
 	if len(sa.Inputs) != 2 || sa.Inputs[1].Host != "a" || sb.Inputs[1].Host != "b" {
 		t.Errorf("job a's inputs %+v, job b's %+v", sa.Inputs, sb.Inputs)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// A zero limit in a job line is refused, never read as the default.
+func TestJobZeroLimitsRefused(t *testing.T) {
+	for _, l := range []JobLimits{{Timeout: "0s"}, {Memory: "0"}, {CPUs: "0"}, {Output: "0"}, {Pids: ptr(int64(0))}} {
+		if _, err := (Job{ID: "x", Argv: []string{"true"}, Limits: l}).spec(Spec{}); err == nil {
+			t.Errorf("%+v: err %v, want a refusal of the zero limit", l, err)
+		}
 	}
 }

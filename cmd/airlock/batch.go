@@ -2,12 +2,14 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"text/tabwriter"
 	"time"
@@ -26,6 +28,8 @@ type batchFlags struct {
 	run      runFlags
 	parallel int
 	out      string
+	// inputRoot confines job inputs; default the jobs file's directory.
+	inputRoot string
 }
 
 func newBatchCmd(g *globals) *cobra.Command {
@@ -38,10 +42,12 @@ result per job to --out as each finishes. A job is one JSON object per line:
 
   {"id": "t1", "argv": ["python3", "-c", "print(6*7)"], "expected_stdout": "42\n",
    "image": "NAME@sha256:…", "env": ["K=V"], "stdin": "text",
-   "inputs": [{"host": "./data", "sandbox": "/work/data"}],
+   "inputs": [{"host": "data", "sandbox": "/work/data"}],
    "limits": {"timeout": "5s", "memory": "256MiB", "cpus": "1", "pids": 64, "output": "1MiB"}}
 
 Only id and argv are required; the run flags below are every job's defaults.
+A job's input hosts are relative paths beneath the jobs file's directory (or
+--input-root), never through a symlink, and never airlock's own state.
 Each result is the Result of 'airlock run --json' plus "job_id" and, when the
 job gave expected_stdout, "pass". A line that is not a valid job becomes a
 result with reason "error" and never stops the batch.
@@ -58,6 +64,7 @@ result, whatever the jobs did; 130 when interrupted (run it again to resume).`,
 	fl := cmd.Flags()
 	fl.IntVar(&f.parallel, "parallel", 1, "jobs to run at once")
 	fl.StringVar(&f.out, "out", "", "results file (JSON Lines), appended to; required")
+	fl.StringVar(&f.inputRoot, "input-root", "", "directory every job input must be beneath (default: the jobs file's directory)")
 	cmd.MarkFlagRequired("out")
 	addRunFlags(cmd, &f.run)
 	return cmd
@@ -125,7 +132,7 @@ func runBatch(cmd *cobra.Command, g *globals, f *batchFlags, path string) error 
 		}
 	}
 	start := time.Now()
-	runErr := r.RunBatch(cmd.Context(), jobs, runner.BatchOptions{Parallel: f.parallel, Base: base, Skip: done}, emit)
+	runErr := r.RunBatch(cmd.Context(), jobs, runner.BatchOptions{Parallel: f.parallel, Base: base, Skip: done, InputRoot: cmp.Or(f.inputRoot, filepath.Dir(path))}, emit)
 	bar.Finish()
 	if err := w.Flush(); err != nil {
 		return fmt.Errorf("writing results: %w", err)

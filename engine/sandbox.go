@@ -1,0 +1,94 @@
+package engine
+
+import (
+	"context"
+	"io"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/airlock-sandbox/airlock/isolation"
+)
+
+// The sandbox-shaped contract, after runsc's create/start/exec/delete and
+// containerd's container → task → process: a sandbox is created once from
+// a policy, runs many processes, and is destroyed once. Files move in and
+// out on the host side, through the directories airlock mounts (see
+// Mount), never through the engine.
+//
+// Rules every Sandboxer keeps, besides the Engine's:
+//   - Create returns only once the sandbox runs its idle init and no user
+//     program; on any error it leaves nothing behind.
+//   - A process's timeout kills it and every process it started; the
+//     sandbox stays usable.
+//   - A sandbox that ended from outside airlock makes every later call
+//     fail with ErrSandboxLost; one that airlock destroyed, or that never
+//     existed, with errdefs.ErrNotFound.
+//   - Destroy is idempotent and frees everything: runtime state, cgroups,
+//     mounts the engine made.
+
+// SandboxSpec describes a sandbox to create: everything of a Job but the
+// program.
+type SandboxSpec struct {
+	// ID names the sandbox; unique, never reused.
+	ID string
+	// Image is the image ID (sha256 of its config).
+	Image  digest.Digest
+	Policy isolation.Policy
+	// Env holds "K=V" entries every process starts with.
+	Env []string
+	// Mounts are airlock's own directories: the workspace, /out, staged
+	// inputs. Nothing else from the host is ever mounted.
+	Mounts []Mount
+	// Workdir is the processes' default working directory.
+	Workdir string
+	// Owner and Deadline label the sandbox so that a sweep can find it;
+	// Deadline is the hard end of its life (its TTL).
+	Owner    string
+	Deadline time.Time
+}
+
+// Process is one program run in a live sandbox.
+type Process struct {
+	// Argv is the program and its arguments, run without a shell.
+	Argv []string
+	// Env is added to the sandbox's environment; later entries win.
+	Env []string
+	// Workdir is the working directory; empty keeps the sandbox's.
+	Workdir string
+	// Stdin feeds the program; nil means its stdin is closed.
+	Stdin io.Reader
+	// Stdout and Stderr receive the output as it arrives; they must not
+	// block for long.
+	Stdout, Stderr io.Writer
+	// Timeout is the wall-clock limit from the process's start; zero takes
+	// the policy's.
+	Timeout time.Duration
+	// Detach starts the process in the background: Exec returns once it
+	// runs, and it lives until the sandbox ends. Its output is discarded.
+	Detach bool
+}
+
+// Sandbox is one live sandbox.
+type Sandbox interface {
+	ID() string
+	// Exec runs p to its end (or, detached, to its start). The program's
+	// outcome is the Exit; an error means the engine failed or the sandbox
+	// is gone.
+	Exec(ctx context.Context, p *Process) (Exit, error)
+	// Destroy kills every process and frees the sandbox. Destroying one
+	// that is already gone succeeds.
+	Destroy(ctx context.Context) error
+}
+
+// Sandboxer is an engine whose sandboxes outlive one program.
+type Sandboxer interface {
+	Engine
+	// CheckSandbox verifies, before anything is created, that the engine
+	// can create s: the image is present and the runtime registered.
+	CheckSandbox(ctx context.Context, s *SandboxSpec) error
+	// Create makes and starts a sandbox that runs an idle init.
+	Create(ctx context.Context, s *SandboxSpec) (Sandbox, error)
+	// Open reconnects to a live sandbox made by any airlock process.
+	Open(ctx context.Context, id string) (Sandbox, error)
+}

@@ -1,0 +1,628 @@
+package docker
+
+// Long-lived sandboxes (engine.Sandboxer). The container's process 1 is
+// airlock's helper (sandbox_helper.go), bind-mounted read-only from the
+// host: an idle init that runs no user program and lets the kernel reap
+// orphans. Every exec runs under the same helper, which makes it a session
+// leader and reports its pid, so that a timeout can kill its whole process
+// group through a second exec of the helper; dockerd has no API to signal
+// an exec. This works alike under runsc and runc, and needs nothing from
+// the image.
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/internal/cgroup"
+	"github.com/airlock-sandbox/airlock/isolation"
+)
+
+// LabelTimeout carries a sandbox's default exec timeout, so that a process
+// that opens the sandbox later applies the same policy.
+const LabelTimeout = "airlock.timeout"
+
+// helperTarget is where the helper appears inside a sandbox.
+const helperTarget = "/.airlock-helper"
+
+// killWait bounds the helper's kill of a process group and the end of the
+// exec's stream after it.
+const killWait = 10 * time.Second
+
+// CheckSandbox implements engine.Sandboxer with Check's checks.
+func (e *Engine) CheckSandbox(ctx context.Context, s *engine.SandboxSpec) error {
+	if _, err := helperBytes(); err != nil {
+		return err
+	}
+	return e.Check(ctx, &engine.Job{ID: s.ID, Image: s.Image, Policy: s.Policy})
+}
+
+// helperBytes is the helper for the host's architecture.
+func helperBytes() ([]byte, error) {
+	if runtime.GOARCH != "amd64" {
+		return nil, fmt.Errorf("%w: long-lived sandboxes on the docker engine need airlock's sandbox init, which is built for amd64 only; this host is %s: use `airlock run`",
+			errdefs.ErrNotImplemented, runtime.GOARCH)
+	}
+	return helperAMD64, nil
+}
+
+// helperDir is the host directory the helper is written into: private to
+// the user airlock runs as.
+func helperDir() (string, error) {
+	if os.Geteuid() == 0 {
+		return "/run/airlock", nil
+	}
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(d, "airlock"), nil
+}
+
+// installHelper writes the helper into helperDir under its content's hash,
+// or checks the copy already there, and returns its path. Anything else at
+// that path (a link, another owner, other bytes, a writable mode) is
+// replaced.
+func installHelper() (string, error) {
+	b, err := helperBytes()
+	if err != nil {
+		return "", err
+	}
+	dir, err := helperDir()
+	if err != nil {
+		return "", fmt.Errorf("%w: finding a directory for the sandbox init: %v", errdefs.ErrUnavailable, err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("%w: creating %s for the sandbox init: %v", errdefs.ErrUnavailable, dir, err)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	st, _ := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || st == nil || int(st.Uid) != os.Geteuid() || fi.Mode().Perm()&0o022 != 0 {
+		return "", fmt.Errorf("%w: %s must be a directory owned by uid %d and writable by it alone; remove it and retry",
+			errdefs.ErrUnavailable, dir, os.Geteuid())
+	}
+	sum := sha256.Sum256(b)
+	path := filepath.Join(dir, "sandbox-init-"+hex.EncodeToString(sum[:8]))
+	if helperIntact(path, b) {
+		return path, nil
+	}
+	f, err := os.CreateTemp(dir, ".sandbox-init-*")
+	if err != nil {
+		return "", fmt.Errorf("%w: writing the sandbox init: %v", errdefs.ErrUnavailable, err)
+	}
+	defer os.Remove(f.Name())
+	_, werr := f.Write(b)
+	cerr := f.Close()
+	if err := errors.Join(werr, cerr, os.Chmod(f.Name(), 0o555), os.Rename(f.Name(), path)); err != nil {
+		return "", fmt.Errorf("%w: writing the sandbox init: %v", errdefs.ErrUnavailable, err)
+	}
+	return path, nil
+}
+
+// helperIntact reports whether path is a regular file of ours, mode 0555,
+// holding exactly b.
+func helperIntact(path string, b []byte) bool {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o555 || fi.Size() != int64(len(b)) {
+		return false
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Geteuid() {
+		return false
+	}
+	got := make([]byte, len(b)+1)
+	n, _ := io.ReadFull(f, got)
+	return n == len(b) && bytes.Equal(got[:n], b)
+}
+
+// Create implements engine.Sandboxer.
+func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (sb engine.Sandbox, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if _, ok := isolation.DockerRuntimes[s.Policy.Isolation]; !ok {
+		return nil, fmt.Errorf("%w: isolation %q is not available on the docker engine yet; use --isolation %s",
+			errdefs.ErrInvalidArgument, s.Policy.Isolation, isolation.GVisor)
+	}
+	helper, err := installHelper()
+	if err != nil {
+		return nil, err
+	}
+	facts, err := e.facts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// Every step below undoes itself if a later one fails.
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+	bg := context.WithoutCancel(ctx)
+	var cg *cgroup.Group
+	if facts.cgroupfs && os.Geteuid() == 0 {
+		l := s.Policy.Limits
+		cg, err = cgroup.New(s.ID, cgroup.Limits{Memory: int64(l.Memory), MilliCPUs: int64(l.CPUs), Pids: hostPids(s.Policy)})
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+		}
+		undo = append(undo, func() {
+			dctx, cancel := context.WithTimeout(bg, cleanupTimeout)
+			defer cancel()
+			if err := cg.Delete(dctx); err != nil {
+				e.log.Warn("deleting cgroup", "sandbox_id", s.ID, "err", err)
+			}
+		})
+	}
+	djob := isolation.DockerJob{
+		Image: s.Image.String(),
+		Argv:  []string{helperTarget},
+		Env:   s.Env,
+		Labels: map[string]string{
+			LabelID:       s.ID,
+			LabelOwner:    s.Owner,
+			LabelDeadline: s.Deadline.UTC().Format(time.RFC3339),
+			LabelTimeout:  s.Policy.Limits.Timeout.String(),
+		},
+		Binds:   append(engine.Binds(s.Mounts), isolation.Bind{Source: helper, Target: helperTarget, ReadOnly: true}),
+		Workdir: s.Workdir,
+	}
+	if cg != nil {
+		djob.CgroupParent = cg.Path()
+	}
+	cfg, host, netcfg, err := isolation.DockerConfig(s.Policy, djob)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
+	}
+	// Nothing attaches to the init.
+	cfg.AttachStdout, cfg.AttachStderr = false, false
+	log := e.log.With("sandbox_id", s.ID, "image_digest", s.Image.String(), "runtime", host.Runtime)
+
+	name := "airlock-" + s.ID
+	remove := func(ref string) {
+		rctx, cancel := context.WithTimeout(bg, cleanupTimeout)
+		defer cancel()
+		if err := e.cli.ContainerRemove(rctx, ref, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !errdefs.IsNotFound(err) {
+			log.Warn("removing sandbox", "container", ref, "err", err)
+		}
+	}
+	cctx, cancel := context.WithTimeout(bg, e.setupTimeout)
+	created, err := e.cli.ContainerCreate(cctx, cfg, host, netcfg, nil, name)
+	cancel()
+	if err != nil {
+		if errors.Is(cctx.Err(), context.DeadlineExceeded) {
+			remove(name) // dockerd may create it yet
+			return nil, e.tooSlow("creating sandbox")
+		}
+		return nil, classify("creating sandbox", e.cli.DaemonHost(), err)
+	}
+	cid := created.ID
+	undo = append(undo, func() { remove(cid) })
+	if s.Policy.Isolation == isolation.GVisor {
+		if dir := facts.sandboxLogDir(cid); dir != "" {
+			undo = append(undo, func() { os.RemoveAll(dir) })
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithTimeout(bg, e.setupTimeout)
+	err = e.cli.ContainerStart(sctx, cid, container.StartOptions{})
+	cancel()
+	if err != nil {
+		if errors.Is(sctx.Err(), context.DeadlineExceeded) {
+			return nil, e.tooSlow("starting sandbox")
+		}
+		return nil, classify("starting sandbox", e.cli.DaemonHost(), err)
+	}
+	log.Debug("sandbox created", "container", cid)
+	return &sandbox{e: e, id: s.ID, cid: cid, user: cfg.User, timeout: s.Policy.Limits.Timeout, gvisor: s.Policy.Isolation == isolation.GVisor}, nil
+}
+
+// Open implements engine.Sandboxer: it finds the sandbox's container by its
+// id label.
+func (e *Engine) Open(ctx context.Context, id string) (engine.Sandbox, error) {
+	lctx, cancel := context.WithTimeout(ctx, e.setupTimeout)
+	defer cancel()
+	list, err := e.cli.ContainerList(lctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", LabelID+"="+id))})
+	if err != nil {
+		return nil, classify("finding sandbox", e.cli.DaemonHost(), err)
+	}
+	if len(list) == 0 {
+		return nil, notFound(id)
+	}
+	if len(list) > 1 {
+		return nil, fmt.Errorf("%w: %d containers carry sandbox id %q; remove them with `airlock reap`", errdefs.ErrInternal, len(list), id)
+	}
+	c, err := e.cli.ContainerInspect(lctx, list[0].ID)
+	if errdefs.IsNotFound(err) {
+		return nil, notFound(id)
+	}
+	if err != nil {
+		return nil, classify("inspecting sandbox", e.cli.DaemonHost(), err)
+	}
+	if c.Config == nil || c.HostConfig == nil || c.State == nil || c.Config.Labels[LabelTimeout] == "" {
+		return nil, fmt.Errorf("%w: container %s of %q is not a long-lived sandbox", errdefs.ErrNotFound, c.ID, id)
+	}
+	timeout, err := time.ParseDuration(c.Config.Labels[LabelTimeout])
+	if err != nil || timeout <= 0 {
+		return nil, fmt.Errorf("%w: sandbox %q has a bad %s label %q", errdefs.ErrInternal, id, LabelTimeout, c.Config.Labels[LabelTimeout])
+	}
+	s := &sandbox{e: e, id: id, cid: c.ID, user: c.Config.User, timeout: timeout,
+		gvisor: c.HostConfig.Runtime == isolation.DockerRuntimes[isolation.GVisor]}
+	if !c.State.Running {
+		return nil, s.lost(c.State)
+	}
+	return s, nil
+}
+
+func notFound(id string) error {
+	return fmt.Errorf("%w: no sandbox %q: it was destroyed or never existed (`airlock sandbox ls` lists the live ones)", errdefs.ErrNotFound, id)
+}
+
+// sandbox is one live container.
+type sandbox struct {
+	e       *Engine
+	id, cid string
+	user    string // the policy's uid:gid, for every exec
+	timeout time.Duration
+	gvisor  bool
+
+	mu        sync.Mutex
+	destroyed bool
+}
+
+func (s *sandbox) ID() string { return s.id }
+
+func (s *sandbox) gone() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.destroyed
+}
+
+// lost is the error for a container that ended without airlock asking.
+func (s *sandbox) lost(st *container.State) error {
+	how := "it is no longer running"
+	if st != nil {
+		how = fmt.Sprintf("its container is %s (exit %d)", st.Status, st.ExitCode)
+		if st.OOMKilled {
+			how += ", killed by the OOM killer"
+		}
+	}
+	return engine.Lost("sandbox %q ended from outside airlock: %s (`docker kill`, dockerd restarting, or its runtime process killed); destroy it with `airlock sandbox rm %s`", s.id, how, s.id)
+}
+
+// check classifies a failed call on the container: destroyed by airlock,
+// removed or stopped from outside, or dockerd unreachable.
+func (s *sandbox) check(ctx context.Context, what string, err error) error {
+	if s.gone() {
+		return notFound(s.id)
+	}
+	st, ierr := s.inspect(ctx)
+	switch {
+	case errdefs.IsNotFound(ierr):
+		return engine.Lost("sandbox %q was removed from outside airlock", s.id)
+	case ierr != nil:
+		return classify(what, s.e.cli.DaemonHost(), err)
+	case !st.Running:
+		return s.lost(st)
+	}
+	return classify(what, s.e.cli.DaemonHost(), err)
+}
+
+func (s *sandbox) inspect(ctx context.Context) (*container.State, error) {
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.e.setupTimeout)
+	defer cancel()
+	c, err := s.e.cli.ContainerInspect(ictx, s.cid)
+	if err != nil {
+		return nil, err
+	}
+	if c.State == nil {
+		return nil, fmt.Errorf("%w: dockerd reported no state for sandbox %q", errdefs.ErrInternal, s.id)
+	}
+	return c.State, nil
+}
+
+// Exec implements engine.Sandbox.
+func (s *sandbox) Exec(ctx context.Context, p *engine.Process) (engine.Exit, error) {
+	if s.gone() {
+		return engine.Exit{}, notFound(s.id)
+	}
+	if err := ctx.Err(); err != nil {
+		return engine.Exit{}, err
+	}
+	if len(p.Argv) == 0 || p.Argv[0] == "" {
+		return engine.Exit{}, fmt.Errorf("%w: no command given", errdefs.ErrInvalidArgument)
+	}
+	timeout := p.Timeout
+	if timeout <= 0 {
+		timeout = s.timeout
+	}
+	bg := context.WithoutCancel(ctx)
+	opts := container.ExecOptions{
+		User:         s.user,
+		Privileged:   false,
+		Env:          p.Env,
+		WorkingDir:   p.Workdir,
+		Cmd:          append([]string{helperTarget, "x"}, p.Argv...),
+		AttachStdin:  p.Stdin != nil && !p.Detach,
+		AttachStdout: !p.Detach,
+		AttachStderr: !p.Detach,
+	}
+	cctx, cancel := context.WithTimeout(bg, s.e.setupTimeout)
+	created, err := s.e.cli.ContainerExecCreate(cctx, s.cid, opts)
+	cancel()
+	if err != nil {
+		return engine.Exit{}, s.check(bg, "creating exec", err)
+	}
+	started := time.Now()
+	if p.Detach {
+		sctx, cancel := context.WithTimeout(bg, s.e.setupTimeout)
+		err := s.e.cli.ContainerExecStart(sctx, created.ID, container.ExecStartOptions{Detach: true})
+		cancel()
+		if err != nil {
+			return engine.Exit{}, s.check(bg, "starting exec", err)
+		}
+		return engine.Exit{Started: started, Finished: started}, nil
+	}
+	type attachment struct {
+		r   types.HijackedResponse
+		err error
+	}
+	a, ok := within(s.e.setupTimeout, func() attachment {
+		r, err := s.e.cli.ContainerExecAttach(bg, created.ID, container.ExecAttachOptions{})
+		return attachment{r, err}
+	}, func(a attachment) {
+		if a.err == nil {
+			a.r.Close()
+		}
+	})
+	if !ok {
+		return engine.Exit{}, s.e.tooSlow("starting exec")
+	}
+	if a.err != nil {
+		return engine.Exit{}, s.check(bg, "starting exec", a.err)
+	}
+	att := a.r
+	defer att.Close()
+	stderr := &pidReader{w: p.Stderr, got: make(chan int32, 1)}
+	copied := make(chan error, 1)
+	go func() {
+		_, err := stdcopy.StdCopy(orDiscard(p.Stdout), stderr, att.Reader)
+		copied <- err
+	}()
+	if p.Stdin != nil {
+		go func() {
+			io.Copy(att.Conn, p.Stdin)
+			att.CloseWrite()
+		}()
+	} else {
+		att.CloseWrite()
+	}
+
+	var exit engine.Exit
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var streamErr error
+	select {
+	case streamErr = <-copied:
+	case <-timer.C:
+		exit.TimedOut = true
+	case <-ctx.Done():
+		exit.Killed = true
+	}
+	if exit.TimedOut || exit.Killed {
+		if err := s.killGroup(bg, stderr.got); err != nil {
+			return engine.Exit{}, err
+		}
+		select {
+		case streamErr = <-copied:
+		case <-time.After(killWait):
+			att.Close()
+			<-copied
+			return engine.Exit{}, fmt.Errorf("%w: the output of a killed exec in sandbox %q did not end within %v", errdefs.ErrInternal, s.id, killWait)
+		}
+	}
+	exit.Started, exit.Finished = started, time.Now()
+	ins, err := s.execEnd(bg, created.ID)
+	if err != nil {
+		return engine.Exit{}, s.check(bg, "inspecting exec", err)
+	}
+	exit.Code = ins.ExitCode
+	if streamErr != nil || ins.ExitCode < 0 || (ins.ExitCode >= 128 && !exit.TimedOut && !exit.Killed) {
+		// A kill from outside ends the exec by a signal too: only the
+		// container's state tells it from the program's own.
+		if err := s.alive(bg); err != nil {
+			return engine.Exit{}, err
+		}
+	}
+	if streamErr != nil && !errors.Is(streamErr, io.EOF) {
+		return engine.Exit{}, classify("reading exec output", s.e.cli.DaemonHost(), streamErr)
+	}
+	return exit, nil
+}
+
+// alive returns an ErrSandboxLost error if the container stopped; dockerd
+// may learn of a container's end a moment after that of its exec.
+func (s *sandbox) alive(ctx context.Context) error {
+	for i := 0; ; i++ {
+		st, err := s.inspect(ctx)
+		if errdefs.IsNotFound(err) {
+			if s.gone() {
+				return notFound(s.id)
+			}
+			return engine.Lost("sandbox %q was removed from outside airlock", s.id)
+		}
+		if err != nil {
+			return engine.Lost("dockerd did not answer after an exec in sandbox %q ended abnormally (%v): it stopped or restarted", s.id, err)
+		}
+		if !st.Running {
+			return s.lost(st)
+		}
+		if i == 2 {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// execEnd waits for dockerd to record the exec's end: its stream can close
+// a moment before.
+func (s *sandbox) execEnd(ctx context.Context, execID string) (container.ExecInspect, error) {
+	deadline := time.Now().Add(killWait)
+	for {
+		ictx, cancel := context.WithTimeout(ctx, s.e.setupTimeout)
+		ins, err := s.e.cli.ContainerExecInspect(ictx, execID)
+		cancel()
+		if err != nil || !ins.Running {
+			return ins, err
+		}
+		if time.Now().After(deadline) {
+			return ins, fmt.Errorf("%w: dockerd still reports exec %s as running %v after its output ended", errdefs.ErrInternal, execID, killWait)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// killGroup SIGKILLs the process group of the exec whose pid arrives on
+// got, through the helper in a second exec.
+func (s *sandbox) killGroup(ctx context.Context, got <-chan int32) error {
+	var pid int32
+	select {
+	case pid = <-got:
+	case <-time.After(killWait):
+		return fmt.Errorf("%w: the exec in sandbox %q never reported its pid, so airlock cannot kill it; destroy the sandbox", errdefs.ErrInternal, s.id)
+	}
+	var in [4]byte
+	binary.NativeEndian.PutUint32(in[:], uint32(pid))
+	kctx, cancel := context.WithTimeout(ctx, killWait)
+	defer cancel()
+	created, err := s.e.cli.ContainerExecCreate(kctx, s.cid, container.ExecOptions{
+		User: s.user, Cmd: []string{helperTarget, "k"}, AttachStdin: true, AttachStdout: true, AttachStderr: true,
+	})
+	if err != nil {
+		return s.check(ctx, "killing exec", err)
+	}
+	att, err := s.e.cli.ContainerExecAttach(kctx, created.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return s.check(ctx, "killing exec", err)
+	}
+	defer att.Close()
+	if _, err := att.Conn.Write(in[:]); err != nil {
+		return s.check(ctx, "killing exec", err)
+	}
+	att.CloseWrite()
+	io.Copy(io.Discard, att.Reader)
+	ins, err := s.execEnd(kctx, created.ID)
+	if err != nil {
+		return s.check(ctx, "killing exec", err)
+	}
+	if ins.ExitCode != 0 {
+		if err := s.alive(ctx); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: killing the timed-out process group %d in sandbox %q failed (helper exit %d); destroy the sandbox", errdefs.ErrInternal, pid, s.id, ins.ExitCode)
+	}
+	return nil
+}
+
+// pidReader passes stderr on, less the 4 bytes of pid the helper writes
+// first.
+type pidReader struct {
+	w    io.Writer
+	got  chan int32
+	head []byte
+}
+
+func (r *pidReader) Write(b []byte) (int, error) {
+	n := len(b)
+	if len(r.head) < 4 {
+		k := min(4-len(r.head), len(b))
+		r.head = append(r.head, b[:k]...)
+		b = b[k:]
+		if len(r.head) == 4 {
+			r.got <- int32(binary.NativeEndian.Uint32(r.head))
+		}
+	}
+	if len(b) > 0 && r.w != nil {
+		if _, err := r.w.Write(b); err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
+}
+
+func orDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}
+
+// Destroy implements engine.Sandbox: the container with its volumes, its
+// sandbox log and its cgroup. Concurrent Destroys, from any process, all
+// succeed once everything is gone.
+func (s *sandbox) Destroy(ctx context.Context) error {
+	s.mu.Lock()
+	s.destroyed = true
+	s.mu.Unlock()
+	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	var errs []error
+	for {
+		err := s.e.cli.ContainerRemove(bg, s.cid, container.RemoveOptions{Force: true, RemoveVolumes: true})
+		if err == nil || errdefs.IsNotFound(err) {
+			break
+		}
+		// Another Destroy is removing it: wait for it to be gone.
+		if !errdefs.IsConflict(err) || bg.Err() != nil {
+			errs = append(errs, classify("removing sandbox", s.e.cli.DaemonHost(), err))
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if s.gvisor {
+		if f, err := s.e.facts(bg); err == nil {
+			if dir := f.sandboxLogDir(s.cid); dir != "" {
+				os.RemoveAll(dir)
+			}
+		}
+	}
+	if err := cgroup.Remove(bg, s.id); err != nil {
+		errs = append(errs, fmt.Errorf("removing the cgroup of sandbox %q: %w", s.id, err))
+	}
+	return errors.Join(errs...)
+}
+
+var (
+	_ engine.Sandboxer = (*Engine)(nil)
+	_ engine.Sandbox   = (*sandbox)(nil)
+)

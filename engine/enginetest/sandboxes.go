@@ -1,0 +1,392 @@
+// Package enginetest is the conformance suite every engine.Sandboxer
+// passes, in every isolation mode, against the real runtime: one table of
+// cases, as containerd's snapshotter testsuite.
+package enginetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
+
+	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/isolation"
+)
+
+// Harness is what the suite needs to know of an engine besides its
+// Sandboxer.
+type Harness struct {
+	// Policy is the sandboxes' policy; its Isolation is the mode under test.
+	Policy isolation.Policy
+	// KillSandbox kills the runtime's sandbox process with SIGKILL, from
+	// outside, as a crash or an operator would.
+	KillSandbox func(t *testing.T, id string)
+	// Leftovers lists what the engine still holds for id on the host:
+	// runtime containers, cgroups, mounts, directories. Empty once
+	// destroyed.
+	Leftovers func(t *testing.T, id string) []string
+	// BareExec, when set, is the runtime's own command that runs `true` in
+	// sandbox id, for the exec latency figure beside the Go API's.
+	BareExec func(id string) *exec.Cmd
+}
+
+// Sandboxes runs the suite: every case creates its own sandboxes from
+// image (a busybox image: sh, echo, cat, ps, nc, sleep) with newEngine's
+// engine and destroys them.
+func Sandboxes(t *testing.T, newEngine func(t *testing.T) engine.Sandboxer, image digest.Digest, h Harness) {
+	for _, c := range []struct {
+		name string
+		fn   func(t *testing.T, s *suite)
+	}{
+		{"ExecMany", testExecMany},
+		{"Confined", testConfined},
+		{"StatePersists", testStatePersists},
+		{"EnvAndWorkdir", testEnvAndWorkdir},
+		{"Stdin", testStdin},
+		{"ExitCodes", testExitCodes},
+		{"TimeoutKillsDescendants", testTimeout},
+		{"DetachServer", testDetach},
+		{"Isolated", testIsolated},
+		{"Reopen", testReopen},
+		{"Lost", testLost},
+		{"Destroy", testDestroy},
+		{"OpenUnknown", testOpenUnknown},
+		{"ExecLatency", testLatency},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.fn(t, &suite{e: newEngine(t), image: image, h: h, newEngine: newEngine})
+		})
+	}
+}
+
+type suite struct {
+	e         engine.Sandboxer
+	newEngine func(t *testing.T) engine.Sandboxer
+	image     digest.Digest
+	h         Harness
+}
+
+var seq struct {
+	sync.Mutex
+	n int
+}
+
+// create makes a sandbox that is destroyed, and checked freed, when the
+// test ends.
+func (s *suite) create(t *testing.T, env ...string) engine.Sandbox {
+	t.Helper()
+	seq.Lock()
+	seq.n++
+	id := fmt.Sprintf("enginetest-%d-%d", time.Now().UnixNano()%1e9, seq.n)
+	seq.Unlock()
+	ctx := context.Background()
+	spec := &engine.SandboxSpec{ID: id, Image: s.image, Policy: s.h.Policy, Env: env, Owner: "enginetest", Deadline: time.Now().Add(time.Hour)}
+	if err := s.e.CheckSandbox(ctx, spec); err != nil {
+		t.Fatalf("CheckSandbox: %v", err)
+	}
+	sb, err := s.e.Create(ctx, spec)
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	if sb.ID() != id {
+		t.Fatalf("ID() = %q; want %q", sb.ID(), id)
+	}
+	t.Cleanup(func() {
+		if err := sb.Destroy(context.Background()); err != nil {
+			t.Errorf("Destroy %s: %v", id, err)
+		}
+		if left := s.h.Leftovers(t, id); len(left) > 0 {
+			t.Errorf("sandbox %s destroyed, but left: %v", id, left)
+		}
+	})
+	return sb
+}
+
+type result struct {
+	engine.Exit
+	stdout, stderr string
+}
+
+func run(t *testing.T, sb engine.Sandbox, p engine.Process) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	p.Stdout, p.Stderr = &out, &errb
+	if p.Timeout == 0 {
+		p.Timeout = 30 * time.Second
+	}
+	x, err := sb.Exec(context.Background(), &p)
+	if err != nil {
+		t.Fatalf("Exec %q: %v", p.Argv, err)
+	}
+	return result{x, out.String(), errb.String()}
+}
+
+func sh(script string) []string { return []string{"sh", "-c", script} }
+
+func testExecMany(t *testing.T, s *suite) {
+	sb := s.create(t)
+	for i := 0; i < 20; i++ {
+		r := run(t, sb, engine.Process{Argv: sh(fmt.Sprintf("echo out%d; echo err%d >&2; exit %d", i, i, i%3))})
+		if r.stdout != fmt.Sprintf("out%d\n", i) || r.stderr != fmt.Sprintf("err%d\n", i) || r.Code != i%3 || r.TimedOut {
+			t.Fatalf("exec %d: code %d, stdout %q, stderr %q, timed out %v", i, r.Code, r.stdout, r.stderr, r.TimedOut)
+		}
+		if r.Started.IsZero() || r.Finished.Before(r.Started) {
+			t.Fatalf("exec %d: started %v, finished %v", i, r.Started, r.Finished)
+		}
+	}
+}
+
+// An exec is as confined as the sandbox: the policy's user, no
+// capabilities, no new privileges, the seccomp filter, a read-only root.
+func testConfined(t *testing.T, s *suite) {
+	sb := s.create(t)
+	r := run(t, sb, engine.Process{Argv: sh("id -u; id -g; grep -E '^(CapEff|CapBnd|CapPrm|NoNewPrivs|Seccomp):' /proc/self/status; touch /x 2>/dev/null && echo root writable")})
+	want := fmt.Sprintf("%d\n%d\n", s.h.Policy.UID, s.h.Policy.GID)
+	if !strings.HasPrefix(r.stdout, want) {
+		t.Errorf("exec runs as %q; want %q", r.stdout, want)
+	}
+	for _, line := range []string{"CapEff:\t0000000000000000", "CapPrm:\t0000000000000000", "CapBnd:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"} {
+		if !strings.Contains(r.stdout, line+"\n") {
+			t.Errorf("exec's status lacks %q:\n%s", line, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, "root writable") {
+		t.Errorf("exec can write the root")
+	}
+}
+
+func testStatePersists(t *testing.T, s *suite) {
+	sb := s.create(t)
+	run(t, sb, engine.Process{Argv: sh("echo kept > /tmp/state")})
+	if r := run(t, sb, engine.Process{Argv: []string{"cat", "/tmp/state"}}); r.stdout != "kept\n" || r.Code != 0 {
+		t.Fatalf("cat /tmp/state: code %d, %q %q; want kept", r.Code, r.stdout, r.stderr)
+	}
+}
+
+func testEnvAndWorkdir(t *testing.T, s *suite) {
+	sb := s.create(t, "SANDBOX_VAR=s", "OVER=sandbox")
+	r := run(t, sb, engine.Process{Argv: sh("echo $SANDBOX_VAR $OVER $PROC_VAR; pwd"), Env: []string{"PROC_VAR=p", "OVER=process"}, Workdir: "/tmp"})
+	if r.stdout != "s process p\n/tmp\n" {
+		t.Fatalf("got %q (stderr %q); want the sandbox's env, the process's laid over it, and /tmp", r.stdout, r.stderr)
+	}
+	// The next process starts from the sandbox's again.
+	r = run(t, sb, engine.Process{Argv: sh("echo $OVER $PROC_VAR; pwd")})
+	if r.stdout != "sandbox\n/\n" {
+		t.Fatalf("got %q; a process's env or workdir leaked into the next", r.stdout)
+	}
+	sb2, err := sb.Exec(context.Background(), &engine.Process{Argv: []string{"true"}, Workdir: "../etc"})
+	if err == nil || !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("Exec with workdir ../etc: %+v, %v; want an invalid-argument error", sb2, err)
+	}
+}
+
+func testStdin(t *testing.T, s *suite) {
+	sb := s.create(t)
+	r := run(t, sb, engine.Process{Argv: []string{"cat"}, Stdin: strings.NewReader("fed\nin\n")})
+	if r.stdout != "fed\nin\n" || r.Code != 0 {
+		t.Fatalf("cat: %q, code %d", r.stdout, r.Code)
+	}
+	if r := run(t, sb, engine.Process{Argv: []string{"cat"}}); r.stdout != "" || r.Code != 0 {
+		t.Fatalf("cat with no stdin: %q, code %d; want EOF at once", r.stdout, r.Code)
+	}
+}
+
+func testExitCodes(t *testing.T, s *suite) {
+	sb := s.create(t)
+	for _, c := range []struct {
+		script string
+		code   int
+	}{{"exit 0", 0}, {"exit 3", 3}, {"exit 255", 255}, {"kill -9 $$", 137}, {"kill -15 $$", 143}} {
+		if r := run(t, sb, engine.Process{Argv: sh(c.script)}); r.Code != c.code || r.TimedOut || r.Killed {
+			t.Errorf("%s: code %d (timed out %v); want %d", c.script, r.Code, r.TimedOut, c.code)
+		}
+	}
+	if r := run(t, sb, engine.Process{Argv: []string{"/no/such/program"}}); r.Code == 0 {
+		t.Errorf("a missing program exited 0")
+	}
+}
+
+// processes lists the sandbox's processes as `ps` inside it shows them.
+func processes(t *testing.T, sb engine.Sandbox) string {
+	t.Helper()
+	r := run(t, sb, engine.Process{Argv: []string{"ps", "-o", "pid,stat,args"}})
+	if r.Code != 0 {
+		t.Fatalf("ps: code %d, %q", r.Code, r.stderr)
+	}
+	return r.stdout
+}
+
+func testTimeout(t *testing.T, s *suite) {
+	sb := s.create(t)
+	start := time.Now()
+	r := run(t, sb, engine.Process{Argv: sh("sleep 100 & sleep 101"), Timeout: time.Second})
+	if !r.TimedOut || r.Code != 137 {
+		t.Fatalf("timed out %v, code %d; want a timeout, 137", r.TimedOut, r.Code)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("a 1s timeout took %v", d)
+	}
+	// Nothing it started survives; a zombie not yet reaped by init is
+	// given a moment.
+	deadline := time.Now().Add(3 * time.Second)
+	for ps := processes(t, sb); strings.Contains(ps, "sleep 10"); ps = processes(t, sb) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the timeout, the sandbox still runs:\n%s", ps)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if r := run(t, sb, engine.Process{Argv: []string{"echo", "usable"}}); r.stdout != "usable\n" {
+		t.Fatalf("exec after a timeout: %q, code %d", r.stdout, r.Code)
+	}
+}
+
+func testDetach(t *testing.T, s *suite) {
+	sb := s.create(t)
+	x, err := sb.Exec(context.Background(), &engine.Process{Argv: sh("while true; do echo served | nc -l -p 8123; done"), Detach: true, Timeout: 5 * time.Second})
+	if err != nil || x.Code != 0 {
+		t.Fatalf("detach: %+v, %v", x, err)
+	}
+	// The detached server outlives its exec and its timeout.
+	time.Sleep(5 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := run(t, sb, engine.Process{Argv: []string{"nc", "-w", "2", "127.0.0.1", "8123"}, Timeout: 10 * time.Second})
+		if strings.Contains(r.stdout, "served") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the detached server never answered: code %d, %q %q\n%s", r.Code, r.stdout, r.stderr, processes(t, sb))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func testIsolated(t *testing.T, s *suite) {
+	a, b := s.create(t), s.create(t)
+	run(t, a, engine.Process{Argv: sh("echo secret > /tmp/a-secret")})
+	if x, err := a.Exec(context.Background(), &engine.Process{Argv: []string{"sleep", "1234"}, Detach: true}); err != nil || x.Code != 0 {
+		t.Fatalf("detach: %+v, %v", x, err)
+	}
+	if !strings.Contains(processes(t, a), "sleep 1234") {
+		t.Fatalf("the detached sleep is not running in its own sandbox")
+	}
+	if r := run(t, b, engine.Process{Argv: []string{"ls", "-a", "/tmp"}}); strings.Contains(r.stdout, "a-secret") {
+		t.Fatalf("sandbox b sees a's /tmp: %q", r.stdout)
+	}
+	if ps := processes(t, b); strings.Contains(ps, "sleep 1234") {
+		t.Fatalf("sandbox b sees a's processes:\n%s", ps)
+	}
+}
+
+func testReopen(t *testing.T, s *suite) {
+	sb := s.create(t)
+	run(t, sb, engine.Process{Argv: sh("echo again > /tmp/x")})
+	// Another engine value shares nothing in memory with the first.
+	sb2, err := s.newEngine(t).Open(context.Background(), sb.ID())
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	if sb2.ID() != sb.ID() {
+		t.Fatalf("Open gave %q for %q", sb2.ID(), sb.ID())
+	}
+	if r := run(t, sb2, engine.Process{Argv: []string{"cat", "/tmp/x"}}); r.stdout != "again\n" {
+		t.Fatalf("reopened: %q, code %d", r.stdout, r.Code)
+	}
+}
+
+func testLost(t *testing.T, s *suite) {
+	sb := s.create(t)
+	run(t, sb, engine.Process{Argv: []string{"true"}})
+	s.h.KillSandbox(t, sb.ID())
+	_, err := sb.Exec(context.Background(), &engine.Process{Argv: []string{"true"}, Timeout: 10 * time.Second})
+	if !errors.Is(err, engine.ErrSandboxLost) {
+		t.Fatalf("Exec after the sandbox was killed: %v; want ErrSandboxLost", err)
+	}
+	// Reopened, it is still lost (and it can still be destroyed).
+	sb2, err := s.newEngine(t).Open(context.Background(), sb.ID())
+	if err == nil {
+		_, err = sb2.Exec(context.Background(), &engine.Process{Argv: []string{"true"}, Timeout: 10 * time.Second})
+	}
+	if !errors.Is(err, engine.ErrSandboxLost) {
+		t.Fatalf("Open and Exec of a lost sandbox: %v; want ErrSandboxLost", err)
+	}
+}
+
+func testDestroy(t *testing.T, s *suite) {
+	sb := s.create(t)
+	if x, err := sb.Exec(context.Background(), &engine.Process{Argv: []string{"sleep", "1000"}, Detach: true}); err != nil || x.Code != 0 {
+		t.Fatalf("detach: %+v, %v", x, err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = sb.Destroy(context.Background()) }()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("concurrent Destroys: %v", err)
+	}
+	if err := sb.Destroy(context.Background()); err != nil {
+		t.Fatalf("Destroy again: %v", err)
+	}
+	if left := s.h.Leftovers(t, sb.ID()); len(left) > 0 {
+		t.Fatalf("destroyed, but left: %v", left)
+	}
+	if _, err := sb.Exec(context.Background(), &engine.Process{Argv: []string{"true"}}); !errdefs.IsNotFound(err) {
+		t.Fatalf("Exec after Destroy: %v; want not found", err)
+	}
+	if _, err := s.e.Open(context.Background(), sb.ID()); !errdefs.IsNotFound(err) {
+		t.Fatalf("Open after Destroy: %v; want not found", err)
+	}
+}
+
+func testOpenUnknown(t *testing.T, s *suite) {
+	if _, err := s.e.Open(context.Background(), "enginetest-never-made"); !errdefs.IsNotFound(err) {
+		t.Fatalf("Open of an id never made: %v; want not found", err)
+	}
+	if _, err := s.e.Open(context.Background(), "../etc"); !errdefs.IsInvalidArgument(err) && !errdefs.IsNotFound(err) {
+		t.Fatalf("Open of ../etc: %v; want invalid argument or not found", err)
+	}
+}
+
+// testLatency logs the p50 of Exec(true) through the Go API beside the
+// runtime's own exec, interleaved on one sandbox. A figure, never an
+// assertion.
+func testLatency(t *testing.T, s *suite) {
+	if s.h.BareExec == nil {
+		t.Log("no bare exec to compare with")
+	}
+	sb := s.create(t)
+	const n = 50
+	var api, bare []time.Duration
+	for i := 0; i < n; i++ {
+		start := time.Now()
+		if r := run(t, sb, engine.Process{Argv: []string{"true"}}); r.Code != 0 {
+			t.Fatalf("true: code %d", r.Code)
+		}
+		api = append(api, time.Since(start))
+		if s.h.BareExec != nil {
+			start = time.Now()
+			if out, err := s.h.BareExec(sb.ID()).CombinedOutput(); err != nil {
+				t.Fatalf("bare exec: %v: %s", err, out)
+			}
+			bare = append(bare, time.Since(start))
+		}
+	}
+	p50 := func(d []time.Duration) time.Duration { slices.Sort(d); return d[len(d)/2] }
+	if len(bare) > 0 {
+		t.Logf("exec true p50 over %d: Go API %v, bare runtime exec %v (%.2fx)", n, p50(api), p50(bare), float64(p50(api))/float64(p50(bare)))
+	} else {
+		t.Logf("exec true p50 over %d: Go API %v", n, p50(api))
+	}
+}

@@ -1,0 +1,58 @@
+package oci
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The idle init runs, sleeps in the kernel rather than spinning, and
+// dies by SIGKILL.
+func TestInitRuns(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		if _, err := initELF(); err == nil {
+			t.Fatal("initELF gave an init for an architecture it has no code for")
+		}
+		return
+	}
+	b, err := initELF()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "init")
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	stat := "/proc/" + strconv.Itoa(cmd.Process.Pid) + "/stat"
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, err := os.ReadFile(stat)
+		if err != nil {
+			t.Fatalf("init died: %v", err)
+		}
+		// Field 3 is the state: S (sleeping) once it waits for SIGCHLD.
+		if f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+1:])); f[0] == "S" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("init never slept: %s", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	err = cmd.Wait()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("init ended with %v; want killed by SIGKILL", err)
+	}
+}

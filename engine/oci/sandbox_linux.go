@@ -1,0 +1,543 @@
+package oci
+
+// Long-lived sandboxes: the container's process is airlock's idle init,
+// programs enter it with `runsc exec` / `runc exec`, and everything needed
+// to reconnect lives in the bundle (sandbox.json, config.json) and the
+// runtime's root, so that any airlock process can Open it by id.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/internal/atomicfile"
+	"github.com/airlock-sandbox/airlock/internal/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/flock"
+	"github.com/airlock-sandbox/airlock/isolation"
+)
+
+// stateFile, in the bundle, is what Open needs besides config.json. It is
+// written last by Create and removed first by Destroy: its presence is
+// what makes a sandbox exist.
+const stateFile = "sandbox.json"
+
+// sandboxState is the sandbox as Open finds it.
+type sandboxState struct {
+	ID    string         `json:"id"`
+	Image digest.Digest  `json:"image"`
+	Mode  isolation.Mode `json:"isolation"`
+	// Pid and Start (its start time in clock ticks since boot) name the
+	// runtime's sandbox process (runsc's sandbox, runc's init) so that its
+	// death is told apart from pid reuse.
+	Pid   int    `json:"pid"`
+	Start uint64 `json:"start"`
+	// Timeout is the policy's, for processes that give none.
+	Timeout time.Duration `json:"timeout"`
+}
+
+var sandboxIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+func checkSandboxID(id string) error {
+	if !sandboxIDPattern.MatchString(id) {
+		return fmt.Errorf("%w: sandbox id %q must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit", errdefs.ErrInvalidArgument, id)
+	}
+	return nil
+}
+
+func (e *Engine) bundleDir(id string) string { return filepath.Join(e.root, "oci", "bundles", id) }
+
+func (e *Engine) lockPath(id string) string { return filepath.Join(e.root, "oci", "locks", id+".lock") }
+
+// lock serialises Create and Destroy of one id across processes.
+func (e *Engine) lock(ctx context.Context, id string) (*flock.Lock, error) {
+	if err := os.MkdirAll(filepath.Dir(e.lockPath(id)), 0o700); err != nil {
+		return nil, fmt.Errorf("%w: creating the lock directory: %v", errdefs.ErrUnavailable, err)
+	}
+	l, err := flock.Acquire(ctx, e.lockPath(id))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	return l, nil
+}
+
+// runtimeFor returns the runtime binary, its state root and its global
+// flags for a mode.
+func (e *Engine) runtimeFor(m isolation.Mode, bundle string) (bin, state string, args []string) {
+	if m == isolation.Seccomp {
+		state = filepath.Join(e.root, "oci", "runc")
+		return e.runc, state, []string{"--root", state}
+	}
+	state = filepath.Join(e.root, "oci", "runsc")
+	// The sandbox logs (boot), and runsc run's errors are kept (run).
+	flags := append(isolation.RunscFlags(), engine.GVisorLogFlags(filepath.Join(bundle, "logs"), "boot,run")...)
+	return e.runsc, state, append([]string{"--root", state}, flags...)
+}
+
+// CheckSandbox implements engine.Sandboxer.
+func (e *Engine) CheckSandbox(ctx context.Context, s *engine.SandboxSpec) error {
+	if err := checkSandboxID(s.ID); err != nil {
+		return err
+	}
+	if _, err := initELF(); err != nil {
+		return err
+	}
+	return e.Check(ctx, &engine.Job{ID: s.ID, Image: s.Image, Policy: s.Policy})
+}
+
+// Create implements engine.Sandboxer.
+func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (_ engine.Sandbox, err error) {
+	if err := e.CheckSandbox(ctx, s); err != nil {
+		return nil, err
+	}
+	lk, err := e.lock(ctx, s.ID)
+	if err != nil {
+		return nil, err
+	}
+	defer lk.Release(false)
+	bundle := e.bundleDir(s.ID)
+	if _, err := os.Lstat(bundle); err == nil {
+		return nil, fmt.Errorf("%w: sandbox %q exists (or was not freed: `airlock reap`)", errdefs.ErrAlreadyExists, s.ID)
+	}
+	bg := context.WithoutCancel(ctx)
+	defer func() {
+		if err != nil {
+			rctx, cancel := context.WithTimeout(bg, cleanupTimeout)
+			defer cancel()
+			if rerr := e.Reap(rctx, s.ID); rerr != nil {
+				err = fmt.Errorf("%w (and freeing what was made: %v)", err, rerr)
+			}
+		}
+	}()
+
+	// The image's tree is held while the overlay is made over it.
+	// TODO(store): a live sandbox does not pin its tree against
+	// `airlock image rm` once Create returns.
+	rootfs, release, err := e.store.Use(ctx, s.Image)
+	if err != nil {
+		return nil, fmt.Errorf("%w: unpacking image %s: %v", errdefs.ErrInternal, s.Image, err)
+	}
+	defer release()
+	if rootfs, err = filepath.EvalSymlinks(rootfs); err != nil {
+		return nil, fmt.Errorf("%w: unpacking image %s: %v", errdefs.ErrInternal, s.Image, err)
+	}
+	env, workdir, err := e.imageDefaults(&engine.Job{Image: s.Image, Env: s.Env, Workdir: s.Workdir})
+	if err != nil {
+		return nil, err
+	}
+	l := s.Policy.Limits
+	native := s.Policy.Isolation == isolation.Seccomp
+	hostPids := isolation.GVisorHostPids(l.Pids)
+	if native {
+		hostPids = l.Pids
+	}
+	cg, err := cgroup.New(s.ID, cgroup.Limits{Memory: int64(l.Memory), MilliCPUs: int64(l.CPUs), Pids: hostPids})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	if err := os.MkdirAll(bundle, 0o700); err != nil {
+		return nil, fmt.Errorf("%w: creating bundle: %v", errdefs.ErrUnavailable, err)
+	}
+	if rootfs, err = rootOverlay(bundle, rootfs); err != nil {
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	elf, err := initELF()
+	if err != nil {
+		return nil, err
+	}
+	initSrc := filepath.Join(bundle, "init")
+	if err := os.WriteFile(initSrc, elf, 0o555); err != nil {
+		return nil, fmt.Errorf("%w: writing the sandbox's init: %v", errdefs.ErrUnavailable, err)
+	}
+	cgPath := cg.Path()
+	if native {
+		cgPath += "/ctr" // runc removes the cgroup it runs in
+	}
+	binds := append(engine.Binds(s.Mounts), isolation.Bind{Source: initSrc, Target: initPath, ReadOnly: true})
+	spec, err := isolation.OCISpec(s.Policy, isolation.OCIJob{
+		Rootfs:      rootfs,
+		Argv:        []string{initPath},
+		Env:         env,
+		Workdir:     workdir,
+		Binds:       binds,
+		CgroupsPath: cgPath,
+		Annotations: map[string]string{"airlock.id": s.ID, "airlock.owner": s.Owner, "airlock.deadline": s.Deadline.UTC().Format(time.RFC3339)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
+	}
+	if native {
+		// As in Run: airlock's cgroup, which outlives runc's, trips first.
+		*spec.Linux.Resources.Memory.Limit += 1 << 20
+		*spec.Linux.Resources.Memory.Swap += 1 << 20
+		*spec.Linux.Resources.Pids.Limit++
+	}
+	if err := writeSpec(bundle, spec); err != nil {
+		return nil, fmt.Errorf("%w: writing bundle: %v", errdefs.ErrUnavailable, err)
+	}
+
+	bin, state, args := e.runtimeFor(s.Policy.Isolation, bundle)
+	name := namePrefix + s.ID
+	if native {
+		args = append(args, "--log", filepath.Join(bundle, "runc.log"))
+	}
+	// The container's stdio is /dev/null: a host file or pipe held by its
+	// init would be reachable through /proc/1/fd. The sandbox outlives
+	// this process: its own session, no parent-death signal.
+	cmd := exec.Command(bin, append(args, "run", "--detach", "--bundle", bundle, name)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("%w: starting sandbox %q with %s: %v%s", errdefs.ErrUnavailable, s.ID, filepath.Base(bin), err, runtimeLog(bundle))
+	}
+	pid, err := e.statePid(bg, bin, state, name)
+	if err != nil {
+		return nil, err
+	}
+	start, ok := procStart(pid)
+	if !ok {
+		return nil, engine.Lost("sandbox %q ended as it started", s.ID)
+	}
+	st := sandboxState{ID: s.ID, Image: s.Image, Mode: s.Policy.Isolation, Pid: pid, Start: start, Timeout: l.Timeout}
+	b, _ := json.Marshal(st)
+	if err := atomicfile.WriteFile(filepath.Join(bundle, stateFile), b, 0o600); err != nil {
+		return nil, fmt.Errorf("%w: writing sandbox state: %v", errdefs.ErrUnavailable, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: creating sandbox %q: %v", errdefs.ErrAborted, s.ID, err)
+	}
+	e.log.Debug("sandbox created", "sandbox_id", s.ID, "runtime", filepath.Base(bin), "pid", pid)
+	return &sandbox{e: e, st: st, process: *spec.Process, bundle: bundle}, nil
+}
+
+// runtimeLog is the tail of what the runtime logged in the bundle, for an
+// error message.
+func runtimeLog(bundle string) string {
+	logs, _ := filepath.Glob(filepath.Join(bundle, "logs", "*.run.txt"))
+	logs = append(logs, filepath.Join(bundle, "runc.log"))
+	var tail []string
+	for _, l := range logs {
+		b, err := os.ReadFile(l)
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		if len(lines) > 3 {
+			lines = lines[len(lines)-3:]
+		}
+		tail = append(tail, lines...)
+	}
+	if len(tail) == 0 {
+		return ""
+	}
+	return " (runtime log: " + strings.Join(tail, "; ") + ")"
+}
+
+// statePid asks the runtime for the container's host pid: runsc's
+// sandbox process, runc's init.
+func (e *Engine) statePid(ctx context.Context, bin, state, name string) (int, error) {
+	out, err := exec.CommandContext(ctx, bin, "--root", state, "state", name).Output()
+	if err != nil {
+		return 0, fmt.Errorf("%w: reading the state of %q: %v", errdefs.ErrUnavailable, name, err)
+	}
+	var st struct {
+		Pid    int    `json:"pid"`
+		Status string `json:"status"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil || st.Pid <= 0 {
+		return 0, fmt.Errorf("%w: reading the state of %q: %q", errdefs.ErrUnavailable, name, out)
+	}
+	return st.Pid, nil
+}
+
+// procStart reads a live (not zombie) process's start time.
+func procStart(pid int) (uint64, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// Fields after the name: state is the first, starttime the 20th.
+	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
+		return 0, false
+	}
+	start, err := strconv.ParseUint(f[19], 10, 64)
+	return start, err == nil
+}
+
+// Open implements engine.Sandboxer. A sandbox that was lost from outside
+// opens, so that it can be destroyed; its Exec fails with ErrSandboxLost.
+func (e *Engine) Open(ctx context.Context, id string) (engine.Sandbox, error) {
+	if err := checkSandboxID(id); err != nil {
+		return nil, err
+	}
+	bundle := e.bundleDir(id)
+	b, err := os.ReadFile(filepath.Join(bundle, stateFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: no sandbox %q: it was destroyed or never made", errdefs.ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading sandbox %q: %v", errdefs.ErrUnavailable, id, err)
+	}
+	var st sandboxState
+	if err := json.Unmarshal(b, &st); err != nil || st.ID != id {
+		return nil, fmt.Errorf("%w: sandbox %q has a corrupt state file; remove it with `airlock reap`", errdefs.ErrDataLoss, id)
+	}
+	var spec specs.Spec
+	b, err = os.ReadFile(filepath.Join(bundle, "config.json"))
+	if err == nil {
+		err = json.Unmarshal(b, &spec)
+	}
+	if err != nil || spec.Process == nil {
+		return nil, fmt.Errorf("%w: sandbox %q has a corrupt bundle (%v); remove it with `airlock reap`", errdefs.ErrDataLoss, id, err)
+	}
+	return &sandbox{e: e, st: st, process: *spec.Process, bundle: bundle}, nil
+}
+
+// sandbox is one live sandbox of this engine.
+type sandbox struct {
+	e       *Engine
+	st      sandboxState
+	process specs.Process // the init's: every exec is derived from it
+	bundle  string
+}
+
+func (s *sandbox) ID() string { return s.st.ID }
+
+func (s *sandbox) name() string { return namePrefix + s.st.ID }
+
+// alive fails with ErrSandboxLost once the runtime's sandbox process is
+// gone, and with ErrNotFound once the sandbox was destroyed.
+func (s *sandbox) alive() error {
+	if _, err := os.Stat(filepath.Join(s.bundle, stateFile)); err != nil {
+		return fmt.Errorf("%w: sandbox %q was destroyed", errdefs.ErrNotFound, s.st.ID)
+	}
+	if start, ok := procStart(s.st.Pid); !ok || start != s.st.Start {
+		return engine.Lost("the sandbox process of %q (pid %d) is gone: killed from outside airlock, or it crashed", s.st.ID, s.st.Pid)
+	}
+	return nil
+}
+
+// execProcess derives an exec's process from the init's, so that nothing
+// widens: same user, no capabilities, no new privileges, same rlimits.
+func (s *sandbox) execProcess(p *engine.Process) (*specs.Process, error) {
+	var bad []string
+	if len(p.Argv) == 0 || p.Argv[0] == "" {
+		bad = append(bad, "no command given")
+	}
+	for _, a := range p.Argv {
+		if strings.ContainsRune(a, 0) {
+			bad = append(bad, fmt.Sprintf("argument %q contains a NUL byte", a))
+		}
+	}
+	for _, kv := range p.Env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.ContainsRune(kv, 0) {
+			bad = append(bad, fmt.Sprintf("environment entry %q is not K=V", kv))
+		}
+	}
+	if p.Workdir != "" && (!filepath.IsAbs(p.Workdir) || filepath.Clean(p.Workdir) != p.Workdir) {
+		bad = append(bad, fmt.Sprintf("workdir %q must be an absolute, clean path", p.Workdir))
+	}
+	if len(bad) > 0 {
+		return nil, fmt.Errorf("%w: %s", errdefs.ErrInvalidArgument, strings.Join(bad, "; "))
+	}
+	pr := s.process
+	pr.Args = p.Argv
+	pr.Env = mergeEnv(s.process.Env, p.Env)
+	if p.Workdir != "" {
+		pr.Cwd = p.Workdir
+	}
+	return &pr, nil
+}
+
+// Exec implements engine.Sandbox.
+func (s *sandbox) Exec(ctx context.Context, p *engine.Process) (engine.Exit, error) {
+	if err := s.alive(); err != nil {
+		return engine.Exit{}, err
+	}
+	pr, err := s.execProcess(p)
+	if err != nil {
+		return engine.Exit{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return engine.Exit{Killed: true, Code: -1}, nil
+	}
+	b, _ := json.Marshal(pr)
+	tmp, err := os.MkdirTemp(s.bundle, "exec-")
+	if err != nil {
+		return engine.Exit{}, fmt.Errorf("%w: preparing exec: %v", errdefs.ErrUnavailable, err)
+	}
+	defer os.RemoveAll(tmp)
+	procFile, pidFile := filepath.Join(tmp, "process.json"), filepath.Join(tmp, "pid")
+	if err := os.WriteFile(procFile, b, 0o600); err != nil {
+		return engine.Exit{}, fmt.Errorf("%w: preparing exec: %v", errdefs.ErrUnavailable, err)
+	}
+	native := s.st.Mode == isolation.Seccomp
+	bin, _, args := s.e.runtimeFor(s.st.Mode, s.bundle)
+	args = append(args, "exec", "--process", procFile)
+	if native {
+		args = append(args, "--pid-file", pidFile)
+	} else {
+		args = append(args, "--internal-pid-file", pidFile)
+	}
+	if p.Detach {
+		args = append(args, "--detach")
+	}
+	cmd := exec.Command(bin, append(args, s.name())...)
+	if !p.Detach {
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = p.Stdin, p.Stdout, p.Stderr
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.WaitDelay = 2 * time.Second
+
+	started := time.Now()
+	if err := cmd.Start(); err != nil {
+		return engine.Exit{}, fmt.Errorf("%w: starting %s: %v; run `make setup` to install it", errdefs.ErrUnavailable, filepath.Base(bin), err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	timeout := p.Timeout
+	if timeout <= 0 {
+		timeout = s.st.Timeout
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+
+	var exit engine.Exit
+	var waitErr error
+	select {
+	case waitErr = <-done:
+	case <-timer.C:
+		exit.TimedOut = true
+	case <-ctx.Done():
+		exit.Killed = true
+	}
+	if exit.TimedOut || exit.Killed {
+		if waitErr, err = s.killExec(context.WithoutCancel(ctx), cmd, pidFile, done); err != nil {
+			return engine.Exit{}, err
+		}
+	}
+	exit.Started, exit.Finished = started, time.Now()
+	exit.Code = exitCode(cmd.ProcessState)
+	if waitErr != nil && cmd.ProcessState == nil {
+		return engine.Exit{}, fmt.Errorf("%w: waiting for %s exec: %v", errdefs.ErrInternal, filepath.Base(bin), waitErr)
+	}
+	if exit.Code != 0 {
+		if err := s.alive(); err != nil {
+			return engine.Exit{}, err
+		}
+	}
+	if p.Detach && exit.Code != 0 {
+		return engine.Exit{}, fmt.Errorf("%w: starting %q detached in sandbox %q: %s exec exited %d%s", errdefs.ErrUnknown, p.Argv[0], s.st.ID, filepath.Base(bin), exit.Code, runtimeLog(s.bundle))
+	}
+	return exit, nil
+}
+
+// killExec kills an exec's process and everything it started, then its
+// runtime exec process. Both runtimes make the exec's process the leader
+// of a new session and process group inside the sandbox; its group is
+// killed, and (runc, whose processes the host sees) anything else in its
+// session. It returns the runtime's wait result.
+func (s *sandbox) killExec(ctx context.Context, cmd *exec.Cmd, pidFile string, done <-chan error) (error, error) {
+	deadline := time.After(cleanupTimeout)
+	for {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
+				s.killGroup(ctx, pid)
+			}
+		}
+		select {
+		case err := <-done:
+			return err, nil
+		case <-time.After(200 * time.Millisecond):
+			// Not started yet, or its runtime lingers.
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		case <-deadline:
+			return nil, fmt.Errorf("%w: exec in sandbox %q did not end %v after SIGKILL", errdefs.ErrInternal, s.st.ID, cleanupTimeout)
+		}
+	}
+}
+
+func (s *sandbox) killGroup(ctx context.Context, pid int) {
+	if s.st.Mode == isolation.Seccomp {
+		syscall.Kill(-pid, syscall.SIGKILL)
+		for _, p := range sessionMembers(pid) {
+			syscall.Kill(p, syscall.SIGKILL)
+		}
+		return
+	}
+	bin, _, args := s.e.runtimeFor(s.st.Mode, s.bundle)
+	kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	exec.CommandContext(kctx, bin, append(args, "kill", "--pgid", strconv.Itoa(pid), s.name(), "KILL")...).Run()
+}
+
+// sessionMembers lists the host processes in session sid.
+func sessionMembers(sid int) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, d := range ents {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + d.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		// After the name: state, ppid, pgrp, session.
+		if f := strings.Fields(string(b[i+1:])); len(f) > 3 && f[3] == strconv.Itoa(sid) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// Destroy implements engine.Sandbox.
+func (s *sandbox) Destroy(ctx context.Context) error {
+	return s.e.destroy(ctx, s.st.ID)
+}
+
+// destroy frees sandbox id: its state file first (so that it no longer
+// opens), then everything Reap frees. Concurrent destroys take turns.
+func (e *Engine) destroy(ctx context.Context, id string) error {
+	bg := context.WithoutCancel(ctx)
+	lk, err := e.lock(bg, id)
+	if err != nil {
+		return err
+	}
+	defer lk.Release(true)
+	if err := os.Remove(filepath.Join(e.bundleDir(id), stateFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: destroying sandbox %q: %v", errdefs.ErrUnavailable, id, err)
+	}
+	rctx, cancel := context.WithTimeout(bg, cleanupTimeout)
+	defer cancel()
+	if err := e.Reap(rctx, id); err != nil {
+		return fmt.Errorf("%w: destroying sandbox %q: %v", errdefs.ErrUnavailable, id, err)
+	}
+	return nil
+}
+
+var _ engine.Sandboxer = (*Engine)(nil)

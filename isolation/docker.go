@@ -205,6 +205,9 @@ func withDockerBinds(binds []Bind) DockerOpt {
 			if !path.IsAbs(b.Source) || !path.IsAbs(b.Target) || path.Clean(b.Target) != b.Target || b.Target == "/" {
 				return fmt.Errorf("%w: bind %q -> %q must join absolute, clean paths", ErrInvalid, b.Source, b.Target)
 			}
+			if err := CheckTarget(b.Target); err != nil {
+				return fmt.Errorf("bind: %w", err)
+			}
 			h.Mounts = append(h.Mounts, mount.Mount{
 				Type:     mount.TypeBind,
 				Source:   b.Source,

@@ -77,8 +77,6 @@ var (
 	// non-bind type (cgroup, overlay, a block device) is a widening.
 	ociMountTypes = []string{"proc", "tmpfs", "devpts", "mqueue", "sysfs"}
 	ociRlimits    = []string{"RLIMIT_CORE", "RLIMIT_FSIZE", "RLIMIT_NOFILE"}
-	// binds never go over the mounts the spec itself provides.
-	reservedTargets = []string{"/proc", "/sys", "/dev", "/tmp"}
 )
 
 // OCISpec converts a policy and a job into the runtime spec airlock writes
@@ -215,8 +213,8 @@ func validateOCIJob(j OCIJob) error {
 		if !absClean(b.Source) || b.Source == "/" || !absClean(b.Target) || b.Target == "/" {
 			bad("bind %q -> %q must join absolute, clean paths other than /", b.Source, b.Target)
 		}
-		if r, ok := under(b.Target, reservedTargets); ok {
-			bad("bind target %q is over %s", b.Target, r)
+		if err := CheckTarget(b.Target); err != nil && absClean(b.Target) && b.Target != "/" {
+			errs = append(errs, fmt.Errorf("bind: %w", err))
 		}
 		if targets[b.Target] {
 			bad("bind target %q given twice", b.Target)
@@ -232,16 +230,6 @@ func validateOCIJob(j OCIJob) error {
 }
 
 func absClean(p string) bool { return path.IsAbs(p) && path.Clean(p) == p }
-
-// under reports which of dirs p is, or is beneath.
-func under(p string, dirs []string) (string, bool) {
-	for _, d := range dirs {
-		if p == d || strings.HasPrefix(p, d+"/") {
-			return d, true
-		}
-	}
-	return "", false
-}
 
 func refusedAnnotation(k string) bool {
 	for _, pre := range refusedAnnotations {

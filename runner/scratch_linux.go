@@ -5,15 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/receipt"
 )
 
@@ -91,16 +90,6 @@ func (sc *scratch) cleanup() error {
 	return removeRunDir(sc.dir)
 }
 
-// checkSandboxPath refuses mount targets that would shadow the system or
-// each other.
-func checkSandboxPath(p string) error {
-	if !path.IsAbs(p) || path.Clean(p) != p {
-		return fmt.Errorf("sandbox path %q must be absolute and clean", p)
-	}
-	for _, bad := range []string{"/", "/proc", "/sys", "/dev", "/tmp", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/usr"} {
-		if p == bad || bad != "/" && strings.HasPrefix(p, bad+"/") {
-			return fmt.Errorf("sandbox path %q would cover %s", p, bad)
-		}
-	}
-	return nil
-}
+// checkSandboxPath refuses mount targets that would shadow the system:
+// see isolation.ReservedTargets.
+func checkSandboxPath(p string) error { return isolation.CheckTarget(p) }

@@ -74,6 +74,6 @@ killed from the host apart from the program's own exit, then removes.`, isolatio
 
 // defaultRuntimeArgs are the runsc flags dockerd passes for airlock.
 func defaultRuntimeArgs(root string) []string {
-	return append([]string{"--network=none", "--oci-seccomp"},
+	return append(isolation.RunscFlags(),
 		engine.GVisorLogFlags(filepath.Join(root, "sandbox-logs", "%ID%"), "boot")...)
 }

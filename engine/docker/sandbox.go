@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -243,8 +244,38 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (sb engine.S
 		}
 		return nil, classify("starting sandbox", e.cli.DaemonHost(), err)
 	}
+	sb = &sandbox{e: e, id: s.ID, cid: cid, user: cfg.User, timeout: s.Policy.Limits.Timeout, gvisor: s.Policy.Isolation == isolation.GVisor}
+	if err := sb.(*sandbox).watch(bg); err != nil {
+		return nil, err
+	}
 	log.Debug("sandbox created", "container", cid)
-	return &sandbox{e: e, id: s.ID, cid: cid, user: cfg.User, timeout: s.Policy.Limits.Timeout, gvisor: s.Policy.Isolation == isolation.GVisor}, nil
+	return sb, nil
+}
+
+// watch opens a pidfd on the container's process. The container must run
+// before and after, with the same pid, so the pidfd is not a reused pid's.
+func (s *sandbox) watch(ctx context.Context) error {
+	before, err := s.inspect(ctx)
+	if err != nil {
+		return s.check(ctx, "inspecting sandbox", err)
+	}
+	if !before.Running || before.Pid <= 0 {
+		return s.lost(before)
+	}
+	w, werr := watchPid(before.Pid)
+	after, err := s.inspect(ctx)
+	switch {
+	case err != nil:
+		w.close()
+		return s.check(ctx, "inspecting sandbox", err)
+	case !after.Running || after.Pid != before.Pid || after.StartedAt != before.StartedAt:
+		w.close()
+		return s.lost(after)
+	case werr != nil:
+		return fmt.Errorf("%w: watching the process %d of sandbox %q: %v; the docker engine must run on dockerd's host, in its pid namespace", errdefs.ErrUnavailable, before.Pid, s.id, werr)
+	}
+	s.pid, s.proc = before.Pid, w
+	return nil
 }
 
 // Open implements engine.Sandboxer: it finds the sandbox's container by its
@@ -281,6 +312,9 @@ func (e *Engine) Open(ctx context.Context, id string) (engine.Sandbox, error) {
 	if !c.State.Running {
 		return nil, s.lost(c.State)
 	}
+	if err := s.watch(ctx); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -295,6 +329,9 @@ type sandbox struct {
 	user    string // the policy's uid:gid, for every exec
 	timeout time.Duration
 	gvisor  bool
+	// pid and proc are the container's process and a pidfd on it.
+	pid  int
+	proc *pidWatch
 
 	mu        sync.Mutex
 	destroyed bool
@@ -320,11 +357,26 @@ func (s *sandbox) lost(st *container.State) error {
 	return engine.Lost("sandbox %q ended from outside airlock: %s (`docker kill`, dockerd restarting, or its runtime process killed); destroy it with `airlock sandbox rm %s`", s.id, how, s.id)
 }
 
+// ended returns an ErrSandboxLost error once the container's process has
+// exited.
+func (s *sandbox) ended() error {
+	if !s.proc.exited() {
+		return nil
+	}
+	if s.gone() {
+		return notFound(s.id)
+	}
+	return engine.Lost("sandbox %q ended from outside airlock: its runtime process %d exited (killed, or dockerd stopped it); destroy it with `airlock sandbox rm %s`", s.id, s.pid, s.id)
+}
+
 // check classifies a failed call on the container: destroyed by airlock,
 // removed or stopped from outside, or dockerd unreachable.
 func (s *sandbox) check(ctx context.Context, what string, err error) error {
 	if s.gone() {
 		return notFound(s.id)
+	}
+	if err := s.ended(); err != nil {
+		return err
 	}
 	st, ierr := s.inspect(ctx)
 	switch {
@@ -356,11 +408,17 @@ func (s *sandbox) Exec(ctx context.Context, p *engine.Process) (engine.Exit, err
 	if s.gone() {
 		return engine.Exit{}, notFound(s.id)
 	}
+	if err := s.ended(); err != nil {
+		return engine.Exit{}, err
+	}
 	if err := ctx.Err(); err != nil {
 		return engine.Exit{}, err
 	}
 	if len(p.Argv) == 0 || p.Argv[0] == "" {
 		return engine.Exit{}, fmt.Errorf("%w: no command given", errdefs.ErrInvalidArgument)
+	}
+	if p.Workdir != "" && (!path.IsAbs(p.Workdir) || path.Clean(p.Workdir) != p.Workdir) {
+		return engine.Exit{}, fmt.Errorf("%w: working directory %q must be an absolute, clean path", errdefs.ErrInvalidArgument, p.Workdir)
 	}
 	timeout := p.Timeout
 	if timeout <= 0 {
@@ -390,6 +448,9 @@ func (s *sandbox) Exec(ctx context.Context, p *engine.Process) (engine.Exit, err
 		cancel()
 		if err != nil {
 			return engine.Exit{}, s.check(bg, "starting exec", err)
+		}
+		if err := s.ended(); err != nil {
+			return engine.Exit{}, err
 		}
 		return engine.Exit{Started: started, Finished: started}, nil
 	}
@@ -434,6 +495,9 @@ func (s *sandbox) Exec(ctx context.Context, p *engine.Process) (engine.Exit, err
 	var streamErr error
 	select {
 	case streamErr = <-copied:
+	case <-s.proc.ended():
+		// The sandbox died under the exec: its stream may never end.
+		return engine.Exit{}, s.ended()
 	case <-timer.C:
 		exit.TimedOut = true
 	case <-ctx.Done():
@@ -457,6 +521,9 @@ func (s *sandbox) Exec(ctx context.Context, p *engine.Process) (engine.Exit, err
 		return engine.Exit{}, s.check(bg, "inspecting exec", err)
 	}
 	exit.Code = ins.ExitCode
+	if err := s.ended(); err != nil {
+		return engine.Exit{}, err
+	}
 	if streamErr != nil || ins.ExitCode < 0 || (ins.ExitCode >= 128 && !exit.TimedOut && !exit.Killed) {
 		// A kill from outside ends the exec by a signal too: only the
 		// container's state tells it from the program's own.
@@ -594,6 +661,7 @@ func (s *sandbox) Destroy(ctx context.Context) error {
 	s.mu.Lock()
 	s.destroyed = true
 	s.mu.Unlock()
+	defer s.proc.close()
 	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	var errs []error

@@ -16,4 +16,15 @@
 //   - Verify without a trusted key proves only that the embedded key signed
 //     the receipt; pin the key to prove who issued it.
 //   - Read refuses unknown fields, so nothing unsigned rides along.
+//   - A stream is bound twice: sha256 over every byte the program wrote
+//     (kept or not), and captured_sha256 and tail_sha256 over the head and
+//     tail bytes a Result carries (its text or base64, tail or
+//     tail_base64). CheckResult recomputes the latter from the Result.
+//   - CheckResult holds a Result (or batch result line) to the receipt it
+//     carries, field by field, and names every field that disagrees.
+//     image_ref and usage are not bound.
+//   - The policy hash is Hash(Policy), an isolation.Record: JSON-tagged,
+//     with no host path.
+//   - Version 1 receipts still verify, alone: they bind no Result, no
+//     captured bytes, no job id and no verdict.
 package receipt

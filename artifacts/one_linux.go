@@ -3,12 +3,14 @@ package artifacts
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"slices"
+	"sync"
 
 	"github.com/gabriel-vasile/mimetype"
 	"golang.org/x/sys/unix"
@@ -23,7 +25,8 @@ var SessionTypes = append(slices.Clone(DefaultTypes),
 
 // sourceTypes are the contents that sourceExtensions agree with when
 // FileOptions.SourceText is set.
-var sourceTypes = []string{"text/plain", "text/x-python", "text/javascript", "text/x-shellscript", "text/x-perl", "text/x-lua"}
+var sourceTypes = []string{"text/plain", "text/csv", "text/tab-separated-values", "application/json", "application/x-ndjson",
+	"text/x-python", "text/javascript", "text/x-shellscript", "text/x-perl", "text/x-lua"}
 
 // sourceExtensions are source and configuration files that are plain text.
 var sourceExtensions = []string{
@@ -36,6 +39,12 @@ var sourceExtensions = []string{
 
 // ReasonIsDirectory: a single file was asked for and a directory found.
 const ReasonIsDirectory Reason = "is_directory"
+
+// smallFile is the size below which CopyFile copies and hashes in one
+// goroutine, with a pooled buffer.
+const smallFile = 1 << 20
+
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
 
 // FileOptions bound the check of one file.
 type FileOptions struct {
@@ -123,10 +132,22 @@ func CopyFile(ctx context.Context, dirfd int, name, shown string, w io.Writer, o
 	case !extensionAgrees(m, ext) && !(opt.SourceText && sourceText(m, ext)):
 		return reject(ReasonTypeMismatch, mismatchDetail(m, ext))
 	}
-	c := &collector{bufs: [2][]byte{make([]byte, 256<<10), make([]byte, 256<<10)}}
 	// The rest may grow while it is read (the sandbox lives): the cap holds.
 	cw := &countingWriter{w: w}
-	n, sum, _, err := c.copyHashed(cw, io.MultiReader(bytes.NewReader(head), io.LimitReader(ctxReader{ctx, f}, opt.MaxBytes+1-int64(k))))
+	r := io.MultiReader(bytes.NewReader(head), io.LimitReader(ctxReader{ctx, f}, opt.MaxBytes+1-int64(k)))
+	var n int64
+	var sum []byte
+	if fst.Size < smallFile {
+		// Hashing beside the copy costs more than it saves here.
+		buf := copyBufs.Get().(*[]byte)
+		h := sha256.New()
+		n, err = io.CopyBuffer(io.MultiWriter(cw, h), r, *buf)
+		copyBufs.Put(buf)
+		sum = h.Sum(nil)
+	} else {
+		c := &collector{bufs: [2][]byte{make([]byte, 1<<20), make([]byte, 1<<20)}}
+		n, sum, _, err = c.copyHashed(cw, r)
+	}
 	if err != nil {
 		return Artifact{}, nil, fmt.Errorf("copying %q: %w", shown, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
@@ -372,7 +373,9 @@ func (a *Areas) writeTemp(ctx context.Context, dir int, tmp string, r io.Reader,
 	}
 	h := sha256.New()
 	cw := &errWriter{w: f}
-	n, err := io.CopyBuffer(io.MultiWriter(cw, h), io.LimitReader(ctxReader{ctx, r}, limit+1), make([]byte, 256<<10))
+	buf := uploadBufs.Get().(*[]byte)
+	n, err := io.CopyBuffer(io.MultiWriter(cw, h), io.LimitReader(ctxReader{ctx, r}, limit+1), *buf)
+	uploadBufs.Put(buf)
 	switch {
 	case cw.err != nil:
 		if errors.Is(cw.err, unix.ENOSPC) || errors.Is(cw.err, unix.EDQUOT) {
@@ -389,6 +392,8 @@ func (a *Areas) writeTemp(ctx context.Context, dir int, tmp string, r io.Reader,
 	}
 	return n, hex.EncodeToString(h.Sum(nil)), nil
 }
+
+var uploadBufs = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
 
 // errWriter keeps the writer's own error apart from the reader's.
 type errWriter struct {

@@ -403,3 +403,63 @@ func TestReasonOf(t *testing.T) {
 		t.Error("a wrapped refusal lost its reason")
 	}
 }
+
+// An area that is no longer mounted is refused: below its mount point is
+// airlock's own disk.
+func TestTransferRefusesUnmountedArea(t *testing.T) {
+	a := newAreas(t, AreasSpec{})
+	if err := unix.Unmount(a.Tmp, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := upload(t, a, "/tmp/x", []byte("x")); err == nil {
+		t.Error("an upload into an unmounted /tmp was taken")
+	}
+	if _, err := os.Lstat(filepath.Join(a.Tmp, "x")); err == nil {
+		t.Error("the upload landed on the disk below the mount point")
+	}
+	os.WriteFile(filepath.Join(a.Tmp, "y.txt"), []byte("y"), 0o644)
+	if _, _, err := download(t, a, "/tmp/y.txt"); err == nil {
+		t.Error("a download from an unmounted /tmp was taken")
+	}
+}
+
+// A program swapping the final name between a regular file and a symlink
+// to an outside file while uploads replace it: the outside file is never
+// written.
+func TestUploadFinalSwapRace(t *testing.T) {
+	a := newAreas(t, AreasSpec{})
+	target := filepath.Join(t.TempDir(), "target")
+	os.WriteFile(target, []byte("orig"), 0o644)
+	f, l := filepath.Join(a.Workspace, "f"), filepath.Join(a.Workspace, "l")
+	os.WriteFile(f, []byte("mine"), 0o644)
+	os.Symlink(target, l)
+	var stop atomic.Bool
+	var swaps atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for !stop.Load() {
+			// The upload's rename may take f away: put a link back.
+			os.Symlink(target, l)
+			if unix.Renameat2(unix.AT_FDCWD, f, unix.AT_FDCWD, l, unix.RENAME_EXCHANGE) == nil {
+				swaps.Add(1)
+			}
+		}
+	}()
+	for i := range 50 {
+		_, err := upload(t, a, "/home/user/f", []byte("pwned"))
+		if err != nil && ReasonOf(err) != ReasonSymlink {
+			t.Errorf("upload %d: %v", i, err)
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	if swaps.Load() == 0 {
+		t.Fatal("no swap happened: the test proves nothing")
+	}
+	if b, _ := os.ReadFile(target); string(b) != "orig" {
+		t.Errorf("the file behind the symlink now holds %q", b)
+	}
+	noTemps(t, a)
+}

@@ -264,13 +264,19 @@ func TestCreateAreasRefuses(t *testing.T) {
 // 1GiB workspace.
 func BenchmarkAreas(b *testing.B) {
 	root := b.TempDir()
+	var create, remove time.Duration
 	for i := 0; b.Loop(); i++ {
+		start := time.Now()
 		a, err := CreateAreas(context.Background(), root, strconv.Itoa(i), AreasSpec{TmpSize: 64 << 20, UID: testUID, GID: testGID, Out: Output{Dir: "/out", Size: 64 << 20, Files: 1000}})
 		if err != nil {
 			b.Fatal(err)
 		}
+		mid := time.Now()
 		if err := a.Remove(context.Background()); err != nil {
 			b.Fatal(err)
 		}
+		create, remove = create+mid.Sub(start), remove+time.Since(mid)
 	}
+	b.ReportMetric(float64(create.Microseconds())/1000/float64(b.N), "create-ms/op")
+	b.ReportMetric(float64(remove.Microseconds())/1000/float64(b.N), "remove-ms/op")
 }

@@ -247,6 +247,17 @@ func testTimeout(t *testing.T, s *suite) {
 	if r := run(t, sb, engine.Process{Argv: []string{"echo", "usable"}}); r.stdout != "usable\n" {
 		t.Fatalf("exec after a timeout: %q, code %d", r.stdout, r.Code)
 	}
+	// A child in a session and process group of its own goes too.
+	if r := run(t, sb, engine.Process{Argv: sh("setsid sleep 102 & sleep 103"), Timeout: time.Second}); !r.TimedOut {
+		t.Fatalf("setsid case: timed out %v, code %d, %q", r.TimedOut, r.Code, r.stderr)
+	}
+	deadline = time.Now().Add(3 * time.Second)
+	for ps := processes(t, sb); strings.Contains(ps, "sleep 10"); ps = processes(t, sb) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the timeout, a child that left the session still runs:\n%s", ps)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 func testDetach(t *testing.T, s *suite) {

@@ -453,15 +453,15 @@ func (s *sandbox) Exec(ctx context.Context, p *engine.Process) (engine.Exit, err
 
 // killExec kills an exec's process and everything it started, then its
 // runtime exec process. Both runtimes make the exec's process the leader
-// of a new session and process group inside the sandbox; its group is
-// killed, and (runc, whose processes the host sees) anything else in its
-// session. It returns the runtime's wait result.
+// of a new session and process group inside the sandbox; what is in its
+// group, its session (where the host sees them: runc) or below it in the
+// process tree is killed. It returns the runtime's wait result.
 func (s *sandbox) killExec(ctx context.Context, cmd *exec.Cmd, pidFile string, done <-chan error) (error, error) {
 	deadline := time.After(cleanupTimeout)
 	for {
 		if b, err := os.ReadFile(pidFile); err == nil {
 			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
-				s.killGroup(ctx, pid)
+				s.killTree(ctx, pid)
 			}
 		}
 		select {
@@ -476,24 +476,81 @@ func (s *sandbox) killExec(ctx context.Context, cmd *exec.Cmd, pidFile string, d
 	}
 }
 
-func (s *sandbox) killGroup(ctx context.Context, pid int) {
+// proc is a process as killTree sees it; sid is -1 where unknown.
+type proc struct{ pid, ppid, sid int }
+
+// killTree kills pid's process group, session and descendants. The tree is
+// read before anything is killed, so that no child is orphaned to init
+// (and out of reach) by the kill of its parent first.
+func (s *sandbox) killTree(ctx context.Context, pid int) {
+	kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	if s.st.Mode == isolation.Seccomp {
+		victims := treeOf(hostProcs(), pid)
 		syscall.Kill(-pid, syscall.SIGKILL)
-		for _, p := range sessionMembers(pid) {
+		for _, p := range victims {
 			syscall.Kill(p, syscall.SIGKILL)
 		}
 		return
 	}
 	bin, _, args := s.e.runtimeFor(s.st.Mode, s.bundle)
-	kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	exec.CommandContext(kctx, bin, append(args, "kill", "--pgid", strconv.Itoa(pid), s.name(), "KILL")...).Run()
+	victims := treeOf(s.sandboxProcs(kctx), pid)
+	kill := func(flag string, p int) {
+		exec.CommandContext(kctx, bin, append(args, "kill", flag, strconv.Itoa(p), s.name(), "KILL")...).Run()
+	}
+	kill("--pgid", pid)
+	for _, p := range victims {
+		if p != pid {
+			kill("--pid", p)
+		}
+	}
 }
 
-// sessionMembers lists the host processes in session sid.
-func sessionMembers(sid int) []int {
+// treeOf lists the processes in pid's session or below pid.
+func treeOf(ps []proc, pid int) []int {
+	in := map[int]bool{pid: true}
+	for grew := true; grew; {
+		grew = false
+		for _, p := range ps {
+			if !in[p.pid] && (in[p.ppid] || p.sid == pid) && p.pid > 1 {
+				in[p.pid], grew = true, true
+			}
+		}
+	}
+	out := make([]int, 0, len(in))
+	for p := range in {
+		out = append(out, p)
+	}
+	return out
+}
+
+// sandboxProcs lists a gVisor sandbox's processes, by its own pids, from
+// runsc ps's table (its json holds pids alone): UID PID PPID C ...
+func (s *sandbox) sandboxProcs(ctx context.Context) []proc {
+	bin, _, args := s.e.runtimeFor(s.st.Mode, s.bundle)
+	out, err := exec.CommandContext(ctx, bin, append(args, "ps", s.name())...).Output()
+	if err != nil {
+		return nil
+	}
+	var procs []proc
+	for _, l := range strings.Split(string(out), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 3 {
+			continue
+		}
+		pid, err1 := strconv.Atoi(f[1])
+		ppid, err2 := strconv.Atoi(f[2])
+		if err1 == nil && err2 == nil {
+			procs = append(procs, proc{pid: pid, ppid: ppid, sid: -1})
+		}
+	}
+	return procs
+}
+
+// hostProcs lists the host's processes.
+func hostProcs() []proc {
 	ents, _ := os.ReadDir("/proc")
-	var out []int
+	var out []proc
 	for _, d := range ents {
 		pid, err := strconv.Atoi(d.Name())
 		if err != nil {
@@ -508,9 +565,13 @@ func sessionMembers(sid int) []int {
 			continue
 		}
 		// After the name: state, ppid, pgrp, session.
-		if f := strings.Fields(string(b[i+1:])); len(f) > 3 && f[3] == strconv.Itoa(sid) {
-			out = append(out, pid)
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 4 {
+			continue
 		}
+		ppid, _ := strconv.Atoi(f[1])
+		sid, _ := strconv.Atoi(f[3])
+		out = append(out, proc{pid: pid, ppid: ppid, sid: sid})
 	}
 	return out
 }

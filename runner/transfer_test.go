@@ -150,18 +150,7 @@ func TestUploadSwapRace(t *testing.T) {
 	d, s := filepath.Join(a.Workspace, "d"), filepath.Join(a.Workspace, "s")
 	os.Mkdir(d, 0o755)
 	os.Symlink(out, s)
-	var stop atomic.Bool
-	var swaps atomic.Int64
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for !stop.Load() {
-			if unix.Renameat2(unix.AT_FDCWD, d, unix.AT_FDCWD, s, unix.RENAME_EXCHANGE) == nil {
-				swaps.Add(1)
-			}
-		}
-	}()
+	stop := swapLoop(d, s, nil)
 	var ok, refused int
 	for i := range 50 {
 		_, err := upload(t, a, fmt.Sprintf("/home/user/d/sub/f%d", i), []byte("pwned"))
@@ -174,11 +163,36 @@ func TestUploadSwapRace(t *testing.T) {
 			t.Errorf("upload %d: %v", i, err)
 		}
 	}
-	stop.Store(true)
-	wg.Wait()
-	t.Logf("%d uploads landed, %d refused, %d swaps", ok, refused, swaps.Load())
-	if swaps.Load() == 0 {
+	swaps := stop()
+	t.Logf("%d uploads landed, %d refused, %d swaps", ok, refused, swaps)
+	if swaps == 0 {
 		t.Fatal("no swap happened: the test proves nothing")
+	}
+}
+
+// swapLoop exchanges a and b (RENAME_EXCHANGE, atomic) until the returned
+// stop is called, running before ahead of each swap; stop returns how many
+// swaps happened.
+func swapLoop(a, b string, before func()) (stop func() int64) {
+	var done atomic.Bool
+	var swaps atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for !done.Load() {
+			if before != nil {
+				before()
+			}
+			if unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_EXCHANGE) == nil {
+				swaps.Add(1)
+			}
+		}
+	}()
+	return func() int64 {
+		done.Store(true)
+		wg.Wait()
+		return swaps.Load()
 	}
 }
 
@@ -433,29 +447,15 @@ func TestUploadFinalSwapRace(t *testing.T) {
 	f, l := filepath.Join(a.Workspace, "f"), filepath.Join(a.Workspace, "l")
 	os.WriteFile(f, []byte("mine"), 0o644)
 	os.Symlink(target, l)
-	var stop atomic.Bool
-	var swaps atomic.Int64
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for !stop.Load() {
-			// The upload's rename may take f away: put a link back.
-			os.Symlink(target, l)
-			if unix.Renameat2(unix.AT_FDCWD, f, unix.AT_FDCWD, l, unix.RENAME_EXCHANGE) == nil {
-				swaps.Add(1)
-			}
-		}
-	}()
+	// The upload's rename may take f away: put a link back each time.
+	stop := swapLoop(f, l, func() { os.Symlink(target, l) })
 	for i := range 50 {
 		_, err := upload(t, a, "/home/user/f", []byte("pwned"))
 		if err != nil && ReasonOf(err) != ReasonSymlink {
 			t.Errorf("upload %d: %v", i, err)
 		}
 	}
-	stop.Store(true)
-	wg.Wait()
-	if swaps.Load() == 0 {
+	if stop() == 0 {
 		t.Fatal("no swap happened: the test proves nothing")
 	}
 	if b, _ := os.ReadFile(target); string(b) != "orig" {

@@ -82,14 +82,10 @@ func helperDir() (string, error) {
 // or checks the copy already there, and returns its path. Anything else at
 // that path (a link, another owner, other bytes, a writable mode) is
 // replaced.
-func installHelper() (string, error) {
+func installHelper(dir string) (string, error) {
 	b, err := helperBytes()
 	if err != nil {
 		return "", err
-	}
-	dir, err := helperDir()
-	if err != nil {
-		return "", fmt.Errorf("%w: finding a directory for the sandbox init: %v", errdefs.ErrUnavailable, err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("%w: creating %s for the sandbox init: %v", errdefs.ErrUnavailable, dir, err)
@@ -150,7 +146,11 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (sb engine.S
 		return nil, fmt.Errorf("%w: isolation %q is not available on the docker engine yet; use --isolation %s",
 			errdefs.ErrInvalidArgument, s.Policy.Isolation, isolation.GVisor)
 	}
-	helper, err := installHelper()
+	dir, err := helperDir()
+	if err != nil {
+		return nil, fmt.Errorf("%w: finding a directory for the sandbox init: %v", errdefs.ErrUnavailable, err)
+	}
+	helper, err := installHelper(dir)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,206 @@
+package docker
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// helperFile writes the helper where the test can run it on the host.
+func helperFile(t *testing.T) string {
+	t.Helper()
+	p, err := installHelper(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func exitCode(t *testing.T, err error) int {
+	t.Helper()
+	var ee *exec.ExitError
+	if err == nil {
+		return 0
+	}
+	if !errors.As(err, &ee) {
+		t.Fatal(err)
+	}
+	return ee.ExitCode()
+}
+
+func TestHelperInitIgnoresSIGCHLDAndWaits(t *testing.T) {
+	cmd := exec.Command(helperFile(t))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	// SIGCHLD ignored is what makes the kernel reap orphans for it.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, _ := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/status")
+		var ign uint64
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "SigIgn:\t"); ok {
+				ign, _ = strconv.ParseUint(v, 16, 64)
+			}
+		}
+		if ign&(1<<(syscall.SIGCHLD-1)) != 0 && strings.Contains(string(b), "State:\tS") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("init never settled ignoring SIGCHLD:\n%s", b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// It stays: only a signal ends it.
+	time.Sleep(100 * time.Millisecond)
+	if err := cmd.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Fatalf("init exited: %v", err)
+	}
+}
+
+// wrap runs the helper's exec mode and returns its stdout, its stderr less
+// the pid, the pid it reported and its exit code.
+func wrap(t *testing.T, env []string, argv ...string) (string, string, int32, int) {
+	t.Helper()
+	cmd := exec.Command(helperFile(t), append([]string{"x"}, argv...)...)
+	cmd.Env = env
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	code := exitCode(t, cmd.Run())
+	if errb.Len() < 4 {
+		t.Fatalf("%q: no pid on stderr: %q", argv, errb.String())
+	}
+	pid := int32(binary.NativeEndian.Uint32(errb.Bytes()[:4]))
+	if int(pid) != cmd.Process.Pid {
+		t.Fatalf("%q: reported pid %d, ran as %d", argv, pid, cmd.Process.Pid)
+	}
+	return out.String(), errb.String()[4:], pid, code
+}
+
+func TestHelperExec(t *testing.T) {
+	// Fields 5 and 6 of stat: process group and session, both its own.
+	out, _, pid, code := wrap(t, []string{"PATH=/nonexistent::/bin:/usr/bin"}, "sh", "-c", `read -r l < /proc/$$/stat; set -- ${l#*) }; echo $3 $4`)
+	if code != 0 || out != strconv.Itoa(int(pid))+" "+strconv.Itoa(int(pid))+"\n" {
+		t.Fatalf("group and session: code %d, %q; want both %d", code, out, pid)
+	}
+	if out, _, _, code := wrap(t, nil, "echo", "default", "path"); code != 0 || out != "default path\n" {
+		t.Fatalf("no PATH: code %d, %q", code, out)
+	}
+	if out, _, _, code := wrap(t, nil, "/bin/echo", "a", "", "b c"); code != 0 || out != "a  b c\n" {
+		t.Fatalf("argv: code %d, %q", code, out)
+	}
+	if _, errs, _, code := wrap(t, []string{"PATH=/bin"}, "no-such-program"); code != 127 || errs != "airlock: cannot execute no-such-program\n" {
+		t.Fatalf("missing program: code %d, %q", code, errs)
+	}
+	if _, _, _, code := wrap(t, []string{"PATH=/bin"}, strings.Repeat("x", 9000)); code != 127 {
+		t.Fatalf("overlong name: code %d", code)
+	}
+	if _, _, _, code := wrap(t, []string{"PATH=/bin"}, "sh", "-c", "exit 7"); code != 7 {
+		t.Fatalf("exit code: %d", code)
+	}
+}
+
+func TestHelperKillsTheGroup(t *testing.T) {
+	h := helperFile(t)
+	victim := exec.Command(h, "x", "sleep", "100")
+	stderr, err := victim.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	var pid [4]byte
+	_, rerr := io.ReadFull(stderr, pid[:])
+	go func() { waited <- victim.Wait() }()
+	if rerr != nil {
+		victim.Process.Kill()
+		t.Fatal(rerr)
+	}
+	killer := exec.Command(h, "k")
+	killer.Stdin = bytes.NewReader(pid[:])
+	if code := exitCode(t, killer.Run()); code != 0 {
+		t.Fatalf("killer exited %d", code)
+	}
+	err = <-waited
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("victim: %v; want SIGKILL", err)
+	}
+	for name, in := range map[string][]byte{"empty": nil, "short": {1, 0}, "pid 1": {1, 0, 0, 0}, "pid 0": {0, 0, 0, 0}, "negative": {0xff, 0xff, 0xff, 0xff}} {
+		k := exec.Command(h, "k")
+		k.Stdin = bytes.NewReader(in)
+		if code := exitCode(t, k.Run()); code != 2 {
+			t.Errorf("%s: killer exited %d; want 2", name, code)
+		}
+	}
+	if code := exitCode(t, exec.Command(h, "z").Run()); code != 2 {
+		t.Errorf("unknown mode exited %d; want 2", code)
+	}
+}
+
+func TestInstallHelperReplacesWhatIsNotIt(t *testing.T) {
+	dir := t.TempDir()
+	p, err := installHelper(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string) {
+		t.Helper()
+		fi, err := os.Lstat(p)
+		if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o555 {
+			t.Fatalf("%s: %v %v", what, fi, err)
+		}
+		if b, _ := os.ReadFile(p); !bytes.Equal(b, helperAMD64) {
+			t.Fatalf("%s: wrong bytes", what)
+		}
+	}
+	check("fresh")
+	os.Chmod(p, 0o755)
+	os.WriteFile(p, []byte("#!/bin/sh\necho pwned\n"), 0o755)
+	if _, err := installHelper(dir); err != nil {
+		t.Fatal(err)
+	}
+	check("tampered")
+	target := filepath.Join(t.TempDir(), "elsewhere")
+	os.WriteFile(target, []byte("keep"), 0o644)
+	os.Remove(p)
+	os.Symlink(target, p)
+	if _, err := installHelper(dir); err != nil {
+		t.Fatal(err)
+	}
+	check("symlink")
+	if b, _ := os.ReadFile(target); string(b) != "keep" {
+		t.Fatalf("the link's target was written: %q", b)
+	}
+	os.Chmod(dir, 0o777)
+	if _, err := installHelper(dir); err == nil {
+		t.Fatal("a world-writable helper directory was accepted")
+	}
+}
+
+func TestPidReaderStripsThePid(t *testing.T) {
+	var out bytes.Buffer
+	r := &pidReader{w: &out, got: make(chan int32, 1)}
+	in := append(binary.NativeEndian.AppendUint32(nil, 4242), "hello"...)
+	for _, chunk := range [][]byte{in[:1], in[1:3], in[3:6], in[6:]} {
+		if n, err := r.Write(chunk); n != len(chunk) || err != nil {
+			t.Fatalf("write %q: %d %v", chunk, n, err)
+		}
+	}
+	if pid := <-r.got; pid != 4242 || out.String() != "hello" {
+		t.Fatalf("pid %d, output %q", pid, out.String())
+	}
+}

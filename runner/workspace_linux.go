@@ -79,16 +79,21 @@ type AreasSpec struct {
 }
 
 // Areas is a sandbox's writable areas on the host. The zero value holds
-// nothing.
+// nothing. It is plain data, so a sandbox's state file can keep it for a
+// later process to transfer files or remove the areas.
 type Areas struct {
 	// Dir is <root>/sandboxes/<id>.
-	Dir string
+	Dir string `json:"dir"`
 	// Workspace, Tmp and Out are the host mount points; Out is "" when the
 	// output directory is off.
-	Workspace, Tmp, Out string
+	Workspace string `json:"workspace"`
+	Tmp       string `json:"tmp"`
+	Out       string `json:"out,omitempty"`
 	// OutDir is the output directory's path inside the sandbox.
-	OutDir   string
-	UID, GID uint32
+	OutDir string `json:"out_dir,omitempty"`
+	// UID and GID own uploaded files.
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
 }
 
 // SandboxDir is where a sandbox's areas live.

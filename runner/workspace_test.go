@@ -280,3 +280,32 @@ func BenchmarkAreas(b *testing.B) {
 	b.ReportMetric(float64(create.Microseconds())/1000/float64(b.N), "create-ms/op")
 	b.ReportMetric(float64(remove.Microseconds())/1000/float64(b.N), "remove-ms/op")
 }
+
+// Twenty sandboxes' areas made and removed at once: each gets its own loop
+// device, and nothing is left.
+func TestAreasConcurrent(t *testing.T) {
+	root := t.TempDir()
+	errs := make(chan error, 20)
+	for i := range 20 {
+		go func() {
+			a, err := CreateAreas(context.Background(), root, strconv.Itoa(i), AreasSpec{TmpSize: 1 << 20, UID: testUID, GID: testGID, Out: Output{Disabled: true}})
+			if err == nil {
+				if werr := os.WriteFile(filepath.Join(a.Workspace, "id"), []byte(strconv.Itoa(i)), 0o644); werr != nil {
+					err = werr
+				}
+				if rerr := a.Remove(context.Background()); err == nil {
+					err = rerr
+				}
+			}
+			errs <- err
+		}()
+	}
+	for range 20 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	for i := range 20 {
+		assertGone(t, SandboxDir(root, strconv.Itoa(i)))
+	}
+}

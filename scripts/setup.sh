@@ -2,7 +2,7 @@
 # Prepares this machine for airlock. Idempotent: each step checks before it
 # acts, so a second run does nothing but confirm.
 #
-#   1. apt packages: docker.io, runc, libseccomp-dev, mmdebstrap, busybox-static
+#   1. apt packages: docker.io, runc, libseccomp-dev, mmdebstrap, busybox-static, e2fsprogs
 #   2. runsc, built from the gVisor version pinned in tools/runsc (CGO_ENABLED=0)
 #   3. the airlock-runsc runtime registered in /etc/docker/daemon.json (merged, backed up)
 #   4. dockerd started if it is not answering
@@ -39,7 +39,7 @@ heartbeat() {
 command -v go >/dev/null || fail "Go is not on PATH; install Go 1.26 or newer"
 
 # 1. apt packages ----------------------------------------------------------
-want=(docker.io runc libseccomp-dev mmdebstrap busybox-static ca-certificates)
+want=(docker.io runc libseccomp-dev mmdebstrap busybox-static ca-certificates e2fsprogs)
 missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -54,6 +54,9 @@ if ((${#missing[@]})); then
 else
   step "apt packages present"
 fi
+
+# Long-lived sandboxes keep their workspace on a loop-mounted ext4 image.
+[ -e /dev/loop-control ] || modprobe loop 2>/dev/null || true
 
 # 2. runsc -------------------------------------------------------------------
 gvisor_version=$(cd "$here/tools/runsc" && go list -m -f '{{.Version}}' gvisor.dev/gvisor)

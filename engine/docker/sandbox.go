@@ -271,6 +271,9 @@ func (s *sandbox) watch(ctx context.Context) error {
 	case !after.Running || after.Pid != before.Pid || after.StartedAt != before.StartedAt:
 		w.close()
 		return s.lost(after)
+	case errors.Is(werr, errProcessGone):
+		// dockerd has not learnt of it yet.
+		return engine.Lost("sandbox %q ended from outside airlock: its runtime process %d is gone (killed, or dockerd stopped it); destroy it with `airlock sandbox rm %s`", s.id, before.Pid, s.id)
 	case werr != nil:
 		return fmt.Errorf("%w: watching the process %d of sandbox %q: %v; the docker engine must run on dockerd's host, in its pid namespace", errdefs.ErrUnavailable, before.Pid, s.id, werr)
 	}

@@ -1,6 +1,7 @@
 package docker
 
 import (
+	"errors"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -16,8 +17,14 @@ type pidWatch struct {
 	done chan struct{}
 }
 
+// errProcessGone is watchPid's error for a pid that no longer exists.
+var errProcessGone = errors.New("no such process")
+
 func watchPid(pid int) (*pidWatch, error) {
 	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if errors.Is(err, unix.ESRCH) {
+		return nil, errProcessGone
+	}
 	if err != nil {
 		return nil, err
 	}

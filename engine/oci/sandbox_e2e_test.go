@@ -3,6 +3,7 @@
 package oci
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"os"
@@ -12,6 +13,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
 
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/opencontainers/go-digest"
@@ -164,4 +168,138 @@ func leftovers(t *testing.T, e *Engine, id string) []string {
 		}
 	}
 	return left
+}
+
+// sandboxHelperEnv asks the test binary to act as a creating process:
+// root, image, id and mode, separated by commas.
+const sandboxHelperEnv = "AIRLOCK_SANDBOX_HELPER"
+
+// TestSandboxHelper is not a test: run by TestSandboxOutlivesCreator as
+// a separate process, it creates a sandbox, starts a detached process in
+// it, says so, and waits to be killed.
+func TestSandboxHelper(t *testing.T) {
+	arg := os.Getenv(sandboxHelperEnv)
+	if arg == "" {
+		return
+	}
+	f := strings.Split(arg, ",")
+	e, err := New(f[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := isolation.Default()
+	p.Isolation = isolation.Mode(f[3])
+	p.Seccomp = profile(t, p.Isolation)
+	ctx := context.Background()
+	sb, err := e.Create(ctx, &engine.SandboxSpec{ID: f[2], Image: digest.Digest(f[1]), Policy: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.Exec(ctx, &engine.Process{Argv: []string{"sleep", "1001"}, Detach: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.Exec(ctx, &engine.Process{Argv: []string{"sh", "-c", "echo mine > /tmp/mark"}}); err != nil {
+		t.Fatal(err)
+	}
+	os.Stdout.WriteString("created\n")
+	select {}
+}
+
+// A sandbox outlives the process that created it, even SIGKILLed, and
+// another process opens it by id alone.
+func TestSandboxOutlivesCreator(t *testing.T) {
+	root, image := testRoot(t)
+	for _, mode := range []isolation.Mode{isolation.GVisor, isolation.Seccomp} {
+		t.Run(string(mode), func(t *testing.T) {
+			id := "outlives-" + string(mode)
+			cmd := exec.Command(os.Args[0], "-test.run=^TestSandboxHelper$", "-test.v")
+			cmd.Env = append(os.Environ(), sandboxHelperEnv+"="+strings.Join([]string{root, image.String(), id, string(mode)}, ","))
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd.Stderr = os.Stderr
+			// The kill takes the creator's whole process group, as a
+			// terminal's ^C or a supervisor would.
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			e, err := New(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := e.destroy(context.Background(), id); err != nil {
+					t.Error(err)
+				}
+				if left := leftovers(t, e, id); len(left) > 0 {
+					t.Errorf("left: %v", left)
+				}
+			}()
+			sc := bufio.NewScanner(out)
+			var said []string
+			for sc.Scan() && sc.Text() != "created" {
+				said = append(said, sc.Text())
+			}
+			if sc.Text() != "created" {
+				cmd.Process.Kill()
+				cmd.Wait()
+				t.Fatalf("helper: %q", said)
+			}
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			cmd.Wait()
+
+			sb, err := e.Open(context.Background(), id)
+			if err != nil {
+				t.Fatalf("Open after the creator was killed: %v", err)
+			}
+			var stdout strings.Builder
+			x, err := sb.Exec(context.Background(), &engine.Process{Argv: []string{"sh", "-c", "cat /tmp/mark; ps -o args"}, Stdout: &stdout, Timeout: 10 * time.Second})
+			if err != nil || x.Code != 0 {
+				t.Fatalf("Exec after the creator was killed: %+v, %v", x, err)
+			}
+			if !strings.HasPrefix(stdout.String(), "mine\n") || !strings.Contains(stdout.String(), "sleep 1001") {
+				t.Fatalf("the sandbox lost its state or its detached process with its creator:\n%s", stdout.String())
+			}
+		})
+	}
+}
+
+// A sandbox whose airlock process died without destroying it is found and
+// freed by the reaper.
+func TestSandboxReaped(t *testing.T) {
+	root, image := testRoot(t)
+	for _, mode := range []isolation.Mode{isolation.GVisor, isolation.Seccomp} {
+		t.Run(string(mode), func(t *testing.T) {
+			e, err := New(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := isolation.Default()
+			p.Isolation = mode
+			p.Seccomp = profile(t, mode)
+			id := "reaped-" + string(mode)
+			sb, err := e.Create(context.Background(), &engine.SandboxSpec{ID: id, Image: image, Policy: p})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := sb.Exec(context.Background(), &engine.Process{Argv: []string{"sleep", "1002"}, Detach: true}); err != nil {
+				t.Fatal(err)
+			}
+			ids, err := e.Leftovers(context.Background())
+			if err != nil || !slices.Contains(ids, id) {
+				t.Fatalf("Leftovers: %v, %v; want %s among them", ids, err, id)
+			}
+			if err := e.Reap(context.Background(), id); err != nil {
+				t.Fatalf("Reap: %v", err)
+			}
+			if left := leftovers(t, e, id); len(left) > 0 {
+				t.Fatalf("reaped, but left: %v", left)
+			}
+			if _, err := e.Open(context.Background(), id); !errdefs.IsNotFound(err) {
+				t.Fatalf("Open of a reaped sandbox: %v; want not found", err)
+			}
+		})
+	}
 }

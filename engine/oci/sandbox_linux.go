@@ -109,7 +109,7 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (_ engine.Sa
 	if err != nil {
 		return nil, err
 	}
-	defer lk.Release(false)
+	defer lk.Release(true)
 	bundle := e.bundleDir(s.ID)
 	if _, err := os.Lstat(bundle); err == nil {
 		return nil, fmt.Errorf("%w: sandbox %q exists (or was not freed: `airlock reap`)", errdefs.ErrAlreadyExists, s.ID)

@@ -58,6 +58,8 @@ func Sandboxes(t *testing.T, newEngine func(t *testing.T) engine.Sandboxer, imag
 		{"Isolated", testIsolated},
 		{"Reopen", testReopen},
 		{"Lost", testLost},
+		{"LostDuringExec", testLostDuringExec},
+		{"Cancel", testCancel},
 		{"Destroy", testDestroy},
 		{"OpenUnknown", testOpenUnknown},
 		{"ExecLatency", testLatency},
@@ -329,6 +331,53 @@ func testLost(t *testing.T, s *suite) {
 	}
 	if !errors.Is(err, engine.ErrSandboxLost) {
 		t.Fatalf("Open and Exec of a lost sandbox: %v; want ErrSandboxLost", err)
+	}
+}
+
+func testLostDuringExec(t *testing.T, s *suite) {
+	sb := s.create(t)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := sb.Exec(context.Background(), &engine.Process{Argv: []string{"sleep", "100"}, Timeout: time.Minute})
+		errc <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(processes(t, sb), "sleep 100") {
+		if time.Now().After(deadline) {
+			t.Fatal("sleep never started")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.h.KillSandbox(t, sb.ID())
+	select {
+	case err := <-errc:
+		if !errors.Is(err, engine.ErrSandboxLost) {
+			t.Fatalf("Exec whose sandbox was killed under it: %v; want ErrSandboxLost", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Exec did not return 30s after its sandbox was killed")
+	}
+}
+
+// A cancelled context kills the process (and what it started), not the
+// sandbox.
+func testCancel(t *testing.T, s *suite) {
+	sb := s.create(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(time.Second, cancel)
+	x, err := sb.Exec(ctx, &engine.Process{Argv: sh("sleep 104 & sleep 105"), Timeout: time.Minute})
+	if err != nil || !x.Killed || x.TimedOut {
+		t.Fatalf("cancelled Exec: %+v, %v; want Killed", x, err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for ps := processes(t, sb); strings.Contains(ps, "sleep 10"); ps = processes(t, sb) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the cancel, the sandbox still runs:\n%s", ps)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if x, err := sb.Exec(ctx, &engine.Process{Argv: []string{"true"}}); err != nil || !x.Killed {
+		t.Fatalf("Exec on a done context: %+v, %v; want Killed at once", x, err)
 	}
 }
 

@@ -1,0 +1,106 @@
+package oci
+
+import (
+	"os"
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/airlock-sandbox/airlock/engine"
+)
+
+func TestCheckSandboxID(t *testing.T) {
+	for _, c := range []struct {
+		id string
+		ok bool
+	}{
+		{"abc", true}, {"a-b_c.9", true}, {"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", true},
+		{"", false}, {"../etc", false}, {"a/b", false}, {".hidden", false}, {"-flag", false}, {"a b", false},
+		{"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0", false},
+	} {
+		if err := checkSandboxID(c.id); (err == nil) != c.ok || err != nil && !errdefs.IsInvalidArgument(err) {
+			t.Errorf("checkSandboxID(%q) = %v; want ok %v", c.id, err, c.ok)
+		}
+	}
+}
+
+// The kill's victims are read from the tree: the session, and every
+// descendant, however it left the session; never init, never another
+// exec's processes.
+func TestTreeOf(t *testing.T) {
+	ps := []proc{
+		{1, 0, 1},    // init
+		{10, 1, 10},  // the exec
+		{11, 10, 10}, // its child
+		{12, 11, 12}, // a grandchild that called setsid
+		{13, 1, 10},  // orphaned to init, still in the session
+		{14, 13, 14}, // its child in a session of its own
+		{20, 1, 20},  // another exec
+		{21, 20, 20}, // and its child
+		{30, 1, 1},   // in init's session
+	}
+	got := treeOf(ps, 10)
+	slices.Sort(got)
+	if want := []int{10, 11, 12, 13, 14}; !slices.Equal(got, want) {
+		t.Fatalf("treeOf = %v; want %v", got, want)
+	}
+	// Where sessions are unknown (gVisor), descendants alone.
+	for i := range ps {
+		ps[i].sid = -1
+	}
+	got = treeOf(ps, 10)
+	slices.Sort(got)
+	if want := []int{10, 11, 12}; !slices.Equal(got, want) {
+		t.Fatalf("treeOf without sessions = %v; want %v", got, want)
+	}
+}
+
+// An exec is derived from the init's process: only argv, env and workdir
+// change, so nothing widens.
+func TestExecProcessNarrowsNothing(t *testing.T) {
+	ini := specs.Process{
+		User:            specs.User{UID: 65534, GID: 65534},
+		Args:            []string{initPath},
+		Env:             []string{"PATH=/bin", "A=1"},
+		Cwd:             "/",
+		Capabilities:    &specs.LinuxCapabilities{},
+		NoNewPrivileges: true,
+		Rlimits:         []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: 64, Soft: 64}},
+	}
+	s := &sandbox{process: ini}
+	pr, err := s.execProcess(&engine.Process{Argv: []string{"sh", "-c", "x"}, Env: []string{"A=2", "B=3"}, Workdir: "/tmp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(pr.User, ini.User) || !pr.NoNewPrivileges || pr.Capabilities != ini.Capabilities || !slices.Equal(pr.Rlimits, ini.Rlimits) || pr.Terminal {
+		t.Fatalf("exec process widened: %+v", pr)
+	}
+	if !slices.Equal(pr.Args, []string{"sh", "-c", "x"}) || !slices.Equal(pr.Env, []string{"PATH=/bin", "A=2", "B=3"}) || pr.Cwd != "/tmp" {
+		t.Fatalf("exec process: args %q env %q cwd %q", pr.Args, pr.Env, pr.Cwd)
+	}
+	if !slices.Equal(s.process.Env, []string{"PATH=/bin", "A=1"}) {
+		t.Fatalf("the exec changed the sandbox's env: %q", s.process.Env)
+	}
+	for _, p := range []engine.Process{
+		{}, {Argv: []string{""}}, {Argv: []string{"a\x00b"}}, {Argv: []string{"true"}, Env: []string{"NOEQUALS"}},
+		{Argv: []string{"true"}, Env: []string{"=v"}}, {Argv: []string{"true"}, Workdir: "tmp"}, {Argv: []string{"true"}, Workdir: "/a/../b"},
+	} {
+		if _, err := s.execProcess(&p); !errdefs.IsInvalidArgument(err) {
+			t.Errorf("execProcess(%+v) = %v; want invalid argument", p, err)
+		}
+	}
+}
+
+func TestProcStart(t *testing.T) {
+	a, ok := procStart(os.Getpid())
+	b, ok2 := procStart(os.Getpid())
+	if !ok || !ok2 || a == 0 || a != b {
+		t.Fatalf("procStart(self) = %d %v, %d %v", a, ok, b, ok2)
+	}
+	if _, ok := procStart(1 << 30); ok {
+		t.Fatal("procStart of a pid that cannot exist succeeded")
+	}
+}

@@ -284,6 +284,52 @@ func TestSandboxExec(t *testing.T) {
 	})
 }
 
+// TestSandboxOutlivesCreator creates a sandbox in a child process that then
+// exits, and opens it from this one.
+func TestSandboxOutlivesCreator(t *testing.T) {
+	if os.Getenv("AIRLOCK_SANDBOX_CREATOR") != "" {
+		return // in the child, only TestSandboxCreatorChild works
+	}
+	modes(t, func(t *testing.T, e *Engine, m isolation.Mode) {
+		bb, _ := testImages(t, e)
+		id := newID()
+		cmd := exec.Command(os.Args[0], "-test.run=^TestSandboxCreatorChild$", "-test.v")
+		cmd.Env = append(os.Environ(), "AIRLOCK_SANDBOX_CREATOR="+id, "AIRLOCK_SANDBOX_IMAGE="+bb.String(), "AIRLOCK_SANDBOX_MODE="+string(m))
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "created "+id) {
+			t.Fatalf("creator: %v\n%s", err, out)
+		}
+		sb, err := newTestEngine(t).Open(context.Background(), id)
+		if err != nil {
+			e.Reap(context.Background(), id)
+			t.Fatalf("open after the creator exited: %v", err)
+		}
+		t.Cleanup(func() { sb.Destroy(context.Background()) })
+		if r := run(t, sb, engine.Process{Argv: []string{"cat", "/tmp/made"}}); r.stdout != "by the creator\n" {
+			t.Fatalf("state from the creator: %+v", r)
+		}
+	})
+}
+
+// TestSandboxCreatorChild is TestSandboxOutlivesCreator's child: it creates
+// the sandbox, writes into it and exits without destroying it.
+func TestSandboxCreatorChild(t *testing.T) {
+	id := os.Getenv("AIRLOCK_SANDBOX_CREATOR")
+	if id == "" {
+		return // run only as the child
+	}
+	e := newTestEngine(t)
+	m := isolation.Mode(os.Getenv("AIRLOCK_SANDBOX_MODE"))
+	spec := &engine.SandboxSpec{ID: id, Image: digest.Digest(os.Getenv("AIRLOCK_SANDBOX_IMAGE")), Policy: testPolicy(t, m),
+		Owner: "e2e", Deadline: time.Now().Add(time.Hour), Env: []string{"PATH=/bin"}}
+	sb, err := e.Create(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, sb, sh("echo by the creator > /tmp/made"))
+	fmt.Println("created " + id)
+}
+
 func TestSandboxPython(t *testing.T) {
 	modes(t, func(t *testing.T, e *Engine, m isolation.Mode) {
 		_, def := testImages(t, e)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/engine/enginetest"
+	"github.com/airlock-sandbox/airlock/images"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/imagetest"
 	"github.com/airlock-sandbox/airlock/isolation"
@@ -299,6 +300,68 @@ func TestSandboxReaped(t *testing.T) {
 			}
 			if _, err := e.Open(context.Background(), id); !errdefs.IsNotFound(err) {
 				t.Fatalf("Open of a reaped sandbox: %v; want not found", err)
+			}
+		})
+	}
+}
+
+// Any image works, the default Debian one included: its Python writes a
+// module in one exec and imports it in the next, and a detached server on
+// loopback answers a later exec.
+func TestSandboxDefaultImage(t *testing.T) {
+	root, _ := testRoot(t)
+	_, ref, err := images.OpenIndex(filepath.Join(sysRoot(), "images")).Default()
+	if err != nil {
+		t.Fatalf("no default image (`make setup` builds it): %v", err)
+	}
+	for _, mode := range []isolation.Mode{isolation.GVisor, isolation.Seccomp} {
+		t.Run(string(mode), func(t *testing.T) {
+			e, err := New(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := isolation.Default()
+			p.Isolation = mode
+			p.Seccomp = profile(t, mode)
+			ctx := context.Background()
+			sb, err := e.Create(ctx, &engine.SandboxSpec{ID: "default-" + string(mode), Image: ref.ID, Policy: p, Env: []string{"PYTHONPATH=/tmp"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := sb.Destroy(ctx); err != nil {
+					t.Error(err)
+				}
+				if left := leftovers(t, e, sb.ID()); len(left) > 0 {
+					t.Errorf("left: %v", left)
+				}
+			}()
+			py := func(code string) string {
+				var out, errb strings.Builder
+				x, err := sb.Exec(ctx, &engine.Process{Argv: []string{"python3", "-c", code}, Stdout: &out, Stderr: &errb, Timeout: 30 * time.Second})
+				if err != nil || x.Code != 0 {
+					t.Fatalf("python3 -c %q: %+v, %v: %s", code, x, err, errb.String())
+				}
+				return out.String()
+			}
+			py("open('/tmp/mod.py', 'w').write('X = 42\\n')")
+			if got := py("import mod; print(mod.X)"); got != "42\n" {
+				t.Fatalf("import of the module written before: %q", got)
+			}
+			py("open('/tmp/index.html', 'w').write('from the server')")
+			if _, err := sb.Exec(ctx, &engine.Process{Argv: []string{"python3", "-m", "http.server", "8000", "--bind", "127.0.0.1", "--directory", "/tmp"}, Detach: true}); err != nil {
+				t.Fatal(err)
+			}
+			got := py(`
+import time, urllib.request
+for _ in range(100):
+    try:
+        print(urllib.request.urlopen("http://127.0.0.1:8000/index.html", timeout=2).read().decode()); break
+    except OSError:
+        time.sleep(0.1)
+`)
+			if got != "from the server\n" {
+				t.Fatalf("the detached server answered %q", got)
 			}
 		})
 	}

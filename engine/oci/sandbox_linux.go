@@ -84,8 +84,10 @@ func (e *Engine) runtimeFor(m isolation.Mode, bundle string) (bin, state string,
 		return e.runc, state, []string{"--root", state}
 	}
 	state = filepath.Join(e.root, "oci", "runsc")
-	// The sandbox logs (boot), and runsc run's errors are kept (run).
-	flags := append(isolation.RunscFlags(), engine.GVisorLogFlags(filepath.Join(bundle, "logs"), "boot,run")...)
+	// Only runsc run's log is kept, for its errors: the sandbox's own
+	// (boot) grows by about 6 KiB per exec, for as long as the sandbox
+	// lives, and loss is told by its process, not its log.
+	flags := append(isolation.RunscFlags(), engine.GVisorLogFlags(filepath.Join(bundle, "logs"), "run")...)
 	return e.runsc, state, append([]string{"--root", state}, flags...)
 }
 

@@ -22,6 +22,8 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -244,7 +246,8 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (sb engine.S
 		}
 		return nil, classify("starting sandbox", e.cli.DaemonHost(), err)
 	}
-	sb = &sandbox{e: e, id: s.ID, cid: cid, user: cfg.User, timeout: s.Policy.Limits.Timeout, gvisor: s.Policy.Isolation == isolation.GVisor}
+	sb = &sandbox{e: e, id: s.ID, cid: cid, user: cfg.User, timeout: s.Policy.Limits.Timeout, gvisor: s.Policy.Isolation == isolation.GVisor,
+		oomEvents: oomEventsFile(host.CgroupParent, cid)}
 	if err := sb.(*sandbox).watch(bg); err != nil {
 		return nil, err
 	}
@@ -311,7 +314,8 @@ func (e *Engine) Open(ctx context.Context, id string) (engine.Sandbox, error) {
 		return nil, fmt.Errorf("%w: sandbox %q has a bad %s label %q", errdefs.ErrInternal, id, LabelTimeout, c.Config.Labels[LabelTimeout])
 	}
 	s := &sandbox{e: e, id: id, cid: c.ID, user: c.Config.User, timeout: timeout,
-		gvisor: c.HostConfig.Runtime == isolation.DockerRuntimes[isolation.GVisor]}
+		gvisor:    c.HostConfig.Runtime == isolation.DockerRuntimes[isolation.GVisor],
+		oomEvents: oomEventsFile(c.HostConfig.CgroupParent, c.ID)}
 	if !c.State.Running {
 		return nil, s.lost(c.State)
 	}
@@ -335,6 +339,9 @@ type sandbox struct {
 	// pid and proc are the container's process and a pidfd on it.
 	pid  int
 	proc *pidWatch
+	// oomEvents is the file counting the container cgroup's OOM kills, or
+	// "" where dockerd places the container's cgroup itself.
+	oomEvents string
 
 	mu        sync.Mutex
 	destroyed bool
@@ -444,6 +451,7 @@ func (s *sandbox) Exec(ctx context.Context, p *engine.Process) (engine.Exit, err
 	if err != nil {
 		return engine.Exit{}, s.check(bg, "creating exec", err)
 	}
+	oomBefore := oomKills(s.oomEvents)
 	started := time.Now()
 	if p.Detach {
 		sctx, cancel := context.WithTimeout(bg, s.e.setupTimeout)
@@ -527,6 +535,9 @@ func (s *sandbox) Exec(ctx context.Context, p *engine.Process) (engine.Exit, err
 	if err := s.ended(); err != nil {
 		return engine.Exit{}, err
 	}
+	// The kernel's OOM kill is a SIGKILL like any other; the container's
+	// cgroup counts it (under runc; runsc's sentry kills in its own way).
+	exit.OOMKilled = exit.Code == 128+int(syscall.SIGKILL) && s.oomEvents != "" && oomKills(s.oomEvents) > oomBefore
 	if streamErr != nil || ins.ExitCode < 0 || (ins.ExitCode >= 128 && !exit.TimedOut && !exit.Killed) {
 		// A kill from outside ends the exec by a signal too: only the
 		// container's state tells it from the program's own.
@@ -538,6 +549,37 @@ func (s *sandbox) Exec(ctx context.Context, p *engine.Process) (engine.Exit, err
 		return engine.Exit{}, classify("reading exec output", s.e.cli.DaemonHost(), streamErr)
 	}
 	return exit, nil
+}
+
+// oomEventsFile is the file that counts OOM kills in container cid's own
+// cgroup, under the cgroup parent airlock made (cgroupfs driver), or "".
+func oomEventsFile(parent, cid string) string {
+	if parent == "" || !path.IsAbs(parent) {
+		return ""
+	}
+	if cgroup.Unified() {
+		return filepath.Join("/sys/fs/cgroup", parent, cid, "memory.events")
+	}
+	return filepath.Join("/sys/fs/cgroup/memory", parent, cid, "memory.oom_control")
+}
+
+// oomKills reads the "oom_kill N" line of a memory.events or
+// memory.oom_control file; 0 when there is none.
+func oomKills(file string) uint64 {
+	if file == "" {
+		return 0
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "oom_kill "); ok {
+			n, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 // alive returns an ErrSandboxLost error if the container stopped; dockerd

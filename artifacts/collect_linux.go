@@ -36,7 +36,7 @@ type collector struct {
 	rep   Report
 	files int
 	total int64
-	buf   []byte
+	bufs  [2][]byte // copyHashed's buffers, one written while one is hashed
 }
 
 // Collect checks every entry under src and delivers the accepted files to
@@ -46,7 +46,8 @@ func Collect(ctx context.Context, src string, opt Options) (Report, error) {
 	if err := opt.validate(); err != nil {
 		return Report{}, err
 	}
-	c := &collector{ctx: ctx, opt: opt, rep: Report{Artifacts: []Artifact{}, Rejected: []Rejection{}}, buf: make([]byte, 1<<20)}
+	c := &collector{ctx: ctx, opt: opt, rep: Report{Artifacts: []Artifact{}, Rejected: []Rejection{}}}
+	c.bufs = [2][]byte{make([]byte, 1<<20), make([]byte, 1<<20)}
 	var err error
 	if opt.Dest != "" {
 		if c.dest, err = openDest(opt.Dest); err != nil {
@@ -205,13 +206,11 @@ func (c *collector) file(dirfd int, name, rel, shown, hidden string, st *unix.St
 	if err != nil {
 		return err
 	}
-	h := sha256.New()
-	head := &prefix{max: sniffLen}
-	w := io.MultiWriter(h, head)
+	var w io.Writer
 	if sink != nil {
-		w = io.MultiWriter(h, head, sink.f)
+		w = sink.f
 	}
-	n, err := io.CopyBuffer(w, io.LimitReader(f, c.opt.MaxFileBytes+1), c.buf)
+	n, sum, headb, err := c.copyHashed(w, io.LimitReader(f, c.opt.MaxFileBytes+1))
 	if err != nil {
 		sink.discard()
 		return fmt.Errorf("reading %q: %w", shown, err)
@@ -221,7 +220,7 @@ func (c *collector) file(dirfd int, name, rel, shown, hidden string, st *unix.St
 		c.reject(shown, ReasonTooLarge, "grew past its cap while being read")
 		return nil
 	}
-	m := mimetype.Detect(head.b)
+	m := mimetype.Detect(headb)
 	ext := lowerExt(name)
 	var why Reason
 	switch {
@@ -251,7 +250,7 @@ func (c *collector) file(dirfd int, name, rel, shown, hidden string, st *unix.St
 		}
 	}
 	c.total += n
-	c.rep.Artifacts = append(c.rep.Artifacts, Artifact{Path: rel, Size: n, SHA256: hex.EncodeToString(h.Sum(nil)), MIME: baseType(m.String())})
+	c.rep.Artifacts = append(c.rep.Artifacts, Artifact{Path: rel, Size: n, SHA256: hex.EncodeToString(sum), MIME: baseType(m.String())})
 	return nil
 }
 
@@ -317,15 +316,51 @@ func (c *collector) tempIn(d *destDir, dir string) (*tempFile, error) {
 	return d.create(dir)
 }
 
-// prefix keeps the first max bytes written to it.
-type prefix struct {
-	b   []byte
-	max int
-}
-
-func (p *prefix) Write(b []byte) (int, error) {
-	if room := p.max - len(p.b); room > 0 {
-		p.b = append(p.b, b[:min(room, len(b))]...)
+// copyHashed reads r once, a buffer at a time, and writes each buffer to
+// w (when not nil) while another goroutine hashes that same buffer: what
+// is hashed is exactly what was written, and hashing costs no extra time
+// beside the copy. It returns the bytes read, their SHA-256 and the first
+// sniffLen of them.
+func (c *collector) copyHashed(w io.Writer, r io.Reader) (n int64, sum, head []byte, err error) {
+	h := sha256.New()
+	free := make(chan []byte, len(c.bufs))
+	for _, b := range c.bufs {
+		free <- b
 	}
-	return len(b), nil
+	work := make(chan []byte, len(c.bufs))
+	hashed := make(chan struct{})
+	go func() {
+		defer close(hashed)
+		for b := range work {
+			h.Write(b)
+			free <- b[:cap(b)]
+		}
+	}()
+	for {
+		b := <-free
+		k, rerr := io.ReadFull(r, b)
+		if k > 0 {
+			if len(head) < sniffLen {
+				head = append(head, b[:min(k, sniffLen-len(head))]...)
+			}
+			n += int64(k)
+			work <- b[:k]
+			if w != nil {
+				if _, werr := w.Write(b[:k]); werr != nil {
+					err = werr
+					break
+				}
+			}
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			break
+		}
+		if rerr != nil {
+			err = rerr
+			break
+		}
+	}
+	close(work)
+	<-hashed
+	return n, h.Sum(nil), head, err
 }

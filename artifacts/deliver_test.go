@@ -1,7 +1,10 @@
 package artifacts
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"testing"
@@ -183,5 +186,24 @@ func TestDestinationSymlinkOrOtherOwnerRefused(t *testing.T) {
 	}
 	if got := reasonsOf(rep)["sub/x.txt"]; got != ReasonExists {
 		t.Errorf("sub/x.txt into uid 1234's directory: reason %q", got)
+	}
+}
+
+func TestLargeFileHashMatchesDelivery(t *testing.T) {
+	src, dest := t.TempDir(), t.TempDir()
+	data := make([]byte, 3<<20+12345)
+	for i := range data {
+		data[i] = byte('a' + i%26)
+	}
+	data[len(data)-1] = '\n'
+	tree{t, src}.file("big.txt", data, 0o644)
+	rep, err := Collect(context.Background(), src, Options{Dest: dest, MaxFileBytes: 4 << 20, MaxTotalBytes: 4 << 20, MaxFiles: 1})
+	if err != nil || len(rep.Artifacts) != 1 {
+		t.Fatalf("%v %+v", err, rep)
+	}
+	got, _ := os.ReadFile(filepath.Join(dest, "big.txt"))
+	sum := sha256.Sum256(data)
+	if !bytes.Equal(got, data) || rep.Artifacts[0].SHA256 != hex.EncodeToString(sum[:]) || rep.Artifacts[0].Size != int64(len(data)) {
+		t.Errorf("delivered %d bytes, report %+v", len(got), rep.Artifacts[0])
 	}
 }

@@ -57,6 +57,7 @@ func Sandboxes(t *testing.T, newEngine func(t *testing.T) engine.Sandboxer, imag
 		{"DetachServer", testDetach},
 		{"Isolated", testIsolated},
 		{"Reopen", testReopen},
+		{"Concurrent", testConcurrent},
 		{"Lost", testLost},
 		{"LostDuringExec", testLostDuringExec},
 		{"Cancel", testCancel},
@@ -297,6 +298,39 @@ func testIsolated(t *testing.T, s *suite) {
 	}
 	if ps := processes(t, b); strings.Contains(ps, "sleep 1234") {
 		t.Fatalf("sandbox b sees a's processes:\n%s", ps)
+	}
+}
+
+// Twenty sandboxes at once, five execs each, all correct, and each
+// sandbox's /tmp its own.
+func testConcurrent(t *testing.T, s *suite) {
+	const n, execs = 20, 5
+	sbs := make([]engine.Sandbox, n)
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range sbs {
+		sbs[i] = s.create(t)
+	}
+	for i, sb := range sbs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < execs; j++ {
+				var out bytes.Buffer
+				x, err := sb.Exec(context.Background(), &engine.Process{Argv: sh(fmt.Sprintf("echo %d-%d >> /tmp/log; cat /tmp/log | wc -l", i, j)), Stdout: &out, Timeout: time.Minute})
+				if err == nil && (x.Code != 0 || strings.TrimSpace(out.String()) != fmt.Sprint(j+1)) {
+					err = fmt.Errorf("exec %d: code %d, %q; want %d lines", j, x.Code, out.String(), j+1)
+				}
+				if err != nil {
+					errs[i] = fmt.Errorf("sandbox %d: %w", i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
 	}
 }
 

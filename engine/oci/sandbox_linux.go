@@ -385,6 +385,9 @@ func (s *sandbox) Exec(ctx context.Context, p *engine.Process) (engine.Exit, err
 	b, _ := json.Marshal(pr)
 	tmp, err := os.MkdirTemp(s.bundle, "exec-")
 	if err != nil {
+		if aerr := s.alive(); aerr != nil {
+			return engine.Exit{}, aerr // destroyed meanwhile
+		}
 		return engine.Exit{}, fmt.Errorf("%w: preparing exec: %v", errdefs.ErrUnavailable, err)
 	}
 	defer os.RemoveAll(tmp)

@@ -244,3 +244,64 @@ func atoi(s string) int {
 	}
 	return n
 }
+
+func TestArtifactsNeverReplaceNorPlantDotfiles(t *testing.T) {
+	dest := t.TempDir()
+	os.WriteFile(filepath.Join(dest, "README"), []byte("the user's own\n"), 0o644)
+	script := `printf 'from the sandbox\n' > /out/README
+mkdir -p /out/.git && printf '[core]\n\tfsmonitor = "touch /tmp/pwned"\n' > /out/.git/config
+printf 'fine\n' > /out/ok.txt`
+	res, _ := runJSON(t, nil, "--image", busybox, "--artifacts", dest, "--", "sh", "-c", script)
+	if res.Reason != runner.ReasonExited || res.ExitCode != 0 {
+		t.Fatalf("reason %s exit %d: %s", res.Reason, res.ExitCode, res.Stderr.Head)
+	}
+	got := reasons(res)
+	if got["README"] != artifacts.ReasonExists || got[".git/config"] != artifacts.ReasonHiddenName {
+		t.Errorf("rejected %+v", res.Rejected)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dest, "README")); string(b) != "the user's own\n" {
+		t.Errorf("the user's README was replaced: %q", b)
+	}
+	if _, err := os.Lstat(filepath.Join(dest, ".git")); err == nil {
+		t.Error(".git was planted in the destination")
+	}
+	if len(res.Artifacts) != 1 || res.Artifacts[0].Path != "ok.txt" {
+		t.Errorf("artifacts %+v", res.Artifacts)
+	}
+
+	allowed := t.TempDir()
+	res, _ = runJSON(t, nil, "--image", busybox, "--artifacts", allowed, "--artifacts-allow-dotfiles", "--", "sh", "-c", script)
+	if len(res.Rejected) != 0 || len(res.Artifacts) != 3 {
+		t.Errorf("with --artifacts-allow-dotfiles: artifacts %+v rejected %+v", res.Artifacts, res.Rejected)
+	}
+	if _, err := os.Stat(filepath.Join(allowed, ".git", "config")); err != nil {
+		t.Errorf("allowed .git/config not delivered: %v", err)
+	}
+}
+
+func TestArtifactsAndBatchOutRefusePlantedSymlinks(t *testing.T) {
+	shared, private := t.TempDir(), t.TempDir()
+	secret := filepath.Join(private, "secret")
+	os.WriteFile(secret, []byte("root only\n"), 0o600)
+	art := filepath.Join(shared, "art")
+	os.Symlink(private, art)
+	c := airlock(nil, "run", "--image", busybox, "--artifacts", art, "--", "sh", "-c", "echo ssh-ed25519 AAAA > /out/authorized_keys")
+	if c.code == 0 || !strings.Contains(c.stderr, "symlink") {
+		t.Errorf("--artifacts through a symlink: exit %d, stderr %s", c.code, c.stderr)
+	}
+	if ents, _ := os.ReadDir(private); len(ents) != 1 {
+		t.Errorf("the symlink's target received files: %v", ents)
+	}
+
+	jobs := filepath.Join(shared, "jobs.jsonl")
+	os.WriteFile(jobs, []byte(`{"id":"j1","argv":["echo","hi"]}`+"\n"), 0o644)
+	out := filepath.Join(shared, "results.jsonl")
+	os.Symlink(secret, out)
+	c = airlock(nil, "batch", jobs, "--out", out, "--engine", engineName, "--isolation", isolationName, "--image", busybox, "--out-dir", "none")
+	if c.code == 0 || !strings.Contains(c.stderr, "symlink") {
+		t.Errorf("batch --out through a symlink: exit %d, stderr %s", c.code, c.stderr)
+	}
+	if b, _ := os.ReadFile(secret); string(b) != "root only\n" {
+		t.Errorf("the link's target was written: %q", b)
+	}
+}

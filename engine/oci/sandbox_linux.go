@@ -491,10 +491,13 @@ func (s *sandbox) killTree(ctx context.Context, pid int) {
 	kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if s.st.Mode == isolation.Seccomp {
-		victims := treeOf(hostProcs(), pid)
-		syscall.Kill(-pid, syscall.SIGKILL)
-		for _, p := range victims {
-			syscall.Kill(p, syscall.SIGKILL)
+		// Only the sandbox's own processes, by its cgroup: a pid in the
+		// pid file may have been reused on the host by now.
+		mine := cgroupPids(s.st.ID)
+		for _, p := range treeOf(hostProcs(mine), pid) {
+			if mine[p] {
+				syscall.Kill(p, syscall.SIGKILL)
+			}
 		}
 		return
 	}
@@ -552,16 +555,32 @@ func (s *sandbox) sandboxProcs(ctx context.Context) []proc {
 	return procs
 }
 
-// hostProcs lists the host's processes.
-func hostProcs() []proc {
-	ents, _ := os.ReadDir("/proc")
+// cgroupPids lists the host pids in sandbox id's cgroup and below it, as
+// the pids hierarchy (v1) or the unified one (v2) holds them.
+func cgroupPids(id string) map[int]bool {
+	pids := map[int]bool{}
+	for _, dir := range []string{filepath.Join("/sys/fs/cgroup/pids", cgroup.Parent, id), filepath.Join("/sys/fs/cgroup", cgroup.Parent, id)} {
+		filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+				return nil
+			}
+			b, _ := os.ReadFile(path)
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					pids[pid] = true
+				}
+			}
+			return nil
+		})
+	}
+	return pids
+}
+
+// hostProcs lists the host's processes among pids.
+func hostProcs(pids map[int]bool) []proc {
 	var out []proc
-	for _, d := range ents {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + d.Name() + "/stat")
+	for pid := range pids {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 		if err != nil {
 			continue
 		}

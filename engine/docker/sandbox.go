@@ -46,6 +46,10 @@ const LabelTimeout = "airlock.timeout"
 // helperTarget is where the helper appears inside a sandbox.
 const helperTarget = "/.airlock-helper"
 
+// leftoverPoll is how often a running exec is asked whether its program
+// has exited while its output stays open.
+const leftoverPoll = 100 * time.Millisecond
+
 // killWait bounds the helper's kill of a process group and the end of the
 // exec's stream after it.
 const killWait = 10 * time.Second
@@ -205,6 +209,9 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (sb engine.S
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
 	}
+	if !unprivileged(cfg.User) {
+		return nil, fmt.Errorf("%w: a sandbox's user must be a uid:gid other than root's, not %q", errdefs.ErrInvalidArgument, cfg.User)
+	}
 	// Nothing attaches to the init.
 	cfg.AttachStdout, cfg.AttachStderr = false, false
 	log := e.log.With("sandbox_id", s.ID, "image_digest", s.Image.String(), "runtime", host.Runtime)
@@ -306,7 +313,7 @@ func (e *Engine) Open(ctx context.Context, id string) (engine.Sandbox, error) {
 	if err != nil {
 		return nil, classify("inspecting sandbox", e.cli.DaemonHost(), err)
 	}
-	if c.Config == nil || c.HostConfig == nil || c.State == nil || c.Config.Labels[LabelTimeout] == "" {
+	if c.Config == nil || c.HostConfig == nil || c.State == nil || c.Config.Labels[LabelTimeout] == "" || !unprivileged(c.Config.User) {
 		return nil, fmt.Errorf("%w: container %s of %q is not a long-lived sandbox", errdefs.ErrNotFound, c.ID, id)
 	}
 	timeout, err := time.ParseDuration(c.Config.Labels[LabelTimeout])
@@ -323,6 +330,16 @@ func (e *Engine) Open(ctx context.Context, id string) (engine.Sandbox, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// unprivileged reports whether user is a "uid:gid" of a uid other than
+// root's, as the policy sets: an exec must never fall back to the image's
+// user.
+func unprivileged(user string) bool {
+	uid, gid, ok := strings.Cut(user, ":")
+	u, uerr := strconv.ParseUint(uid, 10, 32)
+	_, gerr := strconv.ParseUint(gid, 10, 32)
+	return ok && uerr == nil && gerr == nil && u != 0
 }
 
 func notFound(id string) error {
@@ -421,6 +438,9 @@ func (s *sandbox) Exec(ctx context.Context, p *engine.Process) (engine.Exit, err
 	if err := s.ended(); err != nil {
 		return engine.Exit{}, err
 	}
+	if !unprivileged(s.user) {
+		return engine.Exit{}, fmt.Errorf("%w: sandbox %q has user %q; airlock runs nothing as root or as the image's user", errdefs.ErrInvalidArgument, s.id, s.user)
+	}
 	if err := ctx.Err(); err != nil {
 		return engine.Exit{}, err
 	}
@@ -503,20 +523,48 @@ func (s *sandbox) Exec(ctx context.Context, p *engine.Process) (engine.Exit, err
 	var exit engine.Exit
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
+	// Once the program has exited, what it left in its group (holding the
+	// output open) is killed, as the end of `airlock run` would; a process
+	// meant to stay is started with Detach.
+	poll := time.NewTicker(leftoverPoll)
+	defer poll.Stop()
 	var streamErr error
-	select {
-	case streamErr = <-copied:
-	case <-s.proc.ended():
-		// The sandbox died under the exec: its stream may never end.
-		return engine.Exit{}, s.ended()
-	case <-timer.C:
-		exit.TimedOut = true
-	case <-ctx.Done():
-		exit.Killed = true
+	leftover := false
+wait:
+	for {
+		select {
+		case streamErr = <-copied:
+			break wait
+		case <-s.proc.ended():
+			// The sandbox died under the exec: its stream may never end.
+			return engine.Exit{}, s.ended()
+		case <-timer.C:
+			exit.TimedOut = true
+			break wait
+		case <-ctx.Done():
+			exit.Killed = true
+			break wait
+		case <-poll.C:
+			ictx, cancel := context.WithTimeout(bg, s.e.setupTimeout)
+			ins, err := s.e.cli.ContainerExecInspect(ictx, created.ID)
+			cancel()
+			if err == nil && !ins.Running {
+				leftover = true
+				break wait
+			}
+		}
 	}
-	if exit.TimedOut || exit.Killed {
+	if exit.TimedOut || exit.Killed || leftover {
 		if err := s.killGroup(bg, stderr.got); err != nil {
-			return engine.Exit{}, err
+			if errors.Is(err, engine.ErrSandboxLost) || errdefs.IsNotFound(err) {
+				return engine.Exit{}, err
+			}
+			// A timeout that cannot be enforced ends the sandbox: its
+			// processes must not outlive the exec.
+			kctx, cancel := context.WithTimeout(bg, cleanupTimeout)
+			kerr := s.e.cli.ContainerKill(kctx, s.cid, "KILL")
+			cancel()
+			return engine.Exit{}, fmt.Errorf("%w; so airlock killed the whole sandbox (%v), and it must be destroyed", err, kerr)
 		}
 		select {
 		case streamErr = <-copied:

@@ -237,6 +237,16 @@ func TestSandboxExec(t *testing.T) {
 				t.Fatalf("processes survived the timeout:\n%s", r.stdout)
 			}
 		})
+		t.Run("leftovers-end-with-the-program", func(t *testing.T) {
+			start := time.Now()
+			r := run(t, sb, sh("sleep 100 & echo started; exit 4"))
+			if r.exit.Code != 4 || r.exit.TimedOut || r.stdout != "started\n" || time.Since(start) > 10*time.Second {
+				t.Fatalf("program with a background child: %+v after %v", r, time.Since(start))
+			}
+			if r := run(t, sb, sh("ps -o pid,comm | grep -w sleep || echo none")); r.stdout != "none\n" {
+				t.Fatalf("the background child outlived its program:\n%s", r.stdout)
+			}
+		})
 		t.Run("no-zombies", func(t *testing.T) {
 			run(t, sb, sh("for i in 1 2 3 4 5; do (true &) ; done"))
 			if r := run(t, sb, sh("ps -o stat,comm | grep '^Z' || echo none")); r.stdout != "none\n" {
@@ -351,6 +361,39 @@ func TestSandboxExecOOM(t *testing.T) {
 	if r := run(t, sb, engine.Process{Argv: []string{"echo", "usable"}}); r.stdout != "usable\n" || r.exit.OOMKilled {
 		t.Fatalf("after the OOM kill: %+v", r)
 	}
+}
+
+// TestSandboxTimeoutAtPidsLimit: an exec that fills the pids limit and
+// times out leaves nothing running, even when no second exec can start to
+// kill it: then the sandbox is killed whole.
+func TestSandboxTimeoutAtPidsLimit(t *testing.T) {
+	modes(t, func(t *testing.T, e *Engine, m isolation.Mode) {
+		bb, _ := testImages(t, e)
+		p := testPolicy(t, m)
+		p.Limits.Pids = 32
+		spec := &engine.SandboxSpec{ID: newID(), Image: bb, Policy: p, Owner: "e2e", Deadline: time.Now().Add(time.Hour), Env: []string{"PATH=/bin"}}
+		sb, err := e.Create(context.Background(), spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sb.Destroy(context.Background()) })
+		bomb := sh("(while :; do sleep 100 & done) 2>/dev/null & exec sleep 1000")
+		bomb.Timeout = 2 * time.Second
+		exit, err := sb.Exec(context.Background(), &bomb)
+		t.Logf("%s: %+v, %v", m, exit, err)
+		if err != nil {
+			if _, err := sb.Exec(context.Background(), &engine.Process{Argv: []string{"true"}}); !errors.Is(err, engine.ErrSandboxLost) {
+				t.Fatalf("the timeout could not be enforced, yet the sandbox lives: %v", err)
+			}
+			return
+		}
+		if !exit.TimedOut {
+			t.Fatalf("not timed out: %+v", exit)
+		}
+		if r := run(t, sb, sh("ps -o comm | grep -c -w sleep || true")); r.stdout != "0\n" {
+			t.Fatalf("sleeps survived: %q", r.stdout)
+		}
+	})
 }
 
 func TestSandboxPython(t *testing.T) {

@@ -204,3 +204,11 @@ func TestPidReaderStripsThePid(t *testing.T) {
 		t.Fatalf("pid %d, output %q", pid, out.String())
 	}
 }
+
+func TestUnprivileged(t *testing.T) {
+	for user, want := range map[string]bool{"65534:65534": true, "1000:0": true, "0:0": false, "": false, "root": false, "65534": false, "1:x": false, "-1:1": false} {
+		if got := unprivileged(user); got != want {
+			t.Errorf("unprivileged(%q) = %v; want %v", user, got, want)
+		}
+	}
+}

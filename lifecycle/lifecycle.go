@@ -3,7 +3,7 @@
 //
 // Rules:
 //   - A sandbox moves requested → created → ready → running → terminating →
-//     terminated; failed, expired and orphaned lead to terminating. Any
+//     terminated (a long-lived one goes back to ready after each exec); failed, expired and orphaned lead to terminating. Any
 //     other move is refused (ErrTransition).
 //   - The state of run <id> is <root>/state/<id>.json, written atomically
 //     under one flock for the store, so concurrent writers serialise; a
@@ -55,7 +55,7 @@ var next = map[State][]State{
 	Requested:   {Created, Failed, Terminating},
 	Created:     {Ready, Failed, Terminating},
 	Ready:       {Running, Failed, Terminating},
-	Running:     {Terminating, Failed},
+	Running:     {Ready, Terminating, Failed}, // a sandbox's exec ends
 	Terminating: {Terminated, Failed},
 	Failed:      {Terminating},
 	Expired:     {Terminating},

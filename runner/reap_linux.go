@@ -114,6 +114,10 @@ func Reap(ctx context.Context, root string, reapers []engine.Reaper, full bool) 
 		}
 		rep.Reaped = append(rep.Reaped, id)
 	}
+	// Long-lived sandboxes: expired, orphaned, or (full) failed.
+	if err := reapSandboxes(ctx, lc, root, reapers, full, ids, &rep); err != nil {
+		errs = append(errs, err)
+	}
 	return rep, errors.Join(errs...)
 }
 

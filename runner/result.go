@@ -36,6 +36,8 @@ const (
 // Result is the whole account of one run.
 type Result struct {
 	ID string `json:"id,omitempty"`
+	// SandboxID names the long-lived sandbox an exec ran in.
+	SandboxID string `json:"sandbox_id,omitempty"`
 	// Image is the image ID that ran ("sha256:…").
 	Image string `json:"image,omitempty"`
 	// ImageRef is the reference as given, when it carried a name.

@@ -144,6 +144,8 @@ type Runner struct {
 	version string
 	// lockWait bounds each wait for a run's own lock (default lockTimeout).
 	lockWait time.Duration
+	// supervisor is the command that enforces a sandbox's deadlines.
+	supervisor func(id string) []string
 
 	keyOnce sync.Once
 	key     ed25519.PrivateKey

@@ -81,7 +81,9 @@ func (g *globals) sweep(ctx context.Context) {
 	if os.Geteuid() != 0 {
 		return
 	}
-	if ents, err := os.ReadDir(filepath.Join(g.root, "runs")); err != nil || len(ents) == 0 {
+	runs, _ := os.ReadDir(filepath.Join(g.root, "runs"))
+	sbs, _ := filepath.Glob(filepath.Join(g.root, "sandboxes", "sb-*"))
+	if len(runs) == 0 && len(sbs) == 0 {
 		return
 	}
 	if rep, err := g.reap(ctx, false); err != nil {

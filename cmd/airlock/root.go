@@ -86,7 +86,7 @@ input, 66 not found, 69 engine or runtime unavailable, 70 internal error,
 		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: true},
 		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
 			commandStarted = true
-			if cmd.Name() != "reap" { // reap does the whole job and reports it
+			if cmd.Name() != "reap" && cmd.Name() != "supervise" { // reap does the whole job and reports it
 				g.sweep(cmd.Context())
 			}
 		},
@@ -100,6 +100,7 @@ input, 66 not found, 69 engine or runtime unavailable, 70 internal error,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return usageError{fmt.Errorf("%w\nRun '%s --help' for usage", err, c.CommandPath())}
 	})
-	root.AddCommand(newRunCmd(g), newBatchCmd(g), newImageCmd(g), newReceiptCmd(g), newReapCmd(g), newPsCmd(g), newKillCmd(g), newDoctorCmd(g), newHostCmd(g), newSeccompCmd())
+	root.AddCommand(newRunCmd(g), newBatchCmd(g), newImageCmd(g), newReceiptCmd(g), newReapCmd(g), newPsCmd(g), newKillCmd(g), newDoctorCmd(g), newHostCmd(g), newSeccompCmd(),
+		newSandboxCmd(g), newExecCmd(g), newCpCmd(g))
 	return root
 }

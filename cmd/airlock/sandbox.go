@@ -1,0 +1,318 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/gabriel-vasile/mimetype"
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-sandbox/airlock/artifacts"
+	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/runner"
+	"github.com/airlock-sandbox/airlock/units"
+)
+
+func newSandboxCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "sandbox",
+		Short: "Create, list, inspect and remove long-lived sandboxes",
+		Long: `A long-lived sandbox is created once, runs many commands (airlock exec),
+moves files in and out (airlock cp), and is removed at the end (airlock
+sandbox rm), or when its idle timeout or TTL passes, even if no airlock
+command runs then. It has the same isolation as airlock run, plus a
+writable workspace at /home/user (HOME and the working directory) that
+persists across execs, capped by --workspace-size.`,
+		Example: `  id=$(airlock sandbox create --idle-timeout 5m)
+  airlock exec $id -- python3 -c 'open("m.py","w").write("X=1")'
+  airlock exec $id -- python3 -c 'import m; print(m.X)'
+  airlock cp $id:/home/user/m.py ./m.py
+  airlock sandbox rm $id`,
+		Args: exactArgs(0, "use a subcommand: create, ls, inspect or rm"),
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	cmd.AddCommand(newSandboxCreateCmd(g), newSandboxLsCmd(g), newSandboxInspectCmd(g), newSandboxRmCmd(g), newSandboxSuperviseCmd(g))
+	return cmd
+}
+
+// sandboxRunner returns a runner on the engine sandbox id was made with.
+func (g *globals) sandboxRunner(id string) (*runner.Runner, func(), error) {
+	if err := runner.CheckSandboxID(id); err != nil {
+		return nil, nil, err
+	}
+	si, err := readSandboxRecord(g.root, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	eng, done, err := g.pickEngine(si.Engine)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := g.newRunner(eng)
+	if err != nil {
+		done()
+		return nil, nil, err
+	}
+	return r, done, nil
+}
+
+// readSandboxRecord reads the record even of a sandbox that is mid-way
+// gone, for its engine.
+func readSandboxRecord(root, id string) (runner.SandboxInfo, error) {
+	si, err := runner.ReadSandbox(root, id)
+	if err != nil && si.Engine == "" {
+		return si, err
+	}
+	return si, nil
+}
+
+func (g *globals) newRunner(e engine.Engine) (*runner.Runner, error) {
+	return runner.New(runner.WithRoot(g.root), runner.WithEngine(e), runner.WithLogger(g.logger()), runner.WithVersion(version),
+		runner.WithSupervisor(func(id string) []string {
+			return []string{"/proc/self/exe", "--root", g.root, "sandbox", "supervise", id}
+		}))
+}
+
+type sandboxCreateFlags struct {
+	runFlags
+	idle, ttl, workspace, downloadTypes string
+	labels                              []string
+}
+
+func newSandboxCreateCmd(g *globals) *cobra.Command {
+	f := &sandboxCreateFlags{}
+	cmd := &cobra.Command{
+		Use:   "create [flags]",
+		Short: "Create a long-lived sandbox and print its id",
+		Long: `Create a sandbox with the policy flags of airlock run, and print its id on
+stdout (with --json, one object: id, state, image, engine, isolation,
+workspace, created_at, expires_at, labels, limits…).
+
+--timeout and --output-limit are each exec's defaults. The sandbox ends
+--idle-timeout after its last exec or transfer (an exec in progress keeps
+it alive), and --ttl after its creation, whatever happens; a detached
+supervisor process enforces both within a second or two, even when no
+airlock command runs. --download-types is the allowlist of airlock cp
+downloads (default: the artifact types plus source code as text).`,
+		Example: `  airlock sandbox create
+  airlock sandbox create --json --idle-timeout 2m --ttl 30m --workspace-size 256MiB --label agent=demo
+  airlock sandbox create --engine oci --isolation seccomp --memory 1GiB`,
+		Args: exactArgs(0, "options only; run commands in it with airlock exec"),
+		RunE: func(cmd *cobra.Command, _ []string) error { return runSandboxCreate(cmd, g, f) },
+	}
+	addRunFlags(cmd, &f.runFlags)
+	fl := cmd.Flags()
+	fl.StringVar(&f.idle, "idle-timeout", runner.DefaultIdleTimeout.String(), "end the sandbox this long after its last exec or transfer")
+	fl.StringVar(&f.ttl, "ttl", runner.DefaultTTL.String(), "end the sandbox this long after its creation")
+	fl.StringVar(&f.workspace, "workspace-size", "1GiB", "cap on the workspace at /home/user (kernel-enforced: ENOSPC past it)")
+	fl.StringArrayVar(&f.labels, "label", nil, "label the sandbox KEY=VALUE (repeatable)")
+	fl.StringVar(&f.downloadTypes, "download-types", "", "MIME types airlock cp may download, comma-separated (default: the artifact types plus source code as text)")
+	fl.BoolVar(&f.json, "json", false, "print the sandbox as one JSON object instead of its id")
+	fl.SortFlags = false
+	return cmd
+}
+
+func (f *sandboxCreateFlags) spec(cmd *cobra.Command) (runner.SandboxSpec, error) {
+	var s runner.SandboxSpec
+	for _, n := range []string{"input", "stdin", "artifacts", "quarantine", "workdir", "input-limit"} {
+		if cmd.Flags().Changed(n) {
+			return s, usageError{fmt.Errorf("--%s does not apply to a sandbox: use airlock cp to move files and give --workdir or --stdin to each airlock exec", n)}
+		}
+	}
+	pol, err := f.policy()
+	if err != nil {
+		return s, err
+	}
+	rs := runner.Spec{}
+	f.inputs = nil
+	if err := f.files(&rs); err != nil {
+		return s, err
+	}
+	s = runner.SandboxSpec{Image: f.image, Env: f.env, Policy: pol, SeccompProfile: f.seccompProfile, Output: rs.Output, Labels: map[string]string{}}
+	if s.IdleTimeout, err = units.ParseDuration(f.idle); err != nil || s.IdleTimeout <= 0 {
+		return s, usageError{fmt.Errorf("--idle-timeout %q: give a positive duration such as 15m", f.idle)}
+	}
+	if s.TTL, err = units.ParseDuration(f.ttl); err != nil || s.TTL <= 0 {
+		return s, usageError{fmt.Errorf("--ttl %q: give a positive duration such as 1h", f.ttl)}
+	}
+	if s.WorkspaceSize, err = units.ParseBytes(f.workspace); err != nil || s.WorkspaceSize <= 0 {
+		return s, usageError{fmt.Errorf("--workspace-size %q: give a positive size such as 1GiB", f.workspace)}
+	}
+	for _, l := range f.labels {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return s, usageError{fmt.Errorf("--label %q: use KEY=VALUE", l)}
+		}
+		s.Labels[k] = v
+	}
+	if f.downloadTypes != "" {
+		for _, t := range strings.Split(f.downloadTypes, ",") {
+			if t = strings.TrimSpace(t); t == "" {
+				continue
+			}
+			if mimetype.Lookup(t) == nil {
+				return s, usageError{fmt.Errorf("--download-types: unknown MIME type %q; known examples: %s", t, strings.Join(artifacts.DefaultTypes, ", "))}
+			}
+			s.DownloadTypes = append(s.DownloadTypes, t)
+		}
+		if len(s.DownloadTypes) == 0 {
+			return s, usageError{errors.New("--download-types is empty; list at least one MIME type, such as text/plain")}
+		}
+	}
+	return s, nil
+}
+
+func runSandboxCreate(cmd *cobra.Command, g *globals, f *sandboxCreateFlags) error {
+	s, err := f.spec(cmd)
+	if err != nil {
+		return err
+	}
+	eng, done, err := g.pickEngine(f.engine)
+	if err != nil {
+		return err
+	}
+	defer done()
+	r, err := g.newRunner(eng)
+	if err != nil {
+		return err
+	}
+	sb, err := r.Create(cmd.Context(), s)
+	if err != nil {
+		return err
+	}
+	if f.json {
+		return writeJSON(cmd.OutOrStdout(), sb.Info())
+	}
+	_, err = fmt.Fprintln(cmd.OutOrStdout(), sb.ID())
+	return err
+}
+
+func newSandboxLsCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List the live sandboxes",
+		Long: `List every sandbox under airlock's root that is not gone: its id, state
+(requested, created, ready, running, failed), engine and isolation, when it
+expires (the earlier of its TTL and its idle timeout), and its labels.`,
+		Example: `  airlock sandbox ls
+  airlock sandbox ls --json | jq -r '.[] | select(.labels.agent == "demo") | .id'`,
+		Args: exactArgs(0, "ls takes no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			list, err := runner.ListSandboxes(g.root)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), list)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tSTATE\tENGINE\tISOLATION\tENDS\tLABELS")
+			now := time.Now()
+			for _, s := range list {
+				var labels []string
+				for k, v := range s.Labels {
+					labels = append(labels, k+"="+v)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.State, s.Engine, s.Isolation,
+					s.Deadline(now).Local().Format(time.DateTime), strings.Join(labels, ","))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the sandboxes as a JSON array")
+	return cmd
+}
+
+func newSandboxInspectCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:     "inspect ID",
+		Short:   "Print a sandbox's record as JSON",
+		Long:    `Print everything airlock keeps of sandbox ID as one JSON object: state, image, engine, isolation, limits, workspace, deadlines, labels, execs in progress and its areas on the host. A sandbox that is gone exits 66.`,
+		Example: `  airlock sandbox inspect sb-0804d69789f28334e665 | jq .expires_at`,
+		Args:    exactArgs(1, "give one sandbox id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			si, err := runner.ReadSandbox(g.root, args[0])
+			if err != nil {
+				return err
+			}
+			return writeJSON(cmd.OutOrStdout(), si)
+		},
+	}
+}
+
+func newSandboxRmCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm ID...",
+		Short: "Destroy sandboxes: kill every process and remove all they hold",
+		Long: `Destroy each sandbox given: kill every process in it and remove its
+container or runtime sandbox, cgroups, mounts, workspace and record.
+
+rm is idempotent: a sandbox id that is already gone succeeds, and rms
+racing from several shells free it once and all succeed. An rm that lands
+while the sandbox is being created waits for the create, then destroys.`,
+		Example: `  airlock sandbox rm sb-0804d69789f28334e665
+  airlock sandbox ls --json | jq -r '.[].id' | xargs -r airlock sandbox rm`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageError{errors.New("give at least one sandbox id; `airlock sandbox ls` lists them")}
+			}
+			for _, id := range args {
+				if err := runner.CheckSandboxID(id); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, ids []string) error {
+			var errs []error
+			for _, id := range ids {
+				if err := g.removeSandbox(cmd, id); err != nil {
+					errs = append(errs, fmt.Errorf("removing sandbox %s: %w", id, err))
+					continue
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), id)
+			}
+			return errors.Join(errs...)
+		},
+	}
+}
+
+func (g *globals) removeSandbox(cmd *cobra.Command, id string) error {
+	r, done, err := g.sandboxRunner(id)
+	if err != nil && !errdefs.IsInvalidArgument(err) {
+		// No readable record: free whatever is left under the id.
+		reapers, rdone := g.reapers(cmd.Context())
+		defer rdone()
+		return runner.RemoveSandbox(cmd.Context(), g.root, reapers, id)
+	}
+	if err != nil {
+		return err
+	}
+	defer done()
+	return r.Destroy(cmd.Context(), id)
+}
+
+func newSandboxSuperviseCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:    "supervise ID",
+		Short:  "Enforce a sandbox's TTL and idle timeout (started by create)",
+		Hidden: true,
+		Args:   exactArgs(1, "give one sandbox id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, done, err := g.sandboxRunner(args[0])
+			if errdefs.IsNotFound(err) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			defer done()
+			return r.Supervise(cmd.Context(), args[0])
+		},
+	}
+}

@@ -1,0 +1,783 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/images"
+	"github.com/airlock-sandbox/airlock/internal/atomicfile"
+	"github.com/airlock-sandbox/airlock/internal/flock"
+	"github.com/airlock-sandbox/airlock/isolation"
+	"github.com/airlock-sandbox/airlock/lifecycle"
+	"github.com/airlock-sandbox/airlock/receipt"
+	"github.com/airlock-sandbox/airlock/units"
+)
+
+// A long-lived sandbox is created once, runs many execs, moves files in
+// and out, and is destroyed once. It keeps two records:
+//   - its lifecycle state (<root>/state/<id>.json): requested → created →
+//     ready ⇄ running → terminating → terminated, or failed (sandbox
+//     lost) and expired (TTL or idle timeout);
+//   - its reconnect record (<root>/sandboxes/<id>.json, SandboxInfo): the
+//     image, engine, policy, areas, labels and deadlines, updated under
+//     <root>/sandboxes/.lock.
+// Its areas (workspace, /tmp, /out) live in <root>/sandboxes/<id>/.
+
+// Defaults of a SandboxSpec.
+const (
+	DefaultIdleTimeout = 15 * time.Minute
+	DefaultTTL         = time.Hour
+)
+
+// SandboxSpec describes a long-lived sandbox: the policy fields of a Spec,
+// without a program. Zero fields take the defaults.
+type SandboxSpec struct {
+	// Image is a digest-pinned reference; empty means the default image.
+	Image string
+	// Env holds "K=V" entries every exec starts with.
+	Env            []string
+	Policy         isolation.Policy
+	SeccompProfile string
+	// Output is the output directory (default /out, 64MiB).
+	Output Output
+	// IdleTimeout ends the sandbox once no exec has run for this long;
+	// TTL ends it this long after its creation, whatever it does.
+	IdleTimeout, TTL time.Duration
+	// WorkspaceSize caps /home/user (default 1GiB).
+	WorkspaceSize units.Bytes
+	Labels        map[string]string
+	// DownloadTypes is the download allowlist; nil means the sessions
+	// default (the scanner's types plus source code as text).
+	DownloadTypes []string
+}
+
+// ExecSpec is one program run in a live sandbox.
+type ExecSpec struct {
+	Argv []string
+	// Env is added to the sandbox's environment.
+	Env     []string
+	Workdir string
+	Stdin   io.Reader
+	// Stdout and Stderr receive the output live, up to OutputLimit.
+	Stdout, Stderr io.Writer
+	// Timeout and OutputLimit default to the sandbox's policy.
+	Timeout     time.Duration
+	OutputLimit units.Bytes
+	// Detach starts the program in the background, where it lives until
+	// the sandbox ends; its output is discarded.
+	Detach bool
+}
+
+// SandboxInfo is a sandbox's reconnect record, as `airlock sandbox
+// inspect` shows it.
+type SandboxInfo struct {
+	ID        string                 `json:"id"`
+	State     lifecycle.State        `json:"state"`
+	Image     string                 `json:"image"`
+	ImageRef  string                 `json:"image_ref,omitempty"`
+	Engine    string                 `json:"engine"`
+	Isolation string                 `json:"isolation"`
+	Seccomp   string                 `json:"seccomp_profile_sha256,omitempty"`
+	Limits    isolation.LimitsRecord `json:"limits"`
+	// Workspace is the workspace's path inside the sandbox.
+	Workspace      string            `json:"workspace"`
+	WorkspaceBytes int64             `json:"workspace_bytes"`
+	Labels         map[string]string `json:"labels"`
+	DownloadTypes  []string          `json:"download_types,omitempty"`
+	CreatedAt      time.Time         `json:"created_at"`
+	ExpiresAt      time.Time         `json:"expires_at"`
+	IdleTimeoutMS  int64             `json:"idle_timeout_ms"`
+	LastActivity   time.Time         `json:"last_activity"`
+	Areas          Areas             `json:"areas"`
+	// Creator is the process that created it; Execs the airlock processes
+	// of the execs in progress, by exec id.
+	Creator owner            `json:"creator"`
+	Execs   map[string]owner `json:"execs,omitempty"`
+	Error   string           `json:"error,omitempty"`
+}
+
+// Deadline is when the sandbox ends unless something runs in it: the
+// earlier of its TTL and its idle timeout, counting an exec in progress
+// (whose airlock process is alive) as activity now.
+func (si *SandboxInfo) Deadline(now time.Time) time.Time {
+	last := si.LastActivity
+	for _, o := range si.Execs {
+		if o.PID > 0 && procStart(o.PID) == o.Start {
+			last = now
+			break
+		}
+	}
+	idle := last.Add(time.Duration(si.IdleTimeoutMS) * time.Millisecond)
+	if idle.Before(si.ExpiresAt) {
+		return idle
+	}
+	return si.ExpiresAt
+}
+
+// liveExecs counts the execs whose airlock process is alive.
+func (si *SandboxInfo) liveExecs() int {
+	n := 0
+	for _, o := range si.Execs {
+		if o.PID > 0 && procStart(o.PID) == o.Start {
+			n++
+		}
+	}
+	return n
+}
+
+var sandboxIDPattern = regexp.MustCompile(`^sb-[0-9a-f]{20}$`)
+
+// CheckSandboxID refuses what is not an airlock sandbox id.
+func CheckSandboxID(id string) error {
+	if !sandboxIDPattern.MatchString(id) {
+		return fmt.Errorf("%w: %q is not a sandbox id (sb- and 20 hex digits); `airlock sandbox ls` lists them", errdefs.ErrInvalidArgument, id)
+	}
+	return nil
+}
+
+func sandboxesDir(root string) string { return filepath.Join(root, "sandboxes") }
+
+func infoPath(root, id string) string { return filepath.Join(sandboxesDir(root), id+".json") }
+
+func goneError(id string) error {
+	return fmt.Errorf("%w: sandbox %q is gone: destroyed, expired, or never made (`airlock sandbox ls` lists the live ones)", errdefs.ErrNotFound, id)
+}
+
+// ReadSandbox reads sandbox id's record; the state is the lifecycle's.
+func ReadSandbox(root, id string) (SandboxInfo, error) {
+	if err := CheckSandboxID(id); err != nil {
+		return SandboxInfo{}, err
+	}
+	si, err := readInfo(root, id)
+	if err != nil {
+		return si, err
+	}
+	lc, err := lifecycle.Open(root)
+	if err != nil {
+		return si, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	rec, err := lc.Get(id)
+	if err != nil {
+		si.State = lifecycle.Orphaned
+		return si, nil
+	}
+	si.State, si.Error = rec.State, rec.Error
+	if si.State == "" || si.State == lifecycle.Terminated || si.State == lifecycle.Terminating {
+		return si, goneError(id)
+	}
+	return si, nil
+}
+
+func readInfo(root, id string) (SandboxInfo, error) {
+	var si SandboxInfo
+	b, err := os.ReadFile(infoPath(root, id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return si, goneError(id)
+	}
+	if err != nil {
+		return si, fmt.Errorf("%w: reading sandbox %q: %v", errdefs.ErrUnavailable, id, err)
+	}
+	if err := json.Unmarshal(b, &si); err != nil || si.ID != id {
+		return si, fmt.Errorf("%w: the record of sandbox %q is corrupt; `airlock sandbox rm %s` or `airlock reap` removes it", errdefs.ErrDataLoss, id, id)
+	}
+	return si, nil
+}
+
+// updateInfo changes sandbox id's record under the sandboxes lock; a
+// record that is gone stays gone.
+func updateInfo(root, id string, fn func(*SandboxInfo) error) error {
+	return flock.With(filepath.Join(sandboxesDir(root), ".lock"), func() error {
+		si, err := readInfo(root, id)
+		if err != nil {
+			return err
+		}
+		if err := fn(&si); err != nil {
+			return err
+		}
+		return writeInfo(root, &si)
+	})
+}
+
+func writeInfo(root string, si *SandboxInfo) error {
+	saved := *si
+	saved.State, saved.Error = "", "" // the lifecycle's to say
+	b, _ := json.Marshal(saved)
+	if err := atomicfile.WriteFile(infoPath(root, si.ID), b, 0o600); err != nil {
+		return fmt.Errorf("%w: writing the record of sandbox %q: %v", errdefs.ErrUnavailable, si.ID, err)
+	}
+	return nil
+}
+
+// removeSandboxFiles removes sandbox id's areas, then its record.
+func removeSandboxFiles(ctx context.Context, root, id string) error {
+	if err := RemoveAreas(ctx, SandboxDir(root, id)); err != nil {
+		return err
+	}
+	return flock.With(filepath.Join(sandboxesDir(root), ".lock"), func() error {
+		if err := os.Remove(infoPath(root, id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%w: removing the record of sandbox %q: %v", errdefs.ErrUnavailable, id, err)
+		}
+		return nil
+	})
+}
+
+var labelKey = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
+
+func checkLabels(l map[string]string) error {
+	if len(l) > 64 {
+		return fmt.Errorf("%w: %d labels; at most 64", errdefs.ErrInvalidArgument, len(l))
+	}
+	for k, v := range l {
+		if !labelKey.MatchString(k) {
+			return fmt.Errorf("%w: label key %q must be 1-63 letters, digits, '.', '_' or '-'", errdefs.ErrInvalidArgument, k)
+		}
+		if len(v) > 256 || strings.ContainsAny(v, "\x00\n") {
+			return fmt.Errorf("%w: label %q: the value must be one line of at most 256 bytes", errdefs.ErrInvalidArgument, k)
+		}
+	}
+	return nil
+}
+
+// Sandbox is a handle on one live sandbox.
+type Sandbox struct {
+	r    *Runner
+	id   string
+	eng  engine.Sandbox
+	info SandboxInfo
+}
+
+// ID is the sandbox's id.
+func (sb *Sandbox) ID() string { return sb.id }
+
+// Info is the sandbox's record as it was when the handle was made.
+func (sb *Sandbox) Info() SandboxInfo { return sb.info }
+
+func (r *Runner) sandboxer() (engine.Sandboxer, error) {
+	s, ok := r.engine.(engine.Sandboxer)
+	if !ok {
+		return nil, fmt.Errorf("%w: engine %s has no long-lived sandboxes yet", errdefs.ErrUnavailable, r.engine.Name())
+	}
+	return s, nil
+}
+
+// Create makes a long-lived sandbox and returns it ready for execs. Its
+// TTL and idle timeout are enforced by a detached supervisor (see
+// WithSupervisor) and by every sweep. On error nothing is left behind.
+func (r *Runner) Create(ctx context.Context, s SandboxSpec) (_ *Sandbox, err error) {
+	eng, err := r.sandboxer()
+	if err != nil {
+		return nil, err
+	}
+	if s.IdleTimeout == 0 {
+		s.IdleTimeout = DefaultIdleTimeout
+	}
+	if s.TTL == 0 {
+		s.TTL = DefaultTTL
+	}
+	if s.WorkspaceSize == 0 {
+		s.WorkspaceSize = DefaultWorkspaceSize
+	}
+	if s.IdleTimeout < 0 || s.TTL < 0 {
+		return nil, fmt.Errorf("%w: the idle timeout and the TTL must be positive", errdefs.ErrInvalidArgument)
+	}
+	if err := checkLabels(s.Labels); err != nil {
+		return nil, err
+	}
+	s.Output = s.Output.withDefaults()
+	env := append([]string{"HOME=" + WorkspaceDir}, s.Env...)
+	job, err := r.plan(Spec{Image: s.Image, Argv: []string{"true"}, Env: env, Policy: s.Policy, SeccompProfile: s.SeccompProfile, Output: s.Output})
+	if err != nil {
+		return nil, err
+	}
+	id := "sb-" + job.ID
+	now := time.Now().UTC()
+	spec := &engine.SandboxSpec{ID: id, Image: job.Image, Policy: job.Policy, Env: env, Workdir: WorkspaceDir, Owner: job.Owner, Deadline: now.Add(s.TTL)}
+	if err := eng.CheckSandbox(ctx, spec); err != nil {
+		return nil, err
+	}
+	lc, err := r.lifecycle()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(sandboxesDir(r.root), 0o711); err != nil {
+		return nil, fmt.Errorf("%w: creating the sandboxes directory: %v", errdefs.ErrUnavailable, err)
+	}
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.lockWait)
+	held, err := lc.Begin(bctx, id, map[string]any{
+		"kind": "sandbox", "image": job.Image.String(), "engine": r.engine.Name(), "isolation": string(job.Policy.Isolation),
+		"seccomp_profile_sha256": job.Policy.Seccomp.SHA256, "limits": limitsOf(job.Policy.Limits), "owner": job.Owner,
+		"labels": s.Labels, "ttl_ms": s.TTL.Milliseconds(), "idle_timeout_ms": s.IdleTimeout.Milliseconds(),
+	})
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("%w: recording the sandbox: %w", errdefs.ErrUnavailable, err)
+	}
+	defer held.Release()
+	si := SandboxInfo{
+		ID: id, Image: job.Image.String(), Engine: r.engine.Name(), Isolation: string(job.Policy.Isolation),
+		Seccomp: job.Policy.Seccomp.SHA256, Limits: limitsOf(job.Policy.Limits),
+		Workspace: WorkspaceDir, WorkspaceBytes: int64(s.WorkspaceSize), Labels: s.Labels, DownloadTypes: s.DownloadTypes,
+		CreatedAt: now, ExpiresAt: now.Add(s.TTL), IdleTimeoutMS: s.IdleTimeout.Milliseconds(), LastActivity: now,
+		Creator: owner{PID: os.Getpid(), Start: procStart(os.Getpid())},
+	}
+	if si.Labels == nil {
+		si.Labels = map[string]string{}
+	}
+	if ref, err := images.ParseRef(s.Image); err == nil && ref.Name != "" {
+		si.ImageRef = ref.String()
+	}
+	var esb engine.Sandbox
+	defer func() {
+		if err == nil {
+			return
+		}
+		bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), areaTimeout)
+		defer cancel()
+		var errs []error
+		if esb != nil {
+			errs = append(errs, esb.Destroy(bg))
+		}
+		if rp, ok := r.engine.(engine.Reaper); ok {
+			errs = append(errs, rp.Reap(bg, id))
+		}
+		errs = append(errs, removeSandboxFiles(bg, r.root, id))
+		if ferr := errors.Join(errs...); ferr != nil {
+			err = fmt.Errorf("%w (and freeing what was made: %v; `airlock reap` removes it)", err, ferr)
+		}
+		lc.Move(id, lifecycle.Failed, err.Error(), nil)
+		lc.Move(id, lifecycle.Terminating, "", nil)
+		lc.Move(id, lifecycle.Terminated, "", nil)
+	}()
+	if err := writeInfo(r.root, &si); err != nil {
+		return nil, err
+	}
+	areas, err := CreateAreas(ctx, r.root, id, AreasSpec{
+		WorkspaceSize: int64(s.WorkspaceSize), TmpSize: int64(job.Policy.Limits.Tmp), Out: s.Output,
+		UID: job.Policy.UID, GID: job.Policy.GID,
+	})
+	if err != nil {
+		return nil, err
+	}
+	// The engines keep /tmp their own (isolation.ReservedTargets): the
+	// host /tmp area is not bound, and transfers reach the workspace and
+	// the output directory only.
+	for _, m := range areas.Mounts() {
+		if m.Target != TmpDir {
+			spec.Mounts = append(spec.Mounts, m)
+		}
+	}
+	si.Areas = *areas
+	si.Areas.Tmp = ""
+	if err := writeInfo(r.root, &si); err != nil {
+		return nil, err
+	}
+	if esb, err = eng.Create(ctx, spec); err != nil {
+		return nil, err
+	}
+	for _, st := range []lifecycle.State{lifecycle.Created, lifecycle.Ready} {
+		if err := lc.Move(id, st, "", nil); err != nil {
+			return nil, fmt.Errorf("%w: recording the sandbox: %w", errdefs.ErrUnavailable, err)
+		}
+	}
+	si.State = lifecycle.Ready
+	if err := r.startSupervisor(id); err != nil {
+		return nil, err
+	}
+	r.log.Info("sandbox created", "sandbox_id", id, "image_digest", si.Image)
+	return &Sandbox{r: r, id: id, eng: esb, info: si}, nil
+}
+
+// Open reconnects to live sandbox id, made by any airlock process. A
+// sandbox that is gone is errdefs.ErrNotFound; one lost from outside
+// wraps engine.ErrSandboxLost.
+func (r *Runner) Open(ctx context.Context, id string) (*Sandbox, error) {
+	eng, err := r.sandboxer()
+	if err != nil {
+		return nil, err
+	}
+	si, err := ReadSandbox(r.root, id)
+	if err != nil {
+		return nil, err
+	}
+	if si.Engine != r.engine.Name() {
+		return nil, fmt.Errorf("%w: sandbox %q runs on engine %s, not %s", errdefs.ErrInvalidArgument, id, si.Engine, r.engine.Name())
+	}
+	switch si.State {
+	case lifecycle.Failed:
+		return nil, engine.Lost("sandbox %q failed earlier (%s); `airlock sandbox rm %s` frees it", id, si.Error, id)
+	case lifecycle.Expired:
+		return nil, goneError(id)
+	case lifecycle.Requested, lifecycle.Created:
+		return nil, fmt.Errorf("%w: sandbox %q is still being created; try again", errdefs.ErrUnavailable, id)
+	}
+	esb, err := eng.Open(ctx, id)
+	if errors.Is(err, engine.ErrSandboxLost) {
+		r.markLost(id, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &Sandbox{r: r, id: id, eng: esb, info: si}, nil
+}
+
+func (r *Runner) markLost(id string, err error) {
+	if lc, lerr := r.lifecycle(); lerr == nil {
+		if merr := lc.Move(id, lifecycle.Failed, err.Error(), map[string]any{"error_kind": "sandbox_lost"}); merr != nil {
+			r.log.Warn("recording state", "sandbox_id", id, "err", merr)
+		}
+	}
+}
+
+// Sandboxes lists the sandboxes under the runner's root.
+func (r *Runner) Sandboxes(ctx context.Context) ([]SandboxInfo, error) { return ListSandboxes(r.root) }
+
+// ListSandboxes lists every sandbox that has a record under root, oldest
+// first; a record whose sandbox is gone is left out.
+func ListSandboxes(root string) ([]SandboxInfo, error) {
+	files, _ := filepath.Glob(filepath.Join(sandboxesDir(root), "sb-*.json"))
+	out := []SandboxInfo{}
+	for _, f := range files {
+		id := strings.TrimSuffix(filepath.Base(f), ".json")
+		si, err := ReadSandbox(root, id)
+		if errdefs.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			si = SandboxInfo{ID: id, State: lifecycle.Orphaned, Error: err.Error(), Labels: map[string]string{}}
+		}
+		out = append(out, si)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.Before(out[j].CreatedAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, nil
+}
+
+// Exec runs one program in the sandbox and returns its Result, with the
+// same reasons as a run. Results of execs carry no receipt.
+func (sb *Sandbox) Exec(ctx context.Context, p ExecSpec) (Result, error) {
+	if err := checkArgv(p.Argv); err != nil {
+		return Result{}, err
+	}
+	if err := checkEnv(p.Env); err != nil {
+		return Result{}, err
+	}
+	if p.Workdir != "" && (!path.IsAbs(p.Workdir) || path.Clean(p.Workdir) != p.Workdir) {
+		return Result{}, fmt.Errorf("%w: workdir %q must be an absolute, clean path", errdefs.ErrInvalidArgument, p.Workdir)
+	}
+	if p.Timeout < 0 || p.OutputLimit < 0 {
+		return Result{}, fmt.Errorf("%w: the timeout and the output limit must be positive", errdefs.ErrInvalidArgument)
+	}
+	si := sb.info
+	limits := si.Limits
+	if p.Timeout > 0 {
+		limits.TimeoutMS = p.Timeout.Milliseconds()
+	}
+	if p.OutputLimit > 0 {
+		limits.OutputBytes = int64(p.OutputLimit)
+	}
+	execID, err := newID()
+	if err != nil {
+		return Result{}, err
+	}
+	lc, err := sb.r.lifecycle()
+	if err != nil {
+		return Result{}, err
+	}
+	// The exec is recorded before it starts: the sandbox is not idle while
+	// it runs, and a destroy that won the race makes it fail here.
+	err = updateInfo(sb.r.root, sb.id, func(cur *SandboxInfo) error {
+		if cur.Execs == nil {
+			cur.Execs = map[string]owner{}
+		}
+		cur.Execs[execID] = owner{PID: os.Getpid(), Start: procStart(os.Getpid())}
+		cur.LastActivity = time.Now().UTC()
+		merr := lc.Move(sb.id, lifecycle.Running, "", nil)
+		if errors.Is(merr, lifecycle.ErrTransition) {
+			return goneError(sb.id)
+		}
+		return merr
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	defer func() {
+		uerr := updateInfo(sb.r.root, sb.id, func(cur *SandboxInfo) error {
+			delete(cur.Execs, execID)
+			cur.LastActivity = time.Now().UTC()
+			if cur.liveExecs() == 0 {
+				if merr := lc.Move(sb.id, lifecycle.Ready, "", nil); merr != nil && !errors.Is(merr, lifecycle.ErrTransition) {
+					return merr
+				}
+			}
+			return nil
+		})
+		if uerr != nil && !errdefs.IsNotFound(uerr) {
+			sb.r.log.Warn("recording the end of an exec", "sandbox_id", sb.id, "err", uerr)
+		}
+	}()
+
+	runCtx, kill := context.WithCancelCause(ctx)
+	defer kill(nil)
+	stdout := newCapture(limits.OutputBytes, p.Stdout, func() { kill(errOutputLimit) })
+	stderr := newCapture(limits.OutputBytes, p.Stderr, func() { kill(errOutputLimit) })
+	res := Result{
+		ID: execID, SandboxID: sb.id, Image: si.Image, ImageRef: si.ImageRef, Engine: si.Engine,
+		Isolation: si.Isolation, Seccomp: si.Seccomp, Limits: limits,
+	}
+	begin := time.Now()
+	exit, err := sb.eng.Exec(runCtx, &engine.Process{
+		Argv: p.Argv, Env: p.Env, Workdir: p.Workdir, Stdin: p.Stdin, Stdout: stdout, Stderr: stderr,
+		Timeout: time.Duration(limits.TimeoutMS) * time.Millisecond, Detach: p.Detach,
+	})
+	res.Stdout, res.Stderr = stdout.stream(), stderr.stream()
+	if err != nil {
+		res.Reason, res.Error, res.ErrorKind, res.ExitCode = ReasonError, err.Error(), ErrorKind(err), -1
+		res.DurationMS = time.Since(begin).Milliseconds()
+		if errors.Is(err, engine.ErrSandboxLost) {
+			sb.r.markLost(sb.id, err)
+		}
+	} else {
+		res.ExitCode = exit.Code
+		res.Reason = reasonOf(exit, context.Cause(runCtx))
+		res.Usage = Usage{CPUMS: exit.Usage.CPU.Milliseconds(), MemoryPeakBytes: exit.Usage.MemoryPeak, PidsPeak: exit.Usage.PidsPeak}
+		res.StartedAt, res.FinishedAt = exit.Started, exit.Finished
+		if !exit.Started.IsZero() && !exit.Finished.IsZero() {
+			res.DurationMS = exit.Finished.Sub(exit.Started).Milliseconds()
+		}
+	}
+	ev := auditSummary(res, err)
+	ev["event"], ev["sandbox_id"], ev["exec_id"], ev["detach"] = "exec", sb.id, execID, p.Detach
+	if h, herr := receipt.Hash(p.Argv); herr == nil {
+		ev["argv_sha256"] = h
+	}
+	if aerr := lc.Audit().Append(ev); aerr != nil {
+		err = also(err, fmt.Errorf("recording the exec: %w", aerr))
+		res.Reason, res.Error = ReasonError, err.Error()
+	}
+	return res, err
+}
+
+// alive refuses a transfer into a sandbox that is gone or lost.
+func (sb *Sandbox) alive() (SandboxInfo, error) {
+	si, err := ReadSandbox(sb.r.root, sb.id)
+	if err != nil {
+		return si, err
+	}
+	if si.State == lifecycle.Failed || si.State == lifecycle.Expired || si.State == lifecycle.Orphaned {
+		return si, goneError(sb.id)
+	}
+	return si, nil
+}
+
+// transferred records a transfer in the audit log and counts it as
+// activity.
+func (sb *Sandbox) transferred(tr Transfer, err error) (Transfer, error) {
+	ev := map[string]any{"event": "transfer", "sandbox_id": sb.id, "direction": tr.Direction, "path": tr.Path,
+		"size": tr.Size, "sha256": tr.SHA256, "mime": tr.MIME, "decision": tr.Decision, "reason": string(tr.Reason)}
+	lc, lerr := sb.r.lifecycle()
+	if lerr != nil {
+		return tr, also(err, lerr)
+	}
+	if aerr := lc.Audit().Append(ev); aerr != nil {
+		return tr, also(err, fmt.Errorf("recording the transfer: %w", aerr))
+	}
+	updateInfo(sb.r.root, sb.id, func(cur *SandboxInfo) error { cur.LastActivity = time.Now().UTC(); return nil })
+	return tr, err
+}
+
+// Upload writes at most limit bytes of rd to sandboxPath, in the
+// workspace or /tmp; see Areas.Upload. A refusal is a *TransferError.
+func (sb *Sandbox) Upload(ctx context.Context, sandboxPath string, rd io.Reader, limit int64) (Transfer, error) {
+	si, err := sb.alive()
+	if err != nil {
+		return Transfer{Direction: DirectionUpload, Path: sandboxPath, Decision: DecisionRefused}, err
+	}
+	return sb.transferred(si.Areas.Upload(ctx, sandboxPath, rd, limit))
+}
+
+// Download writes the file at sandboxPath to w through the artifact
+// scanner's rules and the sandbox's allowlist; see Areas.Download.
+func (sb *Sandbox) Download(ctx context.Context, sandboxPath string, w io.Writer) (Transfer, error) {
+	si, err := sb.alive()
+	if err != nil {
+		return Transfer{Direction: DirectionDownload, Path: sandboxPath, Decision: DecisionRefused}, err
+	}
+	opt := SessionDownload(si.WorkspaceBytes)
+	if si.DownloadTypes != nil {
+		opt.Types = si.DownloadTypes
+	}
+	return sb.transferred(si.Areas.Download(ctx, sandboxPath, w, opt))
+}
+
+// Close destroys the sandbox: every process, its runtime state, cgroups,
+// mounts and areas. It is idempotent.
+func (sb *Sandbox) Close(ctx context.Context) error { return sb.r.Destroy(ctx, sb.id) }
+
+// Destroy destroys sandbox id, whoever made it, once however many callers
+// race; one being created is waited for, then destroyed. A sandbox id
+// that is already gone succeeds.
+func (r *Runner) Destroy(ctx context.Context, id string) error {
+	return r.destroySandbox(ctx, id, "")
+}
+
+func (r *Runner) destroySandbox(ctx context.Context, id string, why lifecycle.State) error {
+	if err := CheckSandboxID(id); err != nil {
+		return err
+	}
+	lc, err := r.lifecycle()
+	if err != nil {
+		return err
+	}
+	free := func() error {
+		bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), lockTimeout)
+		defer cancel()
+		var errs []error
+		if eng, ok := r.engine.(engine.Sandboxer); ok {
+			if esb, err := eng.Open(bg, id); err == nil {
+				errs = append(errs, esb.Destroy(bg))
+			}
+		}
+		var reapers []engine.Reaper
+		if rp, ok := r.engine.(engine.Reaper); ok {
+			reapers = append(reapers, rp)
+		}
+		errs = append(errs, freeSandbox(bg, r.root, reapers, id))
+		return errors.Join(errs...)
+	}
+	return destroySandbox(ctx, lc, r.root, id, why, free)
+}
+
+// freeSandbox removes everything sandbox id holds: what each engine holds
+// for it, its areas and its record.
+func freeSandbox(ctx context.Context, root string, reapers []engine.Reaper, id string) error {
+	var errs []error
+	for _, rp := range reapers {
+		if err := rp.Reap(ctx, id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		errs = append(errs, removeSandboxFiles(ctx, root, id))
+	}
+	return errors.Join(errs...)
+}
+
+// destroySandbox frees sandbox id once, through the lifecycle's Destroy
+// (which waits for a create in progress), or directly, with an audit
+// event, when the lifecycle no longer knows it but something is left.
+func destroySandbox(ctx context.Context, lc *lifecycle.Store, root, id string, why lifecycle.State, free func() error) error {
+	if rec, gerr := lc.Get(id); gerr == nil && (rec.State == "" || rec.State == lifecycle.Terminated) {
+		_, ierr := os.Lstat(infoPath(root, id))
+		_, derr := os.Lstat(SandboxDir(root, id))
+		if ierr != nil && derr != nil {
+			return nil // gone
+		}
+		err := free()
+		aerr := lc.Audit().Append(map[string]any{"event": "destroy", "sandbox_id": id, "why": string(why), "error": errString(err)})
+		return errors.Join(err, aerr)
+	}
+	lctx, cancel := context.WithTimeout(ctx, lockTimeout)
+	defer cancel()
+	err := lc.Destroy(lctx, id, why, free)
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		return fmt.Errorf("%w: sandbox %q: %v; another airlock process held its lock for more than %v: try again", errdefs.ErrConflict, id, err, lockTimeout)
+	}
+	return err
+}
+
+// reapSandboxes destroys every sandbox under root that is past its
+// deadline (expired), whose creator died mid-create or whose record is
+// missing or corrupt (orphaned), or, with full, that failed. extra holds
+// the engines' leftover ids; the other ids are those of sandbox records
+// and areas.
+func reapSandboxes(ctx context.Context, lc *lifecycle.Store, root string, reapers []engine.Reaper, full bool, extra map[string]bool, rep *ReapReport) error {
+	ids := map[string]bool{}
+	for id := range extra {
+		ids[id] = true
+	}
+	ents, _ := os.ReadDir(sandboxesDir(root))
+	for _, e := range ents {
+		ids[strings.TrimSuffix(e.Name(), ".json")] = true
+	}
+	var errs []error
+	now := time.Now()
+	for id := range ids {
+		if !sandboxIDPattern.MatchString(id) {
+			continue
+		}
+		var why lifecycle.State
+		si, err := readInfo(root, id)
+		rec, gerr := lc.Get(id)
+		switch {
+		case errdefs.IsNotFound(err):
+			// Areas or engine state with no record: a create that has not
+			// written it yet is given a moment.
+			if fi, serr := os.Stat(SandboxDir(root, id)); serr == nil && now.Sub(fi.ModTime()) < freshGrace {
+				rep.Live++
+				continue
+			}
+			why = lifecycle.Orphaned
+		case err != nil, gerr != nil:
+			why = lifecycle.Orphaned
+		case rec.State == "" || rec.State == lifecycle.Terminated:
+			why = lifecycle.Orphaned
+		case (rec.State == lifecycle.Requested || rec.State == lifecycle.Created) && procStart(si.Creator.PID) != si.Creator.Start:
+			why = lifecycle.Orphaned
+		case !now.Before(si.Deadline(now)):
+			why = lifecycle.Expired
+		case full && rec.State == lifecycle.Failed:
+			why = lifecycle.Failed
+		default:
+			rep.Live++
+			continue
+		}
+		free := func() error { return freeSandbox(ctx, root, reapers, id) }
+		if err := destroySandbox(ctx, lc, root, id, why, free); err != nil {
+			errs = append(errs, fmt.Errorf("reaping sandbox %q: %w", id, err))
+		}
+		rep.Reaped = append(rep.Reaped, id)
+	}
+	return errors.Join(errs...)
+}
+
+// RemoveSandbox destroys sandbox id through the reapers alone, for a
+// sandbox whose record is gone or unreadable; like Destroy, it succeeds
+// for an id that is already gone.
+func RemoveSandbox(ctx context.Context, root string, reapers []engine.Reaper, id string) error {
+	if err := CheckSandboxID(id); err != nil {
+		return err
+	}
+	lc, err := lifecycle.Open(root)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	if rec, gerr := lc.Get(id); gerr == nil && rec.State == "" {
+		// The lifecycle has no record: free what engines still hold.
+		var errs []error
+		for _, rp := range reapers {
+			errs = append(errs, rp.Reap(ctx, id))
+		}
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+	}
+	return destroySandbox(ctx, lc, root, id, lifecycle.Orphaned, func() error { return freeSandbox(ctx, root, reapers, id) })
+}

@@ -1,0 +1,101 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/lifecycle"
+)
+
+// A sandbox's TTL and idle timeout hold with no airlock command running:
+// Create starts a supervisor, a process of its own session that outlives
+// its creator (no Pdeathsig, stdio on /dev/null), in the manner of
+// containerd's per-task shim. It holds no lock while it waits: it wakes
+// at least every superviseTick, re-reads the record, and destroys the
+// sandbox (expired) once its deadline has passed. It exits once the
+// sandbox is gone. Every sweep destroys an expired sandbox too, should
+// the supervisor have been killed.
+
+// superviseTick bounds the supervisor's sleep, so that it notices a
+// destroyed sandbox (and exits) or new activity soon.
+const superviseTick = time.Second
+
+// WithSupervisor sets the command that supervises a new sandbox: argv(id)
+// must run Supervise for id with a Runner of the same root and engine
+// (the CLI's is `airlock sandbox supervise ID`). Without it, only sweeps
+// enforce the deadlines.
+func WithSupervisor(argv func(id string) []string) Option {
+	return func(r *Runner) { r.supervisor = argv }
+}
+
+func (r *Runner) startSupervisor(id string) error {
+	if r.supervisor == nil {
+		return nil
+	}
+	argv := r.supervisor(id)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	// Stdin, Stdout and Stderr nil: /dev/null.
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("%w: starting the supervisor of sandbox %q: %v", errdefs.ErrUnavailable, id, err)
+	}
+	go cmd.Wait() // reaped here should this process outlive it
+	return nil
+}
+
+// Supervise waits for sandbox id's deadline and destroys it (expired)
+// once it has passed; it returns once the sandbox is gone, or when ctx is
+// done.
+func (r *Runner) Supervise(ctx context.Context, id string) error {
+	if err := CheckSandboxID(id); err != nil {
+		return err
+	}
+	lc, err := r.lifecycle()
+	if err != nil {
+		return err
+	}
+	for {
+		si, err := readInfo(r.root, id)
+		if errdefs.IsNotFound(err) {
+			return nil
+		}
+		if err == nil {
+			rec, gerr := lc.Get(id)
+			if gerr == nil && (rec.State == "" || rec.State == lifecycle.Terminated) {
+				return nil
+			}
+		}
+		now := time.Now()
+		wait := superviseTick
+		if err != nil {
+			// A corrupt record: nobody can say when it ends, so it ends now.
+			wait = 0
+		} else if dl := si.Deadline(now); dl.Sub(now) < wait {
+			wait = dl.Sub(now)
+		}
+		if wait <= 0 {
+			why := lifecycle.Expired
+			if err != nil {
+				why = lifecycle.Orphaned
+			}
+			derr := r.destroySandbox(ctx, id, why)
+			if derr == nil {
+				r.log.Info("sandbox ended at its deadline", "sandbox_id", id)
+				return nil
+			}
+			r.log.Warn("destroying an expired sandbox", "sandbox_id", id, "err", derr)
+			wait = 5 * time.Second // the engine may come back
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}

@@ -61,6 +61,7 @@ func Sandboxes(t *testing.T, newEngine func(t *testing.T) engine.Sandboxer, imag
 		{"Lost", testLost},
 		{"LostDuringExec", testLostDuringExec},
 		{"Cancel", testCancel},
+		{"OutOfMemory", testOOM},
 		{"Destroy", testDestroy},
 		{"OpenUnknown", testOpenUnknown},
 		{"ExecLatency", testLatency},
@@ -412,6 +413,29 @@ func testCancel(t *testing.T, s *suite) {
 	}
 	if x, err := sb.Exec(ctx, &engine.Process{Argv: []string{"true"}}); err != nil || !x.Killed {
 		t.Fatalf("Exec on a done context: %+v, %v; want Killed at once", x, err)
+	}
+}
+
+// A process past the memory limit is the OOM killer's: an exit with
+// OOMKilled set (the sandbox stays), or, where the runtime cannot keep
+// the sandbox (gVisor's is one host process), ErrSandboxLost.
+func testOOM(t *testing.T, s *suite) {
+	sb := s.create(t)
+	p := engine.Process{Argv: sh(fmt.Sprintf(`x=$(head -c %d /dev/zero | tr "\\0" a); echo survived`, 2*int64(s.h.Policy.Limits.Memory))), Timeout: 2 * time.Minute}
+	var out bytes.Buffer
+	p.Stdout = &out
+	x, err := sb.Exec(context.Background(), &p)
+	switch {
+	case errors.Is(err, engine.ErrSandboxLost):
+		t.Logf("the OOM kill took the sandbox: %v", err)
+	case err != nil:
+		t.Fatalf("Exec: %v", err)
+	case !x.OOMKilled || x.Code != 137 || strings.Contains(out.String(), "survived"):
+		t.Fatalf("past the memory limit: %+v, %q; want OOMKilled, 137", x, out.String())
+	default:
+		if r := run(t, sb, engine.Process{Argv: []string{"echo", "after"}}); r.stdout != "after\n" || r.OOMKilled {
+			t.Fatalf("exec after an OOM kill: %+v %q", r.Exit, r.stdout)
+		}
 	}
 }
 

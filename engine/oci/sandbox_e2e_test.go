@@ -94,6 +94,7 @@ func TestSandboxConformance(t *testing.T) {
 			p := isolation.Default()
 			p.Isolation = mode
 			p.Seccomp = profile(t, mode)
+			p.Limits.Memory = 128 << 20 // for OutOfMemory's sake
 			e := newEngine(t)
 			bin, state, args := e.runtimeFor(mode, "")
 			if mode == isolation.GVisor {

@@ -413,6 +413,7 @@ func (s *sandbox) Exec(ctx context.Context, p *engine.Process) (engine.Exit, err
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.WaitDelay = 2 * time.Second
 
+	ooms := oomKills(s.st.ID)
 	started := time.Now()
 	if err := cmd.Start(); err != nil {
 		return engine.Exit{}, fmt.Errorf("%w: starting %s: %v; run `make setup` to install it", errdefs.ErrUnavailable, filepath.Base(bin), err)
@@ -447,8 +448,14 @@ func (s *sandbox) Exec(ctx context.Context, p *engine.Process) (engine.Exit, err
 	}
 	if exit.Code != 0 {
 		if err := s.alive(); err != nil {
+			if oomKills(s.st.ID) > ooms && errors.Is(err, engine.ErrSandboxLost) {
+				return engine.Exit{}, engine.Lost("sandbox %q reached its memory limit and the host's OOM killer ended it (under gVisor the limit is the whole sandbox's, and the OOM killer takes the sandbox)", s.st.ID)
+			}
 			return engine.Exit{}, err
 		}
+		// A SIGKILL counted by the memory cgroup is the OOM killer's (a
+		// concurrent exec's kill -9 may be taken for one).
+		exit.OOMKilled = exit.Code == 128+int(syscall.SIGKILL) && oomKills(s.st.ID) > ooms
 	}
 	if p.Detach && exit.Code != 0 {
 		return engine.Exit{}, fmt.Errorf("%w: starting %q detached in sandbox %q: %s exec exited %d%s", errdefs.ErrUnknown, p.Argv[0], s.st.ID, filepath.Base(bin), exit.Code, runtimeLog(s.bundle))
@@ -574,6 +581,30 @@ func cgroupPids(id string) map[int]bool {
 		})
 	}
 	return pids
+}
+
+// oomKills counts the OOM kills in sandbox id's memory cgroup and below:
+// v1 counts a kill in the victim's own group, v2 in memory.events up the
+// tree.
+func oomKills(id string) uint64 {
+	var n uint64
+	count := func(path, key string) {
+		b, _ := os.ReadFile(path)
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, key+" "); ok {
+				c, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+				n += c
+			}
+		}
+	}
+	filepath.WalkDir(filepath.Join("/sys/fs/cgroup/memory", cgroup.Parent, id), func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.Name() == "memory.oom_control" {
+			count(path, "oom_kill")
+		}
+		return nil
+	})
+	count(filepath.Join("/sys/fs/cgroup", cgroup.Parent, id, "memory.events"), "oom_kill")
+	return n
 }
 
 // hostProcs lists the host's processes among pids.

@@ -1,0 +1,294 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/lifecycle"
+)
+
+// fakeSandboxer plays an engine's sandbox part: exec runs in place of a
+// program. It proves the runner's protocol, not any isolation.
+type fakeSandboxer struct {
+	fakeEngine
+	exec      func(ctx context.Context, p *engine.Process) (engine.Exit, error)
+	mu        sync.Mutex
+	live      map[string]bool
+	destroyed atomic.Int32
+}
+
+type fakeSandbox struct {
+	f  *fakeSandboxer
+	id string
+}
+
+func (f *fakeSandboxer) CheckSandbox(context.Context, *engine.SandboxSpec) error { return nil }
+func (f *fakeSandboxer) Create(_ context.Context, s *engine.SandboxSpec) (engine.Sandbox, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.live == nil {
+		f.live = map[string]bool{}
+	}
+	f.live[s.ID] = true
+	return &fakeSandbox{f, s.ID}, nil
+}
+func (f *fakeSandboxer) Open(_ context.Context, id string) (engine.Sandbox, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.live[id] {
+		return nil, fmt.Errorf("%w: no sandbox %q", errdefs.ErrNotFound, id)
+	}
+	return &fakeSandbox{f, id}, nil
+}
+func (s *fakeSandbox) ID() string { return s.id }
+func (s *fakeSandbox) Exec(ctx context.Context, p *engine.Process) (engine.Exit, error) {
+	if s.f.exec == nil {
+		return engine.Exit{}, nil
+	}
+	return s.f.exec(ctx, p)
+}
+func (s *fakeSandbox) Destroy(context.Context) error {
+	s.f.mu.Lock()
+	defer s.f.mu.Unlock()
+	if s.f.live[s.id] {
+		s.f.destroyed.Add(1)
+		delete(s.f.live, s.id)
+	}
+	return nil
+}
+
+func newSandboxRunner(t *testing.T, f *fakeSandboxer) (*Runner, string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("the sandbox tests mount workspaces: run them as root")
+	}
+	root := t.TempDir()
+	r, err := New(WithRoot(root), WithEngine(f))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, root
+}
+
+func fakeSandboxSpec() SandboxSpec {
+	return SandboxSpec{Image: fakeSpec().Image, WorkspaceSize: 16 << 20, Output: Output{Disabled: true}}
+}
+
+func stateOf(t *testing.T, root, id string) lifecycle.State {
+	t.Helper()
+	lc, err := lifecycle.Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := lc.Get(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec.State
+}
+
+// sandboxLeftovers lists what a sandbox may leave: state, records, areas.
+func sandboxLeftovers(root string) []string {
+	left := leftovers(root)
+	ents, _ := os.ReadDir(filepath.Join(root, "sandboxes"))
+	for _, e := range ents {
+		if e.Name() != ".lock" {
+			left = append(left, e.Name())
+		}
+	}
+	return left
+}
+
+func TestCreateNeedsASandboxer(t *testing.T) {
+	r, _ := newFakeRunner(t, &fakeEngine{})
+	_, err := r.Create(context.Background(), fakeSandboxSpec())
+	if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "engine fake has no long-lived sandboxes yet") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestSandboxExecProtocol(t *testing.T) {
+	f := &fakeSandboxer{}
+	r, root := newSandboxRunner(t, f)
+	ctx := context.Background()
+	sb, err := r.Create(ctx, fakeSandboxSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := sb.ID()
+	if CheckSandboxID(id) != nil || stateOf(t, root, id) != lifecycle.Ready {
+		t.Fatalf("id %q, state %s", id, stateOf(t, root, id))
+	}
+	f.exec = func(_ context.Context, p *engine.Process) (engine.Exit, error) {
+		if st := stateOf(t, root, id); st != lifecycle.Running {
+			t.Errorf("state during an exec: %s", st)
+		}
+		fmt.Fprint(p.Stdout, "secret-output")
+		return engine.Exit{Code: 3}, nil
+	}
+	// Another process reconnects by id.
+	r2, _ := New(WithRoot(root), WithEngine(f))
+	sb2, err := r2.Open(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := sb2.Exec(ctx, ExecSpec{Argv: []string{"python3", "-c", "x"}})
+	if err != nil || res.Reason != ReasonExited || res.ExitCode != 3 || string(res.Stdout.Head) != "secret-output" || res.SandboxID != id {
+		t.Fatalf("exec: %+v, %v", res, err)
+	}
+	if st := stateOf(t, root, id); st != lifecycle.Ready {
+		t.Fatalf("state after an exec: %s", st)
+	}
+	audit, _ := os.ReadFile(filepath.Join(root, "audit.jsonl"))
+	if !strings.Contains(string(audit), `"event":"exec"`) || !strings.Contains(string(audit), `"argv_sha256"`) || strings.Contains(string(audit), "secret-output") {
+		t.Fatalf("audit log: %s", audit)
+	}
+	// Concurrent destroys free once and all succeed.
+	var wg sync.WaitGroup
+	errs := make([]error, 5)
+	for i := range errs {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = r.Destroy(ctx, id) }()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil || f.destroyed.Load() != 1 {
+		t.Fatalf("destroys: %v, freed %d times", err, f.destroyed.Load())
+	}
+	if _, err := sb2.Exec(ctx, ExecSpec{Argv: []string{"true"}}); !errdefs.IsNotFound(err) {
+		t.Fatalf("exec after destroy: %v", err)
+	}
+	if _, err := r.Open(ctx, id); !errdefs.IsNotFound(err) {
+		t.Fatalf("open after destroy: %v", err)
+	}
+	if err := sb.Close(ctx); err != nil {
+		t.Fatalf("a second close: %v", err)
+	}
+	if left := sandboxLeftovers(root); len(left) > 0 {
+		t.Fatalf("left behind: %v", left)
+	}
+}
+
+func TestSandboxLostIsFailed(t *testing.T) {
+	f := &fakeSandboxer{}
+	r, root := newSandboxRunner(t, f)
+	ctx := context.Background()
+	sb, err := r.Create(ctx, fakeSandboxSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.exec = func(context.Context, *engine.Process) (engine.Exit, error) {
+		return engine.Exit{}, engine.Lost("the runtime's process was killed")
+	}
+	res, err := sb.Exec(ctx, ExecSpec{Argv: []string{"true"}})
+	if !errors.Is(err, engine.ErrSandboxLost) || res.ErrorKind != "sandbox_lost" || res.Reason != ReasonError {
+		t.Fatalf("exec: %+v, %v", res, err)
+	}
+	if st := stateOf(t, root, sb.ID()); st != lifecycle.Failed {
+		t.Fatalf("state: %s", st)
+	}
+	if _, err := r.Open(ctx, sb.ID()); !errors.Is(err, engine.ErrSandboxLost) {
+		t.Fatalf("open: %v", err)
+	}
+	// A full reap frees a failed sandbox.
+	if _, err := Reap(ctx, root, nil, true); err != nil {
+		t.Fatal(err)
+	}
+	if left := sandboxLeftovers(root); len(left) > 0 {
+		t.Fatalf("left behind: %v", left)
+	}
+}
+
+func TestSuperviseEndsAnIdleSandbox(t *testing.T) {
+	f := &fakeSandboxer{}
+	r, root := newSandboxRunner(t, f)
+	ctx := context.Background()
+	spec := fakeSandboxSpec()
+	spec.IdleTimeout = 300 * time.Millisecond
+	sb, err := r.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An exec in progress keeps it alive past its idle timeout.
+	f.exec = func(context.Context, *engine.Process) (engine.Exit, error) {
+		time.Sleep(time.Second)
+		return engine.Exit{}, nil
+	}
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- r.Supervise(ctx, sb.ID()) }()
+	if res, err := sb.Exec(ctx, ExecSpec{Argv: []string{"true"}}); err != nil || res.Reason != ReasonExited {
+		t.Fatalf("an exec longer than the idle timeout: %+v, %v", res, err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the supervisor did not end the idle sandbox")
+	}
+	if d := time.Since(start); d < time.Second+300*time.Millisecond {
+		t.Fatalf("ended %v after start, before the exec's end plus the idle timeout", d)
+	}
+	if f.destroyed.Load() != 1 {
+		t.Fatalf("freed %d times", f.destroyed.Load())
+	}
+	audit, _ := os.ReadFile(filepath.Join(root, "audit.jsonl"))
+	if !strings.Contains(string(audit), `"to":"expired"`) {
+		t.Fatalf("no expired transition in %s", audit)
+	}
+	if left := sandboxLeftovers(root); len(left) > 0 {
+		t.Fatalf("left behind: %v", left)
+	}
+}
+
+func TestSweepEndsExpiredAndCorruptSandboxes(t *testing.T) {
+	f := &fakeSandboxer{}
+	r, root := newSandboxRunner(t, f)
+	ctx := context.Background()
+	spec := fakeSandboxSpec()
+	spec.TTL = 200 * time.Millisecond
+	expired, err := r.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	corrupt, err := r.Create(ctx, fakeSandboxSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := r.Create(ctx, fakeSandboxSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(infoPath(root, corrupt.ID()), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	rep, err := Reap(ctx, root, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Reaped) != 2 || rep.Live != 1 {
+		t.Fatalf("reaped %v, live %d; want %s and %s reaped, one live", rep.Reaped, rep.Live, expired.ID(), corrupt.ID())
+	}
+	if _, err := r.Open(ctx, live.ID()); err != nil {
+		t.Fatalf("the live sandbox: %v", err)
+	}
+	if err := live.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if left := sandboxLeftovers(root); len(left) > 0 {
+		t.Fatalf("left behind: %v", left)
+	}
+}

@@ -441,8 +441,8 @@ func (s *sandbox) Exec(ctx context.Context, p *engine.Process) (engine.Exit, err
 	if !unprivileged(s.user) {
 		return engine.Exit{}, fmt.Errorf("%w: sandbox %q has user %q; airlock runs nothing as root or as the image's user", errdefs.ErrInvalidArgument, s.id, s.user)
 	}
-	if err := ctx.Err(); err != nil {
-		return engine.Exit{}, err
+	if ctx.Err() != nil {
+		return engine.Exit{Killed: true, Code: -1}, nil
 	}
 	if len(p.Argv) == 0 || p.Argv[0] == "" {
 		return engine.Exit{}, fmt.Errorf("%w: no command given", errdefs.ErrInvalidArgument)
@@ -555,6 +555,14 @@ wait:
 		}
 	}
 	if exit.TimedOut || exit.Killed || leftover {
+		if !s.gvisor {
+			ictx, cancel := context.WithTimeout(bg, s.e.setupTimeout)
+			ins, err := s.e.cli.ContainerExecInspect(ictx, created.ID)
+			cancel()
+			if err == nil && ins.Running && ins.Pid > 0 {
+				killTree(ins.Pid, s.cid)
+			}
+		}
 		if err := s.killGroup(bg, stderr.got); err != nil {
 			if errors.Is(err, engine.ErrSandboxLost) || errdefs.IsNotFound(err) {
 				return engine.Exit{}, err

@@ -1,8 +1,12 @@
 package docker
 
 import (
+	"bytes"
 	"errors"
 	"os"
+	"strconv"
+	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -83,4 +87,73 @@ func (w *pidWatch) close() {
 	if w != nil {
 		w.f.Close()
 	}
+}
+
+// killTree SIGKILLs, from the host, every descendant of host process root
+// (root too) that is in container cid's cgroup, until none is left or
+// rounds run out. It catches children that left the exec's process group
+// or session while their parent still lived. Under runc an exec's pid is a
+// host process; under runsc it is the runsc exec proxy, which has no
+// descendants, and this finds nothing. Each process is signalled through a
+// pidfd checked to be in the container, so a reused pid is never hit.
+func killTree(root int, cid string) {
+	for range 20 {
+		kids := map[int][]int{}
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			if pp := ppidOf(pid); pp > 0 {
+				kids[pp] = append(kids[pp], pid)
+			}
+		}
+		var tree []int
+		for todo := []int{root}; len(todo) > 0; {
+			p := todo[len(todo)-1]
+			todo = todo[:len(todo)-1]
+			tree = append(tree, p)
+			todo = append(todo, kids[p]...)
+		}
+		hit := 0
+		for _, pid := range tree {
+			fd, err := unix.PidfdOpen(pid, 0)
+			if err != nil {
+				continue
+			}
+			if inContainer(pid, cid) && unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0) == nil {
+				hit++
+			}
+			unix.Close(fd)
+		}
+		if hit == 0 {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// ppidOf reads field 4 of /proc/<pid>/stat; 0 when unreadable.
+func ppidOf(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	pp, _ := strconv.Atoi(f[1])
+	return pp
+}
+
+// inContainer reports whether pid's cgroup path names container cid.
+func inContainer(pid int, cid string) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	return err == nil && bytes.Contains(b, []byte("/"+cid))
 }

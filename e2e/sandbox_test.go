@@ -1,0 +1,266 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/runner"
+)
+
+// sbCreate creates a sandbox on the pair under test and returns its record.
+func sbCreate(t *testing.T, args ...string) runner.SandboxInfo {
+	t.Helper()
+	c := airlock(nil, append([]string{"sandbox", "create", "--json", "--engine", engineName, "--isolation", isolationName}, args...)...)
+	if c.code != 0 {
+		t.Fatalf("sandbox create: exit %d: %s", c.code, c.stderr)
+	}
+	var si runner.SandboxInfo
+	if err := json.Unmarshal([]byte(c.stdout), &si); err != nil {
+		t.Fatalf("sandbox create --json: %v: %q", err, c.stdout)
+	}
+	return si
+}
+
+// sbExec runs `airlock exec --json ID -- ARGV…` and decodes its Result.
+func sbExec(t *testing.T, id string, flags []string, argv ...string) (runner.Result, cliResult) {
+	t.Helper()
+	args := append(append([]string{"exec", "--json"}, flags...), append([]string{id, "--"}, argv...)...)
+	c := airlock(nil, args...)
+	var res runner.Result
+	if err := json.Unmarshal([]byte(c.stdout), &res); err != nil {
+		t.Fatalf("exec --json: %v: %q\nstderr: %s", err, c.stdout, c.stderr)
+	}
+	return res, c
+}
+
+// sbGone checks that nothing of sandbox id is left on the host: engine
+// state, cgroups, bundles, its areas, mounts and supervisor.
+func sbGone(id string) []string {
+	left := sandboxes()
+	if _, err := os.Lstat(runner.SandboxDir(rootDir, id)); err == nil {
+		left = append(left, "areas "+id)
+	}
+	if _, err := os.Lstat(filepath.Join(rootDir, "sandboxes", id+".json")); err == nil {
+		left = append(left, "record "+id)
+	}
+	if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), id) {
+		left = append(left, "mount "+id)
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), id) {
+			left = append(left, "process "+filepath.Base(filepath.Dir(p))+": "+strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
+	return left
+}
+
+// waitGone polls until nothing of id is left, for at most d.
+func waitGone(t *testing.T, id string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		left := sbGone(id)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox %s: left behind after %v: %v", id, d, left)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func TestSandboxSession(t *testing.T) {
+	si := sbCreate(t, "--idle-timeout", "5m", "--file-size", "2TiB", "--label", "suite=e2e")
+	id := si.ID
+	t.Cleanup(func() { airlock(nil, "sandbox", "rm", id) })
+	if si.State != "ready" || si.Workspace != "/home/user" || si.Engine != engineName || si.Isolation != isolationName ||
+		si.Labels["suite"] != "e2e" || !si.ExpiresAt.After(si.CreatedAt) || !strings.HasPrefix(si.Image, "sha256:") {
+		t.Fatalf("create --json: %+v", si)
+	}
+
+	// A module written by one exec is imported by the next.
+	if res, c := sbExec(t, id, nil, "python3", "-c", "open('mod42.py','w').write('ANSWER = 42\\n')"); res.Reason != "exited" || res.ExitCode != 0 || res.SandboxID != id {
+		t.Fatalf("writing the module: %+v\n%s", res, c.stderr)
+	}
+	if res, c := sbExec(t, id, nil, "python3", "-c", "import mod42; print(mod42.ANSWER)"); res.ExitCode != 0 || strings.TrimSpace(string(res.Stdout.Head)) != "42" {
+		t.Fatalf("importing the module: %+v\n%s", res, c.stderr)
+	}
+
+	// A detached server on loopback, reached from a second exec.
+	if res, c := sbExec(t, id, []string{"--detach"}, "python3", "-m", "http.server", "--bind", "127.0.0.1", "8123"); res.Reason != "exited" {
+		t.Fatalf("detached server: %+v\n%s", res, c.stderr)
+	}
+	fetch := `import time, urllib.request
+for i in range(150):
+    try:
+        print(urllib.request.urlopen("http://127.0.0.1:8123/mod42.py", timeout=2).read().decode(), end="")
+        break
+    except Exception:
+        time.sleep(0.1)
+`
+	if res, c := sbExec(t, id, nil, "python3", "-c", fetch); res.ExitCode != 0 || string(res.Stdout.Head) != "ANSWER = 42\n" {
+		t.Fatalf("reaching the detached server: %+v\n%s", res, c.stderr)
+	}
+
+	// A produced CSV comes out with the right sha256.
+	csv := "x,y\n"
+	for i := range 100 {
+		csv += strings.Repeat("7", i%5+1) + "," + strings.Repeat("3", i%3+1) + "\n"
+	}
+	gen := `import sys
+rows = ["x,y"] + ["%s,%s" % ("7" * (i % 5 + 1), "3" * (i % 3 + 1)) for i in range(100)]
+open("result.csv", "w").write("\n".join(rows) + "\n")`
+	if res, c := sbExec(t, id, nil, "python3", "-c", gen); res.ExitCode != 0 {
+		t.Fatalf("writing the CSV: %+v\n%s", res, c.stderr)
+	}
+	dl := t.TempDir()
+	c := airlock(nil, "cp", "--json", id+":/home/user/result.csv", dl)
+	if c.code != 0 {
+		t.Fatalf("cp of the CSV: exit %d: %s %s", c.code, c.stdout, c.stderr)
+	}
+	var tr runner.Transfer
+	if err := json.Unmarshal([]byte(c.stdout), &tr); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(dl, "result.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := sha256.Sum256([]byte(csv))
+	if sum := sha256.Sum256(got); sum != want || tr.SHA256 != hex.EncodeToString(want[:]) || tr.Decision != "accepted" || tr.MIME != "text/csv" {
+		t.Fatalf("downloaded CSV: record %+v, sha256 %x, want %x", tr, sum, want)
+	}
+	// Never overwriting.
+	if c := airlock(nil, "cp", id+":/home/user/result.csv", dl); c.code == 0 {
+		t.Fatalf("a second download over the first succeeded")
+	}
+
+	t.Run("HostileTransfers", func(t *testing.T) { testHostileTransfers(t, id, dl) })
+	t.Run("TimeoutLeavesNothing", func(t *testing.T) { testExecTimeout(t, id) })
+
+	// rm, then exec says gone; rm again succeeds.
+	if c := airlock(nil, "sandbox", "rm", id); c.code != 0 {
+		t.Fatalf("sandbox rm: exit %d: %s", c.code, c.stderr)
+	}
+	if c := airlock(nil, "exec", id, "--", "true"); c.code != 66 || !strings.Contains(c.stderr, "gone") {
+		t.Fatalf("exec after rm: exit %d, stderr %q; want 66 saying it is gone", c.code, c.stderr)
+	}
+	if c := airlock(nil, "sandbox", "rm", id); c.code != 0 {
+		t.Fatalf("second sandbox rm: exit %d: %s", c.code, c.stderr)
+	}
+	if c := airlock(nil, "exec", "not-an-id", "--", "true"); c.code != 64 {
+		t.Fatalf("exec into a malformed id: exit %d, want 64", c.code)
+	}
+	waitGone(t, id, 5*time.Second)
+}
+
+func testHostileTransfers(t *testing.T, id, dl string) {
+	plant := `ln -s /etc evil; ln -s /etc/shadow shadow; mkfifo fifo; truncate -s 1T big; mkdir adir`
+	if res, c := sbExec(t, id, nil, "sh", "-c", plant); res.ExitCode != 0 {
+		t.Fatalf("planting: %+v\n%s", res, c.stderr)
+	}
+	src := filepath.Join(t.TempDir(), "payload")
+	if err := os.WriteFile(src, []byte("owned\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	etc, _ := os.ReadFile("/etc/passwd")
+	// gVisor keeps a FIFO in its own memory: the host never sees one.
+	fifo := "not_regular"
+	if isolationName == "gvisor" {
+		fifo = "not_found"
+	}
+	for _, tc := range []struct {
+		name, src, dst, reason string
+	}{
+		{"UploadDotDot", src, id + ":../../etc/x", "invalid_path"},
+		{"UploadEtcPasswd", src, id + ":/etc/passwd", "invalid_path"},
+		{"UploadThroughPlantedSymlink", src, id + ":/home/user/evil/x", "symlink"},
+		{"DownloadSymlinkToShadow", id + ":/home/user/shadow", filepath.Join(dl, "shadow"), "symlink"},
+		{"DownloadFIFO", id + ":/home/user/fifo", filepath.Join(dl, "fifo"), fifo},
+		{"DownloadSparse1TiB", id + ":/home/user/big", filepath.Join(dl, "big"), "too_large"},
+		{"DownloadDirectory", id + ":/home/user/adir", filepath.Join(dl, "adir"), "is_directory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := airlock(nil, "cp", "--json", tc.src, tc.dst)
+			var tr runner.Transfer
+			if err := json.Unmarshal([]byte(c.stdout), &tr); err != nil {
+				t.Fatalf("cp --json: exit %d: %v: %q %s", c.code, err, c.stdout, c.stderr)
+			}
+			if c.code != 65 || tr.Decision != "refused" || string(tr.Reason) != tc.reason || !strings.Contains(c.stderr, "("+tc.reason+")") {
+				t.Fatalf("exit %d, record %+v, stderr %q; want 65 refused (%s)", c.code, tr, c.stderr, tc.reason)
+			}
+			if !strings.HasPrefix(tc.src, id) {
+				return
+			}
+			if _, err := os.Lstat(tc.dst); err == nil {
+				t.Fatalf("a refused download left %s", tc.dst)
+			}
+		})
+	}
+	if now, _ := os.ReadFile("/etc/passwd"); string(now) != string(etc) {
+		t.Fatal("/etc/passwd changed")
+	}
+	for _, p := range []string{"/etc/x", "/x"} {
+		if _, err := os.Lstat(p); err == nil {
+			t.Fatalf("an upload wrote %s", p)
+		}
+	}
+	if res, _ := sbExec(t, id, nil, "sh", "-c", "test ! -e /etc/x && ! grep -q owned /etc/passwd && test ! -e evil/x"); res.ExitCode != 0 {
+		t.Fatalf("an upload reached the sandbox's /etc: %+v", res)
+	}
+	if res, _ := sbExec(t, id, nil, "rm", "-f", "big"); res.ExitCode != 0 {
+		t.Fatalf("removing the sparse file: %+v", res)
+	}
+}
+
+// psSleeps lists the sandbox's processes whose command line holds "sleep".
+const psSleeps = `for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c '^sleep' || true`
+
+func testExecTimeout(t *testing.T, id string) {
+	start := time.Now()
+	res, c := sbExec(t, id, []string{"--timeout", "1s"}, "sh", "-c", "sleep 100 & sleep 100")
+	if res.Reason != "timeout" || c.code != 124 || time.Since(start) > 30*time.Second {
+		t.Fatalf("exec --timeout 1s: exit %d, %+v\n%s", c.code, res, c.stderr)
+	}
+	res, c = sbExec(t, id, nil, "sh", "-c", psSleeps)
+	if res.ExitCode != 0 || strings.TrimSpace(string(res.Stdout.Head)) != "0" {
+		t.Fatalf("after the timeout: exit %d, sleeps %q\n%s", res.ExitCode, string(res.Stdout.Head), c.stderr)
+	}
+	if res, _ := sbExec(t, id, nil, "python3", "-c", "import mod42; print(mod42.ANSWER)"); res.ExitCode != 0 || strings.TrimSpace(string(res.Stdout.Head)) != "42" {
+		t.Fatalf("the exec after the timeout: %+v", res)
+	}
+}
+
+func TestSandboxIdleTimeout(t *testing.T) {
+	si := sbCreate(t, "--idle-timeout", "3s")
+	t.Cleanup(func() { airlock(nil, "sandbox", "rm", si.ID) })
+	if res, _ := sbExec(t, si.ID, nil, "true"); res.ExitCode != 0 {
+		t.Fatalf("exec: %+v", res)
+	}
+	start := time.Now()
+	// No airlock command runs from here on: only the host is looked at.
+	waitGone(t, si.ID, 10*time.Second)
+	t.Logf("gone %v after its last exec", time.Since(start).Round(100*time.Millisecond))
+	if c := airlock(nil, "sandbox", "ls", "--json"); c.code != 0 || strings.Contains(c.stdout, si.ID) {
+		t.Fatalf("sandbox ls still lists it: %s", c.stdout)
+	}
+	if c := airlock(nil, "exec", si.ID, "--", "true"); c.code != 66 {
+		t.Fatalf("exec into the expired sandbox: exit %d, want 66", c.code)
+	}
+	ents, _ := os.ReadDir(filepath.Join(rootDir, "sandboxes"))
+	for _, e := range ents {
+		if e.Name() != ".lock" {
+			t.Errorf("left in sandboxes/: %s", e.Name())
+		}
+	}
+}

@@ -365,6 +365,11 @@ func (r *Runner) Create(ctx context.Context, s SandboxSpec) (_ *Sandbox, err err
 	if err := writeInfo(r.root, &si); err != nil {
 		return nil, err
 	}
+	// Supervised from the start: a creator killed from here on leaves a
+	// sandbox its supervisor frees (orphaned).
+	if err := r.startSupervisor(id); err != nil {
+		return nil, err
+	}
 	areas, err := CreateAreas(ctx, r.root, id, AreasSpec{
 		WorkspaceSize: int64(s.WorkspaceSize), TmpSize: int64(job.Policy.Limits.Tmp), Out: s.Output,
 		UID: job.Policy.UID, GID: job.Policy.GID,
@@ -394,9 +399,6 @@ func (r *Runner) Create(ctx context.Context, s SandboxSpec) (_ *Sandbox, err err
 		}
 	}
 	si.State = lifecycle.Ready
-	if err := r.startSupervisor(id); err != nil {
-		return nil, err
-	}
 	r.log.Info("sandbox created", "sandbox_id", id, "image_digest", si.Image)
 	return &Sandbox{r: r, id: id, eng: esb, info: si}, nil
 }
@@ -434,7 +436,20 @@ func (r *Runner) Open(ctx context.Context, id string) (*Sandbox, error) {
 	return &Sandbox{r: r, id: id, eng: esb, info: si}, nil
 }
 
+// destroyed reports whether sandbox id is being or has been destroyed.
+func (r *Runner) destroyed(id string) bool {
+	lc, err := r.lifecycle()
+	if err != nil {
+		return false
+	}
+	rec, err := lc.Get(id)
+	return err == nil && (rec.State == "" || rec.State == lifecycle.Terminating || rec.State == lifecycle.Terminated || rec.State == lifecycle.Expired)
+}
+
 func (r *Runner) markLost(id string, err error) {
+	if r.destroyed(id) {
+		return // a destroyer's doing, and its to record
+	}
 	if lc, lerr := r.lifecycle(); lerr == nil {
 		if merr := lc.Move(id, lifecycle.Failed, err.Error(), map[string]any{"error_kind": "sandbox_lost"}); merr != nil {
 			r.log.Warn("recording state", "sandbox_id", id, "err", merr)
@@ -548,7 +563,12 @@ func (sb *Sandbox) Exec(ctx context.Context, p ExecSpec) (Result, error) {
 		Timeout: time.Duration(limits.TimeoutMS) * time.Millisecond, Detach: p.Detach,
 	})
 	res.Stdout, res.Stderr = stdout.stream(), stderr.stream()
-	if err != nil {
+	if err != nil && sb.r.destroyed(sb.id) {
+		// rm, or the supervisor at the deadline, destroyed it under the exec.
+		res.Reason, res.ExitCode, res.DurationMS = ReasonDestroyed, -1, time.Since(begin).Milliseconds()
+		res.Error = "another airlock process destroyed the sandbox: `airlock sandbox rm`, or its TTL or idle timeout passed"
+		err = nil
+	} else if err != nil {
 		res.Reason, res.Error, res.ErrorKind, res.ExitCode = ReasonError, err.Error(), ErrorKind(err), -1
 		res.DurationMS = time.Since(begin).Milliseconds()
 		if errors.Is(err, engine.ErrSandboxLost) {

@@ -292,3 +292,45 @@ func TestSweepEndsExpiredAndCorruptSandboxes(t *testing.T) {
 		t.Fatalf("left behind: %v", left)
 	}
 }
+
+// An rm that lands during an exec wins: the exec says destroyed, and the
+// rm frees the sandbox once, without a lost sandbox's failed state.
+func TestDestroyDuringExec(t *testing.T) {
+	f := &fakeSandboxer{}
+	r, root := newSandboxRunner(t, f)
+	ctx := context.Background()
+	sb, err := r.Create(ctx, fakeSandboxSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{})
+	f.exec = func(context.Context, *engine.Process) (engine.Exit, error) {
+		close(started)
+		for {
+			f.mu.Lock()
+			live := f.live[sb.ID()]
+			f.mu.Unlock()
+			if !live {
+				return engine.Exit{}, engine.Lost("the sandbox's process is gone")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	type out struct {
+		res Result
+		err error
+	}
+	got := make(chan out, 1)
+	go func() { res, err := sb.Exec(ctx, ExecSpec{Argv: []string{"sleep", "100"}}); got <- out{res, err} }()
+	<-started
+	if err := r.Destroy(ctx, sb.ID()); err != nil {
+		t.Fatalf("destroy during an exec: %v", err)
+	}
+	o := <-got
+	if o.err != nil || o.res.Reason != ReasonDestroyed {
+		t.Fatalf("exec: %+v, %v", o.res, o.err)
+	}
+	if left := sandboxLeftovers(root); len(left) > 0 {
+		t.Fatalf("left behind: %v", left)
+	}
+}

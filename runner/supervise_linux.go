@@ -65,25 +65,27 @@ func (r *Runner) Supervise(ctx context.Context, id string) error {
 		if errdefs.IsNotFound(err) {
 			return nil
 		}
+		why := lifecycle.Expired
 		if err == nil {
 			rec, gerr := lc.Get(id)
 			if gerr == nil && (rec.State == "" || rec.State == lifecycle.Terminated) {
 				return nil
+			}
+			if (rec.State == lifecycle.Requested || rec.State == lifecycle.Created) && procStart(si.Creator.PID) != si.Creator.Start {
+				why = lifecycle.Orphaned // its creator died mid-create
 			}
 		}
 		now := time.Now()
 		wait := superviseTick
 		if err != nil {
 			// A corrupt record: nobody can say when it ends, so it ends now.
+			wait, why = 0, lifecycle.Orphaned
+		} else if why == lifecycle.Orphaned {
 			wait = 0
 		} else if dl := si.Deadline(now); dl.Sub(now) < wait {
 			wait = dl.Sub(now)
 		}
 		if wait <= 0 {
-			why := lifecycle.Expired
-			if err != nil {
-				why = lifecycle.Orphaned
-			}
 			derr := r.destroySandbox(ctx, id, why)
 			if derr == nil {
 				r.log.Info("sandbox ended at its deadline", "sandbox_id", id)

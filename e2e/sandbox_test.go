@@ -7,8 +7,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -263,4 +265,50 @@ func TestSandboxIdleTimeout(t *testing.T) {
 			t.Errorf("left in sandboxes/: %s", e.Name())
 		}
 	}
+}
+
+func TestSandboxTTL(t *testing.T) {
+	si := sbCreate(t, "--ttl", "3s", "--idle-timeout", "1h")
+	t.Cleanup(func() { airlock(nil, "sandbox", "rm", si.ID) })
+	if d := si.ExpiresAt.Sub(si.CreatedAt); d != 3*time.Second {
+		t.Fatalf("expires_at - created_at = %v, want 3s", d)
+	}
+	// Activity does not extend a TTL.
+	if res, _ := sbExec(t, si.ID, nil, "true"); res.ExitCode != 0 {
+		t.Fatalf("exec: %+v", res)
+	}
+	waitGone(t, si.ID, 10*time.Second)
+	if c := airlock(nil, "exec", si.ID, "--", "true"); c.code != 66 {
+		t.Fatalf("exec into the expired sandbox: exit %d, want 66", c.code)
+	}
+}
+
+// A creator SIGKILLed mid-create leaves a sandbox its supervisor frees.
+func TestSandboxCreatorKilled(t *testing.T) {
+	cmd := exec.Command(airlockBin, "--root", rootDir, "sandbox", "create", "--engine", engineName, "--isolation", isolationName, "--idle-timeout", "1h")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The areas' directory appears once the supervisor runs, before the
+	// engine's sandbox is made.
+	var id string
+	deadline := time.Now().Add(30 * time.Second)
+	for id == "" {
+		dirs, _ := filepath.Glob(filepath.Join(rootDir, "sandboxes", "sb-*"))
+		for _, d := range dirs {
+			if fi, err := os.Stat(d); err == nil && fi.IsDir() {
+				id = filepath.Base(d)
+			}
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatal("no sandbox directory appeared")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	t.Cleanup(func() { airlock(nil, "sandbox", "rm", id) })
+	waitGone(t, id, 10*time.Second)
 }

@@ -286,8 +286,9 @@ func TestArtifactsAndBatchOutRefusePlantedSymlinks(t *testing.T) {
 	art := filepath.Join(shared, "art")
 	os.Symlink(private, art)
 	c := airlock(nil, "run", "--image", busybox, "--artifacts", art, "--", "sh", "-c", "echo ssh-ed25519 AAAA > /out/authorized_keys")
-	if c.code == 0 || !strings.Contains(c.stderr, "symlink") {
-		t.Errorf("--artifacts through a symlink: exit %d, stderr %s", c.code, c.stderr)
+	// Refused as input, before the program runs.
+	if c.code != 64 || !strings.Contains(c.stderr, "symlink") {
+		t.Errorf("--artifacts through a symlink: exit %d (want 64), stderr %s", c.code, c.stderr)
 	}
 	if ents, _ := os.ReadDir(private); len(ents) != 1 {
 		t.Errorf("the symlink's target received files: %v", ents)
@@ -298,8 +299,8 @@ func TestArtifactsAndBatchOutRefusePlantedSymlinks(t *testing.T) {
 	out := filepath.Join(shared, "results.jsonl")
 	os.Symlink(secret, out)
 	c = airlock(nil, "batch", jobs, "--out", out, "--engine", engineName, "--isolation", isolationName, "--image", busybox, "--out-dir", "none")
-	if c.code == 0 || !strings.Contains(c.stderr, "symlink") {
-		t.Errorf("batch --out through a symlink: exit %d, stderr %s", c.code, c.stderr)
+	if c.code != 64 || !strings.Contains(c.stderr, "symlink") {
+		t.Errorf("batch --out through a symlink: exit %d (want 64), stderr %s", c.code, c.stderr)
 	}
 	if b, _ := os.ReadFile(secret); string(b) != "root only\n" {
 		t.Errorf("the link's target was written: %q", b)

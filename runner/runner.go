@@ -36,6 +36,7 @@ import (
 	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/engine/docker"
 	"github.com/airlock-sandbox/airlock/images"
+	"github.com/airlock-sandbox/airlock/internal/safeopen"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/lifecycle"
 	"github.com/airlock-sandbox/airlock/seccomp"
@@ -217,6 +218,9 @@ func (r *Runner) Run(ctx context.Context, s Spec) (Result, error) {
 	}
 	job, err := r.plan(s)
 	if err != nil {
+		return Result{}, err
+	}
+	if err := checkDestinations(s.Output); err != nil {
 		return Result{}, err
 	}
 	if err := r.engine.Check(ctx, job); err != nil {
@@ -655,4 +659,24 @@ func auditSummary(res Result, err error) map[string]any {
 		ev["error"] = err.Error()
 	}
 	return ev
+}
+
+// checkDestinations opens the artifact and quarantine directories before
+// anything runs, so an unsafe one (a planted symlink, another user's
+// directory) is refused as input, not found after the program ran.
+func checkDestinations(o Output) error {
+	for _, d := range []struct{ flag, path string }{{"--artifacts", o.Artifacts}, {"--quarantine", o.Quarantine}} {
+		if d.path == "" || o.Disabled {
+			continue
+		}
+		f, err := safeopen.Dir(d.path)
+		if err != nil {
+			if errors.Is(err, safeopen.ErrUnsafe) {
+				return fmt.Errorf("%w: %s: %w", errdefs.ErrInvalidArgument, d.flag, err)
+			}
+			return fmt.Errorf("%w: %s: %w", errdefs.ErrUnavailable, d.flag, err)
+		}
+		f.Close()
+	}
+	return nil
 }

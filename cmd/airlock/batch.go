@@ -83,16 +83,23 @@ func runBatch(cmd *cobra.Command, g *globals, f *batchFlags, path string) error 
 	if err != nil {
 		return fmt.Errorf("%w: reading %s: %v", errdefs.ErrInvalidArgument, path, err)
 	}
-	done, err := doneIDs(f.out)
-	if err != nil {
-		return err
-	}
 	pol, err := f.run.policy()
 	if err != nil {
 		return err
 	}
 	base := runner.Spec{Image: f.run.image, Env: f.run.env, Policy: pol, Workdir: f.run.workdir, SeccompProfile: f.run.seccompProfile}
 	if err := f.run.files(&base); err != nil {
+		return err
+	}
+	out, err := safeopen.AppendFile(f.out)
+	if err != nil {
+		return fmt.Errorf("%w: opening --out: %v", errdefs.ErrInvalidArgument, err)
+	}
+	defer out.Close()
+	// Resume reads the results through the file just checked, never by
+	// its name again.
+	done, err := doneIDs(fmt.Sprintf("/proc/self/fd/%d", out.Fd()))
+	if err != nil {
 		return err
 	}
 	eng, closeEngine, err := g.pickEngine(f.run.engine)
@@ -105,11 +112,6 @@ func runBatch(cmd *cobra.Command, g *globals, f *batchFlags, path string) error 
 		return err
 	}
 
-	out, err := safeopen.AppendFile(f.out)
-	if err != nil {
-		return fmt.Errorf("%w: opening --out: %v", errdefs.ErrInvalidArgument, err)
-	}
-	defer out.Close()
 	w := bufio.NewWriter(out)
 	total := len(jobs) + len(bad)
 	var results []runner.BatchResult

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -14,6 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+
+	"github.com/airlock-sandbox/airlock/engine/docker"
 	"github.com/airlock-sandbox/airlock/runner"
 )
 
@@ -311,4 +316,61 @@ func TestSandboxCreatorKilled(t *testing.T) {
 	cmd.Wait()
 	t.Cleanup(func() { airlock(nil, "sandbox", "rm", id) })
 	waitGone(t, id, 10*time.Second)
+}
+
+// runtimeProcess is the host process of sandbox id's runtime: runsc's
+// sandbox, or the container's init.
+func runtimeProcess(t *testing.T, id string) int {
+	t.Helper()
+	if isolationName == "gvisor" {
+		return sandboxProcess(t, id)
+	}
+	if engineName == "docker" {
+		c, err := dockerCli.ContainerList(context.Background(), container.ListOptions{Filters: filters.NewArgs(filters.Arg("label", docker.LabelID+"="+id))})
+		if err != nil || len(c) != 1 {
+			t.Fatalf("finding the container of %s: %v, %d", id, err, len(c))
+		}
+		ci, err := dockerCli.ContainerInspect(context.Background(), c[0].ID)
+		if err != nil || ci.State == nil || ci.State.Pid <= 0 {
+			t.Fatalf("inspecting the container of %s: %v", id, err)
+		}
+		return ci.State.Pid
+	}
+	b, err := os.ReadFile(filepath.Join(rootDir, "oci", "bundles", id, "sandbox.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct{ Pid int }
+	if err := json.Unmarshal(b, &st); err != nil || st.Pid <= 0 {
+		t.Fatalf("the sandbox's state: %v: %s", err, b)
+	}
+	return st.Pid
+}
+
+// Killing the runtime from outside: the next exec says sandbox_lost, the
+// state is failed, and reap leaves nothing.
+func TestSandboxRuntimeKilled(t *testing.T) {
+	si := sbCreate(t)
+	t.Cleanup(func() { airlock(nil, "sandbox", "rm", si.ID) })
+	if res, _ := sbExec(t, si.ID, nil, "true"); res.ExitCode != 0 {
+		t.Fatalf("exec: %+v", res)
+	}
+	if err := syscall.Kill(runtimeProcess(t, si.ID), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		res, c := sbExec(t, si.ID, nil, "true")
+		if c.code != 69 || res.ErrorKind != "sandbox_lost" {
+			t.Fatalf("exec %d after the kill: exit %d, %+v\n%s", i, c.code, res, c.stderr)
+		}
+	}
+	c := airlock(nil, "sandbox", "inspect", si.ID)
+	var got runner.SandboxInfo
+	if err := json.Unmarshal([]byte(c.stdout), &got); err != nil || got.State != "failed" {
+		t.Fatalf("inspect: exit %d, %v, %s", c.code, err, c.stdout)
+	}
+	if c := airlock(nil, "reap"); c.code != 0 {
+		t.Fatalf("reap: exit %d: %s", c.code, c.stderr)
+	}
+	waitGone(t, si.ID, 10*time.Second)
 }

@@ -26,6 +26,8 @@ run: setup ## Set up, then run a Python job on the default image
 test: setup ## Set up, then run unit and end-to-end tests against real dockerd and runsc
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
+	@# The sandbox conformance suite (engine/enginetest) on both engines, both isolation modes.
+	$(GO) test -count=1 -tags e2e -timeout 20m -run 'TestSandbox' -v ./engine/oci/ ./engine/docker/ 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)' ; test $${PIPESTATUS[0]} -eq 0
 	@# One conformance suite, unchanged, on every engine and isolation pair.
 	@for pair in "docker gvisor" "oci gvisor" "docker seccomp" "oci seccomp"; do \
 		set -- $$pair; \

@@ -29,8 +29,16 @@ func TestSandboxConformance(t *testing.T) {
 			}
 			return list[0].ID
 		}
+		var gaps map[enginetest.Gap]string
+		if m == isolation.GVisor {
+			gaps = map[enginetest.Gap]string{
+				enginetest.GapSetsidEscapes: "under docker + gVisor the exec's process group is killed, but a child in a new session is out of the host's sight",
+				enginetest.GapNoOOMKill:     "under docker + gVisor a memory hog is throttled at the limit until its timeout instead of being OOM-killed",
+			}
+		}
 		enginetest.Sandboxes(t, func(t *testing.T) engine.Sandboxer { return newTestEngine(t) }, bb, enginetest.Harness{
 			Policy: testPolicy(t, m),
+			Gaps:   gaps,
 			// The container's pid is runsc's sandbox process under gVisor,
 			// the init under runc.
 			KillSandbox: func(t *testing.T, id string) {

@@ -37,7 +37,24 @@ type Harness struct {
 	// BareExec, when set, is the runtime's own command that runs `true` in
 	// sandbox id, for the exec latency figure beside the Go API's.
 	BareExec func(id string) *exec.Cmd
+	// Gaps names the cases whose documented gap holds on this engine and
+	// mode, with why. Each gap is asserted, not skipped, where the suite
+	// can: GapSetsidEscapes makes the setsid case require that the child
+	// still runs, so closing the gap fails the suite until the note goes.
+	Gaps map[Gap]string
 }
+
+// Gap is a known, documented shortfall of one engine and mode.
+type Gap string
+
+const (
+	// GapSetsidEscapes: a child that starts a session of its own outlives
+	// its exec's timeout (until the sandbox ends).
+	GapSetsidEscapes Gap = "setsid_escapes"
+	// GapNoOOMKill: past its memory limit the sandbox is throttled, not
+	// OOM-killed, so the case would only wait out its timeout.
+	GapNoOOMKill Gap = "no_oom_kill"
+)
 
 // Sandboxes runs the suite: every case creates its own sandboxes from
 // image (a busybox image: sh, echo, cat, ps, nc, sleep) with newEngine's
@@ -255,6 +272,13 @@ func testTimeout(t *testing.T, s *suite) {
 	if r := run(t, sb, engine.Process{Argv: sh("setsid sleep 102 & sleep 103"), Timeout: time.Second}); !r.TimedOut {
 		t.Fatalf("setsid case: timed out %v, code %d, %q", r.TimedOut, r.Code, r.stderr)
 	}
+	if why, ok := s.h.Gaps[GapSetsidEscapes]; ok {
+		if ps := processes(t, sb); !strings.Contains(ps, "sleep 102") {
+			t.Fatalf("the setsid gap (%s) is closed: remove it from the harness and the docs\n%s", why, ps)
+		}
+		t.Logf("known gap, asserted: %s", why)
+		return
+	}
 	deadline = time.Now().Add(3 * time.Second)
 	for ps := processes(t, sb); strings.Contains(ps, "sleep 10"); ps = processes(t, sb) {
 		if time.Now().After(deadline) {
@@ -420,6 +444,9 @@ func testCancel(t *testing.T, s *suite) {
 // OOMKilled set (the sandbox stays), or, where the runtime cannot keep
 // the sandbox (gVisor's is one host process), ErrSandboxLost.
 func testOOM(t *testing.T, s *suite) {
+	if why, ok := s.h.Gaps[GapNoOOMKill]; ok {
+		t.Skipf("known gap, documented in SECURITY.md: %s", why)
+	}
 	sb := s.create(t)
 	p := engine.Process{Argv: sh(fmt.Sprintf(`x=$(head -c %d /dev/zero | tr "\\0" a); echo survived`, 2*int64(s.h.Policy.Limits.Memory))), Timeout: 2 * time.Minute}
 	var out bytes.Buffer

@@ -27,7 +27,7 @@ test: setup ## Set up, then run unit and end-to-end tests against real dockerd a
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
 	@# The sandbox conformance suite (engine/enginetest) on both engines, both isolation modes.
-	$(GO) test -count=1 -tags e2e -timeout 20m -run 'TestSandbox' -v ./engine/oci/ ./engine/docker/ 2>&1 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)' ; test $${PIPESTATUS[0]} -eq 0
+	$(GO) test -count=1 -p 1 -tags e2e -timeout 20m -run 'TestSandbox' -v ./engine/oci/ ./engine/docker/ > sandboxes-e2e.log 2>&1 || { grep -B2 -A20 -- '--- FAIL' sandboxes-e2e.log | head -80; exit 1; }; grep -E '^(ok|FAIL)' sandboxes-e2e.log
 	@# One conformance suite, unchanged, on every engine and isolation pair.
 	@for pair in "docker gvisor" "oci gvisor" "docker seccomp" "oci seccomp"; do \
 		set -- $$pair; \
@@ -69,4 +69,4 @@ lint: ## gofmt and go vet
 
 .PHONY: clean
 clean: ## Remove build outputs
-	rm -rf bin e2e.log
+	rm -rf bin e2e.log sandboxes-e2e.log

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
@@ -23,7 +24,10 @@ func (r *Runner) sign(ctx context.Context, job *engine.Job, s Spec, res *Result,
 	if r.keyErr != nil {
 		return fmt.Errorf("%w: receipt key: %v", errdefs.ErrUnavailable, r.keyErr)
 	}
-	rt, err := r.engine.Runtime(ctx, job.Policy.Isolation)
+	// An interrupted run is still sealed: ask on a context of its own.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sealTimeout)
+	defer cancel()
+	rt, err := r.engine.Runtime(rctx, job.Policy.Isolation)
 	if err != nil {
 		return err
 	}
@@ -152,3 +156,6 @@ func (r *Runner) manifestOf(id digest.Digest) string {
 	}
 	return ""
 }
+
+// sealTimeout bounds what sealing asks of the engine.
+const sealTimeout = 30 * time.Second

@@ -57,6 +57,10 @@ bench: setup ## airlock beside docker run: cold start, first byte, burst, flood,
 bench-start: setup ## Start-up latency: oci and docker engines beside bare runsc and docker run (30 runs each)
 	$(GO) run ./bench/start -n 30
 
+.PHONY: bench-session
+bench-session: setup ## A live sandbox: exec beside bare runsc exec and docker exec; cp beside docker cp
+	$(GO) run ./bench/session
+
 .PHONY: bench-artifacts
 bench-artifacts: ## Artifact copy-out throughput beside `cp -r` of the same tree
 	$(GO) test -run XXX -bench CopyOut -benchtime 5x ./artifacts/

@@ -1,60 +1,23 @@
-// Package engine defines what airlock asks of a container engine: run one
-// job under a policy, report how it ended, and leave nothing behind.
+// Package engine defines what airlock asks of a container engine: create a
+// sandbox under a policy, run processes in it, report how each ended, and
+// destroy it leaving nothing behind. A one-shot run is a sandbox whose only
+// process is the program (see SandboxSpec.Init and Run).
 //
 // Rules every engine keeps:
 //   - Nothing is created until the image and the runtime have been checked.
-//   - When the run's context is done, the engine kills the sandbox, waits for
-//     it to exit and removes it, on a context of its own: a cancelled caller
-//     never leaves a sandbox behind.
+//   - When a wait's context is done, the engine kills the program and waits
+//     for it to exit; teardown runs on a context of its own, so a cancelled
+//     caller never leaves a sandbox behind.
 //   - The program's outcome (exit code, timeout, OOM) is an Exit, not an
 //     error. An error means the engine failed.
 package engine
 
 import (
 	"context"
-	"io"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/isolation"
-	"github.com/airlock-sandbox/airlock/lifecycle"
-	"github.com/opencontainers/go-digest"
 )
-
-// Job is one program to run.
-type Job struct {
-	// ID names the sandbox; unique per run.
-	ID string
-	// Image is the image ID (sha256 of its config).
-	Image digest.Digest
-	// Argv is the program and its arguments, run without a shell.
-	Argv []string
-	// Env holds "K=V" entries; nothing else from the host reaches the sandbox.
-	Env    []string
-	Policy isolation.Policy
-	// Stdin feeds the program's stdin; nil means stdin is closed.
-	Stdin io.Reader
-	// Stdout and Stderr receive the program's output as it arrives. They must
-	// not block for long: the engine reads the program through them.
-	Stdout, Stderr io.Writer
-	// Mounts are airlock's own scratch directories (staged inputs, the
-	// output tmpfs); nothing else from the host is ever mounted.
-	Mounts []Mount
-	// Workdir is the program's working directory; empty keeps the image's.
-	Workdir string
-	// Owner and Deadline label the sandbox so that a sweep can find it.
-	Owner    string
-	Deadline time.Time
-	// OnState, when set, hears the sandbox become created, ready and
-	// running.
-	OnState func(lifecycle.State)
-}
-
-// State reports a state change if the job asked to hear of them.
-func (j *Job) State(s lifecycle.State) {
-	if j.OnState != nil {
-		j.OnState(s)
-	}
-}
 
 // Mount binds a host directory or file that airlock prepared into the
 // sandbox.
@@ -103,21 +66,6 @@ type Runtime struct {
 	Name    string
 	Version string
 	Flags   []string
-}
-
-// Engine runs jobs.
-type Engine interface {
-	// Name is the engine's name as shown in results ("docker").
-	Name() string
-	// Check verifies, before anything is created, that the engine can run
-	// the job as asked: the image is present and the runtime registered.
-	Check(ctx context.Context, j *Job) error
-	// Run runs the job to its end. Timeout starts when the program starts.
-	Run(ctx context.Context, j *Job) (Exit, error)
-	// Runtime describes the runtime a mode runs on. Receipts are evidence:
-	// a version that cannot be read is an error (errdefs.ErrUnavailable),
-	// never "unknown".
-	Runtime(ctx context.Context, m isolation.Mode) (Runtime, error)
 }
 
 // Reaper is an engine that can find and remove what a run left behind when

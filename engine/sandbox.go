@@ -2,9 +2,11 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 
 	"github.com/airlock-sandbox/airlock/isolation"
@@ -16,9 +18,10 @@ import (
 // out on the host side, through the directories airlock mounts (see
 // Mount), never through the engine.
 //
-// Rules every Sandboxer keeps, besides the Engine's:
+// Rules every Engine keeps:
 //   - Create returns only once the sandbox runs its idle init and no user
-//     program; on any error it leaves nothing behind.
+//     program, or, for a one-shot sandbox, once its program has started;
+//     on any error it leaves nothing behind.
 //   - A process's timeout kills it and every process it started; the
 //     sandbox stays usable.
 //   - A sandbox that ended from outside airlock makes every later call
@@ -27,8 +30,7 @@ import (
 //   - Destroy is idempotent and frees everything: runtime state, cgroups,
 //     mounts the engine made.
 
-// SandboxSpec describes a sandbox to create: everything of a Job but the
-// program.
+// SandboxSpec describes a sandbox to create.
 type SandboxSpec struct {
 	// ID names the sandbox; unique, never reused.
 	ID string
@@ -46,6 +48,11 @@ type SandboxSpec struct {
 	// Deadline is the hard end of its life (its TTL).
 	Owner    string
 	Deadline time.Time
+	// Init, when set, makes a one-shot sandbox (a run): its only process
+	// is this program instead of airlock's idle init, started by Create
+	// with the policy's timeout; Wait tells how it ended, and Exec is
+	// refused. Its Detach and Workdir are ignored (Workdir above holds).
+	Init *Process
 }
 
 // Process is one program run in a live sandbox.
@@ -76,19 +83,51 @@ type Sandbox interface {
 	// outcome is the Exit; an error means the engine failed or the sandbox
 	// is gone.
 	Exec(ctx context.Context, p *Process) (Exit, error)
+	// Wait waits for a one-shot sandbox's program to end, killing it at
+	// the policy's timeout (Exit.TimedOut) or once ctx is done
+	// (Exit.Killed). Whatever the program left running is killed before
+	// Wait returns, so nothing writes to the sandbox's mounts after it.
+	// On a sandbox made without Init it fails with ErrNotImplemented.
+	Wait(ctx context.Context) (Exit, error)
 	// Destroy kills every process and frees the sandbox. Destroying one
 	// that is already gone succeeds.
 	Destroy(ctx context.Context) error
 }
 
-// Sandboxer is an engine whose sandboxes outlive one program.
-type Sandboxer interface {
-	Engine
-	// CheckSandbox verifies, before anything is created, that the engine
-	// can create s: the image is present and the runtime registered.
-	CheckSandbox(ctx context.Context, s *SandboxSpec) error
-	// Create makes and starts a sandbox that runs an idle init.
+// Engine creates sandboxes on one container engine.
+type Engine interface {
+	// Name is the engine's name as shown in results ("docker").
+	Name() string
+	// Check verifies, before anything is created, that the engine can
+	// create s: the image is present and the runtime registered.
+	Check(ctx context.Context, s *SandboxSpec) error
+	// Create makes and starts a sandbox: one that runs an idle init, or,
+	// with s.Init, a one-shot sandbox running that program.
 	Create(ctx context.Context, s *SandboxSpec) (Sandbox, error)
 	// Open reconnects to a live sandbox made by any airlock process.
 	Open(ctx context.Context, id string) (Sandbox, error)
+	// Runtime describes the runtime a mode runs on. Receipts are evidence:
+	// a version that cannot be read is an error (errdefs.ErrUnavailable),
+	// never "unknown".
+	Runtime(ctx context.Context, m isolation.Mode) (Runtime, error)
+}
+
+// Run is a one-shot run on any engine: create a sandbox whose only
+// process is s.Init, wait for it, destroy it. The caller's context only
+// decides when the program is killed; the sandbox is destroyed either way.
+func Run(ctx context.Context, e Engine, s *SandboxSpec) (Exit, error) {
+	sb, err := e.Create(ctx, s)
+	if err != nil {
+		return Exit{}, err
+	}
+	exit, err := sb.Wait(ctx)
+	if derr := sb.Destroy(context.WithoutCancel(ctx)); derr != nil && err == nil {
+		err = derr
+	}
+	return exit, err
+}
+
+// NotOneShot is Wait's error on a sandbox made without Init.
+func NotOneShot(id string) error {
+	return fmt.Errorf("%w: sandbox %q runs airlock's idle init, not one program to wait for; run programs in it with Exec", errdefs.ErrNotImplemented, id)
 }

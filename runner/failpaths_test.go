@@ -18,29 +18,41 @@ import (
 	"github.com/airlock-sandbox/airlock/lifecycle"
 )
 
-// fakeEngine runs nothing: run plays the engine's part, states included.
+// fakeEngine runs nothing: run plays the part of a one-shot sandbox's
+// program, from its start (Create returned) to its end.
 type fakeEngine struct {
-	run        func(ctx context.Context, j *engine.Job) (engine.Exit, error)
+	run        func(ctx context.Context, j *engine.SandboxSpec) (engine.Exit, error)
 	runtimeErr error
 	runs       atomic.Int32
 }
 
-func (f *fakeEngine) Name() string                             { return "fake" }
-func (f *fakeEngine) Check(context.Context, *engine.Job) error { return nil }
-func (f *fakeEngine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
-	f.runs.Add(1)
-	return f.run(ctx, j)
+func (f *fakeEngine) Name() string                                     { return "fake" }
+func (f *fakeEngine) Check(context.Context, *engine.SandboxSpec) error { return nil }
+func (f *fakeEngine) Create(_ context.Context, s *engine.SandboxSpec) (engine.Sandbox, error) {
+	return &fakeRun{f: f, s: s}, nil
+}
+func (f *fakeEngine) Open(_ context.Context, id string) (engine.Sandbox, error) {
+	return nil, fmt.Errorf("%w: no sandbox %q", errdefs.ErrNotFound, id)
 }
 func (f *fakeEngine) Runtime(context.Context, isolation.Mode) (engine.Runtime, error) {
 	return engine.Runtime{Name: "fake", Version: "fake 1", Flags: []string{}}, f.runtimeErr
 }
 
-// started moves the job to running, as an engine does.
-func started(j *engine.Job) {
-	for _, st := range []lifecycle.State{lifecycle.Created, lifecycle.Ready, lifecycle.Running} {
-		j.State(st)
-	}
+// fakeRun is a one-shot sandbox of the fake engine.
+type fakeRun struct {
+	f *fakeEngine
+	s *engine.SandboxSpec
 }
+
+func (r *fakeRun) ID() string { return r.s.ID }
+func (r *fakeRun) Exec(context.Context, *engine.Process) (engine.Exit, error) {
+	return engine.Exit{}, errdefs.ErrNotImplemented
+}
+func (r *fakeRun) Wait(ctx context.Context) (engine.Exit, error) {
+	r.f.runs.Add(1)
+	return r.f.run(ctx, r.s)
+}
+func (r *fakeRun) Destroy(context.Context) error { return nil }
 
 func fakeSpec() Spec {
 	return Spec{Image: "sha256:" + strings.Repeat("ab", 32), Argv: []string{"true"}, Output: Output{Disabled: true}}
@@ -94,8 +106,7 @@ func TestTeardownWaitsForADestroyerAfterALongRun(t *testing.T) {
 			}
 			var dirDuringDestroy error
 			destroyed := make(chan error, 1)
-			fe.run = func(ctx context.Context, j *engine.Job) (engine.Exit, error) {
-				started(j)
+			fe.run = func(ctx context.Context, j *engine.SandboxSpec) (engine.Exit, error) {
 				time.Sleep(bound + 200*time.Millisecond) // the run outlasts the bound
 				holding := make(chan struct{})
 				go func() {
@@ -137,8 +148,7 @@ func TestUnreadableStateAtTeardownIsAnError(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			fe := &fakeEngine{}
 			r, root := newFakeRunner(t, fe)
-			fe.run = func(ctx context.Context, j *engine.Job) (engine.Exit, error) {
-				started(j)
+			fe.run = func(ctx context.Context, j *engine.SandboxSpec) (engine.Exit, error) {
 				if err := os.WriteFile(filepath.Join(root, "state", j.ID+".json"), []byte("{garbage"), 0o600); err != nil {
 					t.Error(err)
 				}
@@ -159,7 +169,7 @@ func TestUnreadableStateAtTeardownIsAnError(t *testing.T) {
 }
 
 func TestUnwritableAuditFailsTheRunBeforeStart(t *testing.T) {
-	fe := &fakeEngine{run: func(ctx context.Context, j *engine.Job) (engine.Exit, error) { return engine.Exit{}, nil }}
+	fe := &fakeEngine{run: func(ctx context.Context, j *engine.SandboxSpec) (engine.Exit, error) { return engine.Exit{}, nil }}
 	r, root := newFakeRunner(t, fe)
 	audit := breakAuditLog(t, root)
 	_, err := r.Run(context.Background(), fakeSpec())
@@ -178,8 +188,7 @@ func TestAuditLostMidRunFailsTheRun(t *testing.T) {
 	fe := &fakeEngine{}
 	r, root := newFakeRunner(t, fe)
 	var audit string
-	fe.run = func(ctx context.Context, j *engine.Job) (engine.Exit, error) {
-		started(j)
+	fe.run = func(ctx context.Context, j *engine.SandboxSpec) (engine.Exit, error) {
 		audit = breakAuditLog(t, root)
 		return engine.Exit{Code: 0}, nil
 	}
@@ -197,7 +206,7 @@ func TestAuditLostMidRunFailsTheRun(t *testing.T) {
 
 func TestRuntimeVersionUnreadableFailsBeforeStart(t *testing.T) {
 	fe := &fakeEngine{
-		run:        func(ctx context.Context, j *engine.Job) (engine.Exit, error) { return engine.Exit{}, nil },
+		run:        func(ctx context.Context, j *engine.SandboxSpec) (engine.Exit, error) { return engine.Exit{}, nil },
 		runtimeErr: fmt.Errorf("%w: cannot read runsc's version: exit status 1; run `make setup`", errdefs.ErrUnavailable),
 	}
 	r, root := newFakeRunner(t, fe)

@@ -297,7 +297,7 @@ func (r *Runner) Run(ctx context.Context, s Spec) (Result, error) {
 		}
 		destroyed = rec.State == "" || rec.State == lifecycle.Terminating
 	}
-	job.OnState = func(st lifecycle.State) {
+	state := func(st lifecycle.State) {
 		if st == lifecycle.Terminating {
 			teardown()
 			if destroyed {
@@ -309,7 +309,7 @@ func (r *Runner) Run(ctx context.Context, s Spec) (Result, error) {
 			release()
 		}
 	}
-	res, err := r.execute(ctx, s, job, teardown)
+	res, err := r.execute(ctx, s, job, state, teardown)
 	// A destroyer may hold the run lock now: wait for it to say.
 	teardown()
 	if destroyed {
@@ -336,7 +336,7 @@ func (r *Runner) Run(ctx context.Context, s Spec) (Result, error) {
 		// that went away, a runtime that failed.
 		record(lifecycle.Failed, err.Error(), nil)
 	}
-	job.State(lifecycle.Terminating)
+	state(lifecycle.Terminating)
 	record(lifecycle.Terminated, "", auditSummary(res, err))
 	if auditErr != nil {
 		err = also(err, fmt.Errorf("recording the run: %w", auditErr))
@@ -357,10 +357,12 @@ func also(err, more error) error {
 // holds it while it kills and removes the sandbox.
 const lockTimeout = 2 * time.Minute
 
-// execute runs a planned, checked job: scratch, engine, artifacts, receipt.
-// When the run fails, teardown runs before the run directory goes, so a
+// execute runs a planned, checked job: scratch, then a one-shot sandbox
+// created, waited for and destroyed, then artifacts and the receipt. state
+// hears the sandbox become created, ready, running and terminating. When
+// the run fails, teardown runs before the run directory goes, so a
 // destroyer at work on it finishes first.
-func (r *Runner) execute(ctx context.Context, s Spec, job *engine.Job, teardown func()) (res Result, err error) {
+func (r *Runner) execute(ctx context.Context, s Spec, job *engine.SandboxSpec, state func(lifecycle.State), teardown func()) (res Result, err error) {
 	sc, err := prepareScratch(ctx, r.root, job.ID, &s, job.Policy.UID, job.Policy.GID, job.Deadline)
 	if err != nil {
 		return Result{}, err
@@ -380,7 +382,7 @@ func (r *Runner) execute(ctx context.Context, s Spec, job *engine.Job, teardown 
 	lim := int64(job.Policy.Limits.Output)
 	stdout := newCapture(lim, s.Stdout, func() { kill(errOutputLimit) })
 	stderr := newCapture(lim, s.Stderr, func() { kill(errOutputLimit) })
-	job.Stdout, job.Stderr = stdout, stderr
+	job.Init.Stdout, job.Init.Stderr = stdout, stderr
 
 	res = Result{
 		ID:        job.ID,
@@ -394,11 +396,11 @@ func (r *Runner) execute(ctx context.Context, s Spec, job *engine.Job, teardown 
 		res.ImageRef = ref.String()
 	}
 	begin := time.Now()
-	exit, err := r.engine.Run(runCtx, job)
+	exit, err := r.runOnce(ctx, runCtx, job, state)
 	res.Stdout, res.Stderr = stdout.stream(), stderr.stream()
 	if err == nil {
 		// A failed run goes through failed first; Run records it.
-		job.State(lifecycle.Terminating)
+		state(lifecycle.Terminating)
 	}
 	if err != nil {
 		res.Reason = ReasonError
@@ -435,6 +437,27 @@ func (r *Runner) execute(ctx context.Context, s Spec, job *engine.Job, teardown 
 	return res, nil
 }
 
+// runOnce runs job on the engine as a one-shot sandbox: create (with the
+// program as its only process), wait, destroy. ctx bounds nothing but the
+// destroy's parent; runCtx's end kills the program.
+func (r *Runner) runOnce(ctx, runCtx context.Context, job *engine.SandboxSpec, state func(lifecycle.State)) (engine.Exit, error) {
+	sb, err := r.engine.Create(runCtx, job)
+	if err != nil {
+		return engine.Exit{}, err
+	}
+	// The program runs from here: a destroyer may now come in (state
+	// releases the run lock at created).
+	for _, st := range []lifecycle.State{lifecycle.Created, lifecycle.Ready, lifecycle.Running} {
+		state(st)
+	}
+	exit, err := sb.Wait(runCtx)
+	// The sandbox goes before anything reads what it wrote.
+	if derr := sb.Destroy(context.WithoutCancel(ctx)); derr != nil {
+		err = also(err, derr)
+	}
+	return exit, err
+}
+
 // reasonOf decides why a run ended. airlock's own kills come first: a
 // program killed at its timeout is a timeout even if it was also near its
 // memory limit. Then the kernel's: OOM, then a refused fork.
@@ -454,8 +477,9 @@ func reasonOf(exit engine.Exit, cause error) Reason {
 	return ReasonExited
 }
 
-// plan converts a Spec into an engine job, refusing anything invalid.
-func (r *Runner) plan(s Spec) (*engine.Job, error) {
+// plan converts a Spec into a one-shot sandbox's spec, refusing anything
+// invalid.
+func (r *Runner) plan(s Spec) (*engine.SandboxSpec, error) {
 	pol := s.Policy.WithDefaults()
 	if pol.Seccomp == nil {
 		prof, err := r.loadSeccomp(s.SeccompProfile, pol.Isolation)
@@ -494,13 +518,12 @@ func (r *Runner) plan(s Spec) (*engine.Job, error) {
 		return nil, err
 	}
 	host, _ := os.Hostname()
-	return &engine.Job{
+	return &engine.SandboxSpec{
 		ID:       id,
 		Image:    ref.ID,
-		Argv:     s.Argv,
+		Init:     &engine.Process{Argv: s.Argv, Stdin: s.Stdin},
 		Env:      s.Env,
 		Policy:   pol,
-		Stdin:    s.Stdin,
 		Workdir:  s.Workdir,
 		Owner:    fmt.Sprintf("%s/%d", host, os.Getpid()),
 		Deadline: time.Now().Add(pol.Limits.Timeout + time.Minute),

@@ -266,22 +266,11 @@ func (sb *Sandbox) ID() string { return sb.id }
 // Info is the sandbox's record as it was when the handle was made.
 func (sb *Sandbox) Info() SandboxInfo { return sb.info }
 
-func (r *Runner) sandboxer() (engine.Sandboxer, error) {
-	s, ok := r.engine.(engine.Sandboxer)
-	if !ok {
-		return nil, fmt.Errorf("%w: engine %s has no long-lived sandboxes yet", errdefs.ErrUnavailable, r.engine.Name())
-	}
-	return s, nil
-}
-
 // Create makes a long-lived sandbox and returns it ready for execs. Its
 // TTL and idle timeout are enforced by a detached supervisor (see
 // WithSupervisor) and by every sweep. On error nothing is left behind.
 func (r *Runner) Create(ctx context.Context, s SandboxSpec) (_ *Sandbox, err error) {
-	eng, err := r.sandboxer()
-	if err != nil {
-		return nil, err
-	}
+	eng := r.engine
 	if s.IdleTimeout == 0 {
 		s.IdleTimeout = DefaultIdleTimeout
 	}
@@ -306,7 +295,7 @@ func (r *Runner) Create(ctx context.Context, s SandboxSpec) (_ *Sandbox, err err
 	id := "sb-" + job.ID
 	now := time.Now().UTC()
 	spec := &engine.SandboxSpec{ID: id, Image: job.Image, Policy: job.Policy, Env: env, Workdir: WorkspaceDir, Owner: job.Owner, Deadline: now.Add(s.TTL)}
-	if err := eng.CheckSandbox(ctx, spec); err != nil {
+	if err := eng.Check(ctx, spec); err != nil {
 		return nil, err
 	}
 	lc, err := r.lifecycle()
@@ -407,10 +396,7 @@ func (r *Runner) Create(ctx context.Context, s SandboxSpec) (_ *Sandbox, err err
 // sandbox that is gone is errdefs.ErrNotFound; one lost from outside
 // wraps engine.ErrSandboxLost.
 func (r *Runner) Open(ctx context.Context, id string) (*Sandbox, error) {
-	eng, err := r.sandboxer()
-	if err != nil {
-		return nil, err
-	}
+	eng := r.engine
 	si, err := ReadSandbox(r.root, id)
 	if err != nil {
 		return nil, err
@@ -670,10 +656,8 @@ func (r *Runner) destroySandbox(ctx context.Context, id string, why lifecycle.St
 		bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), lockTimeout)
 		defer cancel()
 		var errs []error
-		if eng, ok := r.engine.(engine.Sandboxer); ok {
-			if esb, err := eng.Open(bg, id); err == nil {
-				errs = append(errs, esb.Destroy(bg))
-			}
+		if esb, err := r.engine.Open(bg, id); err == nil {
+			errs = append(errs, esb.Destroy(bg))
 		}
 		var reapers []engine.Reaper
 		if rp, ok := r.engine.(engine.Reaper); ok {

@@ -19,7 +19,7 @@ import (
 // sign records the run's effective policy in res.Policy, then makes the
 // run's receipt of res and signs it with the key under the root, created
 // on first use.
-func (r *Runner) sign(ctx context.Context, job *engine.Job, s Spec, res *Result, inputs []receipt.File) error {
+func (r *Runner) sign(ctx context.Context, job *engine.SandboxSpec, s Spec, res *Result, inputs []receipt.File) error {
 	r.keyOnce.Do(func() { r.key, r.keyErr = receipt.LoadOrCreateKey(filepath.Join(r.root, "keys")) })
 	if r.keyErr != nil {
 		return fmt.Errorf("%w: receipt key: %v", errdefs.ErrUnavailable, r.keyErr)
@@ -46,13 +46,13 @@ func (r *Runner) sign(ctx context.Context, job *engine.Job, s Spec, res *Result,
 
 // receiptOf is the receipt of res, but for what only the Runner knows:
 // the image manifest and airlock's version.
-func receiptOf(job *engine.Job, s Spec, res Result, inputs []receipt.File, rt engine.Runtime) (receipt.Receipt, error) {
+func receiptOf(job *engine.SandboxSpec, s Spec, res Result, inputs []receipt.File, rt engine.Runtime) (receipt.Receipt, error) {
 	pol := policyRecord(job, s, rt)
 	policyHash, err := receipt.Hash(pol)
 	if err != nil {
 		return receipt.Receipt{}, err
 	}
-	argvHash, err := receipt.Hash(job.Argv)
+	argvHash, err := receipt.Hash(job.Init.Argv)
 	if err != nil {
 		return receipt.Receipt{}, err
 	}
@@ -90,7 +90,7 @@ func receiptOf(job *engine.Job, s Spec, res Result, inputs []receipt.File, rt en
 
 // policyRecord is the run's effective policy, with no host path in it, so
 // the same policy records and hashes the same in every run.
-func policyRecord(job *engine.Job, s Spec, rt engine.Runtime) isolation.Record {
+func policyRecord(job *engine.SandboxSpec, s Spec, rt engine.Runtime) isolation.Record {
 	rec := job.Policy.Record()
 	rec.Mounts = mountTargets(job.Mounts)
 	if o := s.Output; !o.Disabled {

@@ -24,8 +24,8 @@ func sealed(t *testing.T, jobID string, expected *string) BatchResult {
 	pol := isolation.Default().WithDefaults()
 	pol.Limits.Output = 1024
 	pol.Seccomp = &isolation.SeccompProfile{SHA256: strings.Repeat("a", 64)}
-	job := &engine.Job{
-		ID: "r1", Image: digest.Digest("sha256:" + strings.Repeat("b", 64)), Argv: []string{"sh", "-c", "x"}, Policy: pol,
+	job := &engine.SandboxSpec{
+		ID: "r1", Image: digest.Digest("sha256:" + strings.Repeat("b", 64)), Init: &engine.Process{Argv: []string{"sh", "-c", "x"}}, Policy: pol,
 		Mounts: []engine.Mount{{Source: "/var/lib/airlock/runs/r1/in/0", Target: "/work/in", ReadOnly: true}, {Source: "/var/lib/airlock/runs/r1/out", Target: "/out"}},
 	}
 	s := Spec{JobID: jobID, ExpectedStdout: expected, InputLimit: 256 << 20, Output: Output{Artifacts: "/home/me/artifacts", Quarantine: "/home/me/q"}.withDefaults()}

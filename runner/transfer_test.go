@@ -172,11 +172,13 @@ func TestUploadSwapRace(t *testing.T) {
 
 // swapLoop exchanges a and b (RENAME_EXCHANGE, atomic) until the returned
 // stop is called, running before ahead of each swap; stop returns how many
-// swaps happened.
+// swaps happened. It returns once the first swap is done, so that a loaded
+// machine cannot run the whole test before the swapper starts.
 func swapLoop(a, b string, before func()) (stop func() int64) {
 	var done atomic.Bool
 	var swaps atomic.Int64
 	var wg sync.WaitGroup
+	first := make(chan struct{})
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -185,10 +187,16 @@ func swapLoop(a, b string, before func()) (stop func() int64) {
 				before()
 			}
 			if unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_EXCHANGE) == nil {
-				swaps.Add(1)
+				if swaps.Add(1) == 1 {
+					close(first)
+				}
 			}
 		}
 	}()
+	select {
+	case <-first:
+	case <-time.After(10 * time.Second):
+	}
 	return func() int64 {
 		done.Store(true)
 		wg.Wait()

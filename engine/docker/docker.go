@@ -9,28 +9,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/system"
 	"github.com/docker/docker/client"
-	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/airlock-sandbox/airlock/engine"
-	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/isolation"
-	"github.com/airlock-sandbox/airlock/lifecycle"
 )
 
 // Labels airlock puts on every container it creates.
@@ -151,7 +145,12 @@ func unavailable(host string, err error) error {
 
 // Check implements engine.Engine: dockerd answers, the isolation mode's
 // runtime is registered, and the image is present under exactly its ID.
-func (e *Engine) Check(ctx context.Context, j *engine.Job) error {
+func (e *Engine) Check(ctx context.Context, j *engine.SandboxSpec) error {
+	if j.Init == nil {
+		if _, err := helperBytes(); err != nil {
+			return err
+		}
+	}
 	rt, ok := isolation.DockerRuntimes[j.Policy.Isolation]
 	if !ok {
 		return fmt.Errorf("%w: isolation %q is not available on the docker engine yet; use --isolation %s",
@@ -252,256 +251,6 @@ func (e *Engine) HasImage(ctx context.Context, id string) (bool, error) {
 		return false, nil
 	}
 	return err == nil, err
-}
-
-// Run implements engine.Engine.
-func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
-	if err := ctx.Err(); err != nil {
-		return engine.Exit{}, err
-	}
-	// On cgroupfs hosts the container nests in a cgroup airlock owns: it
-	// outlives the container, so peaks and limit hits can still be read.
-	var cg *cgroup.Group
-	facts, err := e.facts(ctx)
-	if err != nil {
-		return engine.Exit{}, err
-	}
-	if j.Policy.Isolation == isolation.GVisor && facts.sandboxLogs == "" {
-		return engine.Exit{}, noSandboxLogs(isolation.DockerRuntimes[isolation.GVisor])
-	}
-	if facts.cgroupfs && os.Geteuid() == 0 {
-		l := j.Policy.Limits
-		var err error
-		cg, err = cgroup.New(j.ID, cgroup.Limits{Memory: int64(l.Memory), MilliCPUs: int64(l.CPUs), Pids: hostPids(j.Policy)})
-		if err != nil {
-			return engine.Exit{}, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
-		}
-		defer func() {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-			defer cancel()
-			if err := cg.Delete(dctx); err != nil {
-				e.log.Warn("deleting cgroup", "sandbox_id", j.ID, "err", err)
-			}
-		}()
-	}
-	labels := map[string]string{
-		LabelID:       j.ID,
-		LabelOwner:    j.Owner,
-		LabelDeadline: j.Deadline.UTC().Format(time.RFC3339),
-	}
-	djob := isolation.DockerJob{
-		Image:   j.Image.String(),
-		Argv:    j.Argv,
-		Env:     j.Env,
-		Labels:  labels,
-		Stdin:   j.Stdin != nil,
-		Binds:   engine.Binds(j.Mounts),
-		Workdir: j.Workdir,
-	}
-	if cg != nil {
-		djob.CgroupParent = cg.Path()
-	}
-	cfg, host, netcfg, err := isolation.DockerConfig(j.Policy, djob)
-	if err != nil {
-		return engine.Exit{}, fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
-	}
-	log := e.log.With("sandbox_id", j.ID, "image_digest", j.Image.String(), "runtime", host.Runtime)
-
-	// Daemon calls run on a context detached from the caller's: a cancel
-	// that lands mid-create must not leave a container airlock never learnt
-	// the ID of. The caller's context only decides when to kill.
-	bg, cancelBg := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelBg()
-	since := time.Now()
-	name := "airlock-" + j.ID
-	cctx, cancelCreate := context.WithTimeout(bg, e.setupTimeout)
-	created, err := e.cli.ContainerCreate(cctx, cfg, host, netcfg, nil, name)
-	cancelCreate()
-	if err != nil {
-		if errors.Is(cctx.Err(), context.DeadlineExceeded) {
-			// dockerd may create it yet: remove it by name.
-			rctx, cancel := context.WithTimeout(bg, cleanupTimeout)
-			defer cancel()
-			if rerr := e.cli.ContainerRemove(rctx, name, container.RemoveOptions{Force: true, RemoveVolumes: true}); rerr != nil && !errdefs.IsNotFound(rerr) {
-				log.Warn("removing sandbox", "container", name, "err", rerr)
-			}
-			return engine.Exit{}, e.tooSlow("creating sandbox")
-		}
-		return engine.Exit{}, classify("creating sandbox", e.cli.DaemonHost(), err)
-	}
-	id := created.ID
-	log.Debug("created", "container", id)
-	j.State(lifecycle.Created)
-	w := e.watchEvents(bg, id, since)
-	var sandboxLogs string
-	if j.Policy.Isolation == isolation.GVisor && facts.sandboxLogs != "" {
-		sandboxLogs = facts.sandboxLogDir(id)
-		defer os.RemoveAll(sandboxLogs)
-	}
-
-	// From here on every path removes the container.
-	defer func() {
-		rctx, cancel := context.WithTimeout(bg, cleanupTimeout)
-		defer cancel()
-		if err := e.cli.ContainerRemove(rctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !errdefs.IsNotFound(err) {
-			log.Warn("removing sandbox", "container", id, "err", err)
-		}
-	}()
-
-	// The attach and the wait stay open for the whole run, so their bound
-	// is on the answer, not their context; a late attach is closed.
-	type attachment struct {
-		r   types.HijackedResponse
-		err error
-	}
-	a, ok := within(e.setupTimeout, func() attachment {
-		r, err := e.cli.ContainerAttach(bg, id, container.AttachOptions{
-			Stream: true, Stdout: true, Stderr: true, Stdin: j.Stdin != nil,
-		})
-		return attachment{r, err}
-	}, func(a attachment) {
-		if a.err == nil {
-			a.r.Close()
-		}
-	})
-	if !ok {
-		return engine.Exit{}, e.tooSlow("attaching to sandbox")
-	}
-	if a.err != nil {
-		return engine.Exit{}, classify("attaching to sandbox", e.cli.DaemonHost(), a.err)
-	}
-	att := a.r
-	defer att.Close()
-	type waiting struct {
-		ch   <-chan container.WaitResponse
-		errs <-chan error
-	}
-	wt, ok := within(e.setupTimeout, func() waiting {
-		ch, errs := e.cli.ContainerWait(bg, id, container.WaitConditionNextExit)
-		return waiting{ch, errs}
-	}, func(waiting) {})
-	if !ok {
-		return engine.Exit{}, e.tooSlow("waiting for sandbox")
-	}
-	waitCh, waitErr := wt.ch, wt.errs
-
-	copied := make(chan error, 1)
-	go func() {
-		_, err := stdcopy.StdCopy(j.Stdout, j.Stderr, att.Reader)
-		copied <- err
-	}()
-	if j.Stdin != nil {
-		go func() {
-			io.Copy(att.Conn, j.Stdin)
-			att.CloseWrite()
-		}()
-	}
-
-	if err := ctx.Err(); err != nil {
-		return engine.Exit{Killed: true, Code: -1}, nil
-	}
-	j.State(lifecycle.Ready)
-	sctx, cancelStart := context.WithTimeout(bg, e.setupTimeout)
-	err = e.cli.ContainerStart(sctx, id, container.StartOptions{})
-	cancelStart()
-	if errors.Is(sctx.Err(), context.DeadlineExceeded) && err != nil {
-		return engine.Exit{}, e.tooSlow("starting sandbox")
-	}
-	if err != nil {
-		return engine.Exit{}, classify("starting sandbox", e.cli.DaemonHost(), err)
-	}
-	j.State(lifecycle.Running)
-	started := time.Now()
-	timer := time.NewTimer(j.Policy.Limits.Timeout)
-	defer timer.Stop()
-
-	var exit engine.Exit
-	kill := func() {
-		kctx, cancel := context.WithTimeout(bg, cleanupTimeout)
-		defer cancel()
-		w.ours.Store(true)
-		if err := e.cli.ContainerKill(kctx, id, "KILL"); err != nil && !errdefs.IsNotFound(err) && !errdefs.IsConflict(err) {
-			log.Warn("killing sandbox", "err", err)
-		}
-	}
-	var status container.WaitResponse
-	select {
-	case status = <-waitCh:
-	case err := <-waitErr:
-		return engine.Exit{}, engine.Lost("lost the connection to dockerd while the program ran (%v): dockerd stopped or restarted", err)
-	case <-timer.C:
-		exit.TimedOut = true
-		kill()
-	case <-ctx.Done():
-		exit.Killed = true
-		kill()
-	}
-	if exit.TimedOut || exit.Killed {
-		select {
-		case status = <-waitCh:
-		case err := <-waitErr:
-			return engine.Exit{}, classify("waiting for killed sandbox", e.cli.DaemonHost(), err)
-		case <-time.After(cleanupTimeout):
-			return engine.Exit{}, fmt.Errorf("%w: sandbox %q did not exit %v after SIGKILL", errdefs.ErrInternal, j.ID, cleanupTimeout)
-		}
-	}
-	finished := time.Now()
-	// The stream ends once the container has exited; bound the wait in case
-	// the daemon keeps the connection.
-	select {
-	case err := <-copied:
-		if err != nil && !errors.Is(err, io.EOF) && !exit.Killed && !exit.TimedOut {
-			log.Warn("reading output", "err", err)
-		}
-	case <-time.After(5 * time.Second):
-		att.Close()
-		<-copied
-	}
-
-	if err := w.verdict(5 * time.Second); err != nil {
-		return engine.Exit{}, err
-	}
-	exit.Code = int(status.StatusCode)
-	exit.Started, exit.Finished = started, finished
-	ictx, cancel := context.WithTimeout(bg, cleanupTimeout)
-	defer cancel()
-	st, err := e.cli.ContainerInspect(ictx, id)
-	if err != nil {
-		return engine.Exit{}, classify("inspecting sandbox", e.cli.DaemonHost(), err)
-	}
-	if st.State != nil {
-		exit.OOMKilled = st.State.OOMKilled
-		if t, err := time.Parse(time.RFC3339Nano, st.State.StartedAt); err == nil && !t.IsZero() {
-			exit.Started = t
-		}
-		if t, err := time.Parse(time.RFC3339Nano, st.State.FinishedAt); err == nil && !t.IsZero() {
-			exit.Finished = t
-		}
-	}
-	if status.Error != nil && status.Error.Message != "" {
-		log.Warn("wait reported", "err", status.Error.Message)
-	}
-	if cg != nil {
-		s, err := cg.Stats()
-		if err != nil {
-			return engine.Exit{}, statsLost(err)
-		}
-		// cgroup v1 counts a refused fork in the forking (container's)
-		// cgroup, which dockerd removes; reaching the parent's limit is
-		// the trace that stays.
-		exit.PidsLimited = s.PidsLimitHits > 0 || s.PidsPeak >= hostPids(j.Policy)
-		exit.Usage = engine.Usage{CPU: s.CPU, MemoryPeak: s.MemoryPeak, PidsPeak: s.PidsPeak}
-	}
-	if sandboxLogs != "" && !exit.TimedOut && !exit.Killed && !exit.OOMKilled && !exit.PidsLimited && exit.Usage.MemoryPeak < int64(j.Policy.Limits.Memory) {
-		// The shim reaps the sandbox and reports a kill from the host as
-		// exit 137, like the program's own SIGKILL; only the sandbox's log
-		// tells them apart.
-		if exited, logged := engine.GVisorExited(sandboxLogs); logged && !exited {
-			return engine.Exit{}, engine.Lost("the gVisor sandbox process died before the program ended: killed from outside airlock, or it crashed")
-		}
-	}
-	log.Debug("exited", "code", exit.Code, "oom", exit.OOMKilled, "timed_out", exit.TimedOut, "killed", exit.Killed)
-	return exit, nil
 }
 
 // statsLost is the error for a run whose cgroup could not be read: without

@@ -109,7 +109,7 @@ func startFake(t *testing.T, routes map[string]http.HandlerFunc) (*fakeDockerd, 
 	return f, e
 }
 
-func fakeJob(t *testing.T, m isolation.Mode) *engine.Job {
+func fakeJob(t *testing.T, m isolation.Mode) *engine.SandboxSpec {
 	t.Helper()
 	p := isolation.Default()
 	p.Isolation = m
@@ -121,7 +121,7 @@ func fakeJob(t *testing.T, m isolation.Mode) *engine.Job {
 		t.Fatal(err)
 	}
 	p.Seccomp = &isolation.SeccompProfile{JSON: prof.Bytes(), Spec: prof.Spec(), SHA256: prof.SHA256()}
-	return &engine.Job{ID: "00112233445566778899", Image: digest.Digest("sha256:" + strings.Repeat("ab", 32)), Argv: []string{"true"}, Policy: p, Deadline: time.Now().Add(time.Hour)}
+	return &engine.SandboxSpec{ID: "00112233445566778899", Image: digest.Digest("sha256:" + strings.Repeat("ab", 32)), Init: &engine.Process{Argv: []string{"true"}}, Policy: p, Deadline: time.Now().Add(time.Hour)}
 }
 
 // runWithin runs the job and fails the test if Run outlives limit.
@@ -129,7 +129,7 @@ func runWithin(t *testing.T, e *Engine, m isolation.Mode, limit time.Duration) e
 	t.Helper()
 	done := make(chan error, 1)
 	go func() {
-		_, err := e.Run(context.Background(), fakeJob(t, m))
+		_, err := engine.Run(context.Background(), e, fakeJob(t, m))
 		done <- err
 	}()
 	select {

@@ -1,6 +1,6 @@
 package docker
 
-// Long-lived sandboxes (engine.Sandboxer). The container's process 1 is
+// Long-lived sandboxes (engine.Engine). The container's process 1 is
 // airlock's helper (sandbox_helper.go), bind-mounted read-only from the
 // host: an idle init that runs no user program and lets the kernel reap
 // orphans. Every exec runs under the same helper, which makes it a session
@@ -53,14 +53,6 @@ const leftoverPoll = 100 * time.Millisecond
 // killWait bounds the helper's kill of a process group and the end of the
 // exec's stream after it.
 const killWait = 10 * time.Second
-
-// CheckSandbox implements engine.Sandboxer with Check's checks.
-func (e *Engine) CheckSandbox(ctx context.Context, s *engine.SandboxSpec) error {
-	if _, err := helperBytes(); err != nil {
-		return err
-	}
-	return e.Check(ctx, &engine.Job{ID: s.ID, Image: s.Image, Policy: s.Policy})
-}
 
 // helperBytes is the helper for the host's architecture.
 func helperBytes() ([]byte, error) {
@@ -143,10 +135,13 @@ func helperIntact(path string, b []byte) bool {
 	return n == len(b) && bytes.Equal(got[:n], b)
 }
 
-// Create implements engine.Sandboxer.
+// Create implements engine.Engine.
 func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (sb engine.Sandbox, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if s.Init != nil {
+		return e.createRun(ctx, s)
 	}
 	if _, ok := isolation.DockerRuntimes[s.Policy.Isolation]; !ok {
 		return nil, fmt.Errorf("%w: isolation %q is not available on the docker engine yet; use --isolation %s",
@@ -291,7 +286,7 @@ func (s *sandbox) watch(ctx context.Context) error {
 	return nil
 }
 
-// Open implements engine.Sandboxer: it finds the sandbox's container by its
+// Open implements engine.Engine: it finds the sandbox's container by its
 // id label.
 func (e *Engine) Open(ctx context.Context, id string) (engine.Sandbox, error) {
 	lctx, cancel := context.WithTimeout(ctx, e.setupTimeout)
@@ -755,6 +750,11 @@ func orDiscard(w io.Writer) io.Writer {
 	return w
 }
 
+// Wait implements engine.Sandbox: there is no one program to wait for.
+func (s *sandbox) Wait(context.Context) (engine.Exit, error) {
+	return engine.Exit{}, engine.NotOneShot(s.id)
+}
+
 // Destroy implements engine.Sandbox: the container with its volumes, its
 // sandbox log and its cgroup. Concurrent Destroys, from any process, all
 // succeed once everything is gone.
@@ -792,6 +792,6 @@ func (s *sandbox) Destroy(ctx context.Context) error {
 }
 
 var (
-	_ engine.Sandboxer = (*Engine)(nil)
-	_ engine.Sandbox   = (*sandbox)(nil)
+	_ engine.Engine  = (*Engine)(nil)
+	_ engine.Sandbox = (*sandbox)(nil)
 )

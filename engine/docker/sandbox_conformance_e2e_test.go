@@ -36,7 +36,7 @@ func TestSandboxConformance(t *testing.T) {
 				enginetest.GapNoOOMKill:     "under docker + gVisor a memory hog is throttled at the limit until its timeout instead of being OOM-killed",
 			}
 		}
-		enginetest.Sandboxes(t, func(t *testing.T) engine.Sandboxer { return newTestEngine(t) }, bb, enginetest.Harness{
+		enginetest.Sandboxes(t, func(t *testing.T) engine.Engine { return newTestEngine(t) }, bb, enginetest.Harness{
 			Policy: testPolicy(t, m),
 			Gaps:   gaps,
 			// The container's pid is runsc's sandbox process under gVisor,

@@ -128,7 +128,7 @@ func create(t *testing.T, e *Engine, img digest.Digest, m isolation.Mode) engine
 	ctx := context.Background()
 	spec := &engine.SandboxSpec{ID: newID(), Image: img, Policy: testPolicy(t, m), Owner: "e2e",
 		Deadline: time.Now().Add(time.Hour), Workdir: "/tmp", Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin", "SANDBOX_VAR=1"}}
-	if err := e.CheckSandbox(ctx, spec); err != nil {
+	if err := e.Check(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
 	sb, err := e.Create(ctx, spec)

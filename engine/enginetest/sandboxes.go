@@ -1,4 +1,4 @@
-// Package enginetest is the conformance suite every engine.Sandboxer
+// Package enginetest is the conformance suite every engine.Engine
 // passes, in every isolation mode, against the real runtime: one table of
 // cases, as containerd's snapshotter testsuite.
 package enginetest
@@ -59,7 +59,7 @@ const (
 // Sandboxes runs the suite: every case creates its own sandboxes from
 // image (a busybox image: sh, echo, cat, ps, nc, sleep) with newEngine's
 // engine and destroys them.
-func Sandboxes(t *testing.T, newEngine func(t *testing.T) engine.Sandboxer, image digest.Digest, h Harness) {
+func Sandboxes(t *testing.T, newEngine func(t *testing.T) engine.Engine, image digest.Digest, h Harness) {
 	for _, c := range []struct {
 		name string
 		fn   func(t *testing.T, s *suite)
@@ -90,8 +90,8 @@ func Sandboxes(t *testing.T, newEngine func(t *testing.T) engine.Sandboxer, imag
 }
 
 type suite struct {
-	e         engine.Sandboxer
-	newEngine func(t *testing.T) engine.Sandboxer
+	e         engine.Engine
+	newEngine func(t *testing.T) engine.Engine
 	image     digest.Digest
 	h         Harness
 }
@@ -111,8 +111,8 @@ func (s *suite) create(t *testing.T, env ...string) engine.Sandbox {
 	seq.Unlock()
 	ctx := context.Background()
 	spec := &engine.SandboxSpec{ID: id, Image: s.image, Policy: s.h.Policy, Env: env, Owner: "enginetest", Deadline: time.Now().Add(time.Hour)}
-	if err := s.e.CheckSandbox(ctx, spec); err != nil {
-		t.Fatalf("CheckSandbox: %v", err)
+	if err := s.e.Check(ctx, spec); err != nil {
+		t.Fatalf("Check: %v", err)
 	}
 	sb, err := s.e.Create(ctx, spec)
 	if err != nil {

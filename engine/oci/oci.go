@@ -1,7 +1,9 @@
-// Package oci runs airlock jobs with no daemon: it unpacks verified images
-// from airlock's own store, writes an OCI runtime bundle from
+// Package oci runs airlock's sandboxes with no daemon: it unpacks verified
+// images from airlock's own store, writes an OCI runtime bundle from
 // isolation.OCISpec, runs it with runsc (or runc), and accounts for it in a
-// cgroup that airlock owns.
+// cgroup that airlock owns. A one-shot sandbox (run.go) runs the program as
+// the container's process; a long-lived one (sandbox_linux.go) runs
+// airlock's idle init and takes programs by exec. Both are made by prepare.
 //
 // Rules:
 //   - The run's cgroup exists, with its limits, before the runtime starts,
@@ -26,12 +28,13 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/isolation"
-	"github.com/airlock-sandbox/airlock/lifecycle"
 	"github.com/airlock-sandbox/airlock/store"
 )
 
@@ -93,182 +96,109 @@ func Usable(root string) error {
 }
 
 // Check implements engine.Engine.
-func (e *Engine) Check(ctx context.Context, j *engine.Job) error {
+func (e *Engine) Check(ctx context.Context, s *engine.SandboxSpec) error {
+	if err := checkSandboxID(s.ID); err != nil {
+		return err
+	}
 	if err := Usable(e.root); err != nil {
 		return err
 	}
-	if j.Policy.Isolation == isolation.Seccomp {
+	if s.Policy.Isolation == isolation.Seccomp {
 		if _, err := exec.LookPath(e.runc); err != nil {
 			return fmt.Errorf("%w: seccomp isolation runs runc, which is not installed (%v); run `make setup`", errdefs.ErrUnavailable, err)
 		}
 	}
-	if !e.store.Has(j.Image) {
+	if !e.store.Has(s.Image) {
 		return fmt.Errorf("%w: image %s is not in airlock's store; airlock never pulls, so import it first with `airlock image import PATH` (`airlock image ls` lists what is present)",
-			errdefs.ErrNotFound, j.Image)
+			errdefs.ErrNotFound, s.Image)
+	}
+	if s.Init == nil {
+		if _, err := initELF(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-// Run implements engine.Engine.
-func (e *Engine) Run(ctx context.Context, j *engine.Job) (engine.Exit, error) {
-	if err := ctx.Err(); err != nil {
-		return engine.Exit{Killed: true, Code: -1}, nil
-	}
-	bg := context.WithoutCancel(ctx)
-	log := e.log.With("sandbox_id", j.ID, "image_digest", j.Image.String())
+// prepared is a sandbox's host side before its runtime starts: its image
+// tree held, its cgroup with airlock's limits, and a bundle whose root is
+// an overlay of its own over the shared tree.
+type prepared struct {
+	bundle   string
+	spec     *specs.Spec
+	cg       *cgroup.Group
+	native   bool
+	hostPids int64
+	// release lets go of the image's tree.
+	release func()
+}
 
-	// The run holds its image's tree against `airlock image rm` until it
-	// is over.
-	rootfs, release, err := e.store.Use(ctx, j.Image)
+// prepare makes what sandbox s needs before its runtime starts, its first
+// process running argv. It returns what it made even on error, for the
+// caller to free.
+func (e *Engine) prepare(ctx context.Context, s *engine.SandboxSpec, argv []string, extra ...isolation.Bind) (*prepared, error) {
+	p := &prepared{bundle: e.bundleDir(s.ID), native: s.Policy.Isolation == isolation.Seccomp, release: func() {}}
+	// The sandbox holds its image's tree against `airlock image rm` while
+	// it is being made (a one-shot sandbox: for its whole life).
+	rootfs, release, err := e.store.Use(ctx, s.Image)
 	if err != nil {
-		return engine.Exit{}, fmt.Errorf("%w: unpacking image %s: %v", errdefs.ErrInternal, j.Image, err)
+		return p, fmt.Errorf("%w: unpacking image %s: %v", errdefs.ErrInternal, s.Image, err)
 	}
-	defer release()
+	p.release = release
 	// runsc refuses a root path that runs through a symlink.
 	if rootfs, err = filepath.EvalSymlinks(rootfs); err != nil {
-		return engine.Exit{}, fmt.Errorf("%w: unpacking image %s: %v", errdefs.ErrInternal, j.Image, err)
+		return p, fmt.Errorf("%w: unpacking image %s: %v", errdefs.ErrInternal, s.Image, err)
 	}
-	env, workdir, err := e.imageDefaults(j)
+	env, workdir, err := e.imageDefaults(s.Image, s.Env, s.Workdir)
 	if err != nil {
-		return engine.Exit{}, err
+		return p, err
 	}
-
-	l := j.Policy.Limits
-	native := j.Policy.Isolation == isolation.Seccomp
-	hostPids := isolation.GVisorHostPids(l.Pids)
-	if native {
-		hostPids = l.Pids
+	l := s.Policy.Limits
+	p.hostPids = isolation.GVisorHostPids(l.Pids)
+	if p.native {
+		p.hostPids = l.Pids
 	}
-	cg, err := cgroup.New(j.ID, cgroup.Limits{Memory: int64(l.Memory), MilliCPUs: int64(l.CPUs), Pids: hostPids})
-	if err != nil {
-		return engine.Exit{}, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	if p.cg, err = cgroup.New(s.ID, cgroup.Limits{Memory: int64(l.Memory), MilliCPUs: int64(l.CPUs), Pids: p.hostPids}); err != nil {
+		return p, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(bg, cleanupTimeout)
-		defer cancel()
-		if err := cg.Delete(dctx); err != nil {
-			log.Warn("deleting cgroup", "err", err)
-		}
-	}()
-
-	bundle := filepath.Join(e.root, "oci", "bundles", j.ID)
-	if err := os.MkdirAll(bundle, 0o700); err != nil {
-		return engine.Exit{}, fmt.Errorf("%w: creating bundle: %v", errdefs.ErrUnavailable, err)
+	if err := os.MkdirAll(p.bundle, 0o700); err != nil {
+		return p, fmt.Errorf("%w: creating bundle: %v", errdefs.ErrUnavailable, err)
 	}
-	defer os.RemoveAll(bundle)
 	// Both runtimes create mount points, and a missing working directory,
-	// in the root they are given: give them a per-run overlay, so the
-	// shared tree is never written.
-	if rootfs, err = rootOverlay(bundle, rootfs); err != nil {
-		return engine.Exit{}, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	// in the root they are given: give them an overlay of the sandbox's
+	// own, so the shared tree is never written.
+	if rootfs, err = rootOverlay(p.bundle, rootfs); err != nil {
+		return p, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
-	defer unmount(filepath.Join(bundle, "rootfs"), log)
-	cgPath := cg.Path()
-	if native {
+	cgPath := p.cg.Path()
+	if p.native {
 		// runc removes the cgroup it runs in: give it a child of airlock's.
 		cgPath += "/ctr"
 	}
-
-	spec, err := isolation.OCISpec(j.Policy, isolation.OCIJob{
+	p.spec, err = isolation.OCISpec(s.Policy, isolation.OCIJob{
 		Rootfs:      rootfs,
-		Argv:        j.Argv,
+		Argv:        argv,
 		Env:         env,
 		Workdir:     workdir,
-		Binds:       engine.Binds(j.Mounts),
+		Binds:       append(engine.Binds(s.Mounts), extra...),
 		CgroupsPath: cgPath,
-		Annotations: map[string]string{"airlock.id": j.ID, "airlock.owner": j.Owner, "airlock.deadline": j.Deadline.UTC().Format(time.RFC3339)},
+		Annotations: map[string]string{"airlock.id": s.ID, "airlock.owner": s.Owner, "airlock.deadline": s.Deadline.UTC().Format(time.RFC3339)},
 	})
 	if err != nil {
-		return engine.Exit{}, fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
+		return p, fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
 	}
-	if native {
+	if p.native {
 		// runc sets these limits on its child cgroup; keep them just above
 		// airlock's, so that airlock's cgroup, which outlives the run, is
 		// the one that trips and counts.
-		*spec.Linux.Resources.Memory.Limit += 1 << 20
-		*spec.Linux.Resources.Memory.Swap += 1 << 20
-		*spec.Linux.Resources.Pids.Limit++
+		*p.spec.Linux.Resources.Memory.Limit += 1 << 20
+		*p.spec.Linux.Resources.Memory.Swap += 1 << 20
+		*p.spec.Linux.Resources.Pids.Limit++
 	}
-	if err := writeSpec(bundle, spec); err != nil {
-		return engine.Exit{}, fmt.Errorf("%w: writing bundle: %v", errdefs.ErrUnavailable, err)
+	if err := writeSpec(p.bundle, p.spec); err != nil {
+		return p, fmt.Errorf("%w: writing bundle: %v", errdefs.ErrUnavailable, err)
 	}
-	j.State(lifecycle.Created)
-
-	name := "airlock-" + j.ID
-	runtime, state := e.runsc, filepath.Join(e.root, "oci", "runsc")
-	runLogs := filepath.Join(bundle, "logs")
-	args := append([]string{"--root", state}, runscFlags(runLogs)...)
-	if native {
-		runtime, state = e.runc, filepath.Join(e.root, "oci", "runc")
-		args = []string{"--root", state}
-	}
-	log = log.With("runtime", filepath.Base(runtime))
-	cmd := exec.Command(runtime, append(args, "run", "--bundle", bundle, name)...)
-	cmd.Stdin = j.Stdin
-	cmd.Stdout, cmd.Stderr = j.Stdout, j.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	// Once runsc has exited, stop waiting for its pipes: a process that
-	// escaped with a copy of them is killed with the cgroup below.
-	cmd.WaitDelay = 2 * time.Second
-	defer e.delete(bg, runtime, state, name, log)
-
-	j.State(lifecycle.Ready)
-	started := time.Now()
-	if err := cmd.Start(); err != nil {
-		return engine.Exit{}, fmt.Errorf("%w: starting %s: %v; run `make setup` to install it", errdefs.ErrUnavailable, filepath.Base(runtime), err)
-	}
-	j.State(lifecycle.Running)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	timer := time.NewTimer(l.Timeout)
-	defer timer.Stop()
-
-	var exit engine.Exit
-	var waitErr error
-	select {
-	case waitErr = <-done:
-	case <-timer.C:
-		exit.TimedOut = true
-	case <-ctx.Done():
-		exit.Killed = true
-	}
-	if exit.TimedOut || exit.Killed {
-		if waitErr, err = kill(bg, cg, cmd, done, cleanupTimeout); err != nil {
-			return engine.Exit{}, err
-		}
-	}
-	exit.Started, exit.Finished = started, time.Now()
-	exit.Code = exitCode(cmd.ProcessState)
-	if waitErr != nil && cmd.ProcessState == nil {
-		return engine.Exit{}, fmt.Errorf("%w: waiting for runsc: %v", errdefs.ErrInternal, waitErr)
-	}
-	// Whatever the program left running goes now, before anyone reads its
-	// output directory.
-	kctx, cancel := context.WithTimeout(bg, cleanupTimeout)
-	defer cancel()
-	if err := cg.KillAll(kctx); err != nil {
-		return engine.Exit{}, fmt.Errorf("%w: %v", errdefs.ErrInternal, err)
-	}
-	st, err := cg.Stats()
-	if err != nil {
-		// Zero counters would pass an OOM kill or a pids-limit hit for the
-		// program's own exit.
-		return engine.Exit{}, fmt.Errorf("%w: %v; without the run's cgroup counters airlock cannot tell an OOM kill or the pids limit from the program's own exit", errdefs.ErrInternal, err)
-	}
-	// A SIGKILL at the memory limit is the OOM killer's, even where the
-	// kill was counted in a cgroup runc has since removed.
-	exit.OOMKilled = st.OOMKills > 0 || exit.Code == 128+int(syscall.SIGKILL) && (st.MemoryLimitHits > 0 || st.MemoryPeak >= int64(l.Memory))
-	// On cgroup v1 a refused fork is counted in the forking cgroup, which
-	// for runc is its own child; reaching airlock's limit is what stays.
-	exit.PidsLimited = st.PidsLimitHits > 0 || st.PidsPeak >= hostPids
-	exit.Usage = engine.Usage{CPU: st.CPU, MemoryPeak: st.MemoryPeak, PidsPeak: st.PidsPeak}
-	if !exit.TimedOut && !exit.Killed && !exit.OOMKilled && !exit.PidsLimited && st.MemoryPeak < int64(l.Memory) {
-		if err := lost(cmd, native, runLogs); err != nil {
-			return engine.Exit{}, err
-		}
-	}
-	log.Debug("exited", "code", exit.Code, "oom", exit.OOMKilled, "pids_limited", exit.PidsLimited)
-	return exit, nil
+	return p, nil
 }
 
 // lost says whether the sandbox ended from outside airlock. Both runtimes
@@ -339,17 +269,17 @@ func (e *Engine) delete(ctx context.Context, runtime, state, name string, log *s
 
 // imageDefaults takes the image's environment and working directory; the
 // caller's values win.
-func (e *Engine) imageDefaults(j *engine.Job) ([]string, string, error) {
-	img, err := e.store.Image(j.Image)
+func (e *Engine) imageDefaults(id digest.Digest, jobEnv []string, workdir string) ([]string, string, error) {
+	img, err := e.store.Image(id)
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: reading image %s: %v", errdefs.ErrInternal, j.Image, err)
+		return nil, "", fmt.Errorf("%w: reading image %s: %v", errdefs.ErrInternal, id, err)
 	}
 	cf, err := img.ConfigFile()
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: reading image config %s: %v", errdefs.ErrInternal, j.Image, err)
+		return nil, "", fmt.Errorf("%w: reading image config %s: %v", errdefs.ErrInternal, id, err)
 	}
-	env := mergeEnv(cf.Config.Env, j.Env)
-	wd := j.Workdir
+	env := mergeEnv(cf.Config.Env, jobEnv)
+	wd := workdir
 	if wd == "" {
 		wd = cf.Config.WorkingDir
 	}

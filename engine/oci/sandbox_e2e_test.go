@@ -100,7 +100,7 @@ func TestSandboxConformance(t *testing.T) {
 			if mode == isolation.GVisor {
 				args = []string{"--root", state} // bare: no flags of airlock's
 			}
-			enginetest.Sandboxes(t, func(t *testing.T) engine.Sandboxer { return newEngine(t) }, image, enginetest.Harness{
+			enginetest.Sandboxes(t, func(t *testing.T) engine.Engine { return newEngine(t) }, image, enginetest.Harness{
 				Policy: p,
 				KillSandbox: func(t *testing.T, id string) {
 					pid, err := e.statePid(context.Background(), bin, state, namePrefix+id)

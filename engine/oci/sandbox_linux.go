@@ -91,21 +91,13 @@ func (e *Engine) runtimeFor(m isolation.Mode, bundle string) (bin, state string,
 	return e.runsc, state, append([]string{"--root", state}, flags...)
 }
 
-// CheckSandbox implements engine.Sandboxer.
-func (e *Engine) CheckSandbox(ctx context.Context, s *engine.SandboxSpec) error {
-	if err := checkSandboxID(s.ID); err != nil {
-		return err
-	}
-	if _, err := initELF(); err != nil {
-		return err
-	}
-	return e.Check(ctx, &engine.Job{ID: s.ID, Image: s.Image, Policy: s.Policy})
-}
-
-// Create implements engine.Sandboxer.
+// Create implements engine.Engine.
 func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (_ engine.Sandbox, err error) {
-	if err := e.CheckSandbox(ctx, s); err != nil {
+	if err := e.Check(ctx, s); err != nil {
 		return nil, err
+	}
+	if s.Init != nil {
+		return e.createRun(ctx, s)
 	}
 	lk, err := e.lock(ctx, s.ID)
 	if err != nil {
@@ -126,72 +118,24 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (_ engine.Sa
 			}
 		}
 	}()
-
-	// The image's tree is held while the overlay is made over it.
-	// TODO(store): a live sandbox does not pin its tree against
-	// `airlock image rm` once Create returns.
-	rootfs, release, err := e.store.Use(ctx, s.Image)
-	if err != nil {
-		return nil, fmt.Errorf("%w: unpacking image %s: %v", errdefs.ErrInternal, s.Image, err)
-	}
-	defer release()
-	if rootfs, err = filepath.EvalSymlinks(rootfs); err != nil {
-		return nil, fmt.Errorf("%w: unpacking image %s: %v", errdefs.ErrInternal, s.Image, err)
-	}
-	env, workdir, err := e.imageDefaults(&engine.Job{Image: s.Image, Env: s.Env, Workdir: s.Workdir})
-	if err != nil {
-		return nil, err
-	}
-	l := s.Policy.Limits
-	native := s.Policy.Isolation == isolation.Seccomp
-	hostPids := isolation.GVisorHostPids(l.Pids)
-	if native {
-		hostPids = l.Pids
-	}
-	cg, err := cgroup.New(s.ID, cgroup.Limits{Memory: int64(l.Memory), MilliCPUs: int64(l.CPUs), Pids: hostPids})
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
-	}
-	if err := os.MkdirAll(bundle, 0o700); err != nil {
-		return nil, fmt.Errorf("%w: creating bundle: %v", errdefs.ErrUnavailable, err)
-	}
-	if rootfs, err = rootOverlay(bundle, rootfs); err != nil {
-		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
-	}
 	elf, err := initELF()
 	if err != nil {
 		return nil, err
 	}
+	// The init is written into the bundle prepare makes, and bound from
+	// there; prepare's spec already names it.
 	initSrc := filepath.Join(bundle, "init")
+	// TODO(store): a live sandbox does not pin its image's tree against
+	// `airlock image rm` once Create returns.
+	p, err := e.prepare(ctx, s, []string{initPath}, isolation.Bind{Source: initSrc, Target: initPath, ReadOnly: true})
+	defer p.release()
+	if err != nil {
+		return nil, err
+	}
 	if err := os.WriteFile(initSrc, elf, 0o555); err != nil {
 		return nil, fmt.Errorf("%w: writing the sandbox's init: %v", errdefs.ErrUnavailable, err)
 	}
-	cgPath := cg.Path()
-	if native {
-		cgPath += "/ctr" // runc removes the cgroup it runs in
-	}
-	binds := append(engine.Binds(s.Mounts), isolation.Bind{Source: initSrc, Target: initPath, ReadOnly: true})
-	spec, err := isolation.OCISpec(s.Policy, isolation.OCIJob{
-		Rootfs:      rootfs,
-		Argv:        []string{initPath},
-		Env:         env,
-		Workdir:     workdir,
-		Binds:       binds,
-		CgroupsPath: cgPath,
-		Annotations: map[string]string{"airlock.id": s.ID, "airlock.owner": s.Owner, "airlock.deadline": s.Deadline.UTC().Format(time.RFC3339)},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
-	}
-	if native {
-		// As in Run: airlock's cgroup, which outlives runc's, trips first.
-		*spec.Linux.Resources.Memory.Limit += 1 << 20
-		*spec.Linux.Resources.Memory.Swap += 1 << 20
-		*spec.Linux.Resources.Pids.Limit++
-	}
-	if err := writeSpec(bundle, spec); err != nil {
-		return nil, fmt.Errorf("%w: writing bundle: %v", errdefs.ErrUnavailable, err)
-	}
+	native, spec, l := p.native, p.spec, s.Policy.Limits
 
 	bin, state, args := e.runtimeFor(s.Policy.Isolation, bundle)
 	name := namePrefix + s.ID
@@ -631,6 +575,11 @@ func hostProcs(pids map[int]bool) []proc {
 	return out
 }
 
+// Wait implements engine.Sandbox: there is no one program to wait for.
+func (s *sandbox) Wait(context.Context) (engine.Exit, error) {
+	return engine.Exit{}, engine.NotOneShot(s.st.ID)
+}
+
 // Destroy implements engine.Sandbox.
 func (s *sandbox) Destroy(ctx context.Context) error {
 	return s.e.destroy(ctx, s.st.ID)
@@ -655,5 +604,3 @@ func (e *Engine) destroy(ctx context.Context, id string) error {
 	}
 	return nil
 }
-
-var _ engine.Sandboxer = (*Engine)(nil)

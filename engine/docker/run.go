@@ -1,0 +1,322 @@
+package docker
+
+// One-shot sandboxes: the program is the container's command, attached
+// before it starts so that no byte is lost; the container ends with it.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/internal/cgroup"
+	"github.com/airlock-sandbox/airlock/isolation"
+)
+
+// oneShot is a container whose command is the program.
+type oneShot struct {
+	e      *Engine
+	id     string // airlock's
+	log    *slog.Logger
+	policy isolation.Policy
+	// bg is for every daemon call: a cancel of the caller's context must
+	// not leave a container airlock never learnt the ID of.
+	bg       context.Context
+	cancelBg context.CancelFunc
+
+	cg          *cgroup.Group // on cgroupfs hosts, airlock's parent cgroup
+	cid         string        // the container's, once created
+	sandboxLogs string        // the gVisor sandbox's log directory
+	w           *watch
+	att         *types.HijackedResponse
+	waitCh      <-chan container.WaitResponse
+	waitErr     <-chan error
+	copied      chan error
+	notStarted  bool // the caller's context was done before the start
+	started     time.Time
+
+	destroyOnce sync.Once
+}
+
+// createRun makes, attaches and starts one-shot sandbox s. On error it
+// frees what it made.
+func (e *Engine) createRun(ctx context.Context, s *engine.SandboxSpec) (_ engine.Sandbox, err error) {
+	r := &oneShot{e: e, id: s.ID, policy: s.Policy, log: e.log.With("sandbox_id", s.ID, "image_digest", s.Image.String())}
+	r.bg, r.cancelBg = context.WithCancel(context.WithoutCancel(ctx))
+	defer func() {
+		if err != nil {
+			r.Destroy(ctx)
+		}
+	}()
+	// On cgroupfs hosts the container nests in a cgroup airlock owns: it
+	// outlives the container, so peaks and limit hits can still be read.
+	facts, err := e.facts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if s.Policy.Isolation == isolation.GVisor && facts.sandboxLogs == "" {
+		return nil, noSandboxLogs(isolation.DockerRuntimes[isolation.GVisor])
+	}
+	if facts.cgroupfs && os.Geteuid() == 0 {
+		l := s.Policy.Limits
+		if r.cg, err = cgroup.New(s.ID, cgroup.Limits{Memory: int64(l.Memory), MilliCPUs: int64(l.CPUs), Pids: hostPids(s.Policy)}); err != nil {
+			return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+		}
+	}
+	p := s.Init
+	djob := isolation.DockerJob{
+		Image: s.Image.String(),
+		Argv:  p.Argv,
+		Env:   s.Env,
+		Labels: map[string]string{
+			LabelID:       s.ID,
+			LabelOwner:    s.Owner,
+			LabelDeadline: s.Deadline.UTC().Format(time.RFC3339),
+		},
+		Stdin:   p.Stdin != nil,
+		Binds:   engine.Binds(s.Mounts),
+		Workdir: s.Workdir,
+	}
+	if r.cg != nil {
+		djob.CgroupParent = r.cg.Path()
+	}
+	cfg, host, netcfg, err := isolation.DockerConfig(s.Policy, djob)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
+	}
+	r.log = r.log.With("runtime", host.Runtime)
+
+	since := time.Now()
+	name := "airlock-" + s.ID
+	cctx, cancelCreate := context.WithTimeout(r.bg, e.setupTimeout)
+	created, err := e.cli.ContainerCreate(cctx, cfg, host, netcfg, nil, name)
+	cancelCreate()
+	if err != nil {
+		if errors.Is(cctx.Err(), context.DeadlineExceeded) {
+			// dockerd may create it yet: remove it by name.
+			r.cid = name
+			return nil, e.tooSlow("creating sandbox")
+		}
+		return nil, classify("creating sandbox", e.cli.DaemonHost(), err)
+	}
+	r.cid = created.ID
+	r.log.Debug("created", "container", r.cid)
+	r.w = e.watchEvents(r.bg, r.cid, since)
+	if s.Policy.Isolation == isolation.GVisor && facts.sandboxLogs != "" {
+		r.sandboxLogs = facts.sandboxLogDir(r.cid)
+	}
+
+	// The attach and the wait stay open for the whole run, so their bound
+	// is on the answer, not their context; a late attach is closed.
+	type attachment struct {
+		r   types.HijackedResponse
+		err error
+	}
+	a, ok := within(e.setupTimeout, func() attachment {
+		r, err := e.cli.ContainerAttach(r.bg, r.cid, container.AttachOptions{
+			Stream: true, Stdout: true, Stderr: true, Stdin: p.Stdin != nil,
+		})
+		return attachment{r, err}
+	}, func(a attachment) {
+		if a.err == nil {
+			a.r.Close()
+		}
+	})
+	if !ok {
+		return nil, e.tooSlow("attaching to sandbox")
+	}
+	if a.err != nil {
+		return nil, classify("attaching to sandbox", e.cli.DaemonHost(), a.err)
+	}
+	r.att = &a.r
+	type waiting struct {
+		ch   <-chan container.WaitResponse
+		errs <-chan error
+	}
+	wt, ok := within(e.setupTimeout, func() waiting {
+		ch, errs := e.cli.ContainerWait(r.bg, r.cid, container.WaitConditionNextExit)
+		return waiting{ch, errs}
+	}, func(waiting) {})
+	if !ok {
+		return nil, e.tooSlow("waiting for sandbox")
+	}
+	r.waitCh, r.waitErr = wt.ch, wt.errs
+
+	r.copied = make(chan error, 1)
+	att := r.att
+	go func() {
+		_, err := stdcopy.StdCopy(p.Stdout, p.Stderr, att.Reader)
+		r.copied <- err
+	}()
+	if p.Stdin != nil {
+		go func() {
+			io.Copy(att.Conn, p.Stdin)
+			att.CloseWrite()
+		}()
+	}
+	if ctx.Err() != nil {
+		r.notStarted = true // Wait says it was killed before it started
+		return r, nil
+	}
+	sctx, cancelStart := context.WithTimeout(r.bg, e.setupTimeout)
+	err = e.cli.ContainerStart(sctx, r.cid, container.StartOptions{})
+	cancelStart()
+	if errors.Is(sctx.Err(), context.DeadlineExceeded) && err != nil {
+		return nil, e.tooSlow("starting sandbox")
+	}
+	if err != nil {
+		return nil, classify("starting sandbox", e.cli.DaemonHost(), err)
+	}
+	r.started = time.Now()
+	return r, nil
+}
+
+func (r *oneShot) ID() string { return r.id }
+
+// Exec implements engine.Sandbox: a one-shot sandbox runs one program.
+func (r *oneShot) Exec(context.Context, *engine.Process) (engine.Exit, error) {
+	return engine.Exit{}, fmt.Errorf("%w: sandbox %q runs one program; create a long-lived sandbox to exec in", errdefs.ErrNotImplemented, r.id)
+}
+
+// kill has dockerd SIGKILL the container, as airlock's own kill.
+func (r *oneShot) kill() {
+	kctx, cancel := context.WithTimeout(r.bg, cleanupTimeout)
+	defer cancel()
+	r.w.ours.Store(true)
+	if err := r.e.cli.ContainerKill(kctx, r.cid, "KILL"); err != nil && !errdefs.IsNotFound(err) && !errdefs.IsConflict(err) {
+		r.log.Warn("killing sandbox", "err", err)
+	}
+}
+
+// Wait implements engine.Sandbox.
+func (r *oneShot) Wait(ctx context.Context) (engine.Exit, error) {
+	if r.notStarted {
+		return engine.Exit{Killed: true, Code: -1}, nil
+	}
+	e := r.e
+	timer := time.NewTimer(r.policy.Limits.Timeout)
+	defer timer.Stop()
+	var exit engine.Exit
+	var status container.WaitResponse
+	select {
+	case status = <-r.waitCh:
+	case err := <-r.waitErr:
+		return engine.Exit{}, engine.Lost("lost the connection to dockerd while the program ran (%v): dockerd stopped or restarted", err)
+	case <-timer.C:
+		exit.TimedOut = true
+		r.kill()
+	case <-ctx.Done():
+		exit.Killed = true
+		r.kill()
+	}
+	if exit.TimedOut || exit.Killed {
+		select {
+		case status = <-r.waitCh:
+		case err := <-r.waitErr:
+			return engine.Exit{}, classify("waiting for killed sandbox", e.cli.DaemonHost(), err)
+		case <-time.After(cleanupTimeout):
+			return engine.Exit{}, fmt.Errorf("%w: sandbox %q did not exit %v after SIGKILL", errdefs.ErrInternal, r.id, cleanupTimeout)
+		}
+	}
+	finished := time.Now()
+	// The stream ends once the container has exited; bound the wait in case
+	// the daemon keeps the connection.
+	select {
+	case err := <-r.copied:
+		if err != nil && !errors.Is(err, io.EOF) && !exit.Killed && !exit.TimedOut {
+			r.log.Warn("reading output", "err", err)
+		}
+	case <-time.After(5 * time.Second):
+		r.att.Close()
+		<-r.copied
+	}
+
+	if err := r.w.verdict(5 * time.Second); err != nil {
+		return engine.Exit{}, err
+	}
+	exit.Code = int(status.StatusCode)
+	exit.Started, exit.Finished = r.started, finished
+	ictx, cancel := context.WithTimeout(r.bg, cleanupTimeout)
+	defer cancel()
+	st, err := e.cli.ContainerInspect(ictx, r.cid)
+	if err != nil {
+		return engine.Exit{}, classify("inspecting sandbox", e.cli.DaemonHost(), err)
+	}
+	if st.State != nil {
+		exit.OOMKilled = st.State.OOMKilled
+		if t, err := time.Parse(time.RFC3339Nano, st.State.StartedAt); err == nil && !t.IsZero() {
+			exit.Started = t
+		}
+		if t, err := time.Parse(time.RFC3339Nano, st.State.FinishedAt); err == nil && !t.IsZero() {
+			exit.Finished = t
+		}
+	}
+	if status.Error != nil && status.Error.Message != "" {
+		r.log.Warn("wait reported", "err", status.Error.Message)
+	}
+	if r.cg != nil {
+		s, err := r.cg.Stats()
+		if err != nil {
+			return engine.Exit{}, statsLost(err)
+		}
+		// cgroup v1 counts a refused fork in the forking (container's)
+		// cgroup, which dockerd removes; reaching the parent's limit is
+		// the trace that stays.
+		exit.PidsLimited = s.PidsLimitHits > 0 || s.PidsPeak >= hostPids(r.policy)
+		exit.Usage = engine.Usage{CPU: s.CPU, MemoryPeak: s.MemoryPeak, PidsPeak: s.PidsPeak}
+	}
+	if r.sandboxLogs != "" && !exit.TimedOut && !exit.Killed && !exit.OOMKilled && !exit.PidsLimited && exit.Usage.MemoryPeak < int64(r.policy.Limits.Memory) {
+		// The shim reaps the sandbox and reports a kill from the host as
+		// exit 137, like the program's own SIGKILL; only the sandbox's log
+		// tells them apart.
+		if exited, logged := engine.GVisorExited(r.sandboxLogs); logged && !exited {
+			return engine.Exit{}, engine.Lost("the gVisor sandbox process died before the program ended: killed from outside airlock, or it crashed")
+		}
+	}
+	r.log.Debug("exited", "code", exit.Code, "oom", exit.OOMKilled, "timed_out", exit.TimedOut, "killed", exit.Killed)
+	return exit, nil
+}
+
+// Destroy implements engine.Sandbox: the container with its volumes, the
+// sandbox's log and airlock's cgroup, on a context of its own.
+func (r *oneShot) Destroy(ctx context.Context) error {
+	var err error
+	r.destroyOnce.Do(func() { err = r.destroy() })
+	return err
+}
+
+func (r *oneShot) destroy() error {
+	defer r.cancelBg()
+	var errs []error
+	if r.att != nil {
+		r.att.Close()
+	}
+	if r.cid != "" {
+		rctx, cancel := context.WithTimeout(r.bg, cleanupTimeout)
+		defer cancel()
+		if err := r.e.cli.ContainerRemove(rctx, r.cid, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, classify("removing sandbox", r.e.cli.DaemonHost(), err))
+		}
+	}
+	if r.sandboxLogs != "" {
+		os.RemoveAll(r.sandboxLogs)
+	}
+	if r.cg != nil {
+		dctx, cancel := context.WithTimeout(r.bg, cleanupTimeout)
+		defer cancel()
+		if err := r.cg.Delete(dctx); err != nil {
+			errs = append(errs, fmt.Errorf("%w: deleting the cgroup of %q: %v", errdefs.ErrUnavailable, r.id, err))
+		}
+	}
+	return errors.Join(errs...)
+}

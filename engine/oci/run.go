@@ -1,0 +1,179 @@
+package oci
+
+// One-shot sandboxes: the program is the container's process, run
+// attached by `runsc run` (or `runc run`); the sandbox ends with it.
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/isolation"
+)
+
+// oneShot is a sandbox whose only process is its program.
+type oneShot struct {
+	e       *Engine
+	id      string
+	log     *slog.Logger
+	p       *prepared
+	limits  isolation.Limits
+	runtime string // the runtime binary
+	state   string // its state root
+	runLogs string // runsc run's log directory
+	name    string
+
+	cmd     *exec.Cmd // nil when the context was done before the start
+	done    chan error
+	reaped  bool // Wait took cmd's end from done
+	started time.Time
+
+	destroyOnce sync.Once
+}
+
+// createRun makes and starts one-shot sandbox s. On error it frees what it
+// made.
+func (e *Engine) createRun(ctx context.Context, s *engine.SandboxSpec) (_ engine.Sandbox, err error) {
+	r := &oneShot{e: e, id: s.ID, limits: s.Policy.Limits, name: namePrefix + s.ID,
+		log: e.log.With("sandbox_id", s.ID, "image_digest", s.Image.String())}
+	if err := ctx.Err(); err != nil {
+		return r, nil // Wait says it was killed before it started
+	}
+	if r.p, err = e.prepare(ctx, s, s.Init.Argv); err != nil {
+		r.Destroy(ctx)
+		return nil, err
+	}
+	r.runtime, r.state = e.runsc, filepath.Join(e.root, "oci", "runsc")
+	r.runLogs = filepath.Join(r.p.bundle, "logs")
+	args := append([]string{"--root", r.state}, runscFlags(r.runLogs)...)
+	if r.p.native {
+		r.runtime, r.state = e.runc, filepath.Join(e.root, "oci", "runc")
+		args = []string{"--root", r.state}
+	}
+	r.log = r.log.With("runtime", filepath.Base(r.runtime))
+	cmd := exec.Command(r.runtime, append(args, "run", "--bundle", r.p.bundle, r.name)...)
+	cmd.Stdin = s.Init.Stdin
+	cmd.Stdout, cmd.Stderr = s.Init.Stdout, s.Init.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// Once runsc has exited, stop waiting for its pipes: a process that
+	// escaped with a copy of them is killed with the cgroup.
+	cmd.WaitDelay = 2 * time.Second
+	r.started = time.Now()
+	if err := cmd.Start(); err != nil {
+		r.Destroy(ctx)
+		return nil, fmt.Errorf("%w: starting %s: %v; run `make setup` to install it", errdefs.ErrUnavailable, filepath.Base(r.runtime), err)
+	}
+	r.cmd, r.done = cmd, make(chan error, 1)
+	go func() { r.done <- cmd.Wait() }()
+	return r, nil
+}
+
+func (r *oneShot) ID() string { return r.id }
+
+// Exec implements engine.Sandbox: a one-shot sandbox runs one program.
+func (r *oneShot) Exec(context.Context, *engine.Process) (engine.Exit, error) {
+	return engine.Exit{}, fmt.Errorf("%w: sandbox %q runs one program; create a long-lived sandbox to exec in", errdefs.ErrNotImplemented, r.id)
+}
+
+// Wait implements engine.Sandbox.
+func (r *oneShot) Wait(ctx context.Context) (engine.Exit, error) {
+	if r.cmd == nil {
+		return engine.Exit{Killed: true, Code: -1}, nil
+	}
+	bg := context.WithoutCancel(ctx)
+	timer := time.NewTimer(r.limits.Timeout)
+	defer timer.Stop()
+	var exit engine.Exit
+	var waitErr, err error
+	select {
+	case waitErr = <-r.done:
+	case <-timer.C:
+		exit.TimedOut = true
+	case <-ctx.Done():
+		exit.Killed = true
+	}
+	if exit.TimedOut || exit.Killed {
+		if waitErr, err = kill(bg, r.p.cg, r.cmd, r.done, cleanupTimeout); err != nil {
+			return engine.Exit{}, err
+		}
+	}
+	r.reaped = true
+	exit.Started, exit.Finished = r.started, time.Now()
+	exit.Code = exitCode(r.cmd.ProcessState)
+	if waitErr != nil && r.cmd.ProcessState == nil {
+		return engine.Exit{}, fmt.Errorf("%w: waiting for %s: %v", errdefs.ErrInternal, filepath.Base(r.runtime), waitErr)
+	}
+	// Whatever the program left running goes now, before anyone reads its
+	// output directory.
+	kctx, cancel := context.WithTimeout(bg, cleanupTimeout)
+	defer cancel()
+	if err := r.p.cg.KillAll(kctx); err != nil {
+		return engine.Exit{}, fmt.Errorf("%w: %v", errdefs.ErrInternal, err)
+	}
+	st, err := r.p.cg.Stats()
+	if err != nil {
+		// Zero counters would pass an OOM kill or a pids-limit hit for the
+		// program's own exit.
+		return engine.Exit{}, fmt.Errorf("%w: %v; without the run's cgroup counters airlock cannot tell an OOM kill or the pids limit from the program's own exit", errdefs.ErrInternal, err)
+	}
+	l := r.limits
+	// A SIGKILL at the memory limit is the OOM killer's, even where the
+	// kill was counted in a cgroup runc has since removed.
+	exit.OOMKilled = st.OOMKills > 0 || exit.Code == 128+int(syscall.SIGKILL) && (st.MemoryLimitHits > 0 || st.MemoryPeak >= int64(l.Memory))
+	// On cgroup v1 a refused fork is counted in the forking cgroup, which
+	// for runc is its own child; reaching airlock's limit is what stays.
+	exit.PidsLimited = st.PidsLimitHits > 0 || st.PidsPeak >= r.p.hostPids
+	exit.Usage = engine.Usage{CPU: st.CPU, MemoryPeak: st.MemoryPeak, PidsPeak: st.PidsPeak}
+	if !exit.TimedOut && !exit.Killed && !exit.OOMKilled && !exit.PidsLimited && st.MemoryPeak < int64(l.Memory) {
+		if err := lost(r.cmd, r.p.native, r.runLogs); err != nil {
+			return engine.Exit{}, err
+		}
+	}
+	r.log.Debug("exited", "code", exit.Code, "oom", exit.OOMKilled, "pids_limited", exit.PidsLimited)
+	return exit, nil
+}
+
+// Destroy implements engine.Sandbox: the program's processes, the
+// runtime's state, the root overlay, the bundle and the cgroup, on a
+// context of its own. A destroy before Wait kills the program first.
+func (r *oneShot) Destroy(ctx context.Context) error {
+	var err error
+	r.destroyOnce.Do(func() { err = r.destroy(context.WithoutCancel(ctx)) })
+	return err
+}
+
+func (r *oneShot) destroy(bg context.Context) error {
+	if r.p == nil {
+		return nil
+	}
+	defer r.p.release()
+	if r.cmd != nil {
+		if !r.reaped {
+			if _, err := kill(bg, r.p.cg, r.cmd, r.done, cleanupTimeout); err != nil {
+				return err
+			}
+		}
+		r.e.delete(bg, r.runtime, r.state, r.name, r.log)
+	}
+	unmount(filepath.Join(r.p.bundle, "rootfs"), r.log)
+	if err := os.RemoveAll(r.p.bundle); err != nil {
+		r.log.Warn("removing bundle", "err", err)
+	}
+	if r.p.cg != nil {
+		dctx, cancel := context.WithTimeout(bg, cleanupTimeout)
+		defer cancel()
+		if err := r.p.cg.Delete(dctx); err != nil {
+			return fmt.Errorf("%w: deleting the cgroup of %q: %v", errdefs.ErrUnavailable, r.id, err)
+		}
+	}
+	return nil
+}

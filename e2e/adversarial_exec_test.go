@@ -116,6 +116,9 @@ func TestAdversarialExec(t *testing.T) {
 	if err := r.probeDone(); err != nil {
 		t.Error(err)
 	}
+	if r.probe.res.SandboxID != a.ID || r.other.res.SandboxID != b.ID {
+		t.Errorf("execs report sandbox_id %q and %q, want %s and %s", r.probe.res.SandboxID, r.other.res.SandboxID, a.ID, b.ID)
+	}
 	groups := []string{"network", "filesystem", "privilege", "secrets"}
 	var cases []advCase
 	for _, c := range advCases(h, r) {

@@ -1116,7 +1116,7 @@ func advCases(h *advHost, r *advRuns) []advCase {
 func emptyListing(run advRun, prefix string) error {
 	rest, err := listing(run, prefix)
 	if err == nil && rest != "" {
-		return fmt.Errorf("%s %q: left over from the run before", prefix, rest)
+		return fmt.Errorf("%s %q: left there by another sandbox", prefix, rest)
 	}
 	return err
 }

@@ -59,7 +59,13 @@ type advRun struct {
 }
 
 func advRunJSON(env []string, args ...string) advRun {
-	c := airlock(env, append([]string{"run", "--json"}, args...)...)
+	return advJSON(env, append([]string{"run", "--json"}, args...)...)
+}
+
+// advJSON runs an airlock command that prints one Result object (`run
+// --json`, `exec --json`).
+func advJSON(env []string, args ...string) advRun {
+	c := airlock(env, args...)
 	r := advRun{cli: c}
 	dec := json.NewDecoder(strings.NewReader(c.stdout))
 	if err := dec.Decode(&r.res); err != nil {
@@ -78,6 +84,17 @@ func (r advRun) ended(reason runner.Reason, exit int) error {
 	if r.res.Reason != reason || (reason == runner.ReasonExited && r.res.ExitCode != exit) {
 		return fmt.Errorf("reason %s exit %d, want %s exit %d; stdout %q stderr %q", r.res.Reason, r.res.ExitCode, reason, exit,
 			clip(r.res.Stdout.Head), clip(r.res.Stderr.Head))
+	}
+	return nil
+}
+
+// sandboxLost checks that an exec found its sandbox lost.
+func sandboxLost(r advRun) error {
+	if r.err != nil {
+		return r.err
+	}
+	if r.res.Reason != runner.ReasonError || r.res.ErrorKind != "sandbox_lost" || r.cli.code != 69 {
+		return fmt.Errorf("reason %s (%s: %s), airlock exit %d; want sandbox_lost, exit 69", r.res.Reason, r.res.ErrorKind, r.res.Error, r.cli.code)
 	}
 	return nil
 }
@@ -351,11 +368,21 @@ type advRuns struct {
 	errFlood advRun
 	binary   advRun
 	fake     advRun
+
+	// live is set when the probe and after ran as execs in one long-lived
+	// sandbox (TestAdversarialExec) rather than as runs; other then lists
+	// another live sandbox's areas after the probe, and next is the exec
+	// that follows after in the probe's sandbox.
+	live        bool
+	other, next advRun
 }
 
-const afterScript = `echo "tmp:$(ls -A /tmp | tr '\n' ' ')"
+// listScript prints what is in /tmp and /out.
+const listScript = `echo "tmp:$(ls -A /tmp | tr '\n' ' ')"
 echo "out:$(ls -A /out | tr '\n' ' ')"
-sh -c 'kill -9 1; echo "kill:$?"'
+`
+
+const afterScript = listScript + `sh -c 'kill -9 1; echo "kill:$?"'
 echo alive`
 
 const threadBomb = `
@@ -498,14 +525,18 @@ func (h *advHost) runAll(t *testing.T) *advRuns {
 	})
 	wg.Wait()
 	t.Logf("runs: %s", strings.Join(took, ", "))
+	r.parseProbe()
+	return r
+}
 
+// parseProbe reads the probe's lines.
+func (r *advRuns) parseProbe() {
 	r.lines = map[string][2]string{}
 	for _, line := range strings.Split(string(r.probe.res.Stdout.Head), "\n") {
 		if f := strings.SplitN(line, " ", 3); len(f) == 3 {
 			r.lines[f[0]] = [2]string{f[1], strings.TrimSpace(f[2])}
 		}
 	}
-	return r
 }
 
 // errnoIs is how the probe prints a refusal.
@@ -519,6 +550,14 @@ func (r *advRuns) line(name string) (result, detail string, err error) {
 			r.probe.res.Reason, r.probe.res.ExitCode, r.probe.err, clip(r.probe.res.Stderr.Head))
 	}
 	return l[0], l[1], nil
+}
+
+// probeDone checks that the probe ran to its end.
+func (r *advRuns) probeDone() error {
+	if err := r.probe.ended(runner.ReasonExited, 0); err != nil {
+		return fmt.Errorf("the probe did not finish: %w", err)
+	}
+	return r.expect("done", "ok")
 }
 
 func (r *advRuns) expect(name, want string) error {
@@ -675,14 +714,34 @@ func advCases(h *advHost, r *advRuns) []advCase {
 		func() error { return r.expect("setuid_files", "none") },
 		detailIs("no_new_privs", "value", "1")))
 	add("filesystem", "inherited_fds", "only 0, 1, 2", layerAirlock, func() error { return r.expect("inherited_fds", "none") })
-	add("filesystem", "cwd", "the image's workdir", layerAirlock, detailIs("cwd", "path", h.imageWorkdir))
+	if r.live {
+		// A live sandbox's default working directory is its workspace.
+		add("filesystem", "cwd", "the workspace", layerAirlock, detailIs("cwd", "path", runner.WorkspaceDir))
+	} else {
+		add("filesystem", "cwd", "the image's workdir", layerAirlock, detailIs("cwd", "path", h.imageWorkdir))
+	}
 	refused("filesystem", "host_file", layerConfig, syscall.ENOENT, h.fileUnchanged)
-	add("filesystem", "leftover_tmp", "next run's /tmp is empty", layerAirlock, checkAll(
-		func() error { return r.expect("leftover_tmp_write", "ok") },
-		func() error { return emptyListing(r.after, "tmp:") }))
-	add("filesystem", "leftover_out", "next run's /out is empty", layerAirlock, checkAll(
-		func() error { return r.expect("leftover_out_write", "ok") },
-		func() error { return emptyListing(r.after, "out:") }))
+	leftover := func(name, area, want string) {
+		wrote := func() error { return r.expect(name+"_write", "ok") }
+		if !r.live {
+			add("filesystem", name, "next run's /"+area+" is empty", layerAirlock, checkAll(wrote, func() error { return emptyListing(r.after, area+":") }))
+			return
+		}
+		// A live sandbox keeps /tmp and /out from one exec to the next
+		// (that is what it is for): the probe's next exec finds exactly
+		// what the probe left there, and another live sandbox none of it.
+		add("filesystem", name, "kept for the next exec; another sandbox's /"+area+" is empty", layerAirlock, checkAll(wrote,
+			func() error {
+				if got, err := listing(r.after, area+":"); err != nil || got != want {
+					return errors.Join(err, fmt.Errorf("the next exec's /%s holds %q, want %q", area, got, want))
+				}
+				return nil
+			},
+			func() error { return emptyListing(r.other, area+":") }))
+	}
+	// The probe made /tmp/mnt and /tmp/cg as mount points.
+	leftover("leftover_tmp", "tmp", "airlock-leftover cg mnt")
+	leftover("leftover_out", "out", "leftover.txt")
 
 	// Privilege.
 	add("privilege", "capabilities", "all sets empty", layerConfig, detailIs("capabilities", "sets",
@@ -716,14 +775,57 @@ func advCases(h *advHost, r *advRuns) []advCase {
 	add("privilege", "cgroup_release_agent", unix.ErrnoName(cgroupWrite)+"; no writable release_agent", layerConfig,
 		detailIs("cgroup_write", errnoIs(cgroupWrite), "writable release_agent: none"))
 	refused("privilege", "kill_host_pid", layerConfig, syscall.ESRCH)
-	add("privilege", "pids_visible", "only its own", layerConfig, detailIs("pids_visible", "list", "1"))
+	if r.live {
+		// In a live sandbox pid 1 is airlock's init, and the probe is an
+		// exec beside it: nothing else, and nothing of the host or of the
+		// other sandbox, whose listener runs meanwhile.
+		add("privilege", "pids_visible", "only its own and the init's", layerConfig, func() error {
+			_, detail, err := r.line("pids_visible")
+			if err != nil {
+				return err
+			}
+			if p := strings.Split(detail, ","); len(p) != 2 || p[0] != "1" {
+				return fmt.Errorf("pids %s, want 1 and the probe's own", detail)
+			}
+			return nil
+		})
+	} else {
+		add("privilege", "pids_visible", "only its own", layerConfig, detailIs("pids_visible", "list", "1"))
+	}
 	// Linux drops a SIGKILL sent to a namespace's init from inside it;
 	// gVisor delivers it, so the program ends its own sandbox, and the
 	// killer's own echo may or may not get out before the sandbox is torn
 	// down. Either way the host's pid 1 is untouched.
-	add("privilege", "kill_pid1", gvisorOr("kills the sandbox's own init (exit 137)", "ignored"), gvisorOr(layerGVisor, layerConfig), checkAll(
+	//
+	// In a live sandbox pid 1 is airlock's init, not the program, and the
+	// sandbox is meant to outlive each exec: under runc the next exec runs
+	// as before. Under gVisor the killer ends its own sandbox, which
+	// airlock reports as lost (sandbox_lost, exit 69) from the next exec
+	// on; the killer's own exec may be told first, or see its SIGKILL
+	// (137) when the exec ends before the sandbox does.
+	killEnded := func() error { return r.after.ended(runner.ReasonExited, gvisorOr(137, 0)) }
+	killOutcome := gvisorOr("kills the sandbox's own init (exit 137)", "ignored")
+	if r.live {
+		killOutcome = gvisorOr("kills the sandbox's init: sandbox_lost from the next exec on", "ignored; the next exec runs")
+		killEnded = func() error {
+			if isolationName == "seccomp" {
+				if err := r.next.ended(runner.ReasonExited, 0); err != nil || string(r.next.res.Stdout.Head) != "next\n" {
+					return errors.Join(err, fmt.Errorf("the next exec: stdout %q", r.next.res.Stdout.Head))
+				}
+				return r.after.ended(runner.ReasonExited, 0)
+			}
+			if err := sandboxLost(r.next); err != nil {
+				return fmt.Errorf("the next exec: %w", err)
+			}
+			if r.after.ended(runner.ReasonExited, 137) != nil && sandboxLost(r.after) != nil {
+				return fmt.Errorf("the killer's exec: %w; or %w", r.after.ended(runner.ReasonExited, 137), sandboxLost(r.after))
+			}
+			return nil
+		}
+	}
+	add("privilege", "kill_pid1", killOutcome, gvisorOr(layerGVisor, layerConfig), checkAll(
 		func() error {
-			if err := r.after.ended(runner.ReasonExited, gvisorOr(137, 0)); err != nil {
+			if err := killEnded(); err != nil {
 				return err
 			}
 			out := string(r.after.res.Stdout.Head)
@@ -905,6 +1007,10 @@ func advCases(h *advHost, r *advRuns) []advCase {
 		if !slices.Contains(vars, "GIVEN=yes") || (engineName == "docker" && !slices.Contains(vars, "HOSTNAME=sandbox")) {
 			return fmt.Errorf("environment %q", vars)
 		}
+		// A live sandbox's HOME is its workspace (the image sets HOME too).
+		if r.live && !slices.Contains(vars, "HOME="+runner.WorkspaceDir) {
+			return fmt.Errorf("environment %q: HOME is not the workspace", vars)
+		}
 		return nil
 	})
 	refused("secrets", "docker_socket", layerConfig, syscall.ENOENT)
@@ -1008,18 +1114,24 @@ func advCases(h *advHost, r *advRuns) []advCase {
 
 // emptyListing checks that run printed prefix and nothing after it.
 func emptyListing(run advRun, prefix string) error {
+	rest, err := listing(run, prefix)
+	if err == nil && rest != "" {
+		return fmt.Errorf("%s %q: left there by another sandbox", prefix, rest)
+	}
+	return err
+}
+
+// listing is what run printed after prefix on the line starting with it.
+func listing(run advRun, prefix string) (string, error) {
 	if run.err != nil {
-		return run.err
+		return "", run.err
 	}
 	for _, l := range strings.Split(string(run.res.Stdout.Head), "\n") {
 		if strings.HasPrefix(l, prefix) {
-			if rest := strings.TrimSpace(strings.TrimPrefix(l, prefix)); rest != "" {
-				return fmt.Errorf("%s %q: left over from the run before", prefix, rest)
-			}
-			return nil
+			return strings.TrimSpace(strings.TrimPrefix(l, prefix)), nil
 		}
 	}
-	return fmt.Errorf("no %q line: %q %q", prefix, run.res.Stdout.Head, run.res.Stderr.Head)
+	return "", fmt.Errorf("no %q line: %q %q", prefix, run.res.Stdout.Head, run.res.Stderr.Head)
 }
 
 // TestAdversarial attacks the sandbox as a hostile program would: it tries
@@ -1036,12 +1148,20 @@ func TestAdversarial(t *testing.T) {
 	start := time.Now()
 	r := h.runAll(t)
 	t.Logf("runs took %v", time.Since(start).Round(time.Millisecond))
-	if err := r.probe.ended(runner.ReasonExited, 0); err != nil {
-		t.Errorf("the probe did not finish: %v", err)
-	} else if err := r.expect("done", "ok"); err != nil {
+	if err := r.probeDone(); err != nil {
 		t.Error(err)
 	}
 	cases := advCases(h, r)
+	if len(cases) < 60 {
+		t.Errorf("only %d cases", len(cases))
+	}
+	advReport(t, "", cases)
+}
+
+// advReport checks each case in a subtest of its own and logs the matrix
+// of outcomes and the layers that stop them.
+func advReport(t *testing.T, how string, cases []advCase) {
+	t.Helper()
 	failed := map[string]bool{}
 	for _, c := range cases {
 		t.Run(c.group+"/"+c.name, func(t *testing.T) {
@@ -1051,11 +1171,8 @@ func TestAdversarial(t *testing.T) {
 			}
 		})
 	}
-	if len(cases) < 60 {
-		t.Errorf("only %d cases", len(cases))
-	}
 	var m strings.Builder
-	fmt.Fprintf(&m, "%d cases, engine %s, isolation %s\n| group | case | outcome | layer |\n| --- | --- | --- | --- |\n", len(cases), engineName, isolationName)
+	fmt.Fprintf(&m, "%d cases%s, engine %s, isolation %s\n| group | case | outcome | layer |\n| --- | --- | --- | --- |\n", len(cases), how, engineName, isolationName)
 	for _, c := range cases {
 		mark := ""
 		if failed[c.name] {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -84,13 +85,75 @@ func TestReapAfterSIGKILL(t *testing.T) {
 }
 
 // figures counts each kind of resource a run holds, for the log.
-func figures() string {
-	count := map[string]int{}
-	for _, s := range sandboxes() {
-		kind, _, _ := strings.Cut(s, " ")
-		count[kind]++
+func figures() string { return held().String() }
+
+// heldCounts counts each kind of resource that runs and sandboxes under
+// the tests' root hold on the host.
+type heldCounts struct {
+	containers, runtimes, cgroups, bundles, mounts, scratch int
+	// A long-lived sandbox also holds its areas' directory and loop
+	// device, its record and state files, and its supervisor.
+	areas, loops, records, states, supervisors int
+}
+
+func held() heldCounts { return heldBut(nil) }
+
+// heldBut is held, leaving out the entries of sandboxes() in base: what
+// was on the host before a test began is not the test's.
+func heldBut(base []string) heldCounts {
+	var h heldCounts
+	for _, s := range notIn(sandboxes(), base) {
+		switch kind, _, _ := strings.Cut(s, " "); kind {
+		case "container":
+			h.containers++
+		case "runsc":
+			h.runtimes++
+		case "cgroup":
+			h.cgroups++
+		case "bundle":
+			h.bundles++
+		}
 	}
+	h.mounts = len(mountsUnderRoot())
 	dirs, _ := os.ReadDir(filepath.Join(rootDir, "runs"))
-	return fmt.Sprintf("containers %d, runsc/runc sandboxes %d, cgroups %d, bundles %d, mounts %d, scratch directories %d",
-		count["container"], count["runsc"], count["cgroup"], count["bundle"], len(mountsUnderRoot()), len(dirs))
+	h.scratch = len(dirs)
+	sb, _ := filepath.Glob(filepath.Join(rootDir, "sandboxes", "sb-*"))
+	for _, p := range sb {
+		if strings.HasSuffix(p, ".json") {
+			h.records++
+		} else {
+			h.areas++
+		}
+	}
+	states, _ := filepath.Glob(filepath.Join(rootDir, "state", "sb-*.json"))
+	h.states = len(states)
+	loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, l := range loops {
+		if b, err := os.ReadFile(l); err == nil && strings.HasPrefix(string(b), rootDir+"/") {
+			h.loops++
+		}
+	}
+	for _, p := range hostProcs("\x00sandbox\x00supervise\x00") {
+		if strings.Contains(p, rootDir) {
+			h.supervisors++
+		}
+	}
+	return h
+}
+
+func (h heldCounts) String() string {
+	return fmt.Sprintf("containers %d, runsc/runc sandboxes %d, cgroups %d, bundles %d, mounts %d, scratch directories %d, "+
+		"sandbox areas %d, loop devices %d, sandbox records %d, state files %d, supervisors %d",
+		h.containers, h.runtimes, h.cgroups, h.bundles, h.mounts, h.scratch, h.areas, h.loops, h.records, h.states, h.supervisors)
+}
+
+// notIn is list without the entries of base.
+func notIn(list, base []string) []string {
+	var out []string
+	for _, s := range list {
+		if !slices.Contains(base, s) {
+			out = append(out, s)
+		}
+	}
+	return out
 }

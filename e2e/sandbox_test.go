@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,15 +26,31 @@ import (
 // sbCreate creates a sandbox on the pair under test and returns its record.
 func sbCreate(t *testing.T, args ...string) runner.SandboxInfo {
 	t.Helper()
-	c := airlock(nil, append([]string{"sandbox", "create", "--json", "--engine", engineName, "--isolation", isolationName}, args...)...)
-	if c.code != 0 {
-		t.Fatalf("sandbox create: exit %d: %s", c.code, c.stderr)
-	}
-	var si runner.SandboxInfo
-	if err := json.Unmarshal([]byte(c.stdout), &si); err != nil {
-		t.Fatalf("sandbox create --json: %v: %q", err, c.stdout)
+	return sbCreateEnv(t, nil, args...)
+}
+
+// sbCreateEnv is sbCreate with env added to airlock's own environment.
+func sbCreateEnv(t *testing.T, env []string, args ...string) runner.SandboxInfo {
+	t.Helper()
+	si, err := sbCreateJSON(env, args...)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return si
+}
+
+// sbCreateJSON runs `airlock sandbox create --json` on the pair under
+// test, with env added to airlock's own environment.
+func sbCreateJSON(env []string, args ...string) (runner.SandboxInfo, error) {
+	c := airlock(env, append([]string{"sandbox", "create", "--json", "--engine", engineName, "--isolation", isolationName}, args...)...)
+	var si runner.SandboxInfo
+	if c.code != 0 {
+		return si, fmt.Errorf("sandbox create: exit %d: %s", c.code, c.stderr)
+	}
+	if err := json.Unmarshal([]byte(c.stdout), &si); err != nil {
+		return si, fmt.Errorf("sandbox create --json: %v: %q", err, c.stdout)
+	}
+	return si, nil
 }
 
 // sbExec runs `airlock exec --json ID -- ARGV…` and decodes its Result.
@@ -61,13 +78,19 @@ func sbGone(id string) []string {
 	if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), id) {
 		left = append(left, "mount "+id)
 	}
+	return append(left, hostProcs(id)...)
+}
+
+// hostProcs lists the host's processes whose command line holds s.
+func hostProcs(s string) []string {
+	var found []string
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
-		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), id) {
-			left = append(left, "process "+filepath.Base(filepath.Dir(p))+": "+strings.ReplaceAll(string(b), "\x00", " "))
+		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), s) {
+			found = append(found, "process "+filepath.Base(filepath.Dir(p))+": "+strings.ReplaceAll(string(b), "\x00", " "))
 		}
 	}
-	return left
+	return found
 }
 
 // waitGone polls until nothing of id is left, for at most d.

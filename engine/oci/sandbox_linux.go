@@ -99,6 +99,11 @@ func (e *Engine) CheckSandbox(ctx context.Context, s *engine.SandboxSpec) error 
 	if _, err := initELF(); err != nil {
 		return err
 	}
+	if s.TmpSource != "" {
+		if err := engine.CheckTmpSource(s.TmpSource); err != nil {
+			return err
+		}
+	}
 	return e.Check(ctx, &engine.Job{ID: s.ID, Image: s.Image, Policy: s.Policy})
 }
 
@@ -177,6 +182,7 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (_ engine.Sa
 		Env:         env,
 		Workdir:     workdir,
 		Binds:       binds,
+		TmpSource:   s.TmpSource,
 		CgroupsPath: cgPath,
 		Annotations: map[string]string{"airlock.id": s.ID, "airlock.owner": s.Owner, "airlock.deadline": s.Deadline.UTC().Format(time.RFC3339)},
 	})

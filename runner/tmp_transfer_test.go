@@ -1,0 +1,78 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// /tmp takes uploads within its caps, bytes (--tmp-size) and inodes, and
+// gives back what the program left there; nested directories are the
+// sandbox user's, and nothing crosses into another area.
+func TestTmpTransfers(t *testing.T) {
+	a := newAreas(t, AreasSpec{TmpSize: 8 << 20, TmpFiles: 64})
+	body := []byte("a,b\n1,2\n")
+	tr, err := upload(t, a, "/tmp/job/in/data.csv", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(body)
+	if tr.Decision != DecisionAccepted || tr.SHA256 != hex.EncodeToString(sum[:]) || tr.Size != int64(len(body)) {
+		t.Errorf("record %+v", tr)
+	}
+	for p, mode := range map[string]uint32{"job": 0o755, "job/in": 0o755, "job/in/data.csv": 0o644} {
+		var st unix.Stat_t
+		unix.Lstat(filepath.Join(a.Tmp, p), &st)
+		if st.Uid != testUID || st.Gid != testGID || st.Mode&0o7777 != mode {
+			t.Errorf("/tmp/%s: %d:%d %#o, want %d:%d %#o", p, st.Uid, st.Gid, st.Mode&0o7777, testUID, testGID, mode)
+		}
+	}
+	got, tr, err := download(t, a, "/tmp/job/in/data.csv")
+	if err != nil || !bytes.Equal(got, body) || tr.SHA256 != hex.EncodeToString(sum[:]) || tr.MIME != "text/csv" {
+		t.Errorf("download: %q %+v %v", got, tr, err)
+	}
+	if _, err := os.Lstat(filepath.Join(a.Workspace, "job")); err == nil {
+		t.Error("a /tmp upload landed in the workspace")
+	}
+
+	// Past --tmp-size: the tmpfs's ENOSPC, and nothing left behind.
+	tr, err = a.Upload(context.Background(), "/tmp/big", io.LimitReader(zeroReader{}, 16<<20), 64<<20)
+	wantReason(t, "upload past --tmp-size", tr, err, ReasonNoSpace)
+	if _, err := os.Lstat(filepath.Join(a.Tmp, "big")); err == nil {
+		t.Error("a refused upload left its file")
+	}
+	noTemps(t, a)
+	if _, err := a.Upload(context.Background(), "/tmp/ok", io.LimitReader(zeroReader{}, 4<<20), 64<<20); err != nil {
+		t.Errorf("after a refused upload: %v", err)
+	}
+
+	// Past the inode cap: no_space too.
+	var last error
+	for i := 0; i < 200 && last == nil; i++ {
+		_, last = upload(t, a, "/tmp/f"+strconv.Itoa(i), []byte("x"))
+	}
+	if ReasonOf(last) != ReasonNoSpace {
+		t.Errorf("uploads past /tmp's 64 inodes: last error %v, want no_space", last)
+	}
+	noTemps(t, a)
+}
+
+// A sandbox recorded without a /tmp area (one whose /tmp is the engine's
+// own) refuses transfers to and from /tmp, as outside its areas.
+func TestTmpTransfersWithoutArea(t *testing.T) {
+	a := *newAreas(t, AreasSpec{})
+	os.WriteFile(filepath.Join(a.Tmp, "x.txt"), []byte("x"), 0o644)
+	a.Tmp = ""
+	tr, err := upload(t, &a, "/tmp/y.txt", []byte("y"))
+	wantReason(t, "upload to /tmp without an area", tr, err, ReasonInvalidPath)
+	_, tr, err = download(t, &a, "/tmp/x.txt")
+	wantReason(t, "download from /tmp without an area", tr, err, ReasonInvalidPath)
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -73,6 +74,16 @@ func TestTmpTransfersWithoutArea(t *testing.T) {
 	a.Tmp = ""
 	tr, err := upload(t, &a, "/tmp/y.txt", []byte("y"))
 	wantReason(t, "upload to /tmp without an area", tr, err, ReasonInvalidPath)
+	if !strings.Contains(tr.Detail, "(/home/user)") {
+		t.Errorf("the refusal names areas the sandbox lacks: %q", tr.Detail)
+	}
 	_, tr, err = download(t, &a, "/tmp/x.txt")
 	wantReason(t, "download from /tmp without an area", tr, err, ReasonInvalidPath)
+	if !strings.Contains(tr.Detail, "(/home/user and /out)") {
+		t.Errorf("the refusal names areas the sandbox lacks: %q", tr.Detail)
+	}
+	_, tr, _ = download(t, newAreas(t, AreasSpec{}), "/etc/passwd")
+	if !strings.Contains(tr.Detail, "(/home/user, /tmp and /out)") {
+		t.Errorf("the refusal does not name every area: %q", tr.Detail)
+	}
 }

@@ -33,10 +33,11 @@ import (
 //     bound at /tmp in place of the engine's own tmpfs (the engine's
 //     SandboxSpec.TmpSource), so that files can be uploaded to and
 //     downloaded from it. A full /tmp is ENOSPC. Its pages are shmem,
-//     charged to the memory cgroup of whichever task first writes them:
-//     the sandbox's under runc; under gVisor the gofer's, which the
-//     engines put in the sandbox's cgroup too; airlock's own for an
-//     upload (see SECURITY.md).
+//     charged to the memory cgroup of the task that writes them: for
+//     the program's writes the sandbox's (under gVisor the sentry writes
+//     through host fds, and the sentry and the gofer both run in the
+//     sandbox's cgroup), so --tmp-size must stay below --memory; for an
+//     upload, the cgroup of the airlock process that made it.
 //   - out: the output tmpfs, as for one-shot runs.
 //
 // Each area is its own filesystem. Transfers open them by fd and never

@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/engine"
 )
 
 // /tmp takes uploads within its caps, bytes (--tmp-size) and inodes, and
@@ -85,5 +87,44 @@ func TestTmpTransfersWithoutArea(t *testing.T) {
 	_, tr, _ = download(t, newAreas(t, AreasSpec{}), "/etc/passwd")
 	if !strings.Contains(tr.Detail, "(/home/user, /tmp and /out)") {
 		t.Errorf("the refusal does not name every area: %q", tr.Detail)
+	}
+}
+
+// Create gives the engine its /tmp area as the TmpSource, never as a
+// Mount, keeps it in the sandbox's record, and transfers reach it.
+func TestCreateDeclaresTmpArea(t *testing.T) {
+	f := &fakeSandboxer{}
+	r, _ := newSandboxRunner(t, f)
+	ctx := context.Background()
+	sb, err := r.Create(ctx, fakeSandboxSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(ctx)
+	if len(f.specs) != 1 {
+		t.Fatalf("%d sandboxes created", len(f.specs))
+	}
+	spec, si := f.specs[0], sb.Info()
+	if spec.TmpSource == "" || spec.TmpSource != si.Areas.Tmp {
+		t.Fatalf("TmpSource %q, the record's /tmp area %q; want the same, set", spec.TmpSource, si.Areas.Tmp)
+	}
+	if err := engine.CheckTmpSource(spec.TmpSource); err != nil {
+		t.Errorf("the engines would refuse the /tmp area: %v", err)
+	}
+	for _, m := range spec.Mounts {
+		if m.Target == TmpDir || m.Source == spec.TmpSource {
+			t.Errorf("the /tmp area is also a mount: %+v", m)
+		}
+	}
+	again, err := r.Open(ctx, sb.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := again.Upload(ctx, "/tmp/a/b.txt", strings.NewReader("b\n"), 1<<20); err != nil {
+		t.Fatalf("upload to /tmp: %v", err)
+	}
+	var buf bytes.Buffer
+	if _, err := again.Download(ctx, "/tmp/a/b.txt", &buf); err != nil || buf.String() != "b\n" {
+		t.Fatalf("download from /tmp: %q, %v", buf.String(), err)
 	}
 }

@@ -42,6 +42,11 @@ type SandboxSpec struct {
 	// Mounts are airlock's own directories: the workspace, /out, staged
 	// inputs. Nothing else from the host is ever mounted.
 	Mounts []Mount
+	// TmpSource, when set, is a host tmpfs airlock made to be the
+	// sandbox's /tmp (see isolation.TmpDir and CheckTmpSource): it is
+	// bound there in place of the engine's own tmpfs, so that files can be
+	// moved in and out of /tmp on the host side. Empty keeps the engine's.
+	TmpSource string
 	// Workdir is the processes' default working directory.
 	Workdir string
 	// Owner and Deadline label the sandbox so that a sweep can find it;

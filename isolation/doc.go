@@ -19,5 +19,11 @@
 // last and refuses any spec wider than the policy: a capability, a joined or
 // missing namespace, a hook, a writable root, a host mount other than
 // airlock's binds, a writable bind without noexec, or a dev.gvisor.*
-// annotation, which runsc reads as configuration.
+// annotation, which runsc reads as configuration. CheckDockerConfig does
+// the same for the container configuration.
+//
+// No bind goes at a reserved target (ReservedTargets). The one exception
+// is explicit and typed: a job's TmpSource, the host tmpfs airlock made to
+// be a long-lived sandbox's /tmp, is bound at /tmp (nosuid,nodev) in place
+// of the runtime's tmpfs; both final checks refuse any other /tmp.
 package isolation

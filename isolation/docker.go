@@ -34,6 +34,10 @@ type DockerJob struct {
 	// Binds are airlock's scratch directories; Workdir the working directory.
 	Binds   []Bind
 	Workdir string
+	// TmpSource, when set, is the host directory airlock made to be /tmp
+	// (see TmpDir): it is bound there in place of the tmpfs. Empty keeps
+	// the tmpfs.
+	TmpSource string
 	// CgroupParent is a cgroup airlock created with the same limits. The
 	// container's own pids limit is then set one above it, so that the
 	// parent, which outlives the container, is the one that records a hit.
@@ -63,11 +67,13 @@ func DockerConfig(p Policy, j DockerJob) (*container.Config, *container.HostConf
 	for _, opt := range []DockerOpt{
 		withDockerRuntime(p.Isolation),
 		withDockerLimits(p.Isolation, p.Limits),
+		withDockerTmp(p.Limits, j.TmpSource, j.Binds),
 		withDockerIdentity(p),
 		withDockerSeccomp(p.Seccomp),
 		withDockerJob(j),
 		withDockerBinds(j.Binds),
 		withDockerCgroupParent(j.CgroupParent),
+		withDockerCheck(j.TmpSource, j.Binds),
 	} {
 		if err := opt(cfg, host); err != nil {
 			return nil, nil, nil, err
@@ -162,10 +168,43 @@ func withDockerLimits(m Mode, l Limits) DockerOpt {
 				{Name: "core", Soft: 0, Hard: 0},
 			},
 		}
-		h.Tmpfs = map[string]string{
-			"/tmp": "rw,nosuid,nodev,mode=1777,size=" + strconv.FormatInt(int64(l.Tmp), 10),
-		}
 		return nil
+	}
+}
+
+// withDockerTmp mounts /tmp: dockerd's tmpfs capped by l.Tmp, or the
+// declared host source (which airlock capped the same way) bound there.
+// dockerd's binds take no nosuid or nodev: the bind keeps the flags of the
+// source's own mount, which the engine checks has both (a non-recursive
+// bind with no other option is never remounted by runc).
+func withDockerTmp(l Limits, source string, binds []Bind) DockerOpt {
+	return func(_ *container.Config, h *container.HostConfig) error {
+		if err := checkTmpSource(source, binds); err != nil {
+			return err
+		}
+		if source == "" {
+			h.Tmpfs = map[string]string{
+				TmpDir: "rw,nosuid,nodev,mode=1777,size=" + strconv.FormatInt(int64(l.Tmp), 10),
+			}
+			return nil
+		}
+		h.Mounts = append(h.Mounts, dockerBind(Bind{Source: source, Target: TmpDir}))
+		return nil
+	}
+}
+
+// dockerBind is one of airlock's binds as dockerd takes it: not recursive,
+// so nothing mounted beneath the source comes along.
+func dockerBind(b Bind) mount.Mount {
+	return mount.Mount{
+		Type:     mount.TypeBind,
+		Source:   b.Source,
+		Target:   b.Target,
+		ReadOnly: b.ReadOnly,
+		BindOptions: &mount.BindOptions{
+			Propagation:  mount.PropagationRPrivate,
+			NonRecursive: true,
+		},
 	}
 }
 
@@ -208,16 +247,7 @@ func withDockerBinds(binds []Bind) DockerOpt {
 			if err := CheckTarget(b.Target); err != nil {
 				return fmt.Errorf("bind: %w", err)
 			}
-			h.Mounts = append(h.Mounts, mount.Mount{
-				Type:     mount.TypeBind,
-				Source:   b.Source,
-				Target:   b.Target,
-				ReadOnly: b.ReadOnly,
-				BindOptions: &mount.BindOptions{
-					Propagation:  mount.PropagationRPrivate,
-					NonRecursive: true,
-				},
-			})
+			h.Mounts = append(h.Mounts, dockerBind(b))
 		}
 		return nil
 	}

@@ -23,6 +23,11 @@ type OCIJob struct {
 	CgroupsPath string            // absolute cgroup path airlock created, e.g. "/airlock/<id>"
 	Annotations map[string]string // airlock's own labels only
 	Terminal    bool              // always false for airlock; kept so that true is refused, not dropped
+
+	// TmpSource, when set, is the host directory airlock made to be /tmp
+	// (see TmpDir): it is bound there, nosuid,nodev, in place of the
+	// runtime's tmpfs. Empty keeps the tmpfs.
+	TmpSource string
 }
 
 // OCIOpt mutates a runtime spec. Opts run in order after the literal default.
@@ -95,10 +100,11 @@ func OCISpec(p Policy, j OCIJob) (*specs.Spec, error) {
 	for _, opt := range []OCIOpt{
 		withOCIIdentity(p),
 		withOCILimits(p.Isolation, p.Limits),
+		withOCITmp(p.Limits, j.TmpSource),
 		withOCIJob(j),
 		withOCIBinds(j.Binds),
 		withOCISeccomp(p.Seccomp),
-		withOCICheck(j.Binds),
+		withOCICheck(j.TmpSource, j.Binds),
 	} {
 		if err := opt(s); err != nil {
 			return nil, err
@@ -208,6 +214,9 @@ func validateOCIJob(j OCIJob) error {
 	if _, err := mergeEnv(j.Env); err != nil {
 		errs = append(errs, err)
 	}
+	if err := checkTmpSource(j.TmpSource, j.Binds); err != nil {
+		errs = append(errs, err)
+	}
 	targets := map[string]bool{}
 	for _, b := range j.Binds {
 		if !absClean(b.Source) || b.Source == "/" || !absClean(b.Target) || b.Target == "/" {
@@ -292,12 +301,29 @@ func withOCILimits(m Mode, l Limits) OCIOpt {
 			{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},
 		}
 		slices.SortFunc(s.Process.Rlimits, func(a, b specs.POSIXRlimit) int { return strings.Compare(a.Type, b.Type) })
-		s.Mounts = append(s.Mounts, specs.Mount{
-			Destination: "/tmp",
+		return nil
+	}
+}
+
+// ociTmpBindOptions are the options of a declared /tmp source's bind: not
+// recursive, and nosuid,nodev like the tmpfs it replaces. It stays
+// executable, as that tmpfs is.
+var ociTmpBindOptions = []string{"bind", "rprivate", "nosuid", "nodev"}
+
+// withOCITmp mounts /tmp: the runtime's tmpfs capped by l.Tmp, or the
+// declared host source (which airlock capped the same way) bound there.
+func withOCITmp(l Limits, source string) OCIOpt {
+	return func(s *specs.Spec) error {
+		m := specs.Mount{
+			Destination: TmpDir,
 			Type:        "tmpfs",
 			Source:      "tmpfs",
 			Options:     []string{"nosuid", "nodev", "mode=1777", "size=" + strconv.FormatInt(int64(l.Tmp), 10)},
-		})
+		}
+		if source != "" {
+			m = specs.Mount{Destination: TmpDir, Type: "bind", Source: source, Options: slices.Clone(ociTmpBindOptions)}
+		}
+		s.Mounts = append(s.Mounts, m)
 		return nil
 	}
 }
@@ -350,16 +376,17 @@ func withOCIBinds(binds []Bind) OCIOpt {
 }
 
 // withOCICheck runs last, so a mistake in any earlier step fails closed.
-func withOCICheck(binds []Bind) OCIOpt {
-	return func(s *specs.Spec) error { return CheckOCISpec(s, binds...) }
+func withOCICheck(tmpSource string, binds []Bind) OCIOpt {
+	return func(s *specs.Spec) error { return CheckOCISpec(s, tmpSource, binds...) }
 }
 
 // CheckOCISpec reports every way s is wider than OCISpec ever makes it:
 // a capability, a shared or missing namespace, root as uid or gid, a
 // writable root, a hook, a host mount other than binds, a runtime
 // configuration annotation, a missing limit or device rule, or swap. binds
-// are the only host paths s may mount. Errors wrap ErrInvalid.
-func CheckOCISpec(s *specs.Spec, binds ...Bind) error {
+// are the only host paths s may mount besides tmpSource, the declared /tmp
+// source ("" for none), which only /tmp may bind. Errors wrap ErrInvalid.
+func CheckOCISpec(s *specs.Spec, tmpSource string, binds ...Bind) error {
 	if s == nil || s.Process == nil || s.Root == nil || s.Linux == nil || s.Linux.Resources == nil {
 		return fmt.Errorf("%w: spec lacks process, root, linux or resources", ErrInvalid)
 	}
@@ -407,20 +434,18 @@ func CheckOCISpec(s *specs.Spec, binds ...Bind) error {
 	if len(l.Devices) != 0 || len(l.NetDevices) != 0 || len(l.Sysctl) != 0 {
 		bad("devices, network devices or sysctls")
 	}
-	for _, p := range ociMaskedPaths {
-		if !slices.Contains(l.MaskedPaths, p) {
-			bad("%s not masked", p)
-		}
-	}
-	for _, p := range ociReadonlyPaths {
-		if !slices.Contains(l.ReadonlyPaths, p) {
-			bad("%s not read-only", p)
-		}
-	}
+	checkPaths(l.MaskedPaths, l.ReadonlyPaths, bad)
+	tmps := 0
 	for _, m := range s.Mounts {
-		if err := checkOCIMount(m, binds); err != "" {
+		if m.Destination == TmpDir {
+			tmps++
+		}
+		if err := checkOCIMount(m, tmpSource, binds); err != "" {
 			bad("mount %q: %s", m.Destination, err)
 		}
+	}
+	if tmpSource != "" && tmps != 1 {
+		bad("/tmp is mounted %d times; a declared /tmp source is its one mount", tmps)
 	}
 	if s.Hooks != nil {
 		bad("hooks")
@@ -457,7 +482,7 @@ func CheckOCISpec(s *specs.Spec, binds ...Bind) error {
 
 // checkOCIMount says what is wrong with m, or "". runc treats any mount
 // with a bind option as a bind, whatever its type.
-func checkOCIMount(m specs.Mount, binds []Bind) string {
+func checkOCIMount(m specs.Mount, tmpSource string, binds []Bind) string {
 	if len(m.UIDMappings)+len(m.GIDMappings) != 0 {
 		return "id-mapped"
 	}
@@ -467,6 +492,23 @@ func checkOCIMount(m specs.Mount, binds []Bind) string {
 		}
 		if m.Type == "sysfs" && !slices.Contains(m.Options, "ro") {
 			return "sysfs writable"
+		}
+		if m.Destination == TmpDir && tmpSource != "" {
+			return "a " + m.Type + " where the declared /tmp source belongs"
+		}
+		return ""
+	}
+	if why := checkBindAt(m.Source, m.Destination, tmpSource); why != "" {
+		return why
+	}
+	if m.Destination == TmpDir {
+		for _, o := range ociTmpBindOptions {
+			if !slices.Contains(m.Options, o) {
+				return "the /tmp bind lacks " + o
+			}
+		}
+		if slices.Contains(m.Options, "rbind") {
+			return "the /tmp bind is recursive"
 		}
 		return ""
 	}
@@ -482,6 +524,21 @@ func checkOCIMount(m specs.Mount, binds []Bind) string {
 		}
 	}
 	return "binds " + strconv.Quote(m.Source) + ", which is not one of airlock's binds"
+}
+
+// checkPaths reports, through bad, each of the paths OCISpec masks or
+// makes read-only that masked or readonly lacks.
+func checkPaths(masked, readonly []string, bad func(format string, args ...any)) {
+	for _, p := range ociMaskedPaths {
+		if !slices.Contains(masked, p) {
+			bad("%s not masked", p)
+		}
+	}
+	for _, p := range ociReadonlyPaths {
+		if !slices.Contains(readonly, p) {
+			bad("%s not read-only", p)
+		}
+	}
 }
 
 func isDenyAll(d specs.LinuxDeviceCgroup) bool {

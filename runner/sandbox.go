@@ -366,16 +366,11 @@ func (r *Runner) Create(ctx context.Context, s SandboxSpec) (_ *Sandbox, err err
 	if err != nil {
 		return nil, err
 	}
-	// The engines keep /tmp their own (isolation.ReservedTargets): the
-	// host /tmp area is not bound, and transfers reach the workspace and
-	// the output directory only.
-	for _, m := range areas.Mounts() {
-		if m.Target != TmpDir {
-			spec.Mounts = append(spec.Mounts, m)
-		}
-	}
+	// /tmp is the host tmpfs made above, which the engine binds in place
+	// of its own (isolation.TmpDir), so that transfers reach it.
+	spec.Mounts = append(spec.Mounts, areas.Mounts()...)
+	spec.TmpSource = areas.Tmp
 	si.Areas = *areas
-	si.Areas.Tmp = ""
 	if err := writeInfo(r.root, &si); err != nil {
 		return nil, err
 	}

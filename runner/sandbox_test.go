@@ -26,6 +26,7 @@ type fakeSandboxer struct {
 	mu        sync.Mutex
 	live      map[string]bool
 	destroyed atomic.Int32
+	specs     []engine.SandboxSpec // as given to Create
 }
 
 type fakeSandbox struct {
@@ -43,6 +44,7 @@ func (f *fakeSandboxer) Create(ctx context.Context, s *engine.SandboxSpec) (engi
 		f.live = map[string]bool{}
 	}
 	f.live[s.ID] = true
+	f.specs = append(f.specs, *s)
 	return &fakeSandbox{f, s.ID}, nil
 }
 func (f *fakeSandboxer) Open(_ context.Context, id string) (engine.Sandbox, error) {

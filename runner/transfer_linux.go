@@ -182,9 +182,16 @@ func (a *Areas) resolve(p string, download bool) (area, []string, error) {
 		}
 		return ar, rel, nil
 	}
-	where := WorkspaceDir + " and " + TmpDir
-	if download && a.Out != "" {
-		where = WorkspaceDir + ", " + TmpDir + " and " + a.OutDir
+	// A sandbox made before /tmp was an area of its own has none.
+	var names []string
+	for _, ar := range areas {
+		if ar.host != "" {
+			names = append(names, ar.dir)
+		}
+	}
+	where := strings.Join(names, ", ")
+	if n := len(names); n > 1 {
+		where = strings.Join(names[:n-1], ", ") + " and " + names[n-1]
 	}
 	return area{}, nil, refuse(ReasonInvalidPath, "the path is outside the sandbox's writable areas (%s)", where)
 }

@@ -29,10 +29,15 @@ import (
 //     the blocks written. The loop device is set to autoclear: it goes
 //     away with the last unmount, and with the last fd when a process dies
 //     between configuring and mounting.
-//   - tmp: a tmpfs capped by --tmp-size, bound at /tmp. As with the
-//     one-shot /tmp, its pages count against the sandbox's memory. It is
-//     a host mount, rather than the engine's, so that files can be
-//     uploaded to and downloaded from it.
+//   - tmp: a tmpfs capped by --tmp-size (bytes, and 64 inodes per MiB),
+//     bound at /tmp in place of the engine's own tmpfs (the engine's
+//     SandboxSpec.TmpSource), so that files can be uploaded to and
+//     downloaded from it. A full /tmp is ENOSPC. Its pages are shmem,
+//     charged to the memory cgroup of the task that writes them: for
+//     the program's writes the sandbox's (under gVisor the sentry writes
+//     through host fds, and the sentry and the gofer both run in the
+//     sandbox's cgroup), so --tmp-size must stay below --memory; for an
+//     upload, the cgroup of the airlock process that made it.
 //   - out: the output tmpfs, as for one-shot runs.
 //
 // Each area is its own filesystem. Transfers open them by fd and never
@@ -179,11 +184,11 @@ func (s *AreasSpec) validate(id string) error {
 }
 
 // Mounts are the areas as the engine binds them: the workspace at
-// /home/user, /tmp, and the output directory.
+// /home/user and the output directory. /tmp is not among them: Tmp is the
+// engine's SandboxSpec.TmpSource, which only /tmp may bind.
 func (a *Areas) Mounts() []engine.Mount {
 	m := []engine.Mount{
 		{Source: a.Workspace, Target: WorkspaceDir},
-		{Source: a.Tmp, Target: TmpDir},
 	}
 	if a.Out != "" {
 		m = append(m, engine.Mount{Source: a.Out, Target: a.OutDir})

@@ -77,7 +77,7 @@ func TestAreasLayout(t *testing.T) {
 		t.Errorf("a new workspace holds %v", ents)
 	}
 	m := a.Mounts()
-	want := []string{"/home/user", "/tmp", "/out"}
+	want := []string{"/home/user", "/out"}
 	if len(m) != len(want) {
 		t.Fatalf("mounts %+v", m)
 	}

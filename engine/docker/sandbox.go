@@ -147,6 +147,11 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (sb engine.S
 		return nil, fmt.Errorf("%w: isolation %q is not available on the docker engine yet; use --isolation %s",
 			errdefs.ErrInvalidArgument, s.Policy.Isolation, isolation.GVisor)
 	}
+	if s.TmpSource != "" {
+		if err := engine.CheckTmpSource(s.TmpSource); err != nil {
+			return nil, err
+		}
+	}
 	dir, err := helperDir()
 	if err != nil {
 		return nil, fmt.Errorf("%w: finding a directory for the sandbox init: %v", errdefs.ErrUnavailable, err)
@@ -194,8 +199,9 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (sb engine.S
 			LabelDeadline: s.Deadline.UTC().Format(time.RFC3339),
 			LabelTimeout:  s.Policy.Limits.Timeout.String(),
 		},
-		Binds:   append(engine.Binds(s.Mounts), isolation.Bind{Source: helper, Target: helperTarget, ReadOnly: true}),
-		Workdir: s.Workdir,
+		Binds:     append(engine.Binds(s.Mounts), isolation.Bind{Source: helper, Target: helperTarget, ReadOnly: true}),
+		Workdir:   s.Workdir,
+		TmpSource: s.TmpSource,
 	}
 	if cg != nil {
 		djob.CgroupParent = cg.Path()

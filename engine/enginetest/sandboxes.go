@@ -67,6 +67,7 @@ func Sandboxes(t *testing.T, newEngine func(t *testing.T) engine.Engine, image d
 		{"ExecMany", testExecMany},
 		{"Confined", testConfined},
 		{"StatePersists", testStatePersists},
+		{"TmpSource", testTmpSource},
 		{"EnvAndWorkdir", testEnvAndWorkdir},
 		{"Stdin", testStdin},
 		{"ExitCodes", testExitCodes},
@@ -105,12 +106,22 @@ var seq struct {
 // test ends.
 func (s *suite) create(t *testing.T, env ...string) engine.Sandbox {
 	t.Helper()
+	return s.createSpec(t, s.spec(env...))
+}
+
+// spec is a new sandbox's spec, under a new id.
+func (s *suite) spec(env ...string) *engine.SandboxSpec {
 	seq.Lock()
 	seq.n++
 	id := fmt.Sprintf("enginetest-%d-%d", time.Now().UnixNano()%1e9, seq.n)
 	seq.Unlock()
-	ctx := context.Background()
-	spec := &engine.SandboxSpec{ID: id, Image: s.image, Policy: s.h.Policy, Env: env, Owner: "enginetest", Deadline: time.Now().Add(time.Hour)}
+	return &engine.SandboxSpec{ID: id, Image: s.image, Policy: s.h.Policy, Env: env, Owner: "enginetest", Deadline: time.Now().Add(time.Hour)}
+}
+
+// createSpec is create with the spec given.
+func (s *suite) createSpec(t *testing.T, spec *engine.SandboxSpec) engine.Sandbox {
+	t.Helper()
+	ctx, id := context.Background(), spec.ID
 	if err := s.e.Check(ctx, spec); err != nil {
 		t.Fatalf("Check: %v", err)
 	}

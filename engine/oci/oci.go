@@ -117,6 +117,11 @@ func (e *Engine) Check(ctx context.Context, s *engine.SandboxSpec) error {
 			return err
 		}
 	}
+	if s.TmpSource != "" {
+		if err := engine.CheckTmpSource(s.TmpSource); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -181,6 +186,7 @@ func (e *Engine) prepare(ctx context.Context, s *engine.SandboxSpec, argv []stri
 		Env:         env,
 		Workdir:     workdir,
 		Binds:       append(engine.Binds(s.Mounts), extra...),
+		TmpSource:   s.TmpSource,
 		CgroupsPath: cgPath,
 		Annotations: map[string]string{"airlock.id": s.ID, "airlock.owner": s.Owner, "airlock.deadline": s.Deadline.UTC().Format(time.RFC3339)},
 	})

@@ -229,7 +229,7 @@ func procStart(pid int) (uint64, bool) {
 	return start, err == nil
 }
 
-// Open implements engine.Sandboxer. A sandbox that was lost from outside
+// Open implements engine.Engine. A sandbox that was lost from outside
 // opens, so that it can be destroyed; its Exec fails with ErrSandboxLost.
 func (e *Engine) Open(ctx context.Context, id string) (engine.Sandbox, error) {
 	if err := checkSandboxID(id); err != nil {

@@ -18,6 +18,10 @@ setup: ## Install and start everything airlock needs (root; idempotent)
 build: ## Build bin/airlock
 	$(GO) build -trimpath -o bin/airlock ./cmd/airlock
 
+.PHONY: bundle
+bundle: ## Build dist/airlock-<version>-linux-<arch>.tar.gz, the signed offline install bundle (after setup)
+	@./scripts/bundle.sh
+
 .PHONY: run
 run: setup ## Set up, then run a Python job on the default image
 	./bin/airlock run -- python3 -c 'import numpy, matplotlib, platform; print("hello from", platform.node(), "numpy", numpy.__version__, "sum", int(numpy.arange(10).sum()))'
@@ -69,4 +73,4 @@ lint: ## gofmt and go vet
 
 .PHONY: clean
 clean: ## Remove build outputs
-	rm -rf bin e2e.log sandboxes-e2e.log
+	rm -rf bin dist e2e.log sandboxes-e2e.log

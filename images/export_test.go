@@ -154,4 +154,3 @@ func TestExportRefusesDamagedBlob(t *testing.T) {
 	}
 	t.Log(err)
 }
-

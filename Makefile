@@ -38,6 +38,8 @@ test: setup ## Set up, then run unit and end-to-end tests against real dockerd a
 		echo "== e2e: engine $$1, isolation $$2"; \
 		AIRLOCK_E2E_ENGINE=$$1 AIRLOCK_E2E_ISOLATION=$$2 $(GO) test -count=1 -tags e2e -timeout 30m -v ./e2e/ || exit 1; \
 	done
+	@# The offline bundle, once: built, installed and run with no network, refused when changed.
+	$(GO) test -count=1 -tags e2e -timeout 15m -v ./e2e/bundle/
 
 .PHONY: unit
 unit: ## Run the unit tests only (no root, no daemon)
@@ -69,7 +71,7 @@ bench-artifacts: ## Artifact copy-out throughput beside `cp -r` of the same tree
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) vet -tags e2e ./e2e/
+	$(GO) vet -tags e2e ./e2e/ ./e2e/bundle/
 
 .PHONY: clean
 clean: ## Remove build outputs

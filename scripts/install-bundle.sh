@@ -58,7 +58,9 @@ for t in openssl sha256sum ldd cmp find install; do
 done
 
 # 1. the signature -----------------------------------------------------------------
-work=$(mktemp -d "${TMPDIR:-/tmp}/airlock-install.XXXXXX")
+# The private copies live beside the store, on the same filesystem.
+mkdir -p "$root"
+work=$(mktemp -d "$root/.install-XXXXXX")
 trap 'rm -rf "$work"' EXIT
 if [ -n "$keyfile" ]; then
   [ -f "$keyfile" ] || fail "--key $keyfile: no such file"
@@ -152,7 +154,6 @@ put() {
   mv -f "$2.new.$$" "$2"
   echo installed
 }
-mkdir -p "$root"
 r=$(put "$b/tools/runsc" "$root/tools/runsc" 0755)
 step "runsc: $r $root/tools/runsc"
 if [ "$root" = /var/lib/airlock ]; then

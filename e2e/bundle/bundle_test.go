@@ -309,6 +309,23 @@ func TestBundle(t *testing.T) {
 		if !strings.Contains(r.stdout, "SHA256:"+strings.TrimSpace(fp)) {
 			t.Errorf("the key's fingerprint %s is not printed: %s", fp, r)
 		}
+		// On a terminal the operator confirms the fingerprint: anything but
+		// yes refuses; yes trusts the bundle's key, and the files are still
+		// checked (here a changed one is found).
+		onTTY := func(answer string) result {
+			cmd := exec.Command("script", "-qec", strings.Join([]string{"bash", installSh, "--prefix", prefix, "--root", root}, " "), "/dev/null")
+			cmd.Stdin = strings.NewReader(answer + "\n")
+			return runCmd(cmd)
+		}
+		if r := onTTY("no"); r.code == 0 || !strings.Contains(r.stdout, "SHA256:"+strings.TrimSpace(fp)) || !strings.Contains(r.stdout, "key not confirmed") {
+			t.Errorf("answered no: %s", r)
+		}
+		restore := flip(t, filepath.Join(bundle, "deps.txt"), 0)
+		r = onTTY("yes")
+		restore()
+		if r.code == 0 || !strings.Contains(r.stdout, "signature verified") || !strings.Contains(r.stdout, "deps.txt: sha256") {
+			t.Errorf("answered yes, deps.txt changed: %s", r)
+		}
 	})
 	if t.Failed() {
 		t.FailNow()

@@ -224,6 +224,7 @@ func TestBundle(t *testing.T) {
 	installSh := filepath.Join(bundle, "install.sh")
 
 	prefix, root := filepath.Join(tmp, "prefix"), filepath.Join(tmp, "root")
+	defer cleanup(t, root) // even when a refusal failed and installed
 	install := func(args ...string) result {
 		return offline(t, tools, append([]string{"bash", installSh, "--prefix", prefix, "--root", root}, args...)...)
 	}
@@ -332,7 +333,6 @@ func TestBundle(t *testing.T) {
 	}
 
 	// Install, with no network, then again: nothing changes.
-	defer cleanup(t, root)
 	r := install("--key", pub)
 	t.Logf("install.sh:\n%s%s", r.stdout, r.stderr)
 	if r.code != 0 || !strings.Contains(r.stdout, "no dockerd: the oci engine needs nothing more") {

@@ -51,7 +51,12 @@ func Export(ctx context.Context, st *store.Store, refs []Ref, w io.Writer, progr
 			blobs = append(blobs, b)
 		}
 	}
+	listed := map[string]bool{}
 	for _, ref := range refs {
+		if listed[ref.ID.String()] {
+			continue // named twice: one entry, so the layout holds each image once
+		}
+		listed[ref.ID.String()] = true
 		var e store.Entry
 		for _, x := range entries {
 			if x.ID == ref.ID {

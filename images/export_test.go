@@ -110,6 +110,17 @@ func TestExportRoundTrip(t *testing.T) {
 		t.Errorf("OpenImage of an absent ID: %v, want ErrNotRequired", err)
 	}
 
+	// The same image twice is one image.
+	twice, err := exportFile(t, st, Ref{ID: a}, Ref{Name: "x/y", ID: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if src, err := Open(t.Context(), twice); err != nil {
+		t.Errorf("Open of one image named twice: %v", err)
+	} else {
+		src.Close()
+	}
+
 	// Not in the store.
 	if _, err := exportFile(t, st, Ref{ID: digest.FromString("none")}); err == nil {
 		t.Error("exported an image the store does not hold")

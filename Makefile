@@ -18,6 +18,10 @@ setup: ## Install and start everything airlock needs (root; idempotent)
 build: ## Build bin/airlock
 	$(GO) build -trimpath -o bin/airlock ./cmd/airlock
 
+.PHONY: bundle
+bundle: ## Build dist/airlock-<version>-linux-<arch>.tar.gz, the signed offline install bundle (after setup)
+	@./scripts/bundle.sh
+
 .PHONY: run
 run: setup ## Set up, then run a Python job on the default image
 	./bin/airlock run -- python3 -c 'import numpy, matplotlib, platform; print("hello from", platform.node(), "numpy", numpy.__version__, "sum", int(numpy.arange(10).sum()))'
@@ -34,6 +38,8 @@ test: setup ## Set up, then run unit and end-to-end tests against real dockerd a
 		echo "== e2e: engine $$1, isolation $$2"; \
 		AIRLOCK_E2E_ENGINE=$$1 AIRLOCK_E2E_ISOLATION=$$2 $(GO) test -count=1 -tags e2e -timeout 30m -v ./e2e/ || exit 1; \
 	done
+	@# The offline bundle, once: built, installed and run with no network, refused when changed.
+	$(GO) test -count=1 -tags e2e -timeout 15m -v ./e2e/bundle/
 
 .PHONY: unit
 unit: ## Run the unit tests only (no root, no daemon)
@@ -69,8 +75,8 @@ bench-artifacts: ## Artifact copy-out throughput beside `cp -r` of the same tree
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) vet -tags e2e ./e2e/
+	$(GO) vet -tags e2e ./e2e/ ./e2e/bundle/
 
 .PHONY: clean
 clean: ## Remove build outputs
-	rm -rf bin e2e.log sandboxes-e2e.log
+	rm -rf bin dist e2e.log sandboxes-e2e.log

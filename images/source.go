@@ -15,11 +15,16 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
 
 // ErrFormat is wrapped when a file is not an image airlock can read.
 var ErrFormat = errors.New("unrecognised image format")
+
+// ErrNotRequired is wrapped when an archive does not hold the image a
+// caller required by ID.
+var ErrNotRequired = errors.New("the archive does not hold the required image")
 
 // Source is an image read from disk, not yet verified.
 type Source struct {
@@ -47,6 +52,14 @@ func (s *Source) Close() error {
 // `docker save` archive. The layout or archive must hold exactly one image
 // for this machine's platform. ctx ends the unpacking of a layout tar.
 func Open(ctx context.Context, path string) (*Source, error) {
+	return OpenImage(ctx, path, "")
+}
+
+// OpenImage is Open, except that when id is not empty, an OCI layout may
+// hold several images and the one whose manifest names config id is
+// chosen. The choice is by what the manifest claims: Verify then computes
+// the real ID, which the caller must compare with id.
+func OpenImage(ctx context.Context, path string, id digest.Digest) (*Source, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("opening image %q: %w", path, err)
@@ -55,7 +68,7 @@ func Open(ctx context.Context, path string) (*Source, error) {
 		if _, err := os.Stat(filepath.Join(path, ocispec.ImageLayoutFile)); err != nil {
 			return nil, fmt.Errorf("%w: directory %q has no %s file; give an OCI image layout, a tar of one, or a `docker save` archive", ErrFormat, path, ocispec.ImageLayoutFile)
 		}
-		return openLayout(path, nil)
+		return openLayout(path, id, nil)
 	}
 	kind, err := sniffTar(path)
 	if err != nil {
@@ -72,7 +85,7 @@ func Open(ctx context.Context, path string) (*Source, error) {
 			done()
 			return nil, err
 		}
-		return openLayout(dir, done)
+		return openLayout(dir, id, done)
 	default:
 		img, err := tarball.ImageFromPath(path, nil)
 		if err != nil {
@@ -161,7 +174,7 @@ func extractLayout(ctx context.Context, path, dir string) error {
 	}
 }
 
-func openLayout(dir string, cleanup func()) (*Source, error) {
+func openLayout(dir string, id digest.Digest, cleanup func()) (*Source, error) {
 	fail := func(err error) (*Source, error) {
 		if cleanup != nil {
 			cleanup()
@@ -177,12 +190,24 @@ func openLayout(dir string, cleanup func()) (*Source, error) {
 	if err := collect(idx, &found, &images, 0); err != nil {
 		return fail(err)
 	}
+	if id != "" && len(images) > 1 {
+		var keep []int
+		for i, img := range images {
+			if cfg, err := img.ConfigName(); err == nil && cfg.String() == id.String() {
+				keep = append(keep, i)
+			}
+		}
+		if len(keep) == 0 {
+			return fail(fmt.Errorf("%w: none of the %d images in the OCI layout is %s", ErrNotRequired, len(images), id))
+		}
+		found, images = []v1.Descriptor{found[keep[0]]}, []v1.Image{images[keep[0]]}
+	}
 	switch len(images) {
 	case 1:
 	case 0:
 		return fail(fmt.Errorf("%w: the OCI layout holds no image for %s/%s", ErrFormat, runtime.GOOS, runtime.GOARCH))
 	default:
-		return fail(fmt.Errorf("%w: the OCI layout holds %d images for %s/%s; export one image per layout", ErrFormat, len(images), runtime.GOOS, runtime.GOARCH))
+		return fail(fmt.Errorf("%w: the OCI layout holds %d images for %s/%s; export one image per layout, or choose one with --require-digest", ErrFormat, len(images), runtime.GOOS, runtime.GOARCH))
 	}
 	d := found[0]
 	return &Source{

@@ -30,12 +30,13 @@ func newImageCmd(g *globals) *cobra.Command {
 and printed as a pinned reference to pass to 'airlock run --image'. airlock
 never pulls from a registry.`,
 	}
-	cmd.AddCommand(newImageImportCmd(g), newImageLsCmd(g), newImageRmCmd(g), newImageDefaultCmd(g))
+	cmd.AddCommand(newImageImportCmd(g), newImageExportCmd(g), newImageLsCmd(g), newImageRmCmd(g), newImageDefaultCmd(g))
 	return cmd
 }
 
 type importFlags struct {
 	name, workdir, user, recipe string
+	requireDigest               string
 	env                         []string
 	rootfs, setDefault          bool
 }
@@ -54,10 +55,17 @@ func newImageImportCmd(g *globals) *cobra.Command {
 Every blob is checked against its digest and size, and every layer against
 the config's diff_ids, before anything reaches the engine. The pinned
 reference NAME@sha256:<image id> is printed on stdout; progress goes to
-stderr.`,
+stderr.
+
+With --require-digest sha256:<id>, the import is refused unless the image
+is exactly that one: its ID, the sha256 of its config, computed from the
+verified bytes, must be the digest given. From an OCI layout that holds
+several images (as 'airlock image export' writes for several references),
+it picks that image.`,
 		Example: `  airlock image import ./python-oci/
   airlock image import --name team/py python.tar
-  airlock image import --rootfs rootfs.tar --name airlock/default --env PATH=/usr/bin:/bin --default`,
+  airlock image import --rootfs rootfs.tar --name airlock/default --env PATH=/usr/bin:/bin --default
+  airlock image import --require-digest sha256:efead35c7fed588d602010f8390b523b6640713ae89ac94adb2911df6f7767db default.tar`,
 		Args: exactArgs(1, "give the path of one image archive or layout"),
 		RunE: func(cmd *cobra.Command, args []string) error { return runImport(cmd, g, f, args[0]) },
 	}
@@ -69,6 +77,7 @@ stderr.`,
 	fl.StringVar(&f.user, "user", "65534:65534", "with --rootfs: image default user")
 	fl.BoolVar(&f.setDefault, "default", false, "make this the image `airlock run` uses without --image")
 	fl.StringVar(&f.recipe, "recipe", "", "with --default: sha256 of the recipe that built the image, recorded in the lock")
+	fl.StringVar(&f.requireDigest, "require-digest", "", "refuse the archive unless its image ID is exactly this sha256:<id>")
 	return cmd
 }
 
@@ -107,15 +116,26 @@ type dockerLoader interface {
 // store's blobs first, then dockerd, then the store's index and airlock's,
 // each step undone if a later one fails.
 func importImage(ctx context.Context, g *globals, f *importFlags, path string, eng dockerLoader, step images.Progress) (ref images.Ref, err error) {
+	var want digest.Digest
+	if f.requireDigest != "" {
+		r, err := images.ParseRef(f.requireDigest)
+		if err != nil || r.Name != "" {
+			return ref, usageError{fmt.Errorf("--require-digest %q: give the image ID as sha256:<64 hex digits>, as `airlock image ls` prints it after the @", f.requireDigest)}
+		}
+		want = r.ID
+	}
 	var src *images.Source
 	if f.rootfs {
 		step("hashing root filesystem %s", path)
 		src, err = images.FromRootfs(path, images.RootfsConfig{Env: f.env, WorkingDir: f.workdir, User: f.user, Created: time.Unix(0, 0)})
 	} else {
 		step("reading %s", path)
-		src, err = images.Open(ctx, path)
+		src, err = images.OpenImage(ctx, path, want)
 	}
 	if err != nil {
+		if errors.Is(err, images.ErrNotRequired) {
+			return ref, fmt.Errorf("%w: %s: %w; nothing was imported", errdefs.ErrInvalidArgument, path, err)
+		}
 		if errors.Is(err, images.ErrFormat) {
 			return ref, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
 		}
@@ -133,6 +153,9 @@ func importImage(ctx context.Context, g *globals, f *importFlags, path string, e
 		return ref, fmt.Errorf("%w: verifying %s: %w; the archive is damaged or was tampered with, so nothing was imported", errdefs.ErrInvalidArgument, path, err)
 	}
 	step("verified %d layer(s), %s, image %s", v.Layers, humanSize(v.Size), v.ID)
+	if want != "" && v.ID != want {
+		return ref, fmt.Errorf("%w: %s holds image %s, not the %s that --require-digest requires; nothing was imported (check that you carried the right archive)", errdefs.ErrInvalidArgument, path, v.ID, want)
+	}
 
 	repo := f.name
 	if repo == "" {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/containerd/errdefs"
@@ -190,4 +191,31 @@ func verifiedID(t *testing.T, path string) digest.Digest {
 		t.Fatal(err)
 	}
 	return v.ID
+}
+
+// --require-digest refuses any other image, as invalid input, before
+// anything is stored or loaded; the right digest imports.
+func TestImportRequireDigest(t *testing.T) {
+	quiet := func(string, ...any) {}
+	good := testLayout(t, tar.Header{Typeflag: tar.TypeReg, Name: "etc/hello", Size: 3})
+	id := verifiedID(t, good)
+	g := &globals{root: t.TempDir()}
+	d := &fakeDocker{}
+	other := digest.FromString("another image")
+	_, err := importImage(t.Context(), g, &importFlags{requireDigest: other.String()}, good, d, quiet)
+	if exitCode(err) != exitUsage || !strings.Contains(err.Error(), other.String()) || !strings.Contains(err.Error(), id.String()) {
+		t.Fatalf("got %v (exit %d), want exit %d naming both images", err, exitCode(err), exitUsage)
+	}
+	if s, i := listed(t, g.root, id); s || i || len(d.loaded) != 0 {
+		t.Fatalf("a refused import: store %v, index %v, loaded %v", s, i, d.loaded)
+	}
+	for _, bad := range []string{"sha256:abc", "team/x@" + id.String(), "md5:0"} {
+		if _, err := importImage(t.Context(), g, &importFlags{requireDigest: bad}, good, d, quiet); exitCode(err) != exitUsage {
+			t.Errorf("--require-digest %q: %v, want a usage error", bad, err)
+		}
+	}
+	ref, err := importImage(t.Context(), g, &importFlags{requireDigest: id.String()}, good, d, quiet)
+	if err != nil || ref.ID != id {
+		t.Fatalf("import of the required image: %v, %v", ref, err)
+	}
 }

@@ -56,9 +56,9 @@ type engineOf interface{ engineName() string }
 
 func (p *PolicyRequest) engineName() string { return p.Engine }
 
-// admitted decodes the body into q and answers with do's response, on
+// admitted decodes the body into q, converts it, and answers with do's response, on
 // q's engine, within MaxSandboxes and through the Idempotency-Key.
-func (s *Server) admitted(w http.ResponseWriter, r *http.Request, persist bool, q engineOf, do func(*runner.Runner) (int, []byte)) {
+func (s *Server) admitted(w http.ResponseWriter, r *http.Request, persist bool, q engineOf, convert func() error, do func(*runner.Runner) (int, []byte)) {
 	body, err := readAllCapped(w, r, s.opt.MaxBody)
 	if err != nil {
 		writeError(w, err)
@@ -66,6 +66,9 @@ func (s *Server) admitted(w http.ResponseWriter, r *http.Request, persist bool, 
 	}
 	s.idempotent(w, r, body, persist, func() (int, []byte) {
 		if err := decodeJSON(bytes.NewReader(body), q); err != nil {
+			return encodeError(err)
+		}
+		if err := convert(); err != nil {
 			return encodeError(err)
 		}
 		rn, err := s.runnerFor(q.engineName())
@@ -83,11 +86,9 @@ func (s *Server) admitted(w http.ResponseWriter, r *http.Request, persist bool, 
 
 func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 	var q RunRequest
-	s.admitted(w, r, false, &q, func(rn *runner.Runner) (int, []byte) {
-		spec, err := q.spec()
-		if err != nil {
-			return encodeError(err)
-		}
+	var spec runner.Spec
+	convert := func() (err error) { spec, err = q.spec(); return err }
+	s.admitted(w, r, false, &q, convert, func(rn *runner.Runner) (int, []byte) {
 		s.inflight.Add(1)
 		defer s.inflight.Done()
 		begin := time.Now()
@@ -107,11 +108,9 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) postSandbox(w http.ResponseWriter, r *http.Request) {
 	var q SandboxRequest
-	s.admitted(w, r, true, &q, func(rn *runner.Runner) (int, []byte) {
-		spec, err := q.spec()
-		if err != nil {
-			return encodeError(err)
-		}
+	var spec runner.SandboxSpec
+	convert := func() (err error) { spec, err = q.spec(); return err }
+	s.admitted(w, r, true, &q, convert, func(rn *runner.Runner) (int, []byte) {
 		begin := time.Now()
 		// A client that hangs up does not undo the create: its retry, with
 		// the same Idempotency-Key, gets this sandbox.

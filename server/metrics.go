@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/airlock-sandbox/airlock/artifacts"
@@ -65,6 +66,8 @@ func newMetrics(root string) *metrics {
 		runner.ReasonInvalidPath, runner.ReasonNotFound, runner.ReasonNoSpace, runner.ReasonIsDirectory} {
 		m.rejected.WithLabelValues(string(r))
 	}
+	// The server's own goroutines and memory, to watch it for leaks.
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(m.orphans, m.createDur, m.execDur, m.runDur, m.termFail, m.rejected, m.runs, &sandboxCollector{root: root})
 	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 	return m

@@ -71,6 +71,13 @@ func (e *execSession) finish(res runner.Result, err error) {
 	e.mu.Unlock()
 }
 
+// outcome is the exec's Result, or why it could not run.
+func (e *execSession) outcome() (runner.Result, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.result, e.err
+}
+
 // snapshot returns what lies past off in each stream, whether the exec
 // has ended (then the chunks are the last), and a channel closed at the
 // next change.
@@ -217,9 +224,7 @@ func pump(ctx context.Context, e *execSession, off [2]int64, text bool, send fun
 			off[i] += int64(len(c))
 		}
 		if done {
-			e.mu.Lock()
-			res, err := e.result, e.err
-			e.mu.Unlock()
+			res, err := e.outcome()
 			if err != nil {
 				return send(errorEvent{Type: "error", Error: errorDetail(err)})
 			}
@@ -257,11 +262,12 @@ func (s *Server) postExec(w http.ResponseWriter, r *http.Request) {
 	e := s.startExec(r.Context(), sb, spec, false, false)
 	if !acceptsNDJSON(r) {
 		<-e.wait()
-		if e.err != nil {
-			writeError(w, e.err)
+		res, err := e.outcome()
+		if err != nil {
+			writeError(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, e.result)
+		writeJSON(w, http.StatusOK, res)
 		return
 	}
 	http.NewResponseController(w).SetWriteDeadline(time.Time{})

@@ -562,3 +562,86 @@ func TestServeRunsAndMetrics(t *testing.T) {
 		t.Fatalf("create latency not observed")
 	}
 }
+
+func TestServeIdempotentRun(t *testing.T) {
+	s := startServer(t)
+	a := s.apis()[0]
+	req := map[string]any{"argv": []string{"python3", "-c", "import uuid; print(uuid.uuid4())"}, "engine": engineName, "isolation": isolationName}
+	var first, second runner.Result
+	a.call(t, "POST", "/v1/runs", req, 200, &first, "Idempotency-Key", "run-once-1")
+	st, hdr, body := a.do(t, "POST", "/v1/runs", bytes.NewReader(mustJSON(req)), "Idempotency-Key", "run-once-1")
+	if json.Unmarshal(body, &second); st != 200 || hdr.Get("Idempotent-Replayed") != "true" || second.ID != first.ID || string(second.Stdout.Head) != string(first.Stdout.Head) {
+		t.Fatalf("a retried run: %d %v\nfirst %s %q\nsecond %s %q", st, hdr, first.ID, first.Stdout.Head, second.ID, second.Stdout.Head)
+	}
+	var e apiError
+	req["argv"] = []string{"true"}
+	a.call(t, "POST", "/v1/runs", req, 400, &e, "Idempotency-Key", "run-once-1")
+	if e.Error.Kind != "invalid_input" || !strings.Contains(e.Error.Message, "different request body") {
+		t.Fatalf("a key reused for another run: %+v", e)
+	}
+}
+
+func mustJSON(v any) []byte { b, _ := json.Marshal(v); return b }
+
+func TestServeOverLimit(t *testing.T) {
+	s := startServer(t, "--max-sandboxes", "1")
+	a := s.apis()[0]
+	a.create(t, nil)
+	var e apiError
+	a.call(t, "POST", "/v1/sandboxes", map[string]any{"engine": engineName, "isolation": isolationName}, http.StatusTooManyRequests, &e)
+	if e.Error.Kind != "over_limit" || !strings.Contains(e.Error.Message, "--max-sandboxes 1") {
+		t.Fatalf("past --max-sandboxes: %+v", e)
+	}
+	a.call(t, "POST", "/v1/runs", map[string]any{"argv": []string{"true"}, "engine": engineName, "isolation": isolationName}, http.StatusTooManyRequests, &e)
+}
+
+// TestServeDrain: SIGTERM lets an exec in progress finish and answer.
+func TestServeDrain(t *testing.T) {
+	s := startServer(t)
+	a := s.apis()[0]
+	var si runner.SandboxInfo
+	a.call(t, "POST", "/v1/sandboxes", map[string]any{"engine": engineName, "isolation": isolationName}, http.StatusCreated, &si)
+	type answer struct {
+		res runner.Result
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		resp, err := a.client.Post(a.base+"/v1/sandboxes/"+si.ID+"/exec", "application/json", strings.NewReader(`{"argv":["sh","-c","sleep 2; echo drained"]}`))
+		if err != nil {
+			done <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		var res runner.Result
+		err = json.NewDecoder(resp.Body).Decode(&res)
+		done <- answer{res, err}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var cur runner.SandboxInfo
+		a.call(t, "GET", "/v1/sandboxes/"+si.ID, nil, 200, &cur)
+		if cur.State == "running" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the exec never started")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	got := <-done
+	if got.err != nil || got.res.Reason != "exited" || string(got.res.Stdout.Head) != "drained\n" {
+		t.Fatalf("the exec in progress at SIGTERM: %+v %v", got.res, got.err)
+	}
+	if err := s.cmd.Wait(); err != nil {
+		t.Fatalf("airlock serve after draining: %v\n%s", err, s.stderr)
+	}
+	// The sandbox outlived the server.
+	s2 := startServer(t)
+	b := s2.apis()[0]
+	if res := b.exec(t, si.ID, map[string]any{"argv": []string{"echo", "still here"}}); string(res.Stdout.Head) != "still here\n" {
+		t.Fatalf("after the drain: %+v", res)
+	}
+	b.call(t, "DELETE", "/v1/sandboxes/"+si.ID, nil, http.StatusNoContent, nil)
+}

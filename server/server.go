@@ -140,6 +140,14 @@ func (s *Server) routes() []route {
 // trusted on the socket's permissions.
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if rest, ok := s.fusionPath(r); ok {
+			// SandboxFusion clients give a URL and no headers: the token
+			// may be its first path segment, for these routes only.
+			r = r.Clone(r.Context())
+			r.URL.Path, r.URL.RawPath = rest, ""
+			s.mux.ServeHTTP(w, r)
+			return
+		}
 		if viaTCP(r.Context()) && !s.authorized(r) {
 			writeError(w, newError(KindUnauthorized, "this request needs `Authorization: Bearer <token>`: the token is in <root>/server/token (or the file given to airlock serve --token-file)"))
 			return
@@ -160,6 +168,24 @@ func (s *Server) authorized(r *http.Request) bool {
 	}
 	a, b := sha256.Sum256([]byte(given)), sha256.Sum256([]byte(s.opt.Token))
 	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
+}
+
+// fusionPath recognises /t/<token>/run_code and /t/<token>/v1/ping, the
+// SandboxFusion routes with the token in the URL, and returns the route.
+func (s *Server) fusionPath(r *http.Request) (string, bool) {
+	rest, ok := strings.CutPrefix(r.URL.Path, "/t/")
+	if !ok || s.opt.Token == "" {
+		return "", false
+	}
+	tok, route, ok := strings.Cut(rest, "/")
+	if !ok || (route != "run_code" && route != "v1/ping") {
+		return "", false
+	}
+	a, b := sha256.Sum256([]byte(tok)), sha256.Sum256([]byte(s.opt.Token))
+	if subtle.ConstantTimeCompare(a[:], b[:]) != 1 {
+		return "", false
+	}
+	return "/" + route, true
 }
 
 type tcpKey struct{}

@@ -374,4 +374,13 @@ func TestFusionRefusesUnknownLanguage(t *testing.T) {
 	if rec := do(t, s.Handler(), false, "GET", "/v1/ping", ""); rec.Body.String() != "\"pong\"\n" {
 		t.Fatalf("ping: %q", rec.Body)
 	}
+	// The token as the URL's first segment, for the SandboxFusion routes only.
+	if rec := do(t, s.Handler(), true, "GET", "/t/"+testToken+"/v1/ping", ""); rec.Code != 200 || rec.Body.String() != "\"pong\"\n" {
+		t.Fatalf("ping with the token in the URL: %d %q", rec.Code, rec.Body)
+	}
+	for _, p := range []string{"/t/" + testToken + "/v1/sandboxes", "/t/wrong" + testToken + "/v1/ping", "/t//run_code", "/t/" + testToken + "/../v1/sandboxes"} {
+		if rec := do(t, s.Handler(), true, "GET", p, ""); rec.Code != 401 {
+			t.Errorf("%s over TCP: %d, want 401", p, rec.Code)
+		}
+	}
 }

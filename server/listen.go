@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -42,8 +43,11 @@ func ListenUnix(path string) (net.Listener, error) {
 		}
 		os.Remove(path)
 	}
-	// Made owner-only, then opened to the group once its owner is set.
+	// Made owner-only (no window where others may connect), then opened
+	// to the group once its owner is set.
+	old := syscall.Umask(0o177)
 	l, err := (&net.ListenConfig{}).Listen(context.Background(), "unix", path)
+	syscall.Umask(old)
 	if err != nil {
 		return nil, fmt.Errorf("%w: listening on %s: %v", errdefs.ErrUnavailable, path, err)
 	}

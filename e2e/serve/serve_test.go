@@ -654,3 +654,34 @@ func TestServeDrain(t *testing.T) {
 	}
 	b.call(t, "DELETE", "/v1/sandboxes/"+si.ID, nil, http.StatusNoContent, nil)
 }
+
+// TestServeNDJSONPython: Python's http.client reads the NDJSON stream
+// line by line, each event as it comes.
+func TestServeNDJSONPython(t *testing.T) {
+	s := startServer(t)
+	a := s.apis()[0]
+	id := a.create(t, nil).ID
+	host, port, _ := strings.Cut(s.addr, ":")
+	script := `import base64, http.client, json, sys
+c = http.client.HTTPConnection(sys.argv[1], int(sys.argv[2]))
+body = json.dumps({"argv": ["sh", "-c", "for i in 1 2 3; do echo line$i; done; echo oops >&2; exit 3"]})
+c.request("POST", "/v1/sandboxes/%s/exec" % sys.argv[3], body, {"Authorization": "Bearer " + sys.argv[4], "Accept": "application/x-ndjson"})
+r = c.getresponse()
+assert r.status == 200, r.status
+out = {"stdout": b"", "stderr": b""}
+while True:
+    line = r.readline()
+    if not line:
+        break
+    ev = json.loads(line)
+    if ev["type"] == "exit":
+        print(out["stdout"].decode() + out["stderr"].decode() + "exit=%d" % ev["result"]["exit_code"])
+        break
+    assert ev["offset"] == len(out[ev["type"]])
+    out[ev["type"]] += base64.b64decode(ev["data_b64"])
+`
+	out, err := exec.Command("python3", "-c", script, host, port, id, s.token).CombinedOutput()
+	if err != nil || string(out) != "line1\nline2\nline3\noops\nexit=3\n" {
+		t.Fatalf("python http.client: %v: %q", err, out)
+	}
+}

@@ -96,6 +96,19 @@ func testSession(t *testing.T, a api) {
 	}
 
 	t.Run("HostileTransfers", func(t *testing.T) { testHostile(t, a, id) })
+	t.Run("TimeoutLeavesNothing", func(t *testing.T) {
+		res := a.exec(t, id, map[string]any{"argv": []string{"sh", "-c", "sleep 100 & sleep 100"}, "timeout": "1s"})
+		if res.Reason != "timeout" {
+			t.Fatalf("exec with timeout 1s: %+v", res)
+		}
+		ps := "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c '^sleep' || true"
+		if res := a.exec(t, id, map[string]any{"argv": []string{"sh", "-c", ps}}); strings.TrimSpace(string(res.Stdout.Head)) != "0" {
+			t.Fatalf("sleeps left after the timeout: %q", res.Stdout.Head)
+		}
+		if res := a.exec(t, id, map[string]any{"argv": []string{"python3", "-c", "import mod42; print(mod42.ANSWER)"}}); string(res.Stdout.Head) != "42\n" {
+			t.Fatalf("the exec after the timeout: %+v", res)
+		}
+	})
 
 	// Delete, then exec is not_found; delete again succeeds.
 	a.call(t, "DELETE", "/v1/sandboxes/"+id, nil, http.StatusNoContent, nil)
@@ -109,12 +122,18 @@ func testSession(t *testing.T, a api) {
 }
 
 func testHostile(t *testing.T, a api, id string) {
-	plant := "ln -s /etc evil; ln -s /etc/shadow shadow; truncate -s 1T big; mkdir adir"
+	plant := "ln -s /etc evil; ln -s /etc/shadow shadow; mkfifo fifo; truncate -s 1T big; mkdir adir"
 	if res := a.exec(t, id, map[string]any{"argv": []string{"sh", "-c", plant}}); res.ExitCode != 0 {
 		t.Fatalf("planting: %+v", res)
 	}
 	etc, _ := os.ReadFile("/etc/passwd")
+	// gVisor keeps a FIFO in its own memory: the host never sees one.
+	fifo := "not_regular"
+	if isolationName == "gvisor" {
+		fifo = "not_found"
+	}
 	for _, c := range []struct{ name, method, path, reason string }{
+		{"DownloadFIFO", "GET", "/home/user/fifo", fifo},
 		{"UploadDotDot", "PUT", "../../etc/x", "invalid_path"},
 		{"UploadEtcPasswd", "PUT", "/etc/passwd", "invalid_path"},
 		{"UploadThroughSymlink", "PUT", "/home/user/evil/x", "symlink"},
@@ -125,8 +144,12 @@ func testHostile(t *testing.T, a api, id string) {
 		t.Run(c.name, func(t *testing.T) {
 			st, _, body := a.do(t, c.method, "/v1/sandboxes/"+id+"/files?path="+c.path, strings.NewReader("owned\n"))
 			var e apiError
-			if json.Unmarshal(body, &e); st != 400 || e.Error.Kind != "invalid_input" || e.Error.Reason != c.reason {
-				t.Fatalf("%d %s; want 400 invalid_input (%s)", st, body, c.reason)
+			kind, status := "invalid_input", 400
+			if c.reason == "not_found" {
+				kind, status = "not_found", 404
+			}
+			if json.Unmarshal(body, &e); st != status || e.Error.Kind != kind || e.Error.Reason != c.reason {
+				t.Fatalf("%d %s; want %d %s (%s)", st, body, status, kind, c.reason)
 			}
 		})
 	}
@@ -684,4 +707,27 @@ while True:
 	if err != nil || string(out) != "line1\nline2\nline3\noops\nexit=3\n" {
 		t.Fatalf("python http.client: %v: %q", err, out)
 	}
+}
+
+// TestServeIdleTimeout: a sandbox made through the API ends at its idle
+// timeout with no request to the server, and the API says it is gone.
+func TestServeIdleTimeout(t *testing.T) {
+	s := startServer(t)
+	a := s.apis()[1]
+	var si runner.SandboxInfo
+	a.call(t, "POST", "/v1/sandboxes", map[string]any{"engine": engineName, "isolation": isolationName, "idle_timeout": "2s"}, http.StatusCreated, &si)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		st, _, _ := a.do(t, "GET", "/v1/sandboxes/"+si.ID, nil)
+		if st == http.StatusNotFound {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox %s still there 15s after a 2s idle timeout", si.ID)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	var e apiError
+	a.call(t, "POST", "/v1/sandboxes/"+si.ID+"/exec", map[string]any{"argv": []string{"true"}}, http.StatusNotFound, &e)
+	a.call(t, "DELETE", "/v1/sandboxes/"+si.ID, nil, http.StatusNoContent, nil)
 }

@@ -105,9 +105,6 @@ func New(opt Options) (*Server, error) {
 	for _, rt := range s.routes() {
 		s.mux.HandleFunc(rt.method+" "+rt.path, rt.handle)
 	}
-	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, newError(KindNotFound, fmt.Sprintf("no route %s %s; docs/api.md and /v1/openapi.json list the API", r.Method, r.URL.Path)))
-	})
 	for prefix, h := range opt.Extra {
 		prefix = "/" + strings.Trim(prefix, "/")
 		s.mux.Handle(prefix, h)
@@ -153,8 +150,32 @@ func (s *Server) Handler() http.Handler {
 			return
 		}
 		w.Header().Set("Cache-Control", "no-store")
+		if _, pattern := s.mux.Handler(r); pattern == "" {
+			s.noRoute(w, r)
+			return
+		}
 		s.mux.ServeHTTP(w, r)
 	})
+}
+
+// noRoute answers a request no route takes, in the error shape: a path
+// served with other methods is invalid_input (with Allow), any other
+// not_found.
+func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{"GET", "POST", "PUT", "DELETE"} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := s.mux.Handler(probe); pattern != "" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeError(w, invalid("%s %s: this path takes %s (see docs/api.md)", r.Method, r.URL.Path, strings.Join(allow, ", ")))
+		return
+	}
+	writeError(w, newError(KindNotFound, fmt.Sprintf("no route %s %s; docs/api.md and /v1/openapi.json list the API", r.Method, r.URL.Path)))
 }
 
 // authorized compares the bearer token in constant time.

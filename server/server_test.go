@@ -133,6 +133,7 @@ func TestErrors(t *testing.T) {
 		{"exec with type", "POST", "/v1/sandboxes/sb-0123456789abcdef0123/exec", `{"type":"execute","argv":["true"]}`, KindInvalidInput, "WebSocket"},
 		{"file without path", "GET", "/v1/sandboxes/sb-0123456789abcdef0123/files", ``, KindInvalidInput, "?path="},
 		{"unknown route", "GET", "/v2/whatever", ``, KindNotFound, "no route"},
+		{"wrong method", "PATCH", "/v1/sandboxes/sb-0123456789abcdef0123", ``, KindInvalidInput, "takes GET, DELETE"},
 		{"engine unavailable", "POST", "/v1/runs", `{"argv":["true"]}`, KindInternal, "no engine"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

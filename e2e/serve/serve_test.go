@@ -408,6 +408,9 @@ func TestServeKill9(t *testing.T) {
 		a.call(t, "POST", "/v1/sandboxes", map[string]any{"engine": engineName, "isolation": isolationName}, http.StatusCreated, &si)
 		ids = append(ids, si.ID)
 	}
+	// One more that goes idle: its supervisor ends it without the server.
+	var idle runner.SandboxInfo
+	a.call(t, "POST", "/v1/sandboxes", map[string]any{"engine": engineName, "isolation": isolationName, "idle_timeout": "3s"}, http.StatusCreated, &idle)
 	// An exec in progress when the server is SIGKILLed.
 	started := make(chan struct{})
 	go func() {
@@ -451,6 +454,16 @@ func TestServeKill9(t *testing.T) {
 		}
 	}
 	b := s2.apis()[0]
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		if st, _, _ := b.do(t, "GET", "/v1/sandboxes/"+idle.ID, nil); st == http.StatusNotFound {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the idle sandbox %s outlived its 3s idle timeout by 20s after the server was killed", idle.ID)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	for _, id := range ids {
 		if res := b.exec(t, id, map[string]any{"argv": []string{"echo", "alive"}}); string(res.Stdout.Head) != "alive\n" {
 			t.Fatalf("exec after the restart: %+v", res)

@@ -134,7 +134,21 @@ func decodeJSON(r io.Reader, v any) error {
 	return nil
 }
 
+// firstErr is the first of errs that is not nil.
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// parseDuration sets dst from s, unless s is empty (the default).
 func parseDuration(field, s string, dst *time.Duration) error {
+	if s == "" {
+		return nil
+	}
 	d, err := units.ParseDuration(s)
 	if err != nil || d <= 0 {
 		return invalid("%s %q: give a positive duration such as \"30s\" or \"500ms\"", field, s)
@@ -143,7 +157,11 @@ func parseDuration(field, s string, dst *time.Duration) error {
 	return nil
 }
 
+// parseBytes sets dst from s, unless s is empty (the default).
 func parseBytes(field, s string, dst *units.Bytes) error {
+	if s == "" {
+		return nil
+	}
 	b, err := units.ParseBytes(s)
 	if err != nil || b <= 0 {
 		return invalid("%s %q: give a positive size such as \"512MiB\" or \"1.5GiB\"", field, s)
@@ -177,20 +195,14 @@ func (p *PolicyRequest) policy() (isolation.Policy, error) {
 		}
 	}
 	l := &pol.Limits
-	if p.Timeout != "" {
-		if err := parseDuration("timeout", p.Timeout, &l.Timeout); err != nil {
-			return pol, err
-		}
-	}
-	for _, b := range []struct {
-		name, v string
-		dst     *units.Bytes
-	}{{"memory", p.Memory, &l.Memory}, {"output_limit", p.OutputLimit, &l.Output}, {"tmp_size", p.TmpSize, &l.Tmp}, {"file_size", p.FileSize, &l.FileSize}} {
-		if b.v != "" {
-			if err := parseBytes(b.name, b.v, b.dst); err != nil {
-				return pol, err
-			}
-		}
+	if err := firstErr(
+		parseDuration("timeout", p.Timeout, &l.Timeout),
+		parseBytes("memory", p.Memory, &l.Memory),
+		parseBytes("output_limit", p.OutputLimit, &l.Output),
+		parseBytes("tmp_size", p.TmpSize, &l.Tmp),
+		parseBytes("file_size", p.FileSize, &l.FileSize),
+	); err != nil {
+		return pol, err
 	}
 	if p.CPUs != "" {
 		if l.CPUs, err = units.ParseCPUs(string(p.CPUs)); err != nil || l.CPUs <= 0 {
@@ -222,21 +234,17 @@ func (p *PolicyRequest) output() (runner.Output, error) {
 		return o, nil
 	}
 	o.Dir, o.AllowDotfiles = p.OutDir, p.ArtifactsAllowDotfiles
-	if p.OutLimit != "" {
-		if err := parseBytes("out_limit", p.OutLimit, &o.Size); err != nil {
-			return o, err
-		}
+	if err := firstErr(
+		parseBytes("out_limit", p.OutLimit, &o.Size),
+		parseBytes("artifact_max_size", p.ArtifactMaxSize, &o.MaxFileSize),
+	); err != nil {
+		return o, err
 	}
 	if p.OutFiles != nil {
 		if *p.OutFiles <= 0 {
 			return o, invalid("out_files %d: give a positive number; for no output directory, set out_dir to none", *p.OutFiles)
 		}
 		o.Files = *p.OutFiles
-	}
-	if p.ArtifactMaxSize != "" {
-		if err := parseBytes("artifact_max_size", p.ArtifactMaxSize, &o.MaxFileSize); err != nil {
-			return o, err
-		}
 	}
 	if p.ArtifactTypes != nil {
 		types, err := mimeList("artifact_types", p.ArtifactTypes)
@@ -312,20 +320,12 @@ func (q *SandboxRequest) spec() (runner.SandboxSpec, error) {
 	if s.Labels == nil {
 		s.Labels = map[string]string{}
 	}
-	if q.IdleTimeout != "" {
-		if err := parseDuration("idle_timeout", q.IdleTimeout, &s.IdleTimeout); err != nil {
-			return s, err
-		}
-	}
-	if q.TTL != "" {
-		if err := parseDuration("ttl", q.TTL, &s.TTL); err != nil {
-			return s, err
-		}
-	}
-	if q.WorkspaceSize != "" {
-		if err := parseBytes("workspace_size", q.WorkspaceSize, &s.WorkspaceSize); err != nil {
-			return s, err
-		}
+	if err := firstErr(
+		parseDuration("idle_timeout", q.IdleTimeout, &s.IdleTimeout),
+		parseDuration("ttl", q.TTL, &s.TTL),
+		parseBytes("workspace_size", q.WorkspaceSize, &s.WorkspaceSize),
+	); err != nil {
+		return s, err
 	}
 	if q.DownloadTypes != nil {
 		if s.DownloadTypes, err = mimeList("download_types", q.DownloadTypes); err != nil {
@@ -346,17 +346,13 @@ func (q *ExecRequest) spec() (runner.ExecSpec, error) {
 		return s, invalid("give stdin_b64 (the whole stdin) or stdin true (input messages), not both")
 	}
 	s = runner.ExecSpec{Argv: q.Argv, Env: q.Env, Workdir: q.Workdir, Detach: q.Detach}
-	if q.Timeout != "" {
-		if err := parseDuration("timeout", q.Timeout, &s.Timeout); err != nil {
-			return s, err
-		}
+	err := firstErr(
+		parseDuration("timeout", q.Timeout, &s.Timeout),
+		parseBytes("output_limit", q.OutputLimit, &s.OutputLimit),
+	)
+	if err != nil {
+		return s, err
 	}
-	if q.OutputLimit != "" {
-		if err := parseBytes("output_limit", q.OutputLimit, &s.OutputLimit); err != nil {
-			return s, err
-		}
-	}
-	var err error
 	s.Stdin, err = decodeStdin(q.StdinB64)
 	return s, err
 }

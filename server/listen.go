@@ -127,6 +127,13 @@ func LoadToken(root, file string) (string, error) {
 			return "", fmt.Errorf("%w: creating the token: %v", errdefs.ErrUnavailable, err)
 		}
 	}
+	fi, err := os.Stat(file)
+	if err != nil {
+		return "", fmt.Errorf("%w: reading the token: %v", errdefs.ErrNotFound, err)
+	}
+	if fi.Mode().Perm()&0o004 != 0 {
+		return "", fmt.Errorf("%w: the token file %s is readable by every user (mode %v): chmod 600 it", errdefs.ErrInvalidArgument, file, fi.Mode().Perm())
+	}
 	b, err := os.ReadFile(file)
 	if err != nil {
 		return "", fmt.Errorf("%w: reading the token: %v", errdefs.ErrNotFound, err)

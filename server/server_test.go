@@ -385,3 +385,32 @@ func TestFusionRefusesUnknownLanguage(t *testing.T) {
 		}
 	}
 }
+
+func TestLoadToken(t *testing.T) {
+	root := t.TempDir()
+	tok, err := LoadToken(root, "")
+	if err != nil || len(tok) != 64 {
+		t.Fatalf("generated token %q: %v", tok, err)
+	}
+	fi, _ := os.Stat(filepath.Join(root, "server", "token"))
+	if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("token mode %v", fi.Mode().Perm())
+	}
+	if again, _ := LoadToken(root, ""); again != tok {
+		t.Fatal("the token changed on the second start")
+	}
+	f := filepath.Join(t.TempDir(), "tok")
+	os.WriteFile(f, []byte("short\n"), 0o600)
+	if _, err := LoadToken(root, f); err == nil {
+		t.Fatal("a short token accepted")
+	}
+	os.WriteFile(f, []byte(testToken+"\n"), 0o644)
+	os.Chmod(f, 0o644)
+	if _, err := LoadToken(root, f); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Fatalf("a world-readable token file: %v", err)
+	}
+	os.Chmod(f, 0o600)
+	if got, err := LoadToken(root, f); err != nil || got != testToken {
+		t.Fatalf("%q %v", got, err)
+	}
+}

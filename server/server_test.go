@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"io"
@@ -412,5 +413,35 @@ func TestLoadToken(t *testing.T) {
 	os.Chmod(f, 0o600)
 	if got, err := LoadToken(root, f); err != nil || got != testToken {
 		t.Fatalf("%q %v", got, err)
+	}
+}
+
+func TestServeTLSOnAnyAddress(t *testing.T) {
+	ts := httptest.NewUnstartedServer(nil)
+	ts.StartTLS()
+	conf := &tls.Config{Certificates: ts.TLS.Certificates}
+	client := ts.Client()
+	ts.Close()
+
+	s, _ := newTestServer(t, nil)
+	l, err := ListenTCP("0.0.0.0:0", conf)
+	if err != nil {
+		t.Fatalf("a non-loopback address with TLS: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, l) }()
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	req, _ := http.NewRequest("GET", "https://127.0.0.1:"+port+"/v1/healthz", nil)
+	if r, err := client.Do(req); err != nil || r.StatusCode != 401 {
+		t.Fatalf("without the token over TLS: %v %v", r, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	if r, err := client.Do(req); err != nil || r.StatusCode != 200 {
+		t.Fatalf("with the token over TLS: %v %v", r, err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

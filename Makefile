@@ -32,6 +32,8 @@ test: setup ## Set up, then run unit and end-to-end tests against real dockerd a
 	$(GO) test -count=1 ./...
 	@# The sandbox conformance suite (engine/enginetest) on both engines, both isolation modes.
 	$(GO) test -count=1 -p 1 -tags e2e -timeout 20m -run 'TestSandbox' -v ./engine/oci/ ./engine/docker/ > sandboxes-e2e.log 2>&1 || { grep -B2 -A20 -- '--- FAIL' sandboxes-e2e.log | head -80; exit 1; }; grep -E '^(ok|FAIL)' sandboxes-e2e.log
+	@# airlock serve end to end, once, on one pair (oci, gvisor), with a 50-run load test.
+	AIRLOCK_E2E_ENGINE=oci AIRLOCK_E2E_ISOLATION=gvisor $(GO) test -count=1 -tags e2e -timeout 10m -v ./e2e/serve/ > serve-e2e.log 2>&1 || { grep -B2 -A20 -- '--- FAIL' serve-e2e.log | head -80; exit 1; }; grep -E '^(ok|FAIL)|runs at concurrency' serve-e2e.log
 	@# One conformance suite, unchanged, on every engine and isolation pair.
 	@for pair in "docker gvisor" "oci gvisor" "docker seccomp" "oci seccomp"; do \
 		set -- $$pair; \
@@ -67,6 +69,14 @@ bench-start: setup ## Start-up latency: oci and docker engines beside bare runsc
 bench-session: setup ## A live sandbox: exec beside bare runsc exec and docker exec; cp beside docker cp
 	$(GO) run ./bench/session
 
+.PHONY: bench-server
+bench-server: setup ## airlock serve beside the CLI: run and exec p50/p99 (30 each, interleaved)
+	$(GO) run ./bench/server -n 30
+
+.PHONY: load-server
+load-server: setup ## airlock serve under load: 1,000 one-shot runs at concurrency 8, p50/p99, leaks, RSS, goroutines
+	AIRLOCK_LOAD_RUNS=1000 $(GO) test -count=1 -tags e2e -timeout 30m -run TestServeLoad -v ./e2e/serve/
+
 .PHONY: bench-artifacts
 bench-artifacts: ## Artifact copy-out throughput beside `cp -r` of the same tree
 	$(GO) test -run XXX -bench CopyOut -benchtime 5x ./artifacts/
@@ -75,8 +85,8 @@ bench-artifacts: ## Artifact copy-out throughput beside `cp -r` of the same tree
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) vet -tags e2e ./e2e/ ./e2e/bundle/
+	$(GO) vet -tags e2e ./e2e/ ./e2e/bundle/ ./e2e/serve/
 
 .PHONY: clean
 clean: ## Remove build outputs
-	rm -rf bin dist e2e.log sandboxes-e2e.log
+	rm -rf bin dist e2e.log sandboxes-e2e.log serve-e2e.log

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+
+	"sync"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-sandbox/airlock/internal/atomicfile"
+	"github.com/airlock-sandbox/airlock/runner"
+	"github.com/airlock-sandbox/airlock/server"
+	"github.com/airlock-sandbox/airlock/units"
+)
+
+type serveFlags struct {
+	socket, listen, tokenFile, tlsCert, tlsKey, maxBody, addrFile string
+	maxSandboxes                                                  int
+}
+
+func newServeCmd(g *globals) *cobra.Command {
+	f := &serveFlags{}
+	cmd := &cobra.Command{
+		Use:   "serve [flags]",
+		Short: "Serve airlock's HTTP API on a unix socket (and optionally TCP)",
+		Long: `Serve every capability of airlock run, sandbox, exec and cp over HTTP:
+JSON bodies with the CLI's flag names as fields, live output as NDJSON or
+over a WebSocket, file transfers, Prometheus metrics at /metrics, and a
+SandboxFusion-compatible POST /run_code. docs/api.md describes the API;
+GET /v1/openapi.json serves it as OpenAPI 3.1.
+
+The unix socket (--socket) is mode 0660, owned by root and the group
+airlock when it exists; requests on it need no token. --listen adds TCP,
+where every request needs "Authorization: Bearer <token>": the token is
+read from --token-file, or from <root>/server/token, generated on first
+start. A non-loopback --listen is refused without --tls-cert and --tls-key.
+
+Once listening, one line per listener goes to stderr ("airlock serve:
+listening on http://127.0.0.1:43567"); --addr-file also writes the TCP
+address to a file, for --listen 127.0.0.1:0.
+
+SIGTERM drains requests in progress. Sandboxes outlive the server: their
+supervisors keep enforcing TTL and idle timeouts, and a restarted server
+lists them again.`,
+		Example: `  airlock serve
+  airlock serve --listen 127.0.0.1:8787
+  curl --unix-socket /run/airlock/airlock.sock -d '{"argv":["python3","-c","print(6*7)"]}' http://airlock/v1/runs`,
+		Args: exactArgs(0, "serve takes flags only"),
+		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd, g, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.socket, "socket", server.DefaultSocket, "unix socket to listen on")
+	fl.StringVar(&f.listen, "listen", "", "also listen on TCP HOST:PORT (bearer token required; port 0 picks one)")
+	fl.StringVar(&f.tokenFile, "token-file", "", "file holding the bearer token (default <root>/server/token, generated on first start)")
+	fl.StringVar(&f.tlsCert, "tls-cert", "", "TLS certificate for --listen (required for a non-loopback address)")
+	fl.StringVar(&f.tlsKey, "tls-key", "", "TLS key for --listen")
+	fl.IntVar(&f.maxSandboxes, "max-sandboxes", server.DefaultMaxSandboxes, "cap on live sandboxes plus one-shot runs in progress (429 over_limit past it)")
+	fl.StringVar(&f.maxBody, "max-body", units.Bytes(server.DefaultMaxBody).String(), "cap on JSON request bodies")
+	fl.StringVar(&f.addrFile, "addr-file", "", "write the TCP address here once listening (for --listen 127.0.0.1:0)")
+	return cmd
+}
+
+func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
+	maxBody, err := units.ParseBytes(f.maxBody)
+	if err != nil || maxBody <= 0 {
+		return usageError{fmt.Errorf("--max-body %q: give a positive size such as 16MiB", f.maxBody)}
+	}
+	if f.maxSandboxes <= 0 {
+		return usageError{fmt.Errorf("--max-sandboxes %d: give a positive number", f.maxSandboxes)}
+	}
+	if (f.tlsCert == "") != (f.tlsKey == "") {
+		return usageError{errors.New("give both --tls-cert and --tls-key, or neither")}
+	}
+	var tlsConf *tls.Config
+	if f.tlsCert != "" {
+		if f.listen == "" {
+			return usageError{errors.New("--tls-cert and --tls-key apply to --listen; give it too")}
+		}
+		cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
+		if err != nil {
+			return usageError{fmt.Errorf("loading --tls-cert and --tls-key: %w", err)}
+		}
+		tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	var listeners []net.Listener
+	defer func() {
+		for _, l := range listeners {
+			l.Close()
+		}
+	}()
+	var tcp net.Listener
+	if f.listen != "" {
+		if tcp, err = server.ListenTCP(f.listen, tlsConf); err != nil {
+			return err
+		}
+		listeners = append(listeners, tcp)
+	}
+	token := ""
+	if f.listen != "" || f.tokenFile != "" {
+		if token, err = server.LoadToken(g.root, f.tokenFile); err != nil {
+			return err
+		}
+	}
+	unix, err := server.ListenUnix(f.socket)
+	if err != nil {
+		return err
+	}
+	listeners = append(listeners, unix)
+
+	runners := &engineRunners{g: g, m: map[string]*runner.Runner{}}
+	defer runners.close()
+	srv, err := server.New(server.Options{
+		Root: g.root, Runner: runners.get, Token: token, MaxSandboxes: f.maxSandboxes, MaxBody: int64(maxBody),
+		Reapers: g.reapers,
+		Sweep: func(ctx context.Context) (int, error) {
+			rep, err := g.reap(ctx, false)
+			return len(rep.Reaped), err
+		},
+		Log: g.serverLogger(),
+	})
+	if err != nil {
+		return err
+	}
+	stderr := cmd.ErrOrStderr()
+	fmt.Fprintf(stderr, "airlock serve: listening on unix:%s\n", f.socket)
+	if tcp != nil {
+		scheme := "http"
+		if tlsConf != nil {
+			scheme = "https"
+		}
+		fmt.Fprintf(stderr, "airlock serve: listening on %s://%s\n", scheme, tcp.Addr())
+		if f.addrFile != "" {
+			if err := atomicfile.WriteFile(f.addrFile, []byte(tcp.Addr().String()), 0o600); err != nil {
+				return fmt.Errorf("writing --addr-file: %w", err)
+			}
+		}
+	}
+	err = srv.Serve(cmd.Context(), listeners...)
+	listeners = nil
+	return err
+}
+
+// serverLogger logs warnings and up to stderr, everything with --debug.
+func (g *globals) serverLogger() *slog.Logger {
+	if g.debug {
+		return g.logger()
+	}
+	return slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// engineRunners makes one runner per engine, on first use, for the
+// server's lifetime.
+type engineRunners struct {
+	g     *globals
+	mu    sync.Mutex
+	m     map[string]*runner.Runner
+	dones []func()
+}
+
+func (e *engineRunners) get(name string) (*runner.Runner, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if r, ok := e.m[name]; ok {
+		return r, nil
+	}
+	eng, done, err := e.g.pickEngine(name)
+	if err != nil {
+		return nil, err
+	}
+	r, err := e.g.newRunner(eng)
+	if err != nil {
+		done()
+		return nil, err
+	}
+	e.dones = append(e.dones, done)
+	e.m[name] = r
+	if name == "auto" {
+		e.m[eng.Name()] = r
+	}
+	return r, nil
+}
+
+func (e *engineRunners) close() {
+	for _, d := range e.dones {
+		d()
+	}
+}

@@ -1,0 +1,192 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/runner"
+)
+
+// encode marshals a response body, or the error shape of its failure.
+func encode(status int, v any) (int, []byte) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return encodeError(err)
+	}
+	return status, append(b, '\n')
+}
+
+func encodeError(err error) (int, []byte) {
+	d := errorDetail(err)
+	b, _ := json.Marshal(ErrorBody{Error: d})
+	return statusOf[d.Kind], append(b, '\n')
+}
+
+// idempotent answers with make's response, through the Idempotency-Key
+// when the request carries one.
+func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, body []byte, persist bool, make func() (int, []byte)) {
+	status, out := 0, []byte(nil)
+	if key := r.Header.Get("Idempotency-Key"); key != "" {
+		var replayed bool
+		var err error
+		status, out, replayed, err = s.idem.do(r.Pattern, key, body, persist, make)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		if replayed {
+			w.Header().Set("Idempotent-Replayed", "true")
+		}
+	} else {
+		status, out = make()
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(out)
+}
+
+// engineOf is a request that names its engine.
+type engineOf interface{ engineName() string }
+
+func (p *PolicyRequest) engineName() string { return p.Engine }
+
+// admitted decodes the body into q, converts it, and answers with do's response, on
+// q's engine, within MaxSandboxes and through the Idempotency-Key.
+func (s *Server) admitted(w http.ResponseWriter, r *http.Request, persist bool, q engineOf, convert func() error, do func(*runner.Runner) (int, []byte)) {
+	body, err := readAllCapped(w, r, s.opt.MaxBody)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	s.idempotent(w, r, body, persist, func() (int, []byte) {
+		if err := decodeJSON(bytes.NewReader(body), q); err != nil {
+			return encodeError(err)
+		}
+		if err := convert(); err != nil {
+			return encodeError(err)
+		}
+		rn, err := s.runnerFor(q.engineName())
+		if err != nil {
+			return encodeError(err)
+		}
+		release, err := s.admit()
+		if err != nil {
+			return encodeError(err)
+		}
+		defer release()
+		return do(rn)
+	})
+}
+
+func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
+	var q RunRequest
+	var spec runner.Spec
+	convert := func() (err error) { spec, err = q.spec(); return err }
+	s.admitted(w, r, false, &q, convert, func(rn *runner.Runner) (int, []byte) {
+		s.inflight.Add(1)
+		defer s.inflight.Done()
+		begin := time.Now()
+		res, err := rn.Run(r.Context(), spec)
+		s.metrics.runDur.Observe(time.Since(begin).Seconds())
+		if err != nil && res.ID == "" {
+			return encodeError(err)
+		}
+		if err != nil {
+			// As run --json: the run was made, and its Result says how it failed.
+			res.Reason, res.Error, res.ErrorKind = runner.ReasonError, err.Error(), runner.ErrorKind(err)
+		}
+		s.metrics.result(res)
+		return encode(http.StatusOK, res)
+	})
+}
+
+func (s *Server) postSandbox(w http.ResponseWriter, r *http.Request) {
+	var q SandboxRequest
+	var spec runner.SandboxSpec
+	convert := func() (err error) { spec, err = q.spec(); return err }
+	s.admitted(w, r, true, &q, convert, func(rn *runner.Runner) (int, []byte) {
+		begin := time.Now()
+		// A client that hangs up does not undo the create: its retry, with
+		// the same Idempotency-Key, gets this sandbox.
+		sb, err := rn.Create(context.WithoutCancel(r.Context()), spec)
+		if err != nil {
+			return encodeError(err)
+		}
+		s.metrics.createDur.Observe(time.Since(begin).Seconds())
+		return encode(http.StatusCreated, sb.Info())
+	})
+}
+
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
+	list, err := runner.ListSandboxes(s.opt.Root)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
+	si, err := runner.ReadSandbox(s.opt.Root, r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, si)
+}
+
+func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := runner.CheckSandboxID(id); err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := s.destroy(context.WithoutCancel(r.Context()), id); err != nil {
+		s.metrics.termFail.Inc()
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// destroy destroys sandbox id on its engine, or through every reaper when
+// its record is gone or unreadable; an id already gone succeeds.
+func (s *Server) destroy(ctx context.Context, id string) error {
+	si, err := runner.ReadSandbox(s.opt.Root, id)
+	if err == nil || si.Engine != "" {
+		rn, rerr := s.runnerFor(si.Engine)
+		if rerr != nil {
+			return rerr
+		}
+		return rn.Destroy(ctx, id)
+	}
+	if errdefs.IsInvalidArgument(err) {
+		return err
+	}
+	var reapers []engine.Reaper
+	done := func() {}
+	if s.opt.Reapers != nil {
+		reapers, done = s.opt.Reapers(ctx)
+	}
+	defer done()
+	return runner.RemoveSandbox(ctx, s.opt.Root, reapers, id)
+}
+
+// open reconnects to live sandbox id on its engine.
+func (s *Server) open(ctx context.Context, id string) (*runner.Sandbox, error) {
+	si, err := runner.ReadSandbox(s.opt.Root, id)
+	if err != nil {
+		return nil, err
+	}
+	rn, err := s.runnerFor(si.Engine)
+	if err != nil {
+		return nil, err
+	}
+	return rn.Open(ctx, id)
+}

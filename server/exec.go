@@ -1,0 +1,311 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/runner"
+)
+
+// An exec's output is kept server-side as it arrives (the runner passes
+// at most the output limit of each stream live), so that streams can send
+// it at their own pace and a WebSocket client can resume from any offset.
+
+const (
+	streamStdout = 0
+	streamStderr = 1
+)
+
+var streamNames = [2]string{"stdout", "stderr"}
+
+// execSession is one exec in progress or recently ended.
+type execSession struct {
+	id, sandboxID string
+
+	mu     sync.Mutex
+	out    [2][]byte
+	wake   chan struct{} // closed and replaced at each change
+	done   bool
+	result runner.Result
+	err    error
+
+	kill  context.CancelFunc
+	stdin *stdinFeed
+}
+
+func newExecID() string {
+	b := make([]byte, 10)
+	rand.Read(b)
+	return "ex-" + hex.EncodeToString(b)
+}
+
+type streamWriter struct {
+	e *execSession
+	i int
+}
+
+func (w streamWriter) Write(p []byte) (int, error) {
+	e := w.e
+	e.mu.Lock()
+	e.out[w.i] = append(e.out[w.i], p...)
+	close(e.wake)
+	e.wake = make(chan struct{})
+	e.mu.Unlock()
+	return len(p), nil
+}
+
+func (e *execSession) finish(res runner.Result, err error) {
+	e.mu.Lock()
+	e.done, e.result, e.err = true, res, err
+	close(e.wake)
+	e.wake = make(chan struct{})
+	e.mu.Unlock()
+}
+
+// outcome is the exec's Result, or why it could not run.
+func (e *execSession) outcome() (runner.Result, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.result, e.err
+}
+
+// snapshot returns what lies past off in each stream, whether the exec
+// has ended (then the chunks are the last), and a channel closed at the
+// next change.
+func (e *execSession) snapshot(off [2]int64) (chunks [2][]byte, done bool, wake chan struct{}) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for i := range chunks {
+		if off[i] < int64(len(e.out[i])) {
+			chunks[i] = e.out[i][off[i]:len(e.out[i]):len(e.out[i])]
+		}
+	}
+	return chunks, e.done, e.wake
+}
+
+// stdinFeed passes input messages to the program's stdin, in order,
+// without making the message reader wait for the program to read.
+type stdinFeed struct {
+	ch   chan []byte
+	once sync.Once
+	pr   *io.PipeReader
+}
+
+func newStdinFeed() *stdinFeed {
+	pr, pw := io.Pipe()
+	f := &stdinFeed{ch: make(chan []byte, 256), pr: pr}
+	go func() {
+		for b := range f.ch {
+			pw.Write(b) // after the exec, the reader is closed: writes fail and are dropped
+		}
+		pw.Close()
+	}()
+	return f
+}
+
+func (f *stdinFeed) send(ctx context.Context, b []byte) error {
+	defer func() { recover() }() // sent after close_stdin: dropped
+	select {
+	case f.ch <- b:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (f *stdinFeed) close() { f.once.Do(func() { close(f.ch) }) }
+
+// execRegistry holds the execs a WebSocket client may reconnect to.
+type execRegistry struct {
+	mu sync.Mutex
+	m  map[string]*execSession
+}
+
+func newExecRegistry() *execRegistry { return &execRegistry{m: map[string]*execSession{}} }
+
+func (r *execRegistry) get(id string) *execSession {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.m[id]
+}
+
+func (r *execRegistry) add(e *execSession) {
+	r.mu.Lock()
+	r.m[e.id] = e
+	r.mu.Unlock()
+}
+
+func (r *execRegistry) forget(id string) {
+	r.mu.Lock()
+	delete(r.m, id)
+	r.mu.Unlock()
+}
+
+// startExec runs spec in sb on ctx, in the background, its output kept
+// in the returned session. keep registers it for reconnects until
+// execKeep after it ends.
+func (s *Server) startExec(ctx context.Context, sb *runner.Sandbox, spec runner.ExecSpec, withStdin, keep bool) *execSession {
+	ctx, kill := context.WithCancel(ctx)
+	e := &execSession{id: newExecID(), sandboxID: sb.ID(), wake: make(chan struct{}), kill: kill}
+	if withStdin {
+		e.stdin = newStdinFeed()
+		spec.Stdin = e.stdin.pr
+	}
+	spec.Stdout, spec.Stderr = streamWriter{e, streamStdout}, streamWriter{e, streamStderr}
+	if keep {
+		s.execs.add(e)
+	}
+	s.inflight.Add(1)
+	go func() {
+		defer s.inflight.Done()
+		defer kill()
+		begin := time.Now()
+		res, err := sb.Exec(ctx, spec)
+		s.metrics.execDur.Observe(time.Since(begin).Seconds())
+		if e.stdin != nil {
+			e.stdin.pr.CloseWithError(errors.New("the exec has ended"))
+			e.stdin.close()
+		}
+		if err != nil && res.ID != "" {
+			res.Reason, res.Error, res.ErrorKind = runner.ReasonError, err.Error(), runner.ErrorKind(err)
+			err = nil
+		}
+		s.metrics.result(res)
+		e.finish(res, err)
+		if keep {
+			time.AfterFunc(execKeep, func() { s.execs.forget(e.id) })
+		}
+	}()
+	return e
+}
+
+// outEvent is one chunk of output, in NDJSON and on the WebSocket.
+type outEvent struct {
+	Type    string `json:"type"`
+	Data    string `json:"data,omitempty"`
+	DataB64 string `json:"data_b64"`
+	Offset  int64  `json:"offset"`
+}
+
+type exitEvent struct {
+	Type   string        `json:"type"`
+	Result runner.Result `json:"result"`
+}
+
+type errorEvent struct {
+	Type  string      `json:"type"`
+	Error ErrorDetail `json:"error"`
+}
+
+// pump sends e's output from off on, then its end, through send.
+func pump(ctx context.Context, e *execSession, off [2]int64, text bool, send func(v any) error) error {
+	for {
+		chunks, done, wake := e.snapshot(off)
+		for i, c := range chunks {
+			if len(c) == 0 {
+				continue
+			}
+			ev := outEvent{Type: streamNames[i], DataB64: base64.StdEncoding.EncodeToString(c), Offset: off[i]}
+			if text {
+				ev.Data = strings.ToValidUTF8(string(c), "\uFFFD")
+			}
+			if err := send(ev); err != nil {
+				return err
+			}
+			off[i] += int64(len(c))
+		}
+		if done {
+			res, err := e.outcome()
+			if err != nil {
+				return send(errorEvent{Type: "error", Error: errorDetail(err)})
+			}
+			return send(exitEvent{Type: "exit", Result: res})
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (s *Server) postExec(w http.ResponseWriter, r *http.Request) {
+	var q ExecRequest
+	if err := s.body(w, r, &q); err != nil {
+		writeError(w, err)
+		return
+	}
+	if q.Type != "" || q.Stdin {
+		writeError(w, invalid("type and stdin belong to the WebSocket's execute message; here give the whole stdin as stdin_b64"))
+		return
+	}
+	spec, err := q.spec()
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	sb, err := s.open(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	// A client that hangs up kills the exec, as ^C does to airlock exec.
+	e := s.startExec(r.Context(), sb, spec, false, false)
+	if !acceptsNDJSON(r) {
+		<-e.wait()
+		res, err := e.outcome()
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+		return
+	}
+	http.NewResponseController(w).SetWriteDeadline(time.Time{})
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	rc.Flush()
+	enc := json.NewEncoder(w)
+	pump(r.Context(), e, [2]int64{}, false, func(v any) error {
+		if err := enc.Encode(v); err != nil {
+			return err
+		}
+		return rc.Flush()
+	})
+}
+
+// wait returns a channel closed once the exec has ended.
+func (e *execSession) wait() <-chan struct{} {
+	ch := make(chan struct{})
+	go func() {
+		for {
+			_, done, wake := e.snapshot([2]int64{1 << 62, 1 << 62})
+			if done {
+				close(ch)
+				return
+			}
+			<-wake
+		}
+	}()
+	return ch
+}
+
+func acceptsNDJSON(r *http.Request) bool {
+	for _, a := range strings.Split(r.Header.Get("Accept"), ",") {
+		if mt, _, _ := strings.Cut(strings.TrimSpace(a), ";"); strings.EqualFold(mt, "application/x-ndjson") {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,213 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"math"
+	"net/http"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/isolation"
+	"github.com/airlock-sandbox/airlock/runner"
+	"github.com/airlock-sandbox/airlock/units"
+)
+
+// A SandboxFusion-compatible endpoint: evaluation harnesses (verl's
+// reward functions among them) post {code, language, …} to /run_code.
+
+// FusionRequest is SandboxFusion's RunCodeRequest.
+type FusionRequest struct {
+	Code           string            `json:"code"`
+	Language       string            `json:"language"`
+	Stdin          *string           `json:"stdin"`
+	CompileTimeout *float64          `json:"compile_timeout"`
+	RunTimeout     *float64          `json:"run_timeout"`
+	MemoryLimitMB  *float64          `json:"memory_limit_MB"`
+	Files          map[string]string `json:"files"`
+	FetchFiles     []string          `json:"fetch_files"`
+}
+
+// FusionRunResult is SandboxFusion's CommandRunResult.
+type FusionRunResult struct {
+	Status        string   `json:"status"`
+	ExecutionTime *float64 `json:"execution_time"`
+	ReturnCode    *int     `json:"return_code"`
+	Stdout        *string  `json:"stdout"`
+	Stderr        *string  `json:"stderr"`
+}
+
+// FusionResponse is SandboxFusion's RunCodeResponse.
+type FusionResponse struct {
+	Status          string            `json:"status"`
+	Message         string            `json:"message"`
+	CompileResult   *FusionRunResult  `json:"compile_result"`
+	RunResult       *FusionRunResult  `json:"run_result"`
+	ExecutorPodName *string           `json:"executor_pod_name"`
+	Files           map[string]string `json:"files"`
+}
+
+// SandboxFusion's words.
+const (
+	fusionSuccess      = "Success"
+	fusionFailed       = "Failed"
+	fusionSandboxError = "SandboxError"
+	fusionFinished     = "Finished"
+	fusionError        = "Error"
+	fusionTLE          = "TimeLimitExceeded"
+)
+
+const (
+	fusionDefaultTimeout = 10 * time.Second
+	fusionWorkdir        = "/home/user"
+	// fusionWorkspace caps the sandbox's workspace, and so each fetched file.
+	fusionWorkspace = 256 << 20
+)
+
+// fusionLanguages maps a language to the program that runs its code file.
+var fusionLanguages = map[string]struct{ file, interp string }{
+	"python": {".airlock_main.py", "python3"},
+	"bash":   {".airlock_main.sh", "bash"},
+}
+
+func (s *Server) ping(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, "pong")
+}
+
+func (s *Server) runCode(w http.ResponseWriter, r *http.Request) {
+	var q FusionRequest
+	if err := s.body(w, r, &q); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.fusion(r.Context(), &q))
+}
+
+func fusionSeconds(field string, v *float64) (time.Duration, error) {
+	if v == nil {
+		return fusionDefaultTimeout, nil
+	}
+	if *v <= 0 || math.IsNaN(*v) || *v > 24*3600 {
+		return 0, fmt.Errorf("%s %v: give a positive number of seconds", field, *v)
+	}
+	return time.Duration(*v * float64(time.Second)), nil
+}
+
+func sandboxError(format string, args ...any) FusionResponse {
+	return FusionResponse{Status: fusionSandboxError, Message: fmt.Sprintf(format, args...), Files: map[string]string{}}
+}
+
+// fusion runs one request in a fresh sandbox, destroyed afterwards.
+func (s *Server) fusion(ctx context.Context, q *FusionRequest) FusionResponse {
+	lang, ok := fusionLanguages[strings.ToLower(q.Language)]
+	if !ok {
+		return sandboxError("language %q is not supported by airlock: use python or bash", q.Language)
+	}
+	timeout, err := fusionSeconds("run_timeout", q.RunTimeout)
+	if err != nil {
+		return sandboxError("%v", err)
+	}
+	if _, err := fusionSeconds("compile_timeout", q.CompileTimeout); err != nil {
+		return sandboxError("%v", err)
+	}
+	pol := isolation.Default()
+	pol.Limits.Timeout = timeout
+	if q.MemoryLimitMB != nil && *q.MemoryLimitMB > 0 {
+		pol.Limits.Memory = units.Bytes(*q.MemoryLimitMB * (1 << 20))
+	}
+	files := map[string][]byte{}
+	for p, b64 := range q.Files {
+		b, err := base64.StdEncoding.DecodeString(b64)
+		if err != nil {
+			return sandboxError("files[%q] is not base64: %v", p, err)
+		}
+		files[fusionPath(p)] = b
+	}
+	rn, err := s.runnerFor("")
+	if err != nil {
+		return sandboxError("%v", err)
+	}
+	release, err := s.admit()
+	if err != nil {
+		return sandboxError("%v", err)
+	}
+	defer release()
+	s.inflight.Add(1)
+	defer s.inflight.Done()
+
+	begin := time.Now()
+	sb, err := rn.Create(ctx, runner.SandboxSpec{Policy: pol, TTL: timeout + 5*time.Minute, IdleTimeout: 5 * time.Minute, WorkspaceSize: fusionWorkspace, Output: runner.Output{Disabled: true}})
+	if err != nil {
+		return sandboxError("creating the sandbox: %v", err)
+	}
+	s.metrics.createDur.Observe(time.Since(begin).Seconds())
+	defer func() {
+		if err := sb.Close(context.WithoutCancel(ctx)); err != nil {
+			s.metrics.termFail.Inc()
+			s.log.Warn("destroying a run_code sandbox", "sandbox_id", sb.ID(), "err", err)
+		}
+	}()
+	code := path.Join(fusionWorkdir, lang.file)
+	files[code] = []byte(q.Code)
+	for p, b := range files {
+		if _, err := sb.Upload(ctx, p, bytes.NewReader(b), int64(len(b))+1); err != nil {
+			s.refused(err)
+			return sandboxError("writing %s: %v", p, err)
+		}
+	}
+	spec := runner.ExecSpec{Argv: []string{lang.interp, code}, Timeout: timeout}
+	if q.Stdin != nil {
+		spec.Stdin = strings.NewReader(*q.Stdin)
+	}
+	ebegin := time.Now()
+	res, err := sb.Exec(ctx, spec)
+	s.metrics.execDur.Observe(time.Since(ebegin).Seconds())
+	if err != nil {
+		return sandboxError("running the code: %v", err)
+	}
+	s.metrics.result(res)
+	out := FusionResponse{Status: fusionFailed, RunResult: fusionRun(res), Files: map[string]string{}}
+	if res.Reason == runner.ReasonExited && res.ExitCode == 0 {
+		out.Status = fusionSuccess
+	}
+	var refused []string
+	for _, p := range q.FetchFiles {
+		b, err := download(ctx, sb, fusionPath(p))
+		if err != nil {
+			s.refused(err)
+			refused = append(refused, err.Error())
+			continue
+		}
+		out.Files[p] = base64.StdEncoding.EncodeToString(b)
+	}
+	if len(refused) > 0 {
+		out.Message = "fetch_files refused: " + strings.Join(refused, "; ")
+	}
+	return out
+}
+
+// fusionPath puts a relative path under the working directory.
+func fusionPath(p string) string {
+	if path.IsAbs(p) {
+		return p
+	}
+	return path.Join(fusionWorkdir, p)
+}
+
+func fusionRun(res runner.Result) *FusionRunResult {
+	rr := &FusionRunResult{Status: fusionError}
+	switch res.Reason {
+	case runner.ReasonExited:
+		rr.Status = fusionFinished
+	case runner.ReasonTimeout:
+		rr.Status = fusionTLE
+	}
+	secs := float64(res.DurationMS) / 1000
+	code := res.ExitCode
+	stdout, stderr := string(res.Stdout.Head), string(res.Stderr.Head)
+	rr.ExecutionTime, rr.ReturnCode, rr.Stdout, rr.Stderr = &secs, &code, &stdout, &stderr
+	return rr
+}

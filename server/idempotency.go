@@ -1,0 +1,139 @@
+package server
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/atomicfile"
+)
+
+// idemTTL is how long an Idempotency-Key is remembered.
+const idemTTL = 24 * time.Hour
+
+// idempotency replays the first successful response to a request retried
+// with the same Idempotency-Key, and makes a retry that arrives while the
+// first is in progress wait for it. Creates are also kept on disk, so a
+// restarted server still replays them.
+type idempotency struct {
+	dir string
+	mu  sync.Mutex
+	m   map[string]*idemEntry
+}
+
+type idemEntry struct {
+	done   chan struct{}
+	Hash   string    `json:"body_sha256"`
+	Status int       `json:"status"`
+	Body   []byte    `json:"body"`
+	At     time.Time `json:"at"`
+}
+
+func newIdempotency(root string) *idempotency {
+	return &idempotency{dir: filepath.Join(root, "server", "idempotency"), m: map[string]*idemEntry{}}
+}
+
+// checkKey refuses a key that is empty, too long or not printable ASCII.
+func checkKey(key string) error {
+	if len(key) == 0 || len(key) > 200 {
+		return invalid("Idempotency-Key must be 1 to 200 characters; a UUID is a good key")
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] < 0x21 || key[i] > 0x7e {
+			return invalid("Idempotency-Key must be printable ASCII without spaces; a UUID is a good key")
+		}
+	}
+	return nil
+}
+
+// do answers a request with key on route: the first response made by fn
+// for the key (when it was a success), or fn's now. persist keeps the
+// response on disk too.
+func (i *idempotency) do(route, key string, body []byte, persist bool, fn func() (int, []byte)) (status int, out []byte, replayed bool, err error) {
+	if err := checkKey(key); err != nil {
+		return 0, nil, false, err
+	}
+	sum := sha256.Sum256(body)
+	hash := hex.EncodeToString(sum[:])
+	k := sha256.Sum256([]byte(route + "\n" + key))
+	name := hex.EncodeToString(k[:])
+	now := time.Now()
+
+	i.mu.Lock()
+	for n, e := range i.m {
+		if !e.At.IsZero() && now.Sub(e.At) > idemTTL {
+			delete(i.m, n)
+		}
+	}
+	e, ok := i.m[name]
+	if !ok && persist {
+		if d, derr := i.load(name); derr == nil && now.Sub(d.At) <= idemTTL {
+			e, ok = d, true
+			i.m[name] = e
+		}
+	}
+	if ok {
+		i.mu.Unlock()
+		<-e.done
+		if e.Status == 0 { // the first attempt failed: try again
+			return i.do(route, key, body, persist, fn)
+		}
+		if e.Hash != hash {
+			return 0, nil, false, invalid("Idempotency-Key %q was used with a different request body; use a new key for a new request", key)
+		}
+		return e.Status, e.Body, true, nil
+	}
+	e = &idemEntry{done: make(chan struct{})}
+	i.m[name] = e
+	i.mu.Unlock()
+
+	status, out = fn()
+	i.mu.Lock()
+	if status >= 200 && status < 300 {
+		e.Hash, e.Status, e.Body, e.At = hash, status, out, time.Now()
+		if persist {
+			i.save(name, e)
+		}
+	} else {
+		delete(i.m, name)
+	}
+	i.mu.Unlock()
+	close(e.done)
+	return status, out, false, nil
+}
+
+func (i *idempotency) load(name string) (*idemEntry, error) {
+	b, err := os.ReadFile(filepath.Join(i.dir, name+".json"))
+	if err != nil {
+		return nil, err
+	}
+	e := &idemEntry{done: make(chan struct{})}
+	if err := json.Unmarshal(b, e); err != nil || e.Status == 0 {
+		return nil, errors.New("corrupt idempotency record")
+	}
+	close(e.done)
+	return e, nil
+}
+
+func (i *idempotency) save(name string, e *idemEntry) {
+	if err := os.MkdirAll(i.dir, 0o700); err != nil {
+		return
+	}
+	b, _ := json.Marshal(e)
+	atomicfile.WriteFile(filepath.Join(i.dir, name+".json"), b, 0o600)
+	// Forget keys past their time.
+	ents, _ := os.ReadDir(i.dir)
+	for _, de := range ents {
+		if fi, err := de.Info(); err == nil && time.Since(fi.ModTime()) > idemTTL {
+			if err := os.Remove(filepath.Join(i.dir, de.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+		}
+	}
+}

@@ -1,0 +1,340 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/runner"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxSandboxes = 64
+	DefaultMaxBody      = 16 << 20
+	// DrainTimeout bounds how long a stopping server waits for requests
+	// and execs in progress.
+	DrainTimeout = 30 * time.Second
+	// execKeep is how long an exec's output and Result stay for a
+	// WebSocket reconnect after it ended.
+	execKeep = 5 * time.Minute
+	// sweepEvery is the period of the server's sweep of leftovers.
+	sweepEvery = 30 * time.Second
+)
+
+// Options configure a Server. Root and Runner are required.
+type Options struct {
+	// Root is airlock's state directory.
+	Root string
+	// Runner returns the runner of an engine: "oci", "docker", or "auto"
+	// (also asked for as ""). It is called per request; cache behind it.
+	Runner func(engine string) (*runner.Runner, error)
+	// Reapers returns every engine that can free a sandbox whose record
+	// is gone, and a function that releases them.
+	Reapers func(ctx context.Context) ([]engine.Reaper, func())
+	// Sweep, when set, is called every 30s to reap leftovers (runs and
+	// sandboxes past their deadline or orphaned); it returns how many it
+	// reaped.
+	Sweep func(ctx context.Context) (int, error)
+	// Token is the bearer token TCP requests must carry.
+	Token string
+	// MaxSandboxes caps live sandboxes plus one-shot runs in progress.
+	MaxSandboxes int
+	// MaxBody caps JSON request bodies.
+	MaxBody int64
+	// Extra mounts more handlers behind the same authentication, by path
+	// prefix ("/mcp" serves /mcp and everything below it).
+	Extra map[string]http.Handler
+	Log   *slog.Logger
+}
+
+// Server is airlock's HTTP API.
+type Server struct {
+	opt     Options
+	log     *slog.Logger
+	mux     *http.ServeMux
+	metrics *metrics
+	idem    *idempotency
+	execs   *execRegistry
+
+	// base is the server's lifetime: WebSocket execs run on it, so that
+	// a dropped connection does not end them.
+	base     context.Context
+	stop     context.CancelFunc
+	inflight sync.WaitGroup
+
+	admitMu sync.Mutex
+	pending int
+}
+
+// route is one API route; the OpenAPI document lists every one.
+type route struct {
+	method, path string
+	handle       http.HandlerFunc
+}
+
+// New returns a Server.
+func New(opt Options) (*Server, error) {
+	if opt.Root == "" || opt.Runner == nil {
+		return nil, errors.New("server: Options.Root and Options.Runner are required")
+	}
+	if opt.MaxSandboxes <= 0 {
+		opt.MaxSandboxes = DefaultMaxSandboxes
+	}
+	if opt.MaxBody <= 0 {
+		opt.MaxBody = DefaultMaxBody
+	}
+	if opt.Log == nil {
+		opt.Log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{opt: opt, log: opt.Log, mux: http.NewServeMux(), execs: newExecRegistry()}
+	s.base, s.stop = context.WithCancel(context.Background())
+	s.metrics = newMetrics(opt.Root)
+	s.idem = newIdempotency(opt.Root)
+	for _, rt := range s.routes() {
+		s.mux.HandleFunc(rt.method+" "+rt.path, rt.handle)
+	}
+	for prefix, h := range opt.Extra {
+		prefix = "/" + strings.Trim(prefix, "/")
+		s.mux.Handle(prefix, h)
+		s.mux.Handle(prefix+"/", h)
+	}
+	return s, nil
+}
+
+func (s *Server) routes() []route {
+	return []route{
+		{"GET", "/v1/healthz", s.healthz},
+		{"GET", "/v1/openapi.json", s.openapi},
+		{"GET", "/metrics", s.metrics.serve},
+		{"POST", "/v1/runs", s.postRun},
+		{"POST", "/v1/sandboxes", s.postSandbox},
+		{"GET", "/v1/sandboxes", s.listSandboxes},
+		{"GET", "/v1/sandboxes/{id}", s.getSandbox},
+		{"DELETE", "/v1/sandboxes/{id}", s.deleteSandbox},
+		{"POST", "/v1/sandboxes/{id}/exec", s.postExec},
+		{"GET", "/v1/sandboxes/{id}/exec/ws", s.execWS},
+		{"PUT", "/v1/sandboxes/{id}/files", s.putFile},
+		{"GET", "/v1/sandboxes/{id}/files", s.getFile},
+		{"GET", "/v1/ping", s.ping},
+		{"POST", "/run_code", s.runCode},
+	}
+}
+
+// Handler is the API. Requests that came through a TCP listener (see
+// Serve) must carry the bearer token; others, from the unix socket, are
+// trusted on the socket's permissions.
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if rest, ok := s.fusionPath(r); ok {
+			// SandboxFusion clients give a URL and no headers: the token
+			// may be its first path segment, for these routes only.
+			r = r.Clone(r.Context())
+			r.URL.Path, r.URL.RawPath = rest, ""
+			s.mux.ServeHTTP(w, r)
+			return
+		}
+		if viaTCP(r.Context()) && !s.authorized(r) {
+			writeError(w, newError(KindUnauthorized, "this request needs `Authorization: Bearer <token>`: the token is in <root>/server/token (or the file given to airlock serve --token-file)"))
+			return
+		}
+		w.Header().Set("Cache-Control", "no-store")
+		if _, pattern := s.mux.Handler(r); pattern == "" {
+			s.noRoute(w, r)
+			return
+		}
+		s.mux.ServeHTTP(w, r)
+	})
+}
+
+// noRoute answers a request no route takes, in the error shape: a path
+// served with other methods is invalid_input (with Allow), any other
+// not_found.
+func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{"GET", "POST", "PUT", "DELETE"} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := s.mux.Handler(probe); pattern != "" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeError(w, invalid("%s %s: this path takes %s (see docs/api.md)", r.Method, r.URL.Path, strings.Join(allow, ", ")))
+		return
+	}
+	writeError(w, newError(KindNotFound, fmt.Sprintf("no route %s %s; docs/api.md and /v1/openapi.json list the API", r.Method, r.URL.Path)))
+}
+
+// authorized compares the bearer token in constant time.
+func (s *Server) authorized(r *http.Request) bool {
+	if s.opt.Token == "" {
+		return false
+	}
+	given, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return false
+	}
+	a, b := sha256.Sum256([]byte(given)), sha256.Sum256([]byte(s.opt.Token))
+	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
+}
+
+// fusionPath recognises /t/<token>/run_code and /t/<token>/v1/ping, the
+// SandboxFusion routes with the token in the URL, and returns the route.
+func (s *Server) fusionPath(r *http.Request) (string, bool) {
+	rest, ok := strings.CutPrefix(r.URL.Path, "/t/")
+	if !ok || s.opt.Token == "" {
+		return "", false
+	}
+	tok, route, ok := strings.Cut(rest, "/")
+	if !ok || (route != "run_code" && route != "v1/ping") {
+		return "", false
+	}
+	a, b := sha256.Sum256([]byte(tok)), sha256.Sum256([]byte(s.opt.Token))
+	if subtle.ConstantTimeCompare(a[:], b[:]) != 1 {
+		return "", false
+	}
+	return "/" + route, true
+}
+
+type tcpKey struct{}
+
+func viaTCP(ctx context.Context) bool { v, _ := ctx.Value(tcpKey{}).(bool); return v }
+
+// WithTCP marks ctx as a TCP connection's, whose requests need the token;
+// Serve does this, and tests of Handler can too.
+func WithTCP(ctx context.Context) context.Context { return context.WithValue(ctx, tcpKey{}, true) }
+
+// Serve serves the API on every listener until ctx is done, then drains:
+// it stops accepting, and waits up to DrainTimeout for the requests and
+// execs in progress. A listener whose network is not "unix" needs the
+// token.
+func (s *Server) Serve(ctx context.Context, listeners ...net.Listener) error {
+	hs := &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if c.LocalAddr().Network() != "unix" {
+				return WithTCP(ctx)
+			}
+			return ctx
+		},
+	}
+	errc := make(chan error, len(listeners))
+	for _, l := range listeners {
+		go func() {
+			if err := hs.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("serving on %s: %w", l.Addr(), err)
+			}
+		}()
+	}
+	if s.opt.Sweep != nil {
+		go s.sweepLoop(ctx)
+	}
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	s.log.Info("draining")
+	dctx, cancel := context.WithTimeout(context.Background(), DrainTimeout)
+	defer cancel()
+	if serr := hs.Shutdown(dctx); serr != nil {
+		s.log.Warn("draining requests", "err", serr)
+	}
+	done := make(chan struct{})
+	go func() { s.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-dctx.Done():
+		s.log.Warn("draining: execs still running at the deadline; they end by their own timeouts")
+	}
+	s.stop()
+	return err
+}
+
+func (s *Server) sweepLoop(ctx context.Context) {
+	t := time.NewTicker(sweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := s.opt.Sweep(ctx)
+		if err != nil {
+			s.log.Warn("sweeping leftovers", "err", err)
+		}
+		s.metrics.orphans.Add(float64(n))
+	}
+}
+
+// admit reserves room for one more sandbox or run under MaxSandboxes;
+// release gives it back.
+func (s *Server) admit() (release func(), err error) {
+	s.admitMu.Lock()
+	defer s.admitMu.Unlock()
+	list, err := runner.ListSandboxes(s.opt.Root)
+	if err != nil {
+		return nil, err
+	}
+	if n := len(list) + s.pending; n >= s.opt.MaxSandboxes {
+		return nil, newError(KindOverLimit, fmt.Sprintf("%d sandboxes and runs are live, the most this server allows (--max-sandboxes %d); delete a sandbox or wait for runs to end, then retry", n, s.opt.MaxSandboxes))
+	}
+	s.pending++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.admitMu.Lock()
+			s.pending--
+			s.admitMu.Unlock()
+		})
+	}, nil
+}
+
+// runnerFor returns the runner of engine name.
+func (s *Server) runnerFor(name string) (*runner.Runner, error) {
+	if name == "" {
+		name = "auto"
+	}
+	return s.opt.Runner(name)
+}
+
+// body caps and reads a JSON request body into v.
+func (s *Server) body(w http.ResponseWriter, r *http.Request, v any) error {
+	http.NewResponseController(w).SetReadDeadline(time.Now().Add(time.Minute))
+	return decodeJSON(http.MaxBytesReader(w, r.Body, s.opt.MaxBody), v)
+}
+
+func readAllCapped(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
+	http.NewResponseController(w).SetReadDeadline(time.Now().Add(time.Minute))
+	return io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+//go:embed openapi.json
+var openapiDoc []byte
+
+func (s *Server) openapi(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(openapiDoc)
+}

@@ -1,0 +1,176 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// wsMessage is any message a WebSocket client sends.
+type wsMessage struct {
+	Type string `json:"type"`
+	// input
+	Data    *string `json:"data,omitempty"`
+	DataB64 string  `json:"data_b64,omitempty"`
+	// reconnect
+	ExecID       string `json:"exec_id,omitempty"`
+	StdoutOffset int64  `json:"stdout_offset,omitempty"`
+	StderrOffset int64  `json:"stderr_offset,omitempty"`
+}
+
+// execWS is the exec WebSocket: execute (or reconnect), then input,
+// close_stdin and kill from the client; started, stdout, stderr and exit
+// from the server.
+func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	conn, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return // Accept answered the client
+	}
+	defer conn.CloseNow()
+	conn.SetReadLimit(s.opt.MaxBody)
+	ctx := r.Context()
+	send := func(v any) error {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		return conn.Write(wctx, websocket.MessageText, b)
+	}
+	fail := func(err error) {
+		send(errorEvent{Type: "error", Error: errorDetail(err)})
+		conn.Close(websocket.StatusPolicyViolation, truncate(err.Error(), 120))
+	}
+
+	// The first message says what to do.
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	_, first, err := conn.Read(rctx)
+	cancel()
+	if err != nil {
+		return
+	}
+	var head struct {
+		Type string `json:"type"`
+	}
+	if err := json.Unmarshal(first, &head); err != nil {
+		fail(invalid("a message must be a JSON object with a type: execute or reconnect first"))
+		return
+	}
+	var e *execSession
+	off := [2]int64{}
+	switch head.Type {
+	case "execute":
+		var q ExecRequest
+		if err := decodeJSON(bytesReader(first), &q); err != nil {
+			fail(err)
+			return
+		}
+		if q.Detach {
+			fail(invalid("detach is for POST /v1/sandboxes/{id}/exec; a WebSocket exec streams its output"))
+			return
+		}
+		spec, err := q.spec()
+		if err != nil {
+			fail(err)
+			return
+		}
+		sb, err := s.open(ctx, id)
+		if err != nil {
+			fail(err)
+			return
+		}
+		// The exec runs on the server's lifetime: a dropped connection
+		// leaves it running for a reconnect.
+		e = s.startExec(s.base, sb, spec, q.Stdin, true)
+	case "reconnect":
+		var m wsMessage
+		if err := decodeJSON(bytesReader(first), &m); err != nil {
+			fail(err)
+			return
+		}
+		if e = s.execs.get(m.ExecID); e == nil || e.sandboxID != id {
+			fail(newError(KindNotFound, fmt.Sprintf("exec %q is not known in sandbox %q: it ended more than %v ago, or another server ran it", m.ExecID, id, execKeep)))
+			return
+		}
+		off = [2]int64{m.StdoutOffset, m.StderrOffset}
+		e.mu.Lock()
+		have := [2]int64{int64(len(e.out[0])), int64(len(e.out[1]))}
+		e.mu.Unlock()
+		for i := range off {
+			if off[i] < 0 || off[i] > have[i] {
+				fail(invalid("%s_offset %d: the exec has written %d bytes of %s so far; give an offset from 0 to that", streamNames[i], off[i], have[i], streamNames[i]))
+				return
+			}
+		}
+	default:
+		fail(invalid("the first message must be execute or reconnect, not %q", head.Type))
+		return
+	}
+	if err := send(map[string]string{"type": "started", "exec_id": e.id}); err != nil {
+		return
+	}
+
+	// Client messages, while the output is sent.
+	go func() {
+		for {
+			_, b, err := conn.Read(ctx)
+			if err != nil {
+				return
+			}
+			var m wsMessage
+			if err := decodeJSON(bytesReader(b), &m); err != nil {
+				fail(err)
+				return
+			}
+			switch m.Type {
+			case "input":
+				if e.stdin == nil {
+					fail(invalid("this exec has no stdin: send execute with \"stdin\": true to feed it input messages"))
+					return
+				}
+				data := []byte(m.DataB64)
+				if m.Data != nil {
+					data = []byte(*m.Data)
+				} else if data, err = base64.StdEncoding.DecodeString(m.DataB64); err != nil {
+					fail(invalid("input data_b64 is not base64: %v", err))
+					return
+				}
+				e.stdin.send(ctx, data)
+			case "close_stdin":
+				if e.stdin != nil {
+					e.stdin.close()
+				}
+			case "kill":
+				e.kill()
+			default:
+				fail(invalid("unknown message type %q: send input, close_stdin or kill", m.Type))
+				return
+			}
+		}
+	}()
+	if err := pump(ctx, e, off, true, send); err != nil {
+		if !errors.Is(err, context.Canceled) {
+			conn.Close(websocket.StatusInternalError, "")
+		}
+		return
+	}
+	conn.Close(websocket.StatusNormalClosure, "")
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }

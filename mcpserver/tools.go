@@ -69,13 +69,13 @@ type (
 	}
 	SandboxWriteFileArgs struct {
 		SandboxID     string  `json:"sandbox_id" jsonschema:"the id sandbox_create returned"`
-		Path          string  `json:"path" jsonschema:"absolute path under /home/user or /tmp; missing directories are made"`
+		Path          string  `json:"path" jsonschema:"a path under /home/user or /tmp (a relative path is under /home/user); missing directories are made"`
 		Content       *string `json:"content,omitempty" jsonschema:"the file's content as text (give this or content_base64)"`
 		ContentBase64 *string `json:"content_base64,omitempty" jsonschema:"the file's content as standard base64 (give this or content)"`
 	}
 	SandboxFileArgs struct {
 		SandboxID string `json:"sandbox_id" jsonschema:"the id sandbox_create returned"`
-		Path      string `json:"path" jsonschema:"absolute path under /home/user, /tmp or /out"`
+		Path      string `json:"path" jsonschema:"a path under /home/user, /tmp or /out (a relative path is under /home/user)"`
 	}
 	SandboxIDArgs struct {
 		SandboxID string `json:"sandbox_id" jsonschema:"the id sandbox_create returned"`

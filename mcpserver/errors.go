@@ -21,8 +21,6 @@ func toolError(doing string, err error) error {
 	switch {
 	case errdefs.IsInvalidArgument(err):
 		return fmt.Errorf("%s: %w (change the arguments and call again)", doing, err)
-	case errdefs.IsNotFound(err):
-		return fmt.Errorf("%s: %w (an image must have been imported into airlock first: `airlock image ls` lists them)", doing, err)
 	case errdefs.IsUnavailable(err):
 		return fmt.Errorf("%s: %w (airlock's engine is unavailable on this machine: `airlock doctor` says why; try again once it is fixed)", doing, err)
 	}

@@ -182,9 +182,9 @@ func TestFileResult(t *testing.T) {
 }
 
 func TestTransferError(t *testing.T) {
-	te := &runner.TransferError{Direction: runner.DirectionUpload, Path: "rel.txt", Reason: runner.ReasonInvalidPath, Detail: "not absolute", Err: errdefs.ErrInvalidArgument}
+	te := &runner.TransferError{Direction: runner.DirectionUpload, Path: "/etc/passwd", Reason: runner.ReasonInvalidPath, Detail: "outside the areas", Err: errdefs.ErrInvalidArgument}
 	err := transferError("sb-x", fmt.Errorf("uploading: %w", te))
-	if !strings.Contains(err.Error(), "(invalid_path)") || !strings.Contains(err.Error(), "under /home/user or /tmp") {
+	if !strings.Contains(err.Error(), "(invalid_path)") || !strings.Contains(err.Error(), "files move in and out of the workspace /home/user") {
 		t.Errorf("refusal %q: want the reason word and what to do", err)
 	}
 	err = transferError("sb-x", fmt.Errorf("%w: sandbox gone", errdefs.ErrNotFound))

@@ -172,6 +172,20 @@ describe(`airlock MCP over ${process.env.MCP_URL ? "streamable HTTP" : "stdio"}`
     assert.match(await errorOf("sandbox_write_file", { sandbox_id: id, path: "/home/user/a", content: "a", content_base64: "YQ==" }), /not both/);
   });
 
+  test("a file over what one MCP message carries is refused with what to do", async () => {
+    const sb = await call("sandbox_create", {});
+    made.push(sb.sandbox_id);
+    await call("sandbox_exec", { sandbox_id: sb.sandbox_id, command: "head -c 9000000 /dev/zero | tr '\\0' a > big.txt" });
+    assert.match(await errorOf("sandbox_read_file", { sandbox_id: sb.sandbox_id, path: "big.txt" }), /larger than the 8MiB sandbox_read_file returns/);
+  });
+
+  test("sandbox_create refuses what the runner refuses, with its reason", async () => {
+    assert.match(await errorOf("sandbox_create", { image: "python:3" }), /creating the sandbox: .*digest/);
+    assert.match(await errorOf("sandbox_create", { memory: "1MiB" }), /creating the sandbox: .*memory .* below the minimum/);
+    assert.match(await errorOf("sandbox_create", { memory: "lots" }), /memory "lots": give a positive size/);
+    assert.match(await errorOf("sandbox_create", { template: "python-data" }), /templates are not available/);
+  });
+
   test("a bad sandbox_id is a tool error that says what to do", async () => {
     for (const tool of ["sandbox_exec", "sandbox_read_file", "sandbox_write_file", "sandbox_destroy"]) {
       const args = { sandbox_id: "not-a-sandbox", command: "true", path: "/tmp/a", content: "x" };

@@ -186,6 +186,24 @@ describe(`airlock MCP over ${process.env.MCP_URL ? "streamable HTTP" : "stdio"}`
     assert.match(await errorOf("sandbox_create", { template: "python-data" }), /templates are not available/);
   });
 
+  test("a sandbox whose client went away ends at its TTL", async () => {
+    const other = new Client({ name: "airlock-acceptance-gone", version: "1.0.0" });
+    await other.connect(transport());
+    const res = await other.callTool({ name: "sandbox_create", arguments: { ttl_s: 2 } });
+    assert.ok(!res.isError, text(res));
+    const id = res.structuredContent.sandbox_id;
+    made.push(id);
+    await other.close(); // over stdio, its airlock mcp process ends here
+    // Polled, with a bound far above the TTL for a loaded machine.
+    for (let i = 0; ; i++) {
+      const { sandboxes } = await call("sandbox_list");
+      if (!sandboxes.some((s) => s.sandbox_id === id)) break;
+      assert.ok(i < 120, `${id} outlived its 2s TTL by a minute`);
+      await new Promise((r) => setTimeout(r, 500));
+    }
+    assert.match(await errorOf("sandbox_exec", { sandbox_id: id, command: "true" }), /is gone/);
+  });
+
   test("a bad sandbox_id is a tool error that says what to do", async () => {
     for (const tool of ["sandbox_exec", "sandbox_read_file", "sandbox_write_file", "sandbox_destroy"]) {
       const args = { sandbox_id: "not-a-sandbox", command: "true", path: "/tmp/a", content: "x" };

@@ -15,7 +15,9 @@
 //     (see Runners).
 //   - Everything in a tool call is hostile input: it is checked before any
 //     sandbox is touched, and refused with a tool error (IsError) whose
-//     message says what to do. Protocol errors are left to the SDK.
+//     message says what to do. Arguments that do not fit a tool's schema
+//     (a wrong type, an unknown field) are refused by the SDK, also as tool
+//     errors.
 //   - The program's own outcome (exit code, timeout, OOM, output limit) is a
 //     result, never a tool error; an engine failure or a refusal is a tool
 //     error.

@@ -313,7 +313,8 @@ type SandboxList struct {
 	Sandboxes []SandboxResult `json:"sandboxes"`
 }
 
-// Destroyed is sandbox_destroy's result.
+// Destroyed is sandbox_destroy's result: the sandbox is gone now,
+// whether this call or an earlier end (rm, TTL, idle timeout) freed it.
 type Destroyed struct {
 	SandboxID string `json:"sandbox_id"`
 	Destroyed bool   `json:"destroyed"`

@@ -42,6 +42,14 @@ test: setup ## Set up, then run unit and end-to-end tests against real dockerd a
 	done
 	@# The offline bundle, once: built, installed and run with no network, refused when changed.
 	$(GO) test -count=1 -tags e2e -timeout 15m -v ./e2e/bundle/
+	@$(MAKE) --no-print-directory test-mcp
+
+MCP_CLIENT := mcpserver/testdata/client
+
+.PHONY: test-mcp
+test-mcp: build ## The MCP tools through the official SDKs: Go's client over streamable HTTP, npm's over stdio (airlock mcp)
+	$(GO) test -count=1 -tags e2e -timeout 5m -run 'TestHTTPTransport' ./mcpserver/
+	cd $(MCP_CLIENT) && npm ci --no-audit --no-fund --loglevel=error && AIRLOCK_BIN=$(CURDIR)/bin/airlock AIRLOCK_ROOT=$(AIRLOCK_ROOT) npm test
 
 .PHONY: unit
 unit: ## Run the unit tests only (no root, no daemon)

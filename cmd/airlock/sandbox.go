@@ -48,7 +48,13 @@ func (g *globals) sandboxRunner(id string) (*runner.Runner, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	eng, done, err := g.pickEngine(si.Engine)
+	return g.runnerOn(si.Engine)
+}
+
+// runnerOn returns a runner on engine name (auto, oci or docker), able to
+// create sandboxes, and the function that releases its engine.
+func (g *globals) runnerOn(name string) (*runner.Runner, func(), error) {
+	eng, done, err := g.pickEngine(name)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -171,15 +177,11 @@ func runSandboxCreate(cmd *cobra.Command, g *globals, f *sandboxCreateFlags) err
 	if err != nil {
 		return err
 	}
-	eng, done, err := g.pickEngine(f.engine)
+	r, done, err := g.runnerOn(f.engine)
 	if err != nil {
 		return err
 	}
 	defer done()
-	r, err := g.newRunner(eng)
-	if err != nil {
-		return err
-	}
 	sb, err := r.Create(cmd.Context(), s)
 	if err != nil {
 		return err

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 
 	"sync"
 
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/internal/atomicfile"
+	"github.com/airlock-sandbox/airlock/mcpserver"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/server"
 	"github.com/airlock-sandbox/airlock/units"
@@ -120,6 +122,10 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 		Sweep: func(ctx context.Context) (int, error) {
 			rep, err := g.reap(ctx, false)
 			return len(rep.Reaped), err
+		},
+		// MCP's streamable HTTP, behind the same token.
+		Extra: map[string]http.Handler{
+			"/mcp": mcpserver.New(mcpRunners{g: g, engine: "auto"}, mcpserver.WithLogger(g.serverLogger()), mcpserver.WithVersion(version)).HTTPHandler(),
 		},
 		Log: g.serverLogger(),
 	})

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-sandbox/airlock/mcpserver"
+	"github.com/airlock-sandbox/airlock/runner"
+)
+
+func newMCPCmd(g *globals) *cobra.Command {
+	var engineName string
+	cmd := &cobra.Command{
+		Use:   "mcp",
+		Short: "Serve airlock's sandboxes as MCP tools over stdio",
+		Long: `Serve the Model Context Protocol over stdin and stdout, for an MCP client
+(Claude Desktop, an IDE, an agent runtime) that starts airlock itself. The
+tools: run_code (one snippet in a fresh sandbox), sandbox_create,
+sandbox_exec, sandbox_write_file, sandbox_read_file, sandbox_list and
+sandbox_destroy. Each does what airlock run, sandbox create, exec, cp,
+sandbox ls and sandbox rm do, with the same isolation and limits, and a
+sandbox made here ends after its idle timeout or TTL like any other, even
+when the client is gone.
+
+stdout carries the protocol only; --debug logs go to stderr. airlock serve
+offers the same tools over streamable HTTP at /mcp.`,
+		Example: `  airlock mcp
+  airlock mcp --root /var/lib/airlock --engine oci`,
+		Args: exactArgs(0, "mcp takes no arguments; an MCP client starts it and talks over stdin and stdout"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s := mcpserver.New(mcpRunners{g: g, engine: engineName}, mcpserver.WithLogger(g.logger()), mcpserver.WithVersion(version))
+			return s.ServeStdio(cmd.Context())
+		},
+	}
+	cmd.Flags().StringVar(&engineName, "engine", "auto", "engine of run_code and new sandboxes: oci, docker, or auto (oci where root and setup's runsc are available, else docker)")
+	return cmd
+}
+
+// mcpRunners wires the MCP tools to runners exactly as run and exec are.
+type mcpRunners struct {
+	g      *globals
+	engine string
+}
+
+func (m mcpRunners) New(context.Context) (*runner.Runner, func(), error) {
+	return m.g.runnerOn(m.engine)
+}
+
+func (m mcpRunners) ForSandbox(_ context.Context, id string) (*runner.Runner, func(), error) {
+	return m.g.sandboxRunner(id)
+}

@@ -1,0 +1,69 @@
+package mcpserver
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/artifacts"
+	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/runner"
+)
+
+// A tool error's message is the runner's, which names the problem, with
+// what to do next in the tools' own terms.
+
+func isNotFound(err error) bool { return err != nil && errdefs.IsNotFound(err) }
+
+// toolError words an error of new work (run_code, sandbox_create).
+func toolError(doing string, err error) error {
+	switch {
+	case errdefs.IsInvalidArgument(err):
+		return fmt.Errorf("%s: %w (change the arguments and call again)", doing, err)
+	case errdefs.IsUnavailable(err):
+		return fmt.Errorf("%s: %w (airlock's engine is unavailable on this machine: `airlock doctor` says why; try again once it is fixed)", doing, err)
+	}
+	return fmt.Errorf("%s: %w", doing, err)
+}
+
+// sandboxError words an error about sandbox id.
+func sandboxError(id string, err error) error {
+	switch {
+	case errors.Is(err, engine.ErrSandboxLost):
+		return fmt.Errorf("sandbox %q is lost: %w. Its work is gone: sandbox_destroy frees it, and sandbox_create makes a new one", id, err)
+	case errdefs.IsNotFound(err):
+		return fmt.Errorf("sandbox %q is gone (destroyed, expired after its idle timeout or TTL, or never made): sandbox_create makes a new one, sandbox_list lists the live ones", id)
+	case errdefs.IsConflict(err), errdefs.IsUnavailable(err):
+		return fmt.Errorf("sandbox %q: %w (try again in a moment)", id, err)
+	}
+	return fmt.Errorf("sandbox %q: %w", id, err)
+}
+
+// hints say what to do about a refused transfer, by its reason word.
+var hints = map[artifacts.Reason]string{
+	runner.ReasonInvalidPath:       "files move in and out of the workspace /home/user (reads also /out): give a clean path there, with no '..' (a relative path is under /home/user); /tmp is the sandbox's own, reached with sandbox_exec (cp)",
+	runner.ReasonNotFound:          "check the path: sandbox_exec with `ls -la DIR` shows what is there",
+	runner.ReasonSymlink:           "airlock never follows a symlink: name the file it points to",
+	runner.ReasonIsDirectory:       "name a file, not a directory; sandbox_exec with `ls -la DIR` lists it",
+	runner.ReasonTooLarge:          "the file is over the sandbox's cap: make it smaller",
+	runner.ReasonNoSpace:           "the area is full: remove files with sandbox_exec, or create a sandbox with more room",
+	artifacts.ReasonTypeNotAllowed: "the sandbox's download allowlist refuses this type: convert it to text (base64 it with sandbox_exec, say) or read another file",
+	artifacts.ReasonTypeMismatch:   "the content does not match the file's name: rename it, or convert it to text with sandbox_exec",
+	artifacts.ReasonNotRegular:     "only regular files move: not devices, FIFOs or sockets",
+	artifacts.ReasonHardlink:       "a file with several hard links is refused: copy it with sandbox_exec (cp) and read the copy",
+	artifacts.ReasonHiddenName:     "paths with a component starting with '.' are refused: copy the file to a plain name with sandbox_exec first",
+}
+
+// transferError words a transfer refusal with its reason word, or a
+// sandbox error.
+func transferError(id string, err error) error {
+	var te *runner.TransferError
+	if !errors.As(err, &te) {
+		return sandboxError(id, err)
+	}
+	if h, ok := hints[te.Reason]; ok {
+		return fmt.Errorf("%w; %s", err, h)
+	}
+	return err
+}

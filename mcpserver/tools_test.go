@@ -1,0 +1,330 @@
+package mcpserver
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-sandbox/airlock/runner"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+func TestRunSpec(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   RunCodeArgs
+		argv []string
+		want string // error substring; "" means valid
+	}{
+		{"python", RunCodeArgs{Language: "python", Code: "print(42)"}, []string{"python3", "-c", "print(42)"}, ""},
+		{"bash", RunCodeArgs{Language: "bash", Code: "echo 42"}, []string{"bash", "-c", "echo 42"}, ""},
+		{"sh with timeout", RunCodeArgs{Language: "sh", Code: "echo 42", TimeoutS: ptr(1.5)}, []string{"sh", "-c", "echo 42"}, ""},
+		{"other language", RunCodeArgs{Language: "ruby", Code: "puts 1"}, nil, `language "ruby" is not supported: use one of bash, python, sh`},
+		{"no language", RunCodeArgs{Code: "print(1)"}, nil, `language "" is not supported`},
+		{"template", RunCodeArgs{Language: "python", Code: "1", Template: "data"}, nil, "templates are not available"},
+		{"empty code", RunCodeArgs{Language: "python"}, nil, "code is empty"},
+		{"huge code", RunCodeArgs{Language: "python", Code: strings.Repeat("#", maxCode+1)}, nil, "write it to a file with sandbox_write_file"},
+		{"NUL", RunCodeArgs{Language: "python", Code: "a\x00b"}, nil, "NUL byte"},
+		{"zero timeout", RunCodeArgs{Language: "python", Code: "1", TimeoutS: ptr(0.0)}, nil, "timeout_s 0: give a positive number of seconds"},
+		{"negative timeout", RunCodeArgs{Language: "python", Code: "1", TimeoutS: ptr(-3.0)}, nil, "timeout_s -3"},
+		{"overflowing timeout", RunCodeArgs{Language: "python", Code: "1", TimeoutS: ptr(1e300)}, nil, "give a positive number of seconds"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec, err := runSpec(tc.in)
+			if tc.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("error %v, want one containing %q", err, tc.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(spec.Argv, tc.argv) {
+				t.Errorf("argv %q, want %q", spec.Argv, tc.argv)
+			}
+			if tc.in.TimeoutS != nil && spec.Policy.Limits.Timeout != 1500*time.Millisecond {
+				t.Errorf("timeout %v, want 1.5s", spec.Policy.Limits.Timeout)
+			}
+			if tc.in.TimeoutS == nil && spec.Policy.Limits.Timeout != 0 {
+				t.Errorf("timeout %v, want 0 (the runner's default)", spec.Policy.Limits.Timeout)
+			}
+			if spec.Stdin != nil {
+				t.Error("stdin is open without stdin given")
+			}
+		})
+	}
+}
+
+func TestSandboxSpec(t *testing.T) {
+	s, err := sandboxSpec(SandboxCreateArgs{Memory: "1GiB", TTLS: ptr(120.0), IdleTimeoutS: ptr(60.0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Policy.Limits.Memory != 1<<30 || s.TTL != 2*time.Minute || s.IdleTimeout != time.Minute {
+		t.Errorf("spec %+v", s)
+	}
+	// Nothing given: zero fields, which the runner makes its defaults
+	// (15m idle, 1h TTL), the same as for any other sandbox.
+	s, err = sandboxSpec(SandboxCreateArgs{})
+	if err != nil || s.TTL != 0 || s.IdleTimeout != 0 || s.Policy.Limits.Memory != 0 || s.Image != "" {
+		t.Errorf("spec %+v, %v", s, err)
+	}
+	for _, tc := range []struct {
+		in   SandboxCreateArgs
+		want string
+	}{
+		{SandboxCreateArgs{Template: "x"}, "templates are not available"},
+		{SandboxCreateArgs{Memory: "lots"}, `memory "lots": give a positive size with a unit`},
+		{SandboxCreateArgs{Memory: "0"}, `memory "0"`},
+		{SandboxCreateArgs{TTLS: ptr(0.0)}, "ttl_s 0"},
+		{SandboxCreateArgs{IdleTimeoutS: ptr(-1.0)}, "idle_timeout_s -1"},
+		{SandboxCreateArgs{TTLS: ptr(0.0000001)}, "at least 0.001 seconds"},
+	} {
+		if _, err := sandboxSpec(tc.in); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: error %v, want one containing %q", tc.in, err, tc.want)
+		}
+	}
+}
+
+func TestExecSpec(t *testing.T) {
+	const id = "sb-0123456789abcdef0123"
+	p, err := execSpec(SandboxExecArgs{SandboxID: id, Command: "ls -la | wc -l", TimeoutS: ptr(2.0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(p.Argv, []string{"sh", "-c", "ls -la | wc -l"}) || p.Timeout != 2*time.Second {
+		t.Errorf("exec spec %+v", p)
+	}
+	for _, tc := range []struct {
+		in   SandboxExecArgs
+		want string
+	}{
+		{SandboxExecArgs{SandboxID: "sb-1", Command: "ls"}, `sandbox_id "sb-1" is not a sandbox id`},
+		{SandboxExecArgs{SandboxID: "../../etc", Command: "ls"}, "sandbox_list lists the live ones"},
+		{SandboxExecArgs{SandboxID: id, Command: "  "}, "command is empty"},
+		{SandboxExecArgs{SandboxID: id, Command: "a\x00"}, "NUL byte"},
+		{SandboxExecArgs{SandboxID: id, Command: "ls", TimeoutS: ptr(0.0)}, "timeout_s 0"},
+	} {
+		if _, err := execSpec(tc.in); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: error %v, want one containing %q", tc.in, err, tc.want)
+		}
+	}
+}
+
+func TestFileContent(t *testing.T) {
+	const id = "sb-0123456789abcdef0123"
+	b, err := fileContent(SandboxWriteFileArgs{SandboxID: id, Path: "/home/user/a", Content: ptr("héllo")})
+	if err != nil || string(b) != "héllo" {
+		t.Errorf("content: %q, %v", b, err)
+	}
+	all := make([]byte, 256)
+	for i := range all {
+		all[i] = byte(i)
+	}
+	b, err = fileContent(SandboxWriteFileArgs{SandboxID: id, ContentBase64: ptr(base64.StdEncoding.EncodeToString(all))})
+	if err != nil || string(b) != string(all) {
+		t.Errorf("content_base64: %v", err)
+	}
+	b, err = fileContent(SandboxWriteFileArgs{SandboxID: id, Content: ptr("")})
+	if err != nil || len(b) != 0 {
+		t.Errorf("an empty file: %q, %v", b, err)
+	}
+	for _, tc := range []struct {
+		in   SandboxWriteFileArgs
+		want string
+	}{
+		{SandboxWriteFileArgs{SandboxID: id}, "give the file's content: content (text) or content_base64"},
+		{SandboxWriteFileArgs{SandboxID: id, Content: ptr("a"), ContentBase64: ptr("YQ==")}, "not both"},
+		{SandboxWriteFileArgs{SandboxID: id, ContentBase64: ptr("not base64!")}, "content_base64 is not standard base64"},
+		{SandboxWriteFileArgs{SandboxID: id, Content: ptr(strings.Repeat("x", MaxFileBytes+1))}, "over the 8MiB an MCP call carries"},
+		{SandboxWriteFileArgs{SandboxID: "nope", Content: ptr("a")}, `sandbox_id "nope" is not a sandbox id`},
+	} {
+		if _, err := fileContent(tc.in); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("error %v, want one containing %q", err, tc.want)
+		}
+	}
+}
+
+func TestExecResult(t *testing.T) {
+	r := execResult(runner.Result{ID: "r1", Reason: runner.ReasonExited, ExitCode: 3,
+		Stdout: runner.Stream{Head: []byte("42\n"), Bytes: 3}, Stderr: runner.Stream{Head: []byte{0xff, 'a'}, Bytes: 2}})
+	if r.Reason != "exited" || r.ExitCode != 3 || r.Stdout != "42\n" || r.StdoutBase64 != "" || r.Truncated {
+		t.Errorf("result %+v", r)
+	}
+	if r.Stderr != "\uFFFDa" || r.StderrBase64 != base64.StdEncoding.EncodeToString([]byte{0xff, 'a'}) {
+		t.Errorf("non-UTF-8 stderr: %q, base64 %q", r.Stderr, r.StderrBase64)
+	}
+	r = execResult(runner.Result{Reason: runner.ReasonOutputLimit, ExitCode: 137,
+		Stdout: runner.Stream{Head: []byte("head"), Tail: []byte("tail"), Bytes: 1000, Truncated: true}})
+	if !r.Truncated || r.Stdout != "head\n[airlock: 992 bytes left out]\ntail" || r.Reason != "output_limit" {
+		t.Errorf("truncated result %+v", r)
+	}
+}
+
+func TestFileResult(t *testing.T) {
+	fr := fileResult("sb-x", runner.Transfer{Path: "/tmp/b", Size: 2}, []byte{0, 0xff}, true)
+	if fr.Content != "" || fr.ContentBase64 != "AP8=" || fr.SHA256 == "" {
+		t.Errorf("binary file %+v", fr)
+	}
+	fr = fileResult("sb-x", runner.Transfer{Path: "/tmp/t", Size: 2, SHA256: "abc"}, []byte("hi"), true)
+	if fr.Content != "hi" || fr.ContentBase64 != "" || fr.SHA256 != "abc" {
+		t.Errorf("text file %+v", fr)
+	}
+}
+
+func TestTransferError(t *testing.T) {
+	te := &runner.TransferError{Direction: runner.DirectionUpload, Path: "/etc/passwd", Reason: runner.ReasonInvalidPath, Detail: "outside the areas", Err: errdefs.ErrInvalidArgument}
+	err := transferError("sb-x", fmt.Errorf("uploading: %w", te))
+	if !strings.Contains(err.Error(), "(invalid_path)") || !strings.Contains(err.Error(), "files move in and out of the workspace /home/user") {
+		t.Errorf("refusal %q: want the reason word and what to do", err)
+	}
+	err = transferError("sb-x", fmt.Errorf("%w: sandbox gone", errdefs.ErrNotFound))
+	if !strings.Contains(err.Error(), "is gone") || !strings.Contains(err.Error(), "sandbox_create makes a new one") {
+		t.Errorf("gone sandbox %q", err)
+	}
+}
+
+// noEngine is the runners of a machine with no engine: every tool that
+// gets as far as the runner fails, so a test can tell that the arguments
+// were refused before.
+type noEngine struct{ calls int }
+
+var errNoEngine = fmt.Errorf("%w: no engine in unit tests", errdefs.ErrUnavailable)
+
+func (n *noEngine) New(context.Context) (*runner.Runner, func(), error) {
+	n.calls++
+	return nil, nil, errNoEngine
+}
+
+func (n *noEngine) ForSandbox(_ context.Context, id string) (*runner.Runner, func(), error) {
+	n.calls++
+	_, err := runner.ReadSandbox(tNoRoot, id)
+	return nil, nil, err
+}
+
+// tNoRoot is a root that holds nothing.
+const tNoRoot = "/nonexistent/airlock-root"
+
+func connect(t *testing.T, rs Runners) *mcp.ClientSession {
+	t.Helper()
+	ctx := context.Background()
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := New(rs).MCP().Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ss.Close() })
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// callError calls a tool and returns its error text; it fails the test
+// unless the call is a tool error (not a protocol error).
+func callError(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any) string {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: protocol error %v, want a tool error", name, err)
+	}
+	if !res.IsError {
+		t.Fatalf("%s: no tool error", name)
+	}
+	var texts []string
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			texts = append(texts, tc.Text)
+		}
+	}
+	return strings.Join(texts, "\n")
+}
+
+func TestToolsOverMCP(t *testing.T) {
+	rs := &noEngine{}
+	cs := connect(t, rs)
+	lt, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tool := range lt.Tools {
+		names = append(names, tool.Name)
+		if tool.OutputSchema == nil || tool.Description == "" {
+			t.Errorf("tool %s has no output schema or description", tool.Name)
+		}
+	}
+	slices.Sort(names)
+	want := []string{"run_code", "sandbox_create", "sandbox_destroy", "sandbox_exec", "sandbox_list", "sandbox_read_file", "sandbox_write_file"}
+	if !slices.Equal(names, want) {
+		t.Errorf("tools %v, want %v", names, want)
+	}
+
+	// Refused before any runner is asked.
+	for _, tc := range []struct {
+		tool string
+		args map[string]any
+		want string
+	}{
+		{"run_code", map[string]any{"language": "ruby", "code": "puts 1"}, `language "ruby" is not supported`},
+		{"run_code", map[string]any{"language": "python", "code": "1", "template": "data-science"}, "templates are not available"},
+		{"run_code", map[string]any{"language": "python"}, "code"},
+		{"run_code", map[string]any{"language": "python", "code": "1", "memory": "1GiB"}, "additional properties"},
+		{"sandbox_create", map[string]any{"template": "x"}, "templates are not available"},
+		{"sandbox_create", map[string]any{"memory": "much"}, `memory "much"`},
+		{"sandbox_exec", map[string]any{"sandbox_id": "sb-bad", "command": "ls"}, `sandbox_id "sb-bad" is not a sandbox id`},
+		{"sandbox_exec", map[string]any{"sandbox_id": "sb-0123456789abcdef0123", "command": ""}, "command is empty"},
+		{"sandbox_write_file", map[string]any{"sandbox_id": "sb-0123456789abcdef0123", "path": "/home/user/a", "content": "a", "content_base64": "YQ=="}, "not both"},
+		{"sandbox_read_file", map[string]any{"sandbox_id": "x", "path": "/tmp/a"}, `sandbox_id "x" is not a sandbox id`},
+		{"sandbox_destroy", map[string]any{"sandbox_id": "sb-../../x"}, "is not a sandbox id"},
+	} {
+		if msg := callError(t, cs, tc.tool, tc.args); !strings.Contains(msg, tc.want) {
+			t.Errorf("%s %v: %q, want it to contain %q", tc.tool, tc.args, msg, tc.want)
+		}
+	}
+	if rs.calls != 0 {
+		t.Errorf("bad arguments reached the runners %d times", rs.calls)
+	}
+
+	// A well-formed id of no sandbox: gone, and what to do.
+	for _, tool := range []string{"sandbox_exec", "sandbox_read_file", "sandbox_write_file"} {
+		args := map[string]any{"sandbox_id": "sb-0123456789abcdef0123", "command": "ls", "path": "/tmp/a", "content": "x"}
+		switch tool {
+		case "sandbox_read_file":
+			delete(args, "content")
+			delete(args, "command")
+		case "sandbox_write_file":
+			delete(args, "command")
+		case "sandbox_exec":
+			delete(args, "path")
+			delete(args, "content")
+		}
+		msg := callError(t, cs, tool, args)
+		if !strings.Contains(msg, `sandbox "sb-0123456789abcdef0123" is gone`) || !strings.Contains(msg, "sandbox_create makes a new one") {
+			t.Errorf("%s on a gone sandbox: %q", tool, msg)
+		}
+	}
+	// Destroying a sandbox that is gone succeeds, like airlock sandbox rm.
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "sandbox_destroy", Arguments: map[string]any{"sandbox_id": "sb-0123456789abcdef0123"}})
+	if err != nil || res.IsError {
+		t.Errorf("destroying a gone sandbox: %v, %+v", err, res)
+	}
+	// An engine failure is a tool error that says what to do.
+	if msg := callError(t, cs, "run_code", map[string]any{"language": "python", "code": "print(42)"}); !strings.Contains(msg, "no engine in unit tests") || !strings.Contains(msg, "airlock doctor") {
+		t.Errorf("engine failure: %q", msg)
+	}
+	if msg := callError(t, cs, "sandbox_list", nil); !strings.Contains(msg, "listing the sandboxes") {
+		t.Errorf("sandbox_list without an engine: %q", msg)
+	}
+}

@@ -34,6 +34,12 @@ test: setup ## Set up, then run unit and end-to-end tests against real dockerd a
 		echo "== e2e: engine $$1, isolation $$2"; \
 		AIRLOCK_E2E_ENGINE=$$1 AIRLOCK_E2E_ISOLATION=$$2 $(GO) test -count=1 -tags e2e -timeout 30m -v ./e2e/ || exit 1; \
 	done
+	@# The JS, deepagents and Python clients against a live airlock serve.
+	$(MAKE) --no-print-directory test-sdk
+
+.PHONY: test-sdk
+test-sdk: ## Test the JS, deepagents and Python clients against a live airlock serve (npm ci from the lockfiles)
+	GO=$(GO) ./sdk/test.sh
 
 .PHONY: unit
 unit: ## Run the unit tests only (no root, no daemon)

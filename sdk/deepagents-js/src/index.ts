@@ -76,8 +76,8 @@ export interface ExecuteOptions {
   timeout?: Duration;
 }
 
-/** The areas of an airlock sandbox that file transfers reach. */
-const WRITABLE = ["/home/user/", "/tmp/"];
+/** Where file transfers reach in an airlock sandbox: its workspace (not /tmp, which airlock does not transfer to yet). */
+const AREAS = ["/home/user/"];
 
 /**
  * Why path cannot name a file in a sandbox, as deepagents' code, or null
@@ -110,7 +110,7 @@ export function fileErrorOf(reason: string | undefined, path: string): FileOpera
     case "bad_name":
       return "invalid_path";
     case "invalid_path":
-      return WRITABLE.some((w) => path.startsWith(w)) ? "invalid_path" : "permission_denied";
+      return AREAS.some((w) => path.startsWith(w)) ? "invalid_path" : "permission_denied";
     default:
       return "permission_denied";
   }

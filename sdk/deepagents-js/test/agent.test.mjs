@@ -10,6 +10,12 @@ import { AirlockSandbox } from "../dist/index.js";
 import { socketPath } from "./env.mjs";
 
 let backend;
+
+// A message's text, whether its content is a string or content blocks.
+function textOf(content) {
+  if (typeof content === "string") return content;
+  return content.map((b) => (typeof b === "string" ? b : (b.text ?? ""))).join("");
+}
 after(async () => {
   await backend?.close();
 });
@@ -25,20 +31,20 @@ test("createDeepAgent writes a Python file, executes it and reads its output thr
     // can only be right if the tool call really went through airlock.
     .respond((messages) => {
       const read = [...messages].reverse().find((m) => ToolMessage.isInstance(m) && m.tool_call_id === "call-read");
-      return new AIMessage(`The program printed: ${read ? String(read.content) : "nothing"}`);
+      return new AIMessage(`The program printed: ${read ? textOf(read.content) : "nothing"}`);
     });
 
   const agent = createDeepAgent({ model, backend });
   const result = await agent.invoke({ messages: [{ role: "user", content: "Write answer.py, run it, and tell me what it printed." }] });
 
-  const tools = Object.fromEntries(result.messages.filter((m) => ToolMessage.isInstance(m)).map((m) => [m.tool_call_id, String(m.content)]));
+  const tools = Object.fromEntries(result.messages.filter((m) => ToolMessage.isInstance(m)).map((m) => [m.tool_call_id, textOf(m.content)]));
   assert.match(tools["call-write"], /Successfully wrote to '\/home\/user\/answer.py'/);
   assert.match(tools["call-exec"], /answer 42\nnode sandbox\n/);
   assert.match(tools["call-exec"], /exit code 0/);
   assert.match(tools["call-read"], /answer 42/);
   const final = result.messages.at(-1);
   assert.ok(AIMessage.isInstance(final));
-  assert.match(String(final.content), /The program printed: .*answer 42/s);
+  assert.match(textOf(final.content), /The program printed: .*answer 42/s);
 
   // The file and its output are really in the sandbox.
   const [py, out] = await backend.downloadFiles(["/home/user/answer.py", "/home/user/out.txt"]);

@@ -138,20 +138,20 @@ test("per-file results keep input order, with partial success", async () => {
     ["relative.txt", Buffer.from("x")],
     ["/etc/evil.txt", Buffer.from("x")],
     ["/home/user/adir", Buffer.from("x")],
-    ["/tmp/ok2.txt", Buffer.from("2")],
+    ["/home/user/sub/ok2.txt", Buffer.from("2")],
   ]);
   assert.deepEqual(up, [
     { path: "/home/user/ok1.txt", error: null },
     { path: "relative.txt", error: "invalid_path" },
     { path: "/etc/evil.txt", error: "permission_denied" },
     { path: "/home/user/adir", error: "is_directory" },
-    { path: "/tmp/ok2.txt", error: null },
+    { path: "/home/user/sub/ok2.txt", error: null },
   ]);
-  const down = await sb.downloadFiles(["/tmp/ok2.txt", "/home/user/missing.txt", "/home/user/ok1.txt"]);
+  const down = await sb.downloadFiles(["/home/user/sub/ok2.txt", "/home/user/missing.txt", "/home/user/ok1.txt"]);
   assert.deepEqual(
     down.map((d) => [d.path, d.error, d.content && Buffer.from(d.content).toString()]),
     [
-      ["/tmp/ok2.txt", null, "2"],
+      ["/home/user/sub/ok2.txt", null, "2"],
       ["/home/user/missing.txt", "file_not_found", null],
       ["/home/user/ok1.txt", null, "1"],
     ],
@@ -162,7 +162,8 @@ test("each error code", async () => {
   await sb.execute("mkdir -p /home/user/errdir && ln -sf /etc/passwd /home/user/link.txt && printf '\\177ELF\\2\\1\\1' > /home/user/prog.bin");
   const cases = [
     ["/home/user/absent.txt", "file_not_found"],
-    ["/tmp/absent/deeper.txt", "file_not_found"],
+    ["/home/user/absent/deeper.txt", "file_not_found"],
+    ["/tmp/x.txt", "permission_denied"],
     ["/home/user/errdir", "is_directory"],
     ["/etc/passwd", "permission_denied"],
     ["/home/user/link.txt", "permission_denied"],

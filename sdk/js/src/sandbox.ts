@@ -190,7 +190,7 @@ export function stderrText(r: Result): string {
 
 const enc = encodeURIComponent;
 
-/** Files in a sandbox's workspace (/home/user) and /tmp. */
+/** Files in a sandbox's workspace (/home/user). */
 export class Files {
   readonly #t: Transport;
   readonly #id: string;

@@ -61,12 +61,12 @@ test("streaming delivers stdout and stderr to the callbacks, live, and the same 
   let released = null;
   // The command waits for a file that the test writes only once the first
   // line has arrived: the chunk came before the command ended.
-  const cmd = "echo first; echo oops >&2; i=0; while [ ! -f /tmp/go ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done; echo second";
+  const cmd = "echo first; echo oops >&2; i=0; while [ ! -f /home/user/go.flag ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done; echo second";
   const r = await sb.exec(cmd, {
     timeout: "60s",
     onStdout: (c) => {
       out.push(c);
-      if (!released && Buffer.concat(out).toString().includes("first")) released = sb.files.write("/tmp/go", "");
+      if (!released && Buffer.concat(out).toString().includes("first")) released = sb.files.write("/home/user/go.flag", "");
     },
     onStderr: (c) => err.push(c),
   });
@@ -88,8 +88,8 @@ test("files: write and read back text and bytes; the reply names size and sha256
   const r = await sb.exec(["python3", "pkg/hello.py"]);
   assert.equal(stdoutText(r), "hi from a file\n");
   const png = Buffer.concat([Buffer.from("89504e470d0a1a0a", "hex"), Buffer.alloc(64, 7)]);
-  await sb.files.write("/tmp/x.png", png);
-  assert.deepEqual(await sb.files.read("/tmp/x.png"), png);
+  await sb.files.write("/home/user/x.png", png);
+  assert.deepEqual(await sb.files.read("/home/user/x.png"), png);
 });
 
 test("files: the scanner's refusals are typed errors with their reason word", async () => {

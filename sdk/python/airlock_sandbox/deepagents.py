@@ -71,8 +71,9 @@ AGENT_DOWNLOAD_TYPES = (
 #: timeout (Daytona's convention, like timeout(1)).
 TIMEOUT_EXIT_CODE = 124
 
-# The areas of an airlock sandbox that file transfers reach.
-_AREAS = ("/home/user/", "/tmp/")
+# Where file transfers reach in an airlock sandbox: its workspace (not /tmp,
+# which airlock does not transfer to yet).
+_AREAS = ("/home/user/",)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 

@@ -119,7 +119,7 @@ def _quote(s: str) -> str:
 
 
 class Files:
-    """Files in a sandbox's workspace (/home/user) and /tmp."""
+    """Files in a sandbox's workspace (/home/user)."""
 
     def __init__(self, transport: Transport, sandbox_id: str):
         self._t = transport

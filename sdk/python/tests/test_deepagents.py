@@ -58,7 +58,7 @@ class BackendTest(unittest.TestCase):
             ("/home/user/bytes.bin", content),
             ("/home/user/img.png", PNG + content),
             ("/home/user/big.bin", big),
-            ("/tmp/données/日本語 файл ✓.txt", "héllo ✓\n".encode()),
+            ("/home/user/données/日本語 файл ✓.txt", "héllo ✓\n".encode()),
         ]
         up = self.b.upload_files(files)
         self.assertEqual([(u.path, u.error) for u in up], [(p, None) for p, _ in files])
@@ -86,8 +86,8 @@ class BackendTest(unittest.TestCase):
         self.assertEqual([(d.path, d.error) for d in down], cases)
         self.assertEqual(down[0].content, b"1\n")
         self.assertTrue(all(d.content is None for d in down[1:]))
-        up = self.b.upload_files([("/home/user/errdir", b"x"), ("/usr/bin/evil", b"x"), ("relative.txt", b"x"), ("/tmp/fine.txt", b"x")])
-        self.assertEqual([u.error for u in up], ["is_directory", "permission_denied", "invalid_path", None])
+        up = self.b.upload_files([("/home/user/errdir", b"x"), ("/usr/bin/evil", b"x"), ("relative.txt", b"x"), ("/tmp/x.txt", b"x"), ("/home/user/fine.txt", b"x")])
+        self.assertEqual([u.error for u in up], ["is_directory", "permission_denied", "invalid_path", "permission_denied", None])
 
     def test_gone_sandbox_raises_rather_than_blaming_the_file(self):
         with AirlockBackend.create(socket_path=live.SOCKET, ttl="5m", labels={"suite": "sdk-python"}) as gone:

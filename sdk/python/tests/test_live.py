@@ -44,12 +44,12 @@ class SandboxTest(unittest.TestCase):
         released = []
         # The command waits for a file the test writes only when the first
         # line has arrived: that chunk came before the command ended.
-        cmd = "echo first; echo oops >&2; i=0; while [ ! -f /tmp/go ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done; echo second"
+        cmd = "echo first; echo oops >&2; i=0; while [ ! -f /home/user/go.flag ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done; echo second"
 
         def on_stdout(chunk):
             out.append(chunk)
             if not released and b"first" in b"".join(out):
-                t = threading.Thread(target=self.sb.files.write, args=("/tmp/go", b""))
+                t = threading.Thread(target=self.sb.files.write, args=("/home/user/go.flag", b""))
                 t.start()
                 released.append(t)
 
@@ -76,9 +76,9 @@ class SandboxTest(unittest.TestCase):
         self.assertEqual(self.sb.files.read("/home/user/pkg/hello.py"), data.encode())
         self.assertEqual(self.sb.exec(["python3", "pkg/hello.py"]).stdout_text, "hi from a file\n")
         big = b"0123456789abcdef\n" * 200000
-        w = self.sb.files.write("/tmp/streamed.txt", io.BytesIO(big))
+        w = self.sb.files.write("/home/user/streamed.txt", io.BytesIO(big))
         self.assertEqual(w["size"], len(big))
-        self.assertEqual(self.sb.files.read("/tmp/streamed.txt"), big)
+        self.assertEqual(self.sb.files.read("/home/user/streamed.txt"), big)
 
     def test_errors_by_kind(self):
         self.sb.files.write("/home/user/blob.bin", bytes([0, 1, 2, 3, 255, 0, 0, 7]))

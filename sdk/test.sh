@@ -74,4 +74,4 @@ if [[ -n "$left" ]]; then
 	echo "sandboxes the tests made are still there: $left" >&2
 	exit 1
 fi
-echo "== sdk: all passed"
+echo "== sdk: all passed in ${SECONDS}s"

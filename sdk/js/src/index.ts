@@ -16,3 +16,4 @@
 export * from "./errors.js";
 export { Transport, DEFAULT_SOCKET, type ConnectionOptions } from "./transport.js";
 export * from "./sandbox.js";
+export { ExecHandle, type SpawnOptions } from "./spawn.js";

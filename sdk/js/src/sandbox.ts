@@ -7,6 +7,7 @@
 import { Readable } from "node:stream";
 import { AirlockError, errorOf, isErrorKind } from "./errors.js";
 import { ConnectionOptions, Transport, ndjson, readAll } from "./transport.js";
+import { ExecHandle } from "./spawn.js";
 
 /** A duration: a Go duration string ("30s", "1m30s") or a number of seconds. */
 export type Duration = string | number;
@@ -298,6 +299,24 @@ export class Sandbox {
       signal: opts.signal,
     });
     return consumeExecStream(ndjson(res), opts);
+  }
+
+  /**
+   * Start a command over the exec WebSocket and return its handle at once:
+   * write() to its stdin, closeStdin(), kill(), and `await h.result` for
+   * the Result. A dropped connection is resumed (reconnect) with no output
+   * byte lost or repeated.
+   */
+  spawn(command: string | string[], opts: Omit<ExecOptions, "stdin" | "detach" | "signal"> & { stdin?: boolean; reconnects?: number } = {}): ExecHandle {
+    const body = compact({
+      argv: argvOf(command),
+      timeout: duration(opts.timeout),
+      output_limit: size(opts.outputLimit),
+      env: envList(opts.env),
+      workdir: opts.cwd,
+      stdin: opts.stdin ?? true,
+    });
+    return new ExecHandle(this.#t, this.id, body, opts);
   }
 
   /** Destroy the sandbox. Idempotent: one already gone is not an error. */

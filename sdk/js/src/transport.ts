@@ -1,7 +1,7 @@
 /**
  * The HTTP transport to `airlock serve`: a unix socket (the default) or a
  * TCP URL with a bearer token. Node's own http module is enough, so the
- * client has no runtime dependencies.
+ * request-response client needs nothing else.
  */
 import http from "node:http";
 import https from "node:https";
@@ -53,6 +53,11 @@ export class Transport {
     } else {
       this.socketPath = opts.socketPath ?? (process.env.AIRLOCK_SOCKET || DEFAULT_SOCKET);
     }
+  }
+
+  /** The Authorization header's value, when there is a token. */
+  get authorization(): string | undefined {
+    return this.#token ? `Bearer ${this.#token}` : undefined;
   }
 
   /** Where requests go, for messages. */

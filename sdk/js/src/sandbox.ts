@@ -161,6 +161,17 @@ function policyBody(o: PolicyOptions): Record<string, unknown> {
   };
 }
 
+/** The fields an exec request and the WebSocket's execute message share. */
+function execBody(command: string | string[], o: Pick<ExecOptions, "timeout" | "outputLimit" | "env" | "cwd">): Record<string, unknown> {
+  return {
+    argv: argvOf(command),
+    timeout: duration(o.timeout),
+    output_limit: size(o.outputLimit),
+    env: envList(o.env),
+    workdir: o.cwd,
+  };
+}
+
 /** The argv of a command given as a list, or as one shell string for `sh -c`. */
 export function argvOf(command: string | string[]): string[] {
   if (typeof command === "string") return ["sh", "-c", command];
@@ -280,15 +291,7 @@ export class Sandbox {
    * outcome (exit code, timeout, output cap) is in the Result, never thrown.
    */
   async exec(command: string | string[], opts: ExecOptions = {}): Promise<Result> {
-    const body = compact({
-      argv: argvOf(command),
-      timeout: duration(opts.timeout),
-      output_limit: size(opts.outputLimit),
-      env: envList(opts.env),
-      workdir: opts.cwd,
-      stdin_b64: b64(opts.stdin),
-      detach: opts.detach,
-    });
+    const body = compact({ ...execBody(command, opts), stdin_b64: b64(opts.stdin), detach: opts.detach });
     const path = `/v1/sandboxes/${enc(this.id)}/exec`;
     if (!opts.onStdout && !opts.onStderr) {
       return this.#t.json<Result>("POST", path, { body: { json: body }, signal: opts.signal });
@@ -308,14 +311,7 @@ export class Sandbox {
    * byte lost or repeated.
    */
   spawn(command: string | string[], opts: Omit<ExecOptions, "stdin" | "detach" | "signal"> & { stdin?: boolean; reconnects?: number } = {}): ExecHandle {
-    const body = compact({
-      argv: argvOf(command),
-      timeout: duration(opts.timeout),
-      output_limit: size(opts.outputLimit),
-      env: envList(opts.env),
-      workdir: opts.cwd,
-      stdin: opts.stdin ?? true,
-    });
+    const body = compact({ ...execBody(command, opts), stdin: opts.stdin ?? true });
     return new ExecHandle(this.#t, this.id, body, opts);
   }
 

@@ -133,3 +133,14 @@ test("run() is a one-shot sandbox; its Result is run --json's", async () => {
   assert.equal(stdoutText(r), "ABC\n");
   assert.ok(r.id);
 });
+
+test("a retried create with the same Idempotency-Key returns the same sandbox", async () => {
+  const key = `sdk-js-${process.pid}-${Date.now()}`;
+  const a = await Sandbox.create({ ...overSocket, ttl: "5m", labels: { suite: "sdk-js" }, idempotencyKey: key });
+  try {
+    const b = await Sandbox.create({ ...overSocket, ttl: "5m", labels: { suite: "sdk-js" }, idempotencyKey: key });
+    assert.equal(b.id, a.id);
+  } finally {
+    await a.close();
+  }
+});

@@ -3,6 +3,7 @@
 import hashlib
 import io
 import threading
+import time
 import unittest
 
 import airlock_sandbox as al
@@ -117,6 +118,12 @@ class LifecycleTest(unittest.TestCase):
         sb.close()
         with self.assertRaises(al.NotFound):
             sb.exec(["true"])
+
+    def test_idempotent_create(self):
+        key = f"sdk-python-{time.time_ns()}"
+        with al.Sandbox.create(socket_path=live.SOCKET, ttl="5m", labels={"suite": "sdk-python"}, idempotency_key=key) as a:
+            b = al.Sandbox.create(socket_path=live.SOCKET, ttl="5m", labels={"suite": "sdk-python"}, idempotency_key=key)
+            self.assertEqual(a.id, b.id)
 
     def test_run_one_shot(self):
         r = al.run(["python3", "-c", "import sys; print(sys.stdin.read().upper())"], url=live.URL, token=live.TOKEN, stdin="abc", timeout="30s")

@@ -1,6 +1,7 @@
 """Tests of the client's pure parts; they need no server."""
 
 import base64
+import dataclasses
 import json
 import os
 import subprocess
@@ -135,11 +136,16 @@ class DeepagentsMappingTest(unittest.TestCase):
         self.assertIsNone(err.exit_code)
         self.assertIn("engine failed", err.output)
 
-    def test_plain_class_without_deepagents(self):
-        self.assertFalse(da.HAVE_DEEPAGENTS, "deepagents is importable here: the subclass path is tested below instead")
-        self.assertEqual([f.name for f in __import__("dataclasses").fields(da.ExecuteResponse)], ["output", "exit_code", "truncated"])
-        self.assertEqual([f.name for f in __import__("dataclasses").fields(da.FileDownloadResponse)], ["path", "content", "error"])
-        self.assertEqual([f.name for f in __import__("dataclasses").fields(da.FileUploadResponse)], ["path", "error"])
+    def test_shape_here(self):
+        if da.HAVE_DEEPAGENTS:
+            from deepagents.backends.sandbox import BaseSandbox
+
+            self.assertTrue(issubclass(da.AirlockBackend, BaseSandbox))
+        else:
+            self.assertEqual(da.AirlockBackend.__mro__[1:], (da._Base, object))
+        self.assertEqual([f.name for f in dataclasses.fields(da.ExecuteResponse)], ["output", "exit_code", "truncated"])
+        self.assertEqual([f.name for f in dataclasses.fields(da.FileDownloadResponse)], ["path", "content", "error"])
+        self.assertEqual([f.name for f in dataclasses.fields(da.FileUploadResponse)], ["path", "error"])
 
     def test_subclasses_base_sandbox_when_deepagents_is_importable(self):
         # deepagents cannot be installed here (no PyPI). This stand-in has

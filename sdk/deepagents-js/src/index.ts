@@ -25,6 +25,7 @@ import {
   type FileDownloadResponse,
   type FileOperationError,
   type FileUploadResponse,
+  type SandboxBackendProtocolV2,
 } from "deepagents";
 import {
   AirlockError,
@@ -163,7 +164,7 @@ export function executeResponseOf(r: Result, timeoutHint?: string): ExecuteRespo
  * A deepagents sandbox backend on airlock: SandboxBackendProtocolV2, by
  * extending deepagents' BaseSandbox.
  */
-export class AirlockSandbox extends BaseSandbox {
+export class AirlockSandbox extends BaseSandbox implements SandboxBackendProtocolV2 {
   /** The airlock sandbox id. */
   readonly id: string;
   /** The airlock client's handle, for what deepagents has no method for. */

@@ -55,9 +55,9 @@ export class Transport {
     }
   }
 
-  /** The Authorization header's value, when there is a token. */
+  /** The Authorization header's value: the token, over TCP only (the socket's permissions are its access control). */
   get authorization(): string | undefined {
-    return this.#token ? `Bearer ${this.#token}` : undefined;
+    return this.#token && this.base ? `Bearer ${this.#token}` : undefined;
   }
 
   /** Where requests go, for messages. */
@@ -71,7 +71,8 @@ export class Transport {
    */
   async request(method: string, path: string, opts: RequestOptions = {}): Promise<http.IncomingMessage> {
     const headers: Record<string, string> = { ...opts.headers };
-    if (this.#token) headers["authorization"] = `Bearer ${this.#token}`;
+    const auth = this.authorization;
+    if (auth) headers["authorization"] = auth;
     let payload: Uint8Array | undefined;
     let stream: Readable | undefined;
     const body = opts.body;

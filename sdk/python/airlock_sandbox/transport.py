@@ -78,7 +78,7 @@ class Transport:
         caller reads the response and then calls ``close()`` on it.
         """
         hdrs = dict(headers or {})
-        if self.token:
+        if self.token and self.url is not None:  # TCP only: the socket's permissions are its access control
             hdrs["Authorization"] = f"Bearer {self.token}"
         if json_body is not None:
             body = json.dumps(json_body).encode()

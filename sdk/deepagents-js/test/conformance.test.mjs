@@ -50,6 +50,16 @@ test("write, read with line numbers and pagination, edit", async () => {
   assert.match((await sb.edit("/home/user/nope.txt", "a", "b")).error, /not found/);
 });
 
+test("delete removes a file or a directory; a missing one is an error", async () => {
+  await sb.write("/home/user/del/a.txt", "a\n");
+  await sb.write("/home/user/del/sub/b.txt", "b\n");
+  assert.equal((await sb.delete("/home/user/del/a.txt")).error, undefined);
+  assert.match((await sb.read("/home/user/del/a.txt")).error, /not found/);
+  assert.equal((await sb.delete("/home/user/del")).error, undefined);
+  assert.deepEqual((await sb.ls("/home/user/del")).files, []);
+  assert.match((await sb.delete("/home/user/del")).error, /not found/);
+});
+
 test("ls lists a directory with sizes and marks subdirectories", async () => {
   await sb.write("/home/user/lsdir/one.txt", "1\n");
   await sb.write("/home/user/lsdir/sub/two.txt", "22\n");

@@ -161,6 +161,28 @@ export function executeResponseOf(r: Result, timeoutHint?: string): ExecuteRespo
 }
 
 /**
+ * The longest command execute() passes as an argument. Linux refuses one
+ * argument past 128 KiB (MAX_ARG_STRLEN); a longer command (deepagents
+ * sends file contents in heredocs) goes on stdin instead.
+ */
+export const MAX_COMMAND_ARG = 100 * 1024;
+
+/**
+ * The argv and options of an exec that runs command as deepagents expects.
+ * The outer shell joins stderr to stdout at the descriptor, then the
+ * command runs as `sh -c command` exactly, with its own $0 and parsing. A
+ * command too long for one argument is read from stdin and run by eval in
+ * that shell, its stdin then /dev/null, as `sh -c` would leave it.
+ */
+export function execArgs(command: string, timeout?: Duration): [string[], { timeout?: Duration; stdin?: Uint8Array }] {
+  const bytes = new TextEncoder().encode(command);
+  if (bytes.length <= MAX_COMMAND_ARG) {
+    return [["sh", "-c", 'exec 2>&1; exec sh -c "$1"', "sh", command], { timeout }];
+  }
+  return [["sh", "-c", 'exec 2>&1; __airlock_command=$(cat) && exec </dev/null && eval "$__airlock_command"'], { timeout, stdin: bytes }];
+}
+
+/**
  * A deepagents sandbox backend on airlock: SandboxBackendProtocolV2, by
  * extending deepagents' BaseSandbox.
  */
@@ -200,10 +222,7 @@ export class AirlockSandbox extends BaseSandbox implements SandboxBackendProtoco
    */
   async execute(command: string, options: ExecuteOptions = {}): Promise<ExecuteResponse> {
     if (typeof command !== "string") throw new TypeError("execute: command must be a string");
-    // The outer shell joins stderr to stdout, then the command runs as
-    // `sh -c command` exactly, with its own $0 and parsing.
-    const argv = ["sh", "-c", 'exec 2>&1; exec sh -c "$1"', "sh", command];
-    const r = await this.sandbox.exec(argv, { timeout: options.timeout });
+    const r = await this.sandbox.exec(...execArgs(command, options.timeout));
     return executeResponseOf(r, options.timeout === undefined ? undefined : String(options.timeout));
   }
 

@@ -6,7 +6,7 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { BaseSandbox, isSandboxBackend } from "deepagents";
-import { AirlockSandbox, TIMEOUT_EXIT_CODE, checkPath } from "../dist/index.js";
+import { AirlockSandbox, MAX_COMMAND_ARG, TIMEOUT_EXIT_CODE, checkPath, execArgs } from "../dist/index.js";
 import { socketPath } from "./env.mjs";
 
 let sb;
@@ -196,6 +196,8 @@ test("each error code", async () => {
   ]);
   assert.deepEqual(up.map((u) => u.error), ["is_directory", "permission_denied", "permission_denied", "invalid_path"]);
   assert.equal(checkPath("/home/user/ok.txt"), null);
+  assert.equal(execArgs("x".repeat(MAX_COMMAND_ARG))[0].length, 5);
+  assert.equal(execArgs("x".repeat(MAX_COMMAND_ARG + 1))[0].length, 3);
 });
 
 test("execute: sh -c, stdout and stderr combined in order, exit codes", async () => {
@@ -207,6 +209,12 @@ test("execute: sh -c, stdout and stderr combined in order, exit codes", async ()
   const syntax = await sb.execute("if then");
   assert.notEqual(syntax.exitCode, 0);
   assert.match(syntax.output, /syntax error|unexpected/);
+});
+
+test("execute: a command longer than one argument may be (deepagents' heredocs) runs the same way", async () => {
+  const payload = "x".repeat(300000);
+  const r = await sb.execute(`wc -c <<'EOF'\n${payload}\nEOF\necho err >&2; cat; echo "stdin was empty"; exit 5`);
+  assert.deepEqual(r, { output: "300001\nerr\nstdin was empty\n", exitCode: 5, truncated: false });
 });
 
 test("execute: a timeout is exit code 124", async () => {

@@ -107,6 +107,24 @@ def file_error_of(reason: str | None, path: str) -> str:
     return "permission_denied"
 
 
+#: The longest command execute() passes as an argument. Linux refuses one
+#: argument past 128 KiB (MAX_ARG_STRLEN); a longer command (deepagents
+#: sends file contents in heredocs) goes on stdin instead.
+MAX_COMMAND_ARG = 100 * 1024
+
+
+def exec_args(command: str) -> tuple[list[str], bytes | None]:
+    """The argv and stdin of an exec that runs command as deepagents
+    expects. The outer shell joins stderr to stdout at the descriptor, then
+    the command runs as ``sh -c command`` exactly, with its own $0 and
+    parsing. A command too long for one argument is read from stdin and run
+    by eval in that shell, its stdin then /dev/null, as ``sh -c`` leaves it."""
+    data = command.encode()
+    if len(data) <= MAX_COMMAND_ARG:
+        return ["sh", "-c", 'exec 2>&1; exec sh -c "$1"', "sh", command], None
+    return ["sh", "-c", 'exec 2>&1; __airlock_command=$(cat) && exec </dev/null && eval "$__airlock_command"'], data
+
+
 def execute_response_of(r: Result, timeout_hint: str | None = None) -> ExecuteResponse:
     """What deepagents sees of an exec whose stderr went to its stdout: the
     bytes airlock kept, a marker where its output cap cut them, and a last
@@ -170,9 +188,9 @@ class AirlockBackend(_Base):
         output cap cut the output."""
         if not isinstance(command, str):
             raise TypeError("execute: command must be a string")
-        argv = ["sh", "-c", 'exec 2>&1; exec sh -c "$1"', "sh", command]
         t = timeout if timeout else None
-        r = self.sandbox.exec(argv, timeout=t)
+        argv, stdin = exec_args(command)
+        r = self.sandbox.exec(argv, timeout=t, stdin=stdin)
         return execute_response_of(r, None if t is None else f"{t}s")
 
     def upload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
@@ -226,5 +244,5 @@ class AirlockBackend(_Base):
 __all__ = [
     "AirlockBackend", "AGENT_DOWNLOAD_TYPES", "TIMEOUT_EXIT_CODE", "HAVE_DEEPAGENTS",
     "ExecuteResponse", "FileDownloadResponse", "FileUploadResponse", "check_path", "file_error_of",
-    "execute_response_of",
+    "execute_response_of", "exec_args", "MAX_COMMAND_ARG",
 ]  # fmt: skip

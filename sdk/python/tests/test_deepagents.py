@@ -37,6 +37,15 @@ class BackendTest(unittest.TestCase):
         bad = self.b.execute("if then")
         self.assertNotEqual(bad.exit_code, 0)
 
+    def test_execute_long_command(self):
+        # deepagents' Python BaseSandbox sends file contents in heredocs:
+        # past one argument's limit the command goes on stdin.
+        payload = "x" * 300000
+        r = self.b.execute(f"wc -c <<'EOF'\n{payload}\nEOF\necho err >&2; cat; echo 'stdin was empty'; exit 5")
+        self.assertEqual((r.output, r.exit_code, r.truncated), ("300001\nerr\nstdin was empty\n", 5, False))
+        short = self.b.execute("cat; echo 'stdin was empty'")
+        self.assertEqual(short.output, "stdin was empty\n")
+
     def test_execute_timeout_is_124(self):
         r = self.b.execute("echo started; sleep 30", timeout=1)
         self.assertEqual(r.exit_code, TIMEOUT_EXIT_CODE)

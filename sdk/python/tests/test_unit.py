@@ -119,6 +119,13 @@ class DeepagentsMappingTest(unittest.TestCase):
         for reason, path, want in cases:
             self.assertEqual(da.file_error_of(reason, path), want, (reason, path))
 
+    def test_exec_args(self):
+        argv, stdin = da.exec_args("echo hi")
+        self.assertEqual((argv[-1], stdin), ("echo hi", None))
+        argv, stdin = da.exec_args("x" * (da.MAX_COMMAND_ARG + 1))
+        self.assertEqual(len(argv), 3)
+        self.assertEqual(stdin, b"x" * (da.MAX_COMMAND_ARG + 1))
+
     def test_execute_response_of(self):
         ok = da.execute_response_of(Result({"reason": "exited", "exit_code": 2, "stdout": {"text": "a\nb\n"}}))
         self.assertEqual((ok.output, ok.exit_code, ok.truncated), ("a\nb\n", 2, False))

@@ -44,8 +44,11 @@ fi
 
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$tmp/token"
 chmod 600 "$tmp/token"
+# A low sandbox cap, so that the tests can reach it (over_limit).
+export AIRLOCK_TEST_MAX_SANDBOXES=16
 "$tmp/airlock" --root "$root" serve --socket "$tmp/airlock.sock" --listen 127.0.0.1:0 \
-	--token-file "$tmp/token" --addr-file "$tmp/addr" > "$tmp/server.log" 2>&1 &
+	--token-file "$tmp/token" --addr-file "$tmp/addr" --max-sandboxes "$AIRLOCK_TEST_MAX_SANDBOXES" \
+	> "$tmp/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 1 300); do
 	[[ -s "$tmp/addr" && -S "$tmp/airlock.sock" ]] && break

@@ -2,6 +2,7 @@
 
 import hashlib
 import io
+import os
 import threading
 import time
 import unittest
@@ -124,6 +125,21 @@ class LifecycleTest(unittest.TestCase):
         with al.Sandbox.create(socket_path=live.SOCKET, ttl="5m", labels={"suite": "sdk-python"}, idempotency_key=key) as a:
             b = al.Sandbox.create(socket_path=live.SOCKET, ttl="5m", labels={"suite": "sdk-python"}, idempotency_key=key)
             self.assertEqual(a.id, b.id)
+
+    def test_over_limit(self):
+        cap = int(os.environ.get("AIRLOCK_TEST_MAX_SANDBOXES", "0"))
+        if cap <= 0:
+            raise RuntimeError("set AIRLOCK_TEST_MAX_SANDBOXES to the server's --max-sandboxes (sdk/test.sh does)")
+        made = []
+        try:
+            with self.assertRaises(al.OverLimit) as cm:
+                for _ in range(cap + 1):
+                    made.append(al.Sandbox.create(socket_path=live.SOCKET, ttl="5m", labels={"suite": "sdk-python"}))
+            self.assertEqual(cm.exception.status, 429)
+            self.assertIn("--max-sandboxes", str(cm.exception))
+        finally:
+            for sb in made:
+                sb.close()
 
     def test_run_one_shot(self):
         r = al.run(["python3", "-c", "import sys; print(sys.stdin.read().upper())"], url=live.URL, token=live.TOKEN, stdin="abc", timeout="30s")

@@ -43,6 +43,8 @@ test: setup ## Set up, then run unit and end-to-end tests against real dockerd a
 	@# The offline bundle, once: built, installed and run with no network, refused when changed.
 	$(GO) test -count=1 -tags e2e -timeout 15m -v ./e2e/bundle/
 	@$(MAKE) --no-print-directory test-mcp
+	@# The JS, deepagents and Python clients against a live airlock serve.
+	$(MAKE) --no-print-directory test-sdk
 
 MCP_CLIENT := mcpserver/testdata/client
 
@@ -50,6 +52,10 @@ MCP_CLIENT := mcpserver/testdata/client
 test-mcp: build ## The MCP tools through the official SDKs: Go's client over streamable HTTP, npm's over stdio (airlock mcp)
 	$(GO) test -count=1 -tags e2e -timeout 5m -run 'TestHTTPTransport' ./mcpserver/
 	cd $(MCP_CLIENT) && npm ci --no-audit --no-fund --loglevel=error && AIRLOCK_BIN=$(CURDIR)/bin/airlock AIRLOCK_ROOT=$(AIRLOCK_ROOT) npm test
+
+.PHONY: test-sdk
+test-sdk: ## Test the JS, deepagents and Python clients against a live airlock serve (npm ci from the lockfiles)
+	GO=$(GO) ./sdk/test.sh
 
 .PHONY: unit
 unit: ## Run the unit tests only (no root, no daemon)

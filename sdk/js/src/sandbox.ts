@@ -1,0 +1,383 @@
+/**
+ * Sandboxes and one-shot runs over the airlock API (`airlock serve`).
+ * Request bodies use the CLI's flag names, so the options here are the
+ * flags of `airlock sandbox create`, `airlock exec` and `airlock run` in
+ * camelCase.
+ */
+import { Readable } from "node:stream";
+import { AirlockError, errorOf, isErrorKind } from "./errors.js";
+import { ConnectionOptions, Transport, ndjson, readAll } from "./transport.js";
+import { ExecHandle } from "./spawn.js";
+
+/** A duration: a Go duration string ("30s", "1m30s") or a number of seconds. */
+export type Duration = string | number;
+/** A size: a string such as "512MiB" or a number of bytes. */
+export type Size = string | number;
+
+/** The policy flags a sandbox and a one-shot run share. */
+export interface PolicyOptions {
+  /** A named template, where the server has templates. */
+  template?: string;
+  /** The image, by digest or a name the server knows. Default: the server's default image. */
+  image?: string;
+  /** Each exec's default wall-clock limit (the sandbox's) or the run's. */
+  timeout?: Duration;
+  memory?: Size;
+  cpus?: string | number;
+  pids?: number;
+  /** Cap on each of stdout and stderr. */
+  outputLimit?: Size;
+  /** Environment, as KEY=VALUE strings or an object. */
+  env?: string[] | Record<string, string>;
+  engine?: string;
+  isolation?: string;
+  /** Any other flag of the CLI, by its JSON name, passed as is. */
+  extra?: Record<string, unknown>;
+}
+
+/** The options of Sandbox.create: a policy, a lifetime, and where the server is. */
+export interface CreateOptions extends PolicyOptions, ConnectionOptions {
+  /** End the sandbox this long after its last exec or transfer. */
+  idleTimeout?: Duration;
+  /** End the sandbox this long after its creation, whatever happens. */
+  ttl?: Duration;
+  /** Cap on the workspace at /home/user. */
+  workspaceSize?: Size;
+  labels?: Record<string, string>;
+  /** MIME types that files.read may download (default: the server's). */
+  downloadTypes?: string[];
+  /** Makes a retried create return the same sandbox. */
+  idempotencyKey?: string;
+}
+
+/** One stream of a Result: its first bytes (text or base64), and how many there were. */
+export interface Stream {
+  text?: string;
+  base64?: string;
+  tail?: string;
+  tail_base64?: string;
+  bytes: number;
+  truncated: boolean;
+  sha256?: string;
+  omitted_bytes?: number;
+}
+
+/** The Result of a run or exec, exactly as `airlock run --json` prints it. */
+export interface Result {
+  id?: string;
+  sandbox_id?: string;
+  /** exited, timeout, oom, output_limit, pids_limit, killed, destroyed or error. */
+  reason: string;
+  exit_code: number;
+  duration_ms?: number;
+  stdout?: Stream;
+  stderr?: Stream;
+  error?: string;
+  error_kind?: string;
+  [key: string]: unknown;
+}
+
+/** The options of one exec. */
+export interface ExecOptions {
+  timeout?: Duration;
+  outputLimit?: Size;
+  env?: string[] | Record<string, string>;
+  /** The working directory (default /home/user). */
+  cwd?: string;
+  stdin?: string | Uint8Array;
+  /** Start the command in the background, where it lives until the sandbox ends; its output is discarded. */
+  detach?: boolean;
+  /** Called with each chunk of stdout as it arrives; turns on streaming. */
+  onStdout?: (chunk: Buffer) => void;
+  /** Called with each chunk of stderr as it arrives; turns on streaming. */
+  onStderr?: (chunk: Buffer) => void;
+  signal?: AbortSignal;
+}
+
+/** The options of a one-shot run. */
+export interface RunOptions extends PolicyOptions, ConnectionOptions {
+  stdin?: string | Uint8Array;
+  workdir?: string;
+  idempotencyKey?: string;
+  signal?: AbortSignal;
+}
+
+/** The server's record of a sandbox (GET /v1/sandboxes/{id}). */
+export interface SandboxInfo {
+  id: string;
+  state: string;
+  [key: string]: unknown;
+}
+
+/** The answer to a file upload. */
+export interface WriteResult {
+  path: string;
+  size: number;
+  sha256: string;
+}
+
+function duration(d: Duration | undefined): string | undefined {
+  if (d === undefined) return undefined;
+  if (typeof d === "number") {
+    if (!Number.isFinite(d) || d <= 0) throw errorOf("invalid_input", `duration ${d}: give a positive number of seconds or a string such as "30s"`);
+    return `${d}s`;
+  }
+  return d;
+}
+
+function size(s: Size | undefined): string | undefined {
+  return s === undefined ? undefined : String(s);
+}
+
+function envList(env: string[] | Record<string, string> | undefined): string[] | undefined {
+  if (env === undefined) return undefined;
+  if (Array.isArray(env)) return env;
+  return Object.entries(env).map(([k, v]) => `${k}=${v}`);
+}
+
+function b64(data: string | Uint8Array | undefined): string | undefined {
+  if (data === undefined) return undefined;
+  return Buffer.from(typeof data === "string" ? Buffer.from(data, "utf8") : data).toString("base64");
+}
+
+/** Drops undefined fields, so the server sees only what was given. */
+function compact(o: Record<string, unknown>): Record<string, unknown> {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined));
+}
+
+function policyBody(o: PolicyOptions): Record<string, unknown> {
+  return {
+    ...o.extra,
+    template: o.template,
+    image: o.image,
+    timeout: duration(o.timeout),
+    memory: size(o.memory),
+    cpus: o.cpus === undefined ? undefined : String(o.cpus),
+    pids: o.pids,
+    output_limit: size(o.outputLimit),
+    env: envList(o.env),
+    engine: o.engine,
+    isolation: o.isolation,
+  };
+}
+
+/** The fields an exec request and the WebSocket's execute message share. */
+function execBody(command: string | string[], o: Pick<ExecOptions, "timeout" | "outputLimit" | "env" | "cwd">): Record<string, unknown> {
+  return {
+    argv: argvOf(command),
+    timeout: duration(o.timeout),
+    output_limit: size(o.outputLimit),
+    env: envList(o.env),
+    workdir: o.cwd,
+  };
+}
+
+/** The argv of a command given as a list, or as one shell string for `sh -c`. */
+export function argvOf(command: string | string[]): string[] {
+  if (typeof command === "string") return ["sh", "-c", command];
+  if (!Array.isArray(command) || command.length === 0 || command.some((a) => typeof a !== "string")) {
+    throw errorOf("invalid_input", "command: give a non-empty list of strings, or one shell string");
+  }
+  return command;
+}
+
+/** The bytes a Stream holds (its head; with the tail when it was truncated). */
+export function streamBytes(s: Stream | undefined, withTail = false): Buffer {
+  if (!s) return Buffer.alloc(0);
+  const head = s.base64 !== undefined ? Buffer.from(s.base64, "base64") : Buffer.from(s.text ?? "", "utf8");
+  if (!withTail || !s.truncated) return head;
+  const tail = s.tail_base64 !== undefined ? Buffer.from(s.tail_base64, "base64") : Buffer.from(s.tail ?? "", "utf8");
+  return Buffer.concat([head, tail]);
+}
+
+/** stdout of a Result as text (its head). */
+export function stdoutText(r: Result): string {
+  return streamBytes(r.stdout).toString("utf8");
+}
+
+/** stderr of a Result as text (its head). */
+export function stderrText(r: Result): string {
+  return streamBytes(r.stderr).toString("utf8");
+}
+
+const enc = encodeURIComponent;
+
+/** Files in a sandbox's workspace (/home/user). */
+export class Files {
+  readonly #t: Transport;
+  readonly #id: string;
+
+  constructor(t: Transport, id: string) {
+    this.#t = t;
+    this.#id = id;
+  }
+
+  /**
+   * Write data to path (absolute, or relative to /home/user), making the
+   * missing parents. The body streams; the server checks its size as it
+   * arrives.
+   */
+  async write(path: string, data: string | Uint8Array | Readable, opts: { signal?: AbortSignal } = {}): Promise<WriteResult> {
+    const body = data instanceof Readable ? { stream: data } : { bytes: typeof data === "string" ? Buffer.from(data, "utf8") : data };
+    return this.#t.json<WriteResult>("PUT", `/v1/sandboxes/${enc(this.#id)}/files?path=${enc(path)}`, { body, signal: opts.signal });
+  }
+
+  /**
+   * Read the file at path, through airlock's artifact scanner: a refused
+   * file is an AirlockError whose `reason` is the scanner's word
+   * (type_not_allowed, symlink, is_directory, …).
+   */
+  async read(path: string, opts: { signal?: AbortSignal } = {}): Promise<Buffer> {
+    const res = await this.#t.request("GET", `/v1/sandboxes/${enc(this.#id)}/files?path=${enc(path)}`, { signal: opts.signal });
+    return readAll(res);
+  }
+}
+
+/** One long-lived sandbox. */
+export class Sandbox {
+  readonly id: string;
+  readonly files: Files;
+  readonly #t: Transport;
+
+  private constructor(t: Transport, id: string) {
+    this.#t = t;
+    this.id = id;
+    this.files = new Files(t, id);
+  }
+
+  /** Create a sandbox (POST /v1/sandboxes) and return it once it is ready. */
+  static async create(opts: CreateOptions = {}): Promise<Sandbox> {
+    const t = new Transport(opts);
+    const body = compact({
+      ...policyBody(opts),
+      idle_timeout: duration(opts.idleTimeout),
+      ttl: duration(opts.ttl),
+      workspace_size: size(opts.workspaceSize),
+      labels: opts.labels,
+      download_types: opts.downloadTypes,
+    });
+    const headers: Record<string, string> = {};
+    if (opts.idempotencyKey) headers["idempotency-key"] = opts.idempotencyKey;
+    const info = await t.json<SandboxInfo>("POST", "/v1/sandboxes", { body: { json: body }, headers });
+    if (!info || typeof info.id !== "string" || info.id === "") {
+      throw errorOf("internal", "the server created a sandbox but did not say its id");
+    }
+    return new Sandbox(t, info.id);
+  }
+
+  /** A handle on an existing sandbox; it checks that the sandbox exists. */
+  static async connect(id: string, conn: ConnectionOptions = {}): Promise<Sandbox> {
+    const sb = new Sandbox(new Transport(conn), id);
+    await sb.info();
+    return sb;
+  }
+
+  /** The sandboxes the server knows. */
+  static async list(conn: ConnectionOptions = {}): Promise<SandboxInfo[]> {
+    const t = new Transport(conn);
+    const out = await t.json<SandboxInfo[] | { sandboxes: SandboxInfo[] }>("GET", "/v1/sandboxes");
+    return Array.isArray(out) ? out : (out?.sandboxes ?? []);
+  }
+
+  /** The server's record of this sandbox. */
+  info(): Promise<SandboxInfo> {
+    return this.#t.json<SandboxInfo>("GET", `/v1/sandboxes/${enc(this.id)}`);
+  }
+
+  /**
+   * Run a command in the sandbox and return its Result. A string is run by
+   * `sh -c`. With onStdout or onStderr the output streams to them as it
+   * arrives (NDJSON); the Result is the same either way. The program's own
+   * outcome (exit code, timeout, output cap) is in the Result, never thrown.
+   */
+  async exec(command: string | string[], opts: ExecOptions = {}): Promise<Result> {
+    const body = compact({ ...execBody(command, opts), stdin_b64: b64(opts.stdin), detach: opts.detach });
+    const path = `/v1/sandboxes/${enc(this.id)}/exec`;
+    if (!opts.onStdout && !opts.onStderr) {
+      return this.#t.json<Result>("POST", path, { body: { json: body }, signal: opts.signal });
+    }
+    const res = await this.#t.request("POST", path, {
+      body: { json: body },
+      headers: { accept: "application/x-ndjson" },
+      signal: opts.signal,
+    });
+    return consumeExecStream(ndjson(res), opts);
+  }
+
+  /**
+   * Start a command over the exec WebSocket and return its handle at once:
+   * write() to its stdin, closeStdin(), kill(), and `await h.result` for
+   * the Result. A dropped connection is resumed (reconnect) with no output
+   * byte lost or repeated.
+   */
+  spawn(command: string | string[], opts: Omit<ExecOptions, "stdin" | "detach" | "signal"> & { stdin?: boolean; reconnects?: number } = {}): ExecHandle {
+    const body = compact({ ...execBody(command, opts), stdin: opts.stdin ?? true });
+    return new ExecHandle(this.#t, this.id, body, opts);
+  }
+
+  /** Destroy the sandbox. Idempotent: one already gone is not an error. */
+  async close(): Promise<void> {
+    try {
+      await this.#t.request("DELETE", `/v1/sandboxes/${enc(this.id)}`).then(readAll);
+    } catch (err) {
+      if (err instanceof AirlockError && err.kind === "not_found") return;
+      throw err;
+    }
+  }
+
+  /** `await using sb = await Sandbox.create()` closes it at the block's end. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}
+
+interface StreamEvent {
+  type?: string;
+  data_b64?: string;
+  offset?: number;
+  result?: Result;
+  error?: { kind?: unknown; message?: unknown; reason?: unknown };
+}
+
+/** Feeds an exec's NDJSON events to the callbacks and returns its final Result. */
+export async function consumeExecStream(events: AsyncIterable<unknown>, opts: Pick<ExecOptions, "onStdout" | "onStderr">): Promise<Result> {
+  for await (const raw of events) {
+    const ev = raw as StreamEvent;
+    switch (ev?.type) {
+      case "stdout":
+      case "stderr": {
+        const cb = ev.type === "stdout" ? opts.onStdout : opts.onStderr;
+        if (cb && typeof ev.data_b64 === "string") cb(Buffer.from(ev.data_b64, "base64"));
+        break;
+      }
+      case "exit":
+        if (!ev.result) throw errorOf("internal", "the server's exit event carries no result");
+        return ev.result;
+      case "error": {
+        const e = ev.error ?? {};
+        throw errorOf(isErrorKind(e.kind) ? e.kind : "internal", typeof e.message === "string" ? e.message : "the exec failed", 0, typeof e.reason === "string" ? e.reason : undefined);
+      }
+      default:
+        // Unknown event types are for newer clients.
+        break;
+    }
+  }
+  throw errorOf("unavailable", "the server's exec stream ended before its exit event; the connection dropped");
+}
+
+/**
+ * A one-shot run (POST /v1/runs): a fresh sandbox for one command, gone
+ * when it ends. Returns the Result, exactly that of `airlock run --json`.
+ */
+export async function run(command: string | string[], opts: RunOptions = {}): Promise<Result> {
+  const t = new Transport(opts);
+  const body = compact({
+    ...policyBody(opts),
+    argv: argvOf(command),
+    stdin_b64: b64(opts.stdin),
+    workdir: opts.workdir,
+  });
+  const headers: Record<string, string> = {};
+  if (opts.idempotencyKey) headers["idempotency-key"] = opts.idempotencyKey;
+  return t.json<Result>("POST", "/v1/runs", { body: { json: body }, headers, signal: opts.signal });
+}

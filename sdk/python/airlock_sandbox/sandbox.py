@@ -1,0 +1,331 @@
+"""Sandboxes and one-shot runs over the airlock API.
+
+Request bodies use the CLI's flag names, so the keyword arguments here are
+the flags of ``airlock sandbox create``, ``airlock exec`` and ``airlock
+run`` with ``_`` for ``-``. Durations are strings (``"30s"``) or numbers
+of seconds; sizes are strings (``"512MiB"``) or numbers of bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import urllib.parse
+from typing import Any, BinaryIO, Callable, Iterable, Mapping, Sequence, Union
+
+from .errors import AirlockError, error_of
+from .transport import Transport, ndjson
+
+Duration = Union[str, int, float]
+Size = Union[str, int]
+Env = Union[Sequence[str], Mapping[str, str]]
+
+
+def _duration(d: Duration | None) -> str | None:
+    if d is None:
+        return None
+    if isinstance(d, bool):
+        raise error_of("invalid_input", f"duration {d!r}: give a number of seconds or a string such as '30s'")
+    if isinstance(d, (int, float)):
+        if d <= 0:
+            raise error_of("invalid_input", f"duration {d!r}: give a positive number of seconds or a string such as '30s'")
+        return f"{d}s"
+    return d
+
+
+def _size(s: Size | None) -> str | None:
+    return None if s is None else str(s)
+
+
+def _env(env: Env | None) -> list[str] | None:
+    if env is None:
+        return None
+    if isinstance(env, Mapping):
+        return [f"{k}={v}" for k, v in env.items()]
+    return list(env)
+
+
+def _b64(data: str | bytes | None) -> str | None:
+    if data is None:
+        return None
+    if isinstance(data, str):
+        data = data.encode()
+    return base64.b64encode(data).decode()
+
+
+def _compact(d: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
+
+
+def argv_of(command: str | Sequence[str]) -> list[str]:
+    """The argv of a command given as a list, or as one shell string for ``sh -c``."""
+    if isinstance(command, str):
+        return ["sh", "-c", command]
+    argv = list(command)
+    if not argv or not all(isinstance(a, str) for a in argv):
+        raise error_of("invalid_input", "command: give a non-empty list of strings, or one shell string")
+    return argv
+
+
+def stream_bytes(s: Mapping[str, Any] | None, with_tail: bool = False) -> bytes:
+    """The bytes a Result's stream holds: its head, and its tail when asked
+    and it was truncated. base64, when present, is the exact bytes."""
+    if not s:
+        return b""
+    head = base64.b64decode(s["base64"]) if "base64" in s else (s.get("text") or "").encode()
+    if not with_tail or not s.get("truncated"):
+        return head
+    tail = base64.b64decode(s["tail_base64"]) if "tail_base64" in s else (s.get("tail") or "").encode()
+    return head + tail
+
+
+class Result(dict):
+    """The Result of a run or exec, exactly as ``airlock run --json`` prints
+    it (a dict), with shortcuts for its common fields."""
+
+    @property
+    def reason(self) -> str:
+        """exited, timeout, oom, output_limit, pids_limit, killed, destroyed or error."""
+        return self.get("reason", "")
+
+    @property
+    def exit_code(self) -> int:
+        return self.get("exit_code", -1)
+
+    @property
+    def stdout(self) -> bytes:
+        """stdout's kept head, as bytes."""
+        return stream_bytes(self.get("stdout"))
+
+    @property
+    def stderr(self) -> bytes:
+        return stream_bytes(self.get("stderr"))
+
+    @property
+    def stdout_text(self) -> str:
+        return self.stdout.decode("utf-8", "replace")
+
+    @property
+    def stderr_text(self) -> str:
+        return self.stderr.decode("utf-8", "replace")
+
+    @property
+    def truncated(self) -> bool:
+        """Whether the output cap cut stdout or stderr."""
+        return bool((self.get("stdout") or {}).get("truncated") or (self.get("stderr") or {}).get("truncated"))
+
+
+def _quote(s: str) -> str:
+    return urllib.parse.quote(s, safe="")
+
+
+class Files:
+    """Files in a sandbox's workspace (/home/user)."""
+
+    def __init__(self, transport: Transport, sandbox_id: str):
+        self._t = transport
+        self._id = sandbox_id
+
+    def write(self, path: str, data: str | bytes | BinaryIO) -> dict[str, Any]:
+        """Write data to path (absolute, or relative to /home/user), making
+        missing parents; a file object streams. Returns the server's record
+        (path, size, sha256)."""
+        if isinstance(data, str):
+            data = data.encode()
+        return self._t.json("PUT", f"/v1/sandboxes/{_quote(self._id)}/files?path={_quote(path)}", body=data)
+
+    def read(self, path: str) -> bytes:
+        """Read the file at path, through airlock's artifact scanner: a
+        refused file raises an AirlockError whose ``reason`` is the scanner's
+        word (type_not_allowed, symlink, is_directory, not_found, …)."""
+        resp = self._t.request("GET", f"/v1/sandboxes/{_quote(self._id)}/files?path={_quote(path)}")
+        try:
+            return resp.read()
+        finally:
+            resp.close()
+
+
+def _policy(template=None, image=None, timeout=None, memory=None, cpus=None, pids=None, output_limit=None, env=None, engine=None, isolation=None, extra=None) -> dict[str, Any]:
+    return {
+        **(extra or {}),
+        "template": template,
+        "image": image,
+        "timeout": _duration(timeout),
+        "memory": _size(memory),
+        "cpus": None if cpus is None else str(cpus),
+        "pids": pids,
+        "output_limit": _size(output_limit),
+        "env": _env(env),
+        "engine": engine,
+        "isolation": isolation,
+    }
+
+
+class Sandbox:
+    """One long-lived airlock sandbox. Use it as a context manager to
+    destroy it at the block's end::
+
+        with Sandbox.create(memory="1GiB", ttl="30m") as sb:
+            sb.files.write("/home/user/a.py", "print(6 * 7)\\n")
+            print(sb.exec(["python3", "a.py"]).stdout_text)
+    """
+
+    def __init__(self, transport: Transport, sandbox_id: str):
+        self._t = transport
+        self.id = sandbox_id
+        self.files = Files(transport, sandbox_id)
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        template: str | None = None,
+        image: str | None = None,
+        timeout: Duration | None = None,
+        memory: Size | None = None,
+        cpus: str | float | None = None,
+        pids: int | None = None,
+        output_limit: Size | None = None,
+        env: Env | None = None,
+        engine: str | None = None,
+        isolation: str | None = None,
+        idle_timeout: Duration | None = None,
+        ttl: Duration | None = None,
+        workspace_size: Size | None = None,
+        labels: Mapping[str, str] | None = None,
+        download_types: Sequence[str] | None = None,
+        idempotency_key: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+        socket_path: str | None = None,
+        url: str | None = None,
+        token: str | None = None,
+        request_timeout: float | None = None,
+    ) -> "Sandbox":
+        """Create a sandbox (POST /v1/sandboxes); it is ready when this returns.
+        ``extra`` passes any other CLI flag by its JSON name."""
+        t = Transport(socket_path, url, token, request_timeout)
+        body = _compact(
+            {
+                **_policy(template, image, timeout, memory, cpus, pids, output_limit, env, engine, isolation, extra),
+                "idle_timeout": _duration(idle_timeout),
+                "ttl": _duration(ttl),
+                "workspace_size": _size(workspace_size),
+                "labels": dict(labels) if labels is not None else None,
+                "download_types": list(download_types) if download_types is not None else None,
+            }
+        )
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        info = t.json("POST", "/v1/sandboxes", json_body=body, headers=headers)
+        if not isinstance(info, dict) or not info.get("id"):
+            raise error_of("internal", "the server created a sandbox but did not say its id")
+        return cls(t, info["id"])
+
+    @classmethod
+    def connect(cls, sandbox_id: str, *, socket_path: str | None = None, url: str | None = None, token: str | None = None, request_timeout: float | None = None) -> "Sandbox":
+        """A handle on an existing sandbox; it checks that the sandbox exists."""
+        sb = cls(Transport(socket_path, url, token, request_timeout), sandbox_id)
+        sb.info()
+        return sb
+
+    @staticmethod
+    def list(*, socket_path: str | None = None, url: str | None = None, token: str | None = None) -> list[dict[str, Any]]:
+        """The sandboxes the server knows, oldest first."""
+        return Transport(socket_path, url, token).json("GET", "/v1/sandboxes") or []
+
+    def info(self) -> dict[str, Any]:
+        """The server's record of this sandbox."""
+        return self._t.json("GET", f"/v1/sandboxes/{_quote(self.id)}")
+
+    def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        timeout: Duration | None = None,
+        output_limit: Size | None = None,
+        env: Env | None = None,
+        cwd: str | None = None,
+        stdin: str | bytes | None = None,
+        detach: bool | None = None,
+        on_stdout: Callable[[bytes], None] | None = None,
+        on_stderr: Callable[[bytes], None] | None = None,
+    ) -> Result:
+        """Run a command and return its Result. A string runs by ``sh -c``.
+        With on_stdout or on_stderr the output streams to them as it arrives
+        (NDJSON); the Result is the same either way. The program's own
+        outcome (exit code, timeout, output cap) is in the Result, never
+        raised."""
+        body = _compact(
+            {
+                "argv": argv_of(command),
+                "timeout": _duration(timeout),
+                "output_limit": _size(output_limit),
+                "env": _env(env),
+                "workdir": cwd,
+                "stdin_b64": _b64(stdin),
+                "detach": detach,
+            }
+        )
+        path = f"/v1/sandboxes/{_quote(self.id)}/exec"
+        if on_stdout is None and on_stderr is None:
+            return Result(self._t.json("POST", path, json_body=body))
+        resp = self._t.request("POST", path, json_body=body, headers={"Accept": "application/x-ndjson"})
+        return consume_exec_stream(ndjson(resp), on_stdout, on_stderr)
+
+    def close(self) -> None:
+        """Destroy the sandbox. Idempotent: one already gone is not an error."""
+        try:
+            self._t.request("DELETE", f"/v1/sandboxes/{_quote(self.id)}").close()
+        except AirlockError as e:
+            if e.kind != "not_found":
+                raise
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def consume_exec_stream(events: Iterable[Any], on_stdout: Callable[[bytes], None] | None, on_stderr: Callable[[bytes], None] | None) -> Result:
+    """Feed an exec's NDJSON events to the callbacks; return its final Result."""
+    for ev in events:
+        if not isinstance(ev, dict):
+            continue
+        kind = ev.get("type")
+        if kind in ("stdout", "stderr"):
+            cb = on_stdout if kind == "stdout" else on_stderr
+            if cb is not None and isinstance(ev.get("data_b64"), str):
+                cb(base64.b64decode(ev["data_b64"]))
+        elif kind == "exit":
+            if not isinstance(ev.get("result"), dict):
+                raise error_of("internal", "the server's exit event carries no result")
+            return Result(ev["result"])
+        elif kind == "error":
+            e = ev.get("error") or {}
+            raise error_of(e.get("kind", "internal"), e.get("message") or "the exec failed", 0, e.get("reason"))
+        # Unknown event types are for newer clients.
+    raise error_of("unavailable", "the server's exec stream ended before its exit event; the connection dropped")
+
+
+def run(
+    command: str | Sequence[str],
+    *,
+    stdin: str | bytes | None = None,
+    workdir: str | None = None,
+    idempotency_key: str | None = None,
+    socket_path: str | None = None,
+    url: str | None = None,
+    token: str | None = None,
+    request_timeout: float | None = None,
+    **policy: Any,
+) -> Result:
+    """A one-shot run (POST /v1/runs): a fresh sandbox for one command, gone
+    when it ends. ``policy`` takes the keywords of Sandbox.create's policy
+    (image, timeout, memory, cpus, pids, output_limit, env, engine,
+    isolation, template, extra). Returns the Result of ``airlock run --json``."""
+    unknown = set(policy) - {"template", "image", "timeout", "memory", "cpus", "pids", "output_limit", "env", "engine", "isolation", "extra"}
+    if unknown:
+        raise TypeError(f"run() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
+    t = Transport(socket_path, url, token, request_timeout)
+    body = _compact({**_policy(**policy), "argv": argv_of(command), "stdin_b64": _b64(stdin), "workdir": workdir})
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+    return Result(t.json("POST", "/v1/runs", json_body=body, headers=headers))

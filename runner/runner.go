@@ -34,7 +34,6 @@ import (
 
 	"github.com/airlock-sandbox/airlock/artifacts"
 	"github.com/airlock-sandbox/airlock/engine"
-	"github.com/airlock-sandbox/airlock/engine/docker"
 	"github.com/airlock-sandbox/airlock/images"
 	"github.com/airlock-sandbox/airlock/internal/safeopen"
 	"github.com/airlock-sandbox/airlock/isolation"
@@ -178,22 +177,9 @@ func New(opts ...Option) (*Runner, error) {
 		o(r)
 	}
 	if r.engine == nil {
-		e, err := docker.New(docker.WithLogger(r.log))
-		if err != nil {
-			return nil, err
-		}
-		r.engine = e
+		return nil, fmt.Errorf("%w: no engine: pass runner.WithEngine with one of engine/oci or engine/docker", errdefs.ErrInvalidArgument)
 	}
 	return r, nil
-}
-
-// Run runs s with a default Runner.
-func Run(ctx context.Context, s Spec) (Result, error) {
-	r, err := New()
-	if err != nil {
-		return Result{}, err
-	}
-	return r.Run(ctx, s)
 }
 
 // Images returns the image index under the runner's root.

@@ -159,3 +159,29 @@ func (r *Runner) manifestOf(id digest.Digest) string {
 
 // sealTimeout bounds what sealing asks of the engine.
 const sealTimeout = 30 * time.Second
+
+// auditSummary is what the audit log keeps of a finished run: never the
+// output itself, only its size and hash.
+func auditSummary(res Result, err error) map[string]any {
+	ev := map[string]any{
+		"reason": string(res.Reason), "exit_code": res.ExitCode, "duration_ms": res.DurationMS, "usage": res.Usage,
+		"stdout": map[string]any{"bytes": res.Stdout.Bytes, "sha256": res.Stdout.SHA256},
+		"stderr": map[string]any{"bytes": res.Stderr.Bytes, "sha256": res.Stderr.SHA256},
+	}
+	if res.Receipt != nil {
+		ev["policy_sha256"] = res.Receipt.Receipt.PolicySHA256
+		ev["argv_sha256"] = res.Receipt.Receipt.ArgvSHA256
+	}
+	var arts, rej []map[string]any
+	for _, a := range res.Artifacts {
+		arts = append(arts, map[string]any{"path": a.Path, "size": a.Size, "sha256": a.SHA256, "mime": a.MIME})
+	}
+	for _, x := range res.Rejected {
+		rej = append(rej, map[string]any{"path": x.Path, "reason": string(x.Reason)})
+	}
+	ev["artifacts"], ev["rejected"] = arts, rej
+	if err != nil {
+		ev["error"] = err.Error()
+	}
+	return ev
+}

@@ -1,0 +1,216 @@
+package runner
+
+// Planning and validation: a Spec becomes a one-shot sandbox's spec, or
+// is refused before anything is created.
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/images"
+	"github.com/airlock-sandbox/airlock/internal/safeopen"
+	"github.com/airlock-sandbox/airlock/isolation"
+	"github.com/airlock-sandbox/airlock/seccomp"
+)
+
+// plan converts a Spec into a one-shot sandbox's spec, refusing anything
+// invalid.
+func (r *Runner) plan(s Spec) (*engine.SandboxSpec, error) {
+	pol := s.Policy.WithDefaults()
+	if pol.Seccomp == nil {
+		prof, err := r.loadSeccomp(s.SeccompProfile, pol.Isolation)
+		if err != nil {
+			return nil, err
+		}
+		pol.Seccomp = prof
+	}
+	if err := pol.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
+	}
+	if err := checkArgv(s.Argv); err != nil {
+		return nil, err
+	}
+	if err := checkEnv(s.Env); err != nil {
+		return nil, err
+	}
+	if err := checkFiles(s); err != nil {
+		return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
+	}
+	var ref images.Ref
+	if s.Image == "" {
+		_, def, err := r.Images().Default()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
+		}
+		ref = def
+	} else {
+		var err error
+		if ref, err = images.ParseRef(s.Image); err != nil {
+			return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
+		}
+	}
+	id, err := newID()
+	if err != nil {
+		return nil, err
+	}
+	host, _ := os.Hostname()
+	return &engine.SandboxSpec{
+		ID:       id,
+		Image:    ref.ID,
+		Init:     &engine.Process{Argv: s.Argv, Stdin: s.Stdin},
+		Env:      s.Env,
+		Policy:   pol,
+		Workdir:  s.Workdir,
+		Owner:    fmt.Sprintf("%s/%d", host, os.Getpid()),
+		Deadline: time.Now().Add(pol.Limits.Timeout + time.Minute),
+	}, nil
+}
+
+func checkArgv(argv []string) error {
+	if len(argv) == 0 || argv[0] == "" {
+		return fmt.Errorf("%w: no command given: put it after `--`, for example `airlock run -- python3 -c 'print(1)'`", errdefs.ErrInvalidArgument)
+	}
+	for _, a := range argv {
+		if strings.ContainsRune(a, 0) {
+			return fmt.Errorf("%w: argument %q contains a NUL byte", errdefs.ErrInvalidArgument, a)
+		}
+	}
+	return nil
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+func checkEnv(env []string) error {
+	for _, kv := range env {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || !envName.MatchString(k) || strings.ContainsRune(kv, 0) {
+			return fmt.Errorf("%w: environment entry %q must be NAME=VALUE, with NAME made of letters, digits and '_'", errdefs.ErrInvalidArgument, kv)
+		}
+	}
+	return nil
+}
+
+// newID returns a run ID: 20 random hex digits. IDs are never reused.
+func newID() (string, error) {
+	var b [10]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("%w: generating a run id: %v", errdefs.ErrInternal, err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// checkFiles validates inputs, the working directory and the output
+// directory: sandbox paths must be absolute, clean, off the system's
+// directories, and distinct.
+func checkFiles(s Spec) error {
+	seen := map[string]string{}
+	claim := func(p, what string) error {
+		if err := checkSandboxPath(p); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		for q, other := range seen {
+			if p == q || strings.HasPrefix(p, q+"/") || strings.HasPrefix(q, p+"/") {
+				return fmt.Errorf("%s at %s overlaps %s at %s", what, p, other, q)
+			}
+		}
+		seen[p] = what
+		return nil
+	}
+	if !s.Output.Disabled {
+		if err := claim(s.Output.Dir, "the output directory"); err != nil {
+			return err
+		}
+		if s.Output.Size < 1<<20 || s.Output.Files < 1 || s.Output.MaxFileSize < 1 {
+			return fmt.Errorf("the output directory needs at least 1MiB and 1 file")
+		}
+	}
+	for _, in := range s.Inputs {
+		if in.Host == "" {
+			return fmt.Errorf("an input needs a host path")
+		}
+		if err := claim(in.Sandbox, "input "+in.Host); err != nil {
+			return err
+		}
+	}
+	if s.Workdir != "" && (!path.IsAbs(s.Workdir) || path.Clean(s.Workdir) != s.Workdir) {
+		return fmt.Errorf("workdir %q must be an absolute, clean path", s.Workdir)
+	}
+	if s.InputLimit < 0 {
+		return fmt.Errorf("input limit must be positive")
+	}
+	return nil
+}
+
+// loadSeccomp reads and compiles the named profile file, or airlock's
+// default. A profile that cannot be applied is an error, never skipped.
+func (r *Runner) loadSeccomp(file string, mode isolation.Mode) (*isolation.SeccompProfile, error) {
+	var p *seccomp.Profile
+	var err error
+	var raw []byte
+	if file != "" {
+		if raw, err = os.ReadFile(file); err != nil {
+			return nil, fmt.Errorf("%w: seccomp profile: %v", errdefs.ErrNotFound, err)
+		}
+	}
+	cache := r.seccompCacheFile(raw, mode)
+	if prof := readCachedProfile(cache); prof != nil {
+		return prof, nil
+	}
+	if file == "" {
+		p, err = seccomp.Load("default")
+	} else {
+		p, err = seccomp.ParseCustom(raw) // only narrows the default
+	}
+	if err == nil && mode == isolation.GVisor {
+		p, err = seccomp.ForGVisor(p)
+	}
+	if err == nil {
+		err = seccomp.Validate(p)
+	}
+	switch {
+	case errors.Is(err, seccomp.ErrNotSupported):
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	case err != nil:
+		return nil, fmt.Errorf("%w: seccomp profile %s: %v", errdefs.ErrInvalidArgument, cmpOr(file, "default"), err)
+	}
+	prof := &isolation.SeccompProfile{JSON: p.Bytes(), Spec: p.Spec(), SHA256: p.SHA256()}
+	writeCachedProfile(cache, prof)
+	return prof, nil
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// checkDestinations opens the artifact and quarantine directories before
+// anything runs, so an unsafe one (a planted symlink, another user's
+// directory) is refused as input, not found after the program ran.
+func checkDestinations(o Output) error {
+	for _, d := range []struct{ flag, path string }{{"--artifacts", o.Artifacts}, {"--quarantine", o.Quarantine}} {
+		if d.path == "" || o.Disabled {
+			continue
+		}
+		f, err := safeopen.Dir(d.path)
+		if err != nil {
+			if errors.Is(err, safeopen.ErrUnsafe) {
+				return fmt.Errorf("%w: %s: %w", errdefs.ErrInvalidArgument, d.flag, err)
+			}
+			return fmt.Errorf("%w: %s: %w", errdefs.ErrUnavailable, d.flag, err)
+		}
+		f.Close()
+	}
+	return nil
+}

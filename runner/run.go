@@ -1,0 +1,299 @@
+package runner
+
+// A one-shot run: its lock protocol (locks, transitions, teardown) and its
+// execution on the engine.
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"path/filepath"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/artifacts"
+	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/images"
+	"github.com/airlock-sandbox/airlock/lifecycle"
+)
+
+var (
+	errTimeout     = errors.New("timeout")
+	errOutputLimit = errors.New("output limit")
+)
+
+// Run converts and validates s, checks that the engine can run it, then runs
+// it to the end. See the package comment for how outcomes are reported.
+func (r *Runner) Run(ctx context.Context, s Spec) (Result, error) {
+	s.Output = s.Output.withDefaults()
+	if s.InputLimit == 0 {
+		s.InputLimit = 256 << 20
+	}
+	for i := range s.Inputs {
+		if s.Inputs[i].Sandbox == "" {
+			s.Inputs[i].Sandbox = path.Join("/work", filepath.Base(filepath.Clean(s.Inputs[i].Host)))
+		}
+	}
+	job, err := r.plan(s)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := checkDestinations(s.Output); err != nil {
+		return Result{}, err
+	}
+	if err := r.engine.Check(ctx, job); err != nil {
+		return Result{}, err
+	}
+	// Receipts name the runtime's version: a runtime that cannot say fails
+	// the run before anything is created.
+	if _, err := r.engine.Runtime(ctx, job.Policy.Isolation); err != nil {
+		return Result{}, err
+	}
+	lc, err := r.lifecycle()
+	if err != nil {
+		return Result{}, err
+	}
+	// Each wait for the run lock has a bound of its own: a run that lasts
+	// longer than one must still wait for a destroyer at its teardown.
+	lockCtx := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(ctx), r.lockWait)
+	}
+	// The run lock is held while the sandbox is created and while it is
+	// torn down, so a destroy that lands then waits (see lifecycle). Begin
+	// refuses an audit log it cannot write before anything starts.
+	bctx, cancel := lockCtx()
+	held, err := lc.Begin(bctx, job.ID, map[string]any{
+		"image": job.Image.String(), "engine": r.engine.Name(), "isolation": string(job.Policy.Isolation),
+		"seccomp_profile_sha256": job.Policy.Seccomp.SHA256, "limits": limitsOf(job.Policy.Limits), "owner": job.Owner,
+	})
+	cancel()
+	if err != nil {
+		return Result{}, fmt.Errorf("%w: recording the run: %w", errdefs.ErrUnavailable, err)
+	}
+	release := func() {
+		if held != nil {
+			held.Release()
+			held = nil
+		}
+	}
+	defer release()
+	// auditErr is the first audit event that could not be written: the
+	// run then fails, whatever the program did.
+	var auditErr error
+	record := func(st lifecycle.State, errMsg string, extra map[string]any) {
+		merr := lc.Move(job.ID, st, errMsg, extra)
+		var ae *lifecycle.AuditError
+		switch {
+		case errors.As(merr, &ae):
+			auditErr = cmp.Or(auditErr, merr)
+		case merr != nil:
+			r.log.Warn("recording state", "sandbox_id", job.ID, "state", st, "err", merr)
+		}
+	}
+	// destroyed is set when, by the time this process comes to tear the run
+	// down, another has destroyed it (airlock kill, or a reap past its
+	// deadline). stateErr is set when teardown could not find out: the run
+	// lock stayed held past its bound, or the state is unreadable.
+	var destroyed, tornDown bool
+	var stateErr error
+	teardown := func() {
+		if held != nil || tornDown {
+			return
+		}
+		tornDown = true
+		tctx, cancel := lockCtx()
+		defer cancel()
+		var lerr error
+		if held, lerr = lc.Lock(tctx, job.ID); lerr != nil {
+			stateErr = fmt.Errorf("%w: tearing the run down: %v; another airlock process (`airlock kill` or `airlock reap`) held its lock for more than %v", errdefs.ErrUnavailable, lerr, r.lockWait)
+			return
+		}
+		rec, gerr := lc.Get(job.ID)
+		if gerr != nil {
+			stateErr = fmt.Errorf("%w: tearing the run down: %v; `airlock reap` removes what the run left", errdefs.ErrInternal, gerr)
+			return
+		}
+		destroyed = rec.State == "" || rec.State == lifecycle.Terminating
+	}
+	state := func(st lifecycle.State) {
+		if st == lifecycle.Terminating {
+			teardown()
+			if destroyed {
+				return // the destroyer recorded it
+			}
+		}
+		record(st, "", nil)
+		if st == lifecycle.Created {
+			release()
+		}
+	}
+	res, err := r.execute(ctx, s, job, state, teardown)
+	// A destroyer may hold the run lock now: wait for it to say.
+	teardown()
+	if destroyed {
+		res.Reason, res.Error, res.ErrorKind = ReasonDestroyed, "another airlock process destroyed the run: `airlock kill`, or `airlock reap` after its deadline passed", ""
+		res.Receipt = nil
+		// The destroyer recorded the transitions; the summary is this
+		// process's to give.
+		ev := auditSummary(res, nil)
+		ev["event"], ev["run_id"] = "result", job.ID
+		if aerr := lc.Audit().Append(ev); aerr != nil {
+			err = fmt.Errorf("another airlock process destroyed the run, and its result was not recorded: %w", aerr)
+			res.Reason, res.Error = ReasonError, err.Error()
+			return res, err
+		}
+		return res, nil
+	}
+	if stateErr != nil {
+		// The engine's error, if any, stays first.
+		err = also(err, stateErr)
+		res.Reason, res.Error, res.Receipt = ReasonError, err.Error(), nil
+	}
+	if err != nil {
+		// The state and the audit log keep why: a lost sandbox, a daemon
+		// that went away, a runtime that failed.
+		record(lifecycle.Failed, err.Error(), nil)
+	}
+	state(lifecycle.Terminating)
+	record(lifecycle.Terminated, "", auditSummary(res, err))
+	if auditErr != nil {
+		err = also(err, fmt.Errorf("recording the run: %w", auditErr))
+		res.Reason, res.Error, res.Receipt = ReasonError, err.Error(), nil
+	}
+	return res, err
+}
+
+// also adds more to err, keeping err first; either may be nil.
+func also(err, more error) error {
+	if err == nil {
+		return more
+	}
+	return fmt.Errorf("%w; and %w", err, more)
+}
+
+// lockTimeout bounds the wait for a run's own lock: a destroy in progress
+// holds it while it kills and removes the sandbox.
+const lockTimeout = 2 * time.Minute
+
+// execute runs a planned, checked job: scratch, then a one-shot sandbox
+// created, waited for and destroyed, then artifacts and the receipt. state
+// hears the sandbox become created, ready, running and terminating. When
+// the run fails, teardown runs before the run directory goes, so a
+// destroyer at work on it finishes first.
+func (r *Runner) execute(ctx context.Context, s Spec, job *engine.SandboxSpec, state func(lifecycle.State), teardown func()) (res Result, err error) {
+	sc, err := prepareScratch(ctx, r.root, job.ID, &s, job.Policy.UID, job.Policy.GID, job.Deadline)
+	if err != nil {
+		return Result{}, err
+	}
+	defer func() {
+		if err != nil {
+			teardown()
+		}
+		if err := sc.cleanup(); err != nil {
+			r.log.Warn("cleaning up run directory", "sandbox_id", job.ID, "err", err)
+		}
+	}()
+	job.Mounts = sc.mounts
+
+	runCtx, kill := context.WithCancelCause(ctx)
+	defer kill(nil)
+	lim := int64(job.Policy.Limits.Output)
+	stdout := newCapture(lim, s.Stdout, func() { kill(errOutputLimit) })
+	stderr := newCapture(lim, s.Stderr, func() { kill(errOutputLimit) })
+	job.Init.Stdout, job.Init.Stderr = stdout, stderr
+
+	res = Result{
+		ID:        job.ID,
+		Image:     job.Image.String(),
+		Engine:    r.engine.Name(),
+		Isolation: string(job.Policy.Isolation),
+		Seccomp:   job.Policy.Seccomp.SHA256,
+		Limits:    limitsOf(job.Policy.Limits),
+	}
+	if ref, err := images.ParseRef(s.Image); err == nil && ref.Name != "" {
+		res.ImageRef = ref.String()
+	}
+	begin := time.Now()
+	exit, err := r.runOnce(ctx, runCtx, job, state)
+	res.Stdout, res.Stderr = stdout.stream(), stderr.stream()
+	if err == nil {
+		// A failed run goes through failed first; Run records it.
+		state(lifecycle.Terminating)
+	}
+	if err != nil {
+		res.Reason = ReasonError
+		res.Error = err.Error()
+		res.ExitCode = -1
+		res.DurationMS = time.Since(begin).Milliseconds()
+		return res, err
+	}
+	res.ExitCode = exit.Code
+	res.Reason = reasonOf(exit, context.Cause(runCtx))
+	res.Usage = Usage{CPUMS: exit.Usage.CPU.Milliseconds(), MemoryPeakBytes: exit.Usage.MemoryPeak, PidsPeak: exit.Usage.PidsPeak}
+	if sc.out != "" {
+		// The engine has removed the sandbox: no process is left to race
+		// the scan.
+		o := s.Output
+		rep, err := artifacts.Collect(context.WithoutCancel(ctx), sc.out, artifacts.Options{
+			Dest: o.Artifacts, Quarantine: o.Quarantine,
+			MaxFileBytes: int64(o.MaxFileSize), MaxTotalBytes: int64(o.Size), MaxFiles: o.Files,
+			Types: o.Types, AllowDotfiles: o.AllowDotfiles,
+		})
+		res.Artifacts, res.Rejected = rep.Artifacts, rep.Rejected
+		if err != nil {
+			res.Reason, res.Error = ReasonError, err.Error()
+			return res, fmt.Errorf("%w: collecting artifacts: %v", errdefs.ErrInternal, err)
+		}
+	}
+	res.StartedAt, res.FinishedAt = exit.Started, exit.Finished
+	res.DurationMS = exit.Finished.Sub(exit.Started).Milliseconds()
+	if err = r.sign(ctx, job, s, &res, sc.inputs); err != nil {
+		res.Reason, res.Error = ReasonError, err.Error()
+		return res, err
+	}
+	r.log.Info("run ended", "sandbox_id", job.ID, "image_digest", job.Image.String(), "reason", res.Reason, "exit_code", res.ExitCode)
+	return res, nil
+}
+
+// runOnce runs job on the engine as a one-shot sandbox: create (with the
+// program as its only process), wait, destroy. ctx bounds nothing but the
+// destroy's parent; runCtx's end kills the program.
+func (r *Runner) runOnce(ctx, runCtx context.Context, job *engine.SandboxSpec, state func(lifecycle.State)) (engine.Exit, error) {
+	sb, err := r.engine.Create(runCtx, job)
+	if err != nil {
+		return engine.Exit{}, err
+	}
+	// The program runs from here: a destroyer may now come in (state
+	// releases the run lock at created).
+	for _, st := range []lifecycle.State{lifecycle.Created, lifecycle.Ready, lifecycle.Running} {
+		state(st)
+	}
+	exit, err := sb.Wait(runCtx)
+	// The sandbox goes before anything reads what it wrote.
+	if derr := sb.Destroy(context.WithoutCancel(ctx)); derr != nil {
+		err = also(err, derr)
+	}
+	return exit, err
+}
+
+// reasonOf decides why a run ended. airlock's own kills come first: a
+// program killed at its timeout is a timeout even if it was also near its
+// memory limit. Then the kernel's: OOM, then a refused fork.
+func reasonOf(exit engine.Exit, cause error) Reason {
+	switch {
+	case exit.TimedOut:
+		return ReasonTimeout
+	case exit.Killed && errors.Is(cause, errOutputLimit):
+		return ReasonOutputLimit
+	case exit.Killed:
+		return ReasonKilled
+	case exit.OOMKilled:
+		return ReasonOOM
+	case exit.PidsLimited && exit.Code != 0:
+		return ReasonPidsLimit
+	}
+	return ReasonExited
+}

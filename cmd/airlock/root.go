@@ -37,13 +37,7 @@ func (g *globals) dockerEngine() (*docker.Engine, error) {
 // pickEngine resolves --engine. auto picks oci where airlock can use it
 // (root, and setup's runsc installed), and docker otherwise.
 func (g *globals) pickEngine(name string) (engine.Engine, func(), error) {
-	if name == "auto" {
-		name = "docker"
-		if oci.Usable(g.root) == nil {
-			name = "oci"
-		}
-	}
-	switch name {
+	switch name = oci.Resolve(g.root, name); name {
 	case "docker":
 		e, err := g.dockerEngine()
 		if err != nil {

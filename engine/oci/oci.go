@@ -95,6 +95,19 @@ func Usable(root string) error {
 	return nil
 }
 
+// Resolve turns the engine name "auto" into the engine airlock uses: oci
+// where it is usable (root, and setup's runsc), else docker. Other names
+// are returned as they are.
+func Resolve(root, name string) string {
+	if name != "auto" {
+		return name
+	}
+	if Usable(root) == nil {
+		return "oci"
+	}
+	return "docker"
+}
+
 // Check implements engine.Engine.
 func (e *Engine) Check(ctx context.Context, s *engine.SandboxSpec) error {
 	if err := checkSandboxID(s.ID); err != nil {

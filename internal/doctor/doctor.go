@@ -76,16 +76,8 @@ func Run(ctx context.Context, o Options) []Check {
 }
 
 // ResolveEngine turns "auto" into the engine `airlock run --engine auto`
-// picks: oci where it is usable (root, and setup's runsc), else docker.
-func ResolveEngine(root, name string) string {
-	if name != "auto" {
-		return name
-	}
-	if oci.Usable(root) == nil {
-		return "oci"
-	}
-	return "docker"
-}
+// picks (oci.Resolve).
+func ResolveEngine(root, name string) string { return oci.Resolve(root, name) }
 
 // OK reports whether no check failed.
 func OK(checks []Check) bool { return failures(checks) == 0 }

@@ -42,7 +42,7 @@ func sandboxError(id string, err error) error {
 
 // hints say what to do about a refused transfer, by its reason word.
 var hints = map[artifacts.Reason]string{
-	runner.ReasonInvalidPath:       "files move in and out of the workspace /home/user (reads also /out): give a clean path there, with no '..' (a relative path is under /home/user); /tmp is the sandbox's own, reached with sandbox_exec (cp)",
+	runner.ReasonInvalidPath:       "files move in and out of the workspace /home/user and /tmp (reads also /out): give a clean path there, with no '..' (a relative path is under /home/user)",
 	runner.ReasonNotFound:          "check the path: sandbox_exec with `ls -la DIR` shows what is there",
 	runner.ReasonSymlink:           "airlock never follows a symlink: name the file it points to",
 	runner.ReasonIsDirectory:       "name a file, not a directory; sandbox_exec with `ls -la DIR` lists it",

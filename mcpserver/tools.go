@@ -69,13 +69,13 @@ type (
 	}
 	SandboxWriteFileArgs struct {
 		SandboxID     string  `json:"sandbox_id" jsonschema:"the id sandbox_create returned"`
-		Path          string  `json:"path" jsonschema:"a path in the workspace /home/user (a relative path is under it); missing directories are made"`
+		Path          string  `json:"path" jsonschema:"a path in the workspace /home/user or in /tmp (a relative path is under /home/user); missing directories are made"`
 		Content       *string `json:"content,omitempty" jsonschema:"the file's content as text (give this or content_base64)"`
 		ContentBase64 *string `json:"content_base64,omitempty" jsonschema:"the file's content as standard base64 (give this or content)"`
 	}
 	SandboxFileArgs struct {
 		SandboxID string `json:"sandbox_id" jsonschema:"the id sandbox_create returned"`
-		Path      string `json:"path" jsonschema:"a path in the workspace /home/user or the output directory /out (a relative path is under /home/user)"`
+		Path      string `json:"path" jsonschema:"a path in the workspace /home/user, /tmp or the output directory /out (a relative path is under /home/user)"`
 	}
 	SandboxIDArgs struct {
 		SandboxID string `json:"sandbox_id" jsonschema:"the id sandbox_create returned"`
@@ -102,12 +102,12 @@ func (s *Server) addTools() {
 	}, s.sandboxExec)
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name:        "sandbox_write_file",
-		Description: fmt.Sprintf("Write a file (at most %s) into a live sandbox's workspace /home/user, from text (content) or bytes (content_base64). Returns its path, size and sha256.", units.Bytes(MaxFileBytes)),
+		Description: fmt.Sprintf("Write a file (at most %s) into a live sandbox's workspace /home/user or /tmp, from text (content) or bytes (content_base64). Returns its path, size and sha256.", units.Bytes(MaxFileBytes)),
 		Annotations: &mcp.ToolAnnotations{Title: "Write a file into a sandbox", IdempotentHint: true, OpenWorldHint: t(false)},
 	}, s.sandboxWriteFile)
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name:        "sandbox_read_file",
-		Description: fmt.Sprintf("Read a file (at most %s) from a live sandbox's workspace /home/user or /out, through airlock's artifact scanner: links, devices and types off the sandbox's allowlist are refused. Returns path, size, sha256, mime, and content as text or content_base64.", units.Bytes(MaxFileBytes)),
+		Description: fmt.Sprintf("Read a file (at most %s) from a live sandbox's workspace /home/user, /tmp or /out, through airlock's artifact scanner: links, devices and types off the sandbox's allowlist are refused. Returns path, size, sha256, mime, and content as text or content_base64.", units.Bytes(MaxFileBytes)),
 		Annotations: &mcp.ToolAnnotations{Title: "Read a file from a sandbox", ReadOnlyHint: true, OpenWorldHint: t(false)},
 	}, s.sandboxReadFile)
 	mcp.AddTool(s.mcp, &mcp.Tool{

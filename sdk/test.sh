@@ -3,8 +3,9 @@
 # this repository, starts `airlock serve` on a temporary unix socket and a
 # loopback TCP port with a temporary token, then runs the tests of sdk/js,
 # sdk/deepagents-js (npm ci from the lockfiles, build, node:test) and
-# sdk/python (python3 -m unittest). The server is always stopped, and
-# every sandbox the tests made must be gone by the end.
+# sdk/python (python3 -m unittest), then the MCP acceptance test
+# (mcpserver/testdata/client) over the server's /mcp. The server is always
+# stopped, and every sandbox the tests made must be gone by the end.
 #
 # AIRLOCK_BIN=path uses that airlock binary instead of building one.
 # Needs what `make setup` installs (runsc, dockerd, the default image under
@@ -68,6 +69,10 @@ echo "== sdk/deepagents-js"
 (cd "$sdk/deepagents-js" && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build && npm test)
 echo "== sdk/python"
 (cd "$sdk/python" && python3 -m unittest -v 2>&1)
+
+echo "== MCP over streamable HTTP: airlock serve's /mcp, behind the token"
+(cd "$repo/mcpserver/testdata/client" && npm ci --no-audit --no-fund --loglevel=error &&
+	MCP_URL="$AIRLOCK_URL/mcp" MCP_TOKEN="$AIRLOCK_TOKEN" npm test)
 
 echo "== no sandbox left behind"
 left="$(cd "$sdk/python" && python3 -c '

@@ -77,8 +77,8 @@ export interface ExecuteOptions {
   timeout?: Duration;
 }
 
-/** Where file transfers reach in an airlock sandbox: its workspace (not /tmp, which airlock does not transfer to yet). */
-const AREAS = ["/home/user/"];
+/** Where file transfers reach in an airlock sandbox: its workspace and /tmp. */
+const AREAS = ["/home/user/", "/tmp/"];
 
 /**
  * Why path cannot name a file in a sandbox, as deepagents' code, or null

@@ -173,7 +173,8 @@ test("each error code", async () => {
   const cases = [
     ["/home/user/absent.txt", "file_not_found"],
     ["/home/user/absent/deeper.txt", "file_not_found"],
-    ["/tmp/x.txt", "permission_denied"],
+    ["/tmp/x.txt", "file_not_found"],
+    ["/usr/bin/evil", "permission_denied"],
     ["/home/user/errdir", "is_directory"],
     ["/etc/passwd", "permission_denied"],
     ["/home/user/link.txt", "permission_denied"],

@@ -71,9 +71,8 @@ AGENT_DOWNLOAD_TYPES = (
 #: timeout (Daytona's convention, like timeout(1)).
 TIMEOUT_EXIT_CODE = 124
 
-# Where file transfers reach in an airlock sandbox: its workspace (not /tmp,
-# which airlock does not transfer to yet).
-_AREAS = ("/home/user/",)
+# Where file transfers reach in an airlock sandbox: its workspace and /tmp.
+_AREAS = ("/home/user/", "/tmp/")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 

@@ -96,7 +96,7 @@ class BackendTest(unittest.TestCase):
         self.assertEqual(down[0].content, b"1\n")
         self.assertTrue(all(d.content is None for d in down[1:]))
         up = self.b.upload_files([("/home/user/errdir", b"x"), ("/usr/bin/evil", b"x"), ("relative.txt", b"x"), ("/tmp/x.txt", b"x"), ("/home/user/fine.txt", b"x")])
-        self.assertEqual([u.error for u in up], ["is_directory", "permission_denied", "invalid_path", "permission_denied", None])
+        self.assertEqual([u.error for u in up], ["is_directory", "permission_denied", "invalid_path", None, None])
 
     def test_gone_sandbox_raises_rather_than_blaming_the_file(self):
         with AirlockBackend.create(socket_path=live.SOCKET, ttl="5m", labels={"suite": "sdk-python"}) as gone:

@@ -168,7 +168,10 @@ describe(`airlock MCP over ${process.env.MCP_URL ? "streamable HTTP" : "stdio"}`
     assert.match(await errorOf("sandbox_read_file", { sandbox_id: id, path: "blob.bin" }), /\(type_not_allowed\)/);
     assert.match(await errorOf("sandbox_write_file", { sandbox_id: id, path: "/usr/bin/evil", content: "x" }), /\(invalid_path\)/);
     assert.match(await errorOf("sandbox_write_file", { sandbox_id: id, path: "link", content: "x" }), /\(symlink\)/);
-    assert.match(await errorOf("sandbox_write_file", { sandbox_id: id, path: "/tmp/x", content: "x" }), /\(invalid_path\).*sandbox_exec/);
+    assert.match(await errorOf("sandbox_write_file", { sandbox_id: id, path: "/etc/x", content: "x" }), /\(invalid_path\).*\/home\/user/);
+    // /tmp is a transfer area too: a file written there is read back.
+    await call("sandbox_write_file", { sandbox_id: id, path: "/tmp/x.txt", content: "in tmp" });
+    assert.equal((await call("sandbox_read_file", { sandbox_id: id, path: "/tmp/x.txt" })).content, "in tmp");
     assert.match(await errorOf("sandbox_write_file", { sandbox_id: id, path: "/home/user/a", content: "a", content_base64: "YQ==" }), /not both/);
   });
 

@@ -24,6 +24,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/airlock-sandbox/airlock/engine/docker"
+	"github.com/airlock-sandbox/airlock/internal/e2etest"
 	"github.com/airlock-sandbox/airlock/internal/imagetest"
 	"github.com/airlock-sandbox/airlock/runner"
 )
@@ -54,52 +55,21 @@ func setup(m *testing.M) (int, error) {
 	}
 	defer os.RemoveAll(tmp)
 
-	airlockBin = filepath.Join(tmp, "airlock")
-	build := exec.Command("go", "build", "-o", airlockBin, "../cmd/airlock")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return 0, fmt.Errorf("building airlock: %w", err)
+	if airlockBin, err = e2etest.Build(tmp, "../cmd/airlock"); err != nil {
+		return 0, err
 	}
 
 	// The default image comes from setup's root; the tests' own images go
 	// into a root of their own so they never touch the user's index.
-	sysRoot := os.Getenv("AIRLOCK_ROOT")
-	if sysRoot == "" {
-		sysRoot = runner.DefaultRoot
-	}
+	sysRoot := e2etest.SysRoot()
 	out, err := exec.Command(airlockBin, "--root", sysRoot, "image", "default").Output()
 	if err != nil {
 		return 0, fmt.Errorf("no default image: %w", err)
 	}
 	defaultRef = strings.TrimSpace(string(out))
-	engineName = os.Getenv("AIRLOCK_E2E_ENGINE")
-	if engineName == "" {
-		engineName = "docker"
-	}
-	isolationName = os.Getenv("AIRLOCK_E2E_ISOLATION")
-	if isolationName == "" {
-		isolationName = "gvisor"
-	}
+	engineName, isolationName = e2etest.Pair("docker")
 	fmt.Fprintf(os.Stderr, "e2e: engine %s, isolation %s\n", engineName, isolationName)
-	rootDir = filepath.Join(tmp, "root")
-	// The tests' root shares setup's store (content-addressed, locked) and
-	// runsc, so the default image need not be unpacked again.
-	if err := os.MkdirAll(rootDir, 0o755); err != nil {
-		return 0, err
-	}
-	for _, d := range []string{"store", "tools"} {
-		if err := os.Symlink(filepath.Join(sysRoot, d), filepath.Join(rootDir, d)); err != nil {
-			return 0, err
-		}
-	}
-	lock, err := os.ReadFile(filepath.Join(sysRoot, "images", "default.lock"))
-	if err != nil {
-		return 0, err
-	}
-	if err := os.MkdirAll(filepath.Join(rootDir, "images"), 0o755); err != nil {
-		return 0, err
-	}
-	if err := os.WriteFile(filepath.Join(rootDir, "images", "default.lock"), lock, 0o644); err != nil {
+	if rootDir, err = e2etest.Root(tmp, sysRoot); err != nil {
 		return 0, err
 	}
 
@@ -127,13 +97,7 @@ func setup(m *testing.M) (int, error) {
 		fmt.Fprintf(os.Stderr, "run directories left behind: %d\n", len(runs))
 		code = 1
 	}
-	// runsc keeps one empty network namespace per state root for
-	// --network=none, bound at <state>/null-netns; that one is expected.
-	netns := filepath.Join(rootDir, "oci", "runsc", "null-netns")
-	for syscall.Unmount(netns, syscall.MNT_DETACH) == nil {
-		// runsc may have bound it more than once.
-	}
-	if mi, _ := os.ReadFile("/proc/self/mountinfo"); bytes.Contains(mi, []byte(rootDir)) {
+	if e2etest.MountsLeft(rootDir) {
 		fmt.Fprintf(os.Stderr, "mounts left behind under %s\n", rootDir)
 		code = 1
 	}

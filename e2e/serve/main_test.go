@@ -26,6 +26,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/airlock-sandbox/airlock/engine/docker"
+	"github.com/airlock-sandbox/airlock/internal/e2etest"
 	"github.com/airlock-sandbox/airlock/runner"
 )
 
@@ -49,39 +50,13 @@ func setup(m *testing.M) (int, error) {
 		return 0, err
 	}
 	defer os.RemoveAll(tmp)
-	airlockBin = filepath.Join(tmp, "airlock")
-	build := exec.Command("go", "build", "-o", airlockBin, "../../cmd/airlock")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return 0, fmt.Errorf("building airlock: %w", err)
+	if airlockBin, err = e2etest.Build(tmp, "../../cmd/airlock"); err != nil {
+		return 0, err
 	}
-	engineName, isolationName = os.Getenv("AIRLOCK_E2E_ENGINE"), os.Getenv("AIRLOCK_E2E_ISOLATION")
-	if engineName == "" {
-		engineName = "oci"
-	}
-	if isolationName == "" {
-		isolationName = "gvisor"
-	}
+	engineName, isolationName = e2etest.Pair("oci")
 	fmt.Fprintf(os.Stderr, "serve e2e: engine %s, isolation %s\n", engineName, isolationName)
-	sysRoot := os.Getenv("AIRLOCK_ROOT")
-	if sysRoot == "" {
-		sysRoot = runner.DefaultRoot
-	}
 	// A root of the tests' own, sharing setup's store and runsc.
-	rootDir = filepath.Join(tmp, "root")
-	if err := os.MkdirAll(filepath.Join(rootDir, "images"), 0o755); err != nil {
-		return 0, err
-	}
-	for _, d := range []string{"store", "tools"} {
-		if err := os.Symlink(filepath.Join(sysRoot, d), filepath.Join(rootDir, d)); err != nil {
-			return 0, err
-		}
-	}
-	lock, err := os.ReadFile(filepath.Join(sysRoot, "images", "default.lock"))
-	if err != nil {
-		return 0, err
-	}
-	if err := os.WriteFile(filepath.Join(rootDir, "images", "default.lock"), lock, 0o644); err != nil {
+	if rootDir, err = e2etest.Root(tmp, e2etest.SysRoot()); err != nil {
 		return 0, err
 	}
 	for _, c := range cgroups() {
@@ -92,10 +67,7 @@ func setup(m *testing.M) (int, error) {
 		fmt.Fprintf(os.Stderr, "left behind: %v\n", left)
 		code = 1
 	}
-	netns := filepath.Join(rootDir, "oci", "runsc", "null-netns")
-	for syscall.Unmount(netns, syscall.MNT_DETACH) == nil {
-	}
-	if mi, _ := os.ReadFile("/proc/self/mountinfo"); bytes.Contains(mi, []byte(rootDir)) {
+	if e2etest.MountsLeft(rootDir) {
 		fmt.Fprintf(os.Stderr, "mounts left behind under %s\n", rootDir)
 		code = 1
 	}

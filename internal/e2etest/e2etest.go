@@ -1,0 +1,86 @@
+// Package e2etest holds what airlock's end-to-end suites share: the binary
+// under test, a root of the tests' own beside setup's, and the checks that
+// nothing is left under it. It is for tests only.
+package e2etest
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+
+	"github.com/airlock-sandbox/airlock/runner"
+)
+
+// SysRoot is setup's root: $AIRLOCK_ROOT, else the default.
+func SysRoot() string {
+	if r := os.Getenv("AIRLOCK_ROOT"); r != "" {
+		return r
+	}
+	return runner.DefaultRoot
+}
+
+// Pair is the engine and isolation mode under test, from
+// AIRLOCK_E2E_ENGINE and AIRLOCK_E2E_ISOLATION; the isolation defaults to
+// gvisor.
+func Pair(defaultEngine string) (engineName, isolationName string) {
+	engineName, isolationName = os.Getenv("AIRLOCK_E2E_ENGINE"), os.Getenv("AIRLOCK_E2E_ISOLATION")
+	if engineName == "" {
+		engineName = defaultEngine
+	}
+	if isolationName == "" {
+		isolationName = "gvisor"
+	}
+	return engineName, isolationName
+}
+
+// Build builds the airlock command at pkg (a path to cmd/airlock) into dir
+// and returns the binary's path.
+func Build(dir, pkg string) (string, error) {
+	bin := filepath.Join(dir, "airlock")
+	build := exec.Command("go", "build", "-o", bin, pkg)
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return "", fmt.Errorf("building airlock: %w", err)
+	}
+	return bin, nil
+}
+
+// Root makes a root of the tests' own under dir. It shares setup's store
+// (content-addressed, locked) and runsc, so the default image need not be
+// unpacked again, and names setup's default image; everything else the
+// tests make stays out of the user's root.
+func Root(dir, sysRoot string) (string, error) {
+	root := filepath.Join(dir, "root")
+	if err := os.MkdirAll(filepath.Join(root, "images"), 0o755); err != nil {
+		return "", err
+	}
+	for _, d := range []string{"store", "tools"} {
+		if err := os.Symlink(filepath.Join(sysRoot, d), filepath.Join(root, d)); err != nil {
+			return "", err
+		}
+	}
+	lock, err := os.ReadFile(filepath.Join(sysRoot, "images", "default.lock"))
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(root, "images", "default.lock"), lock, 0o644); err != nil {
+		return "", err
+	}
+	return root, nil
+}
+
+// MountsLeft reports whether anything is still mounted under root.
+// runsc keeps one empty network namespace per state root for
+// --network=none, bound at <state>/null-netns: that one is expected, and
+// unmounted first.
+func MountsLeft(root string) bool {
+	netns := filepath.Join(root, "oci", "runsc", "null-netns")
+	for syscall.Unmount(netns, syscall.MNT_DETACH) == nil {
+		// runsc may have bound it more than once.
+	}
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	return bytes.Contains(mi, []byte(root))
+}

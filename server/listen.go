@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/internal/atomicfile"
 )
 
 // DefaultSocket is where airlock serve listens unless told otherwise.
@@ -113,17 +115,9 @@ func LoadToken(root, file string) (string, error) {
 		}
 		b := make([]byte, 32)
 		rand.Read(b)
-		f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if err == nil {
-			_, werr := f.WriteString(hex.EncodeToString(b) + "\n")
-			if cerr := f.Close(); werr == nil {
-				werr = cerr
-			}
-			if werr != nil {
-				os.Remove(file)
-				return "", fmt.Errorf("%w: writing the token: %v", errdefs.ErrUnavailable, werr)
-			}
-		} else if !errors.Is(err, fs.ErrExist) {
+		// Created whole or not at all: a concurrent start never reads a
+		// partial token, and the first creator's token wins.
+		if err := atomicfile.Create(file, []byte(hex.EncodeToString(b)+"\n"), 0o600); err != nil && !errors.Is(err, fs.ErrExist) {
 			return "", fmt.Errorf("%w: creating the token: %v", errdefs.ErrUnavailable, err)
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/images"
+	"github.com/airlock-sandbox/airlock/internal/e2etest"
 	"github.com/airlock-sandbox/airlock/internal/imagetest"
 	"github.com/airlock-sandbox/airlock/internal/timing"
 )
@@ -77,18 +78,14 @@ type row struct {
 }
 
 func run() error {
-	e := &env{root: os.Getenv("AIRLOCK_ROOT")}
-	if e.root == "" {
-		e.root = "/var/lib/airlock"
-	}
+	e := &env{root: e2etest.SysRoot()}
 	var err error
 	if e.tmp, err = os.MkdirTemp("", "airlock-bench-"); err != nil {
 		return err
 	}
 	defer os.RemoveAll(e.tmp)
-	e.bin = filepath.Join(e.tmp, "airlock")
-	if out, err := exec.Command("go", "build", "-o", e.bin, "./cmd/airlock").CombinedOutput(); err != nil {
-		return fmt.Errorf("building airlock: %v\n%s", err, out)
+	if e.bin, err = e2etest.Build(e.tmp, "./cmd/airlock"); err != nil {
+		return err
 	}
 	layout := filepath.Join(e.tmp, "busybox")
 	if err := imagetest.BusyboxLayout(layout); err != nil {

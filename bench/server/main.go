@@ -23,6 +23,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/e2etest"
 	"github.com/airlock-sandbox/airlock/internal/timing"
 	"github.com/airlock-sandbox/airlock/runner"
 )
@@ -41,18 +42,15 @@ func main() {
 var program = []string{"python3", "-c", "print(6*7)"}
 
 func run(n int, eng, iso string) error {
-	root := os.Getenv("AIRLOCK_ROOT")
-	if root == "" {
-		root = runner.DefaultRoot
-	}
+	root := e2etest.SysRoot()
 	tmp, err := os.MkdirTemp("", "airlock-bench-server-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	bin := filepath.Join(tmp, "airlock")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/airlock").CombinedOutput(); err != nil {
-		return fmt.Errorf("building airlock: %v\n%s", err, out)
+	bin, err := e2etest.Build(tmp, "./cmd/airlock")
+	if err != nil {
+		return err
 	}
 	sock := filepath.Join(tmp, "airlock.sock")
 	srv := exec.Command(bin, "--root", root, "serve", "--socket", sock)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/engine/oci"
 	"github.com/airlock-sandbox/airlock/images"
+	"github.com/airlock-sandbox/airlock/internal/e2etest"
 	"github.com/airlock-sandbox/airlock/internal/imagetest"
 	"github.com/airlock-sandbox/airlock/internal/timing"
 	"github.com/airlock-sandbox/airlock/isolation"
@@ -103,18 +104,15 @@ func (e *env) airlock(args ...string) (string, error) {
 
 func run(n, big, files int) error {
 	ctx := context.Background()
-	root := os.Getenv("AIRLOCK_ROOT")
-	if root == "" {
-		root = runner.DefaultRoot
-	}
+	root := e2etest.SysRoot()
 	tmp, err := os.MkdirTemp("", "airlock-bench-session-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	e := &env{ctx: ctx, root: root, tmp: tmp, bin: filepath.Join(tmp, "airlock"), runsc: oci.RunscPath(root), runscRoot: filepath.Join(root, "oci", "runsc")}
-	if out, err := exec.Command("go", "build", "-o", e.bin, "./cmd/airlock").CombinedOutput(); err != nil {
-		return fmt.Errorf("building airlock: %v\n%s", err, out)
+	e := &env{ctx: ctx, root: root, tmp: tmp, runsc: oci.RunscPath(root), runscRoot: filepath.Join(root, "oci", "runsc")}
+	if e.bin, err = e2etest.Build(tmp, "./cmd/airlock"); err != nil {
+		return err
 	}
 	layout := filepath.Join(tmp, "busybox")
 	if err := imagetest.BusyboxLayout(layout); err != nil {

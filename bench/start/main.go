@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/images"
+	"github.com/airlock-sandbox/airlock/internal/e2etest"
 	"github.com/airlock-sandbox/airlock/internal/imagetest"
 	"github.com/airlock-sandbox/airlock/internal/timing"
 	"github.com/airlock-sandbox/airlock/isolation"
@@ -43,18 +44,15 @@ type scenario struct {
 
 func run(n int) error {
 	ctx := context.Background()
-	root := os.Getenv("AIRLOCK_ROOT")
-	if root == "" {
-		root = "/var/lib/airlock"
-	}
+	root := e2etest.SysRoot()
 	tmp, err := os.MkdirTemp("", "airlock-bench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	bin := filepath.Join(tmp, "airlock")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/airlock").CombinedOutput(); err != nil {
-		return fmt.Errorf("building airlock: %v\n%s", err, out)
+	bin, err := e2etest.Build(tmp, "./cmd/airlock")
+	if err != nil {
+		return err
 	}
 	layoutDir := filepath.Join(tmp, "busybox")
 	if err := imagetest.BusyboxLayout(layoutDir); err != nil {

@@ -1,6 +1,6 @@
 // Package e2etest holds what airlock's end-to-end suites share: the binary
 // under test, a root of the tests' own beside setup's, and the checks that
-// nothing is left under it. It is for tests only.
+// nothing is left under it. It is for tests and benchmarks only.
 package e2etest
 
 import (

@@ -1,7 +1,8 @@
 // Package engine defines what airlock asks of a container engine: create a
 // sandbox under a policy, run processes in it, report how each ended, and
 // destroy it leaving nothing behind. A one-shot run is a sandbox whose only
-// process is the program (see SandboxSpec.Init and Run).
+// process is the program (see SandboxSpec.Init); the runner creates it,
+// waits for it and destroys it.
 //
 // Rules every engine keeps:
 //   - Nothing is created until the image and the runtime have been checked.

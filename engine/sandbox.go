@@ -117,21 +117,6 @@ type Engine interface {
 	Runtime(ctx context.Context, m isolation.Mode) (Runtime, error)
 }
 
-// Run is a one-shot run on any engine: create a sandbox whose only
-// process is s.Init, wait for it, destroy it. The caller's context only
-// decides when the program is killed; the sandbox is destroyed either way.
-func Run(ctx context.Context, e Engine, s *SandboxSpec) (Exit, error) {
-	sb, err := e.Create(ctx, s)
-	if err != nil {
-		return Exit{}, err
-	}
-	exit, err := sb.Wait(ctx)
-	if derr := sb.Destroy(context.WithoutCancel(ctx)); derr != nil && err == nil {
-		err = derr
-	}
-	return exit, err
-}
-
 // NotOneShot is Wait's error on a sandbox made without Init.
 func NotOneShot(id string) error {
 	return fmt.Errorf("%w: sandbox %q runs airlock's idle init, not one program to wait for; run programs in it with Exec", errdefs.ErrNotImplemented, id)

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -273,6 +274,11 @@ func (r *oneShot) Wait(ctx context.Context) (engine.Exit, error) {
 		// cgroup, which dockerd removes; reaching the parent's limit is
 		// the trace that stays.
 		exit.PidsLimited = s.PidsLimitHits > 0 || s.PidsPeak >= hostPids(r.policy)
+		// dockerd sets OOMKilled from an event that can come after the
+		// exit; the parent cgroup's counters are there already. A SIGKILL
+		// at the memory limit is the OOM killer's, as in the oci engine.
+		exit.OOMKilled = exit.OOMKilled || s.OOMKills > 0 ||
+			exit.Code == 128+int(syscall.SIGKILL) && (s.MemoryLimitHits > 0 || s.MemoryPeak >= int64(r.policy.Limits.Memory))
 		exit.Usage = engine.Usage{CPU: s.CPU, MemoryPeak: s.MemoryPeak, PidsPeak: s.PidsPeak}
 	}
 	if r.sandboxLogs != "" && !exit.TimedOut && !exit.Killed && !exit.OOMKilled && !exit.PidsLimited && exit.Usage.MemoryPeak < int64(r.policy.Limits.Memory) {

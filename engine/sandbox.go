@@ -121,3 +121,28 @@ type Engine interface {
 func NotOneShot(id string) error {
 	return fmt.Errorf("%w: sandbox %q runs airlock's idle init, not one program to wait for; run programs in it with Exec", errdefs.ErrNotImplemented, id)
 }
+
+// Holder is an engine that can make a one-shot sandbox before its program
+// is known, for a warm pool. Hold creates and starts the sandbox running
+// airlock's trampoline, which runs no user code: it waits on its stdin for
+// one program and becomes it. The sandbox is used once: Start hands the
+// program over, and the Sandbox it returns is waited for and destroyed
+// like any one-shot sandbox. Nothing comes back from the trampoline but
+// the program's own output and exit status, read as in a cold run.
+type Holder interface {
+	Hold(ctx context.Context, s *SandboxSpec) (Held, error)
+}
+
+// Held is a sandbox waiting for its one program.
+type Held interface {
+	ID() string
+	// Start hands p over and returns the sandbox running it. p's Argv,
+	// Env (laid over the sandbox's), Workdir, Stdin, Stdout, Stderr and
+	// Timeout are used. A program that cannot be found in the image is
+	// errdefs.ErrNotFound, and one the trampoline cannot take (too large)
+	// errdefs.ErrOutOfRange: the sandbox is untouched and may take
+	// another. A sandbox that ended while held is ErrSandboxLost.
+	Start(ctx context.Context, p *Process) (Sandbox, error)
+	// Destroy frees a sandbox that was never started.
+	Destroy(ctx context.Context) error
+}

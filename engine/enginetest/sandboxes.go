@@ -88,6 +88,16 @@ func Sandboxes(t *testing.T, newEngine func(t *testing.T) engine.Engine, image d
 			c.fn(t, &suite{e: newEngine(t), image: image, h: h, newEngine: newEngine})
 		})
 	}
+	for _, c := range heldCases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEngine(t)
+			ho, ok := e.(engine.Holder)
+			if !ok {
+				t.Skipf("engine %s holds no sandboxes (it has no warm pool)", e.Name())
+			}
+			c.fn(t, &suite{e: e, image: image, h: h, newEngine: newEngine}, ho)
+		})
+	}
 }
 
 type suite struct {

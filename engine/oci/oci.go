@@ -147,6 +147,8 @@ type prepared struct {
 	cg       *cgroup.Group
 	native   bool
 	hostPids int64
+	// imageTree is the image's shared, read-only tree.
+	imageTree string
 	// release lets go of the image's tree.
 	release func()
 }
@@ -167,6 +169,7 @@ func (e *Engine) prepare(ctx context.Context, s *engine.SandboxSpec, argv []stri
 	if rootfs, err = filepath.EvalSymlinks(rootfs); err != nil {
 		return p, fmt.Errorf("%w: unpacking image %s: %v", errdefs.ErrInternal, s.Image, err)
 	}
+	p.imageTree = rootfs
 	env, workdir, err := e.imageDefaults(s.Image, s.Env, s.Workdir)
 	if err != nil {
 		return p, err

@@ -6,6 +6,7 @@ package oci
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -37,6 +38,11 @@ type oneShot struct {
 	reaped  bool // Wait took cmd's end from done
 	started time.Time
 
+	// drain, when set, waits for the output to be read once the runtime
+	// has ended (a held sandbox's pipes); closers go at destroy.
+	drain   func()
+	closers []io.Closer
+
 	destroyOnce sync.Once
 }
 
@@ -52,6 +58,22 @@ func (e *Engine) createRun(ctx context.Context, s *engine.SandboxSpec) (_ engine
 		r.Destroy(ctx)
 		return nil, err
 	}
+	cmd := r.command(s.Init.Stdin, s.Init.Stdout, s.Init.Stderr)
+	// Once runsc has exited, stop waiting for its pipes: a process that
+	// escaped with a copy of them is killed with the cgroup.
+	cmd.WaitDelay = 2 * time.Second
+	r.started = time.Now()
+	if err := r.start(cmd); err != nil {
+		r.Destroy(ctx)
+		return nil, err
+	}
+	return r, nil
+}
+
+// command is the runtime's `run` of the prepared bundle, with the given
+// stdio.
+func (r *oneShot) command(stdin io.Reader, stdout, stderr io.Writer) *exec.Cmd {
+	e := r.e
 	r.runtime, r.state = e.runsc, filepath.Join(e.root, "oci", "runsc")
 	r.runLogs = filepath.Join(r.p.bundle, "logs")
 	args := append([]string{"--root", r.state}, runscFlags(r.runLogs)...)
@@ -61,20 +83,19 @@ func (e *Engine) createRun(ctx context.Context, s *engine.SandboxSpec) (_ engine
 	}
 	r.log = r.log.With("runtime", filepath.Base(r.runtime))
 	cmd := exec.Command(r.runtime, append(args, "run", "--bundle", r.p.bundle, r.name)...)
-	cmd.Stdin = s.Init.Stdin
-	cmd.Stdout, cmd.Stderr = s.Init.Stdout, s.Init.Stderr
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	// Once runsc has exited, stop waiting for its pipes: a process that
-	// escaped with a copy of them is killed with the cgroup.
-	cmd.WaitDelay = 2 * time.Second
-	r.started = time.Now()
+	return cmd
+}
+
+// start starts cmd and watches for its end.
+func (r *oneShot) start(cmd *exec.Cmd) error {
 	if err := cmd.Start(); err != nil {
-		r.Destroy(ctx)
-		return nil, fmt.Errorf("%w: starting %s: %v; run `make setup` to install it", errdefs.ErrUnavailable, filepath.Base(r.runtime), err)
+		return fmt.Errorf("%w: starting %s: %v; run `make setup` to install it", errdefs.ErrUnavailable, filepath.Base(r.runtime), err)
 	}
 	r.cmd, r.done = cmd, make(chan error, 1)
 	go func() { r.done <- cmd.Wait() }()
-	return r, nil
+	return nil
 }
 
 func (r *oneShot) ID() string { return r.id }
@@ -119,6 +140,9 @@ func (r *oneShot) Wait(ctx context.Context) (engine.Exit, error) {
 	if err := r.p.cg.KillAll(kctx); err != nil {
 		return engine.Exit{}, fmt.Errorf("%w: %v", errdefs.ErrInternal, err)
 	}
+	if r.drain != nil {
+		r.drain()
+	}
 	st, err := r.p.cg.Stats()
 	if err != nil {
 		// Zero counters would pass an OOM kill or a pids-limit hit for the
@@ -152,6 +176,11 @@ func (r *oneShot) Destroy(ctx context.Context) error {
 }
 
 func (r *oneShot) destroy(bg context.Context) error {
+	defer func() {
+		for _, c := range r.closers {
+			c.Close()
+		}
+	}()
 	if r.p == nil {
 		return nil
 	}

@@ -110,6 +110,15 @@ func TestSandboxConformance(t *testing.T) {
 					if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 						t.Fatal(err)
 					}
+					// The kill has landed once the process is dead or a zombie.
+					for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+						if _, alive := procStart(pid); !alive {
+							break
+						}
+						if time.Now().After(deadline) {
+							t.Fatalf("pid %d outlived SIGKILL by 10s", pid)
+						}
+					}
 				},
 				Leftovers: func(t *testing.T, id string) []string { return leftovers(t, e, id) },
 				BareExec: func(id string) *exec.Cmd {

@@ -136,6 +136,9 @@ type Holder interface {
 // Held is a sandbox waiting for its one program.
 type Held interface {
 	ID() string
+	// Check says, without starting anything, whether Start would take p:
+	// the errors are Start's ErrNotFound and ErrOutOfRange.
+	Check(p *Process) error
 	// Start hands p over and returns the sandbox running it. p's Argv,
 	// Env (laid over the sandbox's), Workdir, Stdin, Stdout, Stderr and
 	// Timeout are used. A program that cannot be found in the image is

@@ -3,8 +3,9 @@
 //
 // Rules:
 //   - A sandbox moves requested → created → ready → running → terminating →
-//     terminated (a long-lived one goes back to ready after each exec); failed, expired and orphaned lead to terminating. Any
-//     other move is refused (ErrTransition).
+//     terminated (a long-lived one goes back to ready after each exec); failed, expired and orphaned lead to terminating. A
+//     warm pool's sandbox waits in pooled (requested → pooled), and a claim
+//     takes it on to created. Any other move is refused (ErrTransition).
 //   - The state of run <id> is <root>/state/<id>.json, written atomically
 //     under one flock for the store, so concurrent writers serialise; a
 //     terminated run's file is removed (the audit log keeps its history).
@@ -47,12 +48,16 @@ const (
 	Failed      State = "failed"
 	Expired     State = "expired"
 	Orphaned    State = "orphaned"
+	// Pooled is a warm pool's sandbox: started, running no user code,
+	// waiting for the one run that claims it.
+	Pooled State = "pooled"
 )
 
 // next lists the moves each state allows.
 var next = map[State][]State{
 	"":          {Requested},
-	Requested:   {Created, Failed, Terminating},
+	Requested:   {Created, Pooled, Failed, Terminating},
+	Pooled:      {Created, Failed, Terminating},
 	Created:     {Ready, Failed, Terminating},
 	Ready:       {Running, Failed, Terminating},
 	Running:     {Ready, Terminating, Failed}, // a sandbox's exec ends
@@ -255,8 +260,11 @@ func (s *Store) moveLocked(id string, cur *Record, to State, errMsg string, extr
 			return err
 		}
 	} else {
+		// Not synced: the state tells what live processes are doing, and
+		// a power loss ends them; the reaper treats a lost or stale state
+		// as orphaned.
 		b, _ := json.Marshal(cur)
-		if err := atomicfile.WriteFile(s.path(id), b, 0o600); err != nil {
+		if err := atomicfile.Replace(s.path(id), b, 0o600); err != nil {
 			return err
 		}
 	}

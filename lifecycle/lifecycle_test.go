@@ -36,6 +36,12 @@ func TestAllowed(t *testing.T) {
 		{Running, Created, false},
 		{"", Running, false},
 		{Orphaned, Running, false},
+		{Requested, Pooled, true},
+		{Pooled, Created, true}, // a claim
+		{Pooled, Orphaned, true},
+		{Pooled, Running, false},
+		{Ready, Pooled, false}, // a used sandbox never goes back to a pool
+		{Terminated, Pooled, false},
 	} {
 		if got := Allowed(tc.from, tc.to); got != tc.ok {
 			t.Errorf("Allowed(%q, %q) = %v, want %v", tc.from, tc.to, got, tc.ok)

@@ -38,6 +38,9 @@ type Result struct {
 	ID string `json:"id,omitempty"`
 	// SandboxID names the long-lived sandbox an exec ran in.
 	SandboxID string `json:"sandbox_id,omitempty"`
+	// Pool names the warm pool whose sandbox ran the program; empty for a
+	// cold start. A pooled sandbox is used by this run alone.
+	Pool string `json:"pool,omitempty"`
 	// Image is the image ID that ran ("sha256:…").
 	Image string `json:"image,omitempty"`
 	// ImageRef is the reference as given, when it carried a name.

@@ -28,15 +28,7 @@ var (
 // Run converts and validates s, checks that the engine can run it, then runs
 // it to the end. See the package comment for how outcomes are reported.
 func (r *Runner) Run(ctx context.Context, s Spec) (Result, error) {
-	s.Output = s.Output.withDefaults()
-	if s.InputLimit == 0 {
-		s.InputLimit = 256 << 20
-	}
-	for i := range s.Inputs {
-		if s.Inputs[i].Sandbox == "" {
-			s.Inputs[i].Sandbox = path.Join("/work", filepath.Base(filepath.Clean(s.Inputs[i].Host)))
-		}
-	}
+	s.normalize()
 	job, err := r.plan(s)
 	if err != nil {
 		return Result{}, err
@@ -52,6 +44,41 @@ func (r *Runner) Run(ctx context.Context, s Spec) (Result, error) {
 	if _, err := r.engine.Runtime(ctx, job.Policy.Isolation); err != nil {
 		return Result{}, err
 	}
+	return r.run(ctx, s, job, nil)
+}
+
+// recordOf is what the audit log keeps of a job when it is requested.
+func (r *Runner) recordOf(job *engine.SandboxSpec) map[string]any {
+	return map[string]any{
+		"image": job.Image.String(), "engine": r.engine.Name(), "isolation": string(job.Policy.Isolation),
+		"seccomp_profile_sha256": job.Policy.Seccomp.SHA256, "limits": limitsOf(job.Policy.Limits), "owner": job.Owner,
+	}
+}
+
+// normalize fills a Spec's defaults before it is planned.
+func (s *Spec) normalize() {
+	s.Output = s.Output.withDefaults()
+	if s.InputLimit == 0 {
+		s.InputLimit = 256 << 20
+	}
+	for i := range s.Inputs {
+		if s.Inputs[i].Sandbox == "" {
+			s.Inputs[i].Sandbox = path.Join("/work", filepath.Base(filepath.Clean(s.Inputs[i].Host)))
+		}
+	}
+}
+
+// claim is a warm pool's held sandbox taken by one run: its scratch was
+// made, and its mounts bound, when it was held.
+type claim struct {
+	held engine.Held
+	sc   *scratch
+	pool string
+}
+
+// run runs a planned, checked job under the lock protocol: on a sandbox
+// of its own, or on the held sandbox c.
+func (r *Runner) run(ctx context.Context, s Spec, job *engine.SandboxSpec, c *claim) (Result, error) {
 	lc, err := r.lifecycle()
 	if err != nil {
 		return Result{}, err
@@ -65,12 +92,18 @@ func (r *Runner) Run(ctx context.Context, s Spec) (Result, error) {
 	// torn down, so a destroy that lands then waits (see lifecycle). Begin
 	// refuses an audit log it cannot write before anything starts.
 	bctx, cancel := lockCtx()
-	held, err := lc.Begin(bctx, job.ID, map[string]any{
-		"image": job.Image.String(), "engine": r.engine.Name(), "isolation": string(job.Policy.Isolation),
-		"seccomp_profile_sha256": job.Policy.Seccomp.SHA256, "limits": limitsOf(job.Policy.Limits), "owner": job.Owner,
-	})
+	extra := r.recordOf(job)
+	var held *lifecycle.RunLock
+	if c == nil {
+		held, err = lc.Begin(bctx, job.ID, extra)
+	} else {
+		held, err = r.claimed(bctx, lc, job.ID, c, extra)
+	}
 	cancel()
 	if err != nil {
+		if c != nil {
+			r.discard(ctx, lc, c)
+		}
 		return Result{}, fmt.Errorf("%w: recording the run: %w", errdefs.ErrUnavailable, err)
 	}
 	release := func() {
@@ -130,7 +163,7 @@ func (r *Runner) Run(ctx context.Context, s Spec) (Result, error) {
 			release()
 		}
 	}
-	res, err := r.execute(ctx, s, job, state, teardown)
+	res, err := r.execute(ctx, s, job, state, teardown, c)
 	// A destroyer may hold the run lock now: wait for it to say.
 	teardown()
 	if destroyed {
@@ -183,9 +216,11 @@ const lockTimeout = 2 * time.Minute
 // hears the sandbox become created, ready, running and terminating. When
 // the run fails, teardown runs before the run directory goes, so a
 // destroyer at work on it finishes first.
-func (r *Runner) execute(ctx context.Context, s Spec, job *engine.SandboxSpec, state func(lifecycle.State), teardown func()) (res Result, err error) {
-	sc, err := prepareScratch(ctx, r.root, job.ID, &s, job.Policy.UID, job.Policy.GID, job.Deadline)
-	if err != nil {
+func (r *Runner) execute(ctx context.Context, s Spec, job *engine.SandboxSpec, state func(lifecycle.State), teardown func(), c *claim) (res Result, err error) {
+	var sc *scratch
+	if c != nil {
+		sc = c.sc
+	} else if sc, err = prepareScratch(ctx, r.root, job.ID, &s, job.Policy.UID, job.Policy.GID, job.Deadline); err != nil {
 		return Result{}, err
 	}
 	defer func() {
@@ -217,7 +252,7 @@ func (r *Runner) execute(ctx context.Context, s Spec, job *engine.SandboxSpec, s
 		res.ImageRef = ref.String()
 	}
 	begin := time.Now()
-	exit, err := r.runOnce(ctx, runCtx, job, state)
+	exit, err := r.runOnce(ctx, runCtx, job, state, c)
 	res.Stdout, res.Stderr = stdout.stream(), stderr.stream()
 	if err == nil {
 		// A failed run goes through failed first; Run records it.
@@ -259,11 +294,25 @@ func (r *Runner) execute(ctx context.Context, s Spec, job *engine.SandboxSpec, s
 }
 
 // runOnce runs job on the engine as a one-shot sandbox: create (with the
-// program as its only process), wait, destroy. ctx bounds nothing but the
-// destroy's parent; runCtx's end kills the program.
-func (r *Runner) runOnce(ctx, runCtx context.Context, job *engine.SandboxSpec, state func(lifecycle.State)) (engine.Exit, error) {
-	sb, err := r.engine.Create(runCtx, job)
+// program as its only process), or start held sandbox c's, then wait and
+// destroy. ctx bounds nothing but the destroy's parent; runCtx's end kills
+// the program.
+func (r *Runner) runOnce(ctx, runCtx context.Context, job *engine.SandboxSpec, state func(lifecycle.State), c *claim) (engine.Exit, error) {
+	var sb engine.Sandbox
+	var err error
+	if c == nil {
+		sb, err = r.engine.Create(runCtx, job)
+	} else if sb, err = c.held.Start(runCtx, job.Init); err != nil && sb == nil {
+		if derr := c.held.Destroy(context.WithoutCancel(ctx)); derr != nil {
+			err = also(err, derr)
+		}
+	}
 	if err != nil {
+		if sb != nil {
+			if derr := sb.Destroy(context.WithoutCancel(ctx)); derr != nil {
+				err = also(err, derr)
+			}
+		}
 		return engine.Exit{}, err
 	}
 	// The program runs from here: a destroyer may now come in (state

@@ -442,7 +442,8 @@ func (r *Runner) markLost(id string, err error) {
 func (r *Runner) Sandboxes(ctx context.Context) ([]SandboxInfo, error) { return ListSandboxes(r.root) }
 
 // ListSandboxes lists every sandbox that has a record under root, oldest
-// first; a record whose sandbox is gone is left out.
+// first, warm pools' sandboxes included (state pooled); a record whose
+// sandbox is gone is left out.
 func ListSandboxes(root string) ([]SandboxInfo, error) {
 	files, _ := filepath.Glob(filepath.Join(sandboxesDir(root), "sb-*.json"))
 	out := []SandboxInfo{}
@@ -457,6 +458,7 @@ func ListSandboxes(root string) ([]SandboxInfo, error) {
 		}
 		out = append(out, si)
 	}
+	out = append(out, listPooled(root)...)
 	sort.Slice(out, func(i, j int) bool {
 		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
 			return out[i].CreatedAt.Before(out[j].CreatedAt)

@@ -149,19 +149,7 @@ func (h *held) Start(ctx context.Context, p *engine.Process) (engine.Sandbox, er
 	if start, ok := procStart(h.pid); !ok || start != h.pidStart {
 		return nil, engine.Lost("held sandbox %q ended before it was used: killed from outside airlock, or it crashed", h.r.id)
 	}
-	if len(p.Argv) == 0 || p.Argv[0] == "" {
-		return nil, fmt.Errorf("%w: no command given", errdefs.ErrInvalidArgument)
-	}
-	env := mergeEnv(h.env, p.Env)
-	prog, err := lookPath(h.rootfs, p.Argv[0], env)
-	if err != nil {
-		return nil, err
-	}
-	cwd := h.workdir
-	if p.Workdir != "" {
-		cwd = p.Workdir
-	}
-	frame, err := frameOf(prog, p.Argv, env, cwd)
+	frame, err := h.frame(p)
 	if err != nil {
 		return nil, err
 	}
@@ -211,6 +199,29 @@ func (h *held) Start(ctx context.Context, p *engine.Process) (engine.Sandbox, er
 		}
 	}
 	return r, nil
+}
+
+// Check implements engine.Held.
+func (h *held) Check(p *engine.Process) error {
+	_, err := h.frame(p)
+	return err
+}
+
+// frame is p's frame for the trampoline.
+func (h *held) frame(p *engine.Process) ([]byte, error) {
+	if len(p.Argv) == 0 || p.Argv[0] == "" {
+		return nil, fmt.Errorf("%w: no command given", errdefs.ErrInvalidArgument)
+	}
+	env := mergeEnv(h.env, p.Env)
+	prog, err := lookPath(h.rootfs, p.Argv[0], env)
+	if err != nil {
+		return nil, err
+	}
+	cwd := h.workdir
+	if p.Workdir != "" {
+		cwd = p.Workdir
+	}
+	return frameOf(prog, p.Argv, env, cwd)
 }
 
 // Destroy implements engine.Held.

@@ -46,6 +46,18 @@ func Create(path string, data []byte, perm os.FileMode) error {
 // WriteFile writes data to a temporary file beside path, syncs it, and
 // renames it over path. The directory is created (0700) if missing.
 func WriteFile(path string, data []byte, perm os.FileMode) error {
+	return write(path, data, perm, true)
+}
+
+// Replace is WriteFile without the syncs: readers never see a partial
+// file, and a crash of the writer loses nothing, but a power loss may
+// keep the old contents. It is for state that a power loss makes moot
+// anyway (what live processes are doing).
+func Replace(path string, data []byte, perm os.FileMode) error {
+	return write(path, data, perm, false)
+}
+
+func write(path string, data []byte, perm os.FileMode, sync bool) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("writing %q: %w", path, err)
@@ -64,15 +76,20 @@ func WriteFile(path string, data []byte, perm os.FileMode) error {
 		f.Close()
 		return fmt.Errorf("writing %q: %w", path, err)
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("writing %q: %w", path, err)
+	if sync {
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return fmt.Errorf("writing %q: %w", path, err)
+		}
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("writing %q: %w", path, err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("writing %q: %w", path, err)
+	}
+	if !sync {
+		return nil
 	}
 	if d, err := os.Open(dir); err == nil {
 		d.Sync()

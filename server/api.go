@@ -92,7 +92,13 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 		s.inflight.Add(1)
 		defer s.inflight.Done()
 		begin := time.Now()
-		res, err := rn.Run(r.Context(), spec)
+		var res runner.Result
+		var err error
+		if p := s.poolFor(q.templateName(), q.engineName()); p != nil {
+			res, err = p.Run(r.Context(), spec)
+		} else {
+			res, err = rn.Run(r.Context(), spec)
+		}
 		s.metrics.runDur.Observe(time.Since(begin).Seconds())
 		if err != nil && res.ID == "" {
 			return encodeError(err)

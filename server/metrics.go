@@ -28,7 +28,7 @@ type metrics struct {
 }
 
 // liveStates are the states a listed sandbox can be in.
-var liveStates = []lifecycle.State{lifecycle.Requested, lifecycle.Created, lifecycle.Ready, lifecycle.Running, lifecycle.Failed, lifecycle.Orphaned}
+var liveStates = []lifecycle.State{lifecycle.Requested, lifecycle.Pooled, lifecycle.Created, lifecycle.Ready, lifecycle.Running, lifecycle.Failed, lifecycle.Orphaned}
 
 var latencyBuckets = []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
 

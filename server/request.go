@@ -24,6 +24,7 @@ import (
 
 // PolicyRequest holds the policy fields of runs and sandboxes.
 type PolicyRequest struct {
+	Template               string    `json:"template,omitempty"`
 	Image                  string    `json:"image,omitempty"`
 	Timeout                string    `json:"timeout,omitempty"`
 	Memory                 string    `json:"memory,omitempty"`

@@ -53,6 +53,15 @@ type Options struct {
 	MaxSandboxes int
 	// MaxBody caps JSON request bodies.
 	MaxBody int64
+	// Pools are the warm pools to keep, by template; Template resolves a
+	// template by name for them. PoolMaxAge replaces pooled sandboxes
+	// older than it (default runner.DefaultPoolMaxAge);
+	// PoolFailWhenEmpty makes a run on an empty pool fail (over_limit)
+	// instead of starting cold.
+	Pools             []PoolConfig
+	Template          func(name string) (Template, error)
+	PoolMaxAge        time.Duration
+	PoolFailWhenEmpty bool
 	// Extra mounts more handlers behind the same authentication, by path
 	// prefix ("/mcp" serves /mcp and everything below it).
 	Extra map[string]http.Handler
@@ -76,6 +85,10 @@ type Server struct {
 
 	admitMu sync.Mutex
 	pending int
+
+	// pools are the warm pools by template; the map is fixed once Serve
+	// has started them.
+	pools map[string]*warm
 }
 
 // route is one API route; the OpenAPI document lists every one.
@@ -98,9 +111,10 @@ func New(opt Options) (*Server, error) {
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{opt: opt, log: opt.Log, mux: http.NewServeMux(), execs: newExecRegistry()}
+	s := &Server{opt: opt, log: opt.Log, mux: http.NewServeMux(), execs: newExecRegistry(), pools: map[string]*warm{}}
 	s.base, s.stop = context.WithCancel(context.Background())
 	s.metrics = newMetrics(opt.Root)
+	s.metrics.reg.MustRegister(poolCollector{s})
 	s.idem = newIdempotency(opt.Root)
 	for _, rt := range s.routes() {
 		s.mux.HandleFunc(rt.method+" "+rt.path, rt.handle)
@@ -222,6 +236,11 @@ func WithTCP(ctx context.Context) context.Context { return context.WithValue(ctx
 // execs in progress. A listener whose network is not "unix" needs the
 // token.
 func (s *Server) Serve(ctx context.Context, listeners ...net.Listener) error {
+	if err := s.startPools(ctx); err != nil {
+		return err
+	}
+	defer s.closePools()
+	go s.watchPools(ctx)
 	hs := &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,

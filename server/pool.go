@@ -1,0 +1,210 @@
+package server
+
+// Warm pools: per template, held sandboxes that never ran user code, each
+// claimed by one one-shot run and destroyed after it (see runner.Pool). A
+// template that changes gets a new pool; the old one's sandboxes go.
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/airlock-sandbox/airlock/runner"
+)
+
+// PoolConfig asks for a warm pool of Size sandboxes of a template.
+type PoolConfig struct {
+	Template string
+	Size     int
+}
+
+// Template is what a pool needs of a template.
+type Template struct {
+	// Spec is the template's run spec (Argv is ignored).
+	Spec runner.Spec
+	// Engine is the template's engine name ("auto" resolves as usual).
+	Engine string
+	// Version changes whenever the template does.
+	Version string
+}
+
+// poolCheckEvery is how often the server looks for changed templates.
+const poolCheckEvery = time.Second
+
+// warm is one template's pool.
+type warm struct {
+	cfg     PoolConfig
+	mu      sync.Mutex
+	pool    *runner.Pool
+	version string
+	engine  string
+	replace int64 // pools replaced after a template change
+}
+
+func (w *warm) current() (*runner.Pool, string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.pool, w.engine
+}
+
+// startPools makes every configured pool; a pool that cannot be made
+// stops the server from starting.
+func (s *Server) startPools(ctx context.Context) error {
+	total := 0
+	for _, c := range s.opt.Pools {
+		total += c.Size
+	}
+	if total > 0 && s.opt.Template == nil {
+		return fmt.Errorf("%w: warm pools need Options.Template", errdefs.ErrInvalidArgument)
+	}
+	if total >= s.opt.MaxSandboxes {
+		return fmt.Errorf("%w: the pools hold %d sandboxes, which leaves no room under --max-sandboxes %d: shrink the pools or raise the limit", errdefs.ErrInvalidArgument, total, s.opt.MaxSandboxes)
+	}
+	for _, c := range s.opt.Pools {
+		if _, dup := s.pools[c.Template]; dup {
+			return fmt.Errorf("%w: template %q has two --pool entries; give one", errdefs.ErrInvalidArgument, c.Template)
+		}
+		w := &warm{cfg: c}
+		if err := s.refresh(ctx, w); err != nil {
+			s.closePools()
+			return err
+		}
+		s.pools[c.Template] = w
+	}
+	return nil
+}
+
+// refresh makes w's pool anew when its template changed (or on the first
+// call); the old pool's sandboxes are destroyed in the background.
+func (s *Server) refresh(ctx context.Context, w *warm) error {
+	t, err := s.opt.Template(w.cfg.Template)
+	if err != nil {
+		return fmt.Errorf("warm pool of template %q: %w", w.cfg.Template, err)
+	}
+	w.mu.Lock()
+	same := w.pool != nil && w.version == t.Version
+	w.mu.Unlock()
+	if same {
+		return nil
+	}
+	rn, err := s.runnerFor(t.Engine)
+	if err != nil {
+		return fmt.Errorf("warm pool of template %q: %w", w.cfg.Template, err)
+	}
+	p, err := rn.NewPool(ctx, t.Spec, runner.PoolOptions{
+		Name: w.cfg.Template, Size: w.cfg.Size, MaxAge: s.opt.PoolMaxAge,
+		FailWhenEmpty: s.opt.PoolFailWhenEmpty, Room: s.room,
+	})
+	if err != nil {
+		return fmt.Errorf("warm pool of template %q: %w", w.cfg.Template, err)
+	}
+	w.mu.Lock()
+	old := w.pool
+	w.pool, w.version, w.engine = p, t.Version, t.Engine
+	if old != nil {
+		w.replace++
+	}
+	w.mu.Unlock()
+	if old != nil {
+		s.log.Info("template changed: replacing its warm pool", "template", w.cfg.Template)
+		go old.Close(context.WithoutCancel(ctx))
+	}
+	return nil
+}
+
+// watchPools replaces the pools of templates that changed.
+func (s *Server) watchPools(ctx context.Context) {
+	t := time.NewTicker(poolCheckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, w := range s.pools {
+			if err := s.refresh(ctx, w); err != nil {
+				s.log.Warn("checking a warm pool's template", "template", w.cfg.Template, "err", err)
+			}
+		}
+	}
+}
+
+// closePools destroys every pooled sandbox.
+func (s *Server) closePools() {
+	var wg sync.WaitGroup
+	for _, w := range s.pools {
+		if p, _ := w.current(); p != nil {
+			wg.Add(1)
+			go func() { defer wg.Done(); p.Close(context.Background()) }()
+		}
+	}
+	wg.Wait()
+}
+
+// poolFor returns the pool of a template on an engine, or nil.
+func (s *Server) poolFor(template, engineName string) *runner.Pool {
+	w := s.pools[template]
+	if w == nil {
+		return nil
+	}
+	p, eng := w.current()
+	if engineName != "" && engineName != eng {
+		return nil
+	}
+	return p
+}
+
+// room says whether one more sandbox fits under MaxSandboxes.
+func (s *Server) room() bool {
+	s.admitMu.Lock()
+	defer s.admitMu.Unlock()
+	list, err := runner.ListSandboxes(s.opt.Root)
+	return err == nil && len(list)+s.pending < s.opt.MaxSandboxes
+}
+
+var (
+	poolSizeDesc    = prometheus.NewDesc("airlock_pool_size", "Sandboxes a template's warm pool keeps.", []string{"template"}, nil)
+	poolReadyDesc   = prometheus.NewDesc("airlock_pool_ready", "Pooled sandboxes ready to be claimed.", []string{"template"}, nil)
+	poolClaimsDesc  = prometheus.NewDesc("airlock_pool_claims_total", "Runs that took a pooled sandbox.", []string{"template"}, nil)
+	poolMissesDesc  = prometheus.NewDesc("airlock_pool_misses_total", "Runs of a pooled template that started cold (or failed, under --pool-exhausted fail).", []string{"template"}, nil)
+	poolRefillDesc  = prometheus.NewDesc("airlock_pool_refill_seconds", "Time to make a pooled sandbox (sum and count).", []string{"template"}, nil)
+	poolFailDesc    = prometheus.NewDesc("airlock_pool_refill_failures_total", "Pooled sandboxes that could not be made.", []string{"template"}, nil)
+	poolReplaceDesc = prometheus.NewDesc("airlock_pool_replaced_total", "Pooled sandboxes replaced unused: past --pool-max-age, or their template changed.", []string{"template"}, nil)
+)
+
+// poolCollector reports every pool's counters at each scrape.
+type poolCollector struct{ s *Server }
+
+func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{poolSizeDesc, poolReadyDesc, poolClaimsDesc, poolMissesDesc, poolRefillDesc, poolFailDesc, poolReplaceDesc} {
+		ch <- d
+	}
+}
+
+func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
+	for name, w := range c.s.pools {
+		p, _ := w.current()
+		if p == nil {
+			continue
+		}
+		st := p.Stats()
+		w.mu.Lock()
+		replaced := st.Replaced + int64(st.Size)*w.replace
+		w.mu.Unlock()
+		ch <- prometheus.MustNewConstMetric(poolSizeDesc, prometheus.GaugeValue, float64(st.Size), name)
+		ch <- prometheus.MustNewConstMetric(poolReadyDesc, prometheus.GaugeValue, float64(st.Ready), name)
+		ch <- prometheus.MustNewConstMetric(poolClaimsDesc, prometheus.CounterValue, float64(st.Claims), name)
+		ch <- prometheus.MustNewConstMetric(poolMissesDesc, prometheus.CounterValue, float64(st.Misses), name)
+		ch <- prometheus.MustNewConstSummary(poolRefillDesc, uint64(st.Refills), float64(st.RefillMS)/1000, nil, name)
+		ch <- prometheus.MustNewConstMetric(poolFailDesc, prometheus.CounterValue, float64(st.RefillFailures), name)
+		ch <- prometheus.MustNewConstMetric(poolReplaceDesc, prometheus.CounterValue, float64(replaced), name)
+	}
+}
+
+// templateName is the template a request names, if any.
+func (p *PolicyRequest) templateName() string { return p.Template }

@@ -20,10 +20,12 @@ import (
 )
 
 type runFlags struct {
-	template, image, timeout, memory, cpus, output, tmp, engine, isolation, stdin, fileSize, seccompProfile string
-	pids                                                                                                    int64
-	env                                                                                                     []string
-	json                                                                                                    bool
+	image, timeout, memory, cpus, output, tmp, engine, isolation, stdin, fileSize, seccompProfile string
+	pids                                                                                          int64
+	env                                                                                           []string
+	json                                                                                          bool
+	// template names the sandbox template to run on.
+	template string
 
 	inputs                                                 []string
 	inputLimit, workdir                                    string

@@ -162,3 +162,46 @@ func TestTemplateImage(t *testing.T) {
 		t.Errorf("run on tpl-bb: %+v\n%s", res, c.stderr)
 	}
 }
+
+// TestTemplateSeccompProfile keeps a template's own copy of a custom
+// profile: the host file may go, the run still uses the profile, and only
+// that same profile may be named again.
+func TestTemplateSeccompProfile(t *testing.T) {
+	c := airlock(nil, "seccomp", "export", "default")
+	if c.code != 0 {
+		t.Fatalf("seccomp export: exit %d: %s", c.code, c.stderr)
+	}
+	// The default, re-indented: other bytes, so another profile, that
+	// narrows the default.
+	var v any
+	if err := json.Unmarshal([]byte(c.stdout), &v); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.MarshalIndent(v, "", "    ")
+	dir := t.TempDir()
+	prof, other := filepath.Join(dir, "profile.json"), filepath.Join(dir, "other.json")
+	os.WriteFile(prof, b, 0o644)
+	os.WriteFile(other, []byte(c.stdout), 0o644)
+
+	if c := airlock(nil, "template", "create", "tpl-sc", "--isolation", isolationName, "--seccomp-profile", prof); c.code != 0 {
+		t.Fatalf("template create: exit %d: %s", c.code, c.stderr)
+	}
+	defer airlock(nil, "template", "rm", "tpl-sc")
+	plain, _ := runJSON(t, nil, "--", "true")
+	with, _ := runJSON(t, nil, "--seccomp-profile", prof, "--", "true")
+	if err := os.Remove(prof); err != nil {
+		t.Fatal(err)
+	}
+	res, c := runJSON(t, nil, "--template", "tpl-sc", "--", "sh", "-c", "echo ok")
+	if res.Reason != runner.ReasonExited || string(res.Stdout.Head) != "ok\n" {
+		t.Fatalf("run on tpl-sc after its host profile went: %+v\n%s", res, c.stderr)
+	}
+	// Under gVisor the applied profile is derived from the given one, so
+	// only seccomp isolation shows the bytes' own hash.
+	if res.Seccomp == "" || res.Seccomp != with.Seccomp || isolationName == "seccomp" && res.Seccomp == plain.Seccomp {
+		t.Errorf("seccomp sha256 %s: want the custom profile's %s (the default's is %s)", res.Seccomp, with.Seccomp, plain.Seccomp)
+	}
+	if _, c := runJSON(t, nil, "--template", "tpl-sc", "--seccomp-profile", other, "--", "true"); c.code != 64 || !strings.Contains(c.stderr, "seccomp profile") {
+		t.Errorf("another profile on tpl-sc: exit %d: %s", c.code, c.stderr)
+	}
+}

@@ -100,9 +100,13 @@ func (t *Template) Narrow(explicit runner.Spec) (runner.Spec, error) {
 			}
 		}
 	}
-	// Where accepted and rejected files go on the host is the job's.
+	// Where accepted and rejected files go on the host is the job's; with
+	// no output directory there is nothing to deliver, which is said, not
+	// ignored.
 	if !o.Disabled {
 		o.Artifacts, o.Quarantine, o.AllowDotfiles = eo.Artifacts, eo.Quarantine, eo.AllowDotfiles
+	} else if eo.Artifacts != "" || eo.Quarantine != "" {
+		errs = append(errs, fmt.Errorf("%w: artifacts and quarantine need an output directory, and this run on template %q has none", errdefs.ErrInvalidArgument, t.Name))
 	}
 
 	s.Env = mergeEnv(s.Env, explicit.Env)

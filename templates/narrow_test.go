@@ -135,6 +135,15 @@ func TestNarrowOutputDisabledTemplate(t *testing.T) {
 	if err != nil || !s.Output.Disabled {
 		t.Errorf("out_dir none on a template without one: %+v, %v", s.Output, err)
 	}
+	// Delivery with nothing to deliver is refused, not dropped.
+	for _, o := range []runner.Output{{Artifacts: "/tmp/a"}, {Quarantine: "/tmp/q"}} {
+		if _, err := tp.Narrow(runner.Spec{Output: o}); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "need an output directory") {
+			t.Errorf("output %+v on a template without one: got %v", o, err)
+		}
+	}
+	if _, err := narrowBase(t).Narrow(runner.Spec{Output: runner.Output{Disabled: true, Artifacts: "/tmp/a"}}); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("artifacts with out_dir none: got %v", err)
+	}
 }
 
 func TestNarrowSeccompProfile(t *testing.T) {

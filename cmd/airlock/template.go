@@ -60,10 +60,9 @@ the template pins the default image as it is now; --image must be a
 digest-pinned image airlock holds (airlock image ls).
 
 NAME is 1 to 63 lower-case letters, digits, '.', '_' or '-', starting with a
-letter or digit. A NAME that exists is refused unless --replace is given; a
-replaced template's sandboxes in a warm pool are replaced too. The template
-is printed as one JSON object with --json (its "version" changes whenever
-anything that shapes a sandbox does).`,
+letter or digit. A NAME that exists is refused unless --replace is given.
+With --json the template is printed as one JSON object; its "version"
+changes whenever anything that shapes a sandbox does.`,
 		Example: `  airlock template create py --memory 256MiB --cpus 0.5 --timeout 10s
   airlock template create py --memory 512MiB --replace
   airlock template create calc --isolation seccomp --pids 32 --out-dir none --json`,

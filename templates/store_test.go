@@ -3,6 +3,7 @@ package templates
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -88,12 +89,19 @@ func TestStoreCorrupt(t *testing.T) {
 		"not JSON":     "{",
 		"wrong name":   strings.Replace(readFile(t, filepath.Join(root, "templates", "good.json")), `"good"`, `"bad2"`, 1),
 		"edited limit": strings.Replace(strings.Replace(readFile(t, filepath.Join(root, "templates", "good.json")), `"good"`, `"bad"`, 1), `"512MiB"`, `"4GiB"`, 1),
-		"zero limit":   `{"name":"bad","image":"sha256:` + strings.Repeat("1", 64) + `","engine":"auto","isolation":"gvisor","timeout":"1s","memory":"0B","cpus":"1","pids":8,"output_limit":"1MiB","tmp_size":"1MiB","file_size":"1MiB","open_files":64,"env":[],"workdir":"","out_dir":"none","seccomp_profile_sha256":"","created_at":"2026-01-01T00:00:00Z"}`,
+		// Without a version to give it away, so that the hash's own check
+		// is what refuses it.
+		"profile path": regexp.MustCompile(`"version": "[0-9a-f]+",`).ReplaceAllString(strings.Replace(strings.Replace(readFile(t, filepath.Join(root, "templates", "good.json")),
+			`"good"`, `"bad"`, 1), `"seccomp_profile_sha256": ""`, `"seccomp_profile_sha256": "../../../etc/passwd"`, 1), ""),
+		"zero limit": `{"name":"bad","image":"sha256:` + strings.Repeat("1", 64) + `","engine":"auto","isolation":"gvisor","timeout":"1s","memory":"0B","cpus":"1","pids":8,"output_limit":"1MiB","tmp_size":"1MiB","file_size":"1MiB","open_files":64,"env":[],"workdir":"","out_dir":"none","seccomp_profile_sha256":"","created_at":"2026-01-01T00:00:00Z"}`,
 	} {
 		if err := os.WriteFile(bad, []byte(content), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		_, err := st.Get("bad")
+		if what == "profile path" && (err == nil || !strings.Contains(err.Error(), "not 64 lower-case hex digits")) {
+			t.Errorf("a profile hash that is a path: %v", err)
+		}
 		if err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "airlock template rm bad") {
 			t.Errorf("%s: Get = %v, want an error naming %s and the fix", what, err, bad)
 		}

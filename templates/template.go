@@ -220,10 +220,12 @@ func (t *Template) Validate() error {
 	if pol.Limits != t.Limits || t.Isolation == "" {
 		bad("every limit must be set (a zero limit is neither \"unlimited\" nor \"the default\")")
 	}
-	// The profile itself: airlock's default, or the template's copy, which
-	// must narrow it. The policy is then checked as the runner would.
-	prof, err := t.loadProfile()
-	if err != nil {
+	// The profile itself: airlock's default, or the template's copy (named
+	// by a hash checked first, as it becomes a path), which must narrow
+	// the default. The policy is then checked as the runner would.
+	if t.SeccompSHA256 != "" && !sha256RE.MatchString(t.SeccompSHA256) {
+		bad("seccomp_profile_sha256 %q is not 64 lower-case hex digits", t.SeccompSHA256)
+	} else if prof, err := t.loadProfile(); err != nil {
 		errs = append(errs, err)
 	} else {
 		pol.Seccomp = &isolation.SeccompProfile{JSON: prof.Bytes(), Spec: prof.Spec(), SHA256: prof.SHA256()}
@@ -242,9 +244,6 @@ func (t *Template) Validate() error {
 	}
 	if err := t.Output.validate(); err != nil {
 		errs = append(errs, err)
-	}
-	if t.SeccompSHA256 != "" && !sha256RE.MatchString(t.SeccompSHA256) {
-		bad("seccomp_profile_sha256 %q is not 64 lower-case hex digits", t.SeccompSHA256)
 	}
 	return errors.Join(errs...)
 }

@@ -26,7 +26,8 @@
 //     the template does, and a warm pool keyed on it replaces its sandboxes.
 //   - Storage: <root>/templates/<name>.json (0600) in a 0700 directory,
 //     written through internal/atomicfile under one flock, with profile
-//     copies under <root>/templates/seccomp/<sha256>.json. Names match
+//     copies under <root>/templates/seccomp/<sha256>.json (a copy no
+//     template names any more is removed on the next Remove). Names match
 //     ^[a-z0-9][a-z0-9._-]{0,62}$. Creating a name that exists is refused
 //     (errdefs.ErrAlreadyExists) unless the caller replaces on purpose.
 //     Removing a name that does not exist is errdefs.ErrNotFound: a

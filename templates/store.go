@@ -65,13 +65,14 @@ func (s *Store) put(t *Template, replace bool) error {
 		}
 		switch {
 		case errors.Is(err, fs.ErrExist):
-			s.collect() // the profile written above may be nobody's
 			return fmt.Errorf("%w: template %q exists already: give --replace to replace it, or choose another name (`airlock template ls` lists them)", errdefs.ErrAlreadyExists, t.Name)
 		case err != nil:
 			return fmt.Errorf("%w: storing template %q: %v", errdefs.ErrUnavailable, t.Name, err)
 		}
+		// A replaced template's profile copy stays until a Remove, so a
+		// run that read the old template just before still finds it.
 		t.dir = s.dir
-		return s.collect()
+		return nil
 	})
 }
 
@@ -189,8 +190,9 @@ func (s *Store) Remove(name string) error {
 	})
 }
 
-// collect removes profile copies no template names any more. It runs
-// under the store's lock; a file it cannot read keeps every profile.
+// collect removes profile copies no template names any more (left by
+// Remove, Replace or a refused Put). It runs under the store's lock, on
+// Remove; a template file it cannot read keeps every profile.
 func (s *Store) collect() error {
 	ents, err := os.ReadDir(filepath.Join(s.dir, "seccomp"))
 	if err != nil {

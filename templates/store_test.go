@@ -176,6 +176,27 @@ func TestStoreSeccompCopy(t *testing.T) {
 	if _, err := os.Stat(cp); !os.IsNotExist(err) {
 		t.Errorf("the last template's profile copy was kept: %v", err)
 	}
+
+	// Replacing keeps the old copy (a run may have just read the old
+	// template) until the next Remove.
+	if err := st.Put(mustNew(t, "custom", runner.Spec{SeccompProfile: profileFile(t)})); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Replace(mustNew(t, "custom", runner.Spec{})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(cp); err != nil {
+		t.Errorf("Replace removed the old template's profile copy: %v", err)
+	}
+	if err := st.Put(mustNew(t, "x", runner.Spec{})); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Remove("x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(cp); !os.IsNotExist(err) {
+		t.Errorf("a Remove kept a profile copy no template names: %v", err)
+	}
 }
 
 func TestStoreConcurrentPut(t *testing.T) {

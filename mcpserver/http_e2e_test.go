@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-sandbox/airlock/engine/docker"
 	"github.com/airlock-sandbox/airlock/engine/oci"
 	"github.com/airlock-sandbox/airlock/runner"
+	"github.com/airlock-sandbox/airlock/templates"
 )
 
 // liveRunners are runners on the real engine AIRLOCK_E2E_ENGINE names
@@ -42,6 +43,14 @@ func (l liveRunners) runner() (*runner.Runner, func(), error) {
 }
 
 func (l liveRunners) New(context.Context) (*runner.Runner, func(), error) { return l.runner() }
+
+func (l liveRunners) Template(name string) (*templates.Template, error) {
+	return templates.Open(l.root).Get(name)
+}
+
+func (l liveRunners) ForTemplate(context.Context, *templates.Template) (*runner.Runner, func(), error) {
+	return l.runner()
+}
 
 func (l liveRunners) ForSandbox(_ context.Context, id string) (*runner.Runner, func(), error) {
 	if _, err := runner.ReadSandbox(l.root, id); err != nil {

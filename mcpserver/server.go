@@ -9,6 +9,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-sandbox/airlock/runner"
+	"github.com/airlock-sandbox/airlock/templates"
 )
 
 // Runners hands the server a runner for each tool call, and the function
@@ -20,6 +21,13 @@ type Runners interface {
 	New(ctx context.Context) (*runner.Runner, func(), error)
 	// ForSandbox returns a runner on the engine sandbox id was made with.
 	ForSandbox(ctx context.Context, id string) (*runner.Runner, func(), error)
+	// Template reads the sandbox template named name (templates.Store.Get
+	// on airlock's root).
+	Template(name string) (*templates.Template, error)
+	// ForTemplate returns a runner for new work on template t: on the
+	// engine t names, which must agree with the engine the server was
+	// told.
+	ForTemplate(ctx context.Context, t *templates.Template) (*runner.Runner, func(), error)
 }
 
 // Server is airlock's MCP tool server.

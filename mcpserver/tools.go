@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
+	"github.com/airlock-sandbox/airlock/templates"
 	"github.com/airlock-sandbox/airlock/units"
 )
 
@@ -53,10 +54,10 @@ type (
 		Code     string   `json:"code" jsonschema:"the program's source, run as python3 -c CODE or bash -c CODE"`
 		Stdin    string   `json:"stdin,omitempty" jsonschema:"text fed to the program's standard input (closed when absent)"`
 		TimeoutS *float64 `json:"timeout_s,omitempty" jsonschema:"wall-clock limit in seconds (default 30)"`
-		Template string   `json:"template,omitempty" jsonschema:"a sandbox template to run on (not available yet: leave it out for the default image)"`
+		Template string   `json:"template,omitempty" jsonschema:"a sandbox template to run on (its image, limits and env; airlock template ls lists them); timeout_s may only shorten its timeout"`
 	}
 	SandboxCreateArgs struct {
-		Template     string   `json:"template,omitempty" jsonschema:"a sandbox template (not available yet: leave it out)"`
+		Template     string   `json:"template,omitempty" jsonschema:"a sandbox template to create the sandbox from (airlock template ls lists them); image must then be its image, and memory may only lower its memory"`
 		Image        string   `json:"image,omitempty" jsonschema:"digest-pinned image NAME@sha256:<64 hex> (default: airlock's default image, Debian with python3 and numpy)"`
 		Memory       string   `json:"memory,omitempty" jsonschema:"memory limit with a unit, such as 512MiB or 1GiB (default 512MiB)"`
 		TTLS         *float64 `json:"ttl_s,omitempty" jsonschema:"seconds after which the sandbox ends whatever it does (default 3600)"`
@@ -137,13 +138,9 @@ func seconds(name string, v *float64) (time.Duration, error) {
 	return d, nil
 }
 
-var errTemplates = errors.New("templates are not available in this airlock yet: leave template out to use the default image (sandbox_create also takes image, a digest-pinned reference)")
-
-// runSpec converts run_code's arguments.
+// runSpec converts run_code's arguments; zero fields are left for the
+// runner's defaults, or for a template to fill in.
 func runSpec(in RunCodeArgs) (runner.Spec, error) {
-	if in.Template != "" {
-		return runner.Spec{}, errTemplates
-	}
 	argv, ok := languages[in.Language]
 	if !ok {
 		return runner.Spec{}, fmt.Errorf("language %q is not supported: use one of %s (for anything else, write the file with sandbox_write_file and run it with sandbox_exec)", in.Language, languageNames())
@@ -172,9 +169,6 @@ func runSpec(in RunCodeArgs) (runner.Spec, error) {
 // sandboxSpec converts sandbox_create's arguments.
 func sandboxSpec(in SandboxCreateArgs) (runner.SandboxSpec, error) {
 	var s runner.SandboxSpec
-	if in.Template != "" {
-		return s, errTemplates
-	}
 	s.Image = in.Image
 	if in.Memory != "" {
 		m, err := units.ParseBytes(in.Memory)
@@ -371,7 +365,10 @@ func (s *Server) runCode(ctx context.Context, _ *mcp.CallToolRequest, in RunCode
 	if err != nil {
 		return nil, ExecResult{}, err
 	}
-	r, done, err := s.runners.New(ctx)
+	r, done, err := s.newWork(ctx, in.Template, func(t *templates.Template) (err error) {
+		spec, err = t.Narrow(spec)
+		return err
+	})
 	if err != nil {
 		return nil, ExecResult{}, toolError("starting the run", err)
 	}
@@ -389,7 +386,10 @@ func (s *Server) sandboxCreate(ctx context.Context, _ *mcp.CallToolRequest, in S
 	if err != nil {
 		return nil, SandboxResult{}, err
 	}
-	r, done, err := s.runners.New(ctx)
+	r, done, err := s.newWork(ctx, in.Template, func(t *templates.Template) (err error) {
+		spec, err = t.NarrowSandbox(spec)
+		return err
+	})
 	if err != nil {
 		return nil, SandboxResult{}, toolError("creating the sandbox", err)
 	}
@@ -403,6 +403,23 @@ func (s *Server) sandboxCreate(ctx context.Context, _ *mcp.CallToolRequest, in S
 	}
 	s.log.Info("sandbox created over MCP", "sandbox_id", sb.ID())
 	return nil, sandboxResult(sb.Info(), time.Now()), nil
+}
+
+// newWork returns a runner for a run or a new sandbox. With a template
+// name, narrow applies the template to the call's spec first, and the
+// runner is on the template's engine.
+func (s *Server) newWork(ctx context.Context, template string, narrow func(*templates.Template) error) (*runner.Runner, func(), error) {
+	if template == "" {
+		return s.runners.New(ctx)
+	}
+	t, err := s.runners.Template(template)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := narrow(t); err != nil {
+		return nil, nil, err
+	}
+	return s.runners.ForTemplate(ctx, t)
 }
 
 // open opens a live sandbox on the engine it was made with.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -12,7 +13,9 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-sandbox/airlock/images"
 	"github.com/airlock-sandbox/airlock/runner"
+	"github.com/airlock-sandbox/airlock/templates"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -29,7 +32,7 @@ func TestRunSpec(t *testing.T) {
 		{"sh with timeout", RunCodeArgs{Language: "sh", Code: "echo 42", TimeoutS: ptr(1.5)}, []string{"sh", "-c", "echo 42"}, ""},
 		{"other language", RunCodeArgs{Language: "ruby", Code: "puts 1"}, nil, `language "ruby" is not supported: use one of bash, python, sh`},
 		{"no language", RunCodeArgs{Code: "print(1)"}, nil, `language "" is not supported`},
-		{"template", RunCodeArgs{Language: "python", Code: "1", Template: "data"}, nil, "templates are not available"},
+		{"template", RunCodeArgs{Language: "python", Code: "1", Template: "data"}, []string{"python3", "-c", "1"}, ""},
 		{"empty code", RunCodeArgs{Language: "python"}, nil, "code is empty"},
 		{"huge code", RunCodeArgs{Language: "python", Code: strings.Repeat("#", maxCode+1)}, nil, "write it to a file with sandbox_write_file"},
 		{"NUL", RunCodeArgs{Language: "python", Code: "a\x00b"}, nil, "NUL byte"},
@@ -82,7 +85,6 @@ func TestSandboxSpec(t *testing.T) {
 		in   SandboxCreateArgs
 		want string
 	}{
-		{SandboxCreateArgs{Template: "x"}, "templates are not available"},
 		{SandboxCreateArgs{Memory: "lots"}, `memory "lots": give a positive size with a unit`},
 		{SandboxCreateArgs{Memory: "0"}, `memory "0"`},
 		{SandboxCreateArgs{TTLS: ptr(0.0)}, "ttl_s 0"},
@@ -196,7 +198,47 @@ func TestTransferError(t *testing.T) {
 // noEngine is the runners of a machine with no engine: every tool that
 // gets as far as the runner fails, so a test can tell that the arguments
 // were refused before.
-type noEngine struct{ calls int }
+type noEngine struct {
+	calls int
+	// templates holds the tests' templates; engines records the engine
+	// of each templated call.
+	templates *templates.Store
+	engines   []string
+}
+
+func (n *noEngine) Template(name string) (*templates.Template, error) {
+	if n.templates == nil {
+		return nil, fmt.Errorf("%w: no templates in this test", errdefs.ErrNotFound)
+	}
+	return n.templates.Get(name)
+}
+
+func (n *noEngine) ForTemplate(_ context.Context, t *templates.Template) (*runner.Runner, func(), error) {
+	n.calls++
+	n.engines = append(n.engines, t.Engine)
+	return nil, nil, errNoEngine
+}
+
+// testTemplates is a store holding template "py": oci, 256MiB, 10s.
+func testTemplates(t *testing.T) *templates.Store {
+	t.Helper()
+	root := t.TempDir()
+	idx := images.OpenIndex(filepath.Join(root, "images"))
+	if err := idx.SetDefault(images.Lock{Ref: "airlock/default@sha256:" + strings.Repeat("1", 64), BuiltAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	var spec runner.Spec
+	spec.Policy.Limits.Memory, spec.Policy.Limits.Timeout = 256<<20, 10*time.Second
+	tp, err := templates.New("py", spec, "oci", idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := templates.Open(root)
+	if err := st.Put(tp); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
 
 var errNoEngine = fmt.Errorf("%w: no engine in unit tests", errdefs.ErrUnavailable)
 
@@ -252,7 +294,7 @@ func callError(t *testing.T, cs *mcp.ClientSession, name string, args map[string
 }
 
 func TestToolsOverMCP(t *testing.T) {
-	rs := &noEngine{}
+	rs := &noEngine{templates: testTemplates(t)}
 	cs := connect(t, rs)
 	lt, err := cs.ListTools(context.Background(), nil)
 	if err != nil {
@@ -278,10 +320,14 @@ func TestToolsOverMCP(t *testing.T) {
 		want string
 	}{
 		{"run_code", map[string]any{"language": "ruby", "code": "puts 1"}, `language "ruby" is not supported`},
-		{"run_code", map[string]any{"language": "python", "code": "1", "template": "data-science"}, "templates are not available"},
+		{"run_code", map[string]any{"language": "python", "code": "1", "template": "data-science"}, `no template "data-science"`},
+		{"run_code", map[string]any{"language": "python", "code": "1", "template": "py", "timeout_s": 60}, `timeout 1m0s is above template "py"'s 10s`},
+		{"run_code", map[string]any{"language": "python", "code": "1", "template": "Bad/Name"}, "template name"},
 		{"run_code", map[string]any{"language": "python"}, "code"},
 		{"run_code", map[string]any{"language": "python", "code": "1", "memory": "1GiB"}, "additional properties"},
-		{"sandbox_create", map[string]any{"template": "x"}, "templates are not available"},
+		{"sandbox_create", map[string]any{"template": "x"}, `no template "x"`},
+		{"sandbox_create", map[string]any{"template": "py", "memory": "1GiB"}, `memory 1GiB is above template "py"'s 256MiB`},
+		{"sandbox_create", map[string]any{"template": "py", "image": "sha256:" + strings.Repeat("2", 64)}, `not template "py"'s image`},
 		{"sandbox_create", map[string]any{"memory": "much"}, `memory "much"`},
 		{"sandbox_exec", map[string]any{"sandbox_id": "sb-bad", "command": "ls"}, `sandbox_id "sb-bad" is not a sandbox id`},
 		{"sandbox_exec", map[string]any{"sandbox_id": "sb-0123456789abcdef0123", "command": ""}, "command is empty"},
@@ -323,6 +369,19 @@ func TestToolsOverMCP(t *testing.T) {
 	// An engine failure is a tool error that says what to do.
 	if msg := callError(t, cs, "run_code", map[string]any{"language": "python", "code": "print(42)"}); !strings.Contains(msg, "no engine in unit tests") || !strings.Contains(msg, "airlock doctor") {
 		t.Errorf("engine failure: %q", msg)
+	}
+	// A template narrowed within its bounds reaches the runner of its engine.
+	before := rs.calls
+	for tool, args := range map[string]map[string]any{
+		"run_code":       {"language": "python", "code": "1", "template": "py", "timeout_s": 2},
+		"sandbox_create": {"template": "py", "memory": "128MiB"},
+	} {
+		if msg := callError(t, cs, tool, args); !strings.Contains(msg, "no engine in unit tests") {
+			t.Errorf("%s on a template: %q", tool, msg)
+		}
+	}
+	if rs.calls != before+2 || rs.engines[len(rs.engines)-1] != "oci" {
+		t.Errorf("templated calls reached the runners %d times (engines %v), want 2 on oci", rs.calls-before, rs.engines)
 	}
 	if msg := callError(t, cs, "sandbox_list", nil); !strings.Contains(msg, "listing the sandboxes") {
 		t.Errorf("sandbox_list without an engine: %q", msg)

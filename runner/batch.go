@@ -25,7 +25,10 @@ type Job struct {
 	ID    string   `json:"id"`
 	Argv  []string `json:"argv"`
 	Image string   `json:"image,omitempty"`
-	Env   []string `json:"env,omitempty"`
+	// Template names a sandbox template the job runs on; its other fields
+	// may narrow the template, never widen it (see BatchTemplate).
+	Template string   `json:"template,omitempty"`
+	Env      []string `json:"env,omitempty"`
 	// Stdin is text fed to the program; empty means stdin is closed.
 	Stdin  string     `json:"stdin,omitempty"`
 	Inputs []JobInput `json:"inputs,omitempty"`
@@ -77,6 +80,26 @@ type BatchOptions struct {
 	// batch file's directory, or --input-root). Empty refuses every job
 	// input.
 	InputRoot string
+	// Template, when set, resolves templates; without it a job that names
+	// one fails as invalid input.
+	Template *BatchTemplate
+}
+
+// BatchTemplate is how a batch resolves sandbox templates. A job on a
+// template (its own "template", else Default) builds its settings on
+// Explicit rather than Base and hands them to Apply, which narrows the
+// template by them.
+type BatchTemplate struct {
+	// Default is the template of jobs that name none; empty means such
+	// jobs run on Base.
+	Default string
+	// Explicit holds the batch's settings that were given explicitly, zero
+	// elsewhere; a job's own fields go on top of it.
+	Explicit Spec
+	// Apply returns template name's spec narrowed by explicit. It refuses
+	// a widening (errdefs.ErrInvalidArgument) and an unknown name
+	// (errdefs.ErrNotFound).
+	Apply func(name string, explicit Spec) (Spec, error)
 }
 
 // MaxJobLine caps one line of a batch file.
@@ -163,7 +186,8 @@ func readLine(br *bufio.Reader, max int) (line []byte, long bool, err error) {
 // spec turns a job into a Spec on top of the batch's base.
 func (j Job) spec(base Spec) (Spec, error) {
 	s := base
-	s.Argv, s.Env = j.Argv, j.Env
+	// A job's env goes on top of the batch's.
+	s.Argv, s.Env = j.Argv, append(slices.Clone(base.Env), j.Env...)
 	if j.Image != "" {
 		s.Image = j.Image
 	}
@@ -255,7 +279,7 @@ func (r *Runner) RunBatch(ctx context.Context, jobs []Job, opt BatchOptions, emi
 		go func() {
 			defer wg.Done()
 			for j := range todo {
-				br := r.runJob(ctx, j, opt.Base)
+				br := r.runJob(ctx, j, opt)
 				mu.Lock()
 				emit(br)
 				mu.Unlock()
@@ -281,9 +305,28 @@ feed:
 	return err
 }
 
-func (r *Runner) runJob(ctx context.Context, j Job, base Spec) BatchResult {
+// jobSpec turns a job into its Spec: on Base, or on its template.
+func (opt BatchOptions) jobSpec(j Job) (Spec, error) {
+	name := j.Template
+	if name == "" && opt.Template != nil {
+		name = opt.Template.Default
+	}
+	if name == "" {
+		return j.spec(opt.Base)
+	}
+	if opt.Template == nil || opt.Template.Apply == nil {
+		return Spec{}, fmt.Errorf("template %q: this batch does not resolve templates", name)
+	}
+	explicit, err := j.spec(opt.Template.Explicit)
+	if err != nil {
+		return Spec{}, err
+	}
+	return opt.Template.Apply(name, explicit)
+}
+
+func (r *Runner) runJob(ctx context.Context, j Job, opt BatchOptions) BatchResult {
 	br := BatchResult{JobID: j.ID}
-	s, err := j.spec(base)
+	s, err := opt.jobSpec(j)
 	if err != nil {
 		err = fmt.Errorf("%w: job %q: %w", errdefs.ErrInvalidArgument, j.ID, err)
 	} else {

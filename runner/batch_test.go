@@ -176,3 +176,47 @@ func TestJobZeroLimitsRefused(t *testing.T) {
 		}
 	}
 }
+
+func TestJobSpecTemplate(t *testing.T) {
+	base := Spec{Env: []string{"BASE=1"}}
+	base.Policy.Limits.Memory = 1 << 30
+	explicit := Spec{Env: []string{"FLAG=1"}}
+	explicit.Policy.Limits.Pids = 64
+	var gotName string
+	var got Spec
+	apply := func(name string, e Spec) (Spec, error) {
+		gotName, got = name, e
+		e.Image = "from-" + name
+		return e, nil
+	}
+	opt := BatchOptions{Base: base, Template: &BatchTemplate{Default: "py", Explicit: explicit, Apply: apply}}
+
+	// A job without a template of its own takes the batch's, on Explicit.
+	s, err := opt.jobSpec(Job{ID: "a", Argv: []string{"true"}, Env: []string{"JOB=1"}, Limits: JobLimits{Memory: "256MiB"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gotName != "py" || s.Image != "from-py" || !slices.Equal(got.Env, []string{"FLAG=1", "JOB=1"}) ||
+		got.Policy.Limits.Memory != 256<<20 || got.Policy.Limits.Pids != 64 || !slices.Equal(got.Argv, []string{"true"}) {
+		t.Errorf("Apply got %q, %+v", gotName, got)
+	}
+	// Its own template wins.
+	if s, err = opt.jobSpec(Job{ID: "b", Argv: []string{"true"}, Template: "np"}); err != nil || gotName != "np" || s.Image != "from-np" {
+		t.Errorf("job template: %q, %+v, %v", gotName, s, err)
+	}
+	// Without a default, a job without a template runs on Base.
+	opt.Template.Default = ""
+	if s, err = opt.jobSpec(Job{ID: "c", Argv: []string{"true"}, Env: []string{"JOB=1"}}); err != nil || s.Policy.Limits.Memory != 1<<30 || !slices.Equal(s.Env, []string{"BASE=1", "JOB=1"}) {
+		t.Errorf("no template: %+v, %v", s, err)
+	}
+	// A batch that resolves no templates refuses a job that names one.
+	opt.Template = nil
+	if _, err := opt.jobSpec(Job{ID: "d", Argv: []string{"true"}, Template: "py"}); err == nil || !strings.Contains(err.Error(), `template "py"`) {
+		t.Errorf("unresolved template: %v", err)
+	}
+	// A malformed job limit is refused before Apply.
+	opt.Template = &BatchTemplate{Apply: func(string, Spec) (Spec, error) { t.Error("Apply called"); return Spec{}, nil }}
+	if _, err := opt.jobSpec(Job{ID: "e", Argv: []string{"true"}, Template: "py", Limits: JobLimits{Memory: "lots"}}); err == nil {
+		t.Error("a malformed limit was accepted")
+	}
+}

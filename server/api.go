@@ -87,7 +87,7 @@ func (s *Server) admitted(w http.ResponseWriter, r *http.Request, persist bool, 
 func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 	var q RunRequest
 	var spec runner.Spec
-	convert := func() (err error) { spec, err = q.spec(); return err }
+	convert := func() (err error) { spec, err = q.spec(s.templateStore()); return err }
 	s.admitted(w, r, false, &q, convert, func(rn *runner.Runner) (int, []byte) {
 		s.inflight.Add(1)
 		defer s.inflight.Done()
@@ -115,7 +115,7 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 func (s *Server) postSandbox(w http.ResponseWriter, r *http.Request) {
 	var q SandboxRequest
 	var spec runner.SandboxSpec
-	convert := func() (err error) { spec, err = q.spec(); return err }
+	convert := func() (err error) { spec, err = q.spec(s.templateStore()); return err }
 	s.admitted(w, r, true, &q, convert, func(rn *runner.Runner) (int, []byte) {
 		begin := time.Now()
 		// A client that hangs up does not undo the create: its retry, with

@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-sandbox/airlock/artifacts"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
+	"github.com/airlock-sandbox/airlock/templates"
 	"github.com/airlock-sandbox/airlock/units"
 )
 
@@ -24,6 +25,8 @@ import (
 
 // PolicyRequest holds the policy fields of runs and sandboxes.
 type PolicyRequest struct {
+	// Template names a sandbox template; the other fields may narrow it,
+	// never widen it.
 	Template               string    `json:"template,omitempty"`
 	Image                  string    `json:"image,omitempty"`
 	Timeout                string    `json:"timeout,omitempty"`
@@ -174,6 +177,12 @@ func parseBytes(field, s string, dst *units.Bytes) error {
 // policy converts the policy fields; absent fields take the defaults of
 // isolation.Default, as the CLI's flags do.
 func (p *PolicyRequest) policy() (isolation.Policy, error) {
+	pol, err := p.explicitPolicy()
+	return pol.WithDefaults(), err
+}
+
+// explicitPolicy converts the policy fields given; absent fields are zero.
+func (p *PolicyRequest) explicitPolicy() (isolation.Policy, error) {
 	for _, f := range []struct {
 		name string
 		v    json.RawMessage
@@ -188,7 +197,7 @@ func (p *PolicyRequest) policy() (isolation.Policy, error) {
 			return isolation.Policy{}, invalid("%s names a host path, which the API never takes from a client; %s", f.name, f.use)
 		}
 	}
-	pol := isolation.Default()
+	var pol isolation.Policy
 	var err error
 	if p.Isolation != "" {
 		if pol.Isolation, err = isolation.ParseMode(p.Isolation); err != nil {
@@ -212,7 +221,7 @@ func (p *PolicyRequest) policy() (isolation.Policy, error) {
 	}
 	if p.Pids != nil {
 		if *p.Pids <= 0 {
-			return pol, invalid("pids %d: give a positive number of processes, or leave it out for the default %d", *p.Pids, l.Pids)
+			return pol, invalid("pids %d: give a positive number of processes, or leave it out for the default %d", *p.Pids, isolation.Default().Limits.Pids)
 		}
 		l.Pids = *p.Pids
 	}
@@ -285,15 +294,46 @@ func decodeStdin(s string) (io.Reader, error) {
 	return bytes.NewReader(b), nil
 }
 
-// spec converts a run request into the runner's Spec.
-func (q *RunRequest) spec() (runner.Spec, error) {
+// spec converts a run request into the runner's Spec: on its template,
+// read from ts, when it names one (see templated).
+func (q *RunRequest) spec(ts *templates.Store) (runner.Spec, error) {
+	if q.Template == "" {
+		return q.explicitSpec(true)
+	}
+	t, err := ts.Get(q.Template)
+	if err != nil {
+		return runner.Spec{}, err
+	}
+	return q.templated(t)
+}
+
+// templated returns the request's Spec on template t: the fields given
+// narrow it (a widening is invalid input). The request's engine becomes
+// the one the template runs on.
+func (q *RunRequest) templated(t *templates.Template) (runner.Spec, error) {
+	s, err := q.explicitSpec(false)
+	if err != nil {
+		return s, err
+	}
+	if q.Engine, err = t.EngineFor(q.Engine); err != nil {
+		return runner.Spec{}, err
+	}
+	return t.Narrow(s)
+}
+
+// explicitSpec converts the request; absent policy fields take the
+// defaults when defaults is set, and are zero otherwise.
+func (q *RunRequest) explicitSpec(defaults bool) (runner.Spec, error) {
 	var s runner.Spec
 	if len(q.Argv) == 0 {
 		return s, invalid("argv is missing: give the program as a list, such as [\"python3\", \"-c\", \"print(1)\"]")
 	}
-	pol, err := q.policy()
+	pol, err := q.explicitPolicy()
 	if err != nil {
 		return s, err
+	}
+	if defaults {
+		pol = pol.WithDefaults()
 	}
 	out, err := q.output()
 	if err != nil {
@@ -306,12 +346,42 @@ func (q *RunRequest) spec() (runner.Spec, error) {
 	return runner.Spec{Image: q.Image, Argv: q.Argv, Env: q.Env, Stdin: stdin, Policy: pol, Workdir: q.Workdir, Output: out}, nil
 }
 
-// spec converts a sandbox request into the runner's SandboxSpec.
-func (q *SandboxRequest) spec() (runner.SandboxSpec, error) {
-	var s runner.SandboxSpec
-	pol, err := q.policy()
+// spec converts a sandbox request into the runner's SandboxSpec: on its
+// template, read from ts, when it names one (see templated).
+func (q *SandboxRequest) spec(ts *templates.Store) (runner.SandboxSpec, error) {
+	if q.Template == "" {
+		return q.explicitSpec(true)
+	}
+	t, err := ts.Get(q.Template)
+	if err != nil {
+		return runner.SandboxSpec{}, err
+	}
+	return q.templated(t)
+}
+
+// templated returns the request's SandboxSpec on template t, as
+// RunRequest.templated.
+func (q *SandboxRequest) templated(t *templates.Template) (runner.SandboxSpec, error) {
+	s, err := q.explicitSpec(false)
 	if err != nil {
 		return s, err
+	}
+	if q.Engine, err = t.EngineFor(q.Engine); err != nil {
+		return runner.SandboxSpec{}, err
+	}
+	return t.NarrowSandbox(s)
+}
+
+// explicitSpec converts the request; absent policy fields take the
+// defaults when defaults is set, and are zero otherwise.
+func (q *SandboxRequest) explicitSpec(defaults bool) (runner.SandboxSpec, error) {
+	var s runner.SandboxSpec
+	pol, err := q.explicitPolicy()
+	if err != nil {
+		return s, err
+	}
+	if defaults {
+		pol = pol.WithDefaults()
 	}
 	out, err := q.output()
 	if err != nil {

@@ -41,11 +41,15 @@ func newBatchCmd(g *globals) *cobra.Command {
 result per job to --out as each finishes. A job is one JSON object per line:
 
   {"id": "t1", "argv": ["python3", "-c", "print(6*7)"], "expected_stdout": "42\n",
-   "image": "NAME@sha256:…", "env": ["K=V"], "stdin": "text",
+   "image": "NAME@sha256:…", "template": "py", "env": ["K=V"], "stdin": "text",
    "inputs": [{"host": "data", "sandbox": "/work/data"}],
    "limits": {"timeout": "5s", "memory": "256MiB", "cpus": "1", "pids": 64, "output": "1MiB"}}
 
-Only id and argv are required; the run flags below are every job's defaults.
+Only id and argv are required; the run flags below are every job's defaults,
+and a job's env is added to --env. A job on a template (its "template", else
+--template) takes the template's settings: the flags given explicitly and
+the job's own image, env and limits may narrow them, never widen them; a job
+that would is refused as invalid input, and the others run.
 A job's input hosts are relative paths beneath the jobs file's directory (or
 --input-root), never through a symlink, and never airlock's own state.
 Each result is the Result of 'airlock run --json' plus "job_id" and, when the
@@ -57,6 +61,7 @@ Re-running the same command resumes: jobs whose id already has a result in
 pass and fail, and p50/p99 duration. airlock exits 0 once every job has a
 result, whatever the jobs did; 130 when interrupted (run it again to resume).`,
 		Example: `  airlock batch jobs.jsonl --out results.jsonl --parallel 4
+  airlock batch jobs.jsonl --out results.jsonl --template py
   airlock batch jobs.jsonl --out results.jsonl --parallel 4 --timeout 10s --memory 256MiB`,
 		Args: exactArgs(1, "give the jobs file"),
 		RunE: func(cmd *cobra.Command, args []string) error { return runBatch(cmd, g, f, args[0]) },
@@ -102,7 +107,11 @@ func runBatch(cmd *cobra.Command, g *globals, f *batchFlags, path string) error 
 	if err != nil {
 		return err
 	}
-	eng, closeEngine, err := g.pickEngine(f.run.engine)
+	tmpl, engineName, err := g.batchTemplates(cmd, &f.run, base)
+	if err != nil {
+		return err
+	}
+	eng, closeEngine, err := g.pickEngine(engineName)
 	if err != nil {
 		return err
 	}
@@ -134,7 +143,7 @@ func runBatch(cmd *cobra.Command, g *globals, f *batchFlags, path string) error 
 		}
 	}
 	start := time.Now()
-	runErr := r.RunBatch(cmd.Context(), jobs, runner.BatchOptions{Parallel: f.parallel, Base: base, Skip: done, InputRoot: cmp.Or(f.inputRoot, filepath.Dir(path))}, emit)
+	runErr := r.RunBatch(cmd.Context(), jobs, runner.BatchOptions{Parallel: f.parallel, Base: base, Skip: done, InputRoot: cmp.Or(f.inputRoot, filepath.Dir(path)), Template: tmpl}, emit)
 	bar.Finish()
 	if err := w.Flush(); err != nil {
 		return fmt.Errorf("writing results: %w", err)

@@ -12,7 +12,7 @@ import (
 // When the program ran and exited by itself, airlock exits with the
 // program's code instead; --json tells the two apart without doubt.
 const (
-	exitUsage       = 64  // invalid input: flags, sizes, references (EX_USAGE)
+	exitUsage       = 64  // invalid input: flags, sizes, references, a name already taken (EX_USAGE)
 	exitNotFound    = 66  // an image or file that is not there (EX_NOINPUT)
 	exitUnavailable = 69  // engine or runtime unavailable (EX_UNAVAILABLE)
 	exitInternal    = 70  // an internal failure (EX_SOFTWARE)
@@ -47,7 +47,7 @@ func exitCode(err error) int {
 		return 0
 	case errors.As(err, &ec):
 		return ec.code
-	case errors.As(err, &ue), errdefs.IsInvalidArgument(err):
+	case errors.As(err, &ue), errdefs.IsInvalidArgument(err), errdefs.IsAlreadyExists(err):
 		return exitUsage
 	case errdefs.IsNotFound(err):
 		return exitNotFound

@@ -7,6 +7,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/mcpserver"
 	"github.com/airlock-sandbox/airlock/runner"
+	"github.com/airlock-sandbox/airlock/templates"
 )
 
 func newMCPCmd(g *globals) *cobra.Command {
@@ -49,4 +50,16 @@ func (m mcpRunners) New(context.Context) (*runner.Runner, func(), error) {
 
 func (m mcpRunners) ForSandbox(_ context.Context, id string) (*runner.Runner, func(), error) {
 	return m.g.sandboxRunner(id)
+}
+
+func (m mcpRunners) Template(name string) (*templates.Template, error) {
+	return templates.Open(m.g.root).Get(name)
+}
+
+func (m mcpRunners) ForTemplate(_ context.Context, t *templates.Template) (*runner.Runner, func(), error) {
+	name, err := t.EngineFor(m.engine)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m.g.runnerOn(name)
 }

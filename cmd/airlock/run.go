@@ -24,6 +24,8 @@ type runFlags struct {
 	pids                                                                                          int64
 	env                                                                                           []string
 	json                                                                                          bool
+	// template names the sandbox template to run on.
+	template string
 
 	inputs                                                 []string
 	inputLimit, workdir                                    string
@@ -51,9 +53,14 @@ program's exit code. With --json, airlock prints exactly one JSON object
 and nothing else on stdout; when airlock itself fails, that object carries
 the error and the same one-line message goes to stderr.
 
+--template NAME runs on a sandbox template (airlock template ls): its image,
+isolation, limits, env and output settings, which the flags given may
+narrow but never widen (a wider flag is refused, exit 64).
+
 Sizes take units (512MiB, 1.5GiB, 100MB); durations too (30s, 1m, 500ms).`,
 		Example: `  airlock run -- python3 -c 'print(6*7)'
   airlock run --json --timeout 5s -- python3 -c 'while True: pass'
+  airlock run --template py --memory 128MiB -- python3 -c 'print(6*7)'
   airlock run --image airlock/default@sha256:<64 hex> --env SEED=1 -- python3 -c 'import os; print(os.environ["SEED"])'
   airlock run --stdin input.txt -- python3 -c 'import sys; print(len(sys.stdin.read()))'
   cat job.py | airlock run --stdin - -- python3 -`,
@@ -71,10 +78,20 @@ Sizes take units (512MiB, 1.5GiB, 100MB); durations too (30s, 1m, 500ms).`,
 	return cmd
 }
 
-// addRunFlags defines the flags that shape a run, shared by run and batch.
-func addRunFlags(cmd *cobra.Command, f *runFlags) {
+// addRunFlags defines the flags that shape a run, shared by run, batch and
+// sandbox create.
+func addRunFlags(cmd *cobra.Command, f *runFlags) { addShapeFlags(cmd, f, true) }
+
+// addPolicyFlags defines the flags a template keeps: a run's, but for its
+// command's own files and the template to run on.
+func addPolicyFlags(cmd *cobra.Command, f *runFlags) { addShapeFlags(cmd, f, false) }
+
+func addShapeFlags(cmd *cobra.Command, f *runFlags, job bool) {
 	d := isolation.Default()
 	fl := cmd.Flags()
+	if job {
+		fl.StringVar(&f.template, "template", "", "run on this sandbox template (airlock template ls); the flags given may narrow it, never widen it")
+	}
 	fl.StringVar(&f.image, "image", "", "digest-pinned image: NAME@sha256:<64 hex> or sha256:<64 hex> (default: the image built by setup)")
 	fl.StringVar(&f.timeout, "timeout", d.Limits.Timeout.String(), "wall-clock limit, from the program's start")
 	fl.StringVar(&f.memory, "memory", d.Limits.Memory.String(), "memory limit (no swap on top)")
@@ -87,18 +104,23 @@ func addRunFlags(cmd *cobra.Command, f *runFlags) {
 	fl.StringVar(&f.engine, "engine", "auto", "engine: oci (daemonless runsc), docker (Docker Engine API), or auto (oci where root and setup's runsc are available, else docker)")
 	fl.StringVar(&f.isolation, "isolation", string(isolation.GVisor), "isolation mode: gvisor (runsc, with the seccomp profile as a second layer) or seccomp (runc behind the seccomp allowlist)")
 	fl.StringVar(&f.seccompProfile, "seccomp-profile", "", "seccomp profile FILE (Docker/OCI JSON) instead of airlock's default; airlock seccomp export default prints the default")
-	fl.StringVar(&f.stdin, "stdin", "", "feed this file to the program's stdin; - reads airlock's own stdin")
-	fl.StringArrayVar(&f.inputs, "input", nil, "copy HOSTPATH[:SANDBOXPATH] in, read-only (default under /work; repeatable; symlinks inside are not followed)")
-	fl.StringVar(&f.inputLimit, "input-limit", "256MiB", "cap on the total size of --input")
+	f.inputLimit = "256MiB"
+	if job {
+		fl.StringVar(&f.stdin, "stdin", "", "feed this file to the program's stdin; - reads airlock's own stdin")
+		fl.StringArrayVar(&f.inputs, "input", nil, "copy HOSTPATH[:SANDBOXPATH] in, read-only (default under /work; repeatable; symlinks inside are not followed)")
+		fl.StringVar(&f.inputLimit, "input-limit", f.inputLimit, "cap on the total size of --input")
+	}
 	fl.StringVar(&f.workdir, "workdir", "", "working directory of the program (default: the image's)")
 	fl.StringVar(&f.outDir, "out-dir", "/out", "the sandbox's writable output directory, or none")
 	fl.StringVar(&f.outLimit, "out-limit", "64MiB", "size of the output directory (kernel-enforced) and cap on all artifacts")
 	fl.IntVar(&f.outFiles, "out-files", 1000, "cap on the number of files in the output directory")
 	fl.StringVar(&f.maxArtifact, "artifact-max-size", "", "cap on one artifact (default: --out-limit)")
 	fl.StringVar(&f.types, "artifact-types", strings.Join(artifacts.DefaultTypes, ","), "MIME types an artifact may have, comma-separated")
-	fl.StringVar(&f.dest, "artifacts", "", "copy accepted artifacts to this host directory (default: check and report only)")
-	fl.StringVar(&f.quarantine, "quarantine", "", "keep readable rejected files in this host directory, under escaped names")
-	fl.BoolVar(&f.allowDotfiles, "artifacts-allow-dotfiles", false, "deliver paths with a component starting with '.' (.git, .ssh, .bashrc); refused by default because tools act on them")
+	if job {
+		fl.StringVar(&f.dest, "artifacts", "", "copy accepted artifacts to this host directory (default: check and report only)")
+		fl.StringVar(&f.quarantine, "quarantine", "", "keep readable rejected files in this host directory, under escaped names")
+		fl.BoolVar(&f.allowDotfiles, "artifacts-allow-dotfiles", false, "deliver paths with a component starting with '.' (.git, .ssh, .bashrc); refused by default because tools act on them")
+	}
 }
 
 // policy converts the flags, refusing anything malformed.
@@ -177,17 +199,21 @@ func runOnce(cmd *cobra.Command, g *globals, f *runFlags, argv []string) (runner
 	if err != nil {
 		return runner.Result{}, err
 	}
-	eng, closeEngine, err := g.pickEngine(f.engine)
+	spec := runner.Spec{Image: f.image, Argv: argv, Env: f.env, Policy: pol, Workdir: f.workdir, SeccompProfile: f.seccompProfile}
+	if err := f.files(&spec); err != nil {
+		return runner.Result{}, err
+	}
+	spec, engineName, err := g.templated(cmd, f, spec)
+	if err != nil {
+		return runner.Result{}, err
+	}
+	eng, closeEngine, err := g.pickEngine(engineName)
 	if err != nil {
 		return runner.Result{}, err
 	}
 	defer closeEngine()
 	r, err := runner.New(runner.WithRoot(g.root), runner.WithEngine(eng), runner.WithLogger(g.logger()), runner.WithVersion(version))
 	if err != nil {
-		return runner.Result{}, err
-	}
-	spec := runner.Spec{Image: f.image, Argv: argv, Env: f.env, Policy: pol, Workdir: f.workdir, SeccompProfile: f.seccompProfile}
-	if err := f.files(&spec); err != nil {
 		return runner.Result{}, err
 	}
 	switch f.stdin {
@@ -231,14 +257,19 @@ func (f *runFlags) files(spec *runner.Spec) error {
 		}
 		spec.Inputs = append(spec.Inputs, runner.Input{Host: host, Sandbox: sandbox})
 	}
+	return f.outputs(&spec.Output)
+}
+
+// outputs converts the output directory flags.
+func (f *runFlags) outputs(o *runner.Output) error {
+	var err error
 	if f.outDir == "none" {
-		spec.Output.Disabled = true
+		o.Disabled = true
 		if f.dest != "" || f.quarantine != "" {
 			return usageError{fmt.Errorf("--artifacts and --quarantine need an output directory; drop --out-dir none")}
 		}
 		return nil
 	}
-	o := &spec.Output
 	o.Dir, o.Files, o.Artifacts, o.Quarantine = f.outDir, f.outFiles, f.dest, f.quarantine
 	o.AllowDotfiles = f.allowDotfiles
 	if o.Size, err = units.ParseBytes(f.outLimit); err != nil {

@@ -102,9 +102,12 @@ workspace, created_at, expires_at, labels, limits…).
 --idle-timeout after its last exec or transfer (an exec in progress keeps
 it alive), and --ttl after its creation, whatever happens; a detached
 supervisor process enforces both within a second or two, even when no
-airlock command runs. --download-types is the allowlist of airlock cp
+airlock command runs. --template NAME takes the sandbox's image, policy and
+output settings from a template (airlock template ls): the policy flags
+given may narrow it, never widen it. --download-types is the allowlist of airlock cp
 downloads (default: the artifact types plus source code as text).`,
 		Example: `  airlock sandbox create
+  airlock sandbox create --template py --idle-timeout 2m
   airlock sandbox create --json --idle-timeout 2m --ttl 30m --workspace-size 256MiB --label agent=demo
   airlock sandbox create --engine oci --isolation seccomp --memory 1GiB`,
 		Args: exactArgs(0, "options only; run commands in it with airlock exec"),
@@ -122,7 +125,7 @@ downloads (default: the artifact types plus source code as text).`,
 	return cmd
 }
 
-func (f *sandboxCreateFlags) spec(cmd *cobra.Command) (runner.SandboxSpec, error) {
+func (f *sandboxCreateFlags) spec(cmd *cobra.Command, g *globals) (runner.SandboxSpec, error) {
 	var s runner.SandboxSpec
 	for _, n := range []string{"input", "stdin", "artifacts", "quarantine", "workdir", "input-limit"} {
 		if cmd.Flags().Changed(n) {
@@ -138,7 +141,12 @@ func (f *sandboxCreateFlags) spec(cmd *cobra.Command) (runner.SandboxSpec, error
 	if err := f.files(&rs); err != nil {
 		return s, err
 	}
-	s = runner.SandboxSpec{Image: f.image, Env: f.env, Policy: pol, SeccompProfile: f.seccompProfile, Output: rs.Output, Labels: map[string]string{}}
+	rs = runner.Spec{Image: f.image, Env: f.env, Policy: pol, SeccompProfile: f.seccompProfile, Output: rs.Output}
+	// A template's engine becomes the sandbox's.
+	if rs, f.engine, err = g.templated(cmd, &f.runFlags, rs); err != nil {
+		return s, err
+	}
+	s = runner.SandboxSpec{Image: rs.Image, Env: rs.Env, Policy: rs.Policy, SeccompProfile: rs.SeccompProfile, Output: rs.Output, Labels: map[string]string{}}
 	if s.IdleTimeout, err = units.ParseDuration(f.idle); err != nil || s.IdleTimeout <= 0 {
 		return s, usageError{fmt.Errorf("--idle-timeout %q: give a positive duration such as 15m", f.idle)}
 	}
@@ -173,7 +181,7 @@ func (f *sandboxCreateFlags) spec(cmd *cobra.Command) (runner.SandboxSpec, error
 }
 
 func runSandboxCreate(cmd *cobra.Command, g *globals, f *sandboxCreateFlags) error {
-	s, err := f.spec(cmd)
+	s, err := f.spec(cmd, g)
 	if err != nil {
 		return err
 	}

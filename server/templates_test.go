@@ -1,0 +1,89 @@
+package server
+
+import (
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/images"
+	"github.com/airlock-sandbox/airlock/isolation"
+	"github.com/airlock-sandbox/airlock/runner"
+	"github.com/airlock-sandbox/airlock/templates"
+)
+
+// putTemplate stores template "py" (oci, 256MiB, env A=1) under root.
+func putTemplate(t *testing.T, root string) *templates.Template {
+	t.Helper()
+	idx := images.OpenIndex(filepath.Join(root, "images"))
+	if err := idx.SetDefault(images.Lock{Ref: "airlock/default@sha256:" + strings.Repeat("1", 64), BuiltAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	spec := runner.Spec{Env: []string{"A=1"}, Policy: isolation.Policy{Limits: isolation.Limits{Memory: 256 << 20}}}
+	tp, err := templates.New("py", spec, "oci", idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := templates.Open(root).Put(tp); err != nil {
+		t.Fatal(err)
+	}
+	return tp
+}
+
+func TestTemplateRequests(t *testing.T) {
+	s, root := newTestServer(t, nil)
+	putTemplate(t, root)
+	h := s.Handler()
+	for _, c := range []struct {
+		name, target, body, kind, says string
+	}{
+		{"unknown template", "/v1/runs", `{"argv":["true"],"template":"nope"}`, KindNotFound, `no template "nope"`},
+		{"unknown template, sandbox", "/v1/sandboxes", `{"template":"nope"}`, KindNotFound, `no template "nope"`},
+		{"bad name", "/v1/runs", `{"argv":["true"],"template":"../x"}`, KindInvalidInput, "template name"},
+		{"wider memory", "/v1/runs", `{"argv":["true"],"template":"py","memory":"1GiB"}`, KindInvalidInput, `memory 1GiB is above template "py"'s 256MiB`},
+		{"wider memory, sandbox", "/v1/sandboxes", `{"template":"py","memory":"1GiB"}`, KindInvalidInput, `memory 1GiB is above template "py"'s 256MiB`},
+		{"other engine", "/v1/runs", `{"argv":["true"],"template":"py","engine":"docker"}`, KindInvalidInput, "engine docker"},
+		{"other isolation", "/v1/sandboxes", `{"template":"py","isolation":"seccomp"}`, KindInvalidInput, "isolation seccomp"},
+		{"other image", "/v1/runs", `{"argv":["true"],"template":"py","image":"sha256:` + strings.Repeat("2", 64) + `"}`, KindInvalidInput, "not template \"py\"'s image"},
+		// A narrowing passes conversion and reaches the (absent) engine.
+		{"narrower", "/v1/runs", `{"argv":["true"],"template":"py","memory":"128MiB"}`, KindInternal, "no engine"},
+		{"narrower, sandbox", "/v1/sandboxes", `{"template":"py","memory":"128MiB","ttl":"1m"}`, KindInternal, "no engine"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := errorOf(t, do(t, h, false, "POST", c.target, c.body))
+			if e.Kind != c.kind || !strings.Contains(e.Message, c.says) {
+				t.Fatalf("got %s %q; want %s saying %q", e.Kind, e.Message, c.kind, c.says)
+			}
+		})
+	}
+}
+
+func TestTemplateRequestSpec(t *testing.T) {
+	root := t.TempDir()
+	tp := putTemplate(t, root)
+	ts := templates.Open(root)
+	pids := int64(32)
+	q := RunRequest{PolicyRequest: PolicyRequest{Template: "py", Memory: "128MiB", Pids: &pids, Env: []string{"B=2"}}, Argv: []string{"true"}}
+	s, err := q.spec(ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := s.Policy.Limits
+	if s.Image != tp.Image || l.Memory != 128<<20 || l.Pids != 32 || l.Timeout != tp.Limits.Timeout || !slices.Equal(s.Env, []string{"A=1", "B=2"}) || q.Engine != "oci" {
+		t.Errorf("spec %+v, engine %q", s, q.Engine)
+	}
+	sq := SandboxRequest{PolicyRequest: PolicyRequest{Template: "py", CPUs: "0.5"}, TTL: "1m"}
+	ss, err := sq.spec(ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ss.Policy.Limits.CPUs != 500 || ss.Policy.Limits.Memory != 256<<20 || ss.TTL != time.Minute || sq.Engine != "oci" {
+		t.Errorf("sandbox spec %+v, engine %q", ss, sq.Engine)
+	}
+	// Without a template, absent fields still take the defaults.
+	plain := RunRequest{Argv: []string{"true"}}
+	if s, err := plain.spec(ts); err != nil || s.Policy.Limits != isolation.Default().Limits {
+		t.Errorf("no template: %+v, %v", s.Policy, err)
+	}
+}

@@ -83,6 +83,10 @@ bench-start: setup ## Start-up latency: oci and docker engines beside bare runsc
 bench-session: setup ## A live sandbox: exec beside bare runsc exec and docker exec; cp beside docker cp
 	$(GO) run ./bench/session
 
+.PHONY: bench-pool
+bench-pool: setup ## Warm pools: pooled run beside cold API, airlock run and docker run; 60s sustained rate; batch --warm 4
+	$(GO) run ./bench/pool -n 30
+
 .PHONY: bench-server
 bench-server: setup ## airlock serve beside the CLI: run and exec p50/p99 (30 each, interleaved)
 	$(GO) run ./bench/server -n 30

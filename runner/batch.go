@@ -83,6 +83,9 @@ type BatchOptions struct {
 	// Template, when set, resolves templates; without it a job that names
 	// one fails as invalid input.
 	Template *BatchTemplate
+	// Pool, when set, is the batch's warm pool: jobs that fit it run on
+	// its sandboxes, the others cold (see Pool.Run).
+	Pool *Pool
 }
 
 // BatchTemplate is how a batch resolves sandbox templates. A job on a
@@ -331,7 +334,11 @@ func (r *Runner) runJob(ctx context.Context, j Job, opt BatchOptions) BatchResul
 		err = fmt.Errorf("%w: job %q: %w", errdefs.ErrInvalidArgument, j.ID, err)
 	} else {
 		s.JobID, s.ExpectedStdout = j.ID, j.ExpectedStdout
-		br.Result, err = r.Run(ctx, s)
+		if opt.Pool != nil {
+			br.Result, err = opt.Pool.Run(ctx, s)
+		} else {
+			br.Result, err = r.Run(ctx, s)
+		}
 	}
 	if err != nil {
 		if br.Result.ID == "" {

@@ -408,7 +408,8 @@ func (p *Pool) fill(ctx context.Context) (_ *pooled, err error) {
 	}
 	si := SandboxInfo{ID: job.ID, State: lifecycle.Pooled, Image: job.Image.String(), Engine: r.engine.Name(),
 		Isolation: string(job.Policy.Isolation), Seccomp: job.Policy.Seccomp.SHA256, Limits: limitsOf(job.Policy.Limits),
-		Labels: map[string]string{"pool": p.opt.Name}, CreatedAt: e.born, ExpiresAt: e.born.Add(p.opt.MaxAge)}
+		Labels: map[string]string{"pool": p.opt.Name}, CreatedAt: e.born, ExpiresAt: e.born.Add(p.opt.MaxAge),
+		LastActivity: e.born, IdleTimeoutMS: p.opt.MaxAge.Milliseconds()}
 	if ref, err := images.ParseRef(s.Image); err == nil && ref.Name != "" {
 		si.ImageRef = ref.String()
 	}

@@ -170,6 +170,9 @@ func New(opts ...Option) (*Runner, error) {
 	return r, nil
 }
 
+// EngineName is the name of the runner's engine ("oci", "docker").
+func (r *Runner) EngineName() string { return r.engine.Name() }
+
 // Images returns the image index under the runner's root.
 func (r *Runner) Images() *images.Index { return images.OpenIndex(filepath.Join(r.root, "images")) }
 

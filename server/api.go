@@ -94,7 +94,7 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 		begin := time.Now()
 		var res runner.Result
 		var err error
-		if p := s.poolFor(q.templateName(), q.engineName()); p != nil {
+		if p := s.poolFor(q.Template, rn); p != nil {
 			res, err = p.Run(r.Context(), spec)
 		} else {
 			res, err = rn.Run(r.Context(), spec)

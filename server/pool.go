@@ -22,16 +22,6 @@ type PoolConfig struct {
 	Size     int
 }
 
-// Template is what a pool needs of a template.
-type Template struct {
-	// Spec is the template's run spec (Argv is ignored).
-	Spec runner.Spec
-	// Engine is the template's engine name ("auto" resolves as usual).
-	Engine string
-	// Version changes whenever the template does.
-	Version string
-}
-
 // poolCheckEvery is how often the server looks for changed templates.
 const poolCheckEvery = time.Second
 
@@ -41,8 +31,8 @@ type warm struct {
 	mu      sync.Mutex
 	pool    *runner.Pool
 	version string
-	engine  string
-	replace int64 // pools replaced after a template change
+	engine  string // the pool's runner's engine
+	replace int64  // pools replaced after a template change
 }
 
 func (w *warm) current() (*runner.Pool, string) {
@@ -57,9 +47,6 @@ func (s *Server) startPools(ctx context.Context) error {
 	total := 0
 	for _, c := range s.opt.Pools {
 		total += c.Size
-	}
-	if total > 0 && s.opt.Template == nil {
-		return fmt.Errorf("%w: warm pools need Options.Template", errdefs.ErrInvalidArgument)
 	}
 	if total >= s.opt.MaxSandboxes {
 		return fmt.Errorf("%w: the pools hold %d sandboxes, which leaves no room under --max-sandboxes %d: shrink the pools or raise the limit", errdefs.ErrInvalidArgument, total, s.opt.MaxSandboxes)
@@ -81,12 +68,12 @@ func (s *Server) startPools(ctx context.Context) error {
 // refresh makes w's pool anew when its template changed (or on the first
 // call); the old pool's sandboxes are destroyed in the background.
 func (s *Server) refresh(ctx context.Context, w *warm) error {
-	t, err := s.opt.Template(w.cfg.Template)
+	t, err := s.templateStore().Get(w.cfg.Template)
 	if err != nil {
 		return fmt.Errorf("warm pool of template %q: %w", w.cfg.Template, err)
 	}
 	w.mu.Lock()
-	same := w.pool != nil && w.version == t.Version
+	same := w.pool != nil && w.version == t.Version()
 	w.mu.Unlock()
 	if same {
 		return nil
@@ -95,7 +82,7 @@ func (s *Server) refresh(ctx context.Context, w *warm) error {
 	if err != nil {
 		return fmt.Errorf("warm pool of template %q: %w", w.cfg.Template, err)
 	}
-	p, err := rn.NewPool(ctx, t.Spec, runner.PoolOptions{
+	p, err := rn.NewPool(ctx, t.Spec(), runner.PoolOptions{
 		Name: w.cfg.Template, Size: w.cfg.Size, MaxAge: s.opt.PoolMaxAge,
 		FailWhenEmpty: s.opt.PoolFailWhenEmpty, Room: s.room,
 	})
@@ -104,7 +91,7 @@ func (s *Server) refresh(ctx context.Context, w *warm) error {
 	}
 	w.mu.Lock()
 	old := w.pool
-	w.pool, w.version, w.engine = p, t.Version, t.Engine
+	w.pool, w.version, w.engine = p, t.Version(), rn.EngineName()
 	if old != nil {
 		w.replace++
 	}
@@ -146,14 +133,14 @@ func (s *Server) closePools() {
 	wg.Wait()
 }
 
-// poolFor returns the pool of a template on an engine, or nil.
-func (s *Server) poolFor(template, engineName string) *runner.Pool {
+// poolFor returns the pool of a template on rn's engine, or nil.
+func (s *Server) poolFor(template string, rn *runner.Runner) *runner.Pool {
 	w := s.pools[template]
-	if w == nil {
+	if w == nil || template == "" {
 		return nil
 	}
 	p, eng := w.current()
-	if engineName != "" && engineName != eng {
+	if eng != rn.EngineName() {
 		return nil
 	}
 	return p
@@ -205,6 +192,3 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(poolReplaceDesc, prometheus.CounterValue, float64(replaced), name)
 	}
 }
-
-// templateName is the template a request names, if any.
-func (p *PolicyRequest) templateName() string { return p.Template }

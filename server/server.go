@@ -53,13 +53,12 @@ type Options struct {
 	MaxSandboxes int
 	// MaxBody caps JSON request bodies.
 	MaxBody int64
-	// Pools are the warm pools to keep, by template; Template resolves a
-	// template by name for them. PoolMaxAge replaces pooled sandboxes
+	// Pools are the warm pools to keep, by template (the templates under
+	// Root). PoolMaxAge replaces pooled sandboxes
 	// older than it (default runner.DefaultPoolMaxAge);
 	// PoolFailWhenEmpty makes a run on an empty pool fail (over_limit)
 	// instead of starting cold.
 	Pools             []PoolConfig
-	Template          func(name string) (Template, error)
 	PoolMaxAge        time.Duration
 	PoolFailWhenEmpty bool
 	// Extra mounts more handlers behind the same authentication, by path
@@ -97,7 +96,7 @@ type route struct {
 	handle       http.HandlerFunc
 }
 
-// New returns a Server.
+// New returns a Server, with its warm pools filling. Serve frees them.
 func New(opt Options) (*Server, error) {
 	if opt.Root == "" || opt.Runner == nil {
 		return nil, errors.New("server: Options.Root and Options.Runner are required")
@@ -118,6 +117,11 @@ func New(opt Options) (*Server, error) {
 	s.idem = newIdempotency(opt.Root)
 	for _, rt := range s.routes() {
 		s.mux.HandleFunc(rt.method+" "+rt.path, rt.handle)
+	}
+	// The pools start filling now; a pool that cannot be made stops the
+	// server before it listens.
+	if err := s.startPools(context.Background()); err != nil {
+		return nil, err
 	}
 	for prefix, h := range opt.Extra {
 		prefix = "/" + strings.Trim(prefix, "/")
@@ -236,9 +240,6 @@ func WithTCP(ctx context.Context) context.Context { return context.WithValue(ctx
 // execs in progress. A listener whose network is not "unix" needs the
 // token.
 func (s *Server) Serve(ctx context.Context, listeners ...net.Listener) error {
-	if err := s.startPools(ctx); err != nil {
-		return err
-	}
 	defer s.closePools()
 	go s.watchPools(ctx)
 	hs := &http.Server{

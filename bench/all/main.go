@@ -20,7 +20,6 @@ import (
 
 	"github.com/airlock-sandbox/airlock/images"
 	"github.com/airlock-sandbox/airlock/internal/e2etest"
-	"github.com/airlock-sandbox/airlock/internal/imagetest"
 	"github.com/airlock-sandbox/airlock/internal/timing"
 )
 
@@ -87,18 +86,10 @@ func run() error {
 	if e.bin, err = e2etest.Build(e.tmp, "./cmd/airlock"); err != nil {
 		return err
 	}
-	layout := filepath.Join(e.tmp, "busybox")
-	if err := imagetest.BusyboxLayout(layout); err != nil {
+	if e.busybox, err = e2etest.ImportBusybox(e.bin, e.root, e.tmp); err != nil {
 		return err
 	}
-	out, err := exec.Command(e.bin, "--root", e.root, "image", "import", "--name", "airlock-bench/busybox", layout).Output()
-	if err != nil {
-		return fmt.Errorf("importing busybox: %w", err)
-	}
-	if e.busybox, err = images.ParseRef(strings.TrimSpace(string(out))); err != nil {
-		return err
-	}
-	out, err = exec.Command(e.bin, "--root", e.root, "image", "default").Output()
+	out, err := exec.Command(e.bin, "--root", e.root, "image", "default").Output()
 	if err != nil {
 		return fmt.Errorf("no default image (run make setup): %w", err)
 	}

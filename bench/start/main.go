@@ -13,13 +13,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/images"
 	"github.com/airlock-sandbox/airlock/internal/e2etest"
-	"github.com/airlock-sandbox/airlock/internal/imagetest"
 	"github.com/airlock-sandbox/airlock/internal/timing"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/seccomp"
@@ -54,15 +51,7 @@ func run(n int) error {
 	if err != nil {
 		return err
 	}
-	layoutDir := filepath.Join(tmp, "busybox")
-	if err := imagetest.BusyboxLayout(layoutDir); err != nil {
-		return err
-	}
-	out, err := exec.Command(bin, "--root", root, "image", "import", "--name", "airlock-bench/busybox", layoutDir).Output()
-	if err != nil {
-		return fmt.Errorf("importing the busybox image: %w", err)
-	}
-	ref, err := images.ParseRef(strings.TrimSpace(string(out)))
+	ref, err := e2etest.ImportBusybox(bin, root, tmp)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,6 +28,7 @@ import (
 type batchFlags struct {
 	run      runFlags
 	parallel int
+	warm     int
 	out      string
 	// inputRoot confines job inputs; default the jobs file's directory.
 	inputRoot string
@@ -59,15 +61,24 @@ result with reason "error" and never stops the batch.
 Re-running the same command resumes: jobs whose id already has a result in
 --out are skipped. At the end a summary goes to stderr: counts by reason,
 pass and fail, and p50/p99 duration. airlock exits 0 once every job has a
-result, whatever the jobs did; 130 when interrupted (run it again to resume).`,
+result, whatever the jobs did; 130 when interrupted (run it again to resume).
+
+--warm N keeps a warm pool of N sandboxes for the batch's settings (its
+--template, narrowed by the flags given, or its image and flags), started
+ahead of the jobs that take them (oci engine). Each pooled sandbox runs one
+job and is destroyed after it. A job with settings of its own (image,
+limits, inputs) starts cold; results are the same either way, and a pooled
+job's result names the pool in "pool".`,
 		Example: `  airlock batch jobs.jsonl --out results.jsonl --parallel 4
   airlock batch jobs.jsonl --out results.jsonl --template py
+  airlock batch jobs.jsonl --out results.jsonl --parallel 4 --warm 4 --engine oci
   airlock batch jobs.jsonl --out results.jsonl --parallel 4 --timeout 10s --memory 256MiB`,
 		Args: exactArgs(1, "give the jobs file"),
 		RunE: func(cmd *cobra.Command, args []string) error { return runBatch(cmd, g, f, args[0]) },
 	}
 	fl := cmd.Flags()
 	fl.IntVar(&f.parallel, "parallel", 1, "jobs to run at once")
+	fl.IntVar(&f.warm, "warm", 0, "keep a warm pool of this many sandboxes ahead of the jobs (oci engine; 0: none)")
 	fl.StringVar(&f.out, "out", "", "results file (JSON Lines), appended to; required")
 	fl.StringVar(&f.inputRoot, "input-root", "", "directory every job input must be beneath (default: the jobs file's directory)")
 	cmd.MarkFlagRequired("out")
@@ -78,6 +89,9 @@ result, whatever the jobs did; 130 when interrupted (run it again to resume).`,
 func runBatch(cmd *cobra.Command, g *globals, f *batchFlags, path string) error {
 	if f.parallel < 1 || f.parallel > 256 {
 		return usageError{fmt.Errorf("--parallel %d: use 1 to 256", f.parallel)}
+	}
+	if f.warm < 0 || f.warm > 256 {
+		return usageError{fmt.Errorf("--warm %d: use 0 (no pool) to 256", f.warm)}
 	}
 	in, err := os.Open(path)
 	if err != nil {
@@ -143,7 +157,14 @@ func runBatch(cmd *cobra.Command, g *globals, f *batchFlags, path string) error 
 		}
 	}
 	start := time.Now()
-	runErr := r.RunBatch(cmd.Context(), jobs, runner.BatchOptions{Parallel: f.parallel, Base: base, Skip: done, InputRoot: cmp.Or(f.inputRoot, filepath.Dir(path)), Template: tmpl}, emit)
+	opt := runner.BatchOptions{Parallel: f.parallel, Base: base, Skip: done, InputRoot: cmp.Or(f.inputRoot, filepath.Dir(path)), Template: tmpl}
+	if f.warm > 0 && total > countDone(jobs, bad, done) {
+		if opt.Pool, err = newBatchPool(cmd, r, opt, f.warm); err != nil {
+			return err
+		}
+		defer opt.Pool.Close(context.WithoutCancel(cmd.Context()))
+	}
+	runErr := r.RunBatch(cmd.Context(), jobs, opt, emit)
 	bar.Finish()
 	if err := w.Flush(); err != nil {
 		return fmt.Errorf("writing results: %w", err)
@@ -240,4 +261,17 @@ func printSummary(w io.Writer, s runner.Summary, skipped int, wall time.Duration
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "expected stdout: %d pass, %d fail; duration p50 %dms, p99 %dms\n", s.Passed, s.Failed, s.P50MS, s.P99MS)
+}
+
+// newBatchPool starts a batch's warm pool: for its default template,
+// narrowed by the flags given, or else for its base settings.
+func newBatchPool(cmd *cobra.Command, r *runner.Runner, opt runner.BatchOptions, size int) (*runner.Pool, error) {
+	base := opt.Base
+	if t := opt.Template; t != nil && t.Default != "" {
+		var err error
+		if base, err = t.Apply(t.Default, t.Explicit); err != nil {
+			return nil, err
+		}
+	}
+	return r.NewPool(cmd.Context(), base, runner.PoolOptions{Name: "batch", Size: size})
 }

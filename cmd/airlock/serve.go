@@ -8,8 +8,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-
+	"strconv"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -23,6 +25,9 @@ import (
 type serveFlags struct {
 	socket, listen, tokenFile, tlsCert, tlsKey, maxBody, addrFile string
 	maxSandboxes                                                  int
+	pools                                                         []string
+	poolExhausted                                                 string
+	poolMaxAge                                                    time.Duration
 }
 
 func newServeCmd(g *globals) *cobra.Command {
@@ -48,10 +53,23 @@ address to a file, for --listen 127.0.0.1:0.
 
 SIGTERM drains requests in progress. Sandboxes outlive the server: their
 supervisors keep enforcing TTL and idle timeouts, and a restarted server
-lists them again.`,
+lists them again.
+
+--pool TEMPLATE=N keeps N sandboxes of a template (see airlock template)
+created and started, running no user code. A one-shot run that names the
+template and fits it (no inputs, the template's limits, at most its
+timeout) takes one and gets a fresh sandbox with no cold start. A pooled
+sandbox serves one run and is destroyed after it, never reused; each
+claim starts a refill. When the pool is empty a run starts cold, or, with
+--pool-exhausted fail, is refused with 429 over_limit. Pooled sandboxes
+older than --pool-max-age are replaced, and so is the whole pool when its
+template changes. They count against --max-sandboxes, show in sandbox ls
+as pooled, and are reaped like any other when the server dies.`,
 		Example: `  airlock serve
   airlock serve --listen 127.0.0.1:8787
-  curl --unix-socket /run/airlock/airlock.sock -d '{"argv":["python3","-c","print(6*7)"]}' http://airlock/v1/runs`,
+  curl --unix-socket /run/airlock/airlock.sock -d '{"argv":["python3","-c","print(6*7)"]}' http://airlock/v1/runs
+  airlock template create py --engine oci && airlock serve --pool py=4
+  curl --unix-socket /run/airlock/airlock.sock -d '{"template":"py","argv":["python3","-c","print(6*7)"]}' http://airlock/v1/runs`,
 		Args: exactArgs(0, "serve takes flags only"),
 		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd, g, f) },
 	}
@@ -64,6 +82,9 @@ lists them again.`,
 	fl.IntVar(&f.maxSandboxes, "max-sandboxes", server.DefaultMaxSandboxes, "cap on live sandboxes plus one-shot runs in progress (429 over_limit past it)")
 	fl.StringVar(&f.maxBody, "max-body", units.Bytes(server.DefaultMaxBody).String(), "cap on JSON request bodies")
 	fl.StringVar(&f.addrFile, "addr-file", "", "write the TCP address here once listening (for --listen 127.0.0.1:0)")
+	fl.StringArrayVar(&f.pools, "pool", nil, "keep a warm pool of N sandboxes of a template: TEMPLATE=N (repeatable; oci engine)")
+	fl.StringVar(&f.poolExhausted, "pool-exhausted", "cold", "when a template's pool is empty: cold (start one) or fail (429 over_limit)")
+	fl.DurationVar(&f.poolMaxAge, "pool-max-age", runner.DefaultPoolMaxAge, "replace pooled sandboxes older than this")
 	return cmd
 }
 
@@ -74,6 +95,16 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 	}
 	if f.maxSandboxes <= 0 {
 		return usageError{fmt.Errorf("--max-sandboxes %d: give a positive number", f.maxSandboxes)}
+	}
+	pools, err := parsePools(f.pools)
+	if err != nil {
+		return err
+	}
+	if f.poolExhausted != "cold" && f.poolExhausted != "fail" {
+		return usageError{fmt.Errorf("--pool-exhausted %q: give cold or fail", f.poolExhausted)}
+	}
+	if f.poolMaxAge < time.Second {
+		return usageError{fmt.Errorf("--pool-max-age %v: give at least 1s", f.poolMaxAge)}
 	}
 	if (f.tlsCert == "") != (f.tlsKey == "") {
 		return usageError{errors.New("give both --tls-cert and --tls-key, or neither")}
@@ -119,6 +150,7 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 	srv, err := server.New(server.Options{
 		Root: g.root, Runner: runners.get, Token: token, MaxSandboxes: f.maxSandboxes, MaxBody: int64(maxBody),
 		Reapers: g.reapers,
+		Pools:   pools, PoolMaxAge: f.poolMaxAge, PoolFailWhenEmpty: f.poolExhausted == "fail",
 		Sweep: func(ctx context.Context) (int, error) {
 			rep, err := g.reap(ctx, false)
 			return len(rep.Reaped), err
@@ -149,6 +181,20 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 	err = srv.Serve(cmd.Context(), listeners...)
 	listeners = nil
 	return err
+}
+
+// parsePools parses --pool TEMPLATE=N values.
+func parsePools(vals []string) ([]server.PoolConfig, error) {
+	var out []server.PoolConfig
+	for _, v := range vals {
+		name, num, ok := strings.Cut(v, "=")
+		n, err := strconv.Atoi(num)
+		if !ok || name == "" || err != nil || n < 1 || n > 256 {
+			return nil, usageError{fmt.Errorf("--pool %q: give TEMPLATE=N with N from 1 to 256, such as --pool py=4", v)}
+		}
+		out = append(out, server.PoolConfig{Template: name, Size: n})
+	}
+	return out, nil
 }
 
 // serverLogger logs warnings and up to stderr, everything with --debug.

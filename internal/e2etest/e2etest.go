@@ -9,8 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 
+	"github.com/airlock-sandbox/airlock/images"
+	"github.com/airlock-sandbox/airlock/internal/imagetest"
 	"github.com/airlock-sandbox/airlock/runner"
 )
 
@@ -83,4 +86,19 @@ func MountsLeft(root string) bool {
 	}
 	mi, _ := os.ReadFile("/proc/self/mountinfo")
 	return bytes.Contains(mi, []byte(root))
+}
+
+// ImportBusybox imports the test busybox image into root with bin (an
+// airlock binary), its layout written under dir, and returns its
+// reference.
+func ImportBusybox(bin, root, dir string) (images.Ref, error) {
+	layout := filepath.Join(dir, "busybox")
+	if err := imagetest.BusyboxLayout(layout); err != nil {
+		return images.Ref{}, err
+	}
+	out, err := exec.Command(bin, "--root", root, "image", "import", "--name", "airlock-bench/busybox", layout).Output()
+	if err != nil {
+		return images.Ref{}, fmt.Errorf("importing the busybox image: %w", err)
+	}
+	return images.ParseRef(strings.TrimSpace(string(out)))
 }

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -274,9 +275,13 @@ func (o Output) validate() error {
 
 // loadProfile parses the template's profile: airlock's default, the bytes
 // New read, or the store's copy, which must match SeccompSHA256.
+// defaultProfile is airlock's default profile, parsed once: every template
+// read validates against it.
+var defaultProfile = sync.OnceValues(func() (*seccomp.Profile, error) { return seccomp.Load("default") })
+
 func (t *Template) loadProfile() (*seccomp.Profile, error) {
 	if t.SeccompSHA256 == "" {
-		return seccomp.Load("default")
+		return defaultProfile()
 	}
 	raw := t.profile
 	if raw == nil {

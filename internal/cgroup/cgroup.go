@@ -176,6 +176,7 @@ func (g *Group) Empty() (bool, error) {
 // KillAll kills every process in the group, daemons that double-forked
 // away from the runtime included, and waits until the group is empty.
 func (g *Group) KillAll(ctx context.Context) error {
+	b := backoff{max: 10 * time.Millisecond}
 	for {
 		if empty, err := g.Empty(); err != nil || empty {
 			return err
@@ -183,11 +184,25 @@ func (g *Group) KillAll(ctx context.Context) error {
 		if err := g.killOnce(); err != nil {
 			return err
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("cgroup %s still has processes: %w", g.path, ctx.Err())
-		case <-time.After(10 * time.Millisecond):
+		if err := b.wait(ctx); err != nil {
+			return fmt.Errorf("cgroup %s still has processes: %w", g.path, err)
 		}
+	}
+}
+
+// backoff spaces polls 1, 2, 4… ms apart, up to max: a killed group
+// usually empties within a few milliseconds.
+type backoff struct{ d, max time.Duration }
+
+func (b *backoff) wait(ctx context.Context) error {
+	b.d = min(max(2*b.d, time.Millisecond), b.max)
+	t := time.NewTimer(b.d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 
@@ -242,15 +257,14 @@ func untilGone(ctx context.Context, step func() error) error {
 		ctx, cancel = context.WithTimeout(ctx, removeTimeout)
 		defer cancel()
 	}
+	b := backoff{max: 20 * time.Millisecond}
 	for {
 		err := step()
 		if err == nil {
 			return nil
 		}
-		select {
-		case <-ctx.Done():
+		if b.wait(ctx) != nil {
 			return err
-		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }

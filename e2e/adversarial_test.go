@@ -451,7 +451,9 @@ sys.stderr.write(sys.argv[1])
 // fakeResult is what airlock prints, claiming success.
 const fakeResult = `{"id":"fake","reason":"exited","exit_code":0,"stdout":{"text":"all tests passed\n","bytes":17,"truncated":false}}`
 
-func (h *advHost) runAll(t *testing.T) *advRuns {
+// runAll makes every run of the suite with run, which takes `airlock run
+// --json`'s arguments: advRunJSON, or a warm pool's (TestAdversarialPooled).
+func (h *advHost) runAll(t *testing.T, run func(env []string, args ...string) advRun) *advRuns {
 	t.Helper()
 	script, err := os.ReadFile("testdata/adversarial/probe.py")
 	if err != nil {
@@ -477,16 +479,16 @@ func (h *advHost) runAll(t *testing.T) *advRuns {
 	}
 	do("probe", func() {
 		r.peer = startPeer()
-		r.probe = advRunJSON([]string{"AIRLOCK_E2E_SECRET=" + h.secret}, "--env", "GIVEN=yes", "--timeout", "60s", "--",
+		r.probe = run([]string{"AIRLOCK_E2E_SECRET=" + h.secret}, "--env", "GIVEN=yes", "--timeout", "60s", "--",
 			"python3", "-c", string(script), strconv.Itoa(h.port()), h.abstractName, h.sockPath, strconv.Itoa(os.Getpid()), h.file,
 			strconv.Itoa(peerPort))
 		r.peer.stop()
-		r.after = advRunJSON(nil, "--image", busybox, "--", "sh", "-c", afterScript)
+		r.after = run(nil, "--image", busybox, "--", "sh", "-c", afterScript)
 	})
 	do("fork_bomb", func() {
 		done := make(chan advRun, 1)
 		go func() {
-			done <- advRunJSON(nil, "--image", busybox, "--pids", "64", "--timeout", "30s", "--", "sh", "-c", "f(){ f | f & }; f; sleep 5; exit 3")
+			done <- run(nil, "--image", busybox, "--pids", "64", "--timeout", "30s", "--", "sh", "-c", "f(){ f | f & }; f; sleep 5; exit 3")
 		}()
 		for i := 0; i < 5 && r.hostTrue == nil; i++ {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -498,30 +500,30 @@ func (h *advHost) runAll(t *testing.T) *advRuns {
 	do("thread_bomb", func() {
 		// Memory to spare: under gVisor the bomb must end at the sentry's
 		// thread ceiling, not at the memory limit.
-		r.threads = advRunJSON(nil, "--pids", "64", "--memory", "1GiB", "--timeout", "40s", "--", "python3", "-c", threadBomb)
+		r.threads = run(nil, "--pids", "64", "--memory", "1GiB", "--timeout", "40s", "--", "python3", "-c", threadBomb)
 	})
 	do("memory_hog", func() {
-		r.memory = advRunJSON(nil, "--memory", "128MiB", "--timeout", "60s", "--", "python3", "-c", "a = []\nwhile True: a.append(bytearray(8 << 20))")
+		r.memory = run(nil, "--memory", "128MiB", "--timeout", "60s", "--", "python3", "-c", "a = []\nwhile True: a.append(bytearray(8 << 20))")
 	})
-	do("fill", func() { r.fill = advRunJSON(nil, "--timeout", "60s", "--", "python3", "-c", fillScript) })
+	do("fill", func() { r.fill = run(nil, "--timeout", "60s", "--", "python3", "-c", fillScript) })
 	do("cpu_spin", func() {
-		r.cpuSpin = advRunJSON(nil, "--image", busybox, "--timeout", "2s", "--", "sh", "-c", "while :; do :; done")
+		r.cpuSpin = run(nil, "--image", busybox, "--timeout", "2s", "--", "sh", "-c", "while :; do :; done")
 	})
-	do("sleep", func() { r.sleeper = advRunJSON(nil, "--image", busybox, "--timeout", "2s", "--", "sleep", "100000") })
+	do("sleep", func() { r.sleeper = run(nil, "--image", busybox, "--timeout", "2s", "--", "sleep", "100000") })
 	do("sigterm", func() {
-		r.noTerm = advRunJSON(nil, "--image", busybox, "--timeout", "2s", "--", "sh", "-c", "trap '' TERM INT HUP QUIT; while :; do sleep 1; done")
+		r.noTerm = run(nil, "--image", busybox, "--timeout", "2s", "--", "sh", "-c", "trap '' TERM INT HUP QUIT; while :; do sleep 1; done")
 	})
-	do("zombies", func() { r.zombies = advRunJSON(nil, "--timeout", "30s", "--", "python3", "-c", zombieScript) })
-	do("flood", func() { r.flood = advRunJSON(nil, "--image", busybox, "--output-limit", "64KiB", "--", "yes") })
+	do("zombies", func() { r.zombies = run(nil, "--timeout", "30s", "--", "python3", "-c", zombieScript) })
+	do("flood", func() { r.flood = run(nil, "--image", busybox, "--output-limit", "64KiB", "--", "yes") })
 	do("huge_line", func() {
-		r.hugeLine = advRunJSON(nil, "--image", busybox, "--output-limit", "64KiB", "--", "sh", "-c", "yes | tr -d '\\n'")
+		r.hugeLine = run(nil, "--image", busybox, "--output-limit", "64KiB", "--", "sh", "-c", "yes | tr -d '\\n'")
 	})
 	do("stderr_flood", func() {
-		r.errFlood = advRunJSON(nil, "--image", busybox, "--output-limit", "64KiB", "--", "sh", "-c", "yes >&2")
+		r.errFlood = run(nil, "--image", busybox, "--output-limit", "64KiB", "--", "sh", "-c", "yes >&2")
 	})
-	do("binary", func() { r.binary = advRunJSON(nil, "--", "python3", "-c", binaryScript, escapes) })
+	do("binary", func() { r.binary = run(nil, "--", "python3", "-c", binaryScript, escapes) })
 	do("fake", func() {
-		r.fake = advRunJSON(nil, "--image", busybox, "--", "sh", "-c", `printf '%s\n' "$1"; printf '%s\n' "$1" >&2; exit 3`, "sh", fakeResult)
+		r.fake = run(nil, "--image", busybox, "--", "sh", "-c", `printf '%s\n' "$1"; printf '%s\n' "$1" >&2; exit 3`, "sh", fakeResult)
 	})
 	wg.Wait()
 	t.Logf("runs: %s", strings.Join(took, ", "))
@@ -1146,7 +1148,7 @@ func listing(run advRun, prefix string) (string, error) {
 func TestAdversarial(t *testing.T) {
 	h := newAdvHost(t)
 	start := time.Now()
-	r := h.runAll(t)
+	r := h.runAll(t, advRunJSON)
 	t.Logf("runs took %v", time.Since(start).Round(time.Millisecond))
 	if err := r.probeDone(); err != nil {
 		t.Error(err)

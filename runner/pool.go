@@ -180,9 +180,9 @@ func (p *Pool) Run(ctx context.Context, s Spec) (Result, error) {
 		}
 		return p.r.Run(ctx, s)
 	}
-	// The held sandbox has the pool's environment and working directory;
-	// the job's go with its program.
-	job.Init.Env, job.Init.Workdir = job.Env, job.Workdir
+	// The held sandbox has the pool's environment, working directory and
+	// timeout; the job's go with its program.
+	job.Init.Env, job.Init.Workdir, job.Init.Timeout = job.Env, job.Workdir, job.Policy.Limits.Timeout
 	if err := e.held.Check(job.Init); err != nil {
 		// Nothing ran: the sandbox goes back, and the run starts cold,
 		// where the runtime reports the problem as it always does.

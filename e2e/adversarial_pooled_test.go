@@ -1,0 +1,247 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/runner"
+)
+
+// advTemplates are the policies the suite's runs need, one warm pool
+// each: a run goes to the template of its image, pids and memory, and its
+// timeout, output limit and env ride in the request.
+var advTemplates = []struct {
+	name, image, pids, memory string
+	size                      int
+}{
+	{"adv-default", "", "", "", 2},
+	{"adv-busybox", "busybox", "", "", 2},
+	{"adv-busybox-pids64", "busybox", "64", "", 1},
+	{"adv-pids64-1g", "", "64", "1GiB", 1},
+	{"adv-mem128", "", "", "128MiB", 1},
+}
+
+// advPool runs the suite's runs on warm pools of `airlock serve`.
+type advPool struct {
+	srv    *exec.Cmd
+	client *http.Client
+	mu     sync.Mutex
+	errs   []string
+}
+
+// TestAdversarialPooled runs the adversarial suite's network, filesystem,
+// privilege, secrets and resources groups on pooled sandboxes: every run
+// goes through POST /v1/runs to a server with a warm pool per policy, and
+// must be a claim (the pools fail when empty, and the run retries), with
+// the outcomes TestAdversarial expects of `airlock run`.
+func TestAdversarialPooled(t *testing.T) {
+	if engineName != "oci" {
+		// Pools hold sandboxes of the oci engine only; serve refuses one on
+		// docker (TestServePool checks the refusal).
+		t.Logf("warm pools run on the oci engine; engine %s has none", engineName)
+		return
+	}
+	h := newAdvHost(t)
+	var pools []string
+	for _, tp := range advTemplates {
+		args := []string{"template", "create", tp.name, "--replace", "--engine", "oci", "--isolation", isolationName, "--timeout", "60s"}
+		if tp.image == "busybox" {
+			args = append(args, "--image", busybox)
+		}
+		if tp.pids != "" {
+			args = append(args, "--pids", tp.pids)
+		}
+		if tp.memory != "" {
+			args = append(args, "--memory", tp.memory)
+		}
+		if r := airlock(nil, args...); r.code != 0 {
+			t.Fatalf("template create %s: exit %d: %s", tp.name, r.code, r.stderr)
+		}
+		t.Cleanup(func() { airlock(nil, "template", "rm", tp.name) })
+		pools = append(pools, "--pool", fmt.Sprintf("%s=%d", tp.name, tp.size))
+	}
+	p := startPooled(t, h.secret, pools)
+	start := time.Now()
+	r := h.runAll(t, p.run)
+	t.Logf("runs took %v", time.Since(start).Round(time.Millisecond))
+	p.mu.Lock()
+	for _, e := range p.errs {
+		t.Error(e)
+	}
+	p.mu.Unlock()
+	if err := r.probeDone(); err != nil {
+		t.Error(err)
+	}
+	groups := []string{"network", "filesystem", "privilege", "secrets", "resources"}
+	var cases []advCase
+	for _, c := range advCases(h, r) {
+		if slices.Contains(groups, c.group) {
+			cases = append(cases, c)
+		}
+	}
+	for _, g := range groups {
+		if !slices.ContainsFunc(cases, func(c advCase) bool { return c.group == g }) {
+			t.Errorf("no %s cases", g)
+		}
+	}
+	advReport(t, " (pooled)", cases)
+}
+
+// startPooled starts `airlock serve` with the pools, the secret in its
+// environment, and waits until every pool is full.
+func startPooled(t *testing.T, secret string, pools []string) *advPool {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "airlock.sock")
+	cmd := exec.Command(airlockBin, append([]string{"--root", rootDir, "serve", "--socket", sock, "--pool-exhausted", "fail"}, pools...)...)
+	cmd.Env = append(os.Environ(), "AIRLOCK_E2E_SECRET="+secret)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &advPool{srv: cmd, client: &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("airlock serve: %v: %s", err, stderr.String())
+		}
+	})
+	want := 0
+	for _, tp := range advTemplates {
+		want += tp.size
+	}
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		var list []runner.SandboxInfo
+		if resp, err := p.client.Get("http://airlock/v1/sandboxes"); err == nil {
+			json.NewDecoder(resp.Body).Decode(&list)
+			resp.Body.Close()
+		}
+		n := 0
+		for _, si := range list {
+			if si.State == "pooled" {
+				n++
+			}
+		}
+		if n >= want {
+			return p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pools hold %d of %d sandboxes after 2 minutes: %s", n, want, stderr.String())
+		}
+	}
+}
+
+// run is `airlock run --json ARGS` as a pooled run: its template from the
+// image, pids and memory flags; its timeout, output limit and env in the
+// request. A 429 (the pool is empty) is retried until a claim.
+func (p *advPool) run(_ []string, args ...string) advRun {
+	var image, pids, memory string
+	req := map[string]any{}
+	i := 0
+	for ; i < len(args) && args[i] != "--"; i += 2 {
+		switch v := args[i+1]; args[i] {
+		case "--image":
+			image = "busybox"
+			if v != busybox {
+				return advRun{err: fmt.Errorf("no pool for image %s", v)}
+			}
+		case "--pids":
+			pids = v
+		case "--memory":
+			memory = v
+		case "--timeout":
+			req["timeout"] = v
+		case "--output-limit":
+			req["output_limit"] = v
+		case "--env":
+			env, _ := req["env"].([]string)
+			req["env"] = append(env, v)
+		default:
+			return advRun{err: fmt.Errorf("the pooled suite does not know flag %s", args[i])}
+		}
+	}
+	req["argv"] = args[i+1:]
+	for _, tp := range advTemplates {
+		if tp.image == image && tp.pids == pids && tp.memory == memory {
+			req["template"] = tp.name
+		}
+	}
+	if req["template"] == nil {
+		return advRun{err: fmt.Errorf("no pool for image %q pids %q memory %q", image, pids, memory)}
+	}
+	body, _ := json.Marshal(req)
+	begin := time.Now()
+	for {
+		resp, err := p.client.Post("http://airlock/v1/runs", "application/json", bytes.NewReader(body))
+		if err != nil {
+			return advRun{err: err}
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusTooManyRequests {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		var r advRun
+		if err := json.Unmarshal(b, &r.res); err != nil || resp.StatusCode != http.StatusOK {
+			r.err = fmt.Errorf("POST /v1/runs: %d %s", resp.StatusCode, b)
+			return r
+		}
+		if r.res.Pool != req["template"] {
+			p.mu.Lock()
+			p.errs = append(p.errs, fmt.Sprintf("a run on %s was not pooled: %s", req["template"], b))
+			p.mu.Unlock()
+		}
+		r.cli = cliResult{code: cliCode(r.res), stdout: string(b), wall: time.Since(begin), maxRSS: peakRSS(p.srv.Process.Pid)}
+		return r
+	}
+}
+
+// cliCode is the exit code `airlock run` gives a Result (README, "Exit
+// codes").
+func cliCode(res runner.Result) int {
+	switch res.Reason {
+	case runner.ReasonExited:
+		return res.ExitCode
+	case runner.ReasonTimeout:
+		return 124
+	case runner.ReasonOutputLimit:
+		return 123
+	case runner.ReasonPidsLimit:
+		return 122
+	case runner.ReasonOOM:
+		return 137
+	}
+	return -1
+}
+
+// peakRSS is a process's peak resident set (VmHWM), in bytes.
+func peakRSS(pid int) int64 {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}

@@ -1160,6 +1160,24 @@ func TestAdversarial(t *testing.T) {
 	advReport(t, "", cases)
 }
 
+// advGroups keeps the cases of the groups named; a group with none is an
+// error.
+func advGroups(t *testing.T, all []advCase, groups ...string) []advCase {
+	t.Helper()
+	var cases []advCase
+	for _, c := range all {
+		if slices.Contains(groups, c.group) {
+			cases = append(cases, c)
+		}
+	}
+	for _, g := range groups {
+		if !slices.ContainsFunc(cases, func(c advCase) bool { return c.group == g }) {
+			t.Errorf("no %s cases", g)
+		}
+	}
+	return cases
+}
+
 // advReport checks each case in a subtest of its own and logs the matrix
 // of outcomes and the layers that stop them.
 func advReport(t *testing.T, how string, cases []advCase) {

@@ -52,9 +52,16 @@ type advPool struct {
 // the outcomes TestAdversarial expects of `airlock run`.
 func TestAdversarialPooled(t *testing.T) {
 	if engineName != "oci" {
-		// Pools hold sandboxes of the oci engine only; serve refuses one on
-		// docker (TestServePool checks the refusal).
-		t.Logf("warm pools run on the oci engine; engine %s has none", engineName)
+		// Pools hold sandboxes of the oci engine only: on this engine the
+		// check is that serve refuses one, and says so.
+		if r := airlock(nil, "template", "create", "adv-docker", "--replace", "--engine", engineName); r.code != 0 {
+			t.Fatalf("template create: exit %d: %s", r.code, r.stderr)
+		}
+		defer airlock(nil, "template", "rm", "adv-docker")
+		r := airlock(nil, "serve", "--socket", filepath.Join(t.TempDir(), "s.sock"), "--pool", "adv-docker=1")
+		if r.code == 0 || !strings.Contains(r.stderr, "cannot keep a warm pool; use --engine oci") {
+			t.Fatalf("serve --pool on engine %s: exit %d: %s; want a refusal naming --engine oci", engineName, r.code, r.stderr)
+		}
 		return
 	}
 	h := newAdvHost(t)

@@ -207,6 +207,18 @@ func (p *advPool) run(_ []string, args ...string) advRun {
 			p.mu.Unlock()
 		}
 		r.cli = cliResult{code: cliCode(r.res), stdout: string(b), wall: time.Since(begin), maxRSS: peakRSS(p.srv.Process.Pid)}
+		// A pooled sandbox is freed just after its Result is out: the
+		// suite's leftover checks look once it is.
+		state := filepath.Join(rootDir, "state", r.res.ID+".json")
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if _, err := os.Stat(state); os.IsNotExist(err) {
+				break
+			}
+			if time.Now().After(deadline) {
+				r.err = fmt.Errorf("run %s was not torn down 30s after its Result", r.res.ID)
+				break
+			}
+		}
 		return r
 	}
 }

@@ -79,6 +79,8 @@ type Pool struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	wake   chan struct{}
+	// teardowns are claimed sandboxes being freed after their runs.
+	teardowns sync.WaitGroup
 
 	mu      sync.Mutex
 	ready   []*pooled
@@ -194,7 +196,7 @@ func (p *Pool) Run(ctx context.Context, s Spec) (Result, error) {
 	p.stats.Claims++
 	p.mu.Unlock()
 	job.ID, job.Deadline, job.Owner, job.Mounts = e.job.ID, e.job.Deadline, e.job.Owner, e.sc.mounts
-	res, err := p.r.run(ctx, s, job, &claim{held: e.held, sc: e.sc, pool: p.opt.Name})
+	res, err := p.r.run(ctx, s, job, &claim{held: e.held, sc: e.sc, pool: p.opt.Name, later: p.later})
 	if res.ID != "" {
 		res.Pool = p.opt.Name
 	}
@@ -450,7 +452,18 @@ func (p *Pool) discard(e *pooled) {
 	}
 }
 
-// Close stops refilling and destroys every sandbox still in the pool.
+// later runs a claimed sandbox's teardown in the background; Close waits
+// for it.
+func (p *Pool) later(f func()) {
+	p.teardowns.Add(1)
+	go func() {
+		defer p.teardowns.Done()
+		f()
+	}()
+}
+
+// Close stops refilling and destroys every sandbox still in the pool, and
+// waits for the claimed ones being freed.
 func (p *Pool) Close(ctx context.Context) error {
 	p.mu.Lock()
 	p.closed = true
@@ -465,6 +478,7 @@ func (p *Pool) Close(ctx context.Context) error {
 		go func() { defer wg.Done(); p.discard(e) }()
 	}
 	wg.Wait()
+	p.teardowns.Wait()
 	return nil
 }
 

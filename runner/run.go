@@ -74,6 +74,20 @@ type claim struct {
 	held engine.Held
 	sc   *scratch
 	pool string
+	// later runs the sandbox's teardown once the Result is out (the
+	// pool waits for it at Close); sb is the sandbox left for it.
+	later func(func())
+	sb    engine.Sandbox
+}
+
+// free destroys a claimed sandbox left for later, now.
+func (c *claim) free(ctx context.Context) error {
+	if c == nil || c.sb == nil {
+		return nil
+	}
+	err := errors.Join(c.sb.Destroy(context.WithoutCancel(ctx)), c.sc.cleanup())
+	c.sb = nil
+	return err
 }
 
 // run runs a planned, checked job under the lock protocol: on a sandbox
@@ -167,6 +181,9 @@ func (r *Runner) run(ctx context.Context, s Spec, job *engine.SandboxSpec, c *cl
 	// A destroyer may hold the run lock now: wait for it to say.
 	teardown()
 	if destroyed {
+		if ferr := c.free(ctx); ferr != nil {
+			r.log.Warn("freeing a claimed sandbox", "sandbox_id", job.ID, "err", ferr)
+		}
 		res.Reason, res.Error, res.ErrorKind = ReasonDestroyed, "another airlock process destroyed the run: `airlock kill`, or `airlock reap` after its deadline passed", ""
 		res.Receipt = nil
 		// The destroyer recorded the transitions; the summary is this
@@ -191,6 +208,29 @@ func (r *Runner) run(ctx context.Context, s Spec, job *engine.SandboxSpec, c *cl
 		record(lifecycle.Failed, err.Error(), nil)
 	}
 	state(lifecycle.Terminating)
+	if c != nil && c.sb != nil && err == nil && auditErr == nil && held != nil {
+		// Every process of the claimed sandbox is gone (Wait saw to it)
+		// and its output is read: what is left to free waits until the
+		// Result is out. The run stays terminating until then, its lock
+		// held, so a destroyer or a reaper finds it as it would any run.
+		lk, summary := held, auditSummary(res, nil)
+		held = nil
+		c.later(func() {
+			defer lk.Release()
+			if ferr := c.free(ctx); ferr != nil {
+				r.log.Warn("tearing a pooled run down", "sandbox_id", job.ID, "err", ferr)
+				summary["teardown_error"] = ferr.Error()
+			}
+			if merr := lc.Move(job.ID, lifecycle.Terminated, "", summary); merr != nil {
+				r.log.Warn("recording state", "sandbox_id", job.ID, "state", lifecycle.Terminated, "err", merr)
+			}
+		})
+		return res, nil
+	}
+	if ferr := c.free(ctx); ferr != nil {
+		err = also(err, ferr)
+		res.Reason, res.Error, res.Receipt = ReasonError, err.Error(), nil
+	}
 	record(lifecycle.Terminated, "", auditSummary(res, err))
 	if auditErr != nil {
 		err = also(err, fmt.Errorf("recording the run: %w", auditErr))
@@ -226,6 +266,12 @@ func (r *Runner) execute(ctx context.Context, s Spec, job *engine.SandboxSpec, s
 	defer func() {
 		if err != nil {
 			teardown()
+			if ferr := c.free(ctx); ferr != nil {
+				err = also(err, ferr)
+			}
+		}
+		if c != nil && c.sb != nil {
+			return // run frees it, scratch and all
 		}
 		if err := sc.cleanup(); err != nil {
 			r.log.Warn("cleaning up run directory", "sandbox_id", job.ID, "err", err)
@@ -321,6 +367,12 @@ func (r *Runner) runOnce(ctx, runCtx context.Context, job *engine.SandboxSpec, s
 		state(st)
 	}
 	exit, err := sb.Wait(runCtx)
+	if c != nil && c.later != nil && err == nil {
+		// Wait killed whatever the program left: nothing writes to its
+		// mounts any more, and freeing the rest can wait (see run).
+		c.sb = sb
+		return exit, nil
+	}
 	// The sandbox goes before anything reads what it wrote.
 	if derr := sb.Destroy(context.WithoutCancel(ctx)); derr != nil {
 		err = also(err, derr)

@@ -250,7 +250,7 @@ func (p *Pool) take() *pooled {
 			return e
 		}
 		p.stats.Replaced++
-		go p.discard(e)
+		p.later(func() { p.discard(e) })
 	}
 	return nil
 }
@@ -260,7 +260,7 @@ func (p *Pool) put(e *pooled) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		go p.discard(e)
+		p.later(func() { p.discard(e) })
 		return
 	}
 	p.ready = append([]*pooled{e}, p.ready...)
@@ -296,7 +296,7 @@ func (p *Pool) filler() {
 				p.stats.Refills++
 				p.stats.RefillMS += time.Since(t0).Milliseconds()
 				if p.closed {
-					go p.discard(e)
+					p.later(func() { p.discard(e) })
 				} else {
 					p.ready = append(p.ready, e)
 				}
@@ -452,8 +452,8 @@ func (p *Pool) discard(e *pooled) {
 	}
 }
 
-// later runs a claimed sandbox's teardown in the background; Close waits
-// for it.
+// later runs a teardown (a claimed sandbox after its run, an unused one
+// discarded) in the background; Close waits for it.
 func (p *Pool) later(f func()) {
 	p.teardowns.Add(1)
 	go func() {

@@ -1,0 +1,216 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/engine"
+)
+
+// holdEngine is the fake engine with held sandboxes.
+type holdEngine struct {
+	fakeEngine
+	mu      sync.Mutex
+	held    map[string]int // Start calls per held sandbox
+	freed   map[string]bool
+	holdErr error
+}
+
+func (h *holdEngine) Hold(_ context.Context, s *engine.SandboxSpec) (engine.Held, error) {
+	if s.Init != nil {
+		return nil, fmt.Errorf("%w: held with a program", errdefs.ErrInvalidArgument)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.holdErr != nil {
+		return nil, h.holdErr
+	}
+	if h.held == nil {
+		h.held, h.freed = map[string]int{}, map[string]bool{}
+	}
+	h.held[s.ID] = 0
+	return &fakeHeld{h: h, s: s}, nil
+}
+
+type fakeHeld struct {
+	h *holdEngine
+	s *engine.SandboxSpec
+}
+
+func (f *fakeHeld) ID() string { return f.s.ID }
+func (f *fakeHeld) Check(p *engine.Process) error {
+	if p.Argv[0] == "missing" {
+		return fmt.Errorf("%w: no %q in the image", errdefs.ErrNotFound, p.Argv[0])
+	}
+	return nil
+}
+func (f *fakeHeld) Start(_ context.Context, p *engine.Process) (engine.Sandbox, error) {
+	f.h.mu.Lock()
+	f.h.held[f.s.ID]++
+	n := f.h.held[f.s.ID]
+	f.h.mu.Unlock()
+	if n > 1 {
+		return nil, fmt.Errorf("%w: started twice", errdefs.ErrFailedPrecondition)
+	}
+	s := *f.s
+	s.Init = p
+	return &fakeHeldRun{fakeRun{f: &f.h.fakeEngine, s: &s}, f}, nil
+}
+func (f *fakeHeld) Destroy(context.Context) error {
+	f.h.mu.Lock()
+	defer f.h.mu.Unlock()
+	f.h.freed[f.s.ID] = true
+	return nil
+}
+
+// fakeHeldRun is a started held sandbox; its Destroy frees the held one.
+type fakeHeldRun struct {
+	fakeRun
+	held *fakeHeld
+}
+
+func (r *fakeHeldRun) Destroy(ctx context.Context) error { return r.held.Destroy(ctx) }
+
+func newPool(t *testing.T, he *holdEngine, o PoolOptions) (*Runner, string, *Pool) {
+	t.Helper()
+	he.run = func(_ context.Context, j *engine.SandboxSpec) (engine.Exit, error) {
+		now := time.Now()
+		j.Init.Stdout.Write([]byte(j.Init.Argv[0] + " " + fmt.Sprint(j.Init.Env) + "\n"))
+		return engine.Exit{Started: now, Finished: now}, nil
+	}
+	r, root := newFakeRunner(t, &he.fakeEngine)
+	r.engine = he
+	base := fakeSpec()
+	base.Env = []string{"FROM=pool"}
+	p, err := r.NewPool(context.Background(), base, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for p.Stats().Ready < o.Size {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool never filled: %+v", p.Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return r, root, p
+}
+
+// Claims take distinct sandboxes, each started once, get the job's env,
+// and everything is freed by Close.
+func TestPoolClaims(t *testing.T) {
+	he := &holdEngine{}
+	_, root, p := newPool(t, he, PoolOptions{Name: "t", Size: 2})
+	ids := map[string]bool{}
+	for i := range 5 {
+		s := fakeSpec()
+		s.Env = []string{"FROM=pool", fmt.Sprintf("JOB=%d", i)}
+		res, err := p.Run(context.Background(), s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Pool == "" {
+			// The refill runs after each claim; wait for it and retry.
+			i--
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if ids[res.ID] {
+			t.Fatalf("sandbox %s claimed twice", res.ID)
+		}
+		ids[res.ID] = true
+		if want := fmt.Sprintf("true [FROM=pool JOB=%d]\n", i); string(res.Stdout.Head) != want {
+			t.Fatalf("run %d printed %q, want %q", i, res.Stdout.Head, want)
+		}
+		for deadline := time.Now().Add(5 * time.Second); p.Stats().Ready < 1; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("no refill")
+			}
+		}
+	}
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	he.mu.Lock()
+	defer he.mu.Unlock()
+	for id, n := range he.held {
+		if n > 1 || !he.freed[id] {
+			t.Errorf("held sandbox %s: started %d times, freed %v", id, n, he.freed[id])
+		}
+	}
+	if left := leftovers(root); len(left) > 0 {
+		t.Errorf("after Close: %v", left)
+	}
+}
+
+// A run that does not fit the pool's sandboxes, or names a program the
+// image lacks, starts cold and leaves the pool as it was.
+func TestPoolMisses(t *testing.T) {
+	he := &holdEngine{}
+	_, _, p := newPool(t, he, PoolOptions{Name: "t", Size: 1})
+	defer p.Close(context.Background())
+	other := fakeSpec()
+	other.Policy.Limits.Memory = 128 << 20
+	longer := fakeSpec()
+	longer.Policy.Limits.Timeout = time.Hour
+	missing := fakeSpec()
+	missing.Argv = []string{"missing"}
+	for name, s := range map[string]Spec{"another policy": other, "a longer timeout": longer, "a missing program": missing} {
+		res, err := p.Run(context.Background(), s)
+		if err != nil || res.Pool != "" {
+			t.Errorf("%s: pool %q, err %v; want a cold run", name, res.Pool, err)
+		}
+	}
+	if st := p.Stats(); st.Ready != 1 || st.Claims != 0 || st.Misses != 3 {
+		t.Errorf("stats %+v; want 1 ready, 0 claims, 3 misses", st)
+	}
+}
+
+// An empty pool fails fast when told to.
+func TestPoolFailWhenEmpty(t *testing.T) {
+	he := &holdEngine{}
+	_, _, p := newPool(t, he, PoolOptions{Name: "t", Size: 1, FailWhenEmpty: true})
+	defer p.Close(context.Background())
+	he.mu.Lock()
+	he.holdErr = fmt.Errorf("%w: no refills", errdefs.ErrUnavailable)
+	he.mu.Unlock()
+	if res, err := p.Run(context.Background(), fakeSpec()); err != nil || res.Pool != "t" {
+		t.Fatalf("the first run: %v %+v", err, res)
+	}
+	if _, err := p.Run(context.Background(), fakeSpec()); !errdefs.IsResourceExhausted(err) {
+		t.Fatalf("a run on the empty pool: %v; want ErrResourceExhausted", err)
+	}
+}
+
+// Sandboxes past the max age are replaced.
+func TestPoolMaxAge(t *testing.T) {
+	he := &holdEngine{}
+	_, _, p := newPool(t, he, PoolOptions{Name: "t", Size: 1, MaxAge: time.Second})
+	defer p.Close(context.Background())
+	for deadline := time.Now().Add(10 * time.Second); p.Stats().Replaced == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing replaced after 10s: %+v", p.Stats())
+		}
+	}
+}
+
+// Only engines that hold sandboxes keep pools; sizes are bounded.
+func TestNewPoolRefuses(t *testing.T) {
+	r, _ := newFakeRunner(t, &fakeEngine{})
+	if _, err := r.NewPool(context.Background(), fakeSpec(), PoolOptions{Size: 1}); !errdefs.IsNotImplemented(err) {
+		t.Errorf("a pool on an engine without Hold: %v", err)
+	}
+	he := &holdEngine{}
+	r2, _ := newFakeRunner(t, &he.fakeEngine)
+	r2.engine = he
+	for _, n := range []int{0, -1, 257} {
+		if _, err := r2.NewPool(context.Background(), fakeSpec(), PoolOptions{Size: n}); !errdefs.IsInvalidArgument(err) {
+			t.Errorf("size %d: %v", n, err)
+		}
+	}
+}

@@ -195,6 +195,18 @@ func TestImageRm(t *testing.T) {
 	}
 	busy.Process.Signal(syscall.SIGTERM)
 	busy.Wait()
+	// A live sandbox pins its image for its whole life, after its creator
+	// has exited; once removed, it lets go.
+	sb := airlock(nil, "sandbox", "create", "--engine", engineName, "--isolation", isolationName, "--image", ref)
+	if sb.code != 0 {
+		t.Fatalf("sandbox create: exit %d %s", sb.code, sb.stderr)
+	}
+	if c := airlock(nil, "image", "rm", ref); c.code != 75 || !strings.Contains(c.stderr, "running sandbox uses it") {
+		t.Errorf("rm while a sandbox lives on it: exit %d stderr %q; want 75", c.code, c.stderr)
+	}
+	if c := airlock(nil, "sandbox", "rm", strings.TrimSpace(sb.stdout)); c.code != 0 {
+		t.Fatalf("sandbox rm: exit %d %s", c.code, c.stderr)
+	}
 
 	c = airlock(nil, "image", "rm", ref)
 	if c.code != 0 || !strings.Contains(c.stdout, "removed") {

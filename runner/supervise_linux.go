@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
 
 	"github.com/airlock-sandbox/airlock/lifecycle"
+	"github.com/airlock-sandbox/airlock/store"
 )
 
 // A sandbox's TTL and idle timeout hold with no airlock command running:
@@ -24,6 +27,19 @@ import (
 // superviseTick bounds the supervisor's sleep, so that it notices a
 // destroyed sandbox (and exits) or new activity soon.
 const superviseTick = time.Second
+
+// pin holds image's tree in the store against removal.
+func (r *Runner) pin(ctx context.Context, image string) (func(), error) {
+	id, err := digest.Parse(image)
+	if err != nil {
+		return nil, err
+	}
+	st, err := store.Open(filepath.Join(r.root, "store"))
+	if err != nil {
+		return nil, err
+	}
+	return st.Pin(ctx, id)
+}
 
 // WithSupervisor sets the command that supervises a new sandbox: argv(id)
 // must run Supervise for id with a Runner of the same root and engine
@@ -59,6 +75,15 @@ func (r *Runner) Supervise(ctx context.Context, id string) error {
 	lc, err := r.lifecycle()
 	if err != nil {
 		return err
+	}
+	// The image's tree stays pinned against `airlock image rm` while the
+	// sandbox lives (the oci engine runs on it; dockerd keeps its own).
+	if si, err := readInfo(r.root, id); err == nil && si.Engine == "oci" {
+		if unpin, err := r.pin(ctx, si.Image); err != nil {
+			r.log.Warn("pinning the sandbox's image", "sandbox_id", id, "err", err)
+		} else {
+			defer unpin()
+		}
 	}
 	for {
 		si, err := readInfo(r.root, id)

@@ -32,12 +32,9 @@ func (s *Store) putLock() string { return filepath.Join(s.dir, ".put.lock") }
 // Use is Rootfs for a run: it also holds the tree against Remove until
 // release is called.
 func (s *Store) Use(ctx context.Context, id digest.Digest) (path string, release func(), err error) {
-	if err := checkID(id); err != nil {
-		return "", nil, err
-	}
-	unlock, err := lock(ctx, s.useLock(id), unix.LOCK_SH)
+	unlock, err := s.Pin(ctx, id)
 	if err != nil {
-		return "", nil, fmt.Errorf("holding rootfs of %q: %w", id, err)
+		return "", nil, err
 	}
 	path, err = s.Rootfs(ctx, id)
 	if err != nil {
@@ -45,6 +42,20 @@ func (s *Store) Use(ctx context.Context, id digest.Digest) (path string, release
 		return "", nil, err
 	}
 	return path, unlock, nil
+}
+
+// Pin holds image id's tree against Remove until release is called,
+// without unpacking it: a live sandbox's supervisor pins the tree its
+// sandbox runs on for as long as the sandbox lives.
+func (s *Store) Pin(ctx context.Context, id digest.Digest) (release func(), err error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	unlock, err := lock(ctx, s.useLock(id), unix.LOCK_SH)
+	if err != nil {
+		return nil, fmt.Errorf("holding rootfs of %q: %w", id, err)
+	}
+	return unlock, nil
 }
 
 // InUse reports whether a run holds image id's tree (see Use).

@@ -455,9 +455,15 @@ func removeImage(cmd *cobra.Command, g *globals, arg string) error {
 		return err
 	}
 	// Nothing is removed from either engine while either uses the image.
-	inUse := errors.New("a running sandbox uses it; remove it once the run ends (`airlock ps` lists runs)")
-	if st.InUse(ref.ID) {
-		return fmt.Errorf("%w: %w", errdefs.ErrConflict, inUse)
+	inUse := errors.New("a running sandbox uses it; remove it once the run ends or the sandbox is removed (`airlock ps` and `airlock sandbox ls` list them)")
+	// A sandbox's supervisor pins its image for the sandbox's life and
+	// lets go within a second of its end: a sandbox just removed gets
+	// that long.
+	for wait := 0; st.InUse(ref.ID); wait++ {
+		if wait == 20 {
+			return fmt.Errorf("%w: %w", errdefs.ErrConflict, inUse)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	eng, err := g.dockerEngine()
 	if err == nil {

@@ -125,8 +125,9 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (_ engine.Sa
 	// The init is written into the bundle prepare makes, and bound from
 	// there; prepare's spec already names it.
 	initSrc := filepath.Join(bundle, "init")
-	// TODO(store): a live sandbox does not pin its image's tree against
-	// `airlock image rm` once Create returns.
+	// prepare holds the image's tree while the sandbox is made; from the
+	// start the sandbox's supervisor holds it too, for the sandbox's life
+	// (runner.Supervise).
 	p, err := e.prepare(ctx, s, []string{initPath}, isolation.Bind{Source: initSrc, Target: initPath, ReadOnly: true})
 	defer p.release()
 	if err != nil {

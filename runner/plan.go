@@ -154,9 +154,8 @@ func checkFiles(s Spec) error {
 // loadSeccomp reads and compiles the named profile file, or airlock's
 // default. A profile that cannot be applied is an error, never skipped.
 func (r *Runner) loadSeccomp(file string, mode isolation.Mode) (*isolation.SeccompProfile, error) {
-	var p *seccomp.Profile
-	var err error
 	var raw []byte
+	var err error
 	if file != "" {
 		if raw, err = os.ReadFile(file); err != nil {
 			return nil, fmt.Errorf("%w: seccomp profile: %v", errdefs.ErrNotFound, err)
@@ -166,17 +165,7 @@ func (r *Runner) loadSeccomp(file string, mode isolation.Mode) (*isolation.Secco
 	if prof := readCachedProfile(cache); prof != nil {
 		return prof, nil
 	}
-	if file == "" {
-		p, err = seccomp.Load("default")
-	} else {
-		p, err = seccomp.ParseCustom(raw) // only narrows the default
-	}
-	if err == nil && mode == isolation.GVisor {
-		p, err = seccomp.ForGVisor(p)
-	}
-	if err == nil {
-		err = seccomp.Validate(p)
-	}
+	p, err := Profile(raw, mode)
 	switch {
 	case errors.Is(err, seccomp.ErrNotSupported):
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
@@ -186,6 +175,28 @@ func (r *Runner) loadSeccomp(file string, mode isolation.Mode) (*isolation.Secco
 	prof := &isolation.SeccompProfile{JSON: p.Bytes(), Spec: p.Spec(), SHA256: p.SHA256()}
 	writeCachedProfile(cache, prof)
 	return prof, nil
+}
+
+// Profile is the seccomp profile a run in mode applies: raw (a custom
+// profile, which may only narrow the default), or airlock's default when
+// raw is nil; for gVisor, its runsc variant; compiled, so that a profile
+// that cannot be applied fails here (seccomp.ErrNotSupported without
+// cgo).
+func Profile(raw []byte, mode isolation.Mode) (*seccomp.Profile, error) {
+	var p *seccomp.Profile
+	var err error
+	if raw == nil {
+		p, err = seccomp.Load("default")
+	} else {
+		p, err = seccomp.ParseCustom(raw)
+	}
+	if err == nil && mode == isolation.GVisor {
+		p, err = seccomp.ForGVisor(p)
+	}
+	if err == nil {
+		err = seccomp.Validate(p)
+	}
+	return p, err
 }
 
 func cmpOr(a, b string) string {

@@ -6,7 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/airlock-sandbox/airlock/internal/doctor"
+	"github.com/airlock-sandbox/airlock/doctor"
+	"github.com/airlock-sandbox/airlock/engine/oci"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
 )
@@ -41,10 +42,15 @@ nothing failed, and 69 otherwise.`,
 			if _, err := isolation.ParseMode(mode); err != nil {
 				return usageError{err}
 			}
-			name := doctor.ResolveEngine(g.root, engineName)
+			name := oci.Resolve(g.root, engineName)
 			p := &prober{g: g, engine: name}
 			defer p.Close()
-			checks := doctor.Run(cmd.Context(), doctor.Options{Root: g.root, Engine: name, Isolation: mode, Run: p.run})
+			o := doctor.Options{Root: g.root, Engine: name, Isolation: mode, Runsc: oci.RunscPath(g.root), Run: p.run}
+			if eng, err := g.dockerEngine(); err == nil {
+				defer eng.Close()
+				o.DockerRuntime = eng.CheckRuntime
+			}
+			checks := doctor.Run(cmd.Context(), o)
 			out := cmd.OutOrStdout()
 			if asJSON {
 				if err := doctor.WriteJSON(out, checks); err != nil {

@@ -151,31 +151,8 @@ func (e *Engine) Check(ctx context.Context, j *engine.SandboxSpec) error {
 			return err
 		}
 	}
-	rt, ok := isolation.DockerRuntimes[j.Policy.Isolation]
-	if !ok {
-		return fmt.Errorf("%w: isolation %q is not available on the docker engine yet; use --isolation %s",
-			errdefs.ErrInvalidArgument, j.Policy.Isolation, isolation.GVisor)
-	}
-	info, err := e.cli.Info(ctx)
-	if err != nil {
-		return unavailable(e.cli.DaemonHost(), err)
-	}
-	e.learn(info)
-	r, ok := info.Runtimes[rt]
-	if !ok {
-		return fmt.Errorf("%w: dockerd has no runtime %q, so it cannot run %s isolation; register airlock's runsc with `make setup` (or `airlock host install-runtime`) and retry",
-			errdefs.ErrUnavailable, rt, j.Policy.Isolation)
-	}
-	if j.Policy.Isolation == isolation.GVisor {
-		if missing := MissingRunscArgs(r.Args); len(missing) > 0 {
-			// runsc ignores the spec's seccomp profile without --oci-seccomp:
-			// running anyway would silently drop a layer.
-			return fmt.Errorf("%w: dockerd's runtime %q lacks %s, so it would not apply airlock's policy in full; re-register it with `make setup` (or `airlock host install-runtime`), then SIGHUP dockerd",
-				errdefs.ErrUnavailable, rt, strings.Join(missing, " and "))
-		}
-		if logPattern(r.Args) == "" {
-			return noSandboxLogs(rt)
-		}
+	if _, err := e.CheckRuntime(ctx, j.Policy.Isolation); err != nil {
+		return err
 	}
 	img, err := e.inspectImage(ctx, j.Image.String())
 	if err != nil {
@@ -185,6 +162,42 @@ func (e *Engine) Check(ctx context.Context, j *engine.SandboxSpec) error {
 		return nil
 	}
 	return checkImageConfig(j.Image.String(), img.Config.Volumes, img.Config.Labels)
+}
+
+// CheckRuntime checks that dockerd answers and has the isolation mode's
+// runtime registered as airlock needs it (present and, for runsc, with
+// every flag of airlock's policy and the sandbox log); it returns a line
+// describing what it found. dockerd may be on another host, so the
+// runtime's path is dockerd's to check.
+func (e *Engine) CheckRuntime(ctx context.Context, m isolation.Mode) (string, error) {
+	rt, ok := isolation.DockerRuntimes[m]
+	if !ok {
+		return "", fmt.Errorf("%w: isolation %q is not available on the docker engine yet; use --isolation %s",
+			errdefs.ErrInvalidArgument, m, isolation.GVisor)
+	}
+	info, err := e.cli.Info(ctx)
+	if err != nil {
+		return "", unavailable(e.cli.DaemonHost(), err)
+	}
+	e.learn(info)
+	ver := fmt.Sprintf("dockerd %s (API %s)", info.ServerVersion, e.cli.ClientVersion())
+	r, ok := info.Runtimes[rt]
+	if !ok {
+		return "", fmt.Errorf("%w: %s has no runtime %q, so it cannot run %s isolation; register airlock's runsc with `make setup` (or `airlock host install-runtime`) and retry",
+			errdefs.ErrUnavailable, ver, rt, m)
+	}
+	if m == isolation.GVisor {
+		if missing := MissingRunscArgs(r.Args); len(missing) > 0 {
+			// runsc ignores the spec's seccomp profile without --oci-seccomp:
+			// running anyway would silently drop a layer.
+			return "", fmt.Errorf("%w: %s: runtime %q lacks %s, so it would not apply airlock's policy in full; re-register it with `make setup` (or `airlock host install-runtime`), then SIGHUP dockerd",
+				errdefs.ErrUnavailable, ver, rt, strings.Join(missing, " and "))
+		}
+		if logPattern(r.Args) == "" {
+			return "", noSandboxLogs(rt)
+		}
+	}
+	return fmt.Sprintf("%s; runtime %q registered with %s", ver, rt, strings.Join(r.Args, " ")), nil
 }
 
 func (e *Engine) checkImage(ctx context.Context, id string) error {

@@ -106,18 +106,6 @@ func TestBad(t *testing.T) {
 	}
 }
 
-func TestResolveEngineKeepsExplicitNames(t *testing.T) {
-	for _, n := range []string{"oci", "docker"} {
-		if got := ResolveEngine(t.TempDir(), n); got != n {
-			t.Errorf("ResolveEngine(%q) = %q", n, got)
-		}
-	}
-	// No runsc in an empty root: auto cannot pick oci.
-	if got := ResolveEngine(t.TempDir(), "auto"); got != "docker" {
-		t.Errorf("auto with no runsc = %q, want docker", got)
-	}
-}
-
 func TestHasField(t *testing.T) {
 	status := []byte("Name:\tcat\nNoNewPrivs:\t0\nSeccomp:\t0\nSeccomp_filters:\t0\n")
 	for _, tc := range []struct {

@@ -15,12 +15,10 @@ import (
 	"time"
 
 	"github.com/containerd/cgroups/v3"
-	"github.com/docker/docker/client"
 
-	"github.com/airlock-sandbox/airlock/engine/docker"
-	"github.com/airlock-sandbox/airlock/engine/oci"
 	"github.com/airlock-sandbox/airlock/images"
 	"github.com/airlock-sandbox/airlock/isolation"
+	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/seccomp"
 )
 
@@ -45,7 +43,7 @@ func checkRoot(context.Context, Options) Check {
 
 func checkRunsc(ctx context.Context, o Options) Check {
 	const name = "runsc"
-	path := oci.RunscPath(o.Root)
+	path := o.Runsc
 	// The oci engine refuses to start without it, whatever the mode.
 	needed := o.Engine == "oci" || o.Isolation == string(isolation.GVisor)
 	fix := "run `make setup`, which installs airlock's pinned runsc at " + path
@@ -154,15 +152,9 @@ func checkSeccomp(_ context.Context, o Options) Check {
 		return fail(name, "the kernel has no seccomp support (no Seccomp: line in /proc/self/status)",
 			"use a kernel built with CONFIG_SECCOMP and CONFIG_SECCOMP_FILTER")
 	}
-	// Every run carries the default profile, adapted for gVisor there, and
-	// the runner compiles it first: do the same.
-	p, err := seccomp.Load("default")
-	if err == nil && o.Isolation == string(isolation.GVisor) {
-		p, err = seccomp.ForGVisor(p)
-	}
-	if err == nil {
-		err = seccomp.Validate(p)
-	}
+	// Every run carries the default profile, chosen and compiled as the
+	// runner does.
+	p, err := runner.Profile(nil, isolation.Mode(o.Isolation))
 	switch {
 	case errors.Is(err, seccomp.ErrNotSupported):
 		return fail(name, "the kernel supports it, but this airlock was built without cgo, so it cannot compile a profile",
@@ -188,47 +180,25 @@ func hasField(status []byte, key string) bool {
 func checkDockerd(ctx context.Context, o Options) Check {
 	const name = "dockerd"
 	needed := o.Engine == "docker"
-	rt := isolation.DockerRuntimes[isolation.Mode(o.Isolation)]
 	only := ""
 	if !needed {
 		only = " (needed only for --engine docker)"
 	}
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		return bad(needed, name, fmt.Sprintf("configuring the docker client: %v%s", err, only), "check DOCKER_HOST")
+	if o.DockerRuntime == nil {
+		return bad(needed, name, "not checked: no docker engine given"+only, "run `airlock doctor`, which checks it")
 	}
-	defer cli.Close()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err := cli.Ping(ctx); err != nil {
-		fix := "start dockerd (`make setup` does), or check DOCKER_HOST"
+	// The docker engine's own check, as every run on it makes.
+	detail, err := o.DockerRuntime(ctx, isolation.Mode(o.Isolation))
+	if err != nil {
+		fix := "start dockerd and register airlock's runsc with it: `make setup` does both"
 		if errors.Is(err, fs.ErrPermission) {
 			fix = "run airlock as root (or as a member of the docker group)"
 		}
-		return bad(needed, name, fmt.Sprintf("cannot reach dockerd at %s: %v%s", cli.DaemonHost(), err, only), fix)
+		return bad(needed, name, err.Error()+only, fix)
 	}
-	info, err := cli.Info(ctx)
-	if err != nil {
-		return bad(needed, name, fmt.Sprintf("asking dockerd at %s for its runtimes: %v%s", cli.DaemonHost(), err, only),
-			"check dockerd's log")
-	}
-	ver := fmt.Sprintf("dockerd %s (API %s)", info.ServerVersion, cli.ClientVersion())
-	register := "register airlock's runsc with `make setup` (or `airlock host install-runtime --runsc " + oci.RunscPath(o.Root) + "`, then SIGHUP dockerd)"
-	r, found := info.Runtimes[rt]
-	if !found {
-		return bad(needed, name, fmt.Sprintf("%s has no runtime %q%s", ver, rt, only), register)
-	}
-	if filepath.IsAbs(r.Path) {
-		if _, err := os.Stat(r.Path); err != nil {
-			return bad(needed, name, fmt.Sprintf("%s: runtime %q points at %s, which is missing%s", ver, rt, r.Path, only), register)
-		}
-	}
-	if rt == isolation.DockerRuntimes[isolation.GVisor] {
-		if missing := docker.MissingRunscArgs(r.Args); len(missing) > 0 {
-			return bad(needed, name, fmt.Sprintf("%s: runtime %q lacks %s%s", ver, rt, strings.Join(missing, " and "), only), register)
-		}
-	}
-	return ok(name, fmt.Sprintf("%s; runtime %q registered with %s", ver, rt, strings.Join(r.Args, " ")))
+	return ok(name, detail)
 }
 
 func checkSpace(_ context.Context, o Options) Check {

@@ -13,7 +13,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/airlock-sandbox/airlock/engine/oci"
+	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
 )
 
@@ -37,10 +37,16 @@ type Check struct {
 type Options struct {
 	// Root is airlock's state directory.
 	Root string
-	// Engine is "oci", "docker" or "auto" (resolved as ResolveEngine does).
+	// Engine is "oci" or "docker": the caller resolves "auto" as runs do.
 	Engine string
 	// Isolation is "gvisor" or "seccomp"; empty means gvisor.
 	Isolation string
+	// Runsc is where airlock's runsc is installed.
+	Runsc string
+	// DockerRuntime is the docker engine's check of dockerd and its
+	// runtime for a mode, describing what it found; nil when there is no
+	// docker engine.
+	DockerRuntime func(context.Context, isolation.Mode) (string, error)
 	// Run runs the live probe's sandboxes on the chosen engine; nil leaves
 	// the probe out.
 	Run func(context.Context, runner.Spec) (runner.Result, error)
@@ -64,7 +70,6 @@ var hostChecks = []check{
 // Run runs every check in order and returns one row for each, then the
 // probe's rows.
 func Run(ctx context.Context, o Options) []Check {
-	o.Engine = ResolveEngine(o.Root, o.Engine)
 	if o.Isolation == "" {
 		o.Isolation = "gvisor"
 	}
@@ -74,10 +79,6 @@ func Run(ctx context.Context, o Options) []Check {
 	}
 	return append(out, probe(ctx, o, failures(out))...)
 }
-
-// ResolveEngine turns "auto" into the engine `airlock run --engine auto`
-// picks (oci.Resolve).
-func ResolveEngine(root, name string) string { return oci.Resolve(root, name) }
 
 // OK reports whether no check failed.
 func OK(checks []Check) bool { return failures(checks) == 0 }

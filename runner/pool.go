@@ -224,6 +224,12 @@ func (p *Pool) fits(s Spec, job *engine.SandboxSpec) string {
 	a, c := job.Policy, b.Policy
 	a.Limits.Timeout, a.Limits.Output = 0, 0
 	c.Limits.Timeout, c.Limits.Output = 0, 0
+	// The seccomp profile is the same when its bytes are: a compiled
+	// profile and one read back from the cache differ in form only.
+	if a.Seccomp == nil || c.Seccomp == nil || a.Seccomp.SHA256 != c.Seccomp.SHA256 {
+		return "another seccomp profile"
+	}
+	a.Seccomp, c.Seccomp = nil, nil
 	if !reflect.DeepEqual(a, c) {
 		return "another policy"
 	}
@@ -289,17 +295,25 @@ func (p *Pool) filler() {
 			e, err := p.fill(p.ctx)
 			p.mu.Lock()
 			p.filling--
+			switch {
+			case err != nil:
+			case p.closed:
+				p.later(func() { p.discard(e) })
+			default:
+				// Recorded pooled and made ready at once: whoever sees it
+				// pooled (`sandbox ls`) finds it claimable.
+				if err = p.r.lc.Move(e.job.ID, lifecycle.Pooled, "", nil); err != nil {
+					p.later(func() { p.discard(e) })
+				} else {
+					p.ready = append(p.ready, e)
+				}
+			}
 			if err != nil {
 				p.stats.RefillFailures++
 				p.stats.LastError = err.Error()
 			} else {
 				p.stats.Refills++
 				p.stats.RefillMS += time.Since(t0).Milliseconds()
-				if p.closed {
-					p.later(func() { p.discard(e) })
-				} else {
-					p.ready = append(p.ready, e)
-				}
 			}
 			p.mu.Unlock()
 			if err == nil {
@@ -371,7 +385,7 @@ func (p *Pool) ager() {
 }
 
 // fill makes one held sandbox: recorded as requested, its scratch made,
-// held by the engine, then recorded as pooled.
+// held by the engine; the filler then records it pooled.
 func (p *Pool) fill(ctx context.Context) (_ *pooled, err error) {
 	r := p.r
 	s := p.base
@@ -421,9 +435,7 @@ func (p *Pool) fill(ctx context.Context) (_ *pooled, err error) {
 	if err := writePooled(e.sc.dir, &si); err != nil {
 		return nil, err
 	}
-	if err := lc.Move(job.ID, lifecycle.Pooled, "", nil); err != nil {
-		return nil, err
-	}
+	// The filler records it pooled as it makes it ready.
 	return e, nil
 }
 

@@ -4,8 +4,8 @@
 // Rules:
 //   - A sandbox moves requested → created → ready → running → terminating →
 //     terminated (a long-lived one goes back to ready after each exec); failed, expired and orphaned lead to terminating. A
-//     warm pool's sandbox waits in pooled (requested → pooled), and a claim
-//     takes it on to created. Any other move is refused (ErrTransition).
+//     warm pool's sandbox waits in pooled (a run's: requested → pooled →
+//     created; a long-lived one's: created → pooled → ready, once claimed). Any other move is refused (ErrTransition).
 //   - The state of run <id> is <root>/state/<id>.json, written atomically
 //     under one flock for the store, so concurrent writers serialise; a
 //     terminated run's file is removed (the audit log keeps its history).
@@ -57,8 +57,8 @@ const (
 var next = map[State][]State{
 	"":          {Requested},
 	Requested:   {Created, Pooled, Failed, Terminating},
-	Pooled:      {Created, Failed, Terminating},
-	Created:     {Ready, Failed, Terminating},
+	Pooled:      {Created, Ready, Failed, Terminating}, // claimed by a run, or by a sandbox create
+	Created:     {Ready, Pooled, Failed, Terminating},
 	Ready:       {Running, Failed, Terminating},
 	Running:     {Ready, Terminating, Failed}, // a sandbox's exec ends
 	Terminating: {Terminated, Failed},

@@ -23,6 +23,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/images"
+	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/lifecycle"
 )
 
@@ -67,13 +68,22 @@ type PoolStats struct {
 	LastError      string `json:"last_error,omitempty"`
 }
 
-// Pool keeps held sandboxes for one base Spec.
+// Pool keeps sandboxes ready for one base spec: held one-shot sandboxes
+// for runs (NewPool, Run), or long-lived sandboxes for creates
+// (NewSandboxPool, Create).
 type Pool struct {
-	r      *Runner
+	r    *Runner
+	opt  PoolOptions
+	fill func(context.Context) (*pooled, error)
+
+	// A pool of held sandboxes:
 	holder engine.Holder
 	base   Spec
 	plan   *engine.SandboxSpec // base, planned once
-	opt    PoolOptions
+
+	// A pool of long-lived sandboxes:
+	sbase SandboxSpec
+	splan *engine.SandboxSpec
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -89,8 +99,10 @@ type Pool struct {
 	closed  bool
 }
 
-// pooled is one held sandbox.
+// pooled is one sandbox in a pool: a held one-shot sandbox (held, sc,
+// job), or a long-lived sandbox (only id).
 type pooled struct {
+	id   string
 	held engine.Held
 	sc   *scratch
 	job  *engine.SandboxSpec
@@ -105,17 +117,8 @@ func (r *Runner) NewPool(ctx context.Context, base Spec, o PoolOptions) (*Pool, 
 	if !ok {
 		return nil, fmt.Errorf("%w: the %s engine cannot keep a warm pool; use --engine oci", errdefs.ErrNotImplemented, r.engine.Name())
 	}
-	if o.Size <= 0 || o.Size > 256 {
-		return nil, fmt.Errorf("%w: a pool's size must be 1-256, not %d", errdefs.ErrInvalidArgument, o.Size)
-	}
-	if o.MaxAge == 0 {
-		o.MaxAge = DefaultPoolMaxAge
-	}
-	if o.MaxAge < time.Second {
-		return nil, fmt.Errorf("%w: a pool's max age must be at least 1s, not %v", errdefs.ErrInvalidArgument, o.MaxAge)
-	}
-	if o.Fillers <= 0 {
-		o.Fillers = min(2, o.Size)
+	if err := o.check(); err != nil {
+		return nil, err
 	}
 	if len(base.Inputs) > 0 {
 		return nil, fmt.Errorf("%w: a pool's sandboxes hold no inputs: leave them out of its template", errdefs.ErrInvalidArgument)
@@ -132,19 +135,44 @@ func (r *Runner) NewPool(ctx context.Context, base Spec, o PoolOptions) (*Pool, 
 	if _, err := r.engine.Runtime(ctx, job.Policy.Isolation); err != nil {
 		return nil, err
 	}
-	if _, err := r.lifecycle(); err != nil {
-		return nil, err
+	p := &Pool{r: r, holder: h, base: base, plan: job}
+	p.fill = p.fillHeld
+	return p, p.start(ctx, o)
+}
+
+// check fills o's defaults and refuses what is out of range.
+func (o *PoolOptions) check() error {
+	if o.Size <= 0 || o.Size > 256 {
+		return fmt.Errorf("%w: a pool's size must be 1-256, not %d", errdefs.ErrInvalidArgument, o.Size)
 	}
-	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	p := &Pool{r: r, holder: h, base: base, plan: job, opt: o, ctx: pctx, cancel: cancel,
-		wake: make(chan struct{}, 1), stats: PoolStats{Name: o.Name, Size: o.Size}}
+	if o.MaxAge == 0 {
+		o.MaxAge = DefaultPoolMaxAge
+	}
+	if o.MaxAge < time.Second {
+		return fmt.Errorf("%w: a pool's max age must be at least 1s, not %v", errdefs.ErrInvalidArgument, o.MaxAge)
+	}
+	if o.Fillers <= 0 {
+		o.Fillers = min(2, o.Size)
+	}
+	return nil
+}
+
+// start starts filling p.
+func (p *Pool) start(ctx context.Context, o PoolOptions) error {
+	if _, err := p.r.lifecycle(); err != nil {
+		return err
+	}
+	p.opt = o
+	p.ctx, p.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	p.wake = make(chan struct{}, 1)
+	p.stats = PoolStats{Name: o.Name, Size: o.Size}
 	for range o.Fillers {
 		p.wg.Add(1)
 		go p.filler()
 	}
 	p.wg.Add(1)
 	go p.ager()
-	return p, nil
+	return nil
 }
 
 // Stats returns the pool's counters.
@@ -161,6 +189,9 @@ func (p *Pool) Stats() PoolStats {
 // pool, fails with errdefs.ErrResourceExhausted). The Result is a cold
 // run's, with Pool set when a pooled sandbox ran it.
 func (p *Pool) Run(ctx context.Context, s Spec) (Result, error) {
+	if p.plan == nil {
+		return Result{}, fmt.Errorf("%w: pool %q keeps sandboxes for creates, not for runs", errdefs.ErrInvalidArgument, p.opt.Name)
+	}
 	s.normalize()
 	job, err := p.r.plan(s)
 	if err != nil {
@@ -224,13 +255,17 @@ func (p *Pool) fits(s Spec, job *engine.SandboxSpec) string {
 	a, c := job.Policy, b.Policy
 	a.Limits.Timeout, a.Limits.Output = 0, 0
 	c.Limits.Timeout, c.Limits.Output = 0, 0
-	// The seccomp profile is the same when its bytes are: a compiled
-	// profile and one read back from the cache differ in form only.
-	if a.Seccomp == nil || c.Seccomp == nil || a.Seccomp.SHA256 != c.Seccomp.SHA256 {
+	return samePolicy(a, c)
+}
+
+// samePolicy says how policy a differs from b, or "" when it does not.
+// Seccomp profiles are the same when their bytes are.
+func samePolicy(a, b isolation.Policy) string {
+	if a.Seccomp == nil || b.Seccomp == nil || a.Seccomp.SHA256 != b.Seccomp.SHA256 {
 		return "another seccomp profile"
 	}
-	a.Seccomp, c.Seccomp = nil, nil
-	if !reflect.DeepEqual(a, c) {
+	a.Seccomp, b.Seccomp = nil, nil
+	if !reflect.DeepEqual(a, b) {
 		return "another policy"
 	}
 	return ""
@@ -302,7 +337,7 @@ func (p *Pool) filler() {
 			default:
 				// Recorded pooled and made ready at once: whoever sees it
 				// pooled (`sandbox ls`) finds it claimable.
-				if err = p.r.lc.Move(e.job.ID, lifecycle.Pooled, "", nil); err != nil {
+				if err = p.r.lc.Move(e.id, lifecycle.Pooled, "", nil); err != nil {
 					p.later(func() { p.discard(e) })
 				} else {
 					p.ready = append(p.ready, e)
@@ -384,9 +419,9 @@ func (p *Pool) ager() {
 	}
 }
 
-// fill makes one held sandbox: recorded as requested, its scratch made,
-// held by the engine; the filler then records it pooled.
-func (p *Pool) fill(ctx context.Context) (_ *pooled, err error) {
+// fillHeld makes one held sandbox: recorded as requested, its scratch
+// made, held by the engine; the filler then records it pooled.
+func (p *Pool) fillHeld(ctx context.Context) (_ *pooled, err error) {
 	r := p.r
 	s := p.base
 	job, err := r.plan(s)
@@ -407,7 +442,7 @@ func (p *Pool) fill(ctx context.Context) (_ *pooled, err error) {
 		return nil, fmt.Errorf("%w: recording a pooled sandbox: %w", errdefs.ErrUnavailable, err)
 	}
 	defer lk.Release()
-	e := &pooled{job: job, born: time.Now()}
+	e := &pooled{id: job.ID, job: job, born: time.Now()}
 	defer func() {
 		if err != nil {
 			lc.Move(job.ID, lifecycle.Failed, err.Error(), nil)
@@ -453,14 +488,18 @@ func (e *pooled) free(ctx context.Context) error {
 
 // discard destroys an unused pooled sandbox under the lock protocol.
 func (p *Pool) discard(e *pooled) {
-	lc, err := p.r.lifecycle()
-	if err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), lockTimeout)
-		defer cancel()
-		err = lc.Destroy(ctx, e.job.ID, "", func() error { return e.free(ctx) })
+	ctx, cancel := context.WithTimeout(context.Background(), lockTimeout)
+	defer cancel()
+	var err error
+	if e.job == nil {
+		err = p.r.Destroy(ctx, e.id) // a long-lived sandbox
+	} else if lc, lerr := p.r.lifecycle(); lerr != nil {
+		err = lerr
+	} else {
+		err = lc.Destroy(ctx, e.id, "", func() error { return e.free(ctx) })
 	}
 	if err != nil {
-		p.r.log.Warn("destroying a pooled sandbox", "pool", p.opt.Name, "sandbox_id", e.job.ID, "err", err)
+		p.r.log.Warn("destroying a pooled sandbox", "pool", p.opt.Name, "sandbox_id", e.id, "err", err)
 	}
 }
 

@@ -214,3 +214,61 @@ func TestNewPoolRefuses(t *testing.T) {
 		}
 	}
 }
+
+// A pool of long-lived sandboxes: a fitting create takes a pooled one,
+// which then has the caller's labels and is ready; a pooled one no
+// client can open; another workspace size creates one; Close frees the
+// rest.
+func TestSandboxPool(t *testing.T) {
+	f := &fakeSandboxer{}
+	r, root := newSandboxRunner(t, f)
+	ctx := context.Background()
+	p, err := r.NewSandboxPool(ctx, fakeSandboxSpec(), PoolOptions{Name: "t", Size: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pooledID string
+	for deadline := time.Now().Add(10 * time.Second); pooledID == ""; time.Sleep(5 * time.Millisecond) {
+		list, _ := ListSandboxes(root)
+		for _, si := range list {
+			if si.State == "pooled" && si.Labels["pool"] == "t" {
+				pooledID = si.ID
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the pool never filled")
+		}
+	}
+	if _, err := r.Open(ctx, pooledID); !errdefs.IsNotFound(err) {
+		t.Fatalf("Open of a pooled sandbox: %v; want not found", err)
+	}
+	want := fakeSandboxSpec()
+	want.Labels = map[string]string{"owner": "me"}
+	sb, err := p.Create(ctx, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.ID() != pooledID || stateOf(t, root, sb.ID()) != "ready" || sb.Info().Labels["owner"] != "me" || sb.Info().Labels["pool"] != "" {
+		t.Fatalf("claimed %s (pooled %s), state %s, labels %v", sb.ID(), pooledID, stateOf(t, root, sb.ID()), sb.Info().Labels)
+	}
+	other := fakeSandboxSpec()
+	other.WorkspaceSize = 32 << 20
+	cold, err := p.Create(ctx, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cold.ID() == pooledID || p.Stats().Misses != 1 {
+		t.Fatalf("a create that does not fit: %s, stats %+v", cold.ID(), p.Stats())
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{sb.ID(), cold.ID()} {
+		if err := r.Destroy(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if left := sandboxLeftovers(root); len(left) > 0 {
+		t.Errorf("left: %v", left)
+	}
+}

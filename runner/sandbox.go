@@ -63,6 +63,10 @@ type SandboxSpec struct {
 	// DownloadTypes is the download allowlist; nil means the sessions
 	// default (the scanner's types plus source code as text).
 	DownloadTypes []string
+
+	// pool, set by a warm pool, leaves the sandbox created, for the pool
+	// to record pooled; a claim makes it ready.
+	pool string
 }
 
 // ExecSpec is one program run in a live sandbox.
@@ -271,24 +275,11 @@ func (sb *Sandbox) Info() SandboxInfo { return sb.info }
 // WithSupervisor) and by every sweep. On error nothing is left behind.
 func (r *Runner) Create(ctx context.Context, s SandboxSpec) (_ *Sandbox, err error) {
 	eng := r.engine
-	if s.IdleTimeout == 0 {
-		s.IdleTimeout = DefaultIdleTimeout
-	}
-	if s.TTL == 0 {
-		s.TTL = DefaultTTL
-	}
-	if s.WorkspaceSize == 0 {
-		s.WorkspaceSize = DefaultWorkspaceSize
-	}
-	if s.IdleTimeout < 0 || s.TTL < 0 {
-		return nil, fmt.Errorf("%w: the idle timeout and the TTL must be positive", errdefs.ErrInvalidArgument)
-	}
-	if err := checkLabels(s.Labels); err != nil {
+	if err := s.defaults(); err != nil {
 		return nil, err
 	}
-	s.Output = s.Output.withDefaults()
 	env := append([]string{"HOME=" + WorkspaceDir}, s.Env...)
-	job, err := r.plan(Spec{Image: s.Image, Argv: []string{"true"}, Env: env, Policy: s.Policy, SeccompProfile: s.SeccompProfile, Output: s.Output})
+	job, err := r.planSandbox(s)
 	if err != nil {
 		return nil, err
 	}
@@ -325,6 +316,9 @@ func (r *Runner) Create(ctx context.Context, s SandboxSpec) (_ *Sandbox, err err
 	}
 	if si.Labels == nil {
 		si.Labels = map[string]string{}
+	}
+	if s.pool != "" {
+		si.Labels = map[string]string{"pool": s.pool}
 	}
 	if ref, err := images.ParseRef(s.Image); err == nil && ref.Name != "" {
 		si.ImageRef = ref.String()
@@ -377,14 +371,45 @@ func (r *Runner) Create(ctx context.Context, s SandboxSpec) (_ *Sandbox, err err
 	if esb, err = eng.Create(ctx, spec); err != nil {
 		return nil, err
 	}
-	for _, st := range []lifecycle.State{lifecycle.Created, lifecycle.Ready} {
+	states := []lifecycle.State{lifecycle.Created, lifecycle.Ready}
+	if s.pool != "" {
+		states = states[:1]
+	}
+	for _, st := range states {
 		if err := lc.Move(id, st, "", nil); err != nil {
 			return nil, fmt.Errorf("%w: recording the sandbox: %w", errdefs.ErrUnavailable, err)
 		}
 	}
-	si.State = lifecycle.Ready
+	si.State = states[len(states)-1]
 	r.log.Info("sandbox created", "sandbox_id", id, "image_digest", si.Image)
 	return &Sandbox{r: r, id: id, eng: esb, info: si}, nil
+}
+
+// defaults fills s's zero fields and refuses what cannot be.
+func (s *SandboxSpec) defaults() error {
+	if s.IdleTimeout == 0 {
+		s.IdleTimeout = DefaultIdleTimeout
+	}
+	if s.TTL == 0 {
+		s.TTL = DefaultTTL
+	}
+	if s.WorkspaceSize == 0 {
+		s.WorkspaceSize = DefaultWorkspaceSize
+	}
+	if s.IdleTimeout < 0 || s.TTL < 0 {
+		return fmt.Errorf("%w: the idle timeout and the TTL must be positive", errdefs.ErrInvalidArgument)
+	}
+	if err := checkLabels(s.Labels); err != nil {
+		return err
+	}
+	s.Output = s.Output.withDefaults()
+	return nil
+}
+
+// planSandbox plans a long-lived sandbox as a run of its policy.
+func (r *Runner) planSandbox(s SandboxSpec) (*engine.SandboxSpec, error) {
+	env := append([]string{"HOME=" + WorkspaceDir}, s.Env...)
+	return r.plan(Spec{Image: s.Image, Argv: []string{"true"}, Env: env, Policy: s.Policy, SeccompProfile: s.SeccompProfile, Output: s.Output})
 }
 
 // Open reconnects to live sandbox id, made by any airlock process. A
@@ -406,6 +431,8 @@ func (r *Runner) Open(ctx context.Context, id string) (*Sandbox, error) {
 		return nil, goneError(id)
 	case lifecycle.Requested, lifecycle.Created:
 		return nil, fmt.Errorf("%w: sandbox %q is still being created; try again", errdefs.ErrUnavailable, id)
+	case lifecycle.Pooled:
+		return nil, fmt.Errorf("%w: sandbox %q waits in a warm pool and is no client's until a create claims it; `airlock sandbox create` makes one", errdefs.ErrNotFound, id)
 	}
 	esb, err := eng.Open(ctx, id)
 	if errors.Is(err, engine.ErrSandboxLost) {
@@ -740,8 +767,8 @@ func reapSandboxes(ctx context.Context, lc *lifecycle.Store, root string, reaper
 			why = lifecycle.Orphaned
 		case rec.State == "" || rec.State == lifecycle.Terminated:
 			why = lifecycle.Orphaned
-		case (rec.State == lifecycle.Requested || rec.State == lifecycle.Created) && procStart(si.Creator.PID) != si.Creator.Start:
-			why = lifecycle.Orphaned
+		case (rec.State == lifecycle.Requested || rec.State == lifecycle.Created || rec.State == lifecycle.Pooled) && procStart(si.Creator.PID) != si.Creator.Start:
+			why = lifecycle.Orphaned // its creator (or its pool's server) died
 		case !now.Before(si.Deadline(now)):
 			why = lifecycle.Expired
 		case full && rec.State == lifecycle.Failed:

@@ -96,8 +96,8 @@ func (r *Runner) Supervise(ctx context.Context, id string) error {
 			if gerr == nil && (rec.State == "" || rec.State == lifecycle.Terminated) {
 				return nil
 			}
-			if (rec.State == lifecycle.Requested || rec.State == lifecycle.Created) && procStart(si.Creator.PID) != si.Creator.Start {
-				why = lifecycle.Orphaned // its creator died mid-create
+			if (rec.State == lifecycle.Requested || rec.State == lifecycle.Created || rec.State == lifecycle.Pooled) && procStart(si.Creator.PID) != si.Creator.Start {
+				why = lifecycle.Orphaned // its creator died mid-create, or its pool's server died
 			}
 		}
 		now := time.Now()

@@ -16,10 +16,20 @@ import (
 	"github.com/airlock-sandbox/airlock/runner"
 )
 
-// PoolConfig asks for a warm pool of Size sandboxes of a template.
+// PoolConfig asks for a warm pool of Size sandboxes of a template: for
+// one-shot runs, or, with Sandboxes, long-lived ones for creates.
 type PoolConfig struct {
-	Template string
-	Size     int
+	Template  string
+	Size      int
+	Sandboxes bool
+}
+
+// key names a pool among the server's.
+func (c PoolConfig) key() string {
+	if c.Sandboxes {
+		return "sandboxes/" + c.Template
+	}
+	return c.Template
 }
 
 // poolCheckEvery is how often the server looks for changed templates.
@@ -52,15 +62,15 @@ func (s *Server) startPools(ctx context.Context) error {
 		return fmt.Errorf("%w: the pools hold %d sandboxes, which leaves no room under --max-sandboxes %d: shrink the pools or raise the limit", errdefs.ErrInvalidArgument, total, s.opt.MaxSandboxes)
 	}
 	for _, c := range s.opt.Pools {
-		if _, dup := s.pools[c.Template]; dup {
-			return fmt.Errorf("%w: template %q has two --pool entries; give one", errdefs.ErrInvalidArgument, c.Template)
+		if _, dup := s.pools[c.key()]; dup {
+			return fmt.Errorf("%w: template %q has two --pool (or --pool-sandboxes) entries; give one", errdefs.ErrInvalidArgument, c.Template)
 		}
 		w := &warm{cfg: c}
 		if err := s.refresh(ctx, w); err != nil {
 			s.closePools()
 			return err
 		}
-		s.pools[c.Template] = w
+		s.pools[c.key()] = w
 	}
 	return nil
 }
@@ -82,10 +92,16 @@ func (s *Server) refresh(ctx context.Context, w *warm) error {
 	if err != nil {
 		return fmt.Errorf("warm pool of template %q: %w", w.cfg.Template, err)
 	}
-	p, err := rn.NewPool(ctx, t.Spec(), runner.PoolOptions{
-		Name: w.cfg.Template, Size: w.cfg.Size, MaxAge: s.opt.PoolMaxAge,
-		FailWhenEmpty: s.opt.PoolFailWhenEmpty, Room: s.room,
-	})
+	o := runner.PoolOptions{Name: w.cfg.Template, Size: w.cfg.Size, MaxAge: s.opt.PoolMaxAge, FailWhenEmpty: s.opt.PoolFailWhenEmpty, Room: s.room}
+	var p *runner.Pool
+	if w.cfg.Sandboxes {
+		var base runner.SandboxSpec
+		if base, err = t.NarrowSandbox(runner.SandboxSpec{}); err == nil {
+			p, err = rn.NewSandboxPool(ctx, base, o)
+		}
+	} else {
+		p, err = rn.NewPool(ctx, t.Spec(), o)
+	}
 	if err != nil {
 		return fmt.Errorf("warm pool of template %q: %w", w.cfg.Template, err)
 	}
@@ -133,9 +149,10 @@ func (s *Server) closePools() {
 	wg.Wait()
 }
 
-// poolFor returns the pool of a template on rn's engine, or nil.
-func (s *Server) poolFor(template string, rn *runner.Runner) *runner.Pool {
-	w := s.pools[template]
+// poolFor returns the pool of a template on rn's engine, for runs or for
+// sandbox creates, or nil.
+func (s *Server) poolFor(template string, sandboxes bool, rn *runner.Runner) *runner.Pool {
+	w := s.pools[PoolConfig{Template: template, Sandboxes: sandboxes}.key()]
 	if w == nil || template == "" {
 		return nil
 	}
@@ -174,7 +191,8 @@ func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
-	for name, w := range c.s.pools {
+	for _, w := range c.s.pools {
+		name := w.cfg.key()
 		p, _ := w.current()
 		if p == nil {
 			continue

@@ -25,7 +25,7 @@ import (
 type serveFlags struct {
 	socket, listen, tokenFile, tlsCert, tlsKey, maxBody, addrFile string
 	maxSandboxes                                                  int
-	pools                                                         []string
+	pools, sandboxPools                                           []string
 	poolExhausted                                                 string
 	poolMaxAge                                                    time.Duration
 }
@@ -64,7 +64,13 @@ claim starts a refill. When the pool is empty a run starts cold, or, with
 --pool-exhausted fail, is refused with 429 over_limit. Pooled sandboxes
 older than --pool-max-age are replaced, and so is the whole pool when its
 template changes. They count against --max-sandboxes, show in sandbox ls
-as pooled, and are reaped like any other when the server dies.`,
+as pooled, and are reaped like any other when the server dies.
+
+--pool-sandboxes TEMPLATE=N does the same for sandbox creates: N
+long-lived sandboxes of the template, started and idle, each taken by one
+create that names the template and fits it (the template's policy, env,
+workspace size and output directory); the create's labels, TTL, idle
+timeout and download types are given to it as it is taken. Any engine.`,
 		Example: `  airlock serve
   airlock serve --listen 127.0.0.1:8787
   curl --unix-socket /run/airlock/airlock.sock -d '{"argv":["python3","-c","print(6*7)"]}' http://airlock/v1/runs
@@ -83,6 +89,7 @@ as pooled, and are reaped like any other when the server dies.`,
 	fl.StringVar(&f.maxBody, "max-body", units.Bytes(server.DefaultMaxBody).String(), "cap on JSON request bodies")
 	fl.StringVar(&f.addrFile, "addr-file", "", "write the TCP address here once listening (for --listen 127.0.0.1:0)")
 	fl.StringArrayVar(&f.pools, "pool", nil, "keep a warm pool of N sandboxes of a template: TEMPLATE=N (repeatable; oci engine)")
+	fl.StringArrayVar(&f.sandboxPools, "pool-sandboxes", nil, "keep a warm pool of N long-lived sandboxes of a template for sandbox creates: TEMPLATE=N (repeatable)")
 	fl.StringVar(&f.poolExhausted, "pool-exhausted", "cold", "when a template's pool is empty: cold (start one) or fail (429 over_limit)")
 	fl.DurationVar(&f.poolMaxAge, "pool-max-age", runner.DefaultPoolMaxAge, "replace pooled sandboxes older than this")
 	return cmd
@@ -96,10 +103,15 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 	if f.maxSandboxes <= 0 {
 		return usageError{fmt.Errorf("--max-sandboxes %d: give a positive number", f.maxSandboxes)}
 	}
-	pools, err := parsePools(f.pools)
+	pools, err := parsePools(f.pools, false)
 	if err != nil {
 		return err
 	}
+	sbPools, err := parsePools(f.sandboxPools, true)
+	if err != nil {
+		return err
+	}
+	pools = append(pools, sbPools...)
 	if f.poolExhausted != "cold" && f.poolExhausted != "fail" {
 		return usageError{fmt.Errorf("--pool-exhausted %q: give cold or fail", f.poolExhausted)}
 	}
@@ -183,8 +195,9 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 	return err
 }
 
-// parsePools parses --pool TEMPLATE=N values.
-func parsePools(vals []string) ([]server.PoolConfig, error) {
+// parsePools parses --pool (or, sandboxes, --pool-sandboxes) TEMPLATE=N
+// values.
+func parsePools(vals []string, sandboxes bool) ([]server.PoolConfig, error) {
 	var out []server.PoolConfig
 	for _, v := range vals {
 		name, num, ok := strings.Cut(v, "=")
@@ -192,7 +205,7 @@ func parsePools(vals []string) ([]server.PoolConfig, error) {
 		if !ok || name == "" || err != nil || n < 1 || n > 256 {
 			return nil, usageError{fmt.Errorf("--pool %q: give TEMPLATE=N with N from 1 to 256, such as --pool py=4", v)}
 		}
-		out = append(out, server.PoolConfig{Template: name, Size: n})
+		out = append(out, server.PoolConfig{Template: name, Size: n, Sandboxes: sandboxes})
 	}
 	return out, nil
 }

@@ -195,9 +195,9 @@ func TestServePoolKill9(t *testing.T) {
 		return
 	}
 	poolTemplate(t, "e2e-pool-kill")
-	s := startServer(t, "--pool", "e2e-pool-kill=3")
+	s := startServer(t, "--pool", "e2e-pool-kill=3", "--pool-sandboxes", "e2e-pool-kill=2")
 	a := s.apis()[0]
-	ids := a.waitPooled(t, "full", atLeast(3))
+	ids := a.waitPooled(t, "full", atLeast(5))
 	s.cmd.Process.Signal(syscall.SIGKILL)
 	s.cmd.Wait()
 	if out, err := exec.Command(airlockBin, "--root", rootDir, "reap").CombinedOutput(); err != nil {
@@ -213,5 +213,33 @@ func TestServePoolKill9(t *testing.T) {
 	}
 	if len(left) > 0 {
 		t.Fatalf("after kill -9 of the server and airlock reap, the pool left: %v", left)
+	}
+}
+
+// TestServeSandboxPool: a create that names a template with a sandbox pool
+// takes a pooled sandbox, which then carries the create's labels and runs
+// execs; a create that does not fit (its own env) makes one; a pooled
+// sandbox is no client's until claimed. Any engine.
+func TestServeSandboxPool(t *testing.T) {
+	poolTemplate(t, "e2e-sbpool")
+	s := startServer(t, "--pool-sandboxes", "e2e-sbpool=2")
+	a := s.apis()[0]
+	pooled := a.waitPooled(t, "full", atLeast(2))
+	var e apiError
+	a.call(t, "POST", "/v1/sandboxes/"+pooled[0]+"/exec", map[string]any{"argv": []string{"true"}}, http.StatusNotFound, &e)
+
+	si := a.create(t, map[string]any{"template": "e2e-sbpool", "labels": map[string]string{"who": "e2e"}})
+	if !slices.Contains(pooled, si.ID) || si.State != "ready" || si.Labels["who"] != "e2e" || si.Labels["pool"] != "" {
+		t.Fatalf("a create on the pooled template: %s %s %v (pooled %v)", si.ID, si.State, si.Labels, pooled)
+	}
+	if r := a.exec(t, si.ID, map[string]any{"argv": []string{"sh", "-c", "echo hi > f && cat f && pwd"}}); string(r.Stdout.Head) != "hi\n/home/user\n" {
+		t.Fatalf("exec in the claimed sandbox: %+v", r)
+	}
+	cold := a.create(t, map[string]any{"template": "e2e-sbpool", "env": []string{"MINE=1"}})
+	if slices.Contains(pooled, cold.ID) {
+		t.Fatalf("a create with its own env took pooled sandbox %s", cold.ID)
+	}
+	if st, _, b := a.do(t, "GET", "/metrics", nil); st != 200 || !strings.Contains(string(b), `airlock_pool_claims_total{template="sandboxes/e2e-sbpool"} 1`) {
+		t.Errorf("/metrics: %s", grepLines(string(b), "airlock_pool_"))
 	}
 }

@@ -1,0 +1,151 @@
+package runner
+
+// Warm pools of long-lived sandboxes: made ahead from a template's
+// policy, each taken by one create. The pool's sandboxes run airlock's
+// idle init and nothing else; a claim gives one its caller's labels, TTL,
+// idle timeout and download allowlist (all host-side) and makes it ready.
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/lifecycle"
+)
+
+// NewSandboxPool starts filling a pool of long-lived sandboxes made from
+// base (its labels, TTL and idle timeout are the claims'). Close frees
+// them.
+func (r *Runner) NewSandboxPool(ctx context.Context, base SandboxSpec, o PoolOptions) (*Pool, error) {
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	if o.Name == "" {
+		return nil, fmt.Errorf("%w: a pool needs a name", errdefs.ErrInvalidArgument)
+	}
+	// Until claimed, a pooled sandbox lives for the pool's max age.
+	base.Labels, base.TTL, base.IdleTimeout, base.pool = nil, o.MaxAge+time.Minute, o.MaxAge+time.Minute, o.Name
+	if err := base.defaults(); err != nil {
+		return nil, err
+	}
+	job, err := r.planSandbox(base)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.engine.Check(ctx, job); err != nil {
+		return nil, err
+	}
+	p := &Pool{r: r, sbase: base, splan: job}
+	p.fill = p.fillSandbox
+	return p, p.start(ctx, o)
+}
+
+// fillSandbox makes one long-lived sandbox, left created; the filler
+// records it pooled.
+func (p *Pool) fillSandbox(ctx context.Context) (*pooled, error) {
+	sb, err := p.r.Create(ctx, p.sbase)
+	if err != nil {
+		return nil, err
+	}
+	return &pooled{id: sb.ID(), born: time.Now()}, nil
+}
+
+// Create makes a sandbox as Runner.Create does, taking a pooled one when
+// s fits the pool's (the same image, policy, env, workspace size and
+// output directory) and one is ready; otherwise it creates one, or, with
+// FailWhenEmpty and an empty pool, fails with ErrResourceExhausted.
+func (p *Pool) Create(ctx context.Context, s SandboxSpec) (*Sandbox, error) {
+	if p.splan == nil {
+		return nil, fmt.Errorf("%w: pool %q keeps sandboxes for runs, not for creates", errdefs.ErrInvalidArgument, p.opt.Name)
+	}
+	if err := s.defaults(); err != nil {
+		return nil, err
+	}
+	job, err := p.r.planSandbox(s)
+	if err != nil {
+		return nil, err
+	}
+	if why := p.fitsSandbox(s, job); why != "" {
+		p.missed(why)
+		return p.r.Create(ctx, s)
+	}
+	e := p.take()
+	defer p.kick()
+	if e == nil {
+		p.missed("the pool is empty")
+		if p.opt.FailWhenEmpty {
+			return nil, fmt.Errorf("%w: warm pool %q is empty (%d sandboxes, all claimed or still starting) and is set to fail when empty (--pool-exhausted fail): retry shortly, or grow the pool", errdefs.ErrResourceExhausted, p.opt.Name, p.opt.Size)
+		}
+		return p.r.Create(ctx, s)
+	}
+	sb, err := p.r.claimSandbox(ctx, e.id, p.opt.Name, s)
+	if err != nil {
+		p.r.log.Warn("claiming a pooled sandbox", "pool", p.opt.Name, "sandbox_id", e.id, "err", err)
+		p.later(func() { p.discard(e) })
+		p.missed(err.Error())
+		return p.r.Create(ctx, s)
+	}
+	p.mu.Lock()
+	p.stats.Claims++
+	p.mu.Unlock()
+	return sb, nil
+}
+
+// fitsSandbox says why s (planned as job) cannot take one of the pool's
+// sandboxes, or "".
+func (p *Pool) fitsSandbox(s SandboxSpec, job *engine.SandboxSpec) string {
+	b := p.sbase
+	switch {
+	case job.Image != p.splan.Image:
+		return "another image"
+	case !slices.Equal(s.Env, b.Env):
+		return "another environment"
+	case s.WorkspaceSize != b.WorkspaceSize:
+		return "another workspace size"
+	case s.Output.Disabled != b.Output.Disabled || s.Output.Dir != b.Output.Dir || s.Output.Size != b.Output.Size || s.Output.Files != b.Output.Files:
+		return "another output directory"
+	}
+	return samePolicy(job.Policy, p.splan.Policy)
+}
+
+// claimSandbox makes pooled sandbox id the caller's: its labels,
+// deadlines and download allowlist are s's, and it becomes ready.
+func (r *Runner) claimSandbox(ctx context.Context, id, pool string, s SandboxSpec) (*Sandbox, error) {
+	lc, err := r.lifecycle()
+	if err != nil {
+		return nil, err
+	}
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.lockWait)
+	defer cancel()
+	lk, err := lc.Lock(lctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer lk.Release()
+	if rec, err := lc.Get(id); err != nil || rec.State != lifecycle.Pooled {
+		return nil, fmt.Errorf("pooled sandbox %q is %s, not pooled: %v", id, orNone(rec.State), err)
+	}
+	now := time.Now().UTC()
+	err = updateInfo(r.root, id, func(si *SandboxInfo) error {
+		si.Labels = maps.Clone(s.Labels)
+		if si.Labels == nil {
+			si.Labels = map[string]string{}
+		}
+		si.DownloadTypes = s.DownloadTypes
+		si.CreatedAt, si.ExpiresAt, si.LastActivity = now, now.Add(s.TTL), now
+		si.IdleTimeoutMS = s.IdleTimeout.Milliseconds()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := lc.Move(id, lifecycle.Ready, "", map[string]any{"pool": pool, "labels": s.Labels, "ttl_ms": s.TTL.Milliseconds(), "idle_timeout_ms": s.IdleTimeout.Milliseconds()}); err != nil {
+		return nil, err
+	}
+	return r.Open(ctx, id)
+}

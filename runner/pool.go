@@ -207,9 +207,8 @@ func (p *Pool) Run(ctx context.Context, s Spec) (Result, error) {
 	e := p.take()
 	defer p.kick()
 	if e == nil {
-		p.missed("the pool is empty")
-		if p.opt.FailWhenEmpty {
-			return Result{}, fmt.Errorf("%w: warm pool %q is empty (%d sandboxes, all claimed or still starting) and is set to fail when empty (--pool-exhausted fail): retry shortly, or grow the pool", errdefs.ErrResourceExhausted, p.opt.Name, p.opt.Size)
+		if err := p.empty(); err != nil {
+			return Result{}, err
 		}
 		return p.r.Run(ctx, s)
 	}
@@ -269,6 +268,16 @@ func samePolicy(a, b isolation.Policy) string {
 		return "another policy"
 	}
 	return ""
+}
+
+// empty records a claim on an empty pool: an error under FailWhenEmpty,
+// else nil (the caller starts cold).
+func (p *Pool) empty() error {
+	p.missed("the pool is empty")
+	if p.opt.FailWhenEmpty {
+		return fmt.Errorf("%w: warm pool %q is empty (%d sandboxes, all claimed or still starting) and is set to fail when empty (--pool-exhausted fail): retry shortly, or grow the pool", errdefs.ErrResourceExhausted, p.opt.Name, p.opt.Size)
+	}
+	return nil
 }
 
 func (p *Pool) missed(why string) {

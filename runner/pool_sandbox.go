@@ -77,9 +77,8 @@ func (p *Pool) Create(ctx context.Context, s SandboxSpec) (*Sandbox, error) {
 	e := p.take()
 	defer p.kick()
 	if e == nil {
-		p.missed("the pool is empty")
-		if p.opt.FailWhenEmpty {
-			return nil, fmt.Errorf("%w: warm pool %q is empty (%d sandboxes, all claimed or still starting) and is set to fail when empty (--pool-exhausted fail): retry shortly, or grow the pool", errdefs.ErrResourceExhausted, p.opt.Name, p.opt.Size)
+		if err := p.empty(); err != nil {
+			return nil, err
 		}
 		return p.r.Create(ctx, s)
 	}

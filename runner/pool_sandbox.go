@@ -100,6 +100,8 @@ func (p *Pool) Create(ctx context.Context, s SandboxSpec) (*Sandbox, error) {
 func (p *Pool) fitsSandbox(s SandboxSpec, job *engine.SandboxSpec) string {
 	b := p.sbase
 	switch {
+	case len(s.Inputs) > 0:
+		return "inputs are staged per sandbox"
 	case job.Image != p.splan.Image:
 		return "another image"
 	case !slices.Equal(s.Env, b.Env):

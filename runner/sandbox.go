@@ -63,6 +63,11 @@ type SandboxSpec struct {
 	// DownloadTypes is the download allowlist; nil means the sessions
 	// default (the scanner's types plus source code as text).
 	DownloadTypes []string
+	// Inputs are copied in read-only when the sandbox is made, as a run's
+	// are (default under /work); InputLimit caps their total size
+	// (default 256MiB).
+	Inputs     []Input
+	InputLimit units.Bytes
 
 	// pool, set by a warm pool, leaves the sandbox created, for the pool
 	// to record pooled; a claim makes it ready.
@@ -363,6 +368,17 @@ func (r *Runner) Create(ctx context.Context, s SandboxSpec) (_ *Sandbox, err err
 	// /tmp is the host tmpfs made above, which the engine binds in place
 	// of its own (isolation.TmpDir), so that transfers reach it.
 	spec.Mounts = append(spec.Mounts, areas.Mounts()...)
+	var staged []receipt.File
+	if len(s.Inputs) > 0 {
+		// Staged as a run's inputs are, on a tmpfs of the sandbox's that
+		// goes with its areas, and bound read-only.
+		sc := &scratch{dir: areas.Dir}
+		if err := sc.stageInputs(ctx, r.root, s.Inputs, int64(s.InputLimit), spec.Deadline); err != nil {
+			RemoveAreas(context.WithoutCancel(ctx), areas.Dir)
+			return nil, err
+		}
+		spec.Mounts, staged = append(spec.Mounts, sc.mounts...), sc.inputs
+	}
 	spec.TmpSource = areas.Tmp
 	si.Areas = *areas
 	if err := writeInfo(r.root, &si); err != nil {
@@ -376,7 +392,11 @@ func (r *Runner) Create(ctx context.Context, s SandboxSpec) (_ *Sandbox, err err
 		states = states[:1]
 	}
 	for _, st := range states {
-		if err := lc.Move(id, st, "", nil); err != nil {
+		var extra map[string]any
+		if st == lifecycle.Created && len(staged) > 0 {
+			extra = map[string]any{"inputs": staged}
+		}
+		if err := lc.Move(id, st, "", extra); err != nil {
 			return nil, fmt.Errorf("%w: recording the sandbox: %w", errdefs.ErrUnavailable, err)
 		}
 	}
@@ -403,13 +423,16 @@ func (s *SandboxSpec) defaults() error {
 		return err
 	}
 	s.Output = s.Output.withDefaults()
+	in := Spec{Inputs: s.Inputs, InputLimit: s.InputLimit}
+	in.normalize()
+	s.Inputs, s.InputLimit = in.Inputs, in.InputLimit
 	return nil
 }
 
 // planSandbox plans a long-lived sandbox as a run of its policy.
 func (r *Runner) planSandbox(s SandboxSpec) (*engine.SandboxSpec, error) {
 	env := append([]string{"HOME=" + WorkspaceDir}, s.Env...)
-	return r.plan(Spec{Image: s.Image, Argv: []string{"true"}, Env: env, Policy: s.Policy, SeccompProfile: s.SeccompProfile, Output: s.Output})
+	return r.plan(Spec{Image: s.Image, Argv: []string{"true"}, Env: env, Policy: s.Policy, SeccompProfile: s.SeccompProfile, Output: s.Output, Inputs: s.Inputs})
 }
 
 // Open reconnects to live sandbox id, made by any airlock process. A

@@ -105,11 +105,14 @@ supervisor process enforces both within a second or two, even when no
 airlock command runs. --template NAME takes the sandbox's image, policy and
 output settings from a template (airlock template ls): the policy flags
 given may narrow it, never widen it. --download-types is the allowlist of airlock cp
-downloads (default: the artifact types plus source code as text).`,
+downloads (default: the artifact types plus source code as text).
+--input copies host files or directories in, read-only, as airlock run does
+(under /work by default), once, when the sandbox is made.`,
 		Example: `  airlock sandbox create
   airlock sandbox create --template py --idle-timeout 2m
   airlock sandbox create --json --idle-timeout 2m --ttl 30m --workspace-size 256MiB --label agent=demo
-  airlock sandbox create --engine oci --isolation seccomp --memory 1GiB`,
+  airlock sandbox create --engine oci --isolation seccomp --memory 1GiB
+  airlock sandbox create --input data.csv --input src/:/work/src`,
 		Args: exactArgs(0, "options only; run commands in it with airlock exec"),
 		RunE: func(cmd *cobra.Command, _ []string) error { return runSandboxCreate(cmd, g, f) },
 	}
@@ -127,7 +130,7 @@ downloads (default: the artifact types plus source code as text).`,
 
 func (f *sandboxCreateFlags) spec(cmd *cobra.Command, g *globals) (runner.SandboxSpec, error) {
 	var s runner.SandboxSpec
-	for _, n := range []string{"input", "stdin", "artifacts", "quarantine", "workdir", "input-limit"} {
+	for _, n := range []string{"stdin", "artifacts", "quarantine", "workdir"} {
 		if cmd.Flags().Changed(n) {
 			return s, usageError{fmt.Errorf("--%s does not apply to a sandbox: use airlock cp to move files and give --workdir or --stdin to each airlock exec", n)}
 		}
@@ -136,17 +139,17 @@ func (f *sandboxCreateFlags) spec(cmd *cobra.Command, g *globals) (runner.Sandbo
 	if err != nil {
 		return s, err
 	}
-	rs := runner.Spec{}
-	f.inputs = nil
-	if err := f.files(&rs); err != nil {
+	files := runner.Spec{}
+	if err := f.files(&files); err != nil {
 		return s, err
 	}
-	rs = runner.Spec{Image: f.image, Env: f.env, Policy: pol, SeccompProfile: f.seccompProfile, Output: rs.Output}
+	rs := runner.Spec{Image: f.image, Env: f.env, Policy: pol, SeccompProfile: f.seccompProfile, Output: files.Output}
 	// A template's engine becomes the sandbox's.
 	if rs, f.engine, err = g.templated(cmd, &f.runFlags, rs); err != nil {
 		return s, err
 	}
-	s = runner.SandboxSpec{Image: rs.Image, Env: rs.Env, Policy: rs.Policy, SeccompProfile: rs.SeccompProfile, Output: rs.Output, Labels: map[string]string{}}
+	s = runner.SandboxSpec{Image: rs.Image, Env: rs.Env, Policy: rs.Policy, SeccompProfile: rs.SeccompProfile, Output: rs.Output, Labels: map[string]string{},
+		Inputs: files.Inputs, InputLimit: files.InputLimit}
 	if s.IdleTimeout, err = units.ParseDuration(f.idle); err != nil || s.IdleTimeout <= 0 {
 		return s, usageError{fmt.Errorf("--idle-timeout %q: give a positive duration such as 15m", f.idle)}
 	}

@@ -72,7 +72,7 @@ echo "== sdk/python"
 
 echo "== MCP over streamable HTTP: airlock serve's /mcp, behind the token"
 (cd "$repo/mcpserver/testdata/client" && npm ci --no-audit --no-fund --loglevel=error &&
-	MCP_URL="$AIRLOCK_URL/mcp" MCP_TOKEN="$AIRLOCK_TOKEN" npm test)
+	MCP_URL="$AIRLOCK_URL/mcp" MCP_TOKEN="$AIRLOCK_TOKEN" AIRLOCK_BIN="$tmp/airlock" AIRLOCK_ROOT="$root" npm test)
 
 echo "== no sandbox left behind"
 left="$(cd "$sdk/python" && python3 -c '

@@ -6,6 +6,7 @@
 // MCP_TOKEN as the bearer token (airlock serve's /mcp).
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -15,6 +16,11 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
+const bin = process.env.AIRLOCK_BIN ?? path.resolve(here, "../../../../bin/airlock");
+const root = process.env.AIRLOCK_ROOT ?? "/var/lib/airlock";
+
+// airlock runs the CLI on the same root as the server (templates).
+const airlock = (...args) => execFileSync(bin, ["--root", root, ...args], { encoding: "utf8" });
 
 function transport() {
   if (process.env.MCP_URL) {
@@ -22,12 +28,7 @@ function transport() {
     if (process.env.MCP_TOKEN) headers.Authorization = `Bearer ${process.env.MCP_TOKEN}`;
     return new StreamableHTTPClientTransport(new URL(process.env.MCP_URL), { requestInit: { headers } });
   }
-  const bin = process.env.AIRLOCK_BIN ?? path.resolve(here, "../../../../bin/airlock");
-  return new StdioClientTransport({
-    command: bin,
-    args: ["mcp", "--root", process.env.AIRLOCK_ROOT ?? "/var/lib/airlock"],
-    stderr: "inherit",
-  });
+  return new StdioClientTransport({ command: bin, args: ["mcp", "--root", root], stderr: "inherit" });
 }
 
 const TOOLS = [
@@ -104,9 +105,24 @@ describe(`airlock MCP over ${process.env.MCP_URL ? "streamable HTTP" : "stdio"}`
     assert.equal(r.reason, "timeout");
   });
 
-  test("run_code refuses other languages and templates with what to do", async () => {
+  test("run_code refuses other languages and unknown templates with what to do", async () => {
     assert.match(await errorOf("run_code", { language: "javascript", code: "console.log(1)" }), /language "javascript" is not supported: use one of bash, python, sh/);
-    assert.match(await errorOf("run_code", { language: "python", code: "1", template: "data" }), /templates are not available/);
+    assert.match(await errorOf("run_code", { language: "python", code: "1", template: "mcp-no-such" }), /no template "mcp-no-such": `airlock template ls` lists the templates/);
+  });
+
+  test("run_code and sandbox_create on a template take its settings; a wider one is refused", async () => {
+    airlock("template", "create", "mcp-e2e", "--replace", "--memory", "256MiB", "--env", "FROM_TEMPLATE=yes");
+    try {
+      const r = await call("run_code", { language: "python", code: "import os; print(os.environ['FROM_TEMPLATE'])", template: "mcp-e2e" });
+      assert.equal(r.reason, "exited");
+      assert.equal(r.stdout, "yes\n");
+      const sb = await call("sandbox_create", { template: "mcp-e2e", ttl_s: 600 });
+      made.push(sb.sandbox_id);
+      assert.equal(sb.limits.memory_bytes, 256 * 1024 * 1024);
+      assert.match(await errorOf("sandbox_create", { template: "mcp-e2e", memory: "1GiB" }), /memory 1GiB is above template "mcp-e2e"'s 256MiB/);
+    } finally {
+      airlock("template", "rm", "mcp-e2e");
+    }
   });
 
   test("a sandbox: create, write, exec, read, list, destroy", async () => {
@@ -186,7 +202,7 @@ describe(`airlock MCP over ${process.env.MCP_URL ? "streamable HTTP" : "stdio"}`
     assert.match(await errorOf("sandbox_create", { image: "python:3" }), /creating the sandbox: .*digest/);
     assert.match(await errorOf("sandbox_create", { memory: "1MiB" }), /creating the sandbox: .*memory .* below the minimum/);
     assert.match(await errorOf("sandbox_create", { memory: "lots" }), /memory "lots": give a positive size/);
-    assert.match(await errorOf("sandbox_create", { template: "python-data" }), /templates are not available/);
+    assert.match(await errorOf("sandbox_create", { template: "python-data" }), /creating the sandbox: not found: no template "python-data"/);
   });
 
   test("a sandbox whose client went away ends at its TTL", async () => {

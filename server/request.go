@@ -294,31 +294,33 @@ func decodeStdin(s string) (io.Reader, error) {
 	return bytes.NewReader(b), nil
 }
 
-// spec converts a run request into the runner's Spec: on its template,
-// read from ts, when it names one (see templated).
-func (q *RunRequest) spec(ts *templates.Store) (runner.Spec, error) {
-	if q.Template == "" {
-		return q.explicitSpec(true)
+// onTemplate converts a run or sandbox request: with no template, by
+// explicit with the defaults; else on the template read from ts, the
+// fields given (explicit without the defaults) narrowing it through
+// narrow, a widening being invalid input. The request's engine becomes
+// the one the template runs on.
+func onTemplate[S any](p *PolicyRequest, ts *templates.Store, explicit func(defaults bool) (S, error), narrow func(*templates.Template, S) (S, error)) (S, error) {
+	var zero S
+	if p.Template == "" {
+		return explicit(true)
 	}
-	t, err := ts.Get(q.Template)
+	t, err := ts.Get(p.Template)
 	if err != nil {
-		return runner.Spec{}, err
+		return zero, err
 	}
-	return q.templated(t)
+	s, err := explicit(false)
+	if err != nil {
+		return zero, err
+	}
+	if p.Engine, err = t.EngineFor(p.Engine); err != nil {
+		return zero, err
+	}
+	return narrow(t, s)
 }
 
-// templated returns the request's Spec on template t: the fields given
-// narrow it (a widening is invalid input). The request's engine becomes
-// the one the template runs on.
-func (q *RunRequest) templated(t *templates.Template) (runner.Spec, error) {
-	s, err := q.explicitSpec(false)
-	if err != nil {
-		return s, err
-	}
-	if q.Engine, err = t.EngineFor(q.Engine); err != nil {
-		return runner.Spec{}, err
-	}
-	return t.Narrow(s)
+// spec converts a run request into the runner's Spec (see onTemplate).
+func (q *RunRequest) spec(ts *templates.Store) (runner.Spec, error) {
+	return onTemplate(&q.PolicyRequest, ts, q.explicitSpec, (*templates.Template).Narrow)
 }
 
 // explicitSpec converts the request; absent policy fields take the
@@ -346,30 +348,10 @@ func (q *RunRequest) explicitSpec(defaults bool) (runner.Spec, error) {
 	return runner.Spec{Image: q.Image, Argv: q.Argv, Env: q.Env, Stdin: stdin, Policy: pol, Workdir: q.Workdir, Output: out}, nil
 }
 
-// spec converts a sandbox request into the runner's SandboxSpec: on its
-// template, read from ts, when it names one (see templated).
+// spec converts a sandbox request into the runner's SandboxSpec (see
+// onTemplate).
 func (q *SandboxRequest) spec(ts *templates.Store) (runner.SandboxSpec, error) {
-	if q.Template == "" {
-		return q.explicitSpec(true)
-	}
-	t, err := ts.Get(q.Template)
-	if err != nil {
-		return runner.SandboxSpec{}, err
-	}
-	return q.templated(t)
-}
-
-// templated returns the request's SandboxSpec on template t, as
-// RunRequest.templated.
-func (q *SandboxRequest) templated(t *templates.Template) (runner.SandboxSpec, error) {
-	s, err := q.explicitSpec(false)
-	if err != nil {
-		return s, err
-	}
-	if q.Engine, err = t.EngineFor(q.Engine); err != nil {
-		return runner.SandboxSpec{}, err
-	}
-	return t.NarrowSandbox(s)
+	return onTemplate(&q.PolicyRequest, ts, q.explicitSpec, (*templates.Template).NarrowSandbox)
 }
 
 // explicitSpec converts the request; absent policy fields take the

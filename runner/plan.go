@@ -4,6 +4,7 @@ package runner
 // is refused before anything is created.
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -170,7 +171,7 @@ func (r *Runner) loadSeccomp(file string, mode isolation.Mode) (*isolation.Secco
 	case errors.Is(err, seccomp.ErrNotSupported):
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	case err != nil:
-		return nil, fmt.Errorf("%w: seccomp profile %s: %v", errdefs.ErrInvalidArgument, cmpOr(file, "default"), err)
+		return nil, fmt.Errorf("%w: seccomp profile %s: %v", errdefs.ErrInvalidArgument, cmp.Or(file, "default"), err)
 	}
 	prof := &isolation.SeccompProfile{JSON: p.Bytes(), Spec: p.Spec(), SHA256: p.SHA256()}
 	writeCachedProfile(cache, prof)
@@ -197,13 +198,6 @@ func Profile(raw []byte, mode isolation.Mode) (*seccomp.Profile, error) {
 		err = seccomp.Validate(p)
 	}
 	return p, err
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // checkDestinations opens the artifact and quarantine directories before

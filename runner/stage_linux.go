@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -191,7 +192,7 @@ func openBeneath(in Input) (parent int, name string, err error) {
 		return -1, "", fmt.Errorf("%w: opening the input root %q: %v", errdefs.ErrNotFound, in.Beneath, err)
 	}
 	defer unix.Close(rfd)
-	fd, err := unix.Openat2(rfd, cmpOr(dir, "."), &unix.OpenHow{
+	fd, err := unix.Openat2(rfd, cmp.Or(dir, "."), &unix.OpenHow{
 		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 	})

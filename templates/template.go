@@ -1,6 +1,7 @@
 package templates
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -169,7 +170,7 @@ func pin(image string, idx *images.Index) (images.Ref, error) {
 		return images.Ref{}, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
 	}
 	if defErr == nil && def.ID == ref.ID {
-		return images.Ref{Name: cmpOr(ref.Name, def.Name), ID: ref.ID}, nil
+		return images.Ref{Name: cmp.Or(ref.Name, def.Name), ID: ref.ID}, nil
 	}
 	recs, err := idx.List()
 	if err != nil {
@@ -177,17 +178,10 @@ func pin(image string, idx *images.Index) (images.Ref, error) {
 	}
 	for _, r := range recs {
 		if r.ID == ref.ID {
-			return images.Ref{Name: cmpOr(ref.Name, r.Name), ID: ref.ID}, nil
+			return images.Ref{Name: cmp.Or(ref.Name, r.Name), ID: ref.ID}, nil
 		}
 	}
 	return images.Ref{}, fmt.Errorf("%w: image %s is not one airlock holds: `airlock image ls` lists the images it can run, and `airlock image import` adds one", errdefs.ErrNotFound, image)
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 func sha256Hex(b []byte) string {

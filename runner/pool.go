@@ -175,6 +175,9 @@ func (p *Pool) start(ctx context.Context, o PoolOptions) error {
 	return nil
 }
 
+// EngineName is the name of the engine the pool's sandboxes run on.
+func (p *Pool) EngineName() string { return p.r.EngineName() }
+
 // Stats returns the pool's counters.
 func (p *Pool) Stats() PoolStats {
 	p.mu.Lock()
@@ -545,21 +548,32 @@ func (p *Pool) Close(ctx context.Context) error {
 // claimed takes the run lock of a pooled sandbox a run has claimed, once
 // no reaper has taken it meanwhile.
 func (r *Runner) claimed(ctx context.Context, lc *lifecycle.Store, id string, c *claim, extra map[string]any) (*lifecycle.RunLock, error) {
+	lk, err := lockPooled(ctx, lc, id)
+	if err != nil {
+		return nil, err
+	}
+	removePooled(c.sc.dir)
+	ev := map[string]any{"event": "claimed", "run_id": id, "pool": c.pool}
+	for k, v := range extra {
+		ev[k] = v
+	}
+	if err := lc.Audit().Append(ev); err != nil {
+		lk.Release()
+		return nil, err
+	}
+	return lk, nil
+}
+
+// lockPooled takes pooled sandbox id's run lock, once no reaper or
+// destroyer has taken the sandbox meanwhile.
+func lockPooled(ctx context.Context, lc *lifecycle.Store, id string) (*lifecycle.RunLock, error) {
 	lk, err := lc.Lock(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	rec, err := lc.Get(id)
 	if err == nil && rec.State != lifecycle.Pooled {
-		err = fmt.Errorf("pooled sandbox %q is %s, not pooled: a reaper took it", id, orNone(rec.State))
-	}
-	if err == nil {
-		removePooled(c.sc.dir)
-		ev := map[string]any{"event": "claimed", "run_id": id, "pool": c.pool}
-		for k, v := range extra {
-			ev[k] = v
-		}
-		err = lc.Audit().Append(ev)
+		err = fmt.Errorf("pooled sandbox %q is %s, not pooled: a reaper or a destroy took it", id, orNone(rec.State))
 	}
 	if err != nil {
 		lk.Release()

@@ -123,14 +123,11 @@ func (r *Runner) claimSandbox(ctx context.Context, id, pool string, s SandboxSpe
 	}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.lockWait)
 	defer cancel()
-	lk, err := lc.Lock(lctx, id)
+	lk, err := lockPooled(lctx, lc, id)
 	if err != nil {
 		return nil, err
 	}
 	defer lk.Release()
-	if rec, err := lc.Get(id); err != nil || rec.State != lifecycle.Pooled {
-		return nil, fmt.Errorf("pooled sandbox %q is %s, not pooled: %v", id, orNone(rec.State), err)
-	}
 	now := time.Now().UTC()
 	err = updateInfo(r.root, id, func(si *SandboxInfo) error {
 		si.Labels = maps.Clone(s.Labels)

@@ -41,14 +41,13 @@ type warm struct {
 	mu      sync.Mutex
 	pool    *runner.Pool
 	version string
-	engine  string // the pool's runner's engine
-	replace int64  // pools replaced after a template change
+	replace int64 // pools replaced after a template change
 }
 
-func (w *warm) current() (*runner.Pool, string) {
+func (w *warm) current() *runner.Pool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.pool, w.engine
+	return w.pool
 }
 
 // startPools makes every configured pool; a pool that cannot be made
@@ -107,7 +106,7 @@ func (s *Server) refresh(ctx context.Context, w *warm) error {
 	}
 	w.mu.Lock()
 	old := w.pool
-	w.pool, w.version, w.engine = p, t.Version(), rn.EngineName()
+	w.pool, w.version = p, t.Version()
 	if old != nil {
 		w.replace++
 	}
@@ -119,20 +118,11 @@ func (s *Server) refresh(ctx context.Context, w *warm) error {
 	return nil
 }
 
-// watchPools replaces the pools of templates that changed.
-func (s *Server) watchPools(ctx context.Context) {
-	t := time.NewTicker(poolCheckEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		for _, w := range s.pools {
-			if err := s.refresh(ctx, w); err != nil {
-				s.log.Warn("checking a warm pool's template", "template", w.cfg.Template, "err", err)
-			}
+// refreshPools replaces the pools of templates that changed.
+func (s *Server) refreshPools(ctx context.Context) {
+	for _, w := range s.pools {
+		if err := s.refresh(ctx, w); err != nil {
+			s.log.Warn("checking a warm pool's template", "template", w.cfg.Template, "err", err)
 		}
 	}
 }
@@ -141,7 +131,7 @@ func (s *Server) watchPools(ctx context.Context) {
 func (s *Server) closePools() {
 	var wg sync.WaitGroup
 	for _, w := range s.pools {
-		if p, _ := w.current(); p != nil {
+		if p := w.current(); p != nil {
 			wg.Add(1)
 			go func() { defer wg.Done(); p.Close(context.Background()) }()
 		}
@@ -156,8 +146,8 @@ func (s *Server) poolFor(template string, sandboxes bool, rn *runner.Runner) *ru
 	if w == nil || template == "" {
 		return nil
 	}
-	p, eng := w.current()
-	if eng != rn.EngineName() {
+	p := w.current()
+	if p == nil || p.EngineName() != rn.EngineName() {
 		return nil
 	}
 	return p
@@ -193,7 +183,7 @@ func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, w := range c.s.pools {
 		name := w.cfg.key()
-		p, _ := w.current()
+		p := w.current()
 		if p == nil {
 			continue
 		}

@@ -241,7 +241,7 @@ func WithTCP(ctx context.Context) context.Context { return context.WithValue(ctx
 // token.
 func (s *Server) Serve(ctx context.Context, listeners ...net.Listener) error {
 	defer s.closePools()
-	go s.watchPools(ctx)
+	go every(ctx, poolCheckEvery, s.refreshPools)
 	hs := &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -264,7 +264,7 @@ func (s *Server) Serve(ctx context.Context, listeners ...net.Listener) error {
 		}()
 	}
 	if s.opt.Sweep != nil {
-		go s.sweepLoop(ctx)
+		go every(ctx, sweepEvery, s.sweep)
 	}
 	var err error
 	select {
@@ -288,20 +288,25 @@ func (s *Server) Serve(ctx context.Context, listeners ...net.Listener) error {
 	return err
 }
 
-func (s *Server) sweepLoop(ctx context.Context) {
-	t := time.NewTicker(sweepEvery)
+func (s *Server) sweep(ctx context.Context) {
+	n, err := s.opt.Sweep(ctx)
+	if err != nil {
+		s.log.Warn("sweeping leftovers", "err", err)
+	}
+	s.metrics.orphans.Add(float64(n))
+}
+
+// every calls fn every period until ctx is done.
+func every(ctx context.Context, period time.Duration, fn func(context.Context)) {
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			fn(ctx)
 		}
-		n, err := s.opt.Sweep(ctx)
-		if err != nil {
-			s.log.Warn("sweeping leftovers", "err", err)
-		}
-		s.metrics.orphans.Add(float64(n))
 	}
 }
 

@@ -108,17 +108,16 @@ func TestPoolClaims(t *testing.T) {
 	_, root, p := newPool(t, he, PoolOptions{Name: "t", Size: 2})
 	ids := map[string]bool{}
 	for i := range 5 {
+		// The pool refills after each claim (waited for below), so every
+		// run here is a claim.
 		s := fakeSpec()
 		s.Env = []string{"FROM=pool", fmt.Sprintf("JOB=%d", i)}
 		res, err := p.Run(context.Background(), s)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.Pool == "" {
-			// The refill runs after each claim; wait for it and retry.
-			i--
-			time.Sleep(10 * time.Millisecond)
-			continue
+		if res.Pool != "t" {
+			t.Fatalf("run %d started cold with %+v", i, p.Stats())
 		}
 		if ids[res.ID] {
 			t.Fatalf("sandbox %s claimed twice", res.ID)

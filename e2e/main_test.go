@@ -25,7 +25,6 @@ import (
 
 	"github.com/airlock-sandbox/airlock/engine/docker"
 	"github.com/airlock-sandbox/airlock/internal/e2etest"
-	"github.com/airlock-sandbox/airlock/internal/imagetest"
 	"github.com/airlock-sandbox/airlock/runner"
 )
 
@@ -77,15 +76,11 @@ func setup(m *testing.M) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	layoutDir := filepath.Join(tmp, "busybox-oci")
-	if err := imagetest.BusyboxLayout(layoutDir); err != nil {
-		return 0, fmt.Errorf("building the busybox image: %w", err)
+	ref, err := e2etest.ImportBusybox(airlockBin, rootDir, tmp, "airlock-e2e/busybox")
+	if err != nil {
+		return 0, err
 	}
-	res := airlock(nil, "image", "import", "--name", "airlock-e2e/busybox", layoutDir)
-	if res.code != 0 {
-		return 0, fmt.Errorf("importing busybox: exit %d: %s", res.code, res.stderr)
-	}
-	busybox = strings.TrimSpace(res.stdout)
+	busybox = ref.String()
 
 	code := m.Run()
 	if left := sandboxes(); len(left) > 0 {

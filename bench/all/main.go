@@ -86,7 +86,7 @@ func run() error {
 	if e.bin, err = e2etest.Build(e.tmp, "./cmd/airlock"); err != nil {
 		return err
 	}
-	if e.busybox, err = e2etest.ImportBusybox(e.bin, e.root, e.tmp); err != nil {
+	if e.busybox, err = e2etest.ImportBusybox(e.bin, e.root, e.tmp, "airlock-bench/busybox"); err != nil {
 		return err
 	}
 	out, err := exec.Command(e.bin, "--root", e.root, "image", "default").Output()

@@ -69,7 +69,7 @@ func run() error {
 		}
 		return out, nil
 	}
-	ref, err := e2etest.ImportBusybox(bin, root, tmp)
+	ref, err := e2etest.ImportBusybox(bin, root, tmp, "airlock-bench/busybox")
 	if err != nil {
 		return err
 	}

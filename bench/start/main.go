@@ -51,7 +51,7 @@ func run(n int) error {
 	if err != nil {
 		return err
 	}
-	ref, err := e2etest.ImportBusybox(bin, root, tmp)
+	ref, err := e2etest.ImportBusybox(bin, root, tmp, "airlock-bench/busybox")
 	if err != nil {
 		return err
 	}

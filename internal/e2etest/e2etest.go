@@ -88,17 +88,20 @@ func MountsLeft(root string) bool {
 	return bytes.Contains(mi, []byte(root))
 }
 
-// ImportBusybox imports the test busybox image into root with bin (an
-// airlock binary), its layout written under dir, and returns its
+// ImportBusybox imports the test busybox image into root under name with
+// bin (an airlock binary), its layout written under dir, and returns its
 // reference.
-func ImportBusybox(bin, root, dir string) (images.Ref, error) {
+func ImportBusybox(bin, root, dir, name string) (images.Ref, error) {
 	layout := filepath.Join(dir, "busybox")
 	if err := imagetest.BusyboxLayout(layout); err != nil {
-		return images.Ref{}, err
+		return images.Ref{}, fmt.Errorf("building the busybox image: %w", err)
 	}
-	out, err := exec.Command(bin, "--root", root, "image", "import", "--name", "airlock-bench/busybox", layout).Output()
+	var stderr bytes.Buffer
+	cmd := exec.Command(bin, "--root", root, "image", "import", "--name", name, layout)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		return images.Ref{}, fmt.Errorf("importing the busybox image: %w", err)
+		return images.Ref{}, fmt.Errorf("importing the busybox image: %w: %s", err, stderr.String())
 	}
 	return images.ParseRef(strings.TrimSpace(string(out)))
 }

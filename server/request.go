@@ -174,13 +174,6 @@ func parseBytes(field, s string, dst *units.Bytes) error {
 	return nil
 }
 
-// policy converts the policy fields; absent fields take the defaults of
-// isolation.Default, as the CLI's flags do.
-func (p *PolicyRequest) policy() (isolation.Policy, error) {
-	pol, err := p.explicitPolicy()
-	return pol.WithDefaults(), err
-}
-
 // explicitPolicy converts the policy fields given; absent fields are zero.
 func (p *PolicyRequest) explicitPolicy() (isolation.Policy, error) {
 	for _, f := range []struct {

@@ -49,6 +49,9 @@ type sandboxState struct {
 	Start uint64 `json:"start"`
 	// Timeout is the policy's, for processes that give none.
 	Timeout time.Duration `json:"timeout"`
+	// Control is a gVisor sandbox's control socket, where execs start
+	// without a runsc process; empty where the runtime's exec is used.
+	Control string `json:"control,omitempty"`
 }
 
 var sandboxIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
@@ -160,6 +163,9 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (_ engine.Sa
 		return nil, engine.Lost("sandbox %q ended as it started", s.ID)
 	}
 	st := sandboxState{ID: s.ID, Image: s.Image, Mode: s.Policy.Isolation, Pid: pid, Start: start, Timeout: l.Timeout}
+	if !native {
+		st.Control = e.probeControl(bg, state, name)
+	}
 	b, _ := json.Marshal(st)
 	if err := atomicfile.WriteFile(filepath.Join(bundle, stateFile), b, 0o600); err != nil {
 		return nil, fmt.Errorf("%w: writing sandbox state: %v", errdefs.ErrUnavailable, err)
@@ -327,6 +333,47 @@ func (s *sandbox) Exec(ctx context.Context, p *engine.Process) (engine.Exit, err
 	if err := ctx.Err(); err != nil {
 		return engine.Exit{Killed: true, Code: -1}, nil
 	}
+	timeout := p.Timeout
+	if timeout <= 0 {
+		timeout = s.st.Timeout
+	}
+	ooms := oomKills(s.st.ID)
+	var exit engine.Exit
+	if s.st.Control != "" && !p.Detach && noCapabilities(pr) {
+		exit, err = s.execControl(ctx, p, pr, timeout)
+	} else {
+		exit, err = s.execRuntime(ctx, p, pr, timeout)
+	}
+	if err != nil {
+		return engine.Exit{}, err
+	}
+	if exit.Code != 0 {
+		if err := s.alive(); err != nil {
+			if oomKills(s.st.ID) > ooms && errors.Is(err, engine.ErrSandboxLost) {
+				return engine.Exit{}, engine.Lost("sandbox %q reached its memory limit and the host's OOM killer ended it (under gVisor the limit is the whole sandbox's, and the OOM killer takes the sandbox)", s.st.ID)
+			}
+			return engine.Exit{}, err
+		}
+		// A SIGKILL counted by the memory cgroup is the OOM killer's (a
+		// concurrent exec's kill -9 may be taken for one).
+		exit.OOMKilled = exit.Code == 128+int(syscall.SIGKILL) && oomKills(s.st.ID) > ooms
+	}
+	if p.Detach && exit.Code != 0 {
+		bin, _, _ := s.e.runtimeFor(s.st.Mode, s.bundle)
+		return engine.Exit{}, fmt.Errorf("%w: starting %q detached in sandbox %q: %s exec exited %d%s", errdefs.ErrUnknown, p.Argv[0], s.st.ID, filepath.Base(bin), exit.Code, runtimeLog(s.bundle))
+	}
+	return exit, nil
+}
+
+// noCapabilities reports whether p has no capability in any set, the only
+// process the control path starts (it sends empty sets).
+func noCapabilities(p *specs.Process) bool {
+	c := p.Capabilities
+	return c == nil || len(c.Bounding)+len(c.Effective)+len(c.Permitted)+len(c.Inheritable)+len(c.Ambient) == 0
+}
+
+// execRuntime runs an exec through the runtime's own exec command.
+func (s *sandbox) execRuntime(ctx context.Context, p *engine.Process, pr *specs.Process, timeout time.Duration) (engine.Exit, error) {
 	b, _ := json.Marshal(pr)
 	tmp, err := os.MkdirTemp(s.bundle, "exec-")
 	if err != nil {
@@ -356,56 +403,121 @@ func (s *sandbox) Exec(ctx context.Context, p *engine.Process) (engine.Exit, err
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = p.Stdin, p.Stdout, p.Stderr
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.WaitDelay = 2 * time.Second
+	cmd.WaitDelay = outputGrace
 
-	ooms := oomKills(s.st.ID)
 	started := time.Now()
 	if err := cmd.Start(); err != nil {
 		return engine.Exit{}, fmt.Errorf("%w: starting %s: %v; run `make setup` to install it", errdefs.ErrUnavailable, filepath.Base(bin), err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	timeout := p.Timeout
-	if timeout <= 0 {
-		timeout = s.st.Timeout
-	}
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-
-	var exit engine.Exit
-	var waitErr error
-	select {
-	case waitErr = <-done:
-	case <-timer.C:
-		exit.TimedOut = true
-	case <-ctx.Done():
-		exit.Killed = true
-	}
-	if exit.TimedOut || exit.Killed {
-		if waitErr, err = s.killExec(context.WithoutCancel(ctx), cmd, pidFile, done); err != nil {
-			return engine.Exit{}, err
-		}
+	exit, waitErr, err := await(ctx, done, timeout, func(kctx context.Context) (error, error) {
+		return s.killExec(kctx, cmd, pidFile, done)
+	})
+	if err != nil {
+		return engine.Exit{}, err
 	}
 	exit.Started, exit.Finished = started, time.Now()
 	exit.Code = exitCode(cmd.ProcessState)
 	if waitErr != nil && cmd.ProcessState == nil {
 		return engine.Exit{}, fmt.Errorf("%w: waiting for %s exec: %v", errdefs.ErrInternal, filepath.Base(bin), waitErr)
 	}
-	if exit.Code != 0 {
-		if err := s.alive(); err != nil {
-			if oomKills(s.st.ID) > ooms && errors.Is(err, engine.ErrSandboxLost) {
-				return engine.Exit{}, engine.Lost("sandbox %q reached its memory limit and the host's OOM killer ended it (under gVisor the limit is the whole sandbox's, and the OOM killer takes the sandbox)", s.st.ID)
-			}
-			return engine.Exit{}, err
-		}
-		// A SIGKILL counted by the memory cgroup is the OOM killer's (a
-		// concurrent exec's kill -9 may be taken for one).
-		exit.OOMKilled = exit.Code == 128+int(syscall.SIGKILL) && oomKills(s.st.ID) > ooms
-	}
-	if p.Detach && exit.Code != 0 {
-		return engine.Exit{}, fmt.Errorf("%w: starting %q detached in sandbox %q: %s exec exited %d%s", errdefs.ErrUnknown, p.Argv[0], s.st.ID, filepath.Base(bin), exit.Code, runtimeLog(s.bundle))
-	}
 	return exit, nil
+}
+
+// await waits for an exec's end on done, up to timeout and while ctx
+// lasts; past either, kill ends the exec and returns what done then gave.
+func await[T any](ctx context.Context, done <-chan T, timeout time.Duration, kill func(context.Context) (T, error)) (engine.Exit, T, error) {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var exit engine.Exit
+	select {
+	case v := <-done:
+		return exit, v, nil
+	case <-timer.C:
+		exit.TimedOut = true
+	case <-ctx.Done():
+		exit.Killed = true
+	}
+	v, err := kill(context.WithoutCancel(ctx))
+	return exit, v, err
+}
+
+// outputGrace is how long an exec's output is still read after its
+// process ended, for what it left running with the same stdout.
+const outputGrace = 2 * time.Second
+
+// execControl runs an exec through the gVisor sandbox's control socket.
+func (s *sandbox) execControl(ctx context.Context, p *engine.Process, pr *specs.Process, timeout time.Duration) (engine.Exit, error) {
+	c := s.control()
+	fds, err := newStdio(p)
+	if err != nil {
+		return engine.Exit{}, fmt.Errorf("%w: preparing exec: %v", errdefs.ErrUnavailable, err)
+	}
+	defer fds.close()
+	started := time.Now()
+	pid, err := c.start(ctx, pr, fds.child)
+	fds.closeChild()
+	if err != nil {
+		if aerr := s.alive(); aerr != nil {
+			return engine.Exit{}, aerr
+		}
+		var refused *controlError
+		if !errors.As(err, &refused) {
+			return engine.Exit{}, fmt.Errorf("%w: starting %q in sandbox %q: %v", errdefs.ErrUnavailable, pr.Args[0], s.st.ID, err)
+		}
+		// The sandbox would not start the program: as with runsc exec,
+		// the reason is the program's stderr, and the code a shell's.
+		code := 126
+		if strings.Contains(refused.msg, "no such file or directory") {
+			code = 127
+		}
+		fds.failed(fmt.Sprintf("airlock: cannot start %q in the sandbox: %s\n", pr.Args[0], refused.msg))
+		return engine.Exit{Code: code, Started: started, Finished: time.Now()}, nil
+	}
+
+	wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	type waited struct {
+		code int
+		err  error
+	}
+	done := make(chan waited, 1)
+	go func() {
+		code, err := c.wait(wctx, pid)
+		done <- waited{code, err}
+	}()
+	exit, w, err := await(ctx, done, timeout, func(kctx context.Context) (waited, error) {
+		deadline := time.After(cleanupTimeout)
+		for {
+			s.killTree(kctx, int(pid))
+			select {
+			case w := <-done:
+				return w, nil
+			case <-time.After(200 * time.Millisecond):
+			case <-deadline:
+				return waited{}, fmt.Errorf("%w: exec in sandbox %q did not end %v after SIGKILL", errdefs.ErrInternal, s.st.ID, cleanupTimeout)
+			}
+		}
+	})
+	if err != nil {
+		return engine.Exit{}, err
+	}
+	exit.Started, exit.Finished = started, time.Now()
+	fds.drain(outputGrace)
+	if w.err != nil {
+		if aerr := s.alive(); aerr != nil {
+			return engine.Exit{}, aerr
+		}
+		return engine.Exit{}, fmt.Errorf("%w: waiting for %q in sandbox %q: %v", errdefs.ErrInternal, pr.Args[0], s.st.ID, w.err)
+	}
+	exit.Code = w.code
+	return exit, nil
+}
+
+// control is the sandbox's control client.
+func (s *sandbox) control() control {
+	return control{socket: s.st.Control, cid: s.name()}
 }
 
 // killExec kills an exec's process and everything it started, then its
@@ -434,7 +546,7 @@ func (s *sandbox) killExec(ctx context.Context, cmd *exec.Cmd, pidFile string, d
 }
 
 // proc is a process as killTree sees it; sid is -1 where unknown.
-type proc struct{ pid, ppid, sid int }
+type proc struct{ pid, ppid, sid, pgid int }
 
 // killTree kills pid's process group, session and descendants. The tree is
 // read before anything is killed, so that no child is orphaned to init
@@ -452,6 +564,16 @@ func (s *sandbox) killTree(ctx context.Context, pid int) {
 			}
 		}
 		return
+	}
+	if s.st.Control != "" {
+		c := s.control()
+		if ps, err := c.processes(kctx); err == nil {
+			c.kill(kctx, pid, true)
+			for _, p := range treeOf(ps, pid) {
+				c.kill(kctx, p, false)
+			}
+			return
+		}
 	}
 	bin, _, args := s.e.runtimeFor(s.st.Mode, s.bundle)
 	victims := treeOf(s.sandboxProcs(kctx), pid)
@@ -472,7 +594,7 @@ func treeOf(ps []proc, pid int) []int {
 	for grew := true; grew; {
 		grew = false
 		for _, p := range ps {
-			if !in[p.pid] && (in[p.ppid] || p.sid == pid) && p.pid > 1 {
+			if !in[p.pid] && (in[p.ppid] || p.sid == pid || p.pgid == pid) && p.pid > 1 {
 				in[p.pid], grew = true, true
 			}
 		}
@@ -501,7 +623,7 @@ func (s *sandbox) sandboxProcs(ctx context.Context) []proc {
 		pid, err1 := strconv.Atoi(f[1])
 		ppid, err2 := strconv.Atoi(f[2])
 		if err1 == nil && err2 == nil {
-			procs = append(procs, proc{pid: pid, ppid: ppid, sid: -1})
+			procs = append(procs, proc{pid: pid, ppid: ppid, sid: -1, pgid: -1})
 		}
 	}
 	return procs
@@ -571,7 +693,8 @@ func hostProcs(pids map[int]bool) []proc {
 		}
 		ppid, _ := strconv.Atoi(f[1])
 		sid, _ := strconv.Atoi(f[3])
-		out = append(out, proc{pid: pid, ppid: ppid, sid: sid})
+		pgid, _ := strconv.Atoi(f[2])
+		out = append(out, proc{pid: pid, ppid: ppid, sid: sid, pgid: pgid})
 	}
 	return out
 }

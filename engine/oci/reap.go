@@ -15,8 +15,8 @@ import (
 
 const namePrefix = "airlock-"
 
-// Leftovers implements engine.Reaper: runtime containers named airlock-*,
-// bundles, and run cgroups.
+// Leftovers implements engine.Reaper: runtime containers named airlock-*
+// and runsc's files of them, bundles, and run cgroups.
 func (e *Engine) Leftovers(ctx context.Context) ([]string, error) {
 	seen := map[string]bool{}
 	for _, rt := range e.runtimes() {
@@ -32,6 +32,11 @@ func (e *Engine) Leftovers(ctx context.Context) ([]string, error) {
 				seen[id] = true
 			}
 		}
+	}
+	// runsc's files of a sandbox it no longer lists.
+	socks, _ := filepath.Glob(filepath.Join(e.root, "oci", "runsc", "runsc-"+namePrefix+"*.sock"))
+	for _, s := range socks {
+		seen[strings.TrimSuffix(strings.TrimPrefix(filepath.Base(s), "runsc-"+namePrefix), ".sock")] = true
 	}
 	bundles, _ := os.ReadDir(filepath.Join(e.root, "oci", "bundles"))
 	for _, b := range bundles {
@@ -68,6 +73,11 @@ func (e *Engine) Reap(ctx context.Context, id string) error {
 			// Deleting a container the runtime does not know is an error
 			// from the runtime, and fine here.
 			exec.CommandContext(ctx, rt.bin, "--root", rt.state, "delete", "--force", namePrefix+id).Run()
+			// What runsc leaves of a sandbox killed from outside: its
+			// control socket and its state lock.
+			name := namePrefix + id
+			os.Remove(filepath.Join(rt.state, "runsc-"+name+".sock"))
+			os.Remove(filepath.Join(rt.state, name+"_sandbox:"+name+".lock"))
 		}
 	}
 	bundle := filepath.Join(e.root, "oci", "bundles", id)

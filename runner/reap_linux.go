@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -76,8 +77,16 @@ const freshGrace = time.Minute
 // containers, runtime state, cgroups, mounts, bundles and run directories.
 // With full set it also asks each engine for leftovers that no run
 // directory names (their directory went first, or the state was lost).
-func Reap(ctx context.Context, root string, reapers []engine.Reaper, full bool) (ReapReport, error) {
+// engines is called for the engines once there is something to free (at
+// once with full), so that a sweep that frees nothing reaches no engine.
+func Reap(ctx context.Context, root string, engines func() []engine.Reaper, full bool) (ReapReport, error) {
 	var rep ReapReport
+	reapers := sync.OnceValue(func() []engine.Reaper {
+		if engines == nil {
+			return nil
+		}
+		return engines()
+	})
 	ids := map[string]bool{}
 	runs := filepath.Join(root, "runs")
 	ents, _ := os.ReadDir(runs)
@@ -86,7 +95,7 @@ func Reap(ctx context.Context, root string, reapers []engine.Reaper, full bool) 
 	}
 	var errs []error
 	if full {
-		for _, r := range reapers {
+		for _, r := range reapers() {
 			left, err := r.Leftovers(ctx)
 			if err != nil {
 				errs = append(errs, err)
@@ -109,7 +118,7 @@ func Reap(ctx context.Context, root string, reapers []engine.Reaper, full bool) 
 			rep.Live++
 			continue
 		}
-		if err := destroyRun(ctx, lc, root, reapers, id, string(status), lockTimeout); err != nil {
+		if err := destroyRun(ctx, lc, root, reapers(), id, string(status), lockTimeout); err != nil {
 			errs = append(errs, fmt.Errorf("reaping %q: %w", id, err))
 		}
 		rep.Reaped = append(rep.Reaped, id)

@@ -759,7 +759,7 @@ func destroySandbox(ctx context.Context, lc *lifecycle.Store, root, id string, w
 // missing or corrupt (orphaned), or, with full, that failed. extra holds
 // the engines' leftover ids; the other ids are those of sandbox records
 // and areas.
-func reapSandboxes(ctx context.Context, lc *lifecycle.Store, root string, reapers []engine.Reaper, full bool, extra map[string]bool, rep *ReapReport) error {
+func reapSandboxes(ctx context.Context, lc *lifecycle.Store, root string, reapers func() []engine.Reaper, full bool, extra map[string]bool, rep *ReapReport) error {
 	ids := map[string]bool{}
 	for id := range extra {
 		ids[id] = true
@@ -800,7 +800,7 @@ func reapSandboxes(ctx context.Context, lc *lifecycle.Store, root string, reaper
 			rep.Live++
 			continue
 		}
-		free := func() error { return freeSandbox(ctx, root, reapers, id) }
+		free := func() error { return freeSandbox(ctx, root, reapers(), id) }
 		if err := destroySandbox(ctx, lc, root, id, why, free); err != nil {
 			errs = append(errs, fmt.Errorf("reaping sandbox %q: %w", id, err))
 		}

@@ -51,9 +51,13 @@ Every airlock command also does a cheap sweep of the run directories first.`,
 // reap runs the reaper with every engine airlock can reach. full also asks
 // the engines for leftovers; without it only run directories are checked.
 func (g *globals) reap(ctx context.Context, full bool) (runner.ReapReport, error) {
-	reapers, done := g.reapers(ctx)
-	defer done()
-	return runner.Reap(ctx, g.root, reapers, full)
+	done := func() {}
+	defer func() { done() }()
+	return runner.Reap(ctx, g.root, func() []engine.Reaper {
+		var reapers []engine.Reaper
+		reapers, done = g.reapers(ctx)
+		return reapers
+	}, full)
 }
 
 // reapers returns every engine airlock can reach, to find and free runs;

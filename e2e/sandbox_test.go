@@ -122,8 +122,21 @@ func TestSandboxSession(t *testing.T) {
 	if res, c := sbExec(t, id, nil, "python3", "-c", "open('mod42.py','w').write('ANSWER = 42\\n')"); res.Reason != "exited" || res.ExitCode != 0 || res.SandboxID != id {
 		t.Fatalf("writing the module: %+v\n%s", res, c.stderr)
 	}
-	if res, c := sbExec(t, id, nil, "python3", "-c", "import mod42; print(mod42.ANSWER)"); res.ExitCode != 0 || strings.TrimSpace(string(res.Stdout.Head)) != "42" {
+	res, c := sbExec(t, id, nil, "python3", "-c", "import mod42; print(mod42.ANSWER)")
+	if res.ExitCode != 0 || strings.TrimSpace(string(res.Stdout.Head)) != "42" {
 		t.Fatalf("importing the module: %+v\n%s", res, c.stderr)
+	}
+	// The exec's Result is sealed as a run's is, naming its sandbox.
+	var doc map[string]any
+	if err := json.Unmarshal([]byte(c.stdout), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if v := verifyFile(t, doc); v.code != 0 || !strings.Contains(v.stdout, "exec "+res.ID+" in sandbox "+id) {
+		t.Fatalf("the exec's receipt: exit %d\n%s%s", v.code, v.stdout, v.stderr)
+	}
+	doc["sandbox_id"] = "sb-00000000000000000000"
+	if v := verifyFile(t, doc); v.code != 65 || !strings.Contains(v.stderr, "sandbox_id") {
+		t.Fatalf("an exec's Result moved to another sandbox still verifies: exit %d %s", v.code, v.stderr)
 	}
 
 	// A detached server on loopback, reached from a second exec.
@@ -154,7 +167,7 @@ open("result.csv", "w").write("\n".join(rows) + "\n")`
 		t.Fatalf("writing the CSV: %+v\n%s", res, c.stderr)
 	}
 	dl := t.TempDir()
-	c := airlock(nil, "cp", "--json", id+":/home/user/result.csv", dl)
+	c = airlock(nil, "cp", "--json", id+":/home/user/result.csv", dl)
 	if c.code != 0 {
 		t.Fatalf("cp of the CSV: exit %d: %s %s", c.code, c.stdout, c.stderr)
 	}

@@ -15,7 +15,11 @@ func (s Signed) Explain() string {
 	var b strings.Builder
 	line := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 
-	line("run %s ran image %s", show(r.RunID), show(r.Image))
+	if r.SandboxID != "" {
+		line("exec %s in sandbox %s ran image %s", show(r.RunID), show(r.SandboxID), show(r.Image))
+	} else {
+		line("run %s ran image %s", show(r.RunID), show(r.Image))
+	}
 	if r.JobID != "" {
 		verdict := "gave no expected stdout"
 		if r.Pass != nil && *r.Pass {

@@ -37,6 +37,9 @@ var (
 type Receipt struct {
 	Version int    `json:"version"`
 	RunID   string `json:"run_id"`
+	// SandboxID is the long-lived sandbox an exec ran in; RunID is then
+	// the exec's id. "" for a run.
+	SandboxID string `json:"sandbox_id,omitempty"`
 	// JobID is the batch job the run was for; "" outside a batch.
 	JobID string `json:"job_id,omitempty"`
 	// Pass is the expected-stdout verdict, when the job gave one: the

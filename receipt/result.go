@@ -69,6 +69,7 @@ type resultJSON struct {
 	JobID      *string         `json:"job_id"`
 	Pass       *bool           `json:"pass"`
 	ID         string          `json:"id"`
+	SandboxID  string          `json:"sandbox_id"`
 	Image      string          `json:"image"`
 	Engine     string          `json:"engine"`
 	Isolation  string          `json:"isolation"`
@@ -137,6 +138,7 @@ func CheckResult(b []byte) error {
 		differ("pass", res.Pass, r.Pass)
 	}
 	same("id", res.ID, r.RunID)
+	same("sandbox_id", res.SandboxID, r.SandboxID)
 	same("image", res.Image, r.Image)
 	same("engine", res.Engine, r.Engine)
 	same("isolation", res.Isolation, r.Isolation)

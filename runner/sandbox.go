@@ -102,6 +102,13 @@ type SandboxInfo struct {
 	Isolation string                 `json:"isolation"`
 	Seccomp   string                 `json:"seccomp_profile_sha256,omitempty"`
 	Limits    isolation.LimitsRecord `json:"limits"`
+	// Policy is the sandbox's effective policy, as its execs' receipts
+	// record it (with each exec's limits); with ImageManifest and
+	// RuntimeVersion, what those receipts take from the sandbox. Nil for
+	// a sandbox made before execs had receipts.
+	Policy         *isolation.Record `json:"policy,omitempty"`
+	ImageManifest  string            `json:"image_manifest,omitempty"`
+	RuntimeVersion string            `json:"runtime_version,omitempty"`
 	// Workspace is the workspace's path inside the sandbox.
 	Workspace      string            `json:"workspace"`
 	WorkspaceBytes int64             `json:"workspace_bytes"`
@@ -381,6 +388,12 @@ func (r *Runner) Create(ctx context.Context, s SandboxSpec) (_ *Sandbox, err err
 	}
 	spec.TmpSource = areas.Tmp
 	si.Areas = *areas
+	rt, err := r.engine.Runtime(ctx, job.Policy.Isolation)
+	if err != nil {
+		return nil, err
+	}
+	pol := policyRecord(spec, Spec{Output: s.Output, InputLimit: s.InputLimit, Workdir: WorkspaceDir}, rt)
+	si.Policy, si.RuntimeVersion, si.ImageManifest = &pol, rt.Version, r.manifestOf(job.Image)
 	if err := writeInfo(r.root, &si); err != nil {
 		return nil, err
 	}
@@ -519,7 +532,7 @@ func ListSandboxes(root string) ([]SandboxInfo, error) {
 }
 
 // Exec runs one program in the sandbox and returns its Result, with the
-// same reasons as a run. Results of execs carry no receipt.
+// same reasons as a run, sealed by a receipt as a run's is.
 func (sb *Sandbox) Exec(ctx context.Context, p ExecSpec) (Result, error) {
 	if err := checkArgv(p.Argv); err != nil {
 		return Result{}, err
@@ -614,6 +627,19 @@ func (sb *Sandbox) Exec(ctx context.Context, p ExecSpec) (Result, error) {
 		res.StartedAt, res.FinishedAt = exit.Started, exit.Finished
 		if !exit.Started.IsZero() && !exit.Finished.IsZero() {
 			res.DurationMS = exit.Finished.Sub(exit.Started).Milliseconds()
+		}
+	}
+	if err == nil && res.Error == "" && si.Policy != nil {
+		pol := *si.Policy
+		pol.Limits = limits
+		rec, serr := resultReceipt(res, pol, p.Argv, si.RuntimeVersion)
+		if serr == nil {
+			rec.ImageManifest = si.ImageManifest
+			serr = sb.r.seal(rec, &res)
+		}
+		if serr != nil {
+			err = serr
+			res.Reason, res.Error, res.ErrorKind = ReasonError, err.Error(), ErrorKind(err)
 		}
 	}
 	ev := auditSummary(res, err)

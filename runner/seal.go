@@ -20,10 +20,6 @@ import (
 // run's receipt of res and signs it with the key under the root, created
 // on first use.
 func (r *Runner) sign(ctx context.Context, job *engine.SandboxSpec, s Spec, res *Result, inputs []receipt.File) error {
-	r.keyOnce.Do(func() { r.key, r.keyErr = receipt.LoadOrCreateKey(filepath.Join(r.root, "keys")) })
-	if r.keyErr != nil {
-		return fmt.Errorf("%w: receipt key: %v", errdefs.ErrUnavailable, r.keyErr)
-	}
 	// An interrupted run is still sealed: ask on a context of its own.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sealTimeout)
 	defer cancel()
@@ -35,7 +31,18 @@ func (r *Runner) sign(ctx context.Context, job *engine.SandboxSpec, s Spec, res 
 	if err != nil {
 		return err
 	}
-	rec.ImageManifest, rec.AirlockVersion = r.manifestOf(job.Image), r.version
+	rec.ImageManifest = r.manifestOf(job.Image)
+	return r.seal(rec, res)
+}
+
+// seal signs rec with the key under the root, created on first use, and
+// puts it and the policy it records in res.
+func (r *Runner) seal(rec receipt.Receipt, res *Result) error {
+	r.keyOnce.Do(func() { r.key, r.keyErr = receipt.LoadOrCreateKey(filepath.Join(r.root, "keys")) })
+	if r.keyErr != nil {
+		return fmt.Errorf("%w: receipt key: %v", errdefs.ErrUnavailable, r.keyErr)
+	}
+	rec.AirlockVersion = r.version
 	signed, err := receipt.Sign(r.key, rec)
 	if err != nil {
 		return fmt.Errorf("%w: signing the receipt: %v", errdefs.ErrInternal, err)
@@ -47,29 +54,45 @@ func (r *Runner) sign(ctx context.Context, job *engine.SandboxSpec, s Spec, res 
 // receiptOf is the receipt of res, but for what only the Runner knows:
 // the image manifest and airlock's version.
 func receiptOf(job *engine.SandboxSpec, s Spec, res Result, inputs []receipt.File, rt engine.Runtime) (receipt.Receipt, error) {
-	pol := policyRecord(job, s, rt)
+	rec, err := resultReceipt(res, policyRecord(job, s, rt), job.Init.Argv, rt.Version)
+	if err != nil {
+		return rec, err
+	}
+	rec.JobID, rec.Pass = s.JobID, passOf(res, s.ExpectedStdout)
+	rec.Inputs = append(rec.Inputs, inputs...)
+	for _, a := range res.Artifacts {
+		rec.Artifacts = append(rec.Artifacts, receipt.File{Path: a.Path, Size: a.Size, SHA256: a.SHA256, MIME: a.MIME})
+	}
+	for _, x := range res.Rejected {
+		rec.Rejected = append(rec.Rejected, receipt.Rejection{Path: x.Path, Reason: string(x.Reason), Detail: x.Detail})
+	}
+	return rec, nil
+}
+
+// resultReceipt is the receipt of what every Result has: a run's or an
+// exec's under policy pol, for argv.
+func resultReceipt(res Result, pol isolation.Record, argv []string, runtimeVersion string) (receipt.Receipt, error) {
 	policyHash, err := receipt.Hash(pol)
 	if err != nil {
 		return receipt.Receipt{}, err
 	}
-	argvHash, err := receipt.Hash(job.Init.Argv)
+	argvHash, err := receipt.Hash(argv)
 	if err != nil {
 		return receipt.Receipt{}, err
 	}
-	rec := receipt.Receipt{
+	return receipt.Receipt{
 		RunID:          res.ID,
-		JobID:          s.JobID,
-		Pass:           passOf(res, s.ExpectedStdout),
+		SandboxID:      res.SandboxID,
 		Image:          res.Image,
 		Engine:         res.Engine,
-		Runtime:        rt.Name,
-		RuntimeVersion: rt.Version,
+		Runtime:        pol.Runtime.Name,
+		RuntimeVersion: runtimeVersion,
 		Isolation:      res.Isolation,
 		SeccompSHA256:  res.Seccomp,
 		Policy:         pol,
 		PolicySHA256:   policyHash,
 		ArgvSHA256:     argvHash,
-		Inputs:         append([]receipt.File{}, inputs...),
+		Inputs:         []receipt.File{},
 		Stdout:         streamOf(res.Stdout),
 		Stderr:         streamOf(res.Stderr),
 		Artifacts:      []receipt.File{},
@@ -78,14 +101,7 @@ func receiptOf(job *engine.SandboxSpec, s Spec, res Result, inputs []receipt.Fil
 		ExitCode:       res.ExitCode,
 		StartedAt:      res.StartedAt,
 		FinishedAt:     res.FinishedAt,
-	}
-	for _, a := range res.Artifacts {
-		rec.Artifacts = append(rec.Artifacts, receipt.File{Path: a.Path, Size: a.Size, SHA256: a.SHA256, MIME: a.MIME})
-	}
-	for _, x := range res.Rejected {
-		rec.Rejected = append(rec.Rejected, receipt.Rejection{Path: x.Path, Reason: string(x.Reason), Detail: x.Detail})
-	}
-	return rec, nil
+	}, nil
 }
 
 // policyRecord is the run's effective policy, with no host path in it, so

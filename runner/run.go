@@ -28,6 +28,8 @@ var (
 // Run converts and validates s, checks that the engine can run it, then runs
 // it to the end. See the package comment for how outcomes are reported.
 func (r *Runner) Run(ctx context.Context, s Spec) (Result, error) {
+	ctx = withClock(ctx)
+	defer func() { r.log.Debug("run phases", phases(ctx)...) }()
 	s.normalize()
 	job, err := r.plan(s)
 	if err != nil {
@@ -44,6 +46,7 @@ func (r *Runner) Run(ctx context.Context, s Spec) (Result, error) {
 	if _, err := r.engine.Runtime(ctx, job.Policy.Isolation); err != nil {
 		return Result{}, err
 	}
+	mark(ctx, "plan")
 	return r.run(ctx, s, job, nil)
 }
 
@@ -120,6 +123,7 @@ func (r *Runner) run(ctx context.Context, s Spec, job *engine.SandboxSpec, c *cl
 		}
 		return Result{}, fmt.Errorf("%w: recording the run: %w", errdefs.ErrUnavailable, err)
 	}
+	mark(ctx, "begin")
 	release := func() {
 		if held != nil {
 			held.Release()
@@ -232,6 +236,7 @@ func (r *Runner) run(ctx context.Context, s Spec, job *engine.SandboxSpec, c *cl
 		res.Reason, res.Error, res.Receipt = ReasonError, err.Error(), nil
 	}
 	record(lifecycle.Terminated, "", auditSummary(res, err))
+	mark(ctx, "finish")
 	if auditErr != nil {
 		err = also(err, fmt.Errorf("recording the run: %w", auditErr))
 		res.Reason, res.Error, res.Receipt = ReasonError, err.Error(), nil
@@ -263,6 +268,7 @@ func (r *Runner) execute(ctx context.Context, s Spec, job *engine.SandboxSpec, s
 	} else if sc, err = prepareScratch(ctx, r.root, job.ID, &s, job.Policy.UID, job.Policy.GID, job.Deadline); err != nil {
 		return Result{}, err
 	}
+	mark(ctx, "scratch")
 	defer func() {
 		if err != nil {
 			teardown()
@@ -331,10 +337,12 @@ func (r *Runner) execute(ctx context.Context, s Spec, job *engine.SandboxSpec, s
 	}
 	res.StartedAt, res.FinishedAt = exit.Started, exit.Finished
 	res.DurationMS = exit.Finished.Sub(exit.Started).Milliseconds()
+	mark(ctx, "scan")
 	if err = r.sign(ctx, job, s, &res, sc.inputs); err != nil {
 		res.Reason, res.Error = ReasonError, err.Error()
 		return res, err
 	}
+	mark(ctx, "seal")
 	r.log.Info("run ended", "sandbox_id", job.ID, "image_digest", job.Image.String(), "reason", res.Reason, "exit_code", res.ExitCode)
 	return res, nil
 }
@@ -361,12 +369,15 @@ func (r *Runner) runOnce(ctx, runCtx context.Context, job *engine.SandboxSpec, s
 		}
 		return engine.Exit{}, err
 	}
+	mark(ctx, "create")
 	// The program runs from here: a destroyer may now come in (state
 	// releases the run lock at created).
 	for _, st := range []lifecycle.State{lifecycle.Created, lifecycle.Ready, lifecycle.Running} {
 		state(st)
 	}
+	mark(ctx, "record")
 	exit, err := sb.Wait(runCtx)
+	mark(ctx, "wait")
 	if c != nil && c.later != nil && err == nil {
 		// Wait killed whatever the program left: nothing writes to its
 		// mounts any more, and freeing the rest can wait (see run).
@@ -377,6 +388,7 @@ func (r *Runner) runOnce(ctx, runCtx context.Context, job *engine.SandboxSpec, s
 	if derr := sb.Destroy(context.WithoutCancel(ctx)); derr != nil {
 		err = also(err, derr)
 	}
+	mark(ctx, "destroy")
 	return exit, err
 }
 

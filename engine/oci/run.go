@@ -54,10 +54,12 @@ func (e *Engine) createRun(ctx context.Context, s *engine.SandboxSpec) (_ engine
 	if err := ctx.Err(); err != nil {
 		return r, nil // Wait says it was killed before it started
 	}
+	begin := time.Now()
 	if r.p, err = e.prepare(ctx, s, s.Init.Argv); err != nil {
 		r.Destroy(ctx)
 		return nil, err
 	}
+	r.log.Debug("prepared", "took", time.Since(begin).Round(10*time.Microsecond).String())
 	cmd := r.command(s.Init.Stdin, s.Init.Stdout, s.Init.Stderr)
 	// Once runsc has exited, stop waiting for its pipes: a process that
 	// escaped with a copy of them is killed with the cgroup.
@@ -129,6 +131,7 @@ func (r *oneShot) Wait(ctx context.Context) (engine.Exit, error) {
 	}
 	r.reaped = true
 	exit.Started, exit.Finished = r.started, time.Now()
+	defer func() { r.log.Debug("counted", "took", time.Since(exit.Finished).Round(10*time.Microsecond).String()) }()
 	exit.Code = exitCode(r.cmd.ProcessState)
 	if waitErr != nil && r.cmd.ProcessState == nil {
 		return engine.Exit{}, fmt.Errorf("%w: waiting for %s: %v", errdefs.ErrInternal, filepath.Base(r.runtime), waitErr)

@@ -36,6 +36,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/gvisor"
 	"github.com/airlock-sandbox/airlock/isolation"
 )
 
@@ -564,7 +565,16 @@ wait:
 				killTree(ins.Pid, s.cid)
 			}
 		}
-		if err := s.killGroup(bg, stderr.got); err != nil {
+		pid, err := s.execPid(stderr.got)
+		if err == nil && s.gvisor {
+			// Before the group goes: a child that called setsid is found
+			// by its parent, which the group kill takes.
+			s.killGVisorTree(bg, pid)
+		}
+		if err == nil {
+			err = s.killGroup(bg, pid)
+		}
+		if err != nil {
 			if errors.Is(err, engine.ErrSandboxLost) || errdefs.IsNotFound(err) {
 				return engine.Exit{}, err
 			}
@@ -681,15 +691,37 @@ func (s *sandbox) execEnd(ctx context.Context, execID string) (container.ExecIns
 	}
 }
 
-// killGroup SIGKILLs the process group of the exec whose pid arrives on
-// got, through the helper in a second exec.
-func (s *sandbox) killGroup(ctx context.Context, got <-chan int32) error {
-	var pid int32
+// execPid is the pid the exec's helper reports on got.
+func (s *sandbox) execPid(got <-chan int32) (int32, error) {
 	select {
-	case pid = <-got:
+	case pid := <-got:
+		return pid, nil
 	case <-time.After(killWait):
-		return fmt.Errorf("%w: the exec in sandbox %q never reported its pid, so airlock cannot kill it; destroy the sandbox", errdefs.ErrInternal, s.id)
+		return 0, fmt.Errorf("%w: the exec in sandbox %q never reported its pid, so airlock cannot kill it; destroy the sandbox", errdefs.ErrInternal, s.id)
 	}
+}
+
+// runscStates is where dockerd's shims keep runsc's state.
+const runscStates = "/run/docker/runtime-*/moby"
+
+// killGVisorTree SIGKILLs what is below the exec's process or in its
+// group, through the sandbox's control socket, as the oci engine does:
+// dockerd shows none of a gVisor sandbox's processes. Where runsc's state
+// is not found, the helper's group kill alone is done.
+func (s *sandbox) killGVisorTree(ctx context.Context, pid int32) {
+	states, _ := filepath.Glob(runscStates)
+	for _, st := range states {
+		if c, err := gvisor.Find(ctx, st, s.cid); err == nil {
+			c.KillTree(ctx, int(pid))
+			return
+		}
+	}
+	s.e.log.Debug("no runsc control socket for the container; killing the exec's process group only", "sandbox_id", s.id)
+}
+
+// killGroup SIGKILLs the process group of the exec pid, through the
+// helper in a second exec.
+func (s *sandbox) killGroup(ctx context.Context, pid int32) error {
 	var in [4]byte
 	binary.NativeEndian.PutUint32(in[:], uint32(pid))
 	kctx, cancel := context.WithTimeout(ctx, killWait)

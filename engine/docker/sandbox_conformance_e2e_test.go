@@ -32,8 +32,7 @@ func TestSandboxConformance(t *testing.T) {
 		var gaps map[enginetest.Gap]string
 		if m == isolation.GVisor {
 			gaps = map[enginetest.Gap]string{
-				enginetest.GapSetsidEscapes: "under docker + gVisor the exec's process group is killed, but a child in a new session is out of the host's sight",
-				enginetest.GapNoOOMKill:     "under docker + gVisor a memory hog is throttled at the limit until its timeout instead of being OOM-killed",
+				enginetest.GapNoOOMKill: "under docker + gVisor a memory hog is throttled at the limit until its timeout instead of being OOM-killed",
 			}
 		}
 		enginetest.Sandboxes(t, func(t *testing.T) engine.Engine { return newTestEngine(t) }, bb, enginetest.Harness{

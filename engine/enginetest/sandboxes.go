@@ -38,9 +38,7 @@ type Harness struct {
 	// sandbox id, for the exec latency figure beside the Go API's.
 	BareExec func(id string) *exec.Cmd
 	// Gaps names the cases whose documented gap holds on this engine and
-	// mode, with why. Each gap is asserted, not skipped, where the suite
-	// can: GapSetsidEscapes makes the setsid case require that the child
-	// still runs, so closing the gap fails the suite until the note goes.
+	// mode, with why.
 	Gaps map[Gap]string
 }
 
@@ -48,9 +46,6 @@ type Harness struct {
 type Gap string
 
 const (
-	// GapSetsidEscapes: a child that starts a session of its own outlives
-	// its exec's timeout (until the sandbox ends).
-	GapSetsidEscapes Gap = "setsid_escapes"
 	// GapNoOOMKill: past its memory limit the sandbox is throttled, not
 	// OOM-killed, so the case would only wait out its timeout.
 	GapNoOOMKill Gap = "no_oom_kill"
@@ -293,13 +288,6 @@ func testTimeout(t *testing.T, s *suite) {
 	// A child in a session and process group of its own goes too.
 	if r := run(t, sb, engine.Process{Argv: sh("setsid sleep 102 & sleep 103"), Timeout: time.Second}); !r.TimedOut {
 		t.Fatalf("setsid case: timed out %v, code %d, %q", r.TimedOut, r.Code, r.stderr)
-	}
-	if why, ok := s.h.Gaps[GapSetsidEscapes]; ok {
-		if ps := processes(t, sb); !strings.Contains(ps, "sleep 102") {
-			t.Fatalf("the setsid gap (%s) is closed: remove it from the harness and the docs\n%s", why, ps)
-		}
-		t.Logf("known gap, asserted: %s", why)
-		return
 	}
 	deadline = time.Now().Add(3 * time.Second)
 	for ps := processes(t, sb); strings.Contains(ps, "sleep 10"); ps = processes(t, sb) {

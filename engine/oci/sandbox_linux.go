@@ -29,6 +29,8 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/atomicfile"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/flock"
+	"github.com/airlock-sandbox/airlock/internal/gvisor"
+	"github.com/airlock-sandbox/airlock/internal/proctree"
 	"github.com/airlock-sandbox/airlock/isolation"
 )
 
@@ -164,7 +166,11 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (_ engine.Sa
 	}
 	st := sandboxState{ID: s.ID, Image: s.Image, Mode: s.Policy.Isolation, Pid: pid, Start: start, Timeout: l.Timeout}
 	if !native {
-		st.Control = e.probeControl(bg, state, name)
+		if c, err := gvisor.Find(bg, state, name); err == nil {
+			st.Control = c.Socket
+		} else {
+			e.log.Debug("gVisor control socket unusable; execs use runsc exec", "sandbox", name, "err", err)
+		}
 	}
 	b, _ := json.Marshal(st)
 	if err := atomicfile.WriteFile(filepath.Join(bundle, stateFile), b, 0o600); err != nil {
@@ -456,23 +462,23 @@ func (s *sandbox) execControl(ctx context.Context, p *engine.Process, pr *specs.
 	}
 	defer fds.close()
 	started := time.Now()
-	pid, err := c.start(ctx, pr, fds.child)
+	pid, err := c.Start(ctx, pr, fds.child)
 	fds.closeChild()
 	if err != nil {
 		if aerr := s.alive(); aerr != nil {
 			return engine.Exit{}, aerr
 		}
-		var refused *controlError
+		var refused *gvisor.RefusedError
 		if !errors.As(err, &refused) {
 			return engine.Exit{}, fmt.Errorf("%w: starting %q in sandbox %q: %v", errdefs.ErrUnavailable, pr.Args[0], s.st.ID, err)
 		}
 		// The sandbox would not start the program: as with runsc exec,
 		// the reason is the program's stderr, and the code a shell's.
 		code := 126
-		if strings.Contains(refused.msg, "no such file or directory") {
+		if strings.Contains(refused.Msg, "no such file or directory") {
 			code = 127
 		}
-		fds.failed(fmt.Sprintf("airlock: cannot start %q in the sandbox: %s\n", pr.Args[0], refused.msg))
+		fds.failed(fmt.Sprintf("airlock: cannot start %q in the sandbox: %s\n", pr.Args[0], refused.Msg))
 		return engine.Exit{Code: code, Started: started, Finished: time.Now()}, nil
 	}
 
@@ -484,7 +490,7 @@ func (s *sandbox) execControl(ctx context.Context, p *engine.Process, pr *specs.
 	}
 	done := make(chan waited, 1)
 	go func() {
-		code, err := c.wait(wctx, pid)
+		code, err := c.Wait(wctx, pid)
 		done <- waited{code, err}
 	}()
 	exit, w, err := await(ctx, done, timeout, func(kctx context.Context) (waited, error) {
@@ -516,8 +522,8 @@ func (s *sandbox) execControl(ctx context.Context, p *engine.Process, pr *specs.
 }
 
 // control is the sandbox's control client.
-func (s *sandbox) control() control {
-	return control{socket: s.st.Control, cid: s.name()}
+func (s *sandbox) control() gvisor.Control {
+	return gvisor.Control{Socket: s.st.Control, CID: s.name()}
 }
 
 // killExec kills an exec's process and everything it started, then its
@@ -545,9 +551,6 @@ func (s *sandbox) killExec(ctx context.Context, cmd *exec.Cmd, pidFile string, d
 	}
 }
 
-// proc is a process as killTree sees it; sid is -1 where unknown.
-type proc struct{ pid, ppid, sid, pgid int }
-
 // killTree kills pid's process group, session and descendants. The tree is
 // read before anything is killed, so that no child is orphaned to init
 // (and out of reach) by the kill of its parent first.
@@ -558,25 +561,18 @@ func (s *sandbox) killTree(ctx context.Context, pid int) {
 		// Only the sandbox's own processes, by its cgroup: a pid in the
 		// pid file may have been reused on the host by now.
 		mine := cgroupPids(s.st.ID)
-		for _, p := range treeOf(hostProcs(mine), pid) {
+		for _, p := range proctree.Of(hostProcs(mine), pid) {
 			if mine[p] {
 				syscall.Kill(p, syscall.SIGKILL)
 			}
 		}
 		return
 	}
-	if s.st.Control != "" {
-		c := s.control()
-		if ps, err := c.processes(kctx); err == nil {
-			c.kill(kctx, pid, true)
-			for _, p := range treeOf(ps, pid) {
-				c.kill(kctx, p, false)
-			}
-			return
-		}
+	if s.st.Control != "" && s.control().KillTree(kctx, pid) == nil {
+		return
 	}
 	bin, _, args := s.e.runtimeFor(s.st.Mode, s.bundle)
-	victims := treeOf(s.sandboxProcs(kctx), pid)
+	victims := proctree.Of(s.sandboxProcs(kctx), pid)
 	kill := func(flag string, p int) {
 		exec.CommandContext(kctx, bin, append(args, "kill", flag, strconv.Itoa(p), s.name(), "KILL")...).Run()
 	}
@@ -588,33 +584,15 @@ func (s *sandbox) killTree(ctx context.Context, pid int) {
 	}
 }
 
-// treeOf lists the processes in pid's session or below pid.
-func treeOf(ps []proc, pid int) []int {
-	in := map[int]bool{pid: true}
-	for grew := true; grew; {
-		grew = false
-		for _, p := range ps {
-			if !in[p.pid] && (in[p.ppid] || p.sid == pid || p.pgid == pid) && p.pid > 1 {
-				in[p.pid], grew = true, true
-			}
-		}
-	}
-	out := make([]int, 0, len(in))
-	for p := range in {
-		out = append(out, p)
-	}
-	return out
-}
-
 // sandboxProcs lists a gVisor sandbox's processes, by its own pids, from
 // runsc ps's table (its json holds pids alone): UID PID PPID C ...
-func (s *sandbox) sandboxProcs(ctx context.Context) []proc {
+func (s *sandbox) sandboxProcs(ctx context.Context) []proctree.Proc {
 	bin, _, args := s.e.runtimeFor(s.st.Mode, s.bundle)
 	out, err := exec.CommandContext(ctx, bin, append(args, "ps", s.name())...).Output()
 	if err != nil {
 		return nil
 	}
-	var procs []proc
+	var procs []proctree.Proc
 	for _, l := range strings.Split(string(out), "\n") {
 		f := strings.Fields(l)
 		if len(f) < 3 {
@@ -623,7 +601,7 @@ func (s *sandbox) sandboxProcs(ctx context.Context) []proc {
 		pid, err1 := strconv.Atoi(f[1])
 		ppid, err2 := strconv.Atoi(f[2])
 		if err1 == nil && err2 == nil {
-			procs = append(procs, proc{pid: pid, ppid: ppid, sid: -1, pgid: -1})
+			procs = append(procs, proctree.Proc{Pid: pid, Ppid: ppid, Sid: -1, Pgid: -1})
 		}
 	}
 	return procs
@@ -675,8 +653,8 @@ func oomKills(id string) uint64 {
 }
 
 // hostProcs lists the host's processes among pids.
-func hostProcs(pids map[int]bool) []proc {
-	var out []proc
+func hostProcs(pids map[int]bool) []proctree.Proc {
+	var out []proctree.Proc
 	for pid := range pids {
 		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 		if err != nil {
@@ -694,7 +672,7 @@ func hostProcs(pids map[int]bool) []proc {
 		ppid, _ := strconv.Atoi(f[1])
 		sid, _ := strconv.Atoi(f[3])
 		pgid, _ := strconv.Atoi(f[2])
-		out = append(out, proc{pid: pid, ppid: ppid, sid: sid, pgid: pgid})
+		out = append(out, proctree.Proc{Pid: pid, Ppid: ppid, Sid: sid, Pgid: pgid})
 	}
 	return out
 }

@@ -1,14 +1,14 @@
-package oci
-
-// A client of a gVisor sandbox's control server. runsc's sandbox process
-// serves urpc at a unix stream socket in runsc's root: one JSON call per
-// message, descriptors as SCM_RIGHTS on the call's first bytes, one JSON
-// result back. `runsc exec`, `ps` and `kill` are clients of it; calling it
-// from airlock saves starting runsc (about 25 ms) for every exec. The
-// method names and argument shapes are those of the pinned gVisor
-// (runsc/boot/controller.go, pkg/sentry/control/proc.go); a runsc that
-// does not answer them is detected at Create, and its sandboxes keep
-// using `runsc exec`.
+// Package gvisor is a client of a gVisor sandbox's control server.
+//
+// runsc's sandbox process serves urpc at a unix stream socket in runsc's
+// root: one JSON call per message, descriptors as SCM_RIGHTS on the
+// call's first bytes, one JSON result back. `runsc exec`, `ps` and `kill`
+// are clients of it; calling it from airlock saves starting runsc (about
+// 25 ms) for every exec. The method names and argument shapes are those
+// of the pinned gVisor (runsc/boot/controller.go,
+// pkg/sentry/control/proc.go); Find probes them, so that a runsc that
+// does not answer is found before it is relied on.
+package gvisor
 
 import (
 	"bytes"
@@ -27,6 +27,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/proctree"
 )
 
 const (
@@ -46,10 +48,10 @@ const (
 	controlCallTimeout = 10 * time.Second
 )
 
-// control reaches one container of a gVisor sandbox.
-type control struct {
-	socket string // the control socket's path
-	cid    string // the container's runsc id
+// Control reaches one container of a gVisor sandbox.
+type Control struct {
+	Socket string // the control socket's path
+	CID    string // the container's runsc id
 }
 
 // capabilitySets is auth.TaskCapabilities. It is always sent, all zero:
@@ -78,7 +80,7 @@ type execArgs struct {
 
 // call makes one call on its own connection. files go with the call and
 // are the program's from then on (the caller closes its copies).
-func (c control) call(ctx context.Context, method string, arg any, files []*os.File, result any) error {
+func (c Control) call(ctx context.Context, method string, arg any, files []*os.File, result any) error {
 	conn, err := c.dial()
 	if err != nil {
 		return err
@@ -137,20 +139,20 @@ func (c control) call(ctx context.Context, method string, arg any, files []*os.F
 		return fmt.Errorf("reading the reply to %s: %v", method, err)
 	}
 	if !reply.Success {
-		return &controlError{method: method, msg: reply.Err}
+		return &RefusedError{Method: method, Msg: reply.Err}
 	}
 	return nil
 }
 
-// controlError is an error the sandbox answered with.
-type controlError struct{ method, msg string }
+// RefusedError is an error the sandbox answered a call with.
+type RefusedError struct{ Method, Msg string }
 
-func (e *controlError) Error() string { return e.method + ": " + e.msg }
+func (e *RefusedError) Error() string { return e.Method + ": " + e.Msg }
 
 // dial connects to the control socket. A path too long for sun_path is
 // reached through its O_PATH descriptor, as runsc itself does.
-func (c control) dial() (*net.UnixConn, error) {
-	path := c.socket
+func (c Control) dial() (*net.UnixConn, error) {
+	path := c.Socket
 	if len(path) >= len(unix.RawSockaddrUnix{}.Path) {
 		fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
 		if err != nil {
@@ -179,10 +181,10 @@ func closeRights(oob []byte) {
 	}
 }
 
-// start starts p in the container with stdio as its descriptors 0, 1
+// Start starts p in the container with stdio as its descriptors 0, 1
 // and 2, and returns its pid in the sandbox. p's capabilities must be
-// empty (the caller checks).
-func (c control) start(ctx context.Context, p *specs.Process, stdio [3]*os.File) (int32, error) {
+// empty (the caller checks): every set is sent empty.
+func (c Control) Start(ctx context.Context, p *specs.Process, stdio [3]*os.File) (int32, error) {
 	args := execArgs{
 		Argv:             p.Args,
 		Envv:             p.Env,
@@ -194,7 +196,7 @@ func (c control) start(ctx context.Context, p *specs.Process, stdio [3]*os.File)
 		Capabilities:     &capabilitySets{},
 		SupportTTYs:      true,
 		GuestFDs:         []int{0, 1, 2},
-		ContainerID:      c.cid,
+		ContainerID:      c.CID,
 	}
 	ctx, cancel := context.WithTimeout(ctx, controlCallTimeout)
 	defer cancel()
@@ -208,14 +210,14 @@ func (c control) start(ctx context.Context, p *specs.Process, stdio [3]*os.File)
 	return pid, nil
 }
 
-// wait waits for a process start started, and returns its exit code
+// Wait waits for a process Start started, and returns its exit code
 // (128+signal when killed).
-func (c control) wait(ctx context.Context, pid int32) (int, error) {
+func (c Control) Wait(ctx context.Context, pid int32) (int, error) {
 	var ws uint32
 	arg := struct {
 		PID int32
 		CID string
-	}{pid, c.cid}
+	}{pid, c.CID}
 	if err := c.call(ctx, methodWaitPID, &arg, nil, &ws); err != nil {
 		return -1, err
 	}
@@ -226,8 +228,8 @@ func (c control) wait(ctx context.Context, pid int32) (int, error) {
 	return st.ExitStatus(), nil
 }
 
-// kill sends SIGKILL to a process, or with group to a process group.
-func (c control) kill(ctx context.Context, pid int, group bool) error {
+// Kill sends SIGKILL to a process, or with group to a process group.
+func (c Control) Kill(ctx context.Context, pid int, group bool) error {
 	mode := deliverToProcess
 	if group {
 		mode = deliverToProcessGroup
@@ -237,14 +239,14 @@ func (c control) kill(ctx context.Context, pid int, group bool) error {
 		Signo int32
 		PID   int32
 		Mode  int
-	}{c.cid, int32(syscall.SIGKILL), int32(pid), mode}
+	}{c.CID, int32(syscall.SIGKILL), int32(pid), mode}
 	ctx, cancel := context.WithTimeout(ctx, controlCallTimeout)
 	defer cancel()
 	return c.call(ctx, methodSignal, &arg, nil, nil)
 }
 
-// processes lists the container's processes.
-func (c control) processes(ctx context.Context) ([]proc, error) {
+// Processes lists the container's processes (no sessions: Sid is -1).
+func (c Control) Processes(ctx context.Context) ([]proctree.Proc, error) {
 	var ps []struct {
 		PID  int `json:"pid"`
 		PPID int `json:"ppid"`
@@ -252,40 +254,55 @@ func (c control) processes(ctx context.Context) ([]proc, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, controlCallTimeout)
 	defer cancel()
-	cid := c.cid
+	cid := c.CID
 	if err := c.call(ctx, methodProcesses, &cid, nil, &ps); err != nil {
 		return nil, err
 	}
-	out := make([]proc, 0, len(ps))
+	out := make([]proctree.Proc, 0, len(ps))
 	for _, p := range ps {
-		out = append(out, proc{pid: p.PID, ppid: p.PPID, sid: -1, pgid: p.PGID})
+		out = append(out, proctree.Proc{Pid: p.PID, Ppid: p.PPID, Sid: -1, Pgid: p.PGID})
 	}
 	return out, nil
 }
 
-// probeControl returns the control socket of gVisor sandbox name, read
-// from runsc's state, once a call on it has been answered; "" (and the
-// runtime's exec) when it is not found or does not answer.
-func (e *Engine) probeControl(ctx context.Context, state, name string) string {
-	b, err := os.ReadFile(filepath.Join(state, name+"_sandbox:"+name+".state"))
+// KillTree SIGKILLs pid's process group, then each process below pid or
+// in its group, as listed before the first kill.
+func (c Control) KillTree(ctx context.Context, pid int) error {
+	ps, err := c.Processes(ctx)
+	if err != nil {
+		return err
+	}
+	// A process that ended meanwhile fails its kill; what is left, the
+	// caller sees by waiting.
+	c.Kill(ctx, pid, true)
+	for _, p := range proctree.Of(ps, pid) {
+		c.Kill(ctx, p, false)
+	}
+	return nil
+}
+
+// Find returns the control of container id in runsc root state, where
+// runsc's state names its sandbox's socket, once a call on it has been
+// answered.
+func Find(ctx context.Context, state, id string) (Control, error) {
+	b, err := os.ReadFile(filepath.Join(state, id+"_sandbox:"+id+".state"))
+	if err != nil {
+		return Control{}, err
+	}
 	var st struct {
 		Sandbox struct {
 			Control string `json:"controlSocketPath"`
 		} `json:"sandbox"`
 	}
-	if err == nil {
-		err = json.Unmarshal(b, &st)
+	if err := json.Unmarshal(b, &st); err != nil {
+		return Control{}, fmt.Errorf("reading runsc's state of %q: %v", id, err)
 	}
-	if err == nil && !filepath.IsAbs(st.Sandbox.Control) {
-		err = fmt.Errorf("control socket %q", st.Sandbox.Control)
+	if !filepath.IsAbs(st.Sandbox.Control) {
+		return Control{}, fmt.Errorf("runsc's state of %q names no control socket (%q)", id, st.Sandbox.Control)
 	}
-	if err == nil {
-		c := control{socket: st.Sandbox.Control, cid: name}
-		_, err = c.processes(ctx)
+	c := Control{Socket: st.Sandbox.Control, CID: id}
+	if _, err := c.Processes(ctx); err != nil {
+		return Control{}, err
 	}
-	if err != nil {
-		e.log.Debug("gVisor control socket unusable; execs use runsc exec", "sandbox", name, "err", err)
-		return ""
-	}
-	return st.Sandbox.Control
+	return c, nil
 }

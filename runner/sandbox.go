@@ -214,7 +214,9 @@ func readInfo(root, id string) (SandboxInfo, error) {
 }
 
 // updateInfo changes sandbox id's record under the sandboxes lock; a
-// record that is gone stays gone.
+// record that is gone stays gone. The change is not synced: no sandbox
+// outlives a power loss, and an exec's bookkeeping (twice per exec) is
+// what live processes are doing.
 func updateInfo(root, id string, fn func(*SandboxInfo) error) error {
 	return flock.With(filepath.Join(sandboxesDir(root), ".lock"), func() error {
 		si, err := readInfo(root, id)
@@ -224,15 +226,20 @@ func updateInfo(root, id string, fn func(*SandboxInfo) error) error {
 		if err := fn(&si); err != nil {
 			return err
 		}
-		return writeInfo(root, &si)
+		return saveInfo(root, &si, atomicfile.Replace)
 	})
 }
 
+// writeInfo writes a sandbox's record, synced.
 func writeInfo(root string, si *SandboxInfo) error {
+	return saveInfo(root, si, atomicfile.WriteFile)
+}
+
+func saveInfo(root string, si *SandboxInfo, write func(string, []byte, os.FileMode) error) error {
 	saved := *si
 	saved.State, saved.Error = "", "" // the lifecycle's to say
 	b, _ := json.Marshal(saved)
-	if err := atomicfile.WriteFile(infoPath(root, si.ID), b, 0o600); err != nil {
+	if err := write(infoPath(root, si.ID), b, 0o600); err != nil {
 		return fmt.Errorf("%w: writing the record of sandbox %q: %v", errdefs.ErrUnavailable, si.ID, err)
 	}
 	return nil

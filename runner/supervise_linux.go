@@ -85,6 +85,8 @@ func (r *Runner) Supervise(ctx context.Context, id string) error {
 			defer unpin()
 		}
 	}
+	gone, stop := recordGone(r.root, id)
+	defer stop()
 	for {
 		si, err := readInfo(r.root, id)
 		if errdefs.IsNotFound(err) {
@@ -122,6 +124,8 @@ func (r *Runner) Supervise(ctx context.Context, id string) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-gone:
+			gone = nil // once: the record is read again at once
 		case <-time.After(wait):
 		}
 	}

@@ -48,6 +48,8 @@ type Engine struct {
 	runc  string
 	store *store.Store
 	log   *slog.Logger
+	// runtimeExec keeps new gVisor sandboxes on `runsc exec`.
+	runtimeExec bool
 }
 
 // Option configures an Engine.
@@ -58,6 +60,11 @@ func WithLogger(l *slog.Logger) Option { return func(e *Engine) { e.log = l } }
 
 // WithRunsc sets the runsc binary; the default is <root>/tools/runsc.
 func WithRunsc(path string) Option { return func(e *Engine) { e.runsc = path } }
+
+// WithRuntimeExec makes the gVisor sandboxes this engine creates take
+// every exec through `runsc exec` rather than their control socket: what
+// a runsc whose socket does not answer gets, kept testable.
+func WithRuntimeExec() Option { return func(e *Engine) { e.runtimeExec = true } }
 
 // WithRunc sets the runc binary; the default is runc on PATH.
 func WithRunc(path string) Option { return func(e *Engine) { e.runc = path } }

@@ -82,15 +82,25 @@ func testRoot(t *testing.T) (string, digest.Digest) {
 
 func TestSandboxConformance(t *testing.T) {
 	root, image := testRoot(t)
-	newEngine := func(t *testing.T) *Engine {
-		e, err := New(root)
-		if err != nil {
-			t.Fatal(err)
+	for _, c := range []struct {
+		name string
+		mode isolation.Mode
+		opts []Option
+	}{
+		{"gvisor", isolation.GVisor, nil},
+		{"seccomp", isolation.Seccomp, nil},
+		// The fallback of a runsc whose control socket does not answer.
+		{"gvisor-runsc-exec", isolation.GVisor, []Option{WithRuntimeExec()}},
+	} {
+		mode := c.mode
+		newEngine := func(t *testing.T) *Engine {
+			e, err := New(root, c.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return e
 		}
-		return e
-	}
-	for _, mode := range []isolation.Mode{isolation.GVisor, isolation.Seccomp} {
-		t.Run(string(mode), func(t *testing.T) {
+		t.Run(c.name, func(t *testing.T) {
 			p := isolation.Default()
 			p.Isolation = mode
 			p.Seccomp = profile(t, mode)
@@ -420,6 +430,21 @@ func TestSandboxControlExec(t *testing.T) {
 	x, err = sb.Exec(context.Background(), &engine.Process{Argv: []string{"no-such-program"}, Stderr: &errb, Timeout: 10 * time.Second})
 	if err != nil || x.Code != 127 || !strings.Contains(errb.String(), `cannot start "no-such-program"`) {
 		t.Fatalf("missing program: %+v, %v, stderr %q", x, err, errb.String())
+	}
+	// WithRuntimeExec keeps a sandbox on runsc exec.
+	re, err := New(root, WithRuntimeExec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rsb, err := re.Create(context.Background(), &engine.SandboxSpec{ID: "control-off", Image: image, Policy: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := rsb.(*sandbox).st.Control; c != "" {
+		t.Errorf("WithRuntimeExec: control socket %q recorded", c)
+	}
+	if err := rsb.Destroy(context.Background()); err != nil {
+		t.Error(err)
 	}
 	// One writer for both streams gets one descriptor: the order holds.
 	var both strings.Builder

@@ -165,7 +165,7 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (_ engine.Sa
 		return nil, engine.Lost("sandbox %q ended as it started", s.ID)
 	}
 	st := sandboxState{ID: s.ID, Image: s.Image, Mode: s.Policy.Isolation, Pid: pid, Start: start, Timeout: l.Timeout}
-	if !native {
+	if !native && !e.runtimeExec {
 		if c, err := gvisor.Find(bg, state, name); err == nil {
 			st.Control = c.Socket
 		} else {

@@ -262,9 +262,14 @@ func TestBinaryAndFakeResultOutput(t *testing.T) {
 func TestStdin(t *testing.T) {
 	f := t.TempDir() + "/in.txt"
 	os.WriteFile(f, []byte("one\ntwo\nthree\n"), 0o644)
-	res, _ := runJSON(t, nil, "--image", busybox, "--stdin", f, "--", "wc", "-l")
+	// The file reaches the program through a pipe, never as the host's
+	// descriptor; a directory is refused.
+	res, _ := runJSON(t, nil, "--image", busybox, "--stdin", f, "--", "sh", "-c", "test -p /dev/stdin && wc -l")
 	if strings.TrimSpace(string(res.Stdout.Head)) != "3" {
-		t.Errorf("wc -l of stdin: %q", res.Stdout.Head)
+		t.Errorf("wc -l of stdin, through a pipe: %q", res.Stdout.Head)
+	}
+	if c := airlock(nil, "run", "--image", busybox, "--stdin", t.TempDir(), "--", "true"); c.code != 64 || !strings.Contains(c.stderr, "is a directory") {
+		t.Errorf("--stdin DIR: exit %d, stderr %q; want 64 naming the directory", c.code, c.stderr)
 	}
 	// Without --stdin, stdin is closed: cat returns at once.
 	res, _ = runJSON(t, nil, "--image", busybox, "--timeout", "10s", "--", "cat")

@@ -2,9 +2,7 @@ package main
 
 import (
 	"fmt"
-	"os"
 
-	"github.com/containerd/errdefs"
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/runner"
@@ -102,18 +100,12 @@ func execOnce(cmd *cobra.Command, g *globals, f *execFlags, id string, argv []st
 			return runner.Result{}, usageError{fmt.Errorf("--output-limit %q: give a positive size such as 1MiB", f.output)}
 		}
 	}
-	switch f.stdin {
-	case "":
-	case "-":
-		spec.Stdin = cmd.InOrStdin()
-	default:
-		in, err := os.Open(f.stdin)
-		if err != nil {
-			return runner.Result{}, fmt.Errorf("%w: --stdin: %v", errdefs.ErrNotFound, err)
-		}
-		defer in.Close()
-		spec.Stdin = in
+	in, closeIn, err := openStdin(cmd, f.stdin)
+	if err != nil {
+		return runner.Result{}, err
 	}
+	defer closeIn()
+	spec.Stdin = in
 	r, done, err := g.sandboxRunner(id)
 	if err != nil {
 		return runner.Result{}, err

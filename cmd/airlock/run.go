@@ -216,19 +216,12 @@ func runOnce(cmd *cobra.Command, g *globals, f *runFlags, argv []string) (runner
 	if err != nil {
 		return runner.Result{}, err
 	}
-	switch f.stdin {
-	case "":
-	case "-":
-		// As every Unix tool: "-" is airlock's own standard input.
-		spec.Stdin = cmd.InOrStdin()
-	default:
-		in, err := os.Open(f.stdin)
-		if err != nil {
-			return runner.Result{}, fmt.Errorf("%w: --stdin: %v", errdefs.ErrNotFound, err)
-		}
-		defer in.Close()
-		spec.Stdin = in
+	in, closeIn, err := openStdin(cmd, f.stdin)
+	if err != nil {
+		return runner.Result{}, err
 	}
+	defer closeIn()
+	spec.Stdin = in
 	if !f.json {
 		out, errw := liveWriter(cmd.OutOrStdout()), liveWriter(cmd.ErrOrStderr())
 		spec.Stdout, spec.Stderr = out, errw
@@ -338,4 +331,25 @@ func errorKind(err error) string {
 		return "invalid_input"
 	}
 	return runner.ErrorKind(err)
+}
+
+// openStdin opens --stdin: "" for none, "-" for airlock's own standard
+// input (as every Unix tool), or a file. A directory is refused before
+// anything is created.
+func openStdin(cmd *cobra.Command, path string) (io.Reader, func(), error) {
+	switch path {
+	case "":
+		return nil, func() {}, nil
+	case "-":
+		return cmd.InOrStdin(), func() {}, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: --stdin: %v", errdefs.ErrNotFound, err)
+	}
+	if fi, err := f.Stat(); err == nil && fi.IsDir() {
+		f.Close()
+		return nil, nil, usageError{fmt.Errorf("--stdin %q is a directory: give a file, or - for airlock's own standard input", path)}
+	}
+	return f, func() { f.Close() }, nil
 }

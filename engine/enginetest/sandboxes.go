@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -235,6 +236,18 @@ func testStdin(t *testing.T, s *suite) {
 	}
 	if r := run(t, sb, engine.Process{Argv: []string{"cat"}}); r.stdout != "" || r.Code != 0 {
 		t.Fatalf("cat with no stdin: %q, code %d; want EOF at once", r.stdout, r.Code)
+	}
+	// A host file given as stdin is read through a pipe: the sandbox never
+	// holds the host's descriptor (a directory's would reach past its root).
+	f, err := os.CreateTemp(t.TempDir(), "stdin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	f.WriteString("from a host file\n")
+	f.Seek(0, 0)
+	if r := run(t, sb, engine.Process{Argv: sh("test -p /dev/stdin && cat"), Stdin: f}); r.stdout != "from a host file\n" || r.Code != 0 {
+		t.Fatalf("stdin from a host file: %q, code %d; want it read through a pipe (test -p)", r.stdout, r.Code)
 	}
 }
 

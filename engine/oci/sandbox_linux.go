@@ -406,7 +406,7 @@ func (s *sandbox) execRuntime(ctx context.Context, p *engine.Process, pr *specs.
 	}
 	cmd := exec.Command(bin, append(args, s.name())...)
 	if !p.Detach {
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = p.Stdin, p.Stdout, p.Stderr
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = pipedStdio(p.Stdin, p.Stdout, p.Stderr)
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.WaitDelay = outputGrace

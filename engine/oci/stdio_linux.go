@@ -11,11 +11,12 @@ import (
 
 // stdio is an exec's descriptors 0-2 as handed to the sandbox, and the
 // copies between airlock's ends of them and the Process's reader and
-// writers, as os/exec would make them.
+// writers. The sandbox only ever gets pipes airlock made (or /dev/null):
+// never a caller's file, directory or terminal, even when the Process
+// holds an *os.File.
 type stdio struct {
-	child  [3]*os.File
-	owned  [3]bool    // child files this opened, to close once sent
-	ends   []*os.File // airlock's ends
+	child  [3]*os.File // the sandbox's ends, closed here once sent
+	ends   []*os.File  // airlock's ends
 	copies sync.WaitGroup
 	stderr io.Writer
 }
@@ -28,21 +29,16 @@ func newStdio(p *engine.Process) (_ *stdio, err error) {
 			s.close()
 		}
 	}()
-	switch in := p.Stdin.(type) {
-	case nil:
+	if p.Stdin == nil {
 		s.child[0], err = os.Open(os.DevNull)
-		s.owned[0] = true
-	case *os.File:
-		s.child[0] = in
-	default:
-		var r, w *os.File
-		if r, w, err = os.Pipe(); err == nil {
-			s.child[0], s.owned[0] = r, true
+	} else {
+		var w *os.File
+		if s.child[0], w, err = os.Pipe(); err == nil {
 			s.ends = append(s.ends, w)
 			// A program that never reads its stdin ends this copy when
 			// close closes w.
 			go func() {
-				io.Copy(w, in)
+				io.Copy(w, p.Stdin)
 				w.Close()
 			}()
 		}
@@ -50,38 +46,55 @@ func newStdio(p *engine.Process) (_ *stdio, err error) {
 	if err != nil {
 		return s, err
 	}
-	if s.child[1], s.owned[1], err = s.out(p.Stdout); err != nil {
+	if s.child[1], err = s.out(p.Stdout); err != nil {
 		return s, err
 	}
 	if sameWriter(p.Stdout, p.Stderr) {
 		s.child[2] = s.child[1]
 		return s, nil
 	}
-	s.child[2], s.owned[2], err = s.out(p.Stderr)
+	s.child[2], err = s.out(p.Stderr)
 	return s, err
 }
 
 // out returns the program's end for w.
-func (s *stdio) out(w io.Writer) (*os.File, bool, error) {
-	switch w := w.(type) {
-	case nil:
-		f, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-		return f, true, err
-	case *os.File:
-		return w, false, nil
-	default:
-		r, pw, err := os.Pipe()
-		if err != nil {
-			return nil, false, err
-		}
-		s.ends = append(s.ends, r)
-		s.copies.Add(1)
-		go func() {
-			defer s.copies.Done()
-			io.Copy(w, r)
-		}()
-		return pw, true, nil
+func (s *stdio) out(w io.Writer) (*os.File, error) {
+	if w == nil {
+		return os.OpenFile(os.DevNull, os.O_WRONLY, 0)
 	}
+	r, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	s.ends = append(s.ends, r)
+	s.copies.Add(1)
+	go func() {
+		defer s.copies.Done()
+		io.Copy(w, r)
+	}()
+	return pw, nil
+}
+
+// pipedStdio is a Process's stdio for os/exec, with every *os.File
+// hidden so that os/exec makes pipes: what reaches the runtime, and
+// through it the sandbox, is a pipe airlock made. One writer for both
+// streams stays one, so that their order is kept.
+func pipedStdio(in io.Reader, out, errw io.Writer) (io.Reader, io.Writer, io.Writer) {
+	hide := func(w io.Writer) io.Writer {
+		if w == nil {
+			return nil
+		}
+		return struct{ io.Writer }{w}
+	}
+	var r io.Reader
+	if in != nil {
+		r = struct{ io.Reader }{in}
+	}
+	o, e := hide(out), hide(errw)
+	if sameWriter(out, errw) {
+		e = o
+	}
+	return r, o, e
 }
 
 // sameWriter reports whether stdout and stderr are one writer, which then
@@ -92,11 +105,11 @@ func sameWriter(a, b io.Writer) (same bool) {
 	return a != nil && a == b
 }
 
-// closeChild closes the program's ends this opened, once the sandbox has
-// its own copies.
+// closeChild closes the program's ends once the sandbox has its own
+// copies.
 func (s *stdio) closeChild() {
-	for i, f := range s.child {
-		if f != nil && s.owned[i] {
+	for _, f := range s.child {
+		if f != nil {
 			f.Close()
 		}
 	}

@@ -60,7 +60,7 @@ func (e *Engine) createRun(ctx context.Context, s *engine.SandboxSpec) (_ engine
 		return nil, err
 	}
 	r.log.Debug("prepared", "took", time.Since(begin).Round(10*time.Microsecond).String())
-	cmd := r.command(s.Init.Stdin, s.Init.Stdout, s.Init.Stderr)
+	cmd := r.command(pipedStdio(s.Init.Stdin, s.Init.Stdout, s.Init.Stderr))
 	// Once runsc has exited, stop waiting for its pipes: a process that
 	// escaped with a copy of them is killed with the cgroup.
 	cmd.WaitDelay = 2 * time.Second
@@ -73,7 +73,7 @@ func (e *Engine) createRun(ctx context.Context, s *engine.SandboxSpec) (_ engine
 }
 
 // command is the runtime's `run` of the prepared bundle, with the given
-// stdio.
+// stdio: pipes airlock made (pipedStdio, or a held sandbox's own).
 func (r *oneShot) command(stdin io.Reader, stdout, stderr io.Writer) *exec.Cmd {
 	e := r.e
 	r.runtime, r.state = e.runsc, filepath.Join(e.root, "oci", "runsc")
@@ -85,7 +85,7 @@ func (r *oneShot) command(stdin io.Reader, stdout, stderr io.Writer) *exec.Cmd {
 	}
 	r.log = r.log.With("runtime", filepath.Base(r.runtime))
 	cmd := exec.Command(r.runtime, append(args, "run", "--bundle", r.p.bundle, r.name)...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = pipedStdio(stdin, stdout, stderr)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	return cmd
 }

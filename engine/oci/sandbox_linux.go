@@ -371,6 +371,16 @@ func (s *sandbox) Exec(ctx context.Context, p *engine.Process) (engine.Exit, err
 	return exit, nil
 }
 
+// goneWithin polls alive for up to d: the error that says the sandbox is
+// gone, or nil while it lives.
+func (s *sandbox) goneWithin(d time.Duration) error {
+	for deadline := time.Now().Add(d); ; time.Sleep(10 * time.Millisecond) {
+		if err := s.alive(); err != nil || time.Now().After(deadline) {
+			return err
+		}
+	}
+}
+
 // noCapabilities reports whether p has no capability in any set, the only
 // process the control path starts (it sends empty sets).
 func noCapabilities(p *specs.Process) bool {
@@ -465,12 +475,15 @@ func (s *sandbox) execControl(ctx context.Context, p *engine.Process, pr *specs.
 	pid, err := c.Start(ctx, pr, fds.child)
 	fds.closeChild()
 	if err != nil {
-		if aerr := s.alive(); aerr != nil {
-			return engine.Exit{}, aerr
-		}
 		var refused *gvisor.RefusedError
 		if !errors.As(err, &refused) {
+			if aerr := s.goneWithin(2 * time.Second); aerr != nil {
+				return engine.Exit{}, aerr
+			}
 			return engine.Exit{}, fmt.Errorf("%w: starting %q in sandbox %q: %v", errdefs.ErrUnavailable, pr.Args[0], s.st.ID, err)
+		}
+		if aerr := s.alive(); aerr != nil {
+			return engine.Exit{}, aerr // destroyed meanwhile
 		}
 		// The sandbox would not start the program: as with runsc exec,
 		// the reason is the program's stderr, and the code a shell's.
@@ -512,7 +525,9 @@ func (s *sandbox) execControl(ctx context.Context, p *engine.Process, pr *specs.
 	exit.Started, exit.Finished = started, time.Now()
 	fds.drain(outputGrace)
 	if w.err != nil {
-		if aerr := s.alive(); aerr != nil {
+		// The socket closes as the sandbox process dies, a moment before
+		// the process is seen gone.
+		if aerr := s.goneWithin(2 * time.Second); aerr != nil {
 			return engine.Exit{}, aerr
 		}
 		return engine.Exit{}, fmt.Errorf("%w: waiting for %q in sandbox %q: %v", errdefs.ErrInternal, pr.Args[0], s.st.ID, w.err)

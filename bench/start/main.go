@@ -13,6 +13,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -37,6 +39,42 @@ type scenario struct {
 	argv []string
 	prep func(i int) error // per-run set-up outside the timed part
 	took []time.Duration
+	// phases, for airlock's oci runs, collects the runner's phase line
+	// (--debug) of each run.
+	phases map[string][]time.Duration
+	order  []string
+}
+
+// phaseLine matches one "name=duration" of the runner's phase line.
+var phaseLine = regexp.MustCompile(`msg="run phases"(( \w+=\S+)+)`)
+
+// addPhases records the phase line in out, and the time outside it.
+func (s *scenario) addPhases(out []byte, took time.Duration) {
+	m := phaseLine.FindSubmatch(out)
+	if m == nil {
+		return
+	}
+	if s.phases == nil {
+		s.phases = map[string][]time.Duration{}
+	}
+	in := time.Duration(0)
+	for _, kv := range strings.Fields(string(m[1])) {
+		k, v, _ := strings.Cut(kv, "=")
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			continue
+		}
+		if _, seen := s.phases[k]; !seen {
+			s.order = append(s.order, k)
+		}
+		s.phases[k] = append(s.phases[k], d)
+		in += d
+	}
+	const outside = "outside the runner"
+	if _, seen := s.phases[outside]; !seen {
+		s.order = append([]string{outside}, s.order...)
+	}
+	s.phases[outside] = append(s.phases[outside], took-in)
 }
 
 func run(n int) error {
@@ -96,7 +134,7 @@ func run(n int) error {
 		return os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600)
 	}
 	scenarios := []*scenario{
-		{name: "airlock run --engine oci", argv: []string{bin, "--root", root, "run", "--engine", "oci", "--out-dir", "none", "--image", ref.String(), "--", "/bin/true"}},
+		{name: "airlock run --engine oci", argv: []string{bin, "--root", root, "--debug", "run", "--engine", "oci", "--out-dir", "none", "--image", ref.String(), "--", "/bin/true"}},
 		bare,
 		{name: "airlock run --engine docker", argv: []string{bin, "--root", root, "run", "--engine", "docker", "--out-dir", "none", "--image", ref.String(), "--", "/bin/true"}},
 		{name: "docker run --runtime=airlock-runsc", argv: []string{"docker", "run", "--rm", "--runtime=" + isolation.DockerRuntimes[isolation.GVisor], "--network", "none", ref.ID.String(), "/bin/true"}},
@@ -111,10 +149,13 @@ func run(n int) error {
 				}
 			}
 			start := time.Now()
-			if out, err := exec.Command(s.argv[0], s.argv[1:]...).CombinedOutput(); err != nil {
+			out, err := exec.Command(s.argv[0], s.argv[1:]...).CombinedOutput()
+			took := time.Since(start)
+			if err != nil {
 				return fmt.Errorf("%s: %v\n%s", s.name, err, out)
 			}
-			s.took = append(s.took, time.Since(start))
+			s.took = append(s.took, took)
+			s.addPhases(out, took)
 		}
 		if (i+1)%10 == 0 {
 			fmt.Fprintf(os.Stderr, "  %d/%d rounds\n", i+1, n)
@@ -141,5 +182,11 @@ func run(n int) error {
 	ratio := func(a, b string) float64 { return float64(p50[a]) / float64(p50[b]) }
 	fmt.Printf("\np50 ratios: oci / bare runsc = %.2f (target ≤ 1.3); oci / docker run = %.2f (target ≤ 0.5); airlock docker / docker run = %.2f\n",
 		ratio(scenarios[0].name, bare.name), ratio(scenarios[0].name, scenarios[3].name), ratio(scenarios[2].name, scenarios[3].name))
+	if oci := scenarios[0]; len(oci.order) > 0 {
+		fmt.Printf("\nwhere %s goes (its --debug phase line, p50 of each phase; wait is runsc's, the program included):\n", oci.name)
+		for _, k := range oci.order {
+			fmt.Printf("  %-20s %7.2f ms\n", k, timing.MS(timing.Percentile(oci.phases[k], 50)))
+		}
+	}
 	return nil
 }

@@ -27,9 +27,12 @@ the next exec.
 
 Without --json, the output streams live and airlock exits with the
 program's exit code, with the same codes as airlock run for its other
-endings (124 timeout, 123 output limit, 137 oom…). With --json it prints
-the same Result object as airlock run --json, plus sandbox_id. A timed-out
-exec leaves none of its processes running, and the sandbox stays usable.
+endings (124 timeout, 123 output limit, 137 oom…); a program that cannot
+start exits 127 when it is not found and 126 otherwise (oci + gVisor).
+With --json it prints the same Result object as airlock run --json, plus
+sandbox_id, sealed by a signed receipt (airlock receipt verify). A
+timed-out exec leaves none of its processes running, and the sandbox
+stays usable.
 
 --detach starts a background process (a server, a watcher) that lives
 until the sandbox ends; its output is discarded. An exec into a sandbox

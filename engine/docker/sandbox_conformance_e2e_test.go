@@ -29,15 +29,10 @@ func TestSandboxConformance(t *testing.T) {
 			}
 			return list[0].ID
 		}
-		var gaps map[enginetest.Gap]string
-		if m == isolation.GVisor {
-			gaps = map[enginetest.Gap]string{
-				enginetest.GapNoOOMKill: "under docker + gVisor a memory hog is throttled at the limit until its timeout instead of being OOM-killed",
-			}
-		}
+		p := testPolicy(t, m)
+		p.Limits.Memory = 128 << 20 // for OutOfMemory's sake
 		enginetest.Sandboxes(t, func(t *testing.T) engine.Engine { return newTestEngine(t) }, bb, enginetest.Harness{
-			Policy: testPolicy(t, m),
-			Gaps:   gaps,
+			Policy: p,
 			// The container's pid is runsc's sandbox process under gVisor,
 			// the init under runc.
 			KillSandbox: func(t *testing.T, id string) {

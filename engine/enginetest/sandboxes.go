@@ -38,19 +38,7 @@ type Harness struct {
 	// BareExec, when set, is the runtime's own command that runs `true` in
 	// sandbox id, for the exec latency figure beside the Go API's.
 	BareExec func(id string) *exec.Cmd
-	// Gaps names the cases whose documented gap holds on this engine and
-	// mode, with why.
-	Gaps map[Gap]string
 }
-
-// Gap is a known, documented shortfall of one engine and mode.
-type Gap string
-
-const (
-	// GapNoOOMKill: past its memory limit the sandbox is throttled, not
-	// OOM-killed, so the case would only wait out its timeout.
-	GapNoOOMKill Gap = "no_oom_kill"
-)
 
 // Sandboxes runs the suite: every case creates its own sandboxes from
 // image (a busybox image: sh, echo, cat, ps, nc, sleep) with newEngine's
@@ -467,9 +455,6 @@ func testCancel(t *testing.T, s *suite) {
 // OOMKilled set (the sandbox stays), or, where the runtime cannot keep
 // the sandbox (gVisor's is one host process), ErrSandboxLost.
 func testOOM(t *testing.T, s *suite) {
-	if why, ok := s.h.Gaps[GapNoOOMKill]; ok {
-		t.Skipf("known gap, documented in SECURITY.md: %s", why)
-	}
 	sb := s.create(t)
 	p := engine.Process{Argv: sh(fmt.Sprintf(`x=$(head -c %d /dev/zero | tr "\\0" a); echo survived`, 2*int64(s.h.Policy.Limits.Memory))), Timeout: 2 * time.Minute}
 	var out bytes.Buffer

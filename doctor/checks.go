@@ -16,6 +16,7 @@ import (
 
 	"github.com/containerd/cgroups/v3"
 
+	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/images"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
@@ -56,9 +57,9 @@ func checkRunsc(ctx context.Context, o Options) Check {
 	case !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0:
 		return bad(needed, name, fmt.Sprintf("%s is not an executable file (mode %v)", path, fi.Mode()), fix)
 	}
-	v, err := version(ctx, path)
+	v, err := engine.BinaryVersion(ctx, path, "")
 	if err != nil {
-		return bad(needed, name, fmt.Sprintf("%s --version: %v", path, err), fix)
+		return bad(needed, name, err.Error(), fix)
 	}
 	return ok(name, fmt.Sprintf("%s: %s; platform %s", path, v, platform()))
 }
@@ -82,26 +83,11 @@ func checkRunc(ctx context.Context, o Options) Check {
 	if err != nil {
 		return bad(needed, name, "not on PATH; --isolation seccomp on the oci engine runs it", fix)
 	}
-	v, err := version(ctx, path)
+	v, err := engine.BinaryVersion(ctx, path, "")
 	if err != nil {
-		return bad(needed, name, fmt.Sprintf("%s --version: %v", path, err), fix)
+		return bad(needed, name, err.Error(), fix)
 	}
 	return ok(name, path+": "+v)
-}
-
-// version returns the first line a binary prints for --version.
-func version(ctx context.Context, path string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, path, "--version").Output()
-	if err != nil {
-		return "", err
-	}
-	first, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
-	if first == "" {
-		return "", errors.New("printed nothing")
-	}
-	return first, nil
 }
 
 func checkCgroups(context.Context, Options) Check {

@@ -34,7 +34,7 @@ func (e *Engine) Leftovers(ctx context.Context) ([]string, error) {
 		}
 	}
 	// runsc's files of a sandbox it no longer lists.
-	socks, _ := filepath.Glob(filepath.Join(e.root, "oci", "runsc", "runsc-"+namePrefix+"*.sock"))
+	socks, _ := filepath.Glob(filepath.Join(e.runscState(), "runsc-"+namePrefix+"*.sock"))
 	for _, s := range socks {
 		seen[strings.TrimSuffix(strings.TrimPrefix(filepath.Base(s), "runsc-"+namePrefix), ".sock")] = true
 	}
@@ -56,10 +56,14 @@ type runtimeState struct{ bin, state string }
 
 func (e *Engine) runtimes() []runtimeState {
 	return []runtimeState{
-		{e.runsc, filepath.Join(e.root, "oci", "runsc")},
-		{e.runc, filepath.Join(e.root, "oci", "runc")},
+		{e.runsc, e.runscState()},
+		{e.runc, e.runcState()},
 	}
 }
+
+// runscState and runcState are the runtimes' state roots (--root).
+func (e *Engine) runscState() string { return filepath.Join(e.root, "oci", "runsc") }
+func (e *Engine) runcState() string  { return filepath.Join(e.root, "oci", "runc") }
 
 // Reap implements engine.Reaper: kill the run's cgroup, delete its runtime
 // containers, unmount its root overlay and remove its bundle.
@@ -73,13 +77,13 @@ func (e *Engine) Reap(ctx context.Context, id string) error {
 			// Deleting a container the runtime does not know is an error
 			// from the runtime, and fine here.
 			exec.CommandContext(ctx, rt.bin, "--root", rt.state, "delete", "--force", namePrefix+id).Run()
-			// What runsc leaves of a sandbox killed from outside: its
-			// control socket and its state lock.
-			name := namePrefix + id
-			os.Remove(filepath.Join(rt.state, "runsc-"+name+".sock"))
-			os.Remove(filepath.Join(rt.state, name+"_sandbox:"+name+".lock"))
 		}
 	}
+	// What runsc leaves of a sandbox killed from outside: its control
+	// socket and its state lock.
+	name := namePrefix + id
+	os.Remove(filepath.Join(e.runscState(), "runsc-"+name+".sock"))
+	os.Remove(filepath.Join(e.runscState(), name+"_sandbox:"+name+".lock"))
 	bundle := filepath.Join(e.root, "oci", "bundles", id)
 	syscall.Unmount(filepath.Join(bundle, "rootfs"), syscall.MNT_DETACH)
 	if err := os.RemoveAll(bundle); err != nil {

@@ -76,11 +76,11 @@ func (e *Engine) createRun(ctx context.Context, s *engine.SandboxSpec) (_ engine
 // stdio: pipes airlock made (pipedStdio, or a held sandbox's own).
 func (r *oneShot) command(stdin io.Reader, stdout, stderr io.Writer) *exec.Cmd {
 	e := r.e
-	r.runtime, r.state = e.runsc, filepath.Join(e.root, "oci", "runsc")
+	r.runtime, r.state = e.runsc, e.runscState()
 	r.runLogs = filepath.Join(r.p.bundle, "logs")
 	args := append([]string{"--root", r.state}, runscFlags(r.runLogs)...)
 	if r.p.native {
-		r.runtime, r.state = e.runc, filepath.Join(e.root, "oci", "runc")
+		r.runtime, r.state = e.runc, e.runcState()
 		args = []string{"--root", r.state}
 	}
 	r.log = r.log.With("runtime", filepath.Base(r.runtime))

@@ -85,10 +85,10 @@ func (e *Engine) lock(ctx context.Context, id string) (*flock.Lock, error) {
 // flags for a mode.
 func (e *Engine) runtimeFor(m isolation.Mode, bundle string) (bin, state string, args []string) {
 	if m == isolation.Seccomp {
-		state = filepath.Join(e.root, "oci", "runc")
+		state = e.runcState()
 		return e.runc, state, []string{"--root", state}
 	}
-	state = filepath.Join(e.root, "oci", "runsc")
+	state = e.runscState()
 	// Only runsc run's log is kept, for its errors: the sandbox's own
 	// (boot) grows by about 6 KiB per exec, for as long as the sandbox
 	// lives, and loss is told by its process, not its log.
@@ -507,17 +507,7 @@ func (s *sandbox) execControl(ctx context.Context, p *engine.Process, pr *specs.
 		done <- waited{code, err}
 	}()
 	exit, w, err := await(ctx, done, timeout, func(kctx context.Context) (waited, error) {
-		deadline := time.After(cleanupTimeout)
-		for {
-			s.killTree(kctx, int(pid))
-			select {
-			case w := <-done:
-				return w, nil
-			case <-time.After(200 * time.Millisecond):
-			case <-deadline:
-				return waited{}, fmt.Errorf("%w: exec in sandbox %q did not end %v after SIGKILL", errdefs.ErrInternal, s.st.ID, cleanupTimeout)
-			}
-		}
+		return killUntil(s.st.ID, done, func(int) { s.killTree(kctx, int(pid)) })
 	})
 	if err != nil {
 		return engine.Exit{}, err
@@ -547,21 +537,33 @@ func (s *sandbox) control() gvisor.Control {
 // group, its session (where the host sees them: runc) or below it in the
 // process tree is killed. It returns the runtime's wait result.
 func (s *sandbox) killExec(ctx context.Context, cmd *exec.Cmd, pidFile string, done <-chan error) (error, error) {
-	deadline := time.After(cleanupTimeout)
-	for {
+	return killUntil(s.st.ID, done, func(round int) {
 		if b, err := os.ReadFile(pidFile); err == nil {
 			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
 				s.killTree(ctx, pid)
 			}
 		}
-		select {
-		case err := <-done:
-			return err, nil
-		case <-time.After(200 * time.Millisecond):
+		if round > 0 {
 			// Not started yet, or its runtime lingers.
 			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		}
+	})
+}
+
+// killUntil calls kill (with its round, from 0) now and every 200 ms
+// until done gives the exec's end, and fails once cleanupTimeout passes
+// without one.
+func killUntil[T any](id string, done <-chan T, kill func(round int)) (T, error) {
+	deadline := time.After(cleanupTimeout)
+	for round := 0; ; round++ {
+		kill(round)
+		select {
+		case v := <-done:
+			return v, nil
+		case <-time.After(200 * time.Millisecond):
 		case <-deadline:
-			return nil, fmt.Errorf("%w: exec in sandbox %q did not end %v after SIGKILL", errdefs.ErrInternal, s.st.ID, cleanupTimeout)
+			var zero T
+			return zero, fmt.Errorf("%w: exec in sandbox %q did not end %v after SIGKILL", errdefs.ErrInternal, id, cleanupTimeout)
 		}
 	}
 }

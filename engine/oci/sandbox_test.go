@@ -73,3 +73,16 @@ func TestProcStart(t *testing.T) {
 		t.Fatal("procStart of a pid that cannot exist succeeded")
 	}
 }
+
+// Resolve keeps explicit engine names; auto picks oci only where it is
+// usable, and a root without setup's runsc is not.
+func TestResolveKeepsExplicitNames(t *testing.T) {
+	for _, n := range []string{"oci", "docker"} {
+		if got := Resolve(t.TempDir(), n); got != n {
+			t.Errorf("Resolve(%q) = %q", n, got)
+		}
+	}
+	if got := Resolve(t.TempDir(), "auto"); got != "docker" {
+		t.Errorf("auto with no runsc = %q, want docker", got)
+	}
+}

@@ -203,16 +203,12 @@ func (p *Pool) Run(ctx context.Context, s Spec) (Result, error) {
 	if err := checkDestinations(s.Output); err != nil {
 		return Result{}, err
 	}
-	if why := p.fits(s, job); why != "" {
-		p.missed(why)
-		return p.r.Run(ctx, s)
-	}
-	e := p.take()
+	e, err := p.claim(p.fits(s, job))
 	defer p.kick()
+	if err != nil {
+		return Result{}, err
+	}
 	if e == nil {
-		if err := p.empty(); err != nil {
-			return Result{}, err
-		}
 		return p.r.Run(ctx, s)
 	}
 	// The held sandbox has the pool's environment, working directory and
@@ -273,14 +269,23 @@ func samePolicy(a, b isolation.Policy) string {
 	return ""
 }
 
-// empty records a claim on an empty pool: an error under FailWhenEmpty,
-// else nil (the caller starts cold).
-func (p *Pool) empty() error {
+// claim takes a ready sandbox for a request that fits the pool (why is
+// ""). nil, nil is a miss, recorded, for the caller to start cold; an
+// empty pool under FailWhenEmpty is ErrResourceExhausted. The caller
+// kicks the fillers once its request is done.
+func (p *Pool) claim(why string) (*pooled, error) {
+	if why != "" {
+		p.missed(why)
+		return nil, nil
+	}
+	if e := p.take(); e != nil {
+		return e, nil
+	}
 	p.missed("the pool is empty")
 	if p.opt.FailWhenEmpty {
-		return fmt.Errorf("%w: warm pool %q is empty (%d sandboxes, all claimed or still starting) and is set to fail when empty (--pool-exhausted fail): retry shortly, or grow the pool", errdefs.ErrResourceExhausted, p.opt.Name, p.opt.Size)
+		return nil, fmt.Errorf("%w: warm pool %q is empty (%d sandboxes, all claimed or still starting) and is set to fail when empty (--pool-exhausted fail): retry shortly, or grow the pool", errdefs.ErrResourceExhausted, p.opt.Name, p.opt.Size)
 	}
-	return nil
+	return nil, nil
 }
 
 func (p *Pool) missed(why string) {

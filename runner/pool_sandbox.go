@@ -70,16 +70,12 @@ func (p *Pool) Create(ctx context.Context, s SandboxSpec) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	if why := p.fitsSandbox(s, job); why != "" {
-		p.missed(why)
-		return p.r.Create(ctx, s)
-	}
-	e := p.take()
+	e, err := p.claim(p.fitsSandbox(s, job))
 	defer p.kick()
+	if err != nil {
+		return nil, err
+	}
 	if e == nil {
-		if err := p.empty(); err != nil {
-			return nil, err
-		}
 		return p.r.Create(ctx, s)
 	}
 	sb, err := p.r.claimSandbox(ctx, e.id, p.opt.Name, s)

@@ -297,14 +297,13 @@ func (r *Runner) Create(ctx context.Context, s SandboxSpec) (_ *Sandbox, err err
 	if err := s.defaults(); err != nil {
 		return nil, err
 	}
-	env := append([]string{"HOME=" + WorkspaceDir}, s.Env...)
 	job, err := r.planSandbox(s)
 	if err != nil {
 		return nil, err
 	}
 	id := "sb-" + job.ID
 	now := time.Now().UTC()
-	spec := &engine.SandboxSpec{ID: id, Image: job.Image, Policy: job.Policy, Env: env, Workdir: WorkspaceDir, Owner: job.Owner, Deadline: now.Add(s.TTL)}
+	spec := &engine.SandboxSpec{ID: id, Image: job.Image, Policy: job.Policy, Env: job.Env, Workdir: WorkspaceDir, Owner: job.Owner, Deadline: now.Add(s.TTL)}
 	if err := eng.Check(ctx, spec); err != nil {
 		return nil, err
 	}

@@ -203,7 +203,11 @@ func parsePools(vals []string, sandboxes bool) ([]server.PoolConfig, error) {
 		name, num, ok := strings.Cut(v, "=")
 		n, err := strconv.Atoi(num)
 		if !ok || name == "" || err != nil || n < 1 || n > 256 {
-			return nil, usageError{fmt.Errorf("--pool %q: give TEMPLATE=N with N from 1 to 256, such as --pool py=4", v)}
+			flag := "--pool"
+			if sandboxes {
+				flag = "--pool-sandboxes"
+			}
+			return nil, usageError{fmt.Errorf("%s %q: give TEMPLATE=N with N from 1 to 256, such as %s py=4", flag, v, flag)}
 		}
 		out = append(out, server.PoolConfig{Template: name, Size: n, Sandboxes: sandboxes})
 	}

@@ -313,15 +313,25 @@ func (p *Pool) take() *pooled {
 	return nil
 }
 
-// put returns an unused sandbox to the pool.
+// put returns an unused sandbox to the pool, first in line.
 func (p *Pool) put(e *pooled) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
+	p.addLocked(e, true)
+}
+
+// addLocked makes e ready, unless the pool is closed or already full (a
+// filler woken while e was out may have replaced it): then e goes. The
+// pool never holds more than its size.
+func (p *Pool) addLocked(e *pooled, first bool) {
+	switch {
+	case p.closed || len(p.ready) >= p.opt.Size:
 		p.later(func() { p.discard(e) })
-		return
+	case first:
+		p.ready = append([]*pooled{e}, p.ready...)
+	default:
+		p.ready = append(p.ready, e)
 	}
-	p.ready = append([]*pooled{e}, p.ready...)
 }
 
 func (p *Pool) kick() {
@@ -357,7 +367,7 @@ func (p *Pool) filler() {
 				if err = p.r.lc.Move(e.id, lifecycle.Pooled, "", nil); err != nil {
 					p.later(func() { p.discard(e) })
 				} else {
-					p.ready = append(p.ready, e)
+					p.addLocked(e, false)
 				}
 			}
 			if err != nil {

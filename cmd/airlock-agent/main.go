@@ -1,0 +1,259 @@
+// Command airlock-agent runs inside a gVisor sandbox and forks the
+// sandbox's execs, so that each starts already under the container's
+// seccomp filter (see package internal/agent). It has no privilege of its
+// own: the host starts it as it starts any exec, and it exits when the
+// host closes its stdin.
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/airlock-sandbox/airlock/internal/agent"
+)
+
+func main() {
+	runtime.GOMAXPROCS(1)
+	a := &server{execs: map[uint32]*execution{}, pending: map[int]bool{}}
+	signal.Ignore(syscall.SIGPIPE) // a closed output pipe is an error, not an exit
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGCHLD)
+	go func() {
+		for range sigs {
+			a.reapPending()
+		}
+	}()
+	if a.send(agent.Ready, 0, []byte(agent.Version)) != nil {
+		os.Exit(1)
+	}
+	rd := agent.NewReader(os.Stdin, agent.MaxSpawn)
+	for {
+		f, err := rd.Read()
+		if err != nil {
+			os.Exit(0) // the host is gone; the execs live on under the sandbox's init
+		}
+		a.handle(f)
+	}
+}
+
+type server struct {
+	wmu sync.Mutex // one frame at a time on stdout
+
+	mu      sync.Mutex
+	execs   map[uint32]*execution
+	pending map[int]bool // pids the host has waited for, not yet exited
+}
+
+// execution is one exec's agent side.
+type execution struct {
+	pid   int
+	stdin chan []byte // Stdin frames; closed on Reap
+	in    *os.File    // the write end of the exec's stdin, or nil
+	outs  []*os.File  // the read ends of its output
+}
+
+func (a *server) send(typ byte, id uint32, payload []byte) error {
+	a.wmu.Lock()
+	defer a.wmu.Unlock()
+	return agent.Write(os.Stdout, typ, id, payload)
+}
+
+func (a *server) handle(f agent.Frame) {
+	a.mu.Lock()
+	x := a.execs[f.ID]
+	a.mu.Unlock()
+	switch f.Type {
+	case agent.Spawn:
+		if x == nil {
+			a.spawn(f.ID, f.Payload)
+		}
+	case agent.Stdin:
+		if x != nil && x.in != nil {
+			select {
+			case x.stdin <- f.Payload:
+			default: // over the window of one: the host broke the protocol
+			}
+		}
+	case agent.Close:
+		if x != nil {
+			for _, o := range x.outs {
+				o.Close()
+			}
+		}
+	case agent.Reap:
+		if x == nil {
+			return
+		}
+		a.mu.Lock()
+		delete(a.execs, f.ID)
+		a.pending[x.pid] = true
+		a.mu.Unlock()
+		if x.in != nil {
+			x.in.Close()
+			close(x.stdin)
+		}
+		for _, o := range x.outs {
+			o.Close()
+		}
+		a.reapPending()
+	}
+}
+
+// reapPending reaps the exited execs the host has waited for, and no
+// other process: one the host has not waited for stays a zombie, so the
+// sentry can still report its status.
+func (a *server) reapPending() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for pid := range a.pending {
+		if n, err := syscall.Wait4(pid, nil, syscall.WNOHANG, nil); n == pid || errors.Is(err, syscall.ECHILD) {
+			delete(a.pending, pid)
+		}
+	}
+}
+
+func (a *server) spawn(id uint32, payload []byte) {
+	var s agent.SpawnArgs
+	if err := json.Unmarshal(payload, &s); err != nil || len(s.Argv) == 0 {
+		a.send(agent.Failed, id, agent.Uint32(uint32(syscall.EINVAL)))
+		return
+	}
+	x, pid, err := start(&s)
+	if err != nil {
+		errno := syscall.EIO
+		errors.As(err, &errno)
+		a.send(agent.Failed, id, agent.Uint32(uint32(errno)))
+		return
+	}
+	x.pid = pid
+	a.mu.Lock()
+	a.execs[id] = x
+	a.mu.Unlock()
+	a.send(agent.Started, id, agent.Uint32(uint32(pid)))
+	types := []byte{agent.Stdout, agent.Stderr}
+	for i, o := range x.outs {
+		go a.copyOut(id, types[i], o)
+	}
+	if x.in != nil {
+		go a.copyIn(id, x)
+	}
+}
+
+// start forks and execs s in a session of its own, with pipes for its
+// stdio.
+func start(s *agent.SpawnArgs) (x *execution, pid int, err error) {
+	path, err := lookPath(s.Argv[0], s.Env, s.Dir)
+	if err != nil {
+		return nil, 0, err
+	}
+	var child []*os.File
+	defer func() {
+		for _, f := range child {
+			f.Close()
+		}
+		if err != nil && x != nil {
+			for _, f := range append(x.outs, x.in) {
+				if f != nil {
+					f.Close()
+				}
+			}
+		}
+	}()
+	x = &execution{stdin: make(chan []byte, 1)}
+	stdin, err := os.Open(os.DevNull)
+	if err != nil {
+		return x, 0, err
+	}
+	child = append(child, stdin)
+	if s.Stdin {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return x, 0, err
+		}
+		stdin.Close()
+		child[0], x.in = r, w
+	}
+	fds := []uintptr{child[0].Fd()}
+	for range 2 - boolInt(s.Merged) {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return x, 0, err
+		}
+		child = append(child, w)
+		x.outs = append(x.outs, r)
+		fds = append(fds, w.Fd())
+	}
+	if s.Merged {
+		fds = append(fds, fds[1])
+	}
+	pid, err = syscall.ForkExec(path, s.Argv, &syscall.ProcAttr{
+		Dir:   s.Dir,
+		Env:   s.Env,
+		Files: fds,
+		Sys:   &syscall.SysProcAttr{Setsid: true},
+	})
+	return x, pid, err
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// lookPath finds file as execvp would, in the exec's own PATH.
+func lookPath(file string, env []string, dir string) (string, error) {
+	if strings.Contains(file, "/") {
+		return file, nil
+	}
+	path := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, d := range filepath.SplitList(path) {
+		p := filepath.Join(d, file)
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", syscall.ENOENT
+}
+
+func (a *server) copyOut(id uint32, typ byte, r *os.File) {
+	defer r.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 && a.send(typ, id, buf[:n]) != nil {
+			return
+		}
+		if err != nil {
+			a.send(typ, id, nil)
+			return
+		}
+	}
+}
+
+func (a *server) copyIn(id uint32, x *execution) {
+	defer x.in.Close()
+	for b := range x.stdin {
+		if len(b) == 0 {
+			return
+		}
+		x.in.Write(b) // a program that stopped reading loses the rest
+		a.send(agent.Ack, id, nil)
+	}
+}

@@ -1,0 +1,63 @@
+package agent
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+)
+
+func TestFrames(t *testing.T) {
+	var b bytes.Buffer
+	for _, f := range []Frame{{Stdout, 7, []byte("out")}, {Ready, 0, []byte(Version)}, {Stdin, 1 << 31, nil}} {
+		if err := Write(&b, f.Type, f.ID, f.Payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := NewReader(&b, MaxPayload)
+	for _, want := range []Frame{{Stdout, 7, []byte("out")}, {Ready, 0, []byte(Version)}, {Stdin, 1 << 31, []byte{}}} {
+		got, err := r.Read()
+		if err != nil || got.Type != want.Type || got.ID != want.ID || !bytes.Equal(got.Payload, want.Payload) {
+			t.Fatalf("Read = %+v, %v; want %+v", got, err, want)
+		}
+	}
+	if _, err := r.Read(); err != io.EOF {
+		t.Fatalf("at the end: %v; want io.EOF", err)
+	}
+}
+
+// TestHostileFrames: what a reader refuses, before reading a payload.
+func TestHostileFrames(t *testing.T) {
+	header := func(typ byte, id, n uint32) []byte {
+		return append(append([]byte{typ}, Uint32(id)...), Uint32(n)...)
+	}
+	for _, c := range []struct {
+		name string
+		in   []byte
+		want string
+	}{
+		{"over the bound", header(Stdout, 1, MaxPayload+1), "over the"},
+		{"4 GiB", header(Stdout, 1, 1<<32-1), "over the"},
+		{"cut in the payload", append(header(Stdout, 1, 10), "short"...), "unexpected EOF"},
+		{"cut in the header", []byte{Stdout, 0, 0}, "unexpected EOF"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := NewReader(bytes.NewReader(c.in), MaxPayload).Read()
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Read: %v; want %q", err, c.want)
+			}
+		})
+	}
+	if err := Write(io.Discard, Spawn, 1, make([]byte, MaxSpawn+1)); err == nil {
+		t.Error("Write took a payload over MaxSpawn")
+	}
+	for _, b := range [][]byte{nil, {1, 2, 3}, {1, 2, 3, 4, 5}} {
+		if _, err := ParseUint32(b); err == nil {
+			t.Errorf("ParseUint32(%v) took it", b)
+		}
+	}
+	if _, err := NewReader(bytes.NewReader(nil), MaxPayload).Read(); !errors.Is(err, io.EOF) {
+		t.Errorf("an empty stream: %v; want io.EOF", err)
+	}
+}

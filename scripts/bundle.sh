@@ -4,6 +4,7 @@
 #
 #   install.sh            the installer (scripts/install-bundle.sh)
 #   bin/airlock           this tree's airlock
+#   tools/airlock-agent   the exec agent of gVisor sandboxes (static)
 #   tools/runsc           setup's pinned runsc (<root>/tools/runsc)
 #   images/*.tar          the default image and BUNDLE_IMAGES, as OCI layout tars
 #                         written by `airlock image export`
@@ -60,6 +61,7 @@ out=$stage/$name
 mkdir -p "$out/bin" "$out/tools" "$out/images"
 install -m 0755 "$bin" "$out/bin/airlock"
 install -m 0755 "$runsc" "$out/tools/runsc"
+(cd "$here" && CGO_ENABLED=0 go build -trimpath -ldflags=-s -o "$out/tools/airlock-agent" ./cmd/airlock-agent)
 install -m 0755 "$here/scripts/install-bundle.sh" "$out/install.sh"
 
 step "exporting the default image $default"
@@ -86,6 +88,7 @@ glibc=$(grep -aoE 'GLIBC_2\.[0-9]+(\.[0-9]+)?' "$bin" | sort -uV | tail -1 | cut
   ldd "$bin" | awk '$2 == "=>" { print "lib", $1 }'
 } >"$out/deps.txt"
 [[ $(ldd "$runsc" 2>&1 || true) == *"not a dynamic executable"* ]] || fail "$runsc is dynamically linked; setup builds it with CGO_ENABLED=0"
+[[ $(ldd "$out/tools/airlock-agent" 2>&1 || true) == *"not a dynamic executable"* ]] || fail "the exec agent is dynamically linked; it must be built with CGO_ENABLED=0"
 
 # 4. key, sums, signature ------------------------------------------------------------
 keys=$root/keys

@@ -18,7 +18,8 @@
 #      SHA256SUMS, naming any file that does not match, is missing, or is
 #      not listed;
 #   3. check glibc and the shared libraries airlock links against (deps.txt);
-#   4. install airlock under the prefix and runsc as <root>/tools/runsc;
+#   4. install airlock under the prefix, and runsc and the exec agent under
+#      <root>/tools;
 #   5. import every image with `airlock image import --require-digest`, the
 #      default one with --default (the default-image lock);
 #   6. register runsc with dockerd only when dockerd is installed (daemon.json
@@ -114,7 +115,7 @@ while IFS= read -r f; do
   case $f in SHA256SUMS | SHA256SUMS.sig) continue ;; esac
   [ -n "${listed[$f]:-}" ] || fail "$f: not listed in SHA256SUMS; nothing was installed"
 done < <(cd "$here" && find . -mindepth 1 ! -type d -printf '%P\n')
-for f in install.sh bin/airlock tools/runsc images/images.txt deps.txt; do
+for f in install.sh bin/airlock tools/runsc tools/airlock-agent images/images.txt deps.txt; do
   [ -n "${listed[$f]:-}" ] || fail "$f: not listed in SHA256SUMS; the bundle is incomplete"
 done
 b=$work/bundle
@@ -156,6 +157,8 @@ put() {
 }
 r=$(put "$b/tools/runsc" "$root/tools/runsc" 0755)
 step "runsc: $r $root/tools/runsc"
+r=$(put "$b/tools/airlock-agent" "$root/tools/airlock-agent" 0755)
+step "exec agent: $r $root/tools/airlock-agent"
 if [ "$root" = /var/lib/airlock ]; then
   airlock=$prefix/bin/airlock
   r=$(put "$b/bin/airlock" "$airlock" 0755)

@@ -76,6 +76,16 @@ fi
 # 5 (early). The airlock binary does the daemon.json merge and image import.
 step "building airlock"
 (cd "$here" && go build -trimpath -ldflags "-X main.version=$(git -C "$here" describe --always --dirty 2>/dev/null || echo dev)" -o "$bin" ./cmd/airlock)
+# The exec agent gVisor sandboxes fork their execs from: static, since it
+# runs inside any image. Replaced by rename, only when it changed.
+mkdir -p "$tools"
+(cd "$here" && CGO_ENABLED=0 go build -trimpath -ldflags=-s -o "$tools/airlock-agent.new" ./cmd/airlock-agent)
+if cmp -s "$tools/airlock-agent.new" "$tools/airlock-agent"; then
+  rm -f "$tools/airlock-agent.new"
+else
+  chmod 0755 "$tools/airlock-agent.new" && mv -f "$tools/airlock-agent.new" "$tools/airlock-agent"
+  step "exec agent installed: $tools/airlock-agent"
+fi
 
 # 3. daemon.json ---------------------------------------------------------------
 changed=$("$bin" host install-runtime --runsc "$runsc")

@@ -99,6 +99,14 @@ type Sandbox interface {
 	Destroy(ctx context.Context) error
 }
 
+// Server is a Sandbox with a helper its supervisor runs for the
+// sandbox's life: the oci engine's exec agent under gVisor. Serve returns
+// once ctx is done, or at once for a sandbox that has none. Execs work
+// without it; it only makes them faster.
+type Server interface {
+	Serve(ctx context.Context) error
+}
+
 // Engine creates sandboxes on one container engine.
 type Engine interface {
 	// Name is the engine's name as shown in results ("docker").

@@ -11,6 +11,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/lifecycle"
 	"github.com/airlock-sandbox/airlock/store"
 )
@@ -87,6 +88,9 @@ func (r *Runner) Supervise(ctx context.Context, id string) error {
 	}
 	gone, stop := recordGone(r.root, id)
 	defer stop()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go r.serve(sctx, id)
 	for {
 		si, err := readInfo(r.root, id)
 		if errdefs.IsNotFound(err) {
@@ -127,6 +131,31 @@ func (r *Runner) Supervise(ctx context.Context, id string) error {
 		case <-gone:
 			gone = nil // once: the record is read again at once
 		case <-time.After(wait):
+		}
+	}
+}
+
+// serve runs the engine's helper for sandbox id (engine.Server), once the
+// engine has made the sandbox, until ctx is done.
+func (r *Runner) serve(ctx context.Context, id string) {
+	for tick := time.NewTicker(20 * time.Millisecond); ; {
+		esb, err := r.engine.Open(ctx, id)
+		if err == nil {
+			if sv, ok := esb.(engine.Server); ok {
+				if err := sv.Serve(ctx); err != nil {
+					r.log.Warn("serving the sandbox's exec agent", "sandbox_id", id, "err", err)
+				}
+			}
+			return
+		}
+		if !errdefs.IsNotFound(err) {
+			return // lost, or corrupt: execs will say so
+		}
+		select {
+		case <-ctx.Done():
+			tick.Stop()
+			return
+		case <-tick.C:
 		}
 	}
 }

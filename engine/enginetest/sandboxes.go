@@ -35,6 +35,9 @@ type Harness struct {
 	// runtime containers, cgroups, mounts, directories. Empty once
 	// destroyed.
 	Leftovers func(t *testing.T, id string) []string
+	// Started, when set, is called with each new sandbox: it starts what
+	// the engine's supervisor would run beside it (engine.Server).
+	Started func(t *testing.T, sb engine.Sandbox)
 	// BareExec, when set, is the runtime's own command that runs `true` in
 	// sandbox id, for the exec latency figure beside the Go API's.
 	BareExec func(id string) *exec.Cmd
@@ -135,6 +138,9 @@ func (s *suite) createSpec(t *testing.T, spec *engine.SandboxSpec) engine.Sandbo
 			t.Errorf("sandbox %s destroyed, but left: %v", id, left)
 		}
 	})
+	if s.h.Started != nil {
+		s.h.Started(t, sb)
+	}
 	return sb
 }
 

@@ -50,6 +50,8 @@ type Engine struct {
 	log   *slog.Logger
 	// runtimeExec keeps new gVisor sandboxes on `runsc exec`.
 	runtimeExec bool
+	// agent is the exec agent bound into new gVisor sandboxes.
+	agent string
 }
 
 // Option configures an Engine.
@@ -66,6 +68,11 @@ func WithRunsc(path string) Option { return func(e *Engine) { e.runsc = path } }
 // a runsc whose socket does not answer gets, kept testable.
 func WithRuntimeExec() Option { return func(e *Engine) { e.runtimeExec = true } }
 
+// WithAgent sets the exec agent bound into new gVisor sandboxes; the
+// default is <root>/tools/airlock-agent, and "" binds none (execs then
+// start through the control socket).
+func WithAgent(path string) Option { return func(e *Engine) { e.agent = path } }
+
 // WithRunc sets the runc binary; the default is runc on PATH.
 func WithRunc(path string) Option { return func(e *Engine) { e.runc = path } }
 
@@ -74,7 +81,7 @@ func RunscPath(root string) string { return filepath.Join(root, "tools", "runsc"
 
 // New returns an engine over airlock's root directory.
 func New(root string, opts ...Option) (*Engine, error) {
-	e := &Engine{root: root, runsc: RunscPath(root), runc: "runc", log: slog.New(slog.DiscardHandler)}
+	e := &Engine{root: root, runsc: RunscPath(root), runc: "runc", agent: AgentPath(root), log: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		o(e)
 	}

@@ -4,12 +4,18 @@ package oci
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,6 +31,7 @@ import (
 	"github.com/airlock-sandbox/airlock/images"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/imagetest"
+	"github.com/airlock-sandbox/airlock/internal/proctree"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/seccomp"
 	"github.com/airlock-sandbox/airlock/store"
@@ -87,8 +94,12 @@ func TestSandboxConformance(t *testing.T) {
 		mode isolation.Mode
 		opts []Option
 	}{
+		// Execs through the agent, as a supervised sandbox takes them.
 		{"gvisor", isolation.GVisor, nil},
 		{"seccomp", isolation.Seccomp, nil},
+		// Execs through the control socket: no agent installed, or none
+		// served.
+		{"gvisor-control", isolation.GVisor, []Option{WithAgent("")}},
 		// The fallback of a runsc whose control socket does not answer.
 		{"gvisor-runsc-exec", isolation.GVisor, []Option{WithRuntimeExec()}},
 	} {
@@ -131,11 +142,39 @@ func TestSandboxConformance(t *testing.T) {
 					}
 				},
 				Leftovers: func(t *testing.T, id string) []string { return leftovers(t, e, id) },
+				Started:   serveAgent,
 				BareExec: func(id string) *exec.Cmd {
 					return exec.Command(bin, append(args, "exec", namePrefix+id, "true")...)
 				},
 			})
 		})
+	}
+}
+
+// serveAgent runs sb's exec agent as its supervisor would, until the
+// test ends, and waits for its socket. A sandbox with no agent bound
+// is left as it is.
+func serveAgent(t *testing.T, sb engine.Sandbox) {
+	s := sb.(*sandbox)
+	if !s.st.Agent {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(s.bundle, agentSocket)); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no agent socket in %s after 10s", s.bundle)
+		}
 	}
 }
 
@@ -387,29 +426,39 @@ for _ in range(100):
 	}
 }
 
-// A gVisor sandbox's execs go through its control socket, with the
-// identity and limits runsc exec would give them; a program that cannot
-// start gets a shell's code and the sandbox's reason on its stderr.
-func TestSandboxControlExec(t *testing.T) {
-	root, image := testRoot(t)
+// gvisorSandbox creates a gVisor sandbox under the default profile, which
+// is destroyed, and checked freed, when the test ends.
+func gvisorSandbox(t *testing.T, root string, image digest.Digest, id string) engine.Sandbox {
+	t.Helper()
 	e, err := New(root)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := isolation.Default()
 	p.Seccomp = profile(t, isolation.GVisor)
-	sb, err := e.Create(context.Background(), &engine.SandboxSpec{ID: "control", Image: image, Policy: p})
+	sb, err := e.Create(context.Background(), &engine.SandboxSpec{ID: id, Image: image, Policy: p})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
+	t.Cleanup(func() {
 		if err := sb.Destroy(context.Background()); err != nil {
 			t.Error(err)
 		}
-		if left := leftovers(t, e, "control"); len(left) > 0 {
+		if left := leftovers(t, e, id); len(left) > 0 {
 			t.Errorf("left: %v", left)
 		}
-	}()
+	})
+	return sb
+}
+
+// A gVisor sandbox's execs go through its control socket, with the
+// identity and limits runsc exec would give them; a program that cannot
+// start gets a shell's code and the sandbox's reason on its stderr.
+func TestSandboxControlExec(t *testing.T) {
+	root, image := testRoot(t)
+	p := isolation.Default()
+	p.Seccomp = profile(t, isolation.GVisor)
+	sb := gvisorSandbox(t, root, image, "control")
 	if c := sb.(*sandbox).st.Control; c == "" {
 		t.Fatal("no control socket recorded: execs fall back to runsc exec")
 	}
@@ -451,5 +500,104 @@ func TestSandboxControlExec(t *testing.T) {
 	x, err = sb.Exec(context.Background(), &engine.Process{Argv: []string{"sh", "-c", "echo 1; echo 2 >&2; echo 3"}, Stdout: &both, Stderr: &both, Timeout: 10 * time.Second})
 	if err != nil || x.Code != 0 || both.String() != "1\n2\n3\n" {
 		t.Fatalf("joined streams: %+v, %v, %q", x, err, both.String())
+	}
+}
+
+// TestSandboxAgentExec: execs forked by the agent run as the control
+// socket's do, the agent is started again once killed or once it breaks
+// the protocol, and only the sentry's exit status counts.
+func TestSandboxAgentExec(t *testing.T) {
+	root, image := testRoot(t)
+	sb := gvisorSandbox(t, root, image, "agent")
+	if !sb.(*sandbox).st.Agent {
+		t.Fatalf("no agent bound; is %s installed (`make setup`)?", AgentPath(root))
+	}
+	serveAgent(t, sb)
+	run := func(stdin io.Reader, script string) (engine.Exit, string, string) {
+		t.Helper()
+		var out, errb strings.Builder
+		x, err := sb.Exec(context.Background(), &engine.Process{Argv: []string{"sh", "-c", script}, Stdin: stdin, Stdout: &out, Stderr: &errb, Timeout: 20 * time.Second})
+		if err != nil {
+			t.Fatalf("exec %q: %v", script, err)
+		}
+		return x, out.String(), errb.String()
+	}
+	parent := `tr '\0' ' ' </proc/$PPID/cmdline; echo`
+	x, out, errs := run(nil, parent+"; id -u; grep -E '^(Cap(Eff|Prm|Bnd)|NoNewPrivs|Seccomp):' /proc/self/status; test -p /dev/stdin || echo stdin-not-a-pipe; echo oops >&2; exit 7")
+	if x.Code != 7 || errs != "oops\n" {
+		t.Fatalf("exec: %+v, stderr %q", x, errs)
+	}
+	for _, want := range []string{agentPath + " \n", "65534\n", "CapEff:\t0000000000000000", "CapPrm:\t0000000000000000", "CapBnd:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("exec through the agent: want %q in\n%s", want, out)
+		}
+	}
+	// No stdin: /dev/null, not a pipe.
+	if !strings.Contains(out, "stdin-not-a-pipe") {
+		t.Errorf("an exec with no stdin got a pipe:\n%s", out)
+	}
+
+	// Stdin of several frames arrives whole and in order.
+	in := make([]byte, 300<<10)
+	rand.Read(in)
+	sum := sha256.Sum256(in)
+	if x, out, _ := run(bytes.NewReader(in), "test -p /dev/stdin && sha256sum"); x.Code != 0 || !strings.HasPrefix(out, hex.EncodeToString(sum[:])) {
+		t.Fatalf("stdin through the agent: %+v, %q", x, out)
+	}
+	var errb strings.Builder
+	x, err := sb.Exec(context.Background(), &engine.Process{Argv: []string{"no-such-program"}, Stderr: &errb, Timeout: 10 * time.Second})
+	if err != nil || x.Code != 127 || !strings.Contains(errb.String(), `cannot start "no-such-program"`) {
+		t.Fatalf("missing program: %+v, %v, stderr %q", x, err, errb.String())
+	}
+
+	// The exit status is the sentry's, whatever the agent is made to say:
+	// an exec that kills its agent exits 5, or, where the sandbox's init
+	// reaped it before the sentry was asked, its status is reported lost.
+	// The next exec gets a new agent.
+	agentPid := func() string {
+		t.Helper()
+		_, out, _ := run(nil, parent+"; echo $PPID")
+		pid, ok := strings.CutPrefix(out, agentPath+" \n")
+		if !ok {
+			t.Fatalf("an exec's parent is %q, not the agent", out)
+		}
+		return strings.TrimSpace(pid)
+	}
+	// gone waits until the sentry no longer lists pid: a SIGKILL lands
+	// when the agent next enters the sentry, not at once.
+	gone := func(pid string) {
+		t.Helper()
+		c := sb.(*sandbox).control()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			ps, err := c.Processes(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.ContainsFunc(ps, func(p proctree.Proc) bool { return strconv.Itoa(p.Pid) == pid }) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("agent %s still listed 10s after it was killed", pid)
+			}
+		}
+	}
+	first := agentPid()
+	x, err = sb.Exec(context.Background(), &engine.Process{Argv: []string{"sh", "-c", "kill -9 $PPID; exit 5"}, Timeout: 10 * time.Second})
+	if !(err == nil && x.Code == 5) && !errdefs.IsDataLoss(err) {
+		t.Fatalf("an exec that killed its agent: %+v, %v", x, err)
+	}
+	gone(first)
+	second := agentPid()
+	if second == first {
+		t.Fatalf("the killed agent (pid %s) still takes execs", first)
+	}
+	// Frames forged on the agent's stdout break the protocol: the relay
+	// kills the agent, and the next exec gets a new one.
+	if x, _, _ := run(nil, "printf 'Zforged' >/proc/$PPID/fd/1; sleep 1; exit 6"); x.Code != 6 {
+		t.Fatalf("an exec that forged a frame: %+v", x)
+	}
+	gone(second)
+	if third := agentPid(); third == second {
+		t.Fatalf("the agent that broke the protocol (pid %s) still takes execs", second)
 	}
 }

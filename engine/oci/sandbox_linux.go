@@ -54,6 +54,8 @@ type sandboxState struct {
 	// Control is a gVisor sandbox's control socket, where execs start
 	// without a runsc process; empty where the runtime's exec is used.
 	Control string `json:"control,omitempty"`
+	// Agent says the exec agent is bound in the sandbox (agent_linux.go).
+	Agent bool `json:"agent,omitempty"`
 }
 
 var sandboxIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
@@ -133,7 +135,14 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (_ engine.Sa
 	// prepare holds the image's tree while the sandbox is made; from the
 	// start the sandbox's supervisor holds it too, for the sandbox's life
 	// (runner.Supervise).
-	p, err := e.prepare(ctx, s, []string{initPath}, isolation.Bind{Source: initSrc, Target: initPath, ReadOnly: true})
+	binds := []isolation.Bind{{Source: initSrc, Target: initPath, ReadOnly: true}}
+	agentSrc, withAgent := "", false
+	if s.Policy.Isolation == isolation.GVisor && !e.runtimeExec {
+		if agentSrc, withAgent = e.agentBind(); withAgent {
+			binds = append(binds, isolation.Bind{Source: agentSrc, Target: agentPath, ReadOnly: true})
+		}
+	}
+	p, err := e.prepare(ctx, s, []string{initPath}, binds...)
 	defer p.release()
 	if err != nil {
 		return nil, err
@@ -167,7 +176,7 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (_ engine.Sa
 	st := sandboxState{ID: s.ID, Image: s.Image, Mode: s.Policy.Isolation, Pid: pid, Start: start, Timeout: l.Timeout}
 	if !native && !e.runtimeExec {
 		if c, err := gvisor.Find(bg, state, name); err == nil {
-			st.Control = c.Socket
+			st.Control, st.Agent = c.Socket, withAgent
 		} else {
 			e.log.Debug("gVisor control socket unusable; execs use runsc exec", "sandbox", name, "err", err)
 		}
@@ -472,7 +481,12 @@ func (s *sandbox) execControl(ctx context.Context, p *engine.Process, pr *specs.
 	}
 	defer fds.close()
 	started := time.Now()
-	pid, err := c.Start(ctx, pr, fds.child)
+	pid, release, err := s.startAgent(ctx, pr, fds.child, p.Stdin != nil)
+	if errors.Is(err, errNoAgent) {
+		pid, err = c.Start(ctx, pr, fds.child)
+	} else if err == nil {
+		defer release() // once waited for: the agent may reap it
+	}
 	fds.closeChild()
 	if err != nil {
 		var refused *gvisor.RefusedError
@@ -519,6 +533,11 @@ func (s *sandbox) execControl(ctx context.Context, p *engine.Process, pr *specs.
 		// the process is seen gone.
 		if aerr := s.goneWithin(2 * time.Second); aerr != nil {
 			return engine.Exit{}, aerr
+		}
+		if release != nil {
+			// Once the agent is gone, the sandbox's init reaps what it
+			// started, and may do so before the sentry is asked.
+			return engine.Exit{}, fmt.Errorf("%w: the exit status of %q in sandbox %q was lost: the exec agent that started it ended first, killed by a process of the sandbox or with it (%v)", errdefs.ErrDataLoss, pr.Args[0], s.st.ID, w.err)
 		}
 		return engine.Exit{}, fmt.Errorf("%w: waiting for %q in sandbox %q: %v", errdefs.ErrInternal, pr.Args[0], s.st.ID, w.err)
 	}

@@ -1,0 +1,600 @@
+package oci
+
+// The exec agent of a gVisor sandbox (package internal/agent): the
+// sandbox's supervisor runs Serve, which starts the agent through the
+// control socket and relays execs to it from a socket in the bundle;
+// Exec asks that socket first. The relay passes on the client's own
+// stdio pipes, takes only a pid, an errno and output from the agent, and
+// the exit status is still the sentry's (Control.Wait). Whatever fails on
+// the way leaves the exec to the control socket, which isolates it the
+// same way: the agent is a speed-up, never a different policy.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/gvisor"
+)
+
+const (
+	// agentPath is where the agent is bound, read-only, in a gVisor
+	// sandbox's root.
+	agentPath = "/.airlock-agent"
+	// agentSocket, in the bundle, is where the relay takes execs.
+	agentSocket = "agent.sock"
+	// agentTimeout bounds the agent's start, its answer to a spawn, and
+	// each write to it; an agent that takes longer is killed.
+	agentTimeout = 10 * time.Second
+	// maxRelayReply bounds the relay's answer as the client reads it.
+	maxRelayReply = 4 << 10
+)
+
+// AgentPath is where setup installs the exec agent under root.
+func AgentPath(root string) string { return filepath.Join(root, "tools", "airlock-agent") }
+
+// agentBind is the bind of the agent into a new gVisor sandbox, or false
+// when none is installed (execs then use the control socket alone).
+func (e *Engine) agentBind() (src string, ok bool) {
+	if e.agent == "" {
+		return "", false
+	}
+	// runsc refuses a mount source that runs through a symlink.
+	src, err := filepath.EvalSymlinks(e.agent)
+	if err != nil {
+		e.log.Debug("no exec agent; execs start through the control socket", "path", e.agent, "err", err)
+		return "", false
+	}
+	if fi, err := os.Stat(src); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		e.log.Debug("exec agent is not an executable file; execs start through the control socket", "path", src)
+		return "", false
+	}
+	return src, true
+}
+
+// errNoAgent means no agent serves the sandbox: the exec goes through
+// the control socket instead.
+var errNoAgent = errors.New("no exec agent")
+
+// relayRequest is what a client sends the relay, with its three stdio
+// descriptors.
+type relayRequest struct {
+	Spawn agent.SpawnArgs `json:"spawn"`
+}
+
+// relayReply is the relay's one answer.
+type relayReply struct {
+	Pid   int32 `json:"pid,omitempty"`
+	Errno int   `json:"errno,omitempty"`
+	// Unavailable: nothing was started; the client may use the control
+	// socket.
+	Unavailable string `json:"unavailable,omitempty"`
+	Err         string `json:"err,omitempty"`
+}
+
+// startAgent starts pr through the sandbox's agent, with the program's
+// ends of its stdio. The returned release, called once the exec was
+// waited for, lets the agent reap it. errNoAgent: nothing was started.
+func (s *sandbox) startAgent(ctx context.Context, pr *specs.Process, child [3]*os.File, stdin bool) (pid int32, release func(), err error) {
+	if !s.st.Agent {
+		return 0, nil, errNoAgent
+	}
+	req, _ := json.Marshal(relayRequest{Spawn: agent.SpawnArgs{
+		Argv: pr.Args, Env: pr.Env, Dir: pr.Cwd, Stdin: stdin, Merged: child[1] == child[2],
+	}})
+	if len(req) > agent.MaxSpawn-64 {
+		return 0, nil, errNoAgent
+	}
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: filepath.Join(s.bundle, agentSocket), Net: "unix"})
+	if err != nil {
+		return 0, nil, errNoAgent // not served (yet, or any more)
+	}
+	defer func() {
+		if err != nil {
+			conn.Close()
+		}
+	}()
+	conn.SetDeadline(time.Now().Add(agentTimeout + 5*time.Second))
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
+	defer stop()
+	rights := unix.UnixRights(int(child[0].Fd()), int(child[1].Fd()), int(child[2].Fd()))
+	msg := append(agent.Uint32(uint32(len(req))), req...)
+	for oob := rights; len(msg) > 0; oob = nil {
+		n, _, err := conn.WriteMsgUnix(msg, oob, nil)
+		if err != nil {
+			return 0, nil, fmt.Errorf("sending an exec to the sandbox's agent relay: %w", err)
+		}
+		msg = msg[n:]
+	}
+	var rep relayReply
+	line, err := readLine(conn, maxRelayReply)
+	if err == nil {
+		err = json.Unmarshal(line, &rep)
+	}
+	if err != nil {
+		return 0, nil, fmt.Errorf("reading the agent relay's answer: %w", err)
+	}
+	switch {
+	case rep.Unavailable != "":
+		s.e.log.Debug("exec agent unavailable; the exec starts through the control socket", "sandbox_id", s.st.ID, "why", rep.Unavailable)
+		return 0, nil, errNoAgent
+	case rep.Err != "":
+		return 0, nil, errors.New(rep.Err)
+	case rep.Errno != 0:
+		return 0, nil, &gvisor.RefusedError{Method: "exec agent", Msg: syscall.Errno(rep.Errno).Error()}
+	case rep.Pid <= 0:
+		return 0, nil, fmt.Errorf("the agent relay answered pid %d", rep.Pid)
+	}
+	conn.SetDeadline(time.Time{})
+	return rep.Pid, func() { conn.Close() }, nil
+}
+
+// readLine reads up to and without a newline, of at most max bytes.
+func readLine(r io.Reader, max int) ([]byte, error) {
+	var b []byte
+	one := make([]byte, 1)
+	for len(b) <= max {
+		if _, err := io.ReadFull(r, one); err != nil {
+			return nil, err
+		}
+		if one[0] == '\n' {
+			return b, nil
+		}
+		b = append(b, one[0])
+	}
+	return nil, fmt.Errorf("a line over %d bytes", max)
+}
+
+// Serve implements engine.Server: it runs the sandbox's exec agent and
+// relays execs to it until ctx is done. A sandbox with no agent bound
+// returns at once.
+func (s *sandbox) Serve(ctx context.Context) error {
+	sock := filepath.Join(s.bundle, agentSocket)
+	if !s.st.Agent || s.st.Control == "" {
+		return nil
+	}
+	if len(sock) >= len(unix.RawSockaddrUnix{}.Path) {
+		s.e.log.Debug("bundle path too long for the agent's socket; execs start through the control socket", "sandbox_id", s.st.ID)
+		return nil
+	}
+	os.Remove(sock) // a killed supervisor's
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("serving the exec agent of %q: %w", s.st.ID, err)
+	}
+	defer ln.Close()
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	r := &relay{s: s}
+	defer r.stop()
+	if _, err := r.agent(ctx); err != nil {
+		s.e.log.Debug("starting the exec agent", "sandbox_id", s.st.ID, "err", err)
+	}
+	for {
+		conn, err := ln.AcceptUnix()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("serving the exec agent of %q: %w", s.st.ID, err)
+		}
+		go r.serve(ctx, conn)
+	}
+}
+
+// relay holds a sandbox's agent, started again after it dies.
+type relay struct {
+	s  *sandbox
+	mu sync.Mutex
+	a  *agentProc
+}
+
+func (r *relay) stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.a != nil {
+		r.a.fail(errors.New("the relay stopped"))
+	}
+}
+
+// agent returns the live agent, starting one if there is none.
+func (r *relay) agent(ctx context.Context) (*agentProc, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.a != nil {
+		select {
+		case <-r.a.dead:
+		default:
+			return r.a, nil
+		}
+	}
+	a, err := startAgentProc(ctx, r.s)
+	if err != nil {
+		return nil, err
+	}
+	r.a = a
+	return a, nil
+}
+
+// agentProc is one running agent.
+type agentProc struct {
+	s   *sandbox
+	pid int32
+	w   *os.File // its stdin
+	wmu sync.Mutex
+
+	mu     sync.Mutex
+	nextID uint32
+	execs  map[uint32]*relayed
+	dead   chan struct{}
+	err    error
+}
+
+// relayed is one exec in flight: the client's pipes and the agent's
+// answers.
+type relayed struct {
+	agent   *agentProc // the agent it was handed to, and its id there
+	id      uint32
+	started chan agent.Frame // Started or Failed
+	acks    chan struct{}
+	out     [2]*os.File // the client's ends for stdout and stderr; nil once ended
+}
+
+func startAgentProc(ctx context.Context, s *sandbox) (_ *agentProc, err error) {
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer null.Close()
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		inR.Close()
+		inW.Close()
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			inW.Close()
+			outR.Close()
+		}
+	}()
+	pr := s.process
+	pr.Args, pr.Cwd = []string{agentPath}, "/"
+	c := s.control()
+	pid, err := c.Start(ctx, &pr, [3]*os.File{inR, outW, null})
+	inR.Close()
+	outW.Close()
+	if err != nil {
+		return nil, fmt.Errorf("starting the exec agent: %w", err)
+	}
+	a := &agentProc{s: s, pid: pid, w: inW, execs: map[uint32]*relayed{}, dead: make(chan struct{})}
+	outR.SetReadDeadline(time.Now().Add(agentTimeout))
+	rd := agent.NewReader(outR, agent.MaxPayload)
+	if f, err := rd.Read(); err != nil || f.Type != agent.Ready || string(f.Payload) != agent.Version {
+		c.Kill(context.WithoutCancel(ctx), int(pid), false)
+		return nil, fmt.Errorf("the exec agent did not say it is ready (%v, %q frame %q); rerun `make setup` to install this airlock's agent", err, f.Type, f.Payload)
+	}
+	outR.SetReadDeadline(time.Time{})
+	go a.read(rd, outR)
+	go func() {
+		// The sentry says when the agent ends, even should a process of
+		// the sandbox hold its stdout open.
+		_, err := c.Wait(context.Background(), pid)
+		a.fail(fmt.Errorf("the exec agent ended (%v)", err))
+	}()
+	return a, nil
+}
+
+// fail marks the agent dead, kills it, and ends every exec's output.
+func (a *agentProc) fail(err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	select {
+	case <-a.dead:
+		return
+	default:
+	}
+	a.err = err
+	a.w.Close()
+	a.s.control().Kill(context.Background(), int(a.pid), false)
+	for id, x := range a.execs {
+		x.closeOut()
+		delete(a.execs, id)
+	}
+	close(a.dead)
+}
+
+func (x *relayed) closeOut() {
+	for i, f := range x.out {
+		if f != nil {
+			f.Close()
+			x.out[i] = nil
+		}
+	}
+}
+
+// send writes one frame to the agent, bounded in time: an agent that
+// stops reading is killed.
+func (a *agentProc) send(typ byte, id uint32, payload []byte) error {
+	a.wmu.Lock()
+	defer a.wmu.Unlock()
+	a.w.SetWriteDeadline(time.Now().Add(agentTimeout))
+	err := agent.Write(a.w, typ, id, payload)
+	if err != nil {
+		a.fail(fmt.Errorf("writing to the exec agent: %w", err))
+	}
+	return err
+}
+
+// read dispatches the agent's frames until it ends. Every frame is
+// hostile: one that breaks the protocol kills the agent.
+func (a *agentProc) read(rd *agent.Reader, out *os.File) {
+	defer out.Close()
+	for {
+		f, err := rd.Read()
+		if err == nil {
+			err = a.dispatch(f)
+		}
+		if err != nil {
+			a.fail(fmt.Errorf("reading the exec agent: %w", err))
+			return
+		}
+	}
+}
+
+func (a *agentProc) dispatch(f agent.Frame) error {
+	a.mu.Lock()
+	x := a.execs[f.ID]
+	a.mu.Unlock()
+	switch f.Type {
+	case agent.Started, agent.Failed:
+		if _, err := agent.ParseUint32(f.Payload); err != nil {
+			return err
+		}
+		if x != nil {
+			select {
+			case x.started <- f:
+			default:
+			}
+		}
+	case agent.Stdout, agent.Stderr:
+		// Frames of an exec already released are dropped.
+		i := 0
+		if f.Type == agent.Stderr {
+			i = 1
+		}
+		if x == nil {
+			return nil
+		}
+		a.mu.Lock()
+		w := x.out[i]
+		if len(f.Payload) == 0 && w != nil {
+			w.Close()
+			x.out[i] = nil
+		}
+		a.mu.Unlock()
+		if w == nil || len(f.Payload) == 0 {
+			return nil
+		}
+		// The client reads its pipes as they fill; one that stopped (it
+		// released the exec, or died) breaks them. The write is outside
+		// the lock: closing w ends it.
+		if _, err := w.Write(f.Payload); err != nil {
+			a.mu.Lock()
+			if x.out[i] == w {
+				w.Close()
+				x.out[i] = nil
+			}
+			a.mu.Unlock()
+		}
+	case agent.Ack:
+		if x != nil {
+			select {
+			case x.acks <- struct{}{}:
+			default:
+			}
+		}
+	default:
+		return fmt.Errorf("unexpected %q frame", f.Type)
+	}
+	return nil
+}
+
+// serve relays one client's exec.
+func (r *relay) serve(ctx context.Context, conn *net.UnixConn) {
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(agentTimeout))
+	req, files, err := readRelayRequest(conn)
+	defer func() {
+		for _, f := range files {
+			if f != nil {
+				f.Close()
+			}
+		}
+	}()
+	reply := func(rep relayReply) bool {
+		b, _ := json.Marshal(rep)
+		_, err := conn.Write(append(b, '\n'))
+		return err == nil
+	}
+	if err != nil {
+		reply(relayReply{Unavailable: "the agent relay could not read the exec: " + err.Error()})
+		return
+	}
+	x := &relayed{started: make(chan agent.Frame, 1), acks: make(chan struct{}, 1)}
+	// Only the agent's output may hold the client's pipes open: the
+	// copies not relayed are closed now, so the client sees its ends.
+	x.out[0], files[1] = files[1], nil
+	if req.Spawn.Merged {
+		files[2].Close()
+	} else {
+		x.out[1] = files[2]
+	}
+	files[2] = nil
+	if !req.Spawn.Stdin {
+		files[0].Close()
+		files[0] = nil
+	}
+	defer func() {
+		if a := x.agent; a != nil {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			delete(a.execs, x.id)
+		}
+		x.closeOut()
+	}()
+	// A spawn that could not be written was never read: an agent that
+	// died since the last exec is replaced once.
+	spawn, _ := json.Marshal(req.Spawn)
+	var a *agentProc
+	for try := 0; ; try++ {
+		if a, err = r.agent(ctx); err != nil {
+			reply(relayReply{Unavailable: err.Error()})
+			return
+		}
+		a.mu.Lock()
+		a.nextID++
+		x.agent, x.id = a, a.nextID
+		a.execs[x.id] = x
+		a.mu.Unlock()
+		if a.send(agent.Spawn, x.id, spawn) == nil {
+			break
+		}
+		if try == 1 {
+			reply(relayReply{Unavailable: "the exec agent ended as it was handed the exec"})
+			return
+		}
+	}
+	id := x.id
+	var f agent.Frame
+	select {
+	case f = <-x.started:
+	case <-a.dead:
+		reply(relayReply{Err: fmt.Sprintf("the sandbox's exec agent ended while starting the exec (%v); try again", a.err)})
+		return
+	case <-time.After(agentTimeout):
+		a.fail(errors.New("no answer to a spawn"))
+		reply(relayReply{Err: fmt.Sprintf("the sandbox's exec agent did not answer in %v and was restarted; try again", agentTimeout)})
+		return
+	}
+	v, _ := agent.ParseUint32(f.Payload)
+	if f.Type == agent.Failed {
+		reply(relayReply{Errno: int(v)})
+		return
+	}
+	if v == 0 || v > 1<<22 {
+		a.fail(fmt.Errorf("pid %d", v))
+		reply(relayReply{Err: fmt.Sprintf("the sandbox's exec agent answered pid %d", v)})
+		return
+	}
+	if !reply(relayReply{Pid: int32(v)}) {
+		a.send(agent.Reap, id, nil)
+		return
+	}
+	conn.SetDeadline(time.Time{})
+	done := make(chan struct{})
+	if req.Spawn.Stdin {
+		go r.pumpStdin(a, id, x, files[0], done)
+		files[0] = nil
+	}
+	// The client closes the connection once it has waited for the exec.
+	io.Copy(io.Discard, conn)
+	close(done)
+	a.send(agent.Reap, id, nil)
+}
+
+// pumpStdin forwards the client's stdin to the agent, one frame in
+// flight at a time.
+func (r *relay) pumpStdin(a *agentProc, id uint32, x *relayed, in *os.File, done <-chan struct{}) {
+	defer in.Close()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-done:
+		case <-a.dead:
+		case <-stop:
+			return
+		}
+		in.Close() // unblocks the read
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := in.Read(buf)
+		if n > 0 {
+			if a.send(agent.Stdin, id, buf[:n]) != nil {
+				return
+			}
+			select {
+			case <-x.acks:
+			case <-done:
+				return
+			case <-a.dead:
+				return
+			}
+		}
+		if err != nil {
+			a.send(agent.Stdin, id, nil)
+			return
+		}
+	}
+}
+
+// readRelayRequest reads a request and its three descriptors, made
+// non-blocking so that closing them ends a read or write in progress.
+func readRelayRequest(conn *net.UnixConn) (relayRequest, []*os.File, error) {
+	var req relayRequest
+	head, oob := make([]byte, 4), make([]byte, unix.CmsgSpace(3*4))
+	n, oobn, _, _, err := conn.ReadMsgUnix(head, oob)
+	var fds []int
+	if oobn > 0 {
+		if msgs, perr := unix.ParseSocketControlMessage(oob[:oobn]); perr == nil {
+			for _, m := range msgs {
+				got, _ := unix.ParseUnixRights(&m)
+				fds = append(fds, got...)
+			}
+		}
+	}
+	files := make([]*os.File, 0, 3)
+	for _, fd := range fds {
+		unix.SetNonblock(fd, true)
+		files = append(files, os.NewFile(uintptr(fd), "exec stdio"))
+	}
+	if err != nil {
+		return req, files, err
+	}
+	if len(files) != 3 {
+		return req, files, fmt.Errorf("%d descriptors, not 3", len(files))
+	}
+	if _, err := io.ReadFull(conn, head[n:]); err != nil {
+		return req, files, err
+	}
+	size, _ := agent.ParseUint32(head)
+	if size > agent.MaxSpawn {
+		return req, files, fmt.Errorf("a request of %d bytes", size)
+	}
+	b := make([]byte, size)
+	if _, err := io.ReadFull(conn, b); err != nil {
+		return req, files, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	return req, files, dec.Decode(&req)
+}

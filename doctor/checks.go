@@ -64,6 +64,22 @@ func checkRunsc(ctx context.Context, o Options) Check {
 	return ok(name, fmt.Sprintf("%s: %s; platform %s", path, v, platform()))
 }
 
+// checkAgent warns only: without the agent, execs into long-lived gVisor
+// sandboxes start through the control socket, isolated the same way but
+// slower.
+func checkAgent(_ context.Context, o Options) Check {
+	const name = "exec agent"
+	if o.Engine != "oci" || o.Isolation != string(isolation.GVisor) {
+		return ok(name, "used only by the oci engine under gvisor")
+	}
+	fi, err := os.Stat(o.Agent)
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return bad(false, name, fmt.Sprintf("no executable at %s: execs into long-lived sandboxes start through runsc's control socket, about twice as slow", o.Agent),
+			"run `make setup`, which installs it")
+	}
+	return ok(name, o.Agent)
+}
+
 // platform is the gVisor platform airlock's runs use. airlock passes no
 // --platform, so runsc uses its default.
 func platform() string {

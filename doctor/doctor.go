@@ -43,6 +43,8 @@ type Options struct {
 	Isolation string
 	// Runsc is where airlock's runsc is installed.
 	Runsc string
+	// Agent is where the exec agent of gVisor sandboxes is installed.
+	Agent string
 	// DockerRuntime is the docker engine's check of dockerd and its
 	// runtime for a mode, describing what it found; nil when there is no
 	// docker engine.
@@ -59,6 +61,7 @@ type check func(context.Context, Options) Check
 var hostChecks = []check{
 	checkRoot,
 	checkRunsc,
+	checkAgent,
 	checkRunc,
 	checkCgroups,
 	checkSeccomp,

@@ -355,3 +355,25 @@ func golden(t *testing.T, name, got string) {
 		t.Errorf("%s differs (run with -update to accept):\n--- got\n%s--- want\n%s", name, got, want)
 	}
 }
+
+func TestCheckAgent(t *testing.T) {
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "airlock-agent")
+	if err := os.WriteFile(exe, []byte("#!/bin/true\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, engine, mode, path, status string
+	}{
+		{"installed", "oci", "gvisor", exe, StatusOK},
+		{"missing", "oci", "gvisor", filepath.Join(dir, "none"), StatusWarn},
+		{"a directory", "oci", "gvisor", dir, StatusWarn},
+		{"not used under runc", "oci", "seccomp", filepath.Join(dir, "none"), StatusOK},
+		{"not used by docker", "docker", "gvisor", filepath.Join(dir, "none"), StatusOK},
+	} {
+		c := checkAgent(context.Background(), Options{Engine: tc.engine, Isolation: tc.mode, Agent: tc.path})
+		if c.Status != tc.status || (c.Status == StatusWarn && c.Fix == "") {
+			t.Errorf("%s: %+v; want status %s", tc.name, c, tc.status)
+		}
+	}
+}

@@ -45,7 +45,7 @@ nothing failed, and 69 otherwise.`,
 			name := oci.Resolve(g.root, engineName)
 			p := &prober{g: g, engine: name}
 			defer p.Close()
-			o := doctor.Options{Root: g.root, Engine: name, Isolation: mode, Runsc: oci.RunscPath(g.root), Run: p.run}
+			o := doctor.Options{Root: g.root, Engine: name, Isolation: mode, Runsc: oci.RunscPath(g.root), Agent: oci.AgentPath(g.root), Run: p.run}
 			if eng, err := g.dockerEngine(); err == nil {
 				defer eng.Close()
 				o.DockerRuntime = eng.CheckRuntime

@@ -780,14 +780,31 @@ func advCases(h *advHost, r *advRuns) []advCase {
 	if r.live {
 		// In a live sandbox pid 1 is airlock's init, and the probe is an
 		// exec beside it: nothing else, and nothing of the host or of the
-		// other sandbox, whose listener runs meanwhile.
-		add("privilege", "pids_visible", "only its own and the init's", layerConfig, func() error {
-			_, detail, err := r.line("pids_visible")
+		// other sandbox, whose listener runs meanwhile. The oci engine's
+		// gVisor sandboxes also hold airlock's exec agent, the probe's
+		// parent.
+		withAgent := engineName == "oci" && isolationName == "gvisor"
+		want, agentsWanted := "only its own and the init's", 0
+		if withAgent {
+			want, agentsWanted = "only its own, the init's and the exec agent's", 1
+		}
+		add("privilege", "pids_visible", want, layerConfig, func() error {
+			_, detail, err := r.line("pid_programs")
 			if err != nil {
 				return err
 			}
-			if p := strings.Split(detail, ","); len(p) != 2 || p[0] != "1" {
-				return fmt.Errorf("pids %s, want 1 and the probe's own", detail)
+			var pids []string
+			agents := 0
+			for _, e := range strings.Split(detail, ",") {
+				pid, prog, _ := strings.Cut(e, "=")
+				if withAgent && prog == "/.airlock-agent" {
+					agents++
+					continue
+				}
+				pids = append(pids, pid)
+			}
+			if len(pids) != 2 || pids[0] != "1" || agents != agentsWanted {
+				return fmt.Errorf("processes %s; want %s", detail, want)
 			}
 			return nil
 		})

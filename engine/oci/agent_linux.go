@@ -19,6 +19,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -28,6 +29,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/gvisor"
+	"github.com/airlock-sandbox/airlock/internal/proctree"
 )
 
 const (
@@ -63,6 +65,16 @@ func (e *Engine) agentBind() (src string, ok bool) {
 		return "", false
 	}
 	return src, true
+}
+
+// agentMethod names the agent in a RefusedError of its: the program
+// could not be started.
+const agentMethod = "exec agent"
+
+// initLives reports whether the sentry still lists the container's init.
+func (s *sandbox) initLives(ctx context.Context) bool {
+	ps, err := s.control().Processes(ctx)
+	return err == nil && slices.ContainsFunc(ps, func(p proctree.Proc) bool { return p.Pid == 1 })
 }
 
 // errNoAgent means no agent serves the sandbox: the exec goes through
@@ -134,7 +146,7 @@ func (s *sandbox) startAgent(ctx context.Context, pr *specs.Process, child [3]*o
 	case rep.Err != "":
 		return 0, nil, errors.New(rep.Err)
 	case rep.Errno != 0:
-		return 0, nil, &gvisor.RefusedError{Method: "exec agent", Msg: syscall.Errno(rep.Errno).Error()}
+		return 0, nil, &gvisor.RefusedError{Method: agentMethod, Msg: syscall.Errno(rep.Errno).Error()}
 	case rep.Pid <= 0:
 		return 0, nil, fmt.Errorf("the agent relay answered pid %d", rep.Pid)
 	}

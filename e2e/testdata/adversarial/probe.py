@@ -228,6 +228,16 @@ syscall_attempt("syslog", 103, 3, b"\0" * 64, 64)
 attempt("kill_host_pid", lambda: os.kill(int(host_pid), 0))
 say("pids_visible", "list", ",".join(sorted((p for p in os.listdir("/proc") if p.isdigit()), key=int)))
 
+
+def argv0(pid):
+    try:
+        return read_file("/proc/%s/cmdline" % pid).split(b"\0")[0].decode(errors="replace")
+    except OSError:
+        return "?"
+
+
+say("pid_programs", "list", ",".join("%s=%s" % (p, argv0(p)) for p in sorted((p for p in os.listdir("/proc") if p.isdigit()), key=int)))
+
 # Secrets.
 say("environment", "names", ",".join(sorted(os.environ)))
 say("environ", "hex", b"\0".join(b"%s=%s" % kv for kv in sorted(os.environb.items())).hex())

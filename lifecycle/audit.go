@@ -64,24 +64,29 @@ func (a *Audit) open() (*os.File, error) {
 	return f, nil
 }
 
-// Append writes one event as one line, with a time, after redacting every
-// string in it. Each line is a single write to a file opened O_APPEND, so
-// concurrent airlock processes never interleave within a line. Any failure
-// to write it, the final close included, is an *AuditError.
-func (a *Audit) Append(ev map[string]any) error {
-	out := map[string]any{"time": time.Now().UTC().Format(time.RFC3339Nano)}
-	for k, v := range ev {
-		out[k] = redactValue(v)
-	}
-	b, err := json.Marshal(out)
-	if err != nil {
-		return &AuditError{Path: a.path, Err: fmt.Errorf("encoding the event: %w", err)}
+// Append writes each event as one line, with a time, after redacting
+// every string in it. The lines are a single write to a file opened
+// O_APPEND, so concurrent airlock processes never interleave within them.
+// Any failure to write them, the final close included, is an *AuditError.
+func (a *Audit) Append(evs ...map[string]any) error {
+	now := time.Now().UTC().Format(time.RFC3339Nano)
+	var lines []byte
+	for _, ev := range evs {
+		out := map[string]any{"time": now}
+		for k, v := range ev {
+			out[k] = redactValue(v)
+		}
+		b, err := json.Marshal(out)
+		if err != nil {
+			return &AuditError{Path: a.path, Err: fmt.Errorf("encoding the event: %w", err)}
+		}
+		lines = append(append(lines, b...), '\n')
 	}
 	f, err := a.open()
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(append(b, '\n')); err != nil {
+	if _, err := f.Write(lines); err != nil {
 		f.Close()
 		return &AuditError{Path: a.path, Err: err}
 	}

@@ -247,6 +247,53 @@ func (s *Store) Destroy(ctx context.Context, id string, reason State, fn func() 
 	return errors.Join(s.Move(id, Terminated, "", nil), auditErr, aerr)
 }
 
+// MoveThrough makes the moves Move would, one state after another, with
+// one write of the state file and one of the audit log: a run that starts
+// goes through created, ready and running at once. It moves nothing when
+// any move is refused.
+func (s *Store) MoveThrough(id string, states ...State) error {
+	return s.locked(func() error {
+		cur, err := s.Get(id)
+		if err != nil {
+			cur.State = Orphaned
+		}
+		var evs []map[string]any
+		for _, to := range states {
+			if cur.State == to {
+				continue
+			}
+			if !Allowed(cur.State, to) {
+				return fmt.Errorf("%w: %q is %s, cannot become %s", ErrTransition, id, orNone(cur.State), to)
+			}
+			evs = append(evs, map[string]any{"event": "transition", "run_id": id, "from": string(cur.State), "to": string(to)})
+			cur.State = to
+		}
+		if len(evs) == 0 {
+			return nil
+		}
+		if err := s.write(id, Record{ID: id, State: cur.State, Updated: time.Now().UTC()}); err != nil {
+			return err
+		}
+		return s.audit.Append(evs...)
+	})
+}
+
+// write records r as id's state; a terminated one has no state file.
+func (s *Store) write(id string, r Record) error {
+	if r.State == Terminated {
+		// The log keeps the history; a finished run needs no state file.
+		if err := os.Remove(s.path(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	// Not synced: the state tells what live processes are doing, and a
+	// power loss ends them; the reaper treats a lost or stale state as
+	// orphaned.
+	b, _ := json.Marshal(r)
+	return atomicfile.Replace(s.path(id), b, 0o600)
+}
+
 // moveLocked is Move for a caller that holds the lock.
 func (s *Store) moveLocked(id string, cur *Record, to State, errMsg string, extra map[string]any) error {
 	if !Allowed(cur.State, to) {
@@ -254,19 +301,8 @@ func (s *Store) moveLocked(id string, cur *Record, to State, errMsg string, extr
 	}
 	from := cur.State
 	*cur = Record{ID: id, State: to, Updated: time.Now().UTC(), Error: errMsg}
-	if to == Terminated {
-		// The log keeps the history; a finished run needs no state file.
-		if err := os.Remove(s.path(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
-	} else {
-		// Not synced: the state tells what live processes are doing, and
-		// a power loss ends them; the reaper treats a lost or stale state
-		// as orphaned.
-		b, _ := json.Marshal(cur)
-		if err := atomicfile.Replace(s.path(id), b, 0o600); err != nil {
-			return err
-		}
+	if err := s.write(id, *cur); err != nil {
+		return err
 	}
 	ev := map[string]any{"event": "transition", "run_id": id, "from": string(from), "to": string(to)}
 	if errMsg != "" {

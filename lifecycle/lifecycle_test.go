@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -94,6 +95,41 @@ func TestLifecycleAndAudit(t *testing.T) {
 	evs := events(t, s)
 	if len(evs) != 6 || evs[0]["to"] != "requested" || evs[5]["to"] != "terminated" || evs[2]["note"] != "ok" {
 		t.Errorf("events %v", evs)
+	}
+}
+
+// TestMoveThrough: a start's moves are one write each of the state and
+// the log, the same events as Move's, and none when one is refused.
+func TestMoveThrough(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := "0123456789abcdef0123"
+	if err := s.Move(id, Requested, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MoveThrough(id, Created, Ready, Running); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := s.Get(id); r.State != Running {
+		t.Errorf("state %s, want running", r.State)
+	}
+	// Running cannot go back to created: nothing moves, nothing is logged.
+	if err := s.MoveThrough(id, Terminating, Created); !errors.Is(err, ErrTransition) {
+		t.Errorf("a refused move: %v", err)
+	}
+	if r, _ := s.Get(id); r.State != Running {
+		t.Errorf("after a refused MoveThrough the state is %s", r.State)
+	}
+	evs := events(t, s)
+	var path []any
+	for _, ev := range evs {
+		path = append(path, ev["from"], ev["to"])
+	}
+	want := []any{"", "requested", "requested", "created", "created", "ready", "ready", "running"}
+	if !reflect.DeepEqual(path, want) {
+		t.Errorf("logged moves %v; want %v", path, want)
 	}
 }
 

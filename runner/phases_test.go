@@ -18,7 +18,7 @@ func TestRunLogsItsPhases(t *testing.T) {
 	if _, err := r.Run(context.Background(), fakeSpec()); err != nil {
 		t.Fatal(err)
 	}
-	want := regexp.MustCompile(`msg="run phases" plan=\S+ begin=\S+ scratch=\S+ create=\S+ record=\S+ wait=\S+ destroy=\S+ scan=\S+ seal=\S+ finish=\S+\n`)
+	want := regexp.MustCompile(`msg="run phases" plan=\S+ begin=\S+ scratch=\S+ create=\S+ record=\S+ wait=\S+ scan=\S+ seal=\S+ destroy=\S+ finish=\S+\n`)
 	if !want.Match(log.Bytes()) {
 		t.Fatalf("no phase line in the debug log:\n%s", log.String())
 	}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"path"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -134,15 +135,17 @@ func (r *Runner) run(ctx context.Context, s Spec, job *engine.SandboxSpec, c *cl
 	// auditErr is the first audit event that could not be written: the
 	// run then fails, whatever the program did.
 	var auditErr error
-	record := func(st lifecycle.State, errMsg string, extra map[string]any) {
-		merr := lc.Move(job.ID, st, errMsg, extra)
+	noted := func(merr error, sts ...lifecycle.State) {
 		var ae *lifecycle.AuditError
 		switch {
 		case errors.As(merr, &ae):
 			auditErr = cmp.Or(auditErr, merr)
 		case merr != nil:
-			r.log.Warn("recording state", "sandbox_id", job.ID, "state", st, "err", merr)
+			r.log.Warn("recording state", "sandbox_id", job.ID, "state", sts, "err", merr)
 		}
+	}
+	record := func(st lifecycle.State, errMsg string, extra map[string]any) {
+		noted(lc.Move(job.ID, st, errMsg, extra), st)
 	}
 	// destroyed is set when, by the time this process comes to tear the run
 	// down, another has destroyed it (airlock kill, or a reap past its
@@ -169,15 +172,19 @@ func (r *Runner) run(ctx context.Context, s Spec, job *engine.SandboxSpec, c *cl
 		}
 		destroyed = rec.State == "" || rec.State == lifecycle.Terminating
 	}
-	state := func(st lifecycle.State) {
-		if st == lifecycle.Terminating {
+	// state records the sandbox's moves: Terminating alone, or the start's
+	// created, ready and running in one write.
+	state := func(sts ...lifecycle.State) {
+		if len(sts) == 1 && sts[0] == lifecycle.Terminating {
 			teardown()
 			if destroyed {
 				return // the destroyer recorded it
 			}
+			record(lifecycle.Terminating, "", nil)
+			return
 		}
-		record(st, "", nil)
-		if st == lifecycle.Created {
+		noted(lc.MoveThrough(job.ID, sts...), sts...)
+		if slices.Contains(sts, lifecycle.Created) {
 			release()
 		}
 	}
@@ -261,7 +268,7 @@ const lockTimeout = 2 * time.Minute
 // hears the sandbox become created, ready, running and terminating. When
 // the run fails, teardown runs before the run directory goes, so a
 // destroyer at work on it finishes first.
-func (r *Runner) execute(ctx context.Context, s Spec, job *engine.SandboxSpec, state func(lifecycle.State), teardown func(), c *claim) (res Result, err error) {
+func (r *Runner) execute(ctx context.Context, s Spec, job *engine.SandboxSpec, state func(...lifecycle.State), teardown func(), c *claim) (res Result, err error) {
 	var sc *scratch
 	if c != nil {
 		sc = c.sc
@@ -303,8 +310,26 @@ func (r *Runner) execute(ctx context.Context, s Spec, job *engine.SandboxSpec, s
 	if ref, err := images.ParseRef(s.Image); err == nil && ref.Name != "" {
 		res.ImageRef = ref.String()
 	}
+	// What the receipt needs from disk, the key and the image's manifest,
+	// is read while the program runs.
+	manifest := make(chan string, 1)
+	go func() {
+		r.loadKey()
+		manifest <- r.manifestOf(job.Image)
+	}()
 	begin := time.Now()
-	exit, err := r.runOnce(ctx, runCtx, job, state, c)
+	exit, destroyed, err := r.runOnce(ctx, runCtx, job, state, c)
+	if destroyed != nil {
+		// However the rest goes, the run ends once its sandbox is gone.
+		defer func() {
+			derr := <-destroyed
+			mark(ctx, "destroy")
+			if derr != nil {
+				err = also(err, derr)
+				res.Reason, res.Error, res.Receipt = ReasonError, err.Error(), nil
+			}
+		}()
+	}
 	res.Stdout, res.Stderr = stdout.stream(), stderr.stream()
 	if err == nil {
 		// A failed run goes through failed first; Run records it.
@@ -338,7 +363,7 @@ func (r *Runner) execute(ctx context.Context, s Spec, job *engine.SandboxSpec, s
 	res.StartedAt, res.FinishedAt = exit.Started, exit.Finished
 	res.DurationMS = exit.Finished.Sub(exit.Started).Milliseconds()
 	mark(ctx, "scan")
-	if err = r.sign(ctx, job, s, &res, sc.inputs); err != nil {
+	if err = r.sign(ctx, job, s, &res, sc.inputs, <-manifest); err != nil {
 		res.Reason, res.Error = ReasonError, err.Error()
 		return res, err
 	}
@@ -351,7 +376,7 @@ func (r *Runner) execute(ctx context.Context, s Spec, job *engine.SandboxSpec, s
 // program as its only process), or start held sandbox c's, then wait and
 // destroy. ctx bounds nothing but the destroy's parent; runCtx's end kills
 // the program.
-func (r *Runner) runOnce(ctx, runCtx context.Context, job *engine.SandboxSpec, state func(lifecycle.State), c *claim) (engine.Exit, error) {
+func (r *Runner) runOnce(ctx, runCtx context.Context, job *engine.SandboxSpec, state func(...lifecycle.State), c *claim) (engine.Exit, <-chan error, error) {
 	var sb engine.Sandbox
 	var err error
 	if c == nil {
@@ -367,14 +392,12 @@ func (r *Runner) runOnce(ctx, runCtx context.Context, job *engine.SandboxSpec, s
 				err = also(err, derr)
 			}
 		}
-		return engine.Exit{}, err
+		return engine.Exit{}, nil, err
 	}
 	mark(ctx, "create")
 	// The program runs from here: a destroyer may now come in (state
 	// releases the run lock at created).
-	for _, st := range []lifecycle.State{lifecycle.Created, lifecycle.Ready, lifecycle.Running} {
-		state(st)
-	}
+	state(lifecycle.Created, lifecycle.Ready, lifecycle.Running)
 	mark(ctx, "record")
 	exit, err := sb.Wait(runCtx)
 	mark(ctx, "wait")
@@ -382,14 +405,20 @@ func (r *Runner) runOnce(ctx, runCtx context.Context, job *engine.SandboxSpec, s
 		// Wait killed whatever the program left: nothing writes to its
 		// mounts any more, and freeing the rest can wait (see run).
 		c.sb = sb
-		return exit, nil
+		return exit, nil, nil
 	}
-	// The sandbox goes before anything reads what it wrote.
-	if derr := sb.Destroy(context.WithoutCancel(ctx)); derr != nil {
-		err = also(err, derr)
+	if err != nil {
+		if derr := sb.Destroy(context.WithoutCancel(ctx)); derr != nil {
+			err = also(err, derr)
+		}
+		mark(ctx, "destroy")
+		return exit, nil, err
 	}
-	mark(ctx, "destroy")
-	return exit, err
+	// For the same reason the sandbox is destroyed while its output is
+	// read and the receipt sealed; the run ends once it is gone.
+	destroyed := make(chan error, 1)
+	go func() { destroyed <- sb.Destroy(context.WithoutCancel(ctx)) }()
+	return exit, destroyed, nil
 }
 
 // reasonOf decides why a run ended. airlock's own kills come first: a

@@ -19,7 +19,7 @@ import (
 // sign records the run's effective policy in res.Policy, then makes the
 // run's receipt of res and signs it with the key under the root, created
 // on first use.
-func (r *Runner) sign(ctx context.Context, job *engine.SandboxSpec, s Spec, res *Result, inputs []receipt.File) error {
+func (r *Runner) sign(ctx context.Context, job *engine.SandboxSpec, s Spec, res *Result, inputs []receipt.File, manifest string) error {
 	// An interrupted run is still sealed: ask on a context of its own.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sealTimeout)
 	defer cancel()
@@ -31,15 +31,14 @@ func (r *Runner) sign(ctx context.Context, job *engine.SandboxSpec, s Spec, res 
 	if err != nil {
 		return err
 	}
-	rec.ImageManifest = r.manifestOf(job.Image)
+	rec.ImageManifest = manifest
 	return r.seal(rec, res)
 }
 
 // seal signs rec with the key under the root, created on first use, and
 // puts it and the policy it records in res.
 func (r *Runner) seal(rec receipt.Receipt, res *Result) error {
-	r.keyOnce.Do(func() { r.key, r.keyErr = receipt.LoadOrCreateKey(filepath.Join(r.root, "keys")) })
-	if r.keyErr != nil {
+	if r.loadKey(); r.keyErr != nil {
 		return fmt.Errorf("%w: receipt key: %v", errdefs.ErrUnavailable, r.keyErr)
 	}
 	rec.AirlockVersion = r.version
@@ -49,6 +48,12 @@ func (r *Runner) seal(rec receipt.Receipt, res *Result) error {
 	}
 	res.Policy, res.Receipt = &signed.Receipt.Policy, &signed
 	return nil
+}
+
+// loadKey reads the receipt key under the root, creating it on first use,
+// once per Runner.
+func (r *Runner) loadKey() {
+	r.keyOnce.Do(func() { r.key, r.keyErr = receipt.LoadOrCreateKey(filepath.Join(r.root, "keys")) })
 }
 
 // receiptOf is the receipt of res, but for what only the Runner knows:

@@ -312,11 +312,15 @@ func (r *Runner) execute(ctx context.Context, s Spec, job *engine.SandboxSpec, s
 	}
 	// What the receipt needs from disk, the key and the image's manifest,
 	// is read while the program runs.
-	manifest := make(chan string, 1)
+	// The run does not return before this is done, whatever its outcome.
+	sealReady := make(chan struct{})
+	var manifest string
 	go func() {
+		defer close(sealReady)
 		r.loadKey()
-		manifest <- r.manifestOf(job.Image)
+		manifest = r.manifestOf(job.Image)
 	}()
+	defer func() { <-sealReady }()
 	begin := time.Now()
 	exit, destroyed, err := r.runOnce(ctx, runCtx, job, state, c)
 	if destroyed != nil {
@@ -363,7 +367,8 @@ func (r *Runner) execute(ctx context.Context, s Spec, job *engine.SandboxSpec, s
 	res.StartedAt, res.FinishedAt = exit.Started, exit.Finished
 	res.DurationMS = exit.Finished.Sub(exit.Started).Milliseconds()
 	mark(ctx, "scan")
-	if err = r.sign(ctx, job, s, &res, sc.inputs, <-manifest); err != nil {
+	<-sealReady
+	if err = r.sign(ctx, job, s, &res, sc.inputs, manifest); err != nil {
 		res.Reason, res.Error = ReasonError, err.Error()
 		return res, err
 	}

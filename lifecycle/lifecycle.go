@@ -130,15 +130,29 @@ func (s *Store) Get(id string) (Record, error) {
 // Moving to the state it is already in is a no-op.
 func (s *Store) Move(id string, to State, errMsg string, extra map[string]any) error {
 	return s.locked(func() error {
-		cur, err := s.Get(id)
-		if err != nil {
-			cur.State = Orphaned // unreadable state is treated as lost
-		}
-		if cur.State == to {
-			return nil
-		}
-		return s.moveLocked(id, &cur, to, errMsg, extra)
+		cur := s.current(id)
+		return s.moveLocked(id, &cur, errMsg, extra, to)
 	})
+}
+
+// MoveThrough makes the moves Move would, one state after another, with
+// one write of the state file and one of the audit log: a run that starts
+// goes through created, ready and running at once. It moves nothing when
+// any move is refused.
+func (s *Store) MoveThrough(id string, states ...State) error {
+	return s.locked(func() error {
+		cur := s.current(id)
+		return s.moveLocked(id, &cur, "", nil, states...)
+	})
+}
+
+// current is id's record; an unreadable one is treated as lost.
+func (s *Store) current(id string) Record {
+	cur, err := s.Get(id)
+	if err != nil {
+		cur.State = Orphaned
+	}
+	return cur
 }
 
 // RunLock is a held run lock; see Lock.
@@ -205,7 +219,7 @@ func (s *Store) Destroy(ctx context.Context, id string, reason State, fn func() 
 	var auditErr error
 	// move records a transition; only a lost audit event lets it go on.
 	move := func(cur *Record, to State, errMsg string) error {
-		err := s.moveLocked(id, cur, to, errMsg, nil)
+		err := s.moveLocked(id, cur, errMsg, nil, to)
 		var ae *AuditError
 		if errors.As(err, &ae) {
 			auditErr = cmp.Or(auditErr, err)
@@ -214,10 +228,7 @@ func (s *Store) Destroy(ctx context.Context, id string, reason State, fn func() 
 		return err
 	}
 	err = s.locked(func() error {
-		cur, gerr := s.Get(id)
-		if gerr != nil {
-			cur.State = Orphaned
-		}
+		cur := s.current(id)
 		if cur.State == "" || cur.State == Terminated {
 			return nil
 		}
@@ -247,71 +258,49 @@ func (s *Store) Destroy(ctx context.Context, id string, reason State, fn func() 
 	return errors.Join(s.Move(id, Terminated, "", nil), auditErr, aerr)
 }
 
-// MoveThrough makes the moves Move would, one state after another, with
-// one write of the state file and one of the audit log: a run that starts
-// goes through created, ready and running at once. It moves nothing when
-// any move is refused.
-func (s *Store) MoveThrough(id string, states ...State) error {
-	return s.locked(func() error {
-		cur, err := s.Get(id)
-		if err != nil {
-			cur.State = Orphaned
+// moveLocked makes the moves to states in order, for a caller that holds
+// the lock, with one write of the state file and one of the audit log;
+// errMsg and extra go with the last move. A move to the state already
+// held is skipped; nothing moves when any move is refused.
+func (s *Store) moveLocked(id string, cur *Record, errMsg string, extra map[string]any, states ...State) error {
+	at := cur.State
+	var evs []map[string]any
+	for _, to := range states {
+		if to == at {
+			continue
 		}
-		var evs []map[string]any
-		for _, to := range states {
-			if cur.State == to {
-				continue
-			}
-			if !Allowed(cur.State, to) {
-				return fmt.Errorf("%w: %q is %s, cannot become %s", ErrTransition, id, orNone(cur.State), to)
-			}
-			evs = append(evs, map[string]any{"event": "transition", "run_id": id, "from": string(cur.State), "to": string(to)})
-			cur.State = to
+		if !Allowed(at, to) {
+			return fmt.Errorf("%w: %q is %s, cannot become %s", ErrTransition, id, orNone(at), to)
 		}
-		if len(evs) == 0 {
-			return nil
-		}
-		if err := s.write(id, Record{ID: id, State: cur.State, Updated: time.Now().UTC()}); err != nil {
-			return err
-		}
-		return s.audit.Append(evs...)
-	})
-}
-
-// write records r as id's state; a terminated one has no state file.
-func (s *Store) write(id string, r Record) error {
-	if r.State == Terminated {
+		evs = append(evs, map[string]any{"event": "transition", "run_id": id, "from": string(at), "to": string(to)})
+		at = to
+	}
+	if len(evs) == 0 {
+		return nil
+	}
+	last := evs[len(evs)-1]
+	if errMsg != "" {
+		last["error"] = errMsg
+	}
+	for k, v := range extra {
+		last[k] = v
+	}
+	*cur = Record{ID: id, State: at, Updated: time.Now().UTC(), Error: errMsg}
+	if at == Terminated {
 		// The log keeps the history; a finished run needs no state file.
 		if err := os.Remove(s.path(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
-		return nil
+	} else {
+		// Not synced: the state tells what live processes are doing, and
+		// a power loss ends them; the reaper treats a lost or stale state
+		// as orphaned.
+		b, _ := json.Marshal(cur)
+		if err := atomicfile.Replace(s.path(id), b, 0o600); err != nil {
+			return err
+		}
 	}
-	// Not synced: the state tells what live processes are doing, and a
-	// power loss ends them; the reaper treats a lost or stale state as
-	// orphaned.
-	b, _ := json.Marshal(r)
-	return atomicfile.Replace(s.path(id), b, 0o600)
-}
-
-// moveLocked is Move for a caller that holds the lock.
-func (s *Store) moveLocked(id string, cur *Record, to State, errMsg string, extra map[string]any) error {
-	if !Allowed(cur.State, to) {
-		return fmt.Errorf("%w: %q is %s, cannot become %s", ErrTransition, id, orNone(cur.State), to)
-	}
-	from := cur.State
-	*cur = Record{ID: id, State: to, Updated: time.Now().UTC(), Error: errMsg}
-	if err := s.write(id, *cur); err != nil {
-		return err
-	}
-	ev := map[string]any{"event": "transition", "run_id": id, "from": string(from), "to": string(to)}
-	if errMsg != "" {
-		ev["error"] = errMsg
-	}
-	for k, v := range extra {
-		ev[k] = v
-	}
-	return s.audit.Append(ev)
+	return s.audit.Append(evs...)
 }
 
 func orNone(s State) string {

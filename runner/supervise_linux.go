@@ -138,7 +138,9 @@ func (r *Runner) Supervise(ctx context.Context, id string) error {
 // serve runs the engine's helper for sandbox id (engine.Server), once the
 // engine has made the sandbox, until ctx is done.
 func (r *Runner) serve(ctx context.Context, id string) {
-	for tick := time.NewTicker(20 * time.Millisecond); ; {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
 		esb, err := r.engine.Open(ctx, id)
 		if err == nil {
 			if sv, ok := esb.(engine.Server); ok {
@@ -153,7 +155,6 @@ func (r *Runner) serve(ctx context.Context, id string) {
 		}
 		select {
 		case <-ctx.Done():
-			tick.Stop()
 			return
 		case <-tick.C:
 		}

@@ -81,12 +81,6 @@ func (a *server) handle(f agent.Frame) {
 			default: // over the window of one: the host broke the protocol
 			}
 		}
-	case agent.Close:
-		if x != nil {
-			for _, o := range x.outs {
-				o.Close()
-			}
-		}
 	case agent.Reap:
 		if x == nil {
 			return

@@ -81,12 +81,6 @@ func (s *sandbox) initLives(ctx context.Context) bool {
 // the control socket instead.
 var errNoAgent = errors.New("no exec agent")
 
-// relayRequest is what a client sends the relay, with its three stdio
-// descriptors.
-type relayRequest struct {
-	Spawn agent.SpawnArgs `json:"spawn"`
-}
-
 // relayReply is the relay's one answer.
 type relayReply struct {
 	Pid   int32 `json:"pid,omitempty"`
@@ -104,9 +98,9 @@ func (s *sandbox) startAgent(ctx context.Context, pr *specs.Process, child [3]*o
 	if !s.st.Agent {
 		return 0, nil, errNoAgent
 	}
-	req, _ := json.Marshal(relayRequest{Spawn: agent.SpawnArgs{
-		Argv: pr.Args, Env: pr.Env, Dir: pr.Cwd, Stdin: stdin, Merged: child[1] == child[2],
-	}})
+	// The request is the agent's own Spawn, sent with the three stdio
+	// descriptors.
+	req, _ := json.Marshal(agent.SpawnArgs{Argv: pr.Args, Env: pr.Env, Dir: pr.Cwd, Stdin: stdin, Merged: child[1] == child[2]})
 	if len(req) > agent.MaxSpawn-64 {
 		return 0, nil, errNoAgent
 	}
@@ -131,12 +125,9 @@ func (s *sandbox) startAgent(ctx context.Context, pr *specs.Process, child [3]*o
 		}
 		msg = msg[n:]
 	}
+	// The reply is all the relay writes on the connection.
 	var rep relayReply
-	line, err := readLine(conn, maxRelayReply)
-	if err == nil {
-		err = json.Unmarshal(line, &rep)
-	}
-	if err != nil {
+	if err := json.NewDecoder(io.LimitReader(conn, maxRelayReply)).Decode(&rep); err != nil {
 		return 0, nil, fmt.Errorf("reading the agent relay's answer: %w", err)
 	}
 	switch {
@@ -152,22 +143,6 @@ func (s *sandbox) startAgent(ctx context.Context, pr *specs.Process, child [3]*o
 	}
 	conn.SetDeadline(time.Time{})
 	return rep.Pid, func() { conn.Close() }, nil
-}
-
-// readLine reads up to and without a newline, of at most max bytes.
-func readLine(r io.Reader, max int) ([]byte, error) {
-	var b []byte
-	one := make([]byte, 1)
-	for len(b) <= max {
-		if _, err := io.ReadFull(r, one); err != nil {
-			return nil, err
-		}
-		if one[0] == '\n' {
-			return b, nil
-		}
-		b = append(b, one[0])
-	}
-	return nil, fmt.Errorf("a line over %d bytes", max)
 }
 
 // Serve implements engine.Server: it runs the sandbox's exec agent and
@@ -454,13 +429,13 @@ func (r *relay) serve(ctx context.Context, conn *net.UnixConn) {
 	// Only the agent's output may hold the client's pipes open: the
 	// copies not relayed are closed now, so the client sees its ends.
 	x.out[0], files[1] = files[1], nil
-	if req.Spawn.Merged {
+	if req.Merged {
 		files[2].Close()
 	} else {
 		x.out[1] = files[2]
 	}
 	files[2] = nil
-	if !req.Spawn.Stdin {
+	if !req.Stdin {
 		files[0].Close()
 		files[0] = nil
 	}
@@ -474,7 +449,7 @@ func (r *relay) serve(ctx context.Context, conn *net.UnixConn) {
 	}()
 	// A spawn that could not be written was never read: an agent that
 	// died since the last exec is replaced once.
-	spawn, _ := json.Marshal(req.Spawn)
+	spawn, _ := json.Marshal(req)
 	var a *agentProc
 	for try := 0; ; try++ {
 		if a, err = r.agent(ctx); err != nil {
@@ -522,7 +497,7 @@ func (r *relay) serve(ctx context.Context, conn *net.UnixConn) {
 	}
 	conn.SetDeadline(time.Time{})
 	done := make(chan struct{})
-	if req.Spawn.Stdin {
+	if req.Stdin {
 		go r.pumpStdin(a, id, x, files[0], done)
 		files[0] = nil
 	}
@@ -571,8 +546,8 @@ func (r *relay) pumpStdin(a *agentProc, id uint32, x *relayed, in *os.File, done
 
 // readRelayRequest reads a request and its three descriptors, made
 // non-blocking so that closing them ends a read or write in progress.
-func readRelayRequest(conn *net.UnixConn) (relayRequest, []*os.File, error) {
-	var req relayRequest
+func readRelayRequest(conn *net.UnixConn) (agent.SpawnArgs, []*os.File, error) {
+	var req agent.SpawnArgs
 	head, oob := make([]byte, 4), make([]byte, unix.CmsgSpace(3*4))
 	n, oobn, _, _, err := conn.ReadMsgUnix(head, oob)
 	var fds []int

@@ -136,10 +136,11 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (_ engine.Sa
 	// start the sandbox's supervisor holds it too, for the sandbox's life
 	// (runner.Supervise).
 	binds := []isolation.Bind{{Source: initSrc, Target: initPath, ReadOnly: true}}
-	agentSrc, withAgent := "", false
+	withAgent := false
 	if s.Policy.Isolation == isolation.GVisor && !e.runtimeExec {
-		if agentSrc, withAgent = e.agentBind(); withAgent {
-			binds = append(binds, isolation.Bind{Source: agentSrc, Target: agentPath, ReadOnly: true})
+		var src string
+		if src, withAgent = e.agentBind(); withAgent {
+			binds = append(binds, isolation.Bind{Source: src, Target: agentPath, ReadOnly: true})
 		}
 	}
 	p, err := e.prepare(ctx, s, []string{initPath}, binds...)

@@ -24,14 +24,12 @@ import (
 
 // Frame types. Host to agent:
 const (
-	// Spawn starts an exec: the payload is a JSON Spawn. The agent
+	// Spawn starts an exec: the payload is a JSON SpawnArgs. The agent
 	// answers Started or Failed.
 	Spawn byte = 'S'
 	// Stdin is input for the exec's stdin; an empty one closes it. The
 	// agent answers each non-empty one with Ack once it is written.
 	Stdin byte = 'I'
-	// Close says the host reads no more of the exec's output.
-	Close byte = 'C'
 	// Reap says the host has waited for the exec: the agent may reap it.
 	Reap byte = 'R'
 )

@@ -19,7 +19,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -28,8 +27,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
-	"github.com/airlock-sandbox/airlock/internal/gvisor"
-	"github.com/airlock-sandbox/airlock/internal/proctree"
 )
 
 const (
@@ -67,18 +64,9 @@ func (e *Engine) agentBind() (src string, ok bool) {
 	return src, true
 }
 
-// agentMethod names the agent in a RefusedError of its: the program
-// could not be started.
-const agentMethod = "exec agent"
-
-// initLives reports whether the sentry still lists the container's init.
-func (s *sandbox) initLives(ctx context.Context) bool {
-	ps, err := s.control().Processes(ctx)
-	return err == nil && slices.ContainsFunc(ps, func(p proctree.Proc) bool { return p.Pid == 1 })
-}
-
-// errNoAgent means no agent serves the sandbox: the exec goes through
-// the control socket instead.
+// errNoAgent means the agent started nothing (none serves the sandbox,
+// or it could not start the program): the exec goes through the control
+// socket instead.
 var errNoAgent = errors.New("no exec agent")
 
 // relayReply is the relay's one answer.
@@ -137,7 +125,11 @@ func (s *sandbox) startAgent(ctx context.Context, pr *specs.Process, child [3]*o
 	case rep.Err != "":
 		return 0, nil, errors.New(rep.Err)
 	case rep.Errno != 0:
-		return 0, nil, &gvisor.RefusedError{Method: agentMethod, Msg: syscall.Errno(rep.Errno).Error()}
+		// Nothing started. The sentry is asked in its turn, so that a
+		// program that cannot start is refused, and told, one way only,
+		// and a sandbox that is ending is seen to be.
+		s.e.log.Debug("the exec agent could not start the program; the control socket is asked", "sandbox_id", s.st.ID, "errno", syscall.Errno(rep.Errno).Error())
+		return 0, nil, errNoAgent
 	case rep.Pid <= 0:
 		return 0, nil, fmt.Errorf("the agent relay answered pid %d", rep.Pid)
 	}

@@ -500,13 +500,6 @@ func (s *sandbox) execControl(ctx context.Context, p *engine.Process, pr *specs.
 		if aerr := s.alive(); aerr != nil {
 			return engine.Exit{}, aerr // destroyed meanwhile
 		}
-		// An agent's fork fails as its sandbox ends (its init killed from
-		// inside): the sentry says whether the init still lives.
-		if refused.Method == agentMethod && !s.initLives(ctx) {
-			if aerr := s.goneWithin(2 * time.Second); aerr != nil {
-				return engine.Exit{}, aerr
-			}
-		}
 		// The sandbox would not start the program: as with runsc exec,
 		// the reason is the program's stderr, and the code a shell's.
 		code := 126

@@ -38,7 +38,8 @@ test: setup ## Set up, then run unit and end-to-end tests against real dockerd a
 	@for pair in "docker gvisor" "oci gvisor" "docker seccomp" "oci seccomp"; do \
 		set -- $$pair; \
 		echo "== e2e: engine $$1, isolation $$2"; \
-		AIRLOCK_E2E_ENGINE=$$1 AIRLOCK_E2E_ISOLATION=$$2 $(GO) test -count=1 -tags e2e -timeout 30m -v ./e2e/ || exit 1; \
+		AIRLOCK_E2E_ENGINE=$$1 AIRLOCK_E2E_ISOLATION=$$2 $(GO) test -count=1 -tags e2e -timeout 30m -v ./e2e/ 2>&1 | tee e2e-$$1-$$2.log; \
+		if [ $${PIPESTATUS[0]} != 0 ]; then echo "== e2e failures, engine $$1, isolation $$2:"; grep -E -A4 -- '--- FAIL|^\s*FAILED ' e2e-$$1-$$2.log | head -80; exit 1; fi; \
 	done
 	@# The offline bundle, once: built, installed and run with no network, refused when changed.
 	$(GO) test -count=1 -tags e2e -timeout 15m -v ./e2e/bundle/

@@ -88,7 +88,7 @@ func TestAdversarialExec(t *testing.T) {
 	peerCount := fmt.Sprintf(`echo "peer:$(grep -l '%s' /proc/[0-9]*/cmdline 2>/dev/null | wc -l)"`,
 		strings.Replace(marker, "peer", "pee[r]", 1))
 	step("other", func() { r.other = advExec(secret, b.ID, nil, "sh", "-c", homeList+listScript+peerCount) })
-	step("after", func() { r.after = advExec(secret, a.ID, nil, "sh", "-c", homeList+afterScript) })
+	step("after", func() { r.after = advExec(secret, a.ID, nil, "sh", "-c", homeList+liveAfterScript()) })
 	step("next", func() { r.next = advExec(secret, a.ID, nil, "echo", "next") })
 	r.parseProbe()
 

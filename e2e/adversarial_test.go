@@ -382,8 +382,22 @@ const listScript = `echo "tmp:$(ls -A /tmp | tr '\n' ' ')"
 echo "out:$(ls -A /out | tr '\n' ' ')"
 `
 
-const afterScript = listScript + `sh -c 'kill -9 1; echo "kill:$?"'
-echo alive`
+const afterScript = listScript + killScript + "echo alive"
+
+// killScript sends pid 1 SIGKILL from a child shell.
+const killScript = `sh -c 'kill -9 1; echo "kill:$?"'
+`
+
+// liveAfterScript is afterScript for an exec into a live sandbox. Under
+// gVisor the sentry's SIGKILL to the rest of the sandbox, once its init
+// has died, comes a moment later: the killer's shell waits for it rather
+// than race it.
+func liveAfterScript() string {
+	if isolationName == "gvisor" {
+		return listScript + killScript + "sleep 5\necho alive"
+	}
+	return afterScript
+}
 
 const threadBomb = `
 import threading, time
@@ -1199,11 +1213,11 @@ func advGroups(t *testing.T, all []advCase, groups ...string) []advCase {
 // of outcomes and the layers that stop them.
 func advReport(t *testing.T, how string, cases []advCase) {
 	t.Helper()
-	failed := map[string]bool{}
+	failed := map[string]error{}
 	for _, c := range cases {
 		t.Run(c.group+"/"+c.name, func(t *testing.T) {
 			if err := c.check(); err != nil {
-				failed[c.name] = true
+				failed[c.name] = err
 				t.Error(err)
 			}
 		})
@@ -1212,10 +1226,16 @@ func advReport(t *testing.T, how string, cases []advCase) {
 	fmt.Fprintf(&m, "%d cases%s, engine %s, isolation %s\n| group | case | outcome | layer |\n| --- | --- | --- | --- |\n", len(cases), how, engineName, isolationName)
 	for _, c := range cases {
 		mark := ""
-		if failed[c.name] {
+		if failed[c.name] != nil {
 			mark = " **FAILED**"
 		}
 		fmt.Fprintf(&m, "| %s | %s | %s%s | %s |\n", c.group, c.name, c.outcome, mark, c.layer)
+	}
+	// The reasons again, last: a log cut to its head and tail keeps them.
+	for _, c := range cases {
+		if err := failed[c.name]; err != nil {
+			fmt.Fprintf(&m, "FAILED %s/%s: %s\n", c.group, c.name, strings.ReplaceAll(err.Error(), "\n", "; "))
+		}
 	}
 	t.Log("\n" + m.String())
 }

@@ -602,6 +602,15 @@ wait:
 	if err := s.ended(); err != nil {
 		return engine.Exit{}, err
 	}
+	if !exit.TimedOut && !exit.Killed && !leftover && !stderr.reported() {
+		// The helper reports its pid before anything else, so the runtime
+		// never started this exec, and its exit code is the runtime's: a
+		// sandbox whose init has just died refuses execs a moment before
+		// its process ends.
+		if err := s.aliveWithin(bg, runtimeSettle); err != nil {
+			return engine.Exit{}, err
+		}
+	}
 	// The kernel's OOM kill is a SIGKILL like any other; the container's
 	// cgroup counts it (under runc; runsc's sentry kills in its own way).
 	exit.OOMKilled = exit.Code == 128+int(syscall.SIGKILL) && s.oomEvents != "" && oomKills(s.oomEvents) > oomBefore
@@ -652,6 +661,17 @@ func oomKills(file string) uint64 {
 // alive returns an ErrSandboxLost error if the container stopped; dockerd
 // may learn of a container's end a moment after that of its exec.
 func (s *sandbox) alive(ctx context.Context) error {
+	return s.aliveWithin(ctx, 100*time.Millisecond)
+}
+
+// runtimeSettle is how long an exec the runtime refused waits to learn
+// whether the sandbox is ending.
+const runtimeSettle = time.Second
+
+// aliveWithin is alive, watching for about d: the container's process
+// ending, or dockerd reporting it stopped.
+func (s *sandbox) aliveWithin(ctx context.Context, d time.Duration) error {
+	const every = 50 * time.Millisecond
 	for i := 0; ; i++ {
 		st, err := s.inspect(ctx)
 		if errdefs.IsNotFound(err) {
@@ -666,10 +686,14 @@ func (s *sandbox) alive(ctx context.Context) error {
 		if !st.Running {
 			return s.lost(st)
 		}
-		if i == 2 {
+		if time.Duration(i)*every >= d {
 			return nil
 		}
-		time.Sleep(50 * time.Millisecond)
+		select {
+		case <-s.proc.ended():
+			return s.ended()
+		case <-time.After(every):
+		}
 	}
 }
 
@@ -762,6 +786,10 @@ type pidReader struct {
 	got  chan int32
 	head []byte
 }
+
+// reported says whether the helper's pid came; read it once the stream
+// has been copied.
+func (r *pidReader) reported() bool { return len(r.head) == 4 }
 
 func (r *pidReader) Write(b []byte) (int, error) {
 	n := len(b)

@@ -312,6 +312,8 @@ func (r *oneShot) destroy() error {
 		defer cancel()
 		if err := r.e.cli.ContainerRemove(rctx, r.cid, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !errdefs.IsNotFound(err) {
 			errs = append(errs, classify("removing sandbox", r.e.cli.DaemonHost(), err))
+		} else {
+			forgetRunscLock(r.cid)
 		}
 	}
 	if r.sandboxLogs != "" {

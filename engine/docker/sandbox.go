@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -224,6 +225,8 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (sb engine.S
 		defer cancel()
 		if err := e.cli.ContainerRemove(rctx, ref, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !errdefs.IsNotFound(err) {
 			log.Warn("removing sandbox", "container", ref, "err", err)
+		} else {
+			forgetRunscLock(ref)
 		}
 	}
 	cctx, cancel := context.WithTimeout(bg, e.setupTimeout)
@@ -728,6 +731,23 @@ func (s *sandbox) execPid(got <-chan int32) (int32, error) {
 // runscStates is where dockerd's shims keep runsc's state.
 const runscStates = "/run/docker/runtime-*/moby"
 
+// forgetRunscLock removes the lock file runsc leaves in dockerd's shim
+// state for container cid when its sandbox was killed rather than
+// deleted. Call it once the container is removed; a lock whose state file
+// is still there is runsc's to remove.
+func forgetRunscLock(cid string) {
+	if cid == "" || strings.ContainsAny(cid, "/*?[") {
+		return
+	}
+	dirs, _ := filepath.Glob(runscStates)
+	for _, d := range dirs {
+		base := filepath.Join(d, cid+"_sandbox:"+cid)
+		if _, err := os.Lstat(base + ".state"); errors.Is(err, fs.ErrNotExist) {
+			os.Remove(base + ".lock")
+		}
+	}
+}
+
 // killGVisorTree SIGKILLs what is below the exec's process or in its
 // group, through the sandbox's control socket, as the oci engine does:
 // dockerd shows none of a gVisor sandbox's processes. Where runsc's state
@@ -835,6 +855,7 @@ func (s *sandbox) Destroy(ctx context.Context) error {
 	for {
 		err := s.e.cli.ContainerRemove(bg, s.cid, container.RemoveOptions{Force: true, RemoveVolumes: true})
 		if err == nil || errdefs.IsNotFound(err) {
+			forgetRunscLock(s.cid)
 			break
 		}
 		// Another Destroy is removing it: wait for it to be gone.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"syscall"
 	"testing"
@@ -31,6 +32,9 @@ func TestSandboxConformance(t *testing.T) {
 		}
 		p := testPolicy(t, m)
 		p.Limits.Memory = 128 << 20 // for OutOfMemory's sake
+		// The containers killed from outside: runsc leaves their state in
+		// dockerd's shim directory unless airlock removes it.
+		killed := map[string]string{}
 		enginetest.Sandboxes(t, func(t *testing.T) engine.Engine { return newTestEngine(t) }, bb, enginetest.Harness{
 			Policy: p,
 			// The container's pid is runsc's sandbox process under gVisor,
@@ -40,6 +44,7 @@ func TestSandboxConformance(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				killed[id] = c.ID
 				if err := syscall.Kill(c.State.Pid, syscall.SIGKILL); err != nil {
 					t.Fatal(err)
 				}
@@ -51,6 +56,10 @@ func TestSandboxConformance(t *testing.T) {
 				}
 				if slices.Contains(cgroup.IDs(), id) {
 					left = append(left, "cgroup "+id)
+				}
+				if c := killed[id]; c != "" {
+					state, _ := filepath.Glob(filepath.Join(runscStates, c+"_sandbox:*"))
+					left = append(left, state...)
 				}
 				return left
 			},

@@ -53,10 +53,66 @@ type server struct {
 
 // execution is one exec's agent side.
 type execution struct {
-	pid   int
-	stdin chan []byte // Stdin frames; closed on Reap
-	in    *os.File    // the write end of the exec's stdin, or nil
-	outs  []*os.File  // the read ends of its output
+	pid     int
+	stdin   chan []byte // Stdin frames; closed on Reap
+	in      *os.File    // the write end of the exec's stdin, or nil
+	outs    []*os.File  // the read ends of its output
+	credits [2]*credit  // what each output may send ahead (stdout, stderr)
+}
+
+// credit is what one output stream may still send before the host
+// credits more back (agent.Window at first).
+type credit struct {
+	mu      sync.Mutex
+	n       int
+	stopped bool
+	wake    chan struct{}
+}
+
+func newCredit() *credit { return &credit{n: agent.Window, wake: make(chan struct{}, 1)} }
+
+func (c *credit) add(n int) {
+	c.mu.Lock()
+	c.n += n
+	c.mu.Unlock()
+	c.signal()
+}
+
+func (c *credit) stop() {
+	c.mu.Lock()
+	c.stopped = true
+	c.mu.Unlock()
+	c.signal()
+}
+
+func (c *credit) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take waits for credit and returns up to max of it, to be spent; 0 once
+// stopped.
+func (c *credit) take(max int) int {
+	for {
+		c.mu.Lock()
+		n, stopped := min(c.n, max), c.stopped
+		c.mu.Unlock()
+		if stopped {
+			return 0
+		}
+		if n > 0 {
+			return n
+		}
+		<-c.wake
+	}
+}
+
+func (c *credit) spend(n int) {
+	c.mu.Lock()
+	c.n -= n
+	c.mu.Unlock()
 }
 
 func (a *server) send(typ byte, id uint32, payload []byte) error {
@@ -81,9 +137,17 @@ func (a *server) handle(f agent.Frame) {
 			default: // over the window of one: the host broke the protocol
 			}
 		}
+	case agent.Credit:
+		typ, n, err := agent.ParseCredit(f.Payload)
+		if x != nil && err == nil && n <= agent.Window {
+			x.credits[streamIndex(typ)].add(int(n))
+		}
 	case agent.Reap:
 		if x == nil {
 			return
+		}
+		for _, c := range x.credits {
+			c.stop()
 		}
 		a.mu.Lock()
 		delete(a.execs, f.ID)
@@ -133,7 +197,7 @@ func (a *server) spawn(id uint32, payload []byte) {
 	a.send(agent.Started, id, agent.Uint32(uint32(pid)))
 	types := []byte{agent.Stdout, agent.Stderr}
 	for i, o := range x.outs {
-		go a.copyOut(id, types[i], o)
+		go a.copyOut(id, types[i], o, x.credits[i])
 	}
 	if x.in != nil {
 		go a.copyIn(id, x)
@@ -160,7 +224,7 @@ func start(s *agent.SpawnArgs) (x *execution, pid int, err error) {
 			}
 		}
 	}()
-	x = &execution{stdin: make(chan []byte, 1)}
+	x = &execution{stdin: make(chan []byte, 1), credits: [2]*credit{newCredit(), newCredit()}}
 	stdin, err := os.Open(os.DevNull)
 	if err != nil {
 		return x, 0, err
@@ -226,19 +290,36 @@ func lookPath(file string, env []string, dir string) (string, error) {
 	return "", syscall.ENOENT
 }
 
-func (a *server) copyOut(id uint32, typ byte, r *os.File) {
+// copyOut sends an output of exec id to the host, within its credit: a
+// host that has not passed the output on leaves the program blocked on
+// its full pipe.
+func (a *server) copyOut(id uint32, typ byte, r *os.File, c *credit) {
 	defer r.Close()
 	buf := make([]byte, 32<<10)
 	for {
-		n, err := r.Read(buf)
-		if n > 0 && a.send(typ, id, buf[:n]) != nil {
-			return
+		max := c.take(len(buf))
+		if max == 0 {
+			return // reaped
+		}
+		n, err := r.Read(buf[:max])
+		if n > 0 {
+			if a.send(typ, id, buf[:n]) != nil {
+				return
+			}
+			c.spend(n)
 		}
 		if err != nil {
 			a.send(typ, id, nil)
 			return
 		}
 	}
+}
+
+func streamIndex(typ byte) int {
+	if typ == agent.Stderr {
+		return 1
+	}
+	return 0
 }
 
 func (a *server) copyIn(id uint32, x *execution) {

@@ -229,7 +229,110 @@ type relayed struct {
 	id      uint32
 	started chan agent.Frame // Started or Failed
 	acks    chan struct{}
-	out     [2]*os.File // the client's ends for stdout and stderr; nil once ended
+	out     [2]*stream // to the client's stdout and stderr; nil where none
+}
+
+// stream is one output of an exec on its way to the client's pipe, with
+// a writer of its own: a client that stops reading stalls its own exec
+// (the agent sends no more than agent.Window bytes ahead of the credit
+// the writer gives back), never the others'.
+type stream struct {
+	typ  byte
+	wake chan struct{}
+
+	mu     sync.Mutex
+	w      *os.File // the client's end; nil once ended or broken
+	agent  *agentProc
+	id     uint32
+	queue  [][]byte
+	queued int
+	eof    bool // the agent ended it: close once written
+	closed bool // the exec was released or the agent died: close now
+}
+
+func newStream(typ byte, w *os.File) *stream {
+	return &stream{typ: typ, w: w, wake: make(chan struct{}, 1)}
+}
+
+func (o *stream) signal() {
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+}
+
+// push queues output from the agent; an empty b ends the stream. More
+// than the window queued breaks the protocol.
+func (o *stream) push(b []byte) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch {
+	case o.eof || o.closed:
+		return nil
+	case len(b) == 0:
+		o.eof = true
+	case o.queued+len(b) > agent.Window:
+		return fmt.Errorf("%d bytes of %q output sent past the %d-byte window", o.queued+len(b), o.typ, agent.Window)
+	default:
+		o.queue = append(o.queue, b)
+		o.queued += len(b)
+	}
+	o.signal()
+	return nil
+}
+
+// close stops the stream now, unwritten output and all; closing the
+// client's end (non-blocking) ends a write in progress.
+func (o *stream) close() {
+	o.mu.Lock()
+	o.closed = true
+	w := o.w
+	o.w = nil
+	o.mu.Unlock()
+	if w != nil {
+		w.Close()
+	}
+	o.signal()
+}
+
+// run writes the stream to the client, crediting the agent with every
+// chunk passed on or, once the client is gone, dropped.
+func (o *stream) run() {
+	for {
+		o.mu.Lock()
+		for len(o.queue) == 0 && !o.eof && !o.closed {
+			o.mu.Unlock()
+			<-o.wake
+			o.mu.Lock()
+		}
+		if o.closed || len(o.queue) == 0 {
+			w := o.w
+			o.w = nil
+			o.mu.Unlock()
+			if w != nil {
+				w.Close()
+			}
+			return
+		}
+		b, w, a, id := o.queue[0], o.w, o.agent, o.id
+		o.queue[0] = nil
+		o.queue = o.queue[1:]
+		o.mu.Unlock()
+		if w != nil {
+			if _, err := w.Write(b); err != nil {
+				o.mu.Lock()
+				if o.w == w {
+					o.w = nil
+					w.Close()
+				}
+				o.mu.Unlock()
+			}
+		}
+		o.mu.Lock()
+		o.queued -= len(b)
+		o.mu.Unlock()
+		a.send(agent.Credit, id, agent.CreditPayload(o.typ, len(b)))
+	}
 }
 
 func startAgentProc(ctx context.Context, s *sandbox) (_ *agentProc, err error) {
@@ -294,17 +397,21 @@ func (a *agentProc) fail(err error) {
 	a.w.Close()
 	a.s.control().Kill(context.Background(), int(a.pid), false)
 	for id, x := range a.execs {
-		x.closeOut()
+		// What the agent sent before it failed still reaches the client.
+		for _, o := range x.out {
+			if o != nil {
+				o.push(nil)
+			}
+		}
 		delete(a.execs, id)
 	}
 	close(a.dead)
 }
 
 func (x *relayed) closeOut() {
-	for i, f := range x.out {
-		if f != nil {
-			f.Close()
-			x.out[i] = nil
+	for _, o := range x.out {
+		if o != nil {
+			o.close()
 		}
 	}
 }
@@ -354,35 +461,16 @@ func (a *agentProc) dispatch(f agent.Frame) error {
 			}
 		}
 	case agent.Stdout, agent.Stderr:
-		// Frames of an exec already released are dropped.
+		// Frames of an exec already released, or of a stream it does
+		// not have, are dropped.
 		i := 0
 		if f.Type == agent.Stderr {
 			i = 1
 		}
-		if x == nil {
+		if x == nil || x.out[i] == nil {
 			return nil
 		}
-		a.mu.Lock()
-		w := x.out[i]
-		if len(f.Payload) == 0 && w != nil {
-			w.Close()
-			x.out[i] = nil
-		}
-		a.mu.Unlock()
-		if w == nil || len(f.Payload) == 0 {
-			return nil
-		}
-		// The client reads its pipes as they fill; one that stopped (it
-		// released the exec, or died) breaks them. The write is outside
-		// the lock: closing w ends it.
-		if _, err := w.Write(f.Payload); err != nil {
-			a.mu.Lock()
-			if x.out[i] == w {
-				w.Close()
-				x.out[i] = nil
-			}
-			a.mu.Unlock()
-		}
+		return x.out[i].push(f.Payload)
 	case agent.Ack:
 		if x != nil {
 			select {
@@ -420,11 +508,11 @@ func (r *relay) serve(ctx context.Context, conn *net.UnixConn) {
 	x := &relayed{started: make(chan agent.Frame, 1), acks: make(chan struct{}, 1)}
 	// Only the agent's output may hold the client's pipes open: the
 	// copies not relayed are closed now, so the client sees its ends.
-	x.out[0], files[1] = files[1], nil
+	x.out[0], files[1] = newStream(agent.Stdout, files[1]), nil
 	if req.Merged {
 		files[2].Close()
 	} else {
-		x.out[1] = files[2]
+		x.out[1] = newStream(agent.Stderr, files[2])
 	}
 	files[2] = nil
 	if !req.Stdin {
@@ -451,6 +539,13 @@ func (r *relay) serve(ctx context.Context, conn *net.UnixConn) {
 		a.mu.Lock()
 		a.nextID++
 		x.agent, x.id = a, a.nextID
+		for _, o := range x.out {
+			if o != nil {
+				o.mu.Lock()
+				o.agent, o.id = a, x.id
+				o.mu.Unlock()
+			}
+		}
 		a.execs[x.id] = x
 		a.mu.Unlock()
 		if a.send(agent.Spawn, x.id, spawn) == nil {
@@ -486,6 +581,11 @@ func (r *relay) serve(ctx context.Context, conn *net.UnixConn) {
 	if !reply(relayReply{Pid: int32(v)}) {
 		a.send(agent.Reap, id, nil)
 		return
+	}
+	for _, o := range x.out {
+		if o != nil {
+			go o.run()
+		}
 	}
 	conn.SetDeadline(time.Time{})
 	done := make(chan struct{})

@@ -31,7 +31,7 @@ func TestAgentFramesAreHostile(t *testing.T) {
 		{"a torn frame", func(w io.Writer) { w.Write([]byte{agent.Stdout, 0, 0}) }, "EOF"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			a, x, client := relayFixture(t)
+			a, x, client, _ := relayFixture(t)
 			fromAgent, agentOut, err := os.Pipe()
 			if err != nil {
 				t.Fatal(err)
@@ -58,18 +58,61 @@ func TestAgentFramesAreHostile(t *testing.T) {
 					t.Errorf("agent still live; want it failed with %q", c.want)
 				}
 			}
-			if c.want != "" && x.out[0] != nil {
-				t.Error("a failed agent left an exec's pipe open")
+			if c.want != "" && !x.out[0].eof {
+				t.Error("a failed agent left an exec's output open")
 			}
 			agentOut.Close()
 		})
 	}
 }
 
+// An exec's output reaches its client through a writer of its own, which
+// credits the agent with what it passed on; an agent that sends past the
+// window breaks the protocol.
+func TestAgentOutputCredit(t *testing.T) {
+	a, x, client, toAgent := relayFixture(t)
+	fromAgent, agentOut, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer agentOut.Close()
+	go a.read(agent.NewReader(fromAgent, agent.MaxPayload), fromAgent)
+	credits := agent.NewReader(toAgent, agent.MaxPayload)
+	chunk := make([]byte, agent.MaxPayload)
+	for i := 0; i < 2; i++ {
+		agent.Write(agentOut, agent.Stdout, 1, chunk)
+		if _, err := io.ReadFull(client, chunk); err != nil {
+			t.Fatal(err)
+		}
+		f, err := credits.Read()
+		typ, n, perr := agent.ParseCredit(f.Payload)
+		if err != nil || f.Type != agent.Credit || f.ID != 1 || perr != nil || typ != agent.Stdout || n != agent.MaxPayload {
+			t.Fatalf("after chunk %d the agent got %q %d %v (%v, %v); want a credit of %d stdout bytes for exec 1", i, f.Type, f.ID, f.Payload, err, perr, agent.MaxPayload)
+		}
+	}
+	// The client stops reading: one chunk fills its pipe, one is being
+	// written, and the window holds four.
+	for i := 0; i < 2+agent.Window/agent.MaxPayload; i++ {
+		agent.Write(agentOut, agent.Stdout, 1, chunk)
+	}
+	select {
+	case <-a.dead:
+		if !strings.Contains(a.err.Error(), "window") {
+			t.Errorf("agent failed with %v; want the window's", a.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("an agent past the window is still live")
+	}
+	if !x.out[0].eof {
+		t.Error("a failed agent left an exec's output open")
+	}
+}
+
 // relayFixture is an agent with exec 1 in flight, whose stdout the
-// returned file reads. The sandbox's control socket does not exist:
-// killing the agent is a no-op.
-func relayFixture(t *testing.T) (*agentProc, *relayed, *os.File) {
+// returned client reads; toAgent reads what the relay sends the agent.
+// The sandbox's control socket does not exist: killing the agent is a
+// no-op.
+func relayFixture(t *testing.T) (a *agentProc, x *relayed, client, toAgent *os.File) {
 	t.Helper()
 	toAgent, w, err := os.Pipe()
 	if err != nil {
@@ -82,7 +125,11 @@ func relayFixture(t *testing.T) (*agentProc, *relayed, *os.File) {
 	}
 	t.Cleanup(func() { client.Close() })
 	s := &sandbox{e: &Engine{log: slog.New(slog.DiscardHandler)}, st: sandboxState{ID: "t", Control: "/nonexistent/control.sock"}}
-	x := &relayed{started: make(chan agent.Frame, 1), acks: make(chan struct{}, 1), out: [2]*os.File{out, nil}}
-	a := &agentProc{s: s, pid: 1, w: w, execs: map[uint32]*relayed{1: x}, dead: make(chan struct{})}
-	return a, x, client
+	a = &agentProc{s: s, pid: 1, w: w, execs: map[uint32]*relayed{}, dead: make(chan struct{})}
+	o := newStream(agent.Stdout, out)
+	o.agent, o.id = a, 1
+	x = &relayed{agent: a, id: 1, started: make(chan agent.Frame, 1), acks: make(chan struct{}, 1), out: [2]*stream{o, nil}}
+	a.execs[1] = x
+	go o.run()
+	return a, x, client, toAgent
 }

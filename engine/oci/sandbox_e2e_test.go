@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -176,6 +177,18 @@ func serveAgent(t *testing.T, sb engine.Sandbox) {
 			t.Fatalf("no agent socket in %s after 10s", s.bundle)
 		}
 	}
+}
+
+// agentSandbox is a gVisor sandbox whose execs its agent forks.
+func agentSandbox(t *testing.T, id string) engine.Sandbox {
+	t.Helper()
+	root, image := testRoot(t)
+	sb := gvisorSandbox(t, root, image, id)
+	if !sb.(*sandbox).st.Agent {
+		t.Fatalf("no agent bound; is %s installed (`make setup`)?", AgentPath(root))
+	}
+	serveAgent(t, sb)
+	return sb
 }
 
 // profile is airlock's default seccomp profile for mode, as the runner
@@ -507,12 +520,7 @@ func TestSandboxControlExec(t *testing.T) {
 // socket's do, the agent is started again once killed or once it breaks
 // the protocol, and only the sentry's exit status counts.
 func TestSandboxAgentExec(t *testing.T) {
-	root, image := testRoot(t)
-	sb := gvisorSandbox(t, root, image, "agent")
-	if !sb.(*sandbox).st.Agent {
-		t.Fatalf("no agent bound; is %s installed (`make setup`)?", AgentPath(root))
-	}
-	serveAgent(t, sb)
+	sb := agentSandbox(t, "agent")
 	run := func(stdin io.Reader, script string) (engine.Exit, string, string) {
 		t.Helper()
 		var out, errb strings.Builder
@@ -599,5 +607,52 @@ func TestSandboxAgentExec(t *testing.T) {
 	gone(second)
 	if third := agentPid(); third == second {
 		t.Fatalf("the agent that broke the protocol (pid %s) still takes execs", second)
+	}
+}
+
+// A client that stops reading an exec's output stalls that exec alone:
+// another exec of the sandbox runs meanwhile, and the stalled one's
+// output arrives whole once its client reads again.
+func TestSandboxAgentStalledClient(t *testing.T) {
+	sb := agentSandbox(t, "stalled")
+	const size = 4 << 20 // many windows and pipes' worth
+	pr, pw := io.Pipe()
+	stalled := make(chan error, 1)
+	go func() {
+		x, err := sb.Exec(context.Background(), &engine.Process{Argv: []string{"head", "-c", strconv.Itoa(size), "/dev/zero"}, Stdout: pw, Timeout: 2 * time.Minute})
+		if err == nil && x.Code != 0 {
+			err = fmt.Errorf("exit %d", x.Code)
+		}
+		pw.CloseWithError(err)
+		stalled <- err
+	}()
+	// Let the stalled exec fill its window and pipes.
+	if _, err := io.ReadFull(pr, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	other := make(chan error, 1)
+	go func() {
+		var out strings.Builder
+		x, err := sb.Exec(context.Background(), &engine.Process{Argv: []string{"echo", "other"}, Stdout: &out, Timeout: time.Minute})
+		if err == nil && (x.Code != 0 || out.String() != "other\n") {
+			err = fmt.Errorf("exit %d, stdout %q", x.Code, out.String())
+		}
+		other <- err
+	}()
+	select {
+	case err := <-other:
+		if err != nil {
+			t.Fatalf("the other exec: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the other exec did not end in 30s while one client stopped reading: its output waits behind the stalled one's")
+	}
+	n, err := io.Copy(io.Discard, pr)
+	if err != nil || n != size-1 {
+		t.Fatalf("the stalled exec's output: %d bytes, %v; want %d", n+1, err, size)
+	}
+	if err := <-stalled; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -32,6 +32,10 @@ const (
 	Stdin byte = 'I'
 	// Reap says the host has waited for the exec: the agent may reap it.
 	Reap byte = 'R'
+	// Credit gives one of the exec's output streams back bytes of its
+	// Window once the host has passed them on: the payload is the
+	// stream's frame type (Stdout or Stderr), then the count (4 bytes).
+	Credit byte = 'C'
 )
 
 // Agent to host:
@@ -51,7 +55,14 @@ const (
 )
 
 // Version names this wire format; a host takes no agent of another.
-const Version = "airlock-agent/1"
+const Version = "airlock-agent/2"
+
+// Window is how many bytes of one output stream the agent sends ahead of
+// the host's credit. The host writes each exec's output to its client on
+// its own, so a client that stops reading stalls its own exec (whose
+// program then blocks on a full pipe) and no other; an agent that sends
+// past the window breaks the protocol.
+const Window = 256 << 10
 
 const (
 	headerSize = 9
@@ -140,4 +151,17 @@ func ParseUint32(b []byte) (uint32, error) {
 		return 0, fmt.Errorf("a 4-byte value has %d bytes", len(b))
 	}
 	return binary.BigEndian.Uint32(b), nil
+}
+
+// CreditPayload encodes a Credit of n bytes for stream typ.
+func CreditPayload(typ byte, n int) []byte {
+	return binary.BigEndian.AppendUint32([]byte{typ}, uint32(n))
+}
+
+// ParseCredit decodes a Credit: a Stdout or Stderr type, then a count.
+func ParseCredit(b []byte) (typ byte, n uint32, err error) {
+	if len(b) != 5 || b[0] != Stdout && b[0] != Stderr {
+		return 0, 0, fmt.Errorf("a credit of %d bytes (%q)", len(b), b)
+	}
+	return b[0], binary.BigEndian.Uint32(b[1:]), nil
 }

@@ -61,3 +61,17 @@ func TestHostileFrames(t *testing.T) {
 		t.Errorf("an empty stream: %v; want io.EOF", err)
 	}
 }
+
+func TestCredits(t *testing.T) {
+	for _, typ := range []byte{Stdout, Stderr} {
+		got, n, err := ParseCredit(CreditPayload(typ, Window))
+		if err != nil || got != typ || n != Window {
+			t.Errorf("ParseCredit(CreditPayload(%q, Window)) = %q, %d, %v", typ, got, n, err)
+		}
+	}
+	for _, b := range [][]byte{nil, {Stdout, 0, 0, 1}, append([]byte{Stdin}, Uint32(5)...), append([]byte{Stdout}, Uint32(5)...)[:4], append(CreditPayload(Stderr, 1), 0)} {
+		if _, _, err := ParseCredit(b); err == nil {
+			t.Errorf("ParseCredit(%q) took it", b)
+		}
+	}
+}

@@ -29,7 +29,7 @@ func (s *Server) fileTarget(r *http.Request) (*runner.Sandbox, string, error) {
 // refused counts a refused transfer by its reason word.
 func (s *Server) refused(err error) {
 	if reason := runner.ReasonOf(err); reason != "" {
-		s.metrics.rejected.WithLabelValues(string(reason)).Inc()
+		s.metrics.rejected.Inc(string(reason))
 	}
 }
 

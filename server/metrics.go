@@ -2,29 +2,27 @@ package server
 
 import (
 	"net/http"
+	"strings"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/airlock-sandbox/airlock/artifacts"
 	"github.com/airlock-sandbox/airlock/lifecycle"
 	"github.com/airlock-sandbox/airlock/runner"
 )
 
-// metrics are the series the operations documents ask to monitor, on a
-// registry of the server's own (no process-wide globals).
+// metrics are the series the operations documents ask to monitor, kept
+// by the server itself (no process-wide globals).
 type metrics struct {
-	reg       *prometheus.Registry
-	orphans   prometheus.Counter
-	createDur prometheus.Histogram
-	execDur   prometheus.Histogram
-	runDur    prometheus.Histogram
-	termFail  prometheus.Counter
-	rejected  *prometheus.CounterVec
-	runs      *prometheus.CounterVec
-	handler   http.Handler
+	root      string
+	orphans   counter
+	createDur *histogram
+	execDur   *histogram
+	runDur    *histogram
+	termFail  counter
+	rejected  *counterVec
+	runs      *counterVec
+	// more writes series read at each scrape (the pools').
+	more func(*expo)
 }
 
 // liveStates are the states a listed sandbox can be in.
@@ -34,92 +32,74 @@ var latencyBuckets = []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 6
 
 func newMetrics(root string) *metrics {
 	m := &metrics{
-		reg: prometheus.NewRegistry(),
-		orphans: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "airlock_orphans_reaped_total", Help: "Runs and sandboxes reaped by the server's sweep: orphaned, or past their deadline.",
-		}),
-		createDur: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "airlock_sandbox_create_duration_seconds", Help: "Time to create a sandbox, ready for execs.", Buckets: latencyBuckets,
-		}),
-		execDur: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "airlock_exec_duration_seconds", Help: "Time of an exec in a live sandbox, request to Result.", Buckets: latencyBuckets,
-		}),
-		runDur: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "airlock_run_duration_seconds", Help: "Time of a one-shot run, request to Result.", Buckets: latencyBuckets,
-		}),
-		termFail: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "airlock_termination_failures_total", Help: "Sandbox destroys that failed.",
-		}),
-		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "airlock_rejected_files_total", Help: "Refused file transfers and rejected artifacts, by reason word.",
-		}, []string{"reason"}),
-		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "airlock_runs_total", Help: "One-shot runs and execs by how they ended (the Result's reason).",
-		}, []string{"reason"}),
+		root:      root,
+		createDur: newHistogram(latencyBuckets),
+		execDur:   newHistogram(latencyBuckets),
+		runDur:    newHistogram(latencyBuckets),
+		runs: newCounterVec(string(runner.ReasonExited), string(runner.ReasonTimeout), string(runner.ReasonOOM), string(runner.ReasonOutputLimit),
+			string(runner.ReasonPidsLimit), string(runner.ReasonKilled), string(runner.ReasonDestroyed), string(runner.ReasonError)),
 	}
-	for _, r := range []runner.Reason{runner.ReasonExited, runner.ReasonTimeout, runner.ReasonOOM, runner.ReasonOutputLimit,
-		runner.ReasonPidsLimit, runner.ReasonKilled, runner.ReasonDestroyed, runner.ReasonError} {
-		m.runs.WithLabelValues(string(r))
-	}
+	var rejected []string
 	for _, r := range []artifacts.Reason{artifacts.ReasonSymlink, artifacts.ReasonHardlink, artifacts.ReasonNotRegular, artifacts.ReasonBadName,
 		artifacts.ReasonTooLarge, artifacts.ReasonTooMany, artifacts.ReasonTypeNotAllowed, artifacts.ReasonTypeMismatch, artifacts.ReasonHiddenName,
 		runner.ReasonInvalidPath, runner.ReasonNotFound, runner.ReasonNoSpace, runner.ReasonIsDirectory} {
-		m.rejected.WithLabelValues(string(r))
+		rejected = append(rejected, string(r))
 	}
-	// The server's own goroutines and memory, to watch it for leaks.
-	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m.reg.MustRegister(m.orphans, m.createDur, m.execDur, m.runDur, m.termFail, m.rejected, m.runs, &sandboxCollector{root: root})
-	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+	m.rejected = newCounterVec(rejected...)
 	return m
 }
 
-func (m *metrics) serve(w http.ResponseWriter, r *http.Request) { m.handler.ServeHTTP(w, r) }
+func (m *metrics) serve(w http.ResponseWriter, _ *http.Request) {
+	var e expo
+	e.family("airlock_orphans_reaped_total", "Runs and sandboxes reaped by the server's sweep: orphaned, or past their deadline.", "counter")
+	e.sample("airlock_orphans_reaped_total", float64(m.orphans.n.Load()))
+	m.createDur.write(&e, "airlock_sandbox_create_duration_seconds", "Time to create a sandbox, ready for execs.")
+	m.execDur.write(&e, "airlock_exec_duration_seconds", "Time of an exec in a live sandbox, request to Result.")
+	m.runDur.write(&e, "airlock_run_duration_seconds", "Time of a one-shot run, request to Result.")
+	e.family("airlock_termination_failures_total", "Sandbox destroys that failed.", "counter")
+	e.sample("airlock_termination_failures_total", float64(m.termFail.n.Load()))
+	m.rejected.write(&e, "airlock_rejected_files_total", "Refused file transfers and rejected artifacts, by reason word.", "reason")
+	m.runs.write(&e, "airlock_runs_total", "One-shot runs and execs by how they ended (the Result's reason).", "reason")
+	writeSandboxes(&e, m.root)
+	if m.more != nil {
+		m.more(&e)
+	}
+	writeRuntime(&e)
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	w.Write(e.b.Bytes())
+}
 
 // result counts a run's or exec's ending and its rejected artifacts.
 func (m *metrics) result(res runner.Result) {
 	if res.Reason != "" {
-		m.runs.WithLabelValues(string(res.Reason)).Inc()
+		m.runs.Inc(string(res.Reason))
 	}
 	for _, rj := range res.Rejected {
-		m.rejected.WithLabelValues(string(rj.Reason)).Inc()
+		m.rejected.Inc(string(rj.Reason))
 	}
 }
 
-var (
-	activeDesc = prometheus.NewDesc("airlock_sandboxes_active", "Live sandboxes by lifecycle state.", []string{"state"}, nil)
-	ageDesc    = prometheus.NewDesc("airlock_sandbox_age_seconds", "Age of the live sandboxes at scrape time.", nil, nil)
-)
-
 var ageBuckets = []float64{60, 300, 900, 1800, 3600, 7200, 21600, 86400}
 
-// sandboxCollector reads the sandboxes from state at each scrape, so it
+// writeSandboxes reads the sandboxes from state at each scrape, so it
 // counts those of the CLI and of earlier servers too.
-type sandboxCollector struct{ root string }
-
-func (c *sandboxCollector) Describe(ch chan<- *prometheus.Desc) { ch <- activeDesc; ch <- ageDesc }
-
-func (c *sandboxCollector) Collect(ch chan<- prometheus.Metric) {
-	list, err := runner.ListSandboxes(c.root)
+func writeSandboxes(e *expo, root string) {
+	list, err := runner.ListSandboxes(root)
 	if err != nil {
-		ch <- prometheus.NewInvalidMetric(activeDesc, err)
+		// A comment: the rest of the scrape stands.
+		e.b.WriteString("# airlock_sandboxes_active: " + strings.ReplaceAll(err.Error(), "\n", " ") + "\n")
 		return
 	}
 	counts := map[lifecycle.State]int{}
-	buckets := map[float64]uint64{}
-	var sum float64
+	age := newHistogram(ageBuckets)
 	now := time.Now()
 	for _, si := range list {
 		counts[si.State]++
-		age := now.Sub(si.CreatedAt).Seconds()
-		sum += age
-		for _, b := range ageBuckets {
-			if age <= b {
-				buckets[b]++
-			}
-		}
+		age.Observe(now.Sub(si.CreatedAt).Seconds())
 	}
+	e.family("airlock_sandboxes_active", "Live sandboxes by lifecycle state.", "gauge")
 	for _, st := range liveStates {
-		ch <- prometheus.MustNewConstMetric(activeDesc, prometheus.GaugeValue, float64(counts[st]), string(st))
+		e.sample("airlock_sandboxes_active", float64(counts[st]), "state", string(st))
 	}
-	ch <- prometheus.MustNewConstHistogram(ageDesc, uint64(len(list)), sum, buckets)
+	age.write(e, "airlock_sandbox_age_seconds", "Age of the live sandboxes at scrape time.")
 }

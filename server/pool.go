@@ -7,11 +7,11 @@ package server
 import (
 	"context"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
 	"github.com/containerd/errdefs"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/airlock-sandbox/airlock/runner"
 )
@@ -161,28 +161,15 @@ func (s *Server) room() bool {
 	return err == nil && len(list)+s.pending < s.opt.MaxSandboxes
 }
 
-var (
-	poolSizeDesc    = prometheus.NewDesc("airlock_pool_size", "Sandboxes a template's warm pool keeps.", []string{"template"}, nil)
-	poolReadyDesc   = prometheus.NewDesc("airlock_pool_ready", "Pooled sandboxes ready to be claimed.", []string{"template"}, nil)
-	poolClaimsDesc  = prometheus.NewDesc("airlock_pool_claims_total", "Runs that took a pooled sandbox.", []string{"template"}, nil)
-	poolMissesDesc  = prometheus.NewDesc("airlock_pool_misses_total", "Runs of a pooled template that started cold (or failed, under --pool-exhausted fail).", []string{"template"}, nil)
-	poolRefillDesc  = prometheus.NewDesc("airlock_pool_refill_seconds", "Time to make a pooled sandbox (sum and count).", []string{"template"}, nil)
-	poolFailDesc    = prometheus.NewDesc("airlock_pool_refill_failures_total", "Pooled sandboxes that could not be made.", []string{"template"}, nil)
-	poolReplaceDesc = prometheus.NewDesc("airlock_pool_replaced_total", "Pooled sandboxes replaced unused: past --pool-max-age, or their template changed.", []string{"template"}, nil)
-)
-
-// poolCollector reports every pool's counters at each scrape.
-type poolCollector struct{ s *Server }
-
-func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{poolSizeDesc, poolReadyDesc, poolClaimsDesc, poolMissesDesc, poolRefillDesc, poolFailDesc, poolReplaceDesc} {
-		ch <- d
+// writePools reports every pool's counters at each scrape.
+func (s *Server) writePools(e *expo) {
+	type row struct {
+		name string
+		st   runner.PoolStats
+		repl int64
 	}
-}
-
-func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, w := range c.s.pools {
-		name := w.cfg.key()
+	var rows []row
+	for _, w := range s.pools {
 		p := w.current()
 		if p == nil {
 			continue
@@ -191,12 +178,28 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 		w.mu.Lock()
 		replaced := st.Replaced + int64(st.Size)*w.replace
 		w.mu.Unlock()
-		ch <- prometheus.MustNewConstMetric(poolSizeDesc, prometheus.GaugeValue, float64(st.Size), name)
-		ch <- prometheus.MustNewConstMetric(poolReadyDesc, prometheus.GaugeValue, float64(st.Ready), name)
-		ch <- prometheus.MustNewConstMetric(poolClaimsDesc, prometheus.CounterValue, float64(st.Claims), name)
-		ch <- prometheus.MustNewConstMetric(poolMissesDesc, prometheus.CounterValue, float64(st.Misses), name)
-		ch <- prometheus.MustNewConstSummary(poolRefillDesc, uint64(st.Refills), float64(st.RefillMS)/1000, nil, name)
-		ch <- prometheus.MustNewConstMetric(poolFailDesc, prometheus.CounterValue, float64(st.RefillFailures), name)
-		ch <- prometheus.MustNewConstMetric(poolReplaceDesc, prometheus.CounterValue, float64(replaced), name)
+		rows = append(rows, row{w.cfg.key(), st, replaced})
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].name < rows[j].name })
+	for _, f := range []struct {
+		name, help, typ string
+		v               func(r row) float64
+	}{
+		{"airlock_pool_size", "Sandboxes a template's warm pool keeps.", "gauge", func(r row) float64 { return float64(r.st.Size) }},
+		{"airlock_pool_ready", "Pooled sandboxes ready to be claimed.", "gauge", func(r row) float64 { return float64(r.st.Ready) }},
+		{"airlock_pool_claims_total", "Runs that took a pooled sandbox.", "counter", func(r row) float64 { return float64(r.st.Claims) }},
+		{"airlock_pool_misses_total", "Runs of a pooled template that started cold (or failed, under --pool-exhausted fail).", "counter", func(r row) float64 { return float64(r.st.Misses) }},
+		{"airlock_pool_refill_failures_total", "Pooled sandboxes that could not be made.", "counter", func(r row) float64 { return float64(r.st.RefillFailures) }},
+		{"airlock_pool_replaced_total", "Pooled sandboxes replaced unused: past --pool-max-age, or their template changed.", "counter", func(r row) float64 { return float64(r.repl) }},
+	} {
+		e.family(f.name, f.help, f.typ)
+		for _, r := range rows {
+			e.sample(f.name, f.v(r), "template", r.name)
+		}
+	}
+	e.family("airlock_pool_refill_seconds", "Time to make a pooled sandbox (sum and count).", "summary")
+	for _, r := range rows {
+		e.sample("airlock_pool_refill_seconds_sum", float64(r.st.RefillMS)/1000, "template", r.name)
+		e.sample("airlock_pool_refill_seconds_count", float64(r.st.Refills), "template", r.name)
 	}
 }

@@ -113,7 +113,7 @@ func New(opt Options) (*Server, error) {
 	s := &Server{opt: opt, log: opt.Log, mux: http.NewServeMux(), execs: newExecRegistry(), pools: map[string]*warm{}}
 	s.base, s.stop = context.WithCancel(context.Background())
 	s.metrics = newMetrics(opt.Root)
-	s.metrics.reg.MustRegister(poolCollector{s})
+	s.metrics.more = s.writePools
 	s.idem = newIdempotency(opt.Root)
 	for _, rt := range s.routes() {
 		s.mux.HandleFunc(rt.method+" "+rt.path, rt.handle)
@@ -293,7 +293,7 @@ func (s *Server) sweep(ctx context.Context) {
 	if err != nil {
 		s.log.Warn("sweeping leftovers", "err", err)
 	}
-	s.metrics.orphans.Add(float64(n))
+	s.metrics.orphans.Add(uint64(n))
 }
 
 // every calls fn every period until ctx is done.

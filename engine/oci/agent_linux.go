@@ -281,6 +281,13 @@ func (o *stream) push(b []byte) error {
 	return nil
 }
 
+// reopen undoes the end a failed agent put on a stream it never wrote.
+func (o *stream) reopen() {
+	o.mu.Lock()
+	o.eof, o.queue, o.queued = false, nil, 0
+	o.mu.Unlock()
+}
+
 // close stops the stream now, unwritten output and all; closing the
 // client's end (non-blocking) ends a write in progress.
 func (o *stream) close() {
@@ -550,6 +557,13 @@ func (r *relay) serve(ctx context.Context, conn *net.UnixConn) {
 		a.mu.Unlock()
 		if a.send(agent.Spawn, x.id, spawn) == nil {
 			break
+		}
+		// The dead agent ended this exec's streams, but it never read the
+		// spawn: nothing of it was sent.
+		for _, o := range x.out {
+			if o != nil {
+				o.reopen()
+			}
 		}
 		if try == 1 {
 			reply(relayReply{Unavailable: "the exec agent ended as it was handed the exec"})

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -654,5 +655,60 @@ func TestSandboxAgentStalledClient(t *testing.T) {
 	}
 	if err := <-stalled; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// An agent that died before the relay knew it is replaced as the spawn
+// is written, and the exec's output still reaches its client.
+func TestSandboxAgentReplacedAtSpawn(t *testing.T) {
+	root, image := testRoot(t)
+	sb := gvisorSandbox(t, root, image, "respawn")
+	s := sb.(*sandbox)
+	if !s.st.Agent {
+		t.Fatalf("no agent bound; is %s installed (`make setup`)?", AgentPath(root))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := &relay{s: s}
+	defer r.stop()
+	old, err := r.agent(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The next spawn cannot be written, and nothing has marked the agent
+	// dead yet.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr.Close()
+	pw.Close()
+	old.wmu.Lock()
+	old.w = pw
+	old.wmu.Unlock()
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(s.bundle, agentSocket), Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			conn, err := ln.AcceptUnix()
+			if err != nil {
+				return
+			}
+			go r.serve(ctx, conn)
+		}
+	}()
+	var out, errb strings.Builder
+	x, err := sb.Exec(ctx, &engine.Process{Argv: []string{"sh", "-c", "echo out; echo err >&2"}, Stdout: &out, Stderr: &errb, Timeout: 20 * time.Second})
+	if err != nil || x.Code != 0 || out.String() != "out\n" || errb.String() != "err\n" {
+		t.Fatalf("exec: %+v, %v, stdout %q, stderr %q; want 0, \"out\\n\", \"err\\n\"", x, err, out.String(), errb.String())
+	}
+	r.mu.Lock()
+	now := r.a
+	r.mu.Unlock()
+	if now == old {
+		t.Fatal("the exec went to the control socket, not through a new agent")
 	}
 }

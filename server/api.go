@@ -160,7 +160,7 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.destroy(context.WithoutCancel(r.Context()), id); err != nil {
-		s.metrics.termFail.Inc()
+		s.metrics.termFail.Add(1)
 		writeError(w, err)
 		return
 	}

@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -23,7 +22,7 @@ type expo struct{ b bytes.Buffer }
 
 // family starts a family: its HELP and TYPE lines.
 func (e *expo) family(name, help, typ string) {
-	e.b.WriteString("# HELP " + name + " " + strings.NewReplacer(`\`, `\\`, "\n", `\n`).Replace(help) + "\n")
+	e.b.WriteString("# HELP " + name + " " + helpEscaper.Replace(help) + "\n")
 	e.b.WriteString("# TYPE " + name + " " + typ + "\n")
 }
 
@@ -61,7 +60,10 @@ func (e *expo) histogram(name string, bounds []float64, counts []uint64, sum flo
 	e.sample(name+"_count", float64(total), labels...)
 }
 
-var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+var (
+	helpEscaper  = strings.NewReplacer(`\`, `\\`, "\n", `\n`)
+	labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+)
 
 func formatValue(v float64) string {
 	switch {
@@ -74,12 +76,6 @@ func formatValue(v float64) string {
 	}
 	return strconv.FormatFloat(v, 'g', -1, 64)
 }
-
-// counter is a monotonic count.
-type counter struct{ n atomic.Uint64 }
-
-func (c *counter) Inc()         { c.n.Add(1) }
-func (c *counter) Add(n uint64) { c.n.Add(n) }
 
 // counterVec is a counter per value of one label.
 type counterVec struct {

@@ -60,4 +60,3 @@ func TestExposition(t *testing.T) {
 		t.Errorf("resident memory %v bytes", rss)
 	}
 }
-

@@ -146,7 +146,7 @@ func (s *Server) fusion(ctx context.Context, q *FusionRequest) FusionResponse {
 	s.metrics.createDur.Observe(time.Since(begin).Seconds())
 	defer func() {
 		if err := sb.Close(context.WithoutCancel(ctx)); err != nil {
-			s.metrics.termFail.Inc()
+			s.metrics.termFail.Add(1)
 			s.log.Warn("destroying a run_code sandbox", "sandbox_id", sb.ID(), "err", err)
 		}
 	}()

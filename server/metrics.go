@@ -3,6 +3,7 @@ package server
 import (
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/artifacts"
@@ -14,15 +15,13 @@ import (
 // by the server itself (no process-wide globals).
 type metrics struct {
 	root      string
-	orphans   counter
+	orphans   atomic.Uint64
 	createDur *histogram
 	execDur   *histogram
 	runDur    *histogram
-	termFail  counter
+	termFail  atomic.Uint64
 	rejected  *counterVec
 	runs      *counterVec
-	// more writes series read at each scrape (the pools').
-	more func(*expo)
 }
 
 // liveStates are the states a listed sandbox can be in.
@@ -49,21 +48,20 @@ func newMetrics(root string) *metrics {
 	return m
 }
 
-func (m *metrics) serve(w http.ResponseWriter, _ *http.Request) {
+// serve writes every series, then those more writes (read at the scrape).
+func (m *metrics) serve(w http.ResponseWriter, more func(*expo)) {
 	var e expo
 	e.family("airlock_orphans_reaped_total", "Runs and sandboxes reaped by the server's sweep: orphaned, or past their deadline.", "counter")
-	e.sample("airlock_orphans_reaped_total", float64(m.orphans.n.Load()))
+	e.sample("airlock_orphans_reaped_total", float64(m.orphans.Load()))
 	m.createDur.write(&e, "airlock_sandbox_create_duration_seconds", "Time to create a sandbox, ready for execs.")
 	m.execDur.write(&e, "airlock_exec_duration_seconds", "Time of an exec in a live sandbox, request to Result.")
 	m.runDur.write(&e, "airlock_run_duration_seconds", "Time of a one-shot run, request to Result.")
 	e.family("airlock_termination_failures_total", "Sandbox destroys that failed.", "counter")
-	e.sample("airlock_termination_failures_total", float64(m.termFail.n.Load()))
+	e.sample("airlock_termination_failures_total", float64(m.termFail.Load()))
 	m.rejected.write(&e, "airlock_rejected_files_total", "Refused file transfers and rejected artifacts, by reason word.", "reason")
 	m.runs.write(&e, "airlock_runs_total", "One-shot runs and execs by how they ended (the Result's reason).", "reason")
 	writeSandboxes(&e, m.root)
-	if m.more != nil {
-		m.more(&e)
-	}
+	more(&e)
 	writeRuntime(&e)
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	w.Write(e.b.Bytes())

@@ -113,7 +113,6 @@ func New(opt Options) (*Server, error) {
 	s := &Server{opt: opt, log: opt.Log, mux: http.NewServeMux(), execs: newExecRegistry(), pools: map[string]*warm{}}
 	s.base, s.stop = context.WithCancel(context.Background())
 	s.metrics = newMetrics(opt.Root)
-	s.metrics.more = s.writePools
 	s.idem = newIdempotency(opt.Root)
 	for _, rt := range s.routes() {
 		s.mux.HandleFunc(rt.method+" "+rt.path, rt.handle)
@@ -135,7 +134,7 @@ func (s *Server) routes() []route {
 	return []route{
 		{"GET", "/v1/healthz", s.healthz},
 		{"GET", "/v1/openapi.json", s.openapi},
-		{"GET", "/metrics", s.metrics.serve},
+		{"GET", "/metrics", func(w http.ResponseWriter, _ *http.Request) { s.metrics.serve(w, s.writePools) }},
 		{"POST", "/v1/runs", s.postRun},
 		{"POST", "/v1/sandboxes", s.postSandbox},
 		{"GET", "/v1/sandboxes", s.listSandboxes},

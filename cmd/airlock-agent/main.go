@@ -140,7 +140,7 @@ func (a *server) handle(f agent.Frame) {
 	case agent.Credit:
 		typ, n, err := agent.ParseCredit(f.Payload)
 		if x != nil && err == nil && n <= agent.Window {
-			x.credits[streamIndex(typ)].add(int(n))
+			x.credits[agent.Stream(typ)].add(int(n))
 		}
 	case agent.Reap:
 		if x == nil {
@@ -313,13 +313,6 @@ func (a *server) copyOut(id uint32, typ byte, r *os.File, c *credit) {
 			return
 		}
 	}
-}
-
-func streamIndex(typ byte) int {
-	if typ == agent.Stderr {
-		return 1
-	}
-	return 0
 }
 
 func (a *server) copyIn(id uint32, x *execution) {

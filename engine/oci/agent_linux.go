@@ -237,21 +237,20 @@ type relayed struct {
 // (the agent sends no more than agent.Window bytes ahead of the credit
 // the writer gives back), never the others'.
 type stream struct {
+	x    *relayed // its exec: the agent to credit, and the id there
 	typ  byte
 	wake chan struct{}
 
 	mu     sync.Mutex
 	w      *os.File // the client's end; nil once ended or broken
-	agent  *agentProc
-	id     uint32
 	queue  [][]byte
 	queued int
 	eof    bool // the agent ended it: close once written
 	closed bool // the exec was released or the agent died: close now
 }
 
-func newStream(typ byte, w *os.File) *stream {
-	return &stream{typ: typ, w: w, wake: make(chan struct{}, 1)}
+func newStream(x *relayed, typ byte, w *os.File) *stream {
+	return &stream{x: x, typ: typ, w: w, wake: make(chan struct{}, 1)}
 }
 
 func (o *stream) signal() {
@@ -321,7 +320,7 @@ func (o *stream) run() {
 			}
 			return
 		}
-		b, w, a, id := o.queue[0], o.w, o.agent, o.id
+		b, w := o.queue[0], o.w
 		o.queue[0] = nil
 		o.queue = o.queue[1:]
 		o.mu.Unlock()
@@ -338,7 +337,8 @@ func (o *stream) run() {
 		o.mu.Lock()
 		o.queued -= len(b)
 		o.mu.Unlock()
-		a.send(agent.Credit, id, agent.CreditPayload(o.typ, len(b)))
+		// x's agent and id are set before run starts, and kept.
+		o.x.agent.send(agent.Credit, o.x.id, agent.CreditPayload(o.typ, len(b)))
 	}
 }
 
@@ -470,10 +470,7 @@ func (a *agentProc) dispatch(f agent.Frame) error {
 	case agent.Stdout, agent.Stderr:
 		// Frames of an exec already released, or of a stream it does
 		// not have, are dropped.
-		i := 0
-		if f.Type == agent.Stderr {
-			i = 1
-		}
+		i := agent.Stream(f.Type)
 		if x == nil || x.out[i] == nil {
 			return nil
 		}
@@ -515,11 +512,11 @@ func (r *relay) serve(ctx context.Context, conn *net.UnixConn) {
 	x := &relayed{started: make(chan agent.Frame, 1), acks: make(chan struct{}, 1)}
 	// Only the agent's output may hold the client's pipes open: the
 	// copies not relayed are closed now, so the client sees its ends.
-	x.out[0], files[1] = newStream(agent.Stdout, files[1]), nil
+	x.out[0], files[1] = newStream(x, agent.Stdout, files[1]), nil
 	if req.Merged {
 		files[2].Close()
 	} else {
-		x.out[1] = newStream(agent.Stderr, files[2])
+		x.out[1] = newStream(x, agent.Stderr, files[2])
 	}
 	files[2] = nil
 	if !req.Stdin {
@@ -546,13 +543,6 @@ func (r *relay) serve(ctx context.Context, conn *net.UnixConn) {
 		a.mu.Lock()
 		a.nextID++
 		x.agent, x.id = a, a.nextID
-		for _, o := range x.out {
-			if o != nil {
-				o.mu.Lock()
-				o.agent, o.id = a, x.id
-				o.mu.Unlock()
-			}
-		}
 		a.execs[x.id] = x
 		a.mu.Unlock()
 		if a.send(agent.Spawn, x.id, spawn) == nil {

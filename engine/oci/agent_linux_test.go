@@ -126,10 +126,9 @@ func relayFixture(t *testing.T) (a *agentProc, x *relayed, client, toAgent *os.F
 	t.Cleanup(func() { client.Close() })
 	s := &sandbox{e: &Engine{log: slog.New(slog.DiscardHandler)}, st: sandboxState{ID: "t", Control: "/nonexistent/control.sock"}}
 	a = &agentProc{s: s, pid: 1, w: w, execs: map[uint32]*relayed{}, dead: make(chan struct{})}
-	o := newStream(agent.Stdout, out)
-	o.agent, o.id = a, 1
-	x = &relayed{agent: a, id: 1, started: make(chan agent.Frame, 1), acks: make(chan struct{}, 1), out: [2]*stream{o, nil}}
+	x = &relayed{agent: a, id: 1, started: make(chan agent.Frame, 1), acks: make(chan struct{}, 1)}
+	x.out[0] = newStream(x, agent.Stdout, out)
 	a.execs[1] = x
-	go o.run()
+	go x.out[0].run()
 	return a, x, client, toAgent
 }

@@ -153,6 +153,15 @@ func ParseUint32(b []byte) (uint32, error) {
 	return binary.BigEndian.Uint32(b), nil
 }
 
+// Stream is the index of an output frame type: 0 for Stdout, 1 for
+// Stderr.
+func Stream(typ byte) int {
+	if typ == Stderr {
+		return 1
+	}
+	return 0
+}
+
 // CreditPayload encodes a Credit of n bytes for stream typ.
 func CreditPayload(typ byte, n int) []byte {
 	return binary.BigEndian.AppendUint32([]byte{typ}, uint32(n))

@@ -63,6 +63,9 @@ func TestHostileFrames(t *testing.T) {
 }
 
 func TestCredits(t *testing.T) {
+	if Stream(Stdout) != 0 || Stream(Stderr) != 1 {
+		t.Errorf("Stream: stdout %d, stderr %d", Stream(Stdout), Stream(Stderr))
+	}
 	for _, typ := range []byte{Stdout, Stderr} {
 		got, n, err := ParseCredit(CreditPayload(typ, Window))
 		if err != nil || got != typ || n != Window {

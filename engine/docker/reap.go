@@ -93,10 +93,8 @@ func (e *Engine) Reap(ctx context.Context, id string) error {
 			}
 		}
 		// RemoveVolumes takes the anonymous volumes; named ones go below.
-		if err := e.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !errdefs.IsNotFound(err) {
+		if err := e.removeContainer(ctx, c.ID); err != nil && !errdefs.IsNotFound(err) {
 			errs = append(errs, err)
-		} else {
-			forgetRunscLock(c.ID)
 		}
 		if dir := f.sandboxLogDir(c.ID); dir != "" {
 			os.RemoveAll(dir)

@@ -310,10 +310,8 @@ func (r *oneShot) destroy() error {
 	if r.cid != "" {
 		rctx, cancel := context.WithTimeout(r.bg, cleanupTimeout)
 		defer cancel()
-		if err := r.e.cli.ContainerRemove(rctx, r.cid, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !errdefs.IsNotFound(err) {
+		if err := r.e.removeContainer(rctx, r.cid); err != nil && !errdefs.IsNotFound(err) {
 			errs = append(errs, classify("removing sandbox", r.e.cli.DaemonHost(), err))
-		} else {
-			forgetRunscLock(r.cid)
 		}
 	}
 	if r.sandboxLogs != "" {

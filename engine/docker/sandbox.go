@@ -223,10 +223,8 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (sb engine.S
 	remove := func(ref string) {
 		rctx, cancel := context.WithTimeout(bg, cleanupTimeout)
 		defer cancel()
-		if err := e.cli.ContainerRemove(rctx, ref, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !errdefs.IsNotFound(err) {
+		if err := e.removeContainer(rctx, ref); err != nil && !errdefs.IsNotFound(err) {
 			log.Warn("removing sandbox", "container", ref, "err", err)
-		} else {
-			forgetRunscLock(ref)
 		}
 	}
 	cctx, cancel := context.WithTimeout(bg, e.setupTimeout)
@@ -605,15 +603,6 @@ wait:
 	if err := s.ended(); err != nil {
 		return engine.Exit{}, err
 	}
-	if !exit.TimedOut && !exit.Killed && !leftover && !stderr.reported() {
-		// The helper reports its pid before anything else, so the runtime
-		// never started this exec, and its exit code is the runtime's: a
-		// sandbox whose init has just died refuses execs a moment before
-		// its process ends.
-		if err := s.aliveWithin(bg, runtimeSettle); err != nil {
-			return engine.Exit{}, err
-		}
-	}
 	// The kernel's OOM kill is a SIGKILL like any other; the container's
 	// cgroup counts it (under runc; runsc's sentry kills in its own way).
 	exit.OOMKilled = exit.Code == 128+int(syscall.SIGKILL) && s.oomEvents != "" && oomKills(s.oomEvents) > oomBefore
@@ -663,18 +652,9 @@ func oomKills(file string) uint64 {
 
 // alive returns an ErrSandboxLost error if the container stopped; dockerd
 // may learn of a container's end a moment after that of its exec.
+// It asks three times, 50 ms apart, watching the container's process
+// meanwhile.
 func (s *sandbox) alive(ctx context.Context) error {
-	return s.aliveWithin(ctx, 100*time.Millisecond)
-}
-
-// runtimeSettle is how long an exec the runtime refused waits to learn
-// whether the sandbox is ending.
-const runtimeSettle = time.Second
-
-// aliveWithin is alive, watching for about d: the container's process
-// ending, or dockerd reporting it stopped.
-func (s *sandbox) aliveWithin(ctx context.Context, d time.Duration) error {
-	const every = 50 * time.Millisecond
 	for i := 0; ; i++ {
 		st, err := s.inspect(ctx)
 		if errdefs.IsNotFound(err) {
@@ -689,13 +669,13 @@ func (s *sandbox) aliveWithin(ctx context.Context, d time.Duration) error {
 		if !st.Running {
 			return s.lost(st)
 		}
-		if time.Duration(i)*every >= d {
+		if i == 2 {
 			return nil
 		}
 		select {
 		case <-s.proc.ended():
 			return s.ended()
-		case <-time.After(every):
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }
@@ -730,6 +710,16 @@ func (s *sandbox) execPid(got <-chan int32) (int32, error) {
 
 // runscStates is where dockerd's shims keep runsc's state.
 const runscStates = "/run/docker/runtime-*/moby"
+
+// removeContainer force-removes container ref with its anonymous
+// volumes; once it is gone, runsc's lock for it goes too.
+func (e *Engine) removeContainer(ctx context.Context, ref string) error {
+	err := e.cli.ContainerRemove(ctx, ref, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	if err == nil || errdefs.IsNotFound(err) {
+		forgetRunscLock(ref)
+	}
+	return err
+}
 
 // forgetRunscLock removes the lock file runsc leaves in dockerd's shim
 // state for container cid when its sandbox was killed rather than
@@ -807,10 +797,6 @@ type pidReader struct {
 	head []byte
 }
 
-// reported says whether the helper's pid came; read it once the stream
-// has been copied.
-func (r *pidReader) reported() bool { return len(r.head) == 4 }
-
 func (r *pidReader) Write(b []byte) (int, error) {
 	n := len(b)
 	if len(r.head) < 4 {
@@ -853,9 +839,8 @@ func (s *sandbox) Destroy(ctx context.Context) error {
 	defer cancel()
 	var errs []error
 	for {
-		err := s.e.cli.ContainerRemove(bg, s.cid, container.RemoveOptions{Force: true, RemoveVolumes: true})
+		err := s.e.removeContainer(bg, s.cid)
 		if err == nil || errdefs.IsNotFound(err) {
-			forgetRunscLock(s.cid)
 			break
 		}
 		// Another Destroy is removing it: wait for it to be gone.

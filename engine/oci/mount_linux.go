@@ -2,7 +2,6 @@ package oci
 
 import (
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,6 +9,42 @@ import (
 
 	"golang.org/x/sys/unix"
 )
+
+// bundleTmpfs caps a bundle's tmpfs. A bundle holds the spec, the
+// runtime's logs, an idle init and the root overlay's upper layer, where
+// the runtime only makes mount points: a few hundred KiB.
+const bundleTmpfs = "size=16m,nr_inodes=4096,mode=0700"
+
+// makeBundle creates dir as a tmpfs of its own. A bundle lives no longer
+// than its sandbox, so nothing in it goes to disk: its overlay's upper
+// layer, its spec and the runtime's logs are dropped in one unmount, where
+// on the host's filesystem the overlay's unmount waited for a journal
+// commit (1-2 ms a run here) and removing the files cost as much again.
+func makeBundle(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("creating bundle: %w", err)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, bundleTmpfs); err != nil {
+		os.Remove(dir)
+		return fmt.Errorf("mounting the bundle's tmpfs: %w", err)
+	}
+	return nil
+}
+
+// removeBundle unmounts a bundle's root overlay and tmpfs and removes its
+// directory. A bundle that is not there is not an error.
+func removeBundle(dir string) error {
+	for _, m := range []string{filepath.Join(dir, "rootfs"), dir} {
+		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && err != unix.EINVAL && err != unix.ENOENT {
+			return fmt.Errorf("unmounting %s: %w", m, err)
+		}
+	}
+	// A bundle made before bundles were tmpfs has files to remove.
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("removing bundle: %w", err)
+	}
+	return nil
+}
 
 // rootOverlay mounts a per-run, writable view of the shared rootfs lower
 // at <bundle>/rootfs; the runtime then makes it read-only for the program.
@@ -69,10 +104,4 @@ func mountOverlay(target string, flags uintptr, lowers []string, upper, work str
 		return fmt.Errorf("mounting overlay at %s: %w", target, err)
 	}
 	return nil
-}
-
-func unmount(path string, log *slog.Logger) {
-	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil {
-		log.Warn("unmounting", "path", path, "err", err)
-	}
 }

@@ -3,12 +3,10 @@ package oci
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
 )
@@ -84,10 +82,8 @@ func (e *Engine) Reap(ctx context.Context, id string) error {
 	name := namePrefix + id
 	os.Remove(filepath.Join(e.runscState(), "runsc-"+name+".sock"))
 	os.Remove(filepath.Join(e.runscState(), name+"_sandbox:"+name+".lock"))
-	bundle := filepath.Join(e.root, "oci", "bundles", id)
-	syscall.Unmount(filepath.Join(bundle, "rootfs"), syscall.MNT_DETACH)
-	if err := os.RemoveAll(bundle); err != nil {
-		errs = append(errs, fmt.Errorf("removing bundle: %w", err))
+	if err := removeBundle(e.bundleDir(id)); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -170,8 +170,26 @@ type prepared struct {
 // prepare makes what sandbox s needs before its runtime starts, its first
 // process running argv. It returns what it made even on error, for the
 // caller to free.
-func (e *Engine) prepare(ctx context.Context, s *engine.SandboxSpec, argv []string, extra ...isolation.Bind) (*prepared, error) {
-	p := &prepared{bundle: e.bundleDir(s.ID), native: s.Policy.Isolation == isolation.Seccomp, release: func() {}}
+func (e *Engine) prepare(ctx context.Context, s *engine.SandboxSpec, argv []string, extra ...isolation.Bind) (p *prepared, err error) {
+	p = &prepared{bundle: e.bundleDir(s.ID), native: s.Policy.Isolation == isolation.Seccomp, release: func() {}}
+	l := s.Policy.Limits
+	p.hostPids = isolation.GVisorHostPids(l.Pids)
+	if p.native {
+		p.hostPids = l.Pids
+	}
+	// The cgroup is made while the rest is: nothing here needs more of it
+	// than its path. p.cg is set before prepare returns.
+	cgMade := make(chan error, 1)
+	go func() {
+		g, err := cgroup.New(s.ID, cgroup.Limits{Memory: int64(l.Memory), MilliCPUs: int64(l.CPUs), Pids: p.hostPids})
+		p.cg = g
+		cgMade <- err
+	}()
+	defer func() {
+		if cerr := <-cgMade; cerr != nil && err == nil {
+			err = fmt.Errorf("%w: %v", errdefs.ErrUnavailable, cerr)
+		}
+	}()
 	// The sandbox holds its image's tree against `airlock image rm` while
 	// it is being made (a one-shot sandbox: for its whole life).
 	rootfs, release, err := e.store.Use(ctx, s.Image)
@@ -188,16 +206,8 @@ func (e *Engine) prepare(ctx context.Context, s *engine.SandboxSpec, argv []stri
 	if err != nil {
 		return p, err
 	}
-	l := s.Policy.Limits
-	p.hostPids = isolation.GVisorHostPids(l.Pids)
-	if p.native {
-		p.hostPids = l.Pids
-	}
-	if p.cg, err = cgroup.New(s.ID, cgroup.Limits{Memory: int64(l.Memory), MilliCPUs: int64(l.CPUs), Pids: p.hostPids}); err != nil {
+	if err := makeBundle(p.bundle); err != nil {
 		return p, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
-	}
-	if err := os.MkdirAll(p.bundle, 0o700); err != nil {
-		return p, fmt.Errorf("%w: creating bundle: %v", errdefs.ErrUnavailable, err)
 	}
 	// Both runtimes create mount points, and a missing working directory,
 	// in the root they are given: give them an overlay of the sandbox's
@@ -205,7 +215,7 @@ func (e *Engine) prepare(ctx context.Context, s *engine.SandboxSpec, argv []stri
 	if rootfs, err = rootOverlay(p.bundle, rootfs); err != nil {
 		return p, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
-	cgPath := p.cg.Path()
+	cgPath := cgroup.PathOf(s.ID)
 	if p.native {
 		// runc removes the cgroup it runs in: give it a child of airlock's.
 		cgPath += "/ctr"

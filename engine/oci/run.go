@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
@@ -196,10 +195,15 @@ func (r *oneShot) destroy(bg context.Context) error {
 		}
 		r.e.delete(bg, r.runtime, r.state, r.name, r.log)
 	}
-	unmount(filepath.Join(r.p.bundle, "rootfs"), r.log)
-	if err := os.RemoveAll(r.p.bundle); err != nil {
-		r.log.Warn("removing bundle", "err", err)
-	}
+	// The bundle and the cgroup go side by side.
+	bundleGone := make(chan struct{})
+	go func() {
+		defer close(bundleGone)
+		if err := removeBundle(r.p.bundle); err != nil {
+			r.log.Warn("removing bundle", "err", err)
+		}
+	}()
+	defer func() { <-bundleGone }()
 	if r.p.cg != nil {
 		dctx, cancel := context.WithTimeout(bg, cleanupTimeout)
 		defer cancel()

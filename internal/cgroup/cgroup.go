@@ -67,7 +67,7 @@ func Unified() bool { return cgroups.Mode() == cgroups.Unified }
 // New creates <Parent>/<id> with the limits. On error nothing of the
 // group is left.
 func New(id string, l Limits) (*Group, error) {
-	path := filepath.Join(Parent, id)
+	path := PathOf(id)
 	period := uint64(100000)
 	quota := l.MilliCPUs * int64(period) / 1000
 	swap := l.Memory
@@ -113,6 +113,9 @@ func v1Subsystems() ([]cgroup1.Subsystem, error) {
 	return out, nil
 }
 
+// PathOf is the path of run id's group, as a runtime spec's cgroupsPath.
+func PathOf(id string) string { return filepath.Join(Parent, id) }
+
 // Path is the group's path as a runtime spec's cgroupsPath.
 func (g *Group) Path() string { return g.path }
 
@@ -139,23 +142,28 @@ func (g *Group) Stats() (Stats, error) {
 		s.PidsLimitHits = readKey(filepath.Join(dir, "pids.events"), "max")
 		return s, nil
 	}
-	m, err := g.v1.Stat(cgroup1.IgnoreNotExist)
-	if err != nil {
-		return s, fmt.Errorf("reading cgroup %s: %w", g.path, err)
-	}
-	if m.Memory != nil && m.Memory.Usage != nil {
-		s.MemoryPeak = int64(m.Memory.Usage.Max)
-		s.MemoryLimitHits = m.Memory.Usage.Failcnt
-		if m.Memory.Swap != nil {
-			// With memory+swap equal to memory, memsw trips first.
-			s.MemoryLimitHits += m.Memory.Swap.Failcnt
+	// The few v1 files the counters need, rather than every controller's
+	// statistics.
+	mem := filepath.Join(mountpoint, "memory", g.path)
+	var err error
+	read := func(path string) uint64 {
+		n, rerr := readUint(path)
+		if rerr != nil && err == nil {
+			err = fmt.Errorf("reading cgroup %s: %w", g.path, rerr)
 		}
+		return n
 	}
-	if m.CPU != nil && m.CPU.Usage != nil {
-		s.CPU = time.Duration(m.CPU.Usage.Total)
+	s.MemoryPeak = int64(read(filepath.Join(mem, "memory.max_usage_in_bytes")))
+	s.MemoryLimitHits = read(filepath.Join(mem, "memory.failcnt"))
+	// With memory+swap equal to memory, memsw trips first; it is absent
+	// where swap accounting is off.
+	if n, rerr := readUint(filepath.Join(mem, "memory.memsw.failcnt")); rerr == nil {
+		s.MemoryLimitHits += n
 	}
-	if m.MemoryOomControl != nil {
-		s.OOMKills = m.MemoryOomControl.OomKill
+	s.OOMKills = readKey(filepath.Join(mem, "memory.oom_control"), "oom_kill")
+	s.CPU = time.Duration(read(filepath.Join(mountpoint, "cpuacct", g.path, "cpuacct.usage")))
+	if err != nil {
+		return s, err
 	}
 	pids := filepath.Join(mountpoint, "pids", g.path)
 	s.PidsPeak = readInt(filepath.Join(pids, "pids.peak"))
@@ -236,7 +244,8 @@ const removeTimeout = 30 * time.Second
 // ctx is done.
 func (g *Group) Delete(ctx context.Context) error {
 	return untilGone(ctx, func() error {
-		if len(dirsOf(g.path)) == 0 {
+		dirs := dirsOf(g.path)
+		if len(dirs) == 0 {
 			return nil
 		}
 		if err := g.KillAll(ctx); err != nil {
@@ -245,7 +254,7 @@ func (g *Group) Delete(ctx context.Context) error {
 		}
 		// Runtimes and dockerd also create the path in hierarchies airlock
 		// does not manage (blkio, name=systemd, unified); they go too.
-		return removeDirs(g.path)
+		return removeDirs(dirs)
 	})
 }
 
@@ -278,10 +287,14 @@ func dirsOf(path string) []string {
 	return dirs
 }
 
-// removeDirs removes path, deepest children first, from every hierarchy.
-func removeDirs(path string) error {
+// removeDirs removes each of dirs, deepest children first.
+func removeDirs(dirs []string) error {
 	var errs []error
-	for _, d := range dirsOf(path) {
+	for _, d := range dirs {
+		// Most groups have no children: one rmdir.
+		if err := os.Remove(d); err == nil || errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
 		var tree []string
 		filepath.WalkDir(d, func(p string, e fs.DirEntry, err error) error {
 			if err == nil && e.IsDir() {
@@ -328,6 +341,15 @@ func readInt(path string) int64 {
 	return n
 }
 
+// readUint reads a file holding one unsigned number.
+func readUint(path string) (uint64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseUint(string(bytes.TrimSpace(b)), 10, 64)
+}
+
 // readKey reads "key value" lines, as in pids.events.
 func readKey(path, key string) uint64 {
 	b, err := os.ReadFile(path)
@@ -359,10 +381,10 @@ func (g *Group) Add(pid int) error {
 // hierarchies already gone) is removed too. A group that is not there is
 // fine.
 func Remove(ctx context.Context, id string) error {
-	path := filepath.Join(Parent, id)
+	path := PathOf(id)
 	return untilGone(ctx, func() error {
 		killListed(path)
-		return removeDirs(path)
+		return removeDirs(dirsOf(path))
 	})
 }
 

@@ -40,7 +40,9 @@ const ownerFile = "owner.json"
 func writeOwner(dir string, deadline time.Time) error {
 	o := owner{PID: os.Getpid(), Start: procStart(os.Getpid()), Deadline: deadline}
 	b, _ := json.Marshal(o)
-	return atomicfile.WriteFile(filepath.Join(dir, ownerFile), b, 0o600)
+	// Not synced: after a power loss its owner is gone anyway, and a
+	// missing or torn owner file reads as orphaned.
+	return atomicfile.Replace(filepath.Join(dir, ownerFile), b, 0o600)
 }
 
 // procStart reads field 22 of /proc/<pid>/stat; 0 when the process is gone.

@@ -463,8 +463,8 @@ func testCancel(t *testing.T, s *suite) {
 func testOOM(t *testing.T, s *suite) {
 	sb := s.create(t)
 	p := engine.Process{Argv: sh(fmt.Sprintf(`x=$(head -c %d /dev/zero | tr "\\0" a); echo survived`, 2*int64(s.h.Policy.Limits.Memory))), Timeout: 2 * time.Minute}
-	var out bytes.Buffer
-	p.Stdout = &out
+	var out, errw bytes.Buffer
+	p.Stdout, p.Stderr = &out, &errw
 	x, err := sb.Exec(context.Background(), &p)
 	switch {
 	case errors.Is(err, engine.ErrSandboxLost):
@@ -472,7 +472,7 @@ func testOOM(t *testing.T, s *suite) {
 	case err != nil:
 		t.Fatalf("Exec: %v", err)
 	case !x.OOMKilled || x.Code != 137 || strings.Contains(out.String(), "survived"):
-		t.Fatalf("past the memory limit: %+v, %q; want OOMKilled, 137", x, out.String())
+		t.Fatalf("past the memory limit: %+v, stdout %q, stderr %q; want OOMKilled, 137", x, out.String(), errw.String())
 	default:
 		if r := run(t, sb, engine.Process{Argv: []string{"echo", "after"}}); r.stdout != "after\n" || r.OOMKilled {
 			t.Fatalf("exec after an OOM kill: %+v %q", r.Exit, r.stdout)

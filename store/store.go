@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -420,6 +421,35 @@ func (s *Store) Image(id digest.Digest) (v1.Image, error) {
 	}
 	if got := digest.FromBytes(rawCfg); got != id {
 		return nil, fmt.Errorf("%w: config of image %q is %s", ErrDigest, id, got)
+	}
+	return img, nil
+}
+
+// maxConfig caps the config blob Config reads.
+const maxConfig = 4 << 20
+
+// Config reads image id's config straight from its blob, checking it
+// against id, which is its digest. Unlike Image it reads neither the index
+// nor the manifest: it is for a caller that has found the image listed.
+func (s *Store) Config(id digest.Digest) (ocispec.Image, error) {
+	var img ocispec.Image
+	if err := checkID(id); err != nil {
+		return img, err
+	}
+	f, err := os.Open(filepath.Join(s.blobDir(), id.Encoded()))
+	if err != nil {
+		return img, fmt.Errorf("reading the config of image %q: %w", id, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxConfig+1))
+	if err != nil {
+		return img, fmt.Errorf("reading the config of image %q: %w", id, err)
+	}
+	if got := digest.FromBytes(b); got != id {
+		return img, fmt.Errorf("%w: config of image %q is %s", ErrDigest, id, got)
+	}
+	if err := json.Unmarshal(b, &img); err != nil {
+		return img, fmt.Errorf("reading the config of image %q: %w", id, err)
 	}
 	return img, nil
 }

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -119,6 +120,10 @@ func TestPutImageRoundTrip(t *testing.T) {
 			if got := configID(t, back); got != id {
 				t.Errorf("read back config %s, want %s", got, id)
 			}
+			cf, _ := img.ConfigFile()
+			if got, err := s.Config(id); err != nil || !slices.Equal(got.Config.Env, cf.Config.Env) || got.Config.WorkingDir != cf.Config.WorkingDir {
+				t.Errorf("Config = %+v, %v; want env %q, workdir %q", got.Config, err, cf.Config.Env, cf.Config.WorkingDir)
+			}
 			d1, _ := img.Digest()
 			d2, _ := back.Digest()
 			if d1 != d2 {
@@ -146,6 +151,9 @@ func TestPutImageRoundTrip(t *testing.T) {
 	}
 	if _, err := s.Image("sha256:../../etc"); !errdefs.IsInvalidArgument(err) {
 		t.Errorf("Image(bad id) = %v, want invalid argument", err)
+	}
+	if _, err := s.Config("sha256:../../etc"); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("Config(bad id) = %v, want invalid argument", err)
 	}
 }
 
@@ -556,6 +564,9 @@ func TestImageChecksBlobs(t *testing.T) {
 	}
 	if _, err := s.Image(id); !errors.Is(err, ErrDigest) {
 		t.Errorf("Image = %v, want %v", err, ErrDigest)
+	}
+	if _, err := s.Config(id); !errors.Is(err, ErrDigest) {
+		t.Errorf("Config = %v, want %v", err, ErrDigest)
 	}
 	if _, err := s.Rootfs(t.Context(), id); !errors.Is(err, ErrDigest) {
 		t.Errorf("Rootfs = %v, want %v", err, ErrDigest)

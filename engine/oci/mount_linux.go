@@ -34,7 +34,7 @@ func makeBundle(dir string) error {
 // removeBundle unmounts a bundle's root overlay and tmpfs and removes its
 // directory. A bundle that is not there is not an error.
 func removeBundle(dir string) error {
-	for _, m := range []string{filepath.Join(dir, "rootfs"), dir} {
+	for _, m := range []string{rootfsOf(dir), dir} {
 		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && err != unix.EINVAL && err != unix.ENOENT {
 			return fmt.Errorf("unmounting %s: %w", m, err)
 		}
@@ -46,19 +46,22 @@ func removeBundle(dir string) error {
 	return nil
 }
 
+// rootfsOf is where rootOverlay mounts a bundle's root.
+func rootfsOf(bundle string) string { return filepath.Join(bundle, "rootfs") }
+
 // rootOverlay mounts a per-run, writable view of the shared rootfs lower
-// at <bundle>/rootfs; the runtime then makes it read-only for the program.
-func rootOverlay(bundle, lower string) (string, error) {
-	upper, work, merged := filepath.Join(bundle, "upper"), filepath.Join(bundle, "work"), filepath.Join(bundle, "rootfs")
+// at rootfsOf(bundle); the runtime then makes it read-only for the program.
+func rootOverlay(bundle, lower string) error {
+	upper, work, merged := filepath.Join(bundle, "upper"), filepath.Join(bundle, "work"), rootfsOf(bundle)
 	for _, d := range []string{upper, work, merged} {
 		if err := os.Mkdir(d, 0o755); err != nil {
-			return "", fmt.Errorf("creating overlay directories: %w", err)
+			return fmt.Errorf("creating overlay directories: %w", err)
 		}
 	}
 	if err := mountOverlay(merged, unix.MS_NODEV|unix.MS_NOSUID, []string{lower}, upper, work); err != nil {
-		return "", fmt.Errorf("mounting the run's root overlay: %w", err)
+		return fmt.Errorf("mounting the run's root overlay: %w", err)
 	}
-	return merged, nil
+	return nil
 }
 
 // mountOverlay mounts an overlayfs at target. Its layers are named by

@@ -15,6 +15,7 @@
 package oci
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -24,6 +25,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -177,44 +179,30 @@ func (e *Engine) prepare(ctx context.Context, s *engine.SandboxSpec, argv []stri
 	if p.native {
 		p.hostPids = l.Pids
 	}
-	// The cgroup is made while the rest is: nothing here needs more of it
-	// than its path. p.cg is set before prepare returns.
-	cgMade := make(chan error, 1)
+	// Three parts are made side by side: the cgroup, the bundle with its
+	// root overlay, and the spec, which needs no more of the other two
+	// than their paths. Each goroutine sets fields of p of its own, and
+	// prepare returns only once both have ended, whatever the outcome.
+	cgMade, rootMade := make(chan error, 1), make(chan error, 1)
 	go func() {
 		g, err := cgroup.New(s.ID, cgroup.Limits{Memory: int64(l.Memory), MilliCPUs: int64(l.CPUs), Pids: p.hostPids})
+		if err != nil {
+			err = fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+		}
 		p.cg = g
 		cgMade <- err
 	}()
+	go func() { rootMade <- e.prepareRoot(ctx, s.Image, p) }()
+	rootErr := sync.OnceValue(func() error { return <-rootMade })
 	defer func() {
-		if cerr := <-cgMade; cerr != nil && err == nil {
-			err = fmt.Errorf("%w: %v", errdefs.ErrUnavailable, cerr)
-		}
+		// The root's failure is the most telling, then the spec's.
+		err = cmp.Or(rootErr(), err, <-cgMade)
 	}()
-	// The sandbox holds its image's tree against `airlock image rm` while
-	// it is being made (a one-shot sandbox: for its whole life).
-	rootfs, release, err := e.store.Use(ctx, s.Image)
-	if err != nil {
-		return p, fmt.Errorf("%w: unpacking image %s: %v", errdefs.ErrInternal, s.Image, err)
-	}
-	p.release = release
-	// runsc refuses a root path that runs through a symlink.
-	if rootfs, err = filepath.EvalSymlinks(rootfs); err != nil {
-		return p, fmt.Errorf("%w: unpacking image %s: %v", errdefs.ErrInternal, s.Image, err)
-	}
-	p.imageTree = rootfs
 	env, workdir, err := e.imageDefaults(s.Image, s.Env, s.Workdir)
 	if err != nil {
 		return p, err
 	}
-	if err := makeBundle(p.bundle); err != nil {
-		return p, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
-	}
-	// Both runtimes create mount points, and a missing working directory,
-	// in the root they are given: give them an overlay of the sandbox's
-	// own, so the shared tree is never written.
-	if rootfs, err = rootOverlay(p.bundle, rootfs); err != nil {
-		return p, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
-	}
+	rootfs := rootfsOf(p.bundle)
 	cgPath := cgroup.PathOf(s.ID)
 	if p.native {
 		// runc removes the cgroup it runs in: give it a child of airlock's.
@@ -241,10 +229,45 @@ func (e *Engine) prepare(ctx context.Context, s *engine.SandboxSpec, argv []stri
 		*p.spec.Linux.Resources.Memory.Swap += 1 << 20
 		*p.spec.Linux.Resources.Pids.Limit++
 	}
-	if err := writeSpec(p.bundle, p.spec); err != nil {
+	b, err := json.Marshal(p.spec)
+	if err != nil {
+		return p, fmt.Errorf("%w: writing bundle: %v", errdefs.ErrInternal, err)
+	}
+	// The bundle's tmpfs must be there before the spec is written into it.
+	if err := rootErr(); err != nil {
+		return p, err
+	}
+	if err := os.WriteFile(filepath.Join(p.bundle, "config.json"), b, 0o600); err != nil {
 		return p, fmt.Errorf("%w: writing bundle: %v", errdefs.ErrUnavailable, err)
 	}
 	return p, nil
+}
+
+// prepareRoot holds image id's tree for p and mounts the bundle, with
+// the root overlay over the tree in it.
+func (e *Engine) prepareRoot(ctx context.Context, id digest.Digest, p *prepared) error {
+	// The sandbox holds its image's tree against `airlock image rm` while
+	// it is being made (a one-shot sandbox: for its whole life).
+	tree, release, err := e.store.Use(ctx, id)
+	if err != nil {
+		return fmt.Errorf("%w: unpacking image %s: %v", errdefs.ErrInternal, id, err)
+	}
+	p.release = release
+	// runsc refuses a root path that runs through a symlink.
+	if tree, err = filepath.EvalSymlinks(tree); err != nil {
+		return fmt.Errorf("%w: unpacking image %s: %v", errdefs.ErrInternal, id, err)
+	}
+	p.imageTree = tree
+	if err := makeBundle(p.bundle); err != nil {
+		return fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	// Both runtimes create mount points, and a missing working directory,
+	// in the root they are given: give them an overlay of the sandbox's
+	// own, so the shared tree is never written.
+	if err := rootOverlay(p.bundle, tree); err != nil {
+		return fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	return nil
 }
 
 // lost says whether the sandbox ended from outside airlock. Both runtimes
@@ -316,13 +339,9 @@ func (e *Engine) delete(ctx context.Context, runtime, state, name string, log *s
 // imageDefaults takes the image's environment and working directory; the
 // caller's values win.
 func (e *Engine) imageDefaults(id digest.Digest, jobEnv []string, workdir string) ([]string, string, error) {
-	img, err := e.store.Image(id)
+	cf, err := e.store.Config(id)
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: reading image %s: %v", errdefs.ErrInternal, id, err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return nil, "", fmt.Errorf("%w: reading image config %s: %v", errdefs.ErrInternal, id, err)
+		return nil, "", fmt.Errorf("%w: %v", errdefs.ErrInternal, err)
 	}
 	env := mergeEnv(cf.Config.Env, jobEnv)
 	wd := workdir
@@ -349,14 +368,6 @@ func mergeEnv(base, over []string) []string {
 		out = append(out, kv)
 	}
 	return out
-}
-
-func writeSpec(dir string, spec any) error {
-	b, err := json.Marshal(spec)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, "config.json"), b, 0o600)
 }
 
 func exitCode(ps *os.ProcessState) int {

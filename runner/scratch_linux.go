@@ -25,6 +25,9 @@ type scratch struct {
 	mounts []engine.Mount
 	// inputs lists every staged input file, by sandbox path, for receipts.
 	inputs []receipt.File
+	// mounted is set before the first mount is tried: until then cleanup
+	// has no mount to look for.
+	mounted bool
 }
 
 // prepareScratch stages inputs and mounts the output tmpfs. On error it
@@ -69,6 +72,7 @@ func (sc *scratch) mountOut(o Output, uid, gid uint32) error {
 	// size caps the bytes and nr_inodes the entries: both are enforced by
 	// the kernel, so a program past either gets ENOSPC.
 	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0755,uid=%d,gid=%d", int64(o.Size), o.Files+outInodeSlack, uid, gid)
+	sc.mounted = true
 	if err := unix.Mount("tmpfs", sc.out, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
 		sc.out = ""
 		if errors.Is(err, unix.EPERM) {
@@ -87,6 +91,9 @@ const outInodeSlack = 64
 // cleanup unmounts the input and output tmpfs and removes the run directory.
 func (sc *scratch) cleanup() error {
 	sc.out = ""
+	if !sc.mounted {
+		return os.RemoveAll(sc.dir)
+	}
 	return removeRunDir(sc.dir)
 }
 

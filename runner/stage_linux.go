@@ -95,6 +95,7 @@ func (sc *scratch) stageInputs(ctx context.Context, root string, inputs []Input,
 		return fmt.Errorf("%w: creating the input directory: %v", errdefs.ErrUnavailable, err)
 	}
 	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0711", limit+inputSizeSlack, maxInputEntries+len(inputs)+64)
+	sc.mounted = true
 	if err := unix.Mount("tmpfs", in, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		if errors.Is(err, unix.EPERM) {
 			return fmt.Errorf("%w: mounting the input tmpfs needs root (CAP_SYS_ADMIN); run airlock as root", errdefs.ErrUnavailable)

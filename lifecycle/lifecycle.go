@@ -146,6 +146,15 @@ func (s *Store) MoveThrough(id string, states ...State) error {
 	})
 }
 
+// Finish records a run's end, terminating then terminated, in one write,
+// with extra on the last move; a run already terminating moves once.
+func (s *Store) Finish(id string, extra map[string]any) error {
+	return s.locked(func() error {
+		cur := s.current(id)
+		return s.moveLocked(id, &cur, "", extra, Terminating, Terminated)
+	})
+}
+
 // current is id's record; an unreadable one is treated as lost.
 func (s *Store) current(id string) Record {
 	cur, err := s.Get(id)

@@ -218,8 +218,8 @@ func (r *Runner) run(ctx context.Context, s Spec, job *engine.SandboxSpec, c *cl
 		// that went away, a runtime that failed.
 		record(lifecycle.Failed, err.Error(), nil)
 	}
-	state(lifecycle.Terminating)
 	if c != nil && c.sb != nil && err == nil && auditErr == nil && held != nil {
+		state(lifecycle.Terminating)
 		// Every process of the claimed sandbox is gone (Wait saw to it)
 		// and its output is read: what is left to free waits until the
 		// Result is out. The run stays terminating until then, its lock
@@ -242,7 +242,10 @@ func (r *Runner) run(ctx context.Context, s Spec, job *engine.SandboxSpec, c *cl
 		err = also(err, ferr)
 		res.Reason, res.Error, res.Receipt = ReasonError, err.Error(), nil
 	}
-	record(lifecycle.Terminated, "", auditSummary(res, err))
+	// A run that ended well is recorded terminating only now, with its
+	// end, in one write: its teardown held the run lock since the
+	// program's end, so no destroyer came in meanwhile.
+	noted(lc.Finish(job.ID, auditSummary(res, err)), lifecycle.Terminating, lifecycle.Terminated)
 	mark(ctx, "finish")
 	if auditErr != nil {
 		err = also(err, fmt.Errorf("recording the run: %w", auditErr))
@@ -336,8 +339,9 @@ func (r *Runner) execute(ctx context.Context, s Spec, job *engine.SandboxSpec, s
 	}
 	res.Stdout, res.Stderr = stdout.stream(), stderr.stream()
 	if err == nil {
-		// A failed run goes through failed first; Run records it.
-		state(lifecycle.Terminating)
+		// The run lock, from the program's end: a destroyer that comes
+		// now waits for the run's own teardown. Run records the moves.
+		teardown()
 	}
 	if err != nil {
 		res.Reason = ReasonError

@@ -1,7 +1,6 @@
 package isolation
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -550,16 +549,37 @@ func withOCISeccomp(prof *SeccompProfile) OCIOpt {
 		if prof == nil {
 			return nil
 		}
-		// A deep copy: the spec is the caller's to marshal or change.
-		b, err := json.Marshal(prof.Spec)
-		if err != nil {
-			return fmt.Errorf("%w: seccomp profile: %v", ErrInvalid, err)
-		}
-		var sc specs.LinuxSeccomp
-		if err := json.Unmarshal(b, &sc); err != nil {
-			return fmt.Errorf("%w: seccomp profile: %v", ErrInvalid, err)
-		}
-		s.Linux.Seccomp = &sc
+		// A copy: the spec is the caller's to marshal or change.
+		s.Linux.Seccomp = CloneSeccomp(prof.Spec)
 		return nil
 	}
+}
+
+// CloneSeccomp copies a seccomp section deeply enough that changing the
+// copy never changes sc. It copies the struct whole first, so a field a
+// later runtime-spec adds is carried (shared), never dropped. nil gives nil.
+func CloneSeccomp(sc *specs.LinuxSeccomp) *specs.LinuxSeccomp {
+	if sc == nil {
+		return nil
+	}
+	c := *sc
+	c.DefaultErrnoRet = clonePtr(sc.DefaultErrnoRet)
+	c.Architectures = slices.Clone(sc.Architectures)
+	c.Flags = slices.Clone(sc.Flags)
+	c.Syscalls = slices.Clone(sc.Syscalls)
+	for i := range c.Syscalls {
+		r := &c.Syscalls[i]
+		r.Names = slices.Clone(r.Names)
+		r.ErrnoRet = clonePtr(r.ErrnoRet)
+		r.Args = slices.Clone(r.Args) // LinuxSeccompArg holds no pointer
+	}
+	return &c
+}
+
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
 }

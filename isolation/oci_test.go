@@ -3,6 +3,7 @@ package isolation
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -326,5 +327,31 @@ func TestCheckOCISpecCatchesWidening(t *testing.T) {
 	}
 	if err := CheckOCISpec(s, ""); !errors.Is(err, ErrInvalid) {
 		t.Errorf("binds not passed: err = %v, want ErrInvalid", err)
+	}
+}
+
+// A clone equals its source and shares nothing a caller may change.
+func TestCloneSeccomp(t *testing.T) {
+	one, two := uint(1), uint(2)
+	src := &specs.LinuxSeccomp{
+		DefaultAction: specs.ActErrno, DefaultErrnoRet: &one,
+		Architectures: []specs.Arch{specs.ArchX86_64}, Flags: []specs.LinuxSeccompFlag{specs.LinuxSeccompFlagLog},
+		ListenerPath: "/l", ListenerMetadata: "m",
+		Syscalls: []specs.LinuxSyscall{{Names: []string{"read"}, Action: specs.ActAllow, ErrnoRet: &two,
+			Args: []specs.LinuxSeccompArg{{Index: 1, Value: 2, ValueTwo: 3, Op: specs.OpEqualTo}}}},
+	}
+	c := CloneSeccomp(src)
+	if !reflect.DeepEqual(c, src) {
+		t.Fatalf("clone %+v, want %+v", c, src)
+	}
+	before, _ := json.Marshal(src)
+	*c.DefaultErrnoRet, *c.Syscalls[0].ErrnoRet = 9, 9
+	c.Architectures[0], c.Flags[0], c.Syscalls[0].Names[0] = "x", "x", "x"
+	c.Syscalls[0].Args[0].Value = 9
+	if after, _ := json.Marshal(src); string(after) != string(before) {
+		t.Errorf("changing the clone changed the source:\n%s\n%s", before, after)
+	}
+	if CloneSeccomp(nil) != nil {
+		t.Error("CloneSeccomp(nil) != nil")
 	}
 }

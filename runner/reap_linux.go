@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/internal/atomicfile"
 	"github.com/airlock-sandbox/airlock/lifecycle"
+	"github.com/airlock-sandbox/airlock/store"
 )
 
 // runID matches the ids airlock gives runs; the reaper touches nothing else.
@@ -97,6 +98,13 @@ func Reap(ctx context.Context, root string, engines func() []engine.Reaper, full
 	}
 	var errs []error
 	if full {
+		// The image store's half-unpacked trees, which runs no longer
+		// look for.
+		if dir := filepath.Join(root, "store"); isDir(dir) {
+			if st, err := store.Open(dir); err == nil {
+				st.Sweep()
+			}
+		}
 		for _, r := range reapers() {
 			left, err := r.Leftovers(ctx)
 			if err != nil {
@@ -193,4 +201,9 @@ func mountsUnder(dir string) []string {
 		out[i], out[j] = out[j], out[i]
 	}
 	return out
+}
+
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
 }

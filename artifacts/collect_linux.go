@@ -47,7 +47,6 @@ func Collect(ctx context.Context, src string, opt Options) (Report, error) {
 		return Report{}, err
 	}
 	c := &collector{ctx: ctx, opt: opt, rep: Report{Artifacts: []Artifact{}, Rejected: []Rejection{}}}
-	c.bufs = [2][]byte{make([]byte, 1<<20), make([]byte, 1<<20)}
 	var err error
 	if opt.Dest != "" {
 		if c.dest, err = openDest(opt.Dest); err != nil {
@@ -316,6 +315,9 @@ func (c *collector) tempIn(d *destDir, dir string) (*tempFile, error) {
 	return d.create(dir)
 }
 
+// copyBuf is the size of each of copyHashed's two buffers.
+const copyBuf = 1 << 20
+
 // copyHashed reads r once, a buffer at a time, and writes each buffer to
 // w (when not nil) while another goroutine hashes that same buffer: what
 // is hashed is exactly what was written, and hashing costs no extra time
@@ -323,6 +325,11 @@ func (c *collector) tempIn(d *destDir, dir string) (*tempFile, error) {
 // sniffLen of them.
 func (c *collector) copyHashed(w io.Writer, r io.Reader) (n int64, sum, head []byte, err error) {
 	h := sha256.New()
+	if c.bufs[0] == nil {
+		// Made at the first file: 2 MiB zeroed for an empty output
+		// directory cost a run about 1 ms.
+		c.bufs = [2][]byte{make([]byte, copyBuf), make([]byte, copyBuf)}
+	}
 	free := make(chan []byte, len(c.bufs))
 	for _, b := range c.bufs {
 		free <- b

@@ -145,7 +145,7 @@ func CopyFile(ctx context.Context, dirfd int, name, shown string, w io.Writer, o
 		copyBufs.Put(buf)
 		sum = h.Sum(nil)
 	} else {
-		c := &collector{bufs: [2][]byte{make([]byte, 1<<20), make([]byte, 1<<20)}}
+		c := &collector{}
 		n, sum, _, err = c.copyHashed(cw, r)
 	}
 	if err != nil {

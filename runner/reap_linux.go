@@ -100,7 +100,9 @@ func Reap(ctx context.Context, root string, engines func() []engine.Reaper, full
 	if full {
 		// The image store's half-unpacked trees, which runs no longer
 		// look for.
-		if dir := filepath.Join(root, "store"); isDir(dir) {
+		// (Open would create a store where there is none.)
+		dir := filepath.Join(root, "store")
+		if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
 			if st, err := store.Open(dir); err == nil {
 				st.Sweep()
 			}
@@ -201,9 +203,4 @@ func mountsUnder(dir string) []string {
 		out[i], out[j] = out[j], out[i]
 	}
 	return out
-}
-
-func isDir(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && fi.IsDir()
 }

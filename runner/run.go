@@ -268,9 +268,9 @@ const lockTimeout = 2 * time.Minute
 
 // execute runs a planned, checked job: scratch, then a one-shot sandbox
 // created, waited for and destroyed, then artifacts and the receipt. state
-// hears the sandbox become created, ready, running and terminating. When
-// the run fails, teardown runs before the run directory goes, so a
-// destroyer at work on it finishes first.
+// hears the sandbox become created, ready and running; Run records its
+// end. When the run fails, teardown runs before the run directory goes,
+// so a destroyer at work on it finishes first.
 func (r *Runner) execute(ctx context.Context, s Spec, job *engine.SandboxSpec, state func(...lifecycle.State), teardown func(), c *claim) (res Result, err error) {
 	var sc *scratch
 	if c != nil {

@@ -51,6 +51,18 @@ type scenario struct {
 	order  []string
 }
 
+// run runs s once, timed, and returns its output.
+func (s *scenario) run() ([]byte, error) {
+	start := time.Now()
+	out, err := exec.Command(s.argv[0], s.argv[1:]...).CombinedOutput()
+	took := time.Since(start)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v\n%s", s.name, err, out)
+	}
+	s.took = append(s.took, took)
+	return out, nil
+}
+
 // settle is the pause before each run, for what the last one left the
 // machine to do.
 const settle = 100 * time.Millisecond
@@ -186,13 +198,9 @@ func run(n int) error {
 					return err
 				}
 			}
-			start := time.Now()
-			out, err := exec.Command(s.argv[0], s.argv[1:]...).CombinedOutput()
-			took := time.Since(start)
-			if err != nil {
-				return fmt.Errorf("%s: %v\n%s", s.name, err, out)
+			if _, err := s.run(); err != nil {
+				return err
 			}
-			s.took = append(s.took, took)
 		}
 		if (i+1)%10 == 0 {
 			fmt.Fprintf(os.Stderr, "  %d/%d rounds\n", i+1, n)
@@ -203,13 +211,11 @@ func run(n int) error {
 	phased := &scenario{name: oci.name + " --debug", argv: append([]string{bin, "--root", root, "--debug"}, ociArgs...)}
 	for i := 0; i < max(n/2, 5); i++ {
 		time.Sleep(settle)
-		start := time.Now()
-		out, err := exec.Command(phased.argv[0], phased.argv[1:]...).CombinedOutput()
-		took := time.Since(start)
+		out, err := phased.run()
 		if err != nil {
-			return fmt.Errorf("%s: %v\n%s", phased.name, err, out)
+			return err
 		}
-		phased.addPhases(out, took)
+		phased.addPhases(out, phased.took[len(phased.took)-1])
 	}
 	// runsc removed each run's cgroup; the parent it made is left empty.
 	for _, dir := range []string{"/sys/fs/cgroup/airlock-bench"} {

@@ -2,7 +2,7 @@
 # The client packages against a live airlock server: builds airlock from
 # this repository, starts `airlock serve` on a temporary unix socket and a
 # loopback TCP port with a temporary token, then runs the tests of sdk/js,
-# sdk/deepagents-js (npm ci from the lockfiles, build, node:test) and
+# sdk/deepagents-js (one npm workspace: npm ci from sdk/package-lock.json, build, node:test) and
 # sdk/python (python3 -m unittest), then the MCP acceptance test
 # (mcpserver/testdata/client) over the server's /mcp. The server is always
 # stopped, and every sandbox the tests made must be gone by the end.
@@ -63,10 +63,14 @@ AIRLOCK_TOKEN="$(cat "$tmp/token")"
 export AIRLOCK_TOKEN
 echo "== airlock serve on unix:$AIRLOCK_SOCKET and $AIRLOCK_URL"
 
+echo "== sdk: one npm ci and one build of the workspace (js, then deepagents-js)"
+(cd "$sdk" && npm ci --no-audit --no-fund --loglevel=error && rm -rf js/dist deepagents-js/dist && npm run --silent build)
+echo "== sdk/deepagents-js builds from its own directory too (it builds sdk/js first)"
+(cd "$sdk" && rm -rf js/dist deepagents-js/dist && cd deepagents-js && npm run --silent build)
 echo "== sdk/js"
-(cd "$sdk/js" && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build && npm test)
+(cd "$sdk/js" && npm test)
 echo "== sdk/deepagents-js"
-(cd "$sdk/deepagents-js" && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build && npm test)
+(cd "$sdk/deepagents-js" && npm test)
 echo "== sdk/python"
 (cd "$sdk/python" && python3 -m unittest -v 2>&1)
 

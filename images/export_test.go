@@ -60,15 +60,7 @@ func TestExportRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := Open(t.Context(), p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	v, err := Verify(t.Context(), src, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, v := openVerified(t, p)
 	entries, _ := st.List()
 	if v.ID != a || v.Manifest != entries[0].Manifest || src.Name != "team/a" {
 		t.Fatalf("got id %s manifest %s name %q, want %s %s team/a", v.ID, v.Manifest, src.Name, a, entries[0].Manifest)

@@ -91,6 +91,20 @@ func (b Bytes) String() string {
 	return fmt.Sprintf("%dB", int64(b))
 }
 
+// Approx prints the size for people, to one decimal in the largest binary
+// unit it reaches: "1.5 GiB", "312.0 KiB", "17 B".
+func (b Bytes) Approx() string {
+	for _, u := range []struct {
+		name string
+		n    int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if int64(b) >= u.n {
+			return fmt.Sprintf("%.1f %s", float64(b)/float64(u.n), u.name)
+		}
+	}
+	return fmt.Sprintf("%d B", int64(b))
+}
+
 // MilliCPUs is a CPU allowance in thousandths of a CPU.
 type MilliCPUs int64
 

@@ -53,6 +53,14 @@ func TestBytesString(t *testing.T) {
 	}
 }
 
+func TestBytesApprox(t *testing.T) {
+	for b, want := range map[Bytes]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 1536: "1.5 KiB", 5 << 20: "5.0 MiB", 3 << 40: "3072.0 GiB"} {
+		if got := b.Approx(); got != want {
+			t.Errorf("Bytes(%d).Approx() = %q, want %q", int64(b), got, want)
+		}
+	}
+}
+
 func TestParseCPUs(t *testing.T) {
 	for _, tc := range []struct {
 		in   string

@@ -6,19 +6,16 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/containerd/errdefs"
-	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/opencontainers/go-digest"
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/images"
 	"github.com/airlock-sandbox/airlock/store"
+	"github.com/airlock-sandbox/airlock/units"
 )
 
 func newImageCmd(g *globals) *cobra.Command {
@@ -104,160 +101,20 @@ func runImport(cmd *cobra.Command, g *globals, f *importFlags, path string) erro
 	return nil
 }
 
-// dockerLoader is what an import needs of dockerd (*docker.Engine).
-type dockerLoader interface {
-	Ping(ctx context.Context) error
-	HasImage(ctx context.Context, id string) (bool, error)
-	Load(ctx context.Context, img v1.Image, id digest.Digest, tag name.Tag) error
-	RemoveImage(ctx context.Context, id digest.Digest) (bool, error)
-}
-
-// importImage verifies, stores and loads one image, all or nothing: the
-// store's blobs first, then dockerd, then the store's index and airlock's,
-// each step undone if a later one fails.
-func importImage(ctx context.Context, g *globals, f *importFlags, path string, eng dockerLoader, step images.Progress) (ref images.Ref, err error) {
-	var want digest.Digest
+// importImage parses the import's flags and imports path through eng.
+func importImage(ctx context.Context, g *globals, f *importFlags, path string, eng images.Loader, step images.Progress) (images.Ref, error) {
+	opt := images.ImportOptions{Root: g.root, Name: f.name, SetDefault: f.setDefault, Recipe: f.recipe, Loader: eng, Progress: step}
 	if f.requireDigest != "" {
 		r, err := images.ParseRef(f.requireDigest)
 		if err != nil || r.Name != "" {
-			return ref, usageError{fmt.Errorf("--require-digest %q: give the image ID as sha256:<64 hex digits>, as `airlock image ls` prints it after the @", f.requireDigest)}
+			return images.Ref{}, usageError{fmt.Errorf("--require-digest %q: give the image ID as sha256:<64 hex digits>, as `airlock image ls` prints it after the @", f.requireDigest)}
 		}
-		want = r.ID
+		opt.RequireDigest = r.ID
 	}
-	var src *images.Source
 	if f.rootfs {
-		step("hashing root filesystem %s", path)
-		src, err = images.FromRootfs(path, images.RootfsConfig{Env: f.env, WorkingDir: f.workdir, User: f.user, Created: time.Unix(0, 0)})
-	} else {
-		step("reading %s", path)
-		src, err = images.OpenImage(ctx, path, want)
+		opt.Rootfs = &images.RootfsConfig{Env: f.env, WorkingDir: f.workdir, User: f.user, Created: time.Unix(0, 0)}
 	}
-	if err != nil {
-		if errors.Is(err, images.ErrNotRequired) {
-			return ref, fmt.Errorf("%w: %s: %w; nothing was imported", errdefs.ErrInvalidArgument, path, err)
-		}
-		if errors.Is(err, images.ErrFormat) {
-			return ref, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
-		}
-		return ref, fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
-	}
-	defer src.Close()
-
-	v, err := images.Verify(ctx, src, step)
-	switch {
-	case errors.Is(err, store.ErrUnsafeLayer):
-		return ref, fmt.Errorf("%w: verifying %s: %w; airlock refuses such layers, so nothing was imported (rebuild the image without that entry)", errdefs.ErrInvalidArgument, path, err)
-	case ctx.Err() != nil:
-		return ref, ctx.Err()
-	case err != nil:
-		return ref, fmt.Errorf("%w: verifying %s: %w; the archive is damaged or was tampered with, so nothing was imported", errdefs.ErrInvalidArgument, path, err)
-	}
-	step("verified %d layer(s), %s, image %s", v.Layers, humanSize(v.Size), v.ID)
-	if want != "" && v.ID != want {
-		return ref, fmt.Errorf("%w: %s holds image %s, not the %s that --require-digest requires; nothing was imported (check that you carried the right archive)", errdefs.ErrInvalidArgument, path, v.ID, want)
-	}
-
-	repo := f.name
-	if repo == "" {
-		repo = src.Name
-	}
-	if repo == "" {
-		repo = "local/" + sanitize(strings.TrimSuffix(filepath.Base(strings.TrimRight(path, "/")), filepath.Ext(path)))
-	}
-	if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
-		repo = repo[:i] // a tag from the archive is not kept
-	}
-	tag, err := name.NewTag(repo + ":" + v.ID.Encoded()[:12])
-	if err != nil {
-		return ref, usageError{fmt.Errorf("--name %q is not a valid repository name: %v", repo, err)}
-	}
-	ref = images.Ref{Name: tag.Context().RepositoryStr(), ID: v.ID}
-	if tag.Context().RegistryStr() != name.DefaultRegistry {
-		ref.Name = tag.Context().Name()
-	}
-
-	// Undo what was done, newest first, if a later step fails. Cleanup
-	// outlives a cancelled ctx.
-	var undo []func(context.Context) error
-	defer func() {
-		if err == nil {
-			return
-		}
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		for _, u := range slices.Backward(undo) {
-			if uerr := u(cctx); uerr != nil {
-				err = fmt.Errorf("%w (and undoing the import: %v)", err, uerr)
-			}
-		}
-	}()
-
-	st, err := store.Open(filepath.Join(g.root, "store"))
-	if err != nil {
-		return ref, fmt.Errorf("%w: opening the image store: %v", errdefs.ErrUnavailable, err)
-	}
-	step("writing to airlock's store")
-	staged, err := st.Stage(ctx, src.Image, ref.Name)
-	if err != nil {
-		return ref, fmt.Errorf("%w: storing the image: %v", errdefs.ErrInternal, err)
-	}
-	defer staged.Close()
-	if perr := eng.Ping(ctx); perr != nil {
-		step("dockerd is not reachable: imported for the oci engine only (%v)", perr)
-	} else {
-		had, err := eng.HasImage(ctx, v.ID.String())
-		if err != nil {
-			return ref, err
-		}
-		if !had {
-			undo = append(undo, func(ctx context.Context) error {
-				_, err := eng.RemoveImage(ctx, v.ID)
-				return err
-			})
-		}
-		step("loading into dockerd")
-		start := time.Now()
-		if err := eng.Load(ctx, src.Image, v.ID, tag); err != nil {
-			return ref, fmt.Errorf("%w; nothing was imported", err)
-		}
-		step("loaded in %.1fs", time.Since(start).Seconds())
-	}
-
-	unlist, err := staged.Commit(ctx)
-	if err != nil {
-		return ref, fmt.Errorf("%w: listing the image in the store: %v", errdefs.ErrInternal, err)
-	}
-	undo = append(undo, unlist)
-	idx := images.OpenIndex(filepath.Join(g.root, "images"))
-	unrecord, err := idx.Put(images.Record{Name: ref.Name, ID: v.ID, Manifest: v.Manifest, Format: src.Format, Size: v.Size, ImportedAt: time.Now().UTC()})
-	if err != nil {
-		return ref, err
-	}
-	undo = append(undo, func(context.Context) error { return unrecord() })
-	if f.setDefault {
-		if err := idx.SetDefault(images.Lock{Ref: ref.String(), BuiltAt: time.Now().UTC(), Recipe: f.recipe}); err != nil {
-			return ref, err
-		}
-		step("recorded as the default image")
-	}
-	return ref, nil
-}
-
-func sanitize(s string) string {
-	s = strings.ToLower(s)
-	var b strings.Builder
-	for _, r := range s {
-		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' {
-			b.WriteRune(r)
-		} else {
-			b.WriteByte('-')
-		}
-	}
-	out := strings.Trim(b.String(), "-_.")
-	if out == "" {
-		return "image"
-	}
-	return out
+	return images.Import(ctx, path, opt)
 }
 
 // progress prints timestamped steps to w.
@@ -266,18 +123,6 @@ func progress(w io.Writer) images.Progress {
 	return func(format string, args ...any) {
 		fmt.Fprintf(w, "[%5.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 	}
-}
-
-func humanSize(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }
 
 type imageRow struct {
@@ -311,7 +156,7 @@ reference to pass to --image, and whether the engine still holds each one.`,
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "REFERENCE\tSIZE\tIMPORTED\tSTORE\tDOCKER\tDEFAULT")
 			for _, r := range rows {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Ref, humanSize(r.Size), r.ImportedAt.Format(time.RFC3339), yesNo(r.InStore), yesNo(r.InDocker), yesNo(r.Default))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Ref, units.Bytes(r.Size).Approx(), r.ImportedAt.Format(time.RFC3339), yesNo(r.InStore), yesNo(r.InDocker), yesNo(r.Default))
 			}
 			if len(rows) == 0 {
 				fmt.Fprintln(cmd.ErrOrStderr(), "no images yet: `make setup` builds the default image; `airlock image import PATH` adds others")
@@ -494,7 +339,7 @@ func removeImage(cmd *cobra.Command, g *globals, arg string) error {
 		if err != nil {
 			return err
 		}
-		did = append(did, fmt.Sprintf("store: %d blob(s), %s freed", freed.Blobs, humanSize(freed.Bytes)))
+		did = append(did, fmt.Sprintf("store: %d blob(s), %s freed", freed.Blobs, units.Bytes(freed.Bytes).Approx()))
 	}
 	inIndex, err := idx.Remove(ref.ID)
 	if err != nil {

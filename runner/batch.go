@@ -16,7 +16,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/errkind"
 	"github.com/airlock-sandbox/airlock/units"
 )
 
@@ -393,19 +393,6 @@ func Summarize(results []BatchResult) Summary {
 	return s
 }
 
-// ErrorKind names an error's class for JSON consumers: invalid_input,
-// not_found, sandbox_lost (the sandbox ended from outside airlock; worth a
-// retry), unavailable or internal.
-func ErrorKind(err error) string {
-	switch {
-	case errors.Is(err, engine.ErrSandboxLost):
-		return "sandbox_lost"
-	case errdefs.IsInvalidArgument(err):
-		return "invalid_input"
-	case errdefs.IsNotFound(err):
-		return "not_found"
-	case errdefs.IsUnavailable(err):
-		return "unavailable"
-	}
-	return "internal"
-}
+// ErrorKind names an error's class for JSON consumers: its kind in
+// errkind's table.
+func ErrorKind(err error) string { return string(errkind.Of(err)) }

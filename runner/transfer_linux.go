@@ -79,7 +79,8 @@ type Transfer struct {
 }
 
 // TransferError is a refused transfer. It wraps an errdefs class:
-// ErrNotFound, ErrResourceExhausted (no_space) or ErrInvalidArgument.
+// ErrNotFound or ErrInvalidArgument (no_space included: the sandbox's
+// own area is full, which the caller fixes by freeing it).
 type TransferError struct {
 	Direction, Path string
 	Reason          artifacts.Reason
@@ -112,11 +113,8 @@ func ReasonOf(err error) artifacts.Reason {
 
 func refuse(r artifacts.Reason, format string, args ...any) error {
 	var class error = errdefs.ErrInvalidArgument
-	switch r {
-	case ReasonNotFound:
+	if r == ReasonNotFound {
 		class = errdefs.ErrNotFound
-	case ReasonNoSpace:
-		class = errdefs.ErrResourceExhausted
 	}
 	return &TransferError{Reason: r, Detail: fmt.Sprintf(format, args...), Err: class}
 }

@@ -25,7 +25,7 @@ func encode(status int, v any) (int, []byte) {
 func encodeError(err error) (int, []byte) {
 	d := errorDetail(err)
 	b, _ := json.Marshal(ErrorBody{Error: d})
-	return statusOf[d.Kind], append(b, '\n')
+	return statusOf(d.Kind), append(b, '\n')
 }
 
 // idempotent answers with make's response, through the Idempotency-Key

@@ -1,37 +1,33 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
 
-	"github.com/containerd/errdefs"
-
-	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/errkind"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/units"
 )
 
-// Error kinds of the API and their HTTP statuses.
+// The API's error kinds: errkind's table, whose rows give each its HTTP
+// status.
 const (
-	KindInvalidInput = "invalid_input"
-	KindUnauthorized = "unauthorized"
-	KindNotFound     = "not_found"
-	KindOverLimit    = "over_limit"
-	KindTimeout      = "timeout"
-	KindUnavailable  = "unavailable"
-	KindInternal     = "internal"
+	KindInvalidInput = string(errkind.InvalidInput)
+	KindUnauthorized = string(errkind.Unauthorized)
+	KindNotFound     = string(errkind.NotFound)
+	KindOverLimit    = string(errkind.OverLimit)
+	KindTimeout      = string(errkind.Timeout)
+	KindUnavailable  = string(errkind.Unavailable)
+	KindInternal     = string(errkind.Internal)
 )
 
-var statusOf = map[string]int{
-	KindInvalidInput: http.StatusBadRequest,
-	KindUnauthorized: http.StatusUnauthorized,
-	KindNotFound:     http.StatusNotFound,
-	KindOverLimit:    http.StatusTooManyRequests,
-	KindTimeout:      http.StatusGatewayTimeout,
-	KindUnavailable:  http.StatusServiceUnavailable,
-	KindInternal:     http.StatusInternalServerError,
+// statusOf is kind's HTTP status.
+func statusOf(kind string) int {
+	if r, ok := errkind.Lookup(errkind.Kind(kind)); ok {
+		return r.Status
+	}
+	return http.StatusInternalServerError
 }
 
 // ErrorBody is the one error shape of the API.
@@ -57,35 +53,18 @@ func (e *apiError) Error() string { return e.msg }
 
 func newError(kind, msg string) error { return &apiError{kind: kind, msg: msg} }
 
-// kindOf classifies err for the API.
+// kindOf classifies err for the API: the server's own errors and a body
+// past its cap here, everything else by errkind's table.
 func kindOf(err error) string {
 	var ae *apiError
 	var mbe *http.MaxBytesError
-	var te *runner.TransferError
 	switch {
 	case errors.As(err, &ae):
 		return ae.kind
 	case errors.As(err, &mbe):
 		return KindOverLimit
-	case errors.As(err, &te):
-		if te.Reason == runner.ReasonNotFound {
-			return KindNotFound
-		}
-		return KindInvalidInput
-	case errors.Is(err, engine.ErrSandboxLost):
-		return KindUnavailable
-	case errdefs.IsInvalidArgument(err):
-		return KindInvalidInput
-	case errdefs.IsNotFound(err):
-		return KindNotFound
-	case errdefs.IsResourceExhausted(err):
-		return KindOverLimit
-	case errdefs.IsDeadlineExceeded(err), errors.Is(err, context.DeadlineExceeded):
-		return KindTimeout
-	case errdefs.IsUnavailable(err), errdefs.IsConflict(err):
-		return KindUnavailable
 	}
-	return KindInternal
+	return string(errkind.Of(err))
 }
 
 func errorDetail(err error) ErrorDetail {
@@ -106,7 +85,7 @@ func writeError(w http.ResponseWriter, err error) {
 	if d.Kind == KindUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
 	}
-	writeJSON(w, statusOf[d.Kind], ErrorBody{Error: d})
+	writeJSON(w, statusOf(d.Kind), ErrorBody{Error: d})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -20,6 +21,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/errkind"
 	"github.com/airlock-sandbox/airlock/runner"
 )
 
@@ -63,8 +66,8 @@ func errorOf(t *testing.T, rec *httptest.ResponseRecorder) ErrorDetail {
 	if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Error.Kind == "" {
 		t.Fatalf("status %d: not the error shape: %q", rec.Code, rec.Body.String())
 	}
-	if statusOf[e.Error.Kind] != rec.Code {
-		t.Errorf("kind %s came with status %d, want %d", e.Error.Kind, rec.Code, statusOf[e.Error.Kind])
+	if statusOf(e.Error.Kind) != rec.Code {
+		t.Errorf("kind %s came with status %d, want %d", e.Error.Kind, rec.Code, statusOf(e.Error.Kind))
 	}
 	if e.Error.Message == "" {
 		t.Error("an error without a message")
@@ -155,7 +158,10 @@ func TestKindOf(t *testing.T) {
 		{errdefs.ErrInvalidArgument, KindInvalidInput},
 		{errdefs.ErrNotFound, KindNotFound},
 		{errdefs.ErrUnavailable, KindUnavailable},
-		{errdefs.ErrConflict, KindUnavailable},
+		{errdefs.ErrConflict, string(errkind.Conflict)},
+		{errdefs.ErrAlreadyExists, string(errkind.AlreadyExists)},
+		{fmt.Errorf("%w: %w", engine.ErrSandboxLost, errdefs.ErrUnavailable), string(errkind.SandboxLost)},
+		{&http.MaxBytesError{Limit: 1}, KindOverLimit},
 		{errdefs.ErrResourceExhausted, KindOverLimit},
 		{context.DeadlineExceeded, KindTimeout},
 		{&runner.TransferError{Reason: runner.ReasonSymlink, Err: errdefs.ErrInvalidArgument}, KindInvalidInput},

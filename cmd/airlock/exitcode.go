@@ -3,20 +3,20 @@ package main
 import (
 	"errors"
 
-	"github.com/containerd/errdefs"
-
+	"github.com/airlock-sandbox/airlock/errkind"
 	"github.com/airlock-sandbox/airlock/runner"
 )
 
 // airlock's own exit codes. They are a contract: README.md documents them.
-// When the program ran and exited by itself, airlock exits with the
-// program's code instead; --json tells the two apart without doubt.
+// An error's code is its kind's, in errkind's table; these are the
+// program's endings, and the codes the CLI names itself. When the program
+// ran and exited by itself, airlock exits with the program's code
+// instead; --json tells the two apart without doubt.
 const (
 	exitUsage       = 64  // invalid input: flags, sizes, references, a name already taken (EX_USAGE)
 	exitNotFound    = 66  // an image or file that is not there (EX_NOINPUT)
 	exitUnavailable = 69  // engine or runtime unavailable (EX_UNAVAILABLE)
 	exitInternal    = 70  // an internal failure (EX_SOFTWARE)
-	exitInUse       = 75  // in use for now, try again later: an image a run holds (EX_TEMPFAIL)
 	exitPidsLimit   = 122 // the program hit its process limit and did not exit cleanly
 	exitOutputLimit = 123 // the program passed its output cap and was killed
 	exitTimeout     = 124 // the program passed its wall-clock limit (as timeout(1))
@@ -39,6 +39,8 @@ type usageError struct{ error }
 
 func (e usageError) Unwrap() error { return e.error }
 
+// exitCode is err's exit code: a usage error's, or its kind's in
+// errkind's table.
 func exitCode(err error) int {
 	var ec *exitErr
 	var ue usageError
@@ -47,19 +49,15 @@ func exitCode(err error) int {
 		return 0
 	case errors.As(err, &ec):
 		return ec.code
-	case errors.As(err, &ue), errdefs.IsInvalidArgument(err), errdefs.IsAlreadyExists(err):
+	case errors.As(err, &ue):
 		return exitUsage
-	case errdefs.IsNotFound(err):
-		return exitNotFound
-	case errdefs.IsUnavailable(err):
-		return exitUnavailable
-	case errdefs.IsConflict(err):
-		return exitInUse
-	case !commandStarted:
+	}
+	row := errkind.RowOf(err)
+	if row.Kind == errkind.Internal && !commandStarted {
 		// cobra failed to parse the command line before any command ran.
 		return exitUsage
 	}
-	return exitInternal
+	return row.Exit
 }
 
 // resultCode maps a finished run to airlock's exit code.

@@ -8,10 +8,15 @@
 export type ErrorKind =
   | "invalid_input"
   | "unauthorized"
+  | "permission_denied"
   | "not_found"
+  | "already_exists"
+  | "conflict"
   | "over_limit"
+  | "canceled"
   | "timeout"
   | "unavailable"
+  | "sandbox_lost"
   | "internal";
 
 /** An error the airlock server reported, or a failure to reach it. */
@@ -34,27 +39,40 @@ export class AirlockError extends Error {
 
 export class InvalidInputError extends AirlockError {}
 export class UnauthorizedError extends AirlockError {}
+export class PermissionDeniedError extends AirlockError {}
 export class NotFoundError extends AirlockError {}
+export class AlreadyExistsError extends AirlockError {}
+/** In use for now: retry shortly. */
+export class ConflictError extends AirlockError {}
 export class OverLimitError extends AirlockError {}
+export class CanceledError extends AirlockError {}
 export class TimeoutError extends AirlockError {}
 export class UnavailableError extends AirlockError {}
+/** The sandbox ended from outside airlock; its work is gone, and a retry is safe. */
+export class SandboxLostError extends UnavailableError {}
 export class InternalError extends AirlockError {}
 
 const classes: Record<ErrorKind, typeof AirlockError> = {
   invalid_input: InvalidInputError,
   unauthorized: UnauthorizedError,
+  permission_denied: PermissionDeniedError,
   not_found: NotFoundError,
+  already_exists: AlreadyExistsError,
+  conflict: ConflictError,
   over_limit: OverLimitError,
+  canceled: CanceledError,
   timeout: TimeoutError,
   unavailable: UnavailableError,
+  sandbox_lost: SandboxLostError,
   internal: InternalError,
 };
 
 const byStatus: Record<number, ErrorKind> = {
   400: "invalid_input",
   401: "unauthorized",
-  403: "unauthorized",
+  403: "permission_denied",
   404: "not_found",
+  409: "conflict",
   413: "invalid_input",
   429: "over_limit",
   503: "unavailable",

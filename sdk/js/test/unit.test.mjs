@@ -8,6 +8,11 @@ import {
   OverLimitError,
   UnauthorizedError,
   UnavailableError,
+  PermissionDeniedError,
+  AlreadyExistsError,
+  ConflictError,
+  CanceledError,
+  SandboxLostError,
   argvOf,
   consumeExecStream,
   errorFromResponse,
@@ -19,9 +24,14 @@ test("error responses become the error class of their kind", () => {
   const cases = [
     [400, "invalid_input", InvalidInputError],
     [401, "unauthorized", UnauthorizedError],
+    [403, "permission_denied", PermissionDeniedError],
     [404, "not_found", NotFoundError],
+    [409, "already_exists", AlreadyExistsError],
+    [409, "conflict", ConflictError],
     [429, "over_limit", OverLimitError],
+    [499, "canceled", CanceledError],
     [503, "unavailable", UnavailableError],
+    [503, "sandbox_lost", SandboxLostError],
   ];
   for (const [status, kind, C] of cases) {
     const e = errorFromResponse(status, JSON.stringify({ error: { kind, message: `m ${kind}` } }));

@@ -15,10 +15,15 @@ backend on the same client.
 from .errors import (
     KINDS,
     AirlockError,
+    AlreadyExists,
+    Canceled,
+    Conflict,
     Internal,
     InvalidInput,
     NotFound,
     OverLimit,
+    PermissionDenied,
+    SandboxLost,
     Timeout,
     Unauthorized,
     Unavailable,
@@ -29,6 +34,6 @@ from .transport import DEFAULT_SOCKET, Transport
 __version__ = "0.1.0"
 
 __all__ = [
-    "KINDS", "AirlockError", "Internal", "InvalidInput", "NotFound", "OverLimit", "Timeout", "Unauthorized",
-    "Unavailable", "Files", "Result", "Sandbox", "argv_of", "run", "stream_bytes", "DEFAULT_SOCKET", "Transport",
+    "KINDS", "AirlockError", "AlreadyExists", "Canceled", "Conflict", "Internal", "InvalidInput", "NotFound",
+    "OverLimit", "PermissionDenied", "SandboxLost", "Timeout", "Unauthorized", "Unavailable", "Files", "Result", "Sandbox", "argv_of", "run", "stream_bytes", "DEFAULT_SOCKET", "Transport",
 ]  # fmt: skip

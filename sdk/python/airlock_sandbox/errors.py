@@ -1,8 +1,9 @@
 """Errors of the airlock API, one class per error kind.
 
 Every failure the server reports carries a kind (``invalid_input``,
-``unauthorized``, ``not_found``, ``over_limit``, ``timeout``,
-``unavailable``, ``internal``); each has its own subclass of
+``unauthorized``, ``permission_denied``, ``not_found``, ``already_exists``,
+``conflict``, ``over_limit``, ``canceled``, ``timeout``, ``unavailable``,
+``sandbox_lost``, ``internal``); each has its own subclass of
 :class:`AirlockError`, so callers can ``except NotFound``.
 """
 
@@ -10,7 +11,20 @@ from __future__ import annotations
 
 import json
 
-KINDS = ("invalid_input", "unauthorized", "not_found", "over_limit", "timeout", "unavailable", "internal")
+KINDS = (
+    "invalid_input",
+    "unauthorized",
+    "permission_denied",
+    "not_found",
+    "already_exists",
+    "conflict",
+    "over_limit",
+    "canceled",
+    "timeout",
+    "unavailable",
+    "sandbox_lost",
+    "internal",
+)
 
 
 class AirlockError(Exception):
@@ -40,8 +54,24 @@ class Unauthorized(AirlockError):
     """401: no token, or a wrong one, over TCP."""
 
 
+class PermissionDenied(AirlockError):
+    """403: the server may not do this (the oci engine needs root)."""
+
+
 class NotFound(AirlockError):
     """404: a sandbox, exec or file that is not there."""
+
+
+class AlreadyExists(AirlockError):
+    """409: a name already taken."""
+
+
+class Conflict(AirlockError):
+    """409: in use for now; retry shortly."""
+
+
+class Canceled(AirlockError):
+    """499: the work was canceled before it finished."""
 
 
 class OverLimit(AirlockError):
@@ -56,6 +86,10 @@ class Unavailable(AirlockError):
     """503, or no server: the engine, runtime or server is not usable now."""
 
 
+class SandboxLost(Unavailable):
+    """503: the sandbox ended from outside airlock; its work is gone, and a retry is safe."""
+
+
 class Internal(AirlockError):
     """500: a bug."""
 
@@ -63,14 +97,19 @@ class Internal(AirlockError):
 _CLASSES = {
     "invalid_input": InvalidInput,
     "unauthorized": Unauthorized,
+    "permission_denied": PermissionDenied,
     "not_found": NotFound,
+    "already_exists": AlreadyExists,
+    "conflict": Conflict,
     "over_limit": OverLimit,
+    "canceled": Canceled,
     "timeout": Timeout,
     "unavailable": Unavailable,
+    "sandbox_lost": SandboxLost,
     "internal": Internal,
 }
 
-_BY_STATUS = {400: "invalid_input", 401: "unauthorized", 403: "unauthorized", 404: "not_found", 413: "invalid_input", 429: "over_limit", 503: "unavailable", 504: "timeout"}
+_BY_STATUS = {400: "invalid_input", 401: "unauthorized", 403: "permission_denied", 404: "not_found", 409: "conflict", 413: "invalid_input", 429: "over_limit", 503: "unavailable", 504: "timeout"}
 
 
 def error_of(kind: str, message: str, status: int = 0, reason: str | None = None) -> AirlockError:

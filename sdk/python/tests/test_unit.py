@@ -25,16 +25,22 @@ class ErrorTest(unittest.TestCase):
         for status, kind, cls in [
             (400, "invalid_input", al.InvalidInput),
             (401, "unauthorized", al.Unauthorized),
+            (403, "permission_denied", al.PermissionDenied),
             (404, "not_found", al.NotFound),
+            (409, "already_exists", al.AlreadyExists),
+            (409, "conflict", al.Conflict),
             (429, "over_limit", al.OverLimit),
+            (499, "canceled", al.Canceled),
             (504, "timeout", al.Timeout),
             (503, "unavailable", al.Unavailable),
+            (503, "sandbox_lost", al.SandboxLost),
             (500, "internal", al.Internal),
         ]:
             e = error_from_response(status, json.dumps({"error": {"kind": kind, "message": "m"}}).encode())
             self.assertIsInstance(e, cls)
             self.assertIsInstance(e, al.AirlockError)
             self.assertEqual((e.kind, e.status, str(e)), (kind, status, "m"))
+        self.assertEqual(len(al.KINDS), 12)
 
     def test_reason_word_and_odd_bodies(self):
         e = error_from_response(400, b'{"error":{"kind":"invalid_input","reason":"symlink","message":"no"}}')

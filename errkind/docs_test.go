@@ -58,11 +58,11 @@ func TestAPIDocMatches(t *testing.T) {
 	}
 }
 
-// README.md's exit codes name every kind beside its code.
+// docs/exit-codes.md names every kind beside its code.
 func TestReadmeExitCodes(t *testing.T) {
 	row := regexp.MustCompile(`^\| ([0-9]+) \| (.*) \|$`)
 	byCode := map[int]string{}
-	for _, line := range section(t, "../README.md", "Exit codes") {
+	for _, line := range section(t, "../docs/exit-codes.md", "Exit codes") {
 		if m := row.FindStringSubmatch(line); m != nil {
 			code, _ := strconv.Atoi(m[1])
 			byCode[code] = m[2]
@@ -70,7 +70,7 @@ func TestReadmeExitCodes(t *testing.T) {
 	}
 	for _, r := range Table {
 		if !strings.Contains(byCode[r.Exit], "`"+string(r.Kind)+"`") {
-			t.Errorf("README.md: the row of exit code %d does not name kind %s: %q", r.Exit, r.Kind, byCode[r.Exit])
+			t.Errorf("docs/exit-codes.md: the row of exit code %d does not name kind %s: %q", r.Exit, r.Kind, byCode[r.Exit])
 		}
 	}
 }

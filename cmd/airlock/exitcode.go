@@ -7,7 +7,7 @@ import (
 	"github.com/airlock-sandbox/airlock/runner"
 )
 
-// airlock's own exit codes. They are a contract: README.md documents them.
+// airlock's own exit codes. They are a contract: docs/exit-codes.md documents them.
 // An error's code is its kind's, in errkind's table; these are the
 // program's endings, and the codes the CLI names itself. When the program
 // ran and exited by itself, airlock exits with the program's code

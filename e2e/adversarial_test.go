@@ -29,6 +29,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/images"
+	"github.com/airlock-sandbox/airlock/internal/proc"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/store"
 )
@@ -201,17 +202,13 @@ func newAdvHost(t *testing.T) *advHost {
 	return h
 }
 
-// procStartTime is field 22 of /proc/PID/stat.
+// procStartTime is a process's start time; "" when it is gone.
 func procStartTime(pid int) string {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
+	st, err := proc.ReadStat(pid)
+	if err != nil {
 		return ""
 	}
-	if f := strings.Fields(string(b[i+1:])); len(f) > 19 {
-		return f[19]
-	}
-	return ""
+	return strconv.FormatUint(st.StartTime, 10)
 }
 
 func (h *advHost) port() int { return h.tcp.Addr().(*net.TCPAddr).Port }

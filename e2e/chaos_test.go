@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/proc"
 	"github.com/airlock-sandbox/airlock/runner"
 )
 
@@ -178,8 +179,8 @@ func liveProcsIn(id string) []string {
 			if err != nil {
 				continue // gone
 			}
-			if i := bytes.LastIndexByte(stat, ')'); i > 0 && len(stat) > i+2 && stat[i+2] != 'Z' && stat[i+2] != 'X' {
-				live = append(live, fmt.Sprintf("%s (%s)", p, stat[:i+3]))
+			if st, err := proc.ParseStat(stat); err == nil && st.Alive() {
+				live = append(live, fmt.Sprintf("%s (%d (%s) %c)", p, st.Pid, st.Comm, st.State))
 			}
 		}
 		if len(live) == 0 || time.Now().After(deadline) {

@@ -2,7 +2,6 @@ package runner
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/internal/atomicfile"
+	"github.com/airlock-sandbox/airlock/internal/proc"
 	"github.com/airlock-sandbox/airlock/lifecycle"
 	"github.com/airlock-sandbox/airlock/store"
 )
@@ -46,23 +45,15 @@ func writeOwner(dir string, deadline time.Time) error {
 	return atomicfile.Replace(filepath.Join(dir, ownerFile), b, 0o600)
 }
 
-// procStart reads field 22 of /proc/<pid>/stat; 0 when the process is gone.
+// procStart is a running process's start time; 0 when it is gone or has
+// exited: a zombie owner is gone (internal/proc's rule), though its pid is
+// not free yet.
 func procStart(pid int) uint64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
+	st, err := proc.ReadStat(pid)
+	if err != nil || !st.Alive() {
 		return 0
 	}
-	// The command name may hold spaces; fields start after its ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 {
-		return 0
-	}
-	n, _ := strconv.ParseUint(f[19], 10, 64)
-	return n
+	return st.StartTime
 }
 
 // ReapReport says what a reap did.

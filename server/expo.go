@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/proc"
 )
 
 // expo writes metric families.
@@ -169,19 +171,10 @@ func writeRuntime(e *expo) {
 		e.family("process_open_fds", "Number of open file descriptors.", "gauge")
 		e.sample("process_open_fds", float64(len(fds)))
 	}
-	if b, err := os.ReadFile("/proc/self/stat"); err == nil {
-		// Fields after the command (which may hold spaces), from state on:
-		// utime and stime are the 12th and 13th, in clock ticks (100/s).
-		if i := bytes.LastIndexByte(b, ')'); i > 0 {
-			if f := strings.Fields(string(b[i+1:])); len(f) > 12 {
-				ut, uerr := strconv.ParseUint(f[11], 10, 64)
-				st, serr := strconv.ParseUint(f[12], 10, 64)
-				if uerr == nil && serr == nil {
-					e.family("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.", "counter")
-					e.sample("process_cpu_seconds_total", float64(ut+st)/100)
-				}
-			}
-		}
+	if st, err := proc.ReadStat(os.Getpid()); err == nil {
+		// utime and stime are in clock ticks (100/s).
+		e.family("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.", "counter")
+		e.sample("process_cpu_seconds_total", float64(st.Utime+st.Stime)/100)
 	}
 	e.family("process_start_time_seconds", "Start time of the process since the Unix epoch in seconds.", "gauge")
 	e.sample("process_start_time_seconds", float64(processStart.UnixNano())/1e9)

@@ -56,7 +56,10 @@ const leftoverPoll = 100 * time.Millisecond
 // exec's stream after it.
 const killWait = 10 * time.Second
 
-// helperBytes is the helper for the host's architecture.
+// helperBytes is the helper for the host's architecture. helperAMD64
+// (sandbox_helper.go) is generated from testdata/sandbox_helper_amd64.S.
+//
+//go:generate go run github.com/airlock-sandbox/airlock/internal/asm/asmgen -exec -src testdata/sandbox_helper_amd64.S -var helperAMD64 -o sandbox_helper.go
 func helperBytes() ([]byte, error) {
 	if runtime.GOARCH != "amd64" {
 		return nil, fmt.Errorf("%w: long-lived sandboxes on the docker engine need airlock's sandbox init, which is built for amd64 only; this host is %s: use `airlock run`",

@@ -628,25 +628,3 @@ func TestSandboxReap(t *testing.T) {
 		}
 	})
 }
-
-// TestSandboxHelperMatchesSource rebuilds the helper from its source with
-// binutils (installed on setup's hosts) and compares the bytes.
-func TestSandboxHelperMatchesSource(t *testing.T) {
-	dir := t.TempDir()
-	obj, bin := filepath.Join(dir, "h.o"), filepath.Join(dir, "h")
-	for _, c := range [][]string{
-		{"as", "-o", obj, "testdata/sandbox_helper_amd64.S"},
-		{"ld", "-static", "-nostdlib", "-s", "--build-id=none", "-z", "noseparate-code", "-o", bin, obj},
-	} {
-		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%v: %v: %s", c, err, out)
-		}
-	}
-	b, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(b, helperAMD64) {
-		t.Fatal("sandbox_helper.go does not match testdata/sandbox_helper_amd64.S; regenerate it")
-	}
-}

@@ -8,11 +8,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/asm"
 )
 
 // helperFile writes the helper where the test can run it on the host.
@@ -210,5 +213,19 @@ func TestUnprivileged(t *testing.T) {
 		if got := unprivileged(user); got != want {
 			t.Errorf("unprivileged(%q) = %v; want %v", user, got, want)
 		}
+	}
+}
+
+// The helper in the Go is what its source assembles and links to.
+func TestSandboxHelperMatchesSource(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skipf("the source is x86-64; this host's assembler is for %s", runtime.GOARCH)
+	}
+	b, err := asm.Build(t.Context(), "testdata/sandbox_helper_amd64.S", asm.Executable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(b, helperAMD64) {
+		t.Fatal("sandbox_helper.go is not what testdata/sandbox_helper_amd64.S builds to; run go generate ./engine/docker/")
 	}
 }

@@ -5,10 +5,11 @@ import (
 	"errors"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/proc"
 )
 
 // pidWatch holds a pidfd on a sandbox's runtime process (the container's
@@ -134,22 +135,13 @@ func killTree(root int, cid string) {
 	}
 }
 
-// ppidOf reads field 4 of /proc/<pid>/stat; 0 when unreadable.
+// ppidOf is pid's parent, zombie or not; 0 when pid is gone.
 func ppidOf(pid int) int {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	st, err := proc.ReadStat(pid)
 	if err != nil {
 		return 0
 	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 2 {
-		return 0
-	}
-	pp, _ := strconv.Atoi(f[1])
-	return pp
+	return st.Ppid
 }
 
 // inContainer reports whether pid's cgroup path names container cid.

@@ -11,42 +11,12 @@ import (
 // initPath is where a sandbox's idle init is bound, read-only, in its root.
 const initPath = "/.airlock-init"
 
-// initAMD64 is the sandbox's idle init, for x86-64: it reaps the orphans
-// that execs leave to the sandbox's PID 1 and otherwise sleeps. Any image
-// works, since it needs nothing from the image (no sleep, no libc).
+// initAMD64 (sandbox_init_code.go) is the sandbox's idle init, for
+// x86-64: it reaps the orphans that execs leave to the sandbox's PID 1 and
+// otherwise sleeps. Its source, testdata/init_amd64.S, says how, and how it
+// differs from the docker engine's init. TestInitRuns runs it.
 //
-//	_start: rt_sigprocmask(SIG_BLOCK, &set, NULL, 8)
-//	loop:   while wait4(-1, NULL, WNOHANG, NULL) > 0 {}
-//	        rt_sigtimedwait(&set, NULL, NULL, 8); goto loop
-//	set:    1<<(SIGCHLD-1)
-//
-// SIGCHLD is blocked so that it stays pending (an unblocked default
-// SIGCHLD is discarded) and rt_sigtimedwait wakes for it. Assembled with
-// GNU as from the lines above; TestInitRuns runs it.
-var initAMD64 = []byte{
-	0xb8, 0x0e, 0x00, 0x00, 0x00, // mov eax, 14 (rt_sigprocmask)
-	0x31, 0xff, // xor edi, edi (SIG_BLOCK)
-	0x48, 0x8d, 0x35, 0x3f, 0x00, 0x00, 0x00, // lea rsi, [rip+set]
-	0x31, 0xd2, // xor edx, edx
-	0x41, 0xba, 0x08, 0x00, 0x00, 0x00, // mov r10d, 8
-	0x0f, 0x05, // syscall
-	0xb8, 0x3d, 0x00, 0x00, 0x00, // loop: mov eax, 61 (wait4)
-	0xbf, 0xff, 0xff, 0xff, 0xff, // mov edi, -1
-	0x31, 0xf6, // xor esi, esi
-	0xba, 0x01, 0x00, 0x00, 0x00, // mov edx, 1 (WNOHANG)
-	0x45, 0x31, 0xd2, // xor r10d, r10d
-	0x0f, 0x05, // syscall
-	0x48, 0x85, 0xc0, // test rax, rax
-	0x7f, 0xe5, // jg loop
-	0xb8, 0x80, 0x00, 0x00, 0x00, // mov eax, 128 (rt_sigtimedwait)
-	0x48, 0x8d, 0x3d, 0x0e, 0x00, 0x00, 0x00, // lea rdi, [rip+set]
-	0x31, 0xf6, // xor esi, esi
-	0x31, 0xd2, // xor edx, edx
-	0x41, 0xba, 0x08, 0x00, 0x00, 0x00, // mov r10d, 8
-	0x0f, 0x05, // syscall
-	0xeb, 0xcb, // jmp loop
-	0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, // set: 1<<16
-}
+//go:generate go run github.com/airlock-sandbox/airlock/internal/asm/asmgen -src testdata/init_amd64.S -var initAMD64 -o sandbox_init_code.go
 
 // initELF returns the init as a static ELF executable for the host's
 // architecture.

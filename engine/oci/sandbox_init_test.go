@@ -5,11 +5,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/proc"
 )
 
 // The idle init runs, sleeps in the kernel rather than spinning, and
@@ -34,19 +34,18 @@ func TestInitRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cmd.Process.Kill()
-	stat := "/proc/" + strconv.Itoa(cmd.Process.Pid) + "/stat"
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		st, err := os.ReadFile(stat)
+		st, err := proc.ReadStat(cmd.Process.Pid)
 		if err != nil {
 			t.Fatalf("init died: %v", err)
 		}
-		// Field 3 is the state: S (sleeping) once it waits for SIGCHLD.
-		if f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+1:])); f[0] == "S" {
+		// S (sleeping) once it waits for SIGCHLD.
+		if st.State == proc.Sleeping {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("init never slept: %s", st)
+			t.Fatalf("init never slept: %+v", st)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -6,7 +6,6 @@ package oci
 // runtime's root, so that any airlock process can Open it by id.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,6 +29,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/flock"
 	"github.com/airlock-sandbox/airlock/internal/gvisor"
+	"github.com/airlock-sandbox/airlock/internal/proc"
 	"github.com/airlock-sandbox/airlock/internal/proctree"
 	"github.com/airlock-sandbox/airlock/isolation"
 )
@@ -233,23 +233,14 @@ func (e *Engine) statePid(ctx context.Context, bin, state, name string) (int, er
 	return st.Pid, nil
 }
 
-// procStart reads a live (not zombie) process's start time.
+// procStart reads a running process's start time; false when it is gone
+// or has exited (a zombie: see internal/proc).
 func procStart(pid int) (uint64, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
+	st, err := proc.ReadStat(pid)
+	if err != nil || !st.Alive() {
 		return 0, false
 	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	// Fields after the name: state is the first, starttime the 20th.
-	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
-		return 0, false
-	}
-	start, err := strconv.ParseUint(f[19], 10, 64)
-	return start, err == nil
+	return st.StartTime, true
 }
 
 // Open implements engine.Engine. A sandbox that was lost from outside
@@ -689,27 +680,16 @@ func oomKills(id string) uint64 {
 	return n
 }
 
-// hostProcs lists the host's processes among pids.
+// hostProcs lists the host's processes among pids, zombies included: a
+// zombie's pid is still taken, and its parent link still counts.
 func hostProcs(pids map[int]bool) []proctree.Proc {
 	var out []proctree.Proc
 	for pid := range pids {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		st, err := proc.ReadStat(pid)
 		if err != nil {
 			continue
 		}
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			continue
-		}
-		// After the name: state, ppid, pgrp, session.
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 4 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(f[1])
-		sid, _ := strconv.Atoi(f[3])
-		pgid, _ := strconv.Atoi(f[2])
-		out = append(out, proctree.Proc{Pid: pid, Ppid: ppid, Sid: sid, Pgid: pgid})
+		out = append(out, proctree.Proc{Pid: pid, Ppid: st.Ppid, Sid: st.Session, Pgid: st.Pgrp})
 	}
 	return out
 }

@@ -10,6 +10,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/internal/proc/proctest"
 )
 
 func TestCheckSandboxID(t *testing.T) {
@@ -71,6 +72,14 @@ func TestProcStart(t *testing.T) {
 	}
 	if _, ok := procStart(1 << 30); ok {
 		t.Fatal("procStart of a pid that cannot exist succeeded")
+	}
+	// A zombie has exited, but its pid is taken and its parent link holds.
+	_, z := proctest.Zombie(t)
+	if _, ok := procStart(z.Pid); ok {
+		t.Error("procStart of a zombie succeeded")
+	}
+	if got := hostProcs(map[int]bool{z.Pid: true}); len(got) != 1 || got[0].Ppid != os.Getpid() {
+		t.Errorf("hostProcs of a zombie: %+v; want it, child of %d", got, os.Getpid())
 	}
 }
 

@@ -4,6 +4,8 @@
 #                     native order) to stderr, execve PROG (searching PATH); 127 if it cannot
 #   helper k          read a pid (4 bytes) from stdin, SIGKILL its process group until
 #                     the group is gone; exit 0, or 2 on bad input, 3 if it will not go
+#   The oci engine's idle init (engine/oci/testdata/init_amd64.S) reaps with wait4 instead of
+#   leaving it to the kernel; both reap every orphan and sleep until killed.
 	.text
 	.globl _start
 _start:

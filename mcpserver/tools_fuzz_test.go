@@ -7,14 +7,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/engine/enginetest"
 	"github.com/airlock-sandbox/airlock/images"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
@@ -22,42 +21,7 @@ import (
 	"github.com/airlock-sandbox/airlock/units"
 )
 
-// refusingEngine records the specs it is asked to check and refuses them:
-// a tool call goes through the real runner up to the engine, and nothing
-// is made.
-type refusingEngine struct {
-	mu   sync.Mutex
-	seen []*engine.SandboxSpec
-}
-
-var _ engine.Engine = (*refusingEngine)(nil)
-
-func (e *refusingEngine) Name() string { return "oci" }
-func (e *refusingEngine) Check(_ context.Context, s *engine.SandboxSpec) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.seen = append(e.seen, s)
-	return fmt.Errorf("%w: fuzzing: nothing is made", errdefs.ErrUnavailable)
-}
-func (e *refusingEngine) Create(context.Context, *engine.SandboxSpec) (engine.Sandbox, error) {
-	panic("refusingEngine: Create after a refused Check")
-}
-func (e *refusingEngine) Open(context.Context, string) (engine.Sandbox, error) {
-	return nil, errdefs.ErrNotFound
-}
-func (e *refusingEngine) Runtime(context.Context, isolation.Mode) (engine.Runtime, error) {
-	return engine.Runtime{}, errdefs.ErrUnavailable
-}
-
-func (e *refusingEngine) take() []*engine.SandboxSpec {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	s := e.seen
-	e.seen = nil
-	return s
-}
-
-// fuzzRunners hands every call the one runner on a refusingEngine; no
+// fuzzRunners hands every call the one runner on a refusing engine; no
 // sandbox is live.
 type fuzzRunners struct {
 	rn   *runner.Runner
@@ -133,7 +97,7 @@ func FuzzToolArgs(f *testing.F) {
 	if err := templates.Open(root).Put(tp); err != nil {
 		f.Fatal(err)
 	}
-	eng := &refusingEngine{}
+	eng := &enginetest.Refusing{}
 	rn, err := runner.New(runner.WithRoot(root), runner.WithEngine(eng))
 	if err != nil {
 		f.Fatal(err)
@@ -154,7 +118,7 @@ func FuzzToolArgs(f *testing.F) {
 			return // the client cannot send it
 		}
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: json.RawMessage(args)})
-		jobs := eng.take()
+		jobs := eng.Checked()
 		ok := err == nil && !res.IsError
 		switch tool {
 		case "run_code", "sandbox_create", "sandbox_exec", "sandbox_write_file", "sandbox_read_file":

@@ -2,12 +2,13 @@ package server
 
 // Fuzzing of the request bodies, from raw bytes through the real handler
 // and the real runner to the spec an engine would be handed. The engine is
-// checkEngine: its Check records the spec and refuses it, so nothing is
-// ever created, yet everything the API and the runner decide runs.
+// enginetest.Refusing: its Check records the spec and refuses it, so
+// nothing is ever created, yet everything the API and the runner decide
+// runs. Requests go straight to the handler (do), so that a panic fails
+// the target where net/http would have recovered it.
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -20,7 +21,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,6 +28,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/engine/enginetest"
 	"github.com/airlock-sandbox/airlock/images"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
@@ -35,53 +36,12 @@ import (
 	"github.com/airlock-sandbox/airlock/units"
 )
 
-// errNothingMade is checkEngine's refusal of every spec.
-var errNothingMade = fmt.Errorf("%w: fuzzing: the engine makes nothing", errdefs.ErrUnavailable)
-
-// checkEngine records the specs it is asked to check and refuses them.
-type checkEngine struct {
-	mu   sync.Mutex
-	seen []*engine.SandboxSpec
-}
-
-var _ engine.Engine = (*checkEngine)(nil)
-
-func (e *checkEngine) Name() string { return "oci" }
-
-func (e *checkEngine) Check(_ context.Context, s *engine.SandboxSpec) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.seen = append(e.seen, s)
-	return errNothingMade
-}
-
-func (e *checkEngine) Create(context.Context, *engine.SandboxSpec) (engine.Sandbox, error) {
-	panic("checkEngine: Create after a refused Check")
-}
-
-func (e *checkEngine) Open(context.Context, string) (engine.Sandbox, error) {
-	return nil, fmt.Errorf("%w: fuzzing: no sandbox", errdefs.ErrNotFound)
-}
-
-func (e *checkEngine) Runtime(context.Context, isolation.Mode) (engine.Runtime, error) {
-	return engine.Runtime{}, errNothingMade
-}
-
-// take returns the specs checked since the last call.
-func (e *checkEngine) take() []*engine.SandboxSpec {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	s := e.seen
-	e.seen = nil
-	return s
-}
-
 // fuzzTemplateName is the template newFuzzServer stores.
 const fuzzTemplateName = "fz"
 
 // newFuzzServer is a server on a fresh root holding a default image and
-// template fz, whose runner's engine is a checkEngine.
-func newFuzzServer(tb testing.TB) (*Server, *checkEngine, *templates.Template) {
+// template fz, whose runner's engine refuses every spec.
+func newFuzzServer(tb testing.TB) (*Server, *enginetest.Refusing, *templates.Template) {
 	tb.Helper()
 	root := tb.TempDir()
 	idx := images.OpenIndex(filepath.Join(root, "images"))
@@ -96,7 +56,7 @@ func newFuzzServer(tb testing.TB) (*Server, *checkEngine, *templates.Template) {
 	if err := templates.Open(root).Put(tp); err != nil {
 		tb.Fatal(err)
 	}
-	eng := &checkEngine{}
+	eng := &enginetest.Refusing{}
 	rn, err := runner.New(runner.WithRoot(root), runner.WithEngine(eng))
 	if err != nil {
 		tb.Fatal(err)
@@ -116,15 +76,6 @@ func newFuzzServer(tb testing.TB) (*Server, *checkEngine, *templates.Template) {
 	return s, eng, tp
 }
 
-// serve sends one request straight to the handler: a panic in it fails
-// the fuzz target (net/http would have recovered it).
-func serve(h http.Handler, method, target string, body []byte) *httptest.ResponseRecorder {
-	req := httptest.NewRequest(method, target, bytes.NewReader(body))
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	return rec
-}
-
 // errorShape checks that rec is the API's error shape and returns its kind.
 func errorShape(t *testing.T, rec *httptest.ResponseRecorder) string {
 	t.Helper()
@@ -139,6 +90,30 @@ func errorShape(t *testing.T, rec *httptest.ResponseRecorder) string {
 		t.Fatalf("Content-Type %q", ct)
 	}
 	return e.Error.Kind
+}
+
+// checkedJob checks the answer to body, which is an error since nothing
+// runs, and returns the one spec the engine was asked to check, nil when
+// it was not asked. A body that reached the engine decodes into q, and its
+// spec holds what every spec must (checkJob).
+func checkedJob(t *testing.T, eng *enginetest.Refusing, rec *httptest.ResponseRecorder, body []byte, q any) *engine.SandboxSpec {
+	t.Helper()
+	kind := errorShape(t, rec)
+	jobs := eng.Checked()
+	if len(jobs) == 0 {
+		if kind == KindUnavailable && strings.Contains(rec.Body.String(), enginetest.ErrRefused.Error()) {
+			t.Fatal("the engine's refusal came back, yet it was never asked")
+		}
+		return nil
+	}
+	if err := decodeJSON(bytes.NewReader(body), q); err != nil {
+		t.Fatalf("the engine was asked for a body that does not decode: %v", err)
+	}
+	if len(jobs) != 1 || kind != KindUnavailable {
+		t.Fatalf("%d specs checked, answer %s", len(jobs), kind)
+	}
+	checkJob(t, jobs[0])
+	return jobs[0]
 }
 
 // checkJob checks what holds of every spec an engine is handed, whatever
@@ -261,26 +236,11 @@ func FuzzRunRequest(f *testing.F) {
 	s, eng, tp := newFuzzServer(f)
 	h := s.Handler()
 	f.Fuzz(func(t *testing.T, body []byte) {
-		rec := serve(h, "POST", "/v1/runs", body)
-		kind := errorShape(t, rec) // nothing runs, so every answer is an error
-		jobs := eng.take()
-		if len(jobs) == 0 {
-			if kind == KindUnavailable && strings.Contains(rec.Body.String(), "the engine makes nothing") {
-				t.Fatal("the engine's refusal came back, yet it was never asked")
-			}
+		var q RunRequest
+		job := checkedJob(t, eng, do(t, h, false, "POST", "/v1/runs", string(body)), body, &q)
+		if job == nil {
 			return
 		}
-		// The engine was asked: the body is a valid request, and the spec
-		// is exactly what it asked for.
-		var q RunRequest
-		if err := decodeJSON(bytes.NewReader(body), &q); err != nil {
-			t.Fatalf("the engine was asked for a body that does not decode: %v", err)
-		}
-		if len(jobs) != 1 || kind != KindUnavailable {
-			t.Fatalf("%d specs checked, answer %s", len(jobs), kind)
-		}
-		job := jobs[0]
-		checkJob(t, job)
 		checkLimits(t, &q.PolicyRequest, job.Policy, tp)
 		if !slices.Equal(job.Init.Argv, q.Argv) || job.Workdir != q.Workdir {
 			t.Fatalf("argv %q workdir %q reached the engine; the request gave %q %q", job.Init.Argv, job.Workdir, q.Argv, q.Workdir)
@@ -311,21 +271,11 @@ func FuzzSandboxRequest(f *testing.F) {
 	s, eng, tp := newFuzzServer(f)
 	h := s.Handler()
 	f.Fuzz(func(t *testing.T, body []byte) {
-		rec := serve(h, "POST", "/v1/sandboxes", body)
-		kind := errorShape(t, rec)
-		jobs := eng.take()
-		if len(jobs) == 0 {
+		var q SandboxRequest
+		job := checkedJob(t, eng, do(t, h, false, "POST", "/v1/sandboxes", string(body)), body, &q)
+		if job == nil {
 			return
 		}
-		var q SandboxRequest
-		if err := decodeJSON(bytes.NewReader(body), &q); err != nil {
-			t.Fatalf("the engine was asked for a body that does not decode: %v", err)
-		}
-		if len(jobs) != 1 || kind != KindUnavailable {
-			t.Fatalf("%d specs checked, answer %s", len(jobs), kind)
-		}
-		job := jobs[0]
-		checkJob(t, job)
 		checkLimits(t, &q.PolicyRequest, job.Policy, tp)
 		if job.Init != nil || job.Workdir != runner.WorkspaceDir || !strings.HasPrefix(job.ID, "sb-") {
 			t.Fatalf("a sandbox's spec: init %v, workdir %q, id %q", job.Init, job.Workdir, job.ID)
@@ -353,9 +303,9 @@ func FuzzExecRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, sid string, body []byte) {
 		// No sandbox is live: the handler must answer with an error, and
 		// ask no engine for anything.
-		rec := serve(h, "POST", "/v1/sandboxes/"+url.PathEscape(sid)+"/exec", body)
+		rec := do(t, h, false, "POST", "/v1/sandboxes/"+url.PathEscape(sid)+"/exec", string(body))
 		errorShape(t, rec)
-		if jobs := eng.take(); len(jobs) > 0 {
+		if jobs := eng.Checked(); len(jobs) > 0 {
 			t.Fatalf("an exec request reached the engine's Check")
 		}
 		var q ExecRequest
@@ -405,8 +355,8 @@ func FuzzRunCode(f *testing.F) {
 	s, eng, _ := newFuzzServer(f)
 	h := s.Handler()
 	f.Fuzz(func(t *testing.T, body []byte) {
-		rec := serve(h, "POST", "/run_code", body)
-		jobs := eng.take()
+		rec := do(t, h, false, "POST", "/run_code", string(body))
+		jobs := eng.Checked()
 		if rec.Code != http.StatusOK {
 			errorShape(t, rec)
 			if len(jobs) > 0 {

@@ -129,7 +129,7 @@ func FuzzWSMessages(f *testing.F) {
 		if v := panicked.Load(); v != nil {
 			t.Fatalf("the handler panicked: %v", v)
 		}
-		if len(eng.take()) > 0 {
+		if len(eng.Checked()) > 0 {
 			t.Fatal("a WebSocket message reached the engine's Check")
 		}
 		// A reconnect that was accepted, and ended with the exec's exit,

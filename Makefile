@@ -81,6 +81,7 @@ FUZZ_TARGETS := \
 	server:FuzzSandboxRequest \
 	server:FuzzWSMessages \
 	store:FuzzLayerCheck \
+	store:FuzzStoreIndex \
 	store:FuzzUnpackLayer \
 	templates:FuzzTemplateFile \
 	units:FuzzParseBytes \

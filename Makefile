@@ -79,6 +79,7 @@ FUZZ_TARGETS := \
 	server:FuzzRunCode \
 	server:FuzzRunRequest \
 	server:FuzzSandboxRequest \
+	server:FuzzWSFrames \
 	server:FuzzWSMessages \
 	store:FuzzLayerCheck \
 	store:FuzzStoreIndex \

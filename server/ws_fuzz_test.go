@@ -1,15 +1,21 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -148,6 +154,141 @@ func FuzzWSMessages(f *testing.F) {
 			if !bytes.Equal(got[i], out[i][off:]) {
 				t.Fatalf("%s from offset %d: %q, want %q", streamNames[i], off, got[i], out[i][off:])
 			}
+		}
+	})
+}
+
+// checkServerFrames checks what the server sent: unmasked frames of
+// known opcodes, each text frame a JSON object. A last frame may be cut
+// short by a reset.
+func checkServerFrames(t *testing.T, b []byte) {
+	t.Helper()
+	for len(b) >= 2 {
+		op, masked, n := b[0]&0x0f, b[1]&0x80 != 0, uint64(b[1]&0x7f)
+		b = b[2:]
+		switch {
+		case n == 126 && len(b) >= 2:
+			n, b = uint64(binary.BigEndian.Uint16(b)), b[2:]
+		case n == 127 && len(b) >= 8:
+			n, b = binary.BigEndian.Uint64(b), b[8:]
+		}
+		if masked || (op != 1 && op != 8 && op != 10) {
+			t.Fatalf("the server sent a frame of opcode %d, masked %v", op, masked)
+		}
+		if uint64(len(b)) < n {
+			return
+		}
+		if op == 1 && !json.Valid(b[:n]) {
+			t.Fatalf("the server sent a text frame that is not JSON: %q", b[:n])
+		}
+		b = b[n:]
+	}
+}
+
+// wsFrame is a client's frame: masked, as RFC 6455 requires of clients.
+func wsFrame(fin bool, op byte, payload []byte) []byte {
+	b0 := op
+	if fin {
+		b0 |= 0x80
+	}
+	b := []byte{b0}
+	switch n := len(payload); {
+	case n < 126:
+		b = append(b, 0x80|byte(n))
+	case n < 1<<16:
+		b = append(b, 0x80|126, byte(n>>8), byte(n))
+	default:
+		b = append(b, 0x80|127, 0, 0, 0, 0, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+	}
+	key := [4]byte{1, 2, 3, 4}
+	b = append(b, key[:]...)
+	for i, c := range payload {
+		b = append(b, c^key[i%4])
+	}
+	return b
+}
+
+// FuzzWSFrames writes the bytes, as they are, after the WebSocket
+// handshake of a real server's exec WebSocket, then half-closes the
+// connection: malformed frames (bad opcodes and lengths, unmasked or
+// fragmented frames, control frames out of place) reach the server's
+// frame reading and ws.go behind it. The server must not panic, must end
+// the connection, and must ask no engine for anything.
+func FuzzWSFrames(f *testing.F) {
+	const sid = "sb-0123456789abcdef0123"
+	reconnect := []byte(`{"type":"reconnect","exec_id":"ex-fuzz"}`)
+	execute := []byte(`{"type":"execute","argv":["ls"]}`)
+	for _, b := range [][]byte{
+		wsFrame(true, 1, reconnect),
+		append(wsFrame(true, 1, reconnect), wsFrame(true, 1, []byte(`{"type":"kill"}`))...),
+		append(wsFrame(false, 1, reconnect[:10]), wsFrame(true, 0, reconnect[10:])...),
+		append(wsFrame(false, 1, reconnect[:10]), append(wsFrame(true, 9, []byte("ping")), wsFrame(true, 0, reconnect[10:])...)...),
+		wsFrame(true, 0, reconnect),
+		wsFrame(true, 2, execute),
+		wsFrame(true, 3, execute),
+		wsFrame(true, 8, []byte{3, 232, 'b', 'y', 'e'}),
+		wsFrame(false, 9, []byte("fragmented ping")),
+		wsFrame(true, 9, bytes.Repeat([]byte("x"), 126)),
+		{0x81, 0x05, 'h', 'e', 'l', 'l', 'o'}, // unmasked
+		{0x81, 0xff, 0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 1, 2, 3, 4},
+		{0x81, 0xfe, 0x00},
+		{0xf1, 0x80, 1, 2, 3, 4},
+		{},
+	} {
+		f.Add(b)
+	}
+	s, eng, _ := newFuzzServer(f)
+	var panicked atomic.Value
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				panicked.Store(fmt.Sprint(v))
+				panic(v)
+			}
+		}()
+		s.Handler().ServeHTTP(w, r)
+	}))
+	f.Cleanup(hs.Close)
+	addr := strings.TrimPrefix(hs.URL, "http://")
+	handshake := "GET /v1/sandboxes/" + sid + "/exec/ws HTTP/1.1\r\nHost: " + addr + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		// An exec that has ended, so that a reconnect gets its output and
+		// exit at once.
+		e := &execSession{id: "ex-fuzz", sandboxID: sid, wake: make(chan struct{}), kill: func() {}}
+		e.out = [2][]byte{[]byte("out"), []byte("err")}
+		e.finish(runner.Result{ID: "ex-fuzz", Reason: runner.ReasonExited}, nil)
+		s.execs.add(e)
+		defer s.execs.forget(e.id)
+
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		// A hang is a failure too; the bound is far above any answer.
+		c.SetDeadline(time.Now().Add(time.Minute))
+		if _, err := c.Write([]byte(handshake)); err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+			t.Fatalf("the handshake: %v, %v", resp, err)
+		}
+		c.Write(raw) // the server may have closed already
+		c.(*net.TCPConn).CloseWrite()
+		var reply bytes.Buffer
+		if _, err := io.Copy(&reply, br); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("the server did not end the connection: %v", err)
+		}
+		checkServerFrames(t, reply.Bytes())
+		if v := panicked.Load(); v != nil {
+			t.Fatalf("the handler panicked: %v", v)
+		}
+		if len(eng.Checked()) > 0 {
+			t.Fatal("a WebSocket frame reached the engine's Check")
 		}
 	})
 }

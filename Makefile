@@ -90,7 +90,7 @@ FUZZ_TARGETS := \
 	units:FuzzParseDuration
 
 FUZZ_TIME ?= 30s
-FUZZ_CI_TIME ?= 4s
+FUZZ_CI_TIME ?= 3s
 # One worker: the machine's cores are shared. New inputs are kept as found
 # (minimizing each costs seconds); a crash is still minimized a little.
 FUZZ_FLAGS ?= -parallel 1 -fuzzminimizetime 10x
@@ -100,7 +100,7 @@ fuzz: ## Run each fuzz target for FUZZ_TIME (30s); fuzz.log has the output
 	@$(MAKE) --no-print-directory fuzz-run FUZZ_RUN_TIME=$(FUZZ_TIME)
 
 .PHONY: fuzz-ci
-fuzz-ci: ## Run each fuzz target briefly (FUZZ_CI_TIME, 4s), for CI
+fuzz-ci: ## Run each fuzz target briefly (FUZZ_CI_TIME, 3s), for CI
 	@$(MAKE) --no-print-directory fuzz-run FUZZ_RUN_TIME=$(FUZZ_CI_TIME)
 
 # A bare "context deadline exceeded" with no failing input written is Go's

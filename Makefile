@@ -62,15 +62,69 @@ test-sdk: ## Test the JS, deepagents and Python clients against a live airlock s
 unit: ## Run the unit tests only (no root, no daemon)
 	$(GO) test ./...
 
+# Every fuzz target, as package:Target; `make fuzz` and `make fuzz-ci` run
+# them all. internal/hygiene's test fails when a func Fuzz in the tree is
+# missing here (or one listed here is gone), and when one has no committed
+# corpus under its package's testdata/fuzz/<Target>/.
+FUZZ_TARGETS := \
+	artifacts:FuzzCheckName \
+	images:FuzzOpenLayout \
+	images:FuzzParseRef \
+	internal/agent:FuzzReader \
+	internal/termsafe:FuzzWriter \
+	mcpserver:FuzzToolArgs \
+	runner:FuzzParseJobs \
+	seccomp:FuzzParseCustom \
+	server:FuzzExecRequest \
+	server:FuzzRunCode \
+	server:FuzzRunRequest \
+	server:FuzzSandboxRequest \
+	server:FuzzWSFrames \
+	server:FuzzWSMessages \
+	store:FuzzLayerCheck \
+	store:FuzzStoreIndex \
+	store:FuzzUnpackLayer \
+	templates:FuzzTemplateFile \
+	units:FuzzParseBytes \
+	units:FuzzParseCPUs \
+	units:FuzzParseDuration
+
+FUZZ_TIME ?= 30s
+FUZZ_CI_TIME ?= 3s
+# One worker: the machine's cores are shared. New inputs are kept as found
+# (minimizing each costs seconds); a crash is still minimized a little.
+FUZZ_FLAGS ?= -parallel 1 -fuzzminimizetime 10x
+
 .PHONY: fuzz
-fuzz: ## Run each fuzz target for 30s
-	$(GO) test -run XXX -fuzz FuzzParseBytes -fuzztime 30s ./units/
-	$(GO) test -run XXX -fuzz FuzzParseCPUs -fuzztime 30s ./units/
-	$(GO) test -run XXX -fuzz FuzzParseDuration -fuzztime 30s ./units/
-	$(GO) test -run XXX -fuzz FuzzParseRef -fuzztime 30s ./images/
-	$(GO) test -run XXX -fuzz FuzzWriter -fuzztime 30s ./internal/termsafe/
-	$(GO) test -run XXX -fuzz FuzzCheckName -fuzztime 30s ./artifacts/
-	$(GO) test -run XXX -fuzz FuzzUnpackLayer -fuzztime 60s -fuzzminimizetime 10x ./store/
+fuzz: ## Run each fuzz target for FUZZ_TIME (30s); fuzz.log has the output
+	@$(MAKE) --no-print-directory fuzz-run FUZZ_RUN_TIME=$(FUZZ_TIME)
+
+.PHONY: fuzz-ci
+fuzz-ci: ## Run each fuzz target briefly (FUZZ_CI_TIME, 3s), for CI
+	@$(MAKE) --no-print-directory fuzz-run FUZZ_RUN_TIME=$(FUZZ_CI_TIME)
+
+# A bare "context deadline exceeded" with no failing input written is Go's
+# fuzzing coordinator racing its own -fuzztime deadline (go.dev/issue/75804,
+# fixed in Go 1.27), not a finding: it is reported, and does not fail the run.
+.PHONY: fuzz-run
+fuzz-run:
+	$(GO) test -count=1 -run TestFuzzTargetsListed ./internal/hygiene/
+	@: > fuzz.log; failed=""; start=$$SECONDS; one=$$(mktemp); trap 'rm -f $$one' EXIT; \
+	for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZ_RUN_TIME) $(FUZZ_FLAGS) ./$$pkg/ > $$one 2>&1; rc=$$?; \
+		{ echo "== $$t"; cat $$one; } >> fuzz.log; \
+		last=$$(grep -a 'fuzz: elapsed' $$one | tail -1); \
+		if [ $$rc = 0 ]; then \
+			printf '%-32s %s\n' "$$t" "$$last"; \
+		elif grep -q 'context deadline exceeded' $$one && ! grep -qE 'Failing input written|failure while testing seed corpus|panic:' $$one; then \
+			printf '%-32s %s (ended by the go.dev/issue/75804 deadline race, no finding)\n' "$$t" "$$last"; \
+		else \
+			printf '%-32s FAILED\n' "$$t"; grep -aA15 -- '--- FAIL' $$one | head -30; failed="$$failed $$t"; \
+		fi; \
+	done; \
+	echo "fuzzing took $$((SECONDS - start))s"; \
+	if [ -n "$$failed" ]; then echo "failed:$$failed (fuzz.log has the output; a failing input is written to <package>/testdata/fuzz/<Target>/)"; exit 1; fi
 
 .PHONY: bench
 bench: setup ## airlock beside docker run: cold start, first byte, burst, flood, copy-out, batch
@@ -108,4 +162,4 @@ lint: ## gofmt and go vet
 
 .PHONY: clean
 clean: ## Remove build outputs
-	rm -rf bin dist e2e.log sandboxes-e2e.log serve-e2e.log
+	rm -rf bin dist e2e.log sandboxes-e2e.log serve-e2e.log fuzz.log

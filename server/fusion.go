@@ -90,10 +90,13 @@ func fusionSeconds(field string, v *float64) (time.Duration, error) {
 	if v == nil {
 		return fusionDefaultTimeout, nil
 	}
-	if *v <= 0 || math.IsNaN(*v) || *v > 24*3600 {
+	// A value so small that it rounds to no time at all would read as
+	// "the default" further on: it is refused instead.
+	d := time.Duration(*v * float64(time.Second))
+	if *v <= 0 || math.IsNaN(*v) || *v > 24*3600 || d <= 0 {
 		return 0, fmt.Errorf("%s %v: give a positive number of seconds", field, *v)
 	}
-	return time.Duration(*v * float64(time.Second)), nil
+	return d, nil
 }
 
 func sandboxError(format string, args ...any) FusionResponse {
@@ -115,8 +118,14 @@ func (s *Server) fusion(ctx context.Context, q *FusionRequest) FusionResponse {
 	}
 	pol := isolation.Default()
 	pol.Limits.Timeout = timeout
-	if q.MemoryLimitMB != nil && *q.MemoryLimitMB > 0 {
-		pol.Limits.Memory = units.Bytes(*q.MemoryLimitMB * (1 << 20))
+	if m := q.MemoryLimitMB; m != nil && *m > 0 {
+		// Under a byte it would be zero, which reads as the default; past
+		// an int64 it would wrap: both are refused.
+		b := *m * (1 << 20)
+		if b < 1 || b >= math.MaxInt64 {
+			return sandboxError("memory_limit_MB %v: give a number of megabytes from 1 to the host's memory", *m)
+		}
+		pol.Limits.Memory = units.Bytes(b)
 	}
 	files := map[string][]byte{}
 	for p, b64 := range q.Files {

@@ -28,6 +28,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/errkind"
 	"github.com/airlock-sandbox/airlock/engine/enginetest"
 	"github.com/airlock-sandbox/airlock/images"
 	"github.com/airlock-sandbox/airlock/isolation"
@@ -83,7 +84,7 @@ func errorShape(t *testing.T, rec *httptest.ResponseRecorder) string {
 	if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil {
 		t.Fatalf("status %d: the body is not JSON: %v: %q", rec.Code, err, rec.Body)
 	}
-	if want, ok := statusOf[e.Error.Kind]; !ok || want != rec.Code || e.Error.Message == "" {
+	if row, ok := errkind.Lookup(errkind.Kind(e.Error.Kind)); !ok || row.Status != rec.Code || e.Error.Message == "" {
 		t.Fatalf("status %d: not the error shape: %q", rec.Code, rec.Body)
 	}
 	if ct := rec.Header().Get("Content-Type"); ct != "application/json" {

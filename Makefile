@@ -30,6 +30,8 @@ run: setup ## Set up, then run a Python job on the default image
 test: setup ## Set up, then run unit and end-to-end tests against real dockerd and runsc
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
+	@# Every fuzz target briefly, from its committed corpus on.
+	@$(MAKE) --no-print-directory fuzz-ci
 	@# The sandbox conformance suite (engine/enginetest) on both engines, both isolation modes.
 	$(GO) test -count=1 -p 1 -tags e2e -timeout 20m -run 'TestSandbox' -v ./engine/oci/ ./engine/docker/ > sandboxes-e2e.log 2>&1 || { grep -B2 -A20 -- '--- FAIL' sandboxes-e2e.log | head -80; exit 1; }; grep -E '^(ok|FAIL)' sandboxes-e2e.log
 	@# airlock serve end to end, once, on one pair (oci, gvisor), with a 50-run load test.

@@ -65,6 +65,8 @@ echo "== airlock serve on unix:$AIRLOCK_SOCKET and $AIRLOCK_URL"
 
 echo "== sdk: one npm ci and one build of the workspace (js, then deepagents-js)"
 (cd "$sdk" && npm ci --no-audit --no-fund --loglevel=error && rm -rf js/dist deepagents-js/dist && npm run --silent build)
+echo "== sdk/js's types are what openapi-typescript makes of server/openapi.json"
+(cd "$sdk/js" && npm run --silent check:types) || { echo "sdk/js/src/api.ts is stale: run \`npm run gen:types\` in sdk/js and commit it" >&2; exit 1; }
 echo "== sdk/deepagents-js builds from its own directory too (it builds sdk/js first)"
 (cd "$sdk" && rm -rf js/dist deepagents-js/dist && cd deepagents-js && npm run --silent build)
 echo "== sdk/js"

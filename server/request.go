@@ -25,64 +25,101 @@ import (
 
 // PolicyRequest holds the policy fields of runs and sandboxes.
 type PolicyRequest struct {
-	// Template names a sandbox template; the other fields may narrow it,
-	// never widen it.
-	Template               string    `json:"template,omitempty"`
-	Image                  string    `json:"image,omitempty"`
-	Timeout                string    `json:"timeout,omitempty"`
-	Memory                 string    `json:"memory,omitempty"`
-	CPUs                   flexValue `json:"cpus,omitempty"`
-	Pids                   *int64    `json:"pids,omitempty"`
-	OutputLimit            string    `json:"output_limit,omitempty"`
-	TmpSize                string    `json:"tmp_size,omitempty"`
-	FileSize               string    `json:"file_size,omitempty"`
-	Env                    []string  `json:"env,omitempty"`
-	Engine                 string    `json:"engine,omitempty"`
-	Isolation              string    `json:"isolation,omitempty"`
-	OutDir                 string    `json:"out_dir,omitempty"`
-	OutLimit               string    `json:"out_limit,omitempty"`
-	OutFiles               *int      `json:"out_files,omitempty"`
-	ArtifactMaxSize        string    `json:"artifact_max_size,omitempty"`
-	ArtifactTypes          []string  `json:"artifact_types,omitempty"`
-	ArtifactsAllowDotfiles bool      `json:"artifacts_allow_dotfiles,omitempty"`
+	// Template names a sandbox template (airlock template ls); the other
+	// fields may narrow it, never widen it. An unknown name is not_found,
+	// a widening invalid_input.
+	Template string `json:"template,omitempty"`
+	// Image is a pinned reference, NAME@sha256:<id> or sha256:<id>.
+	Image string `json:"image,omitempty"`
+	// Timeout is the wall-clock limit, a duration such as 30s or 500ms.
+	Timeout string `json:"timeout,omitempty"`
+	// Memory is the memory limit, a size such as 512MiB.
+	Memory string `json:"memory,omitempty"`
+	// CPUs is the CPU allowance, a number or a string such as "0.5".
+	CPUs flexValue `json:"cpus,omitempty"`
+	// Pids caps the number of processes.
+	Pids *int64 `json:"pids,omitempty"`
+	// OutputLimit caps each of stdout and stderr, a size such as 1MiB.
+	OutputLimit string `json:"output_limit,omitempty"`
+	// TmpSize caps /tmp, a size.
+	TmpSize string `json:"tmp_size,omitempty"`
+	// FileSize caps any one file the program writes, a size.
+	FileSize string `json:"file_size,omitempty"`
+	// Env is the program's environment, NAME=VALUE each.
+	Env       []string `json:"env,omitempty"`
+	Engine    string   `json:"engine,omitempty" openapi:"enum=auto|oci|docker"`
+	Isolation string   `json:"isolation,omitempty" openapi:"enum=gvisor|seccomp"`
+	// OutDir is the output directory inside the sandbox; "none" turns it
+	// off.
+	OutDir string `json:"out_dir,omitempty"`
+	// OutLimit caps the output directory's bytes, a size.
+	OutLimit string `json:"out_limit,omitempty"`
+	// OutFiles caps the output directory's files.
+	OutFiles *int `json:"out_files,omitempty"`
+	// ArtifactMaxSize caps one artifact, a size.
+	ArtifactMaxSize string `json:"artifact_max_size,omitempty"`
+	// ArtifactTypes is the MIME allowlist of artifacts.
+	ArtifactTypes []string `json:"artifact_types,omitempty"`
+	// ArtifactsAllowDotfiles accepts artifact paths with a component
+	// starting with '.'.
+	ArtifactsAllowDotfiles bool `json:"artifacts_allow_dotfiles,omitempty"`
 
 	// Host paths are refused from a client; these catch them to say so.
-	Input          json.RawMessage `json:"input,omitempty"`
-	Artifacts      json.RawMessage `json:"artifacts,omitempty"`
-	Quarantine     json.RawMessage `json:"quarantine,omitempty"`
-	SeccompProfile json.RawMessage `json:"seccomp_profile,omitempty"`
+	Input          json.RawMessage `json:"input,omitempty" openapi:"-"`
+	Artifacts      json.RawMessage `json:"artifacts,omitempty" openapi:"-"`
+	Quarantine     json.RawMessage `json:"quarantine,omitempty" openapi:"-"`
+	SeccompProfile json.RawMessage `json:"seccomp_profile,omitempty" openapi:"-"`
 }
 
 // RunRequest is the body of POST /v1/runs.
 type RunRequest struct {
 	PolicyRequest
-	Argv     []string `json:"argv"`
-	StdinB64 string   `json:"stdin_b64,omitempty"`
-	Workdir  string   `json:"workdir,omitempty"`
+	// Argv is the program and its arguments, never a shell string.
+	Argv []string `json:"argv"`
+	// StdinB64 is the program's standard input, base64.
+	StdinB64 string `json:"stdin_b64,omitempty"`
+	// Workdir is the program's working directory.
+	Workdir string `json:"workdir,omitempty"`
 }
 
 // SandboxRequest is the body of POST /v1/sandboxes.
 type SandboxRequest struct {
 	PolicyRequest
-	IdleTimeout   string            `json:"idle_timeout,omitempty"`
-	TTL           string            `json:"ttl,omitempty"`
-	WorkspaceSize string            `json:"workspace_size,omitempty"`
-	Labels        map[string]string `json:"labels,omitempty"`
-	DownloadTypes []string          `json:"download_types,omitempty"`
+	// IdleTimeout ends the sandbox this long after its last exec or
+	// transfer, a duration.
+	IdleTimeout string `json:"idle_timeout,omitempty"`
+	// TTL ends the sandbox this long after its create, a duration.
+	TTL string `json:"ttl,omitempty"`
+	// WorkspaceSize caps the workspace /home/user, a size.
+	WorkspaceSize string `json:"workspace_size,omitempty"`
+	// Labels are the caller's, shown by sandbox ls.
+	Labels map[string]string `json:"labels,omitempty"`
+	// DownloadTypes is the MIME allowlist of downloads from the sandbox.
+	DownloadTypes []string `json:"download_types,omitempty"`
 }
 
 // ExecRequest is the body of POST /v1/sandboxes/{id}/exec, and of the
 // WebSocket's execute message (whose Type is "execute").
 type ExecRequest struct {
-	Type        string   `json:"type,omitempty"`
-	Argv        []string `json:"argv"`
-	StdinB64    string   `json:"stdin_b64,omitempty"`
-	Stdin       bool     `json:"stdin,omitempty"`
-	Env         []string `json:"env,omitempty"`
-	Workdir     string   `json:"workdir,omitempty"`
-	Timeout     string   `json:"timeout,omitempty"`
-	OutputLimit string   `json:"output_limit,omitempty"`
-	Detach      bool     `json:"detach,omitempty"`
+	// Type is "execute" in a WebSocket message, absent otherwise.
+	Type string `json:"type,omitempty"`
+	// Argv is the program and its arguments, never a shell string.
+	Argv []string `json:"argv"`
+	// StdinB64 is the program's standard input, base64.
+	StdinB64 string `json:"stdin_b64,omitempty"`
+	// Stdin, over the WebSocket, keeps standard input open for input
+	// messages.
+	Stdin bool `json:"stdin,omitempty"`
+	// Env adds to the sandbox's environment, NAME=VALUE each.
+	Env []string `json:"env,omitempty"`
+	// Workdir is the program's working directory.
+	Workdir string `json:"workdir,omitempty"`
+	// Timeout is the exec's wall-clock limit, a duration.
+	Timeout string `json:"timeout,omitempty"`
+	// OutputLimit caps each of the exec's stdout and stderr, a size.
+	OutputLimit string `json:"output_limit,omitempty"`
+	// Detach starts the program and answers at once.
+	Detach bool `json:"detach,omitempty"`
 }
 
 // flexValue is a JSON string or number, kept as its text ("cpus": 2 or "0.5").

@@ -28,8 +28,8 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/airlock-sandbox/airlock/engine"
-	"github.com/airlock-sandbox/airlock/errkind"
 	"github.com/airlock-sandbox/airlock/engine/enginetest"
+	"github.com/airlock-sandbox/airlock/errkind"
 	"github.com/airlock-sandbox/airlock/images"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"

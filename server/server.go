@@ -355,6 +355,10 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
+// openapiDoc is generated from openapi.in.json and the wire types by
+// TestOpenAPIGenerated.
+//
+//go:generate go test -run TestOpenAPIGenerated -update .
 //go:embed openapi.json
 var openapiDoc []byte
 

@@ -8,6 +8,10 @@ import { Readable } from "node:stream";
 import { AirlockError, errorOf, isErrorKind } from "./errors.js";
 import { ConnectionOptions, Transport, ndjson, readAll } from "./transport.js";
 import { ExecHandle } from "./spawn.js";
+import type { components } from "./api.js";
+
+/** The API's schemas, generated from server/openapi.json (npm run gen:types). */
+export type Schemas = components["schemas"];
 
 /** A duration: a Go duration string ("30s", "1m30s") or a number of seconds. */
 export type Duration = string | number;
@@ -29,10 +33,10 @@ export interface PolicyOptions {
   outputLimit?: Size;
   /** Environment, as KEY=VALUE strings or an object. */
   env?: string[] | Record<string, string>;
-  engine?: string;
-  isolation?: string;
+  engine?: Schemas["RunRequest"]["engine"];
+  isolation?: Schemas["RunRequest"]["isolation"];
   /** Any other flag of the CLI, by its JSON name, passed as is. */
-  extra?: Record<string, unknown>;
+  extra?: Partial<PolicyBody>;
 }
 
 /** The options of Sandbox.create: a policy, a lifetime, and where the server is. */
@@ -51,31 +55,10 @@ export interface CreateOptions extends PolicyOptions, ConnectionOptions {
 }
 
 /** One stream of a Result: its first bytes (text or base64), and how many there were. */
-export interface Stream {
-  text?: string;
-  base64?: string;
-  tail?: string;
-  tail_base64?: string;
-  bytes: number;
-  truncated: boolean;
-  sha256?: string;
-  omitted_bytes?: number;
-}
+export type Stream = Schemas["Stream"];
 
 /** The Result of a run or exec, exactly as `airlock run --json` prints it. */
-export interface Result {
-  id?: string;
-  sandbox_id?: string;
-  /** exited, timeout, oom, output_limit, pids_limit, killed, destroyed or error. */
-  reason: string;
-  exit_code: number;
-  duration_ms?: number;
-  stdout?: Stream;
-  stderr?: Stream;
-  error?: string;
-  error_kind?: string;
-  [key: string]: unknown;
-}
+export type Result = Schemas["Result"];
 
 /** The options of one exec. */
 export interface ExecOptions {
@@ -103,18 +86,13 @@ export interface RunOptions extends PolicyOptions, ConnectionOptions {
 }
 
 /** The server's record of a sandbox (GET /v1/sandboxes/{id}). */
-export interface SandboxInfo {
-  id: string;
-  state: string;
-  [key: string]: unknown;
-}
+export type SandboxInfo = Schemas["Sandbox"];
 
 /** The answer to a file upload. */
-export interface WriteResult {
-  path: string;
-  size: number;
-  sha256: string;
-}
+export type WriteResult = Schemas["Transfer"];
+
+/** The policy fields of a request body. */
+type PolicyBody = Omit<Schemas["RunRequest"], "argv" | "stdin_b64" | "workdir">;
 
 function duration(d: Duration | undefined): string | undefined {
   if (d === undefined) return undefined;
@@ -141,11 +119,11 @@ function b64(data: string | Uint8Array | undefined): string | undefined {
 }
 
 /** Drops undefined fields, so the server sees only what was given. */
-function compact(o: Record<string, unknown>): Record<string, unknown> {
-  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined));
+function compact<T extends object>(o: T): T {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as T;
 }
 
-function policyBody(o: PolicyOptions): Record<string, unknown> {
+function policyBody(o: PolicyOptions): PolicyBody {
   return {
     ...o.extra,
     template: o.template,
@@ -162,7 +140,7 @@ function policyBody(o: PolicyOptions): Record<string, unknown> {
 }
 
 /** The fields an exec request and the WebSocket's execute message share. */
-function execBody(command: string | string[], o: Pick<ExecOptions, "timeout" | "outputLimit" | "env" | "cwd">): Record<string, unknown> {
+function execBody(command: string | string[], o: Pick<ExecOptions, "timeout" | "outputLimit" | "env" | "cwd">): Schemas["ExecRequest"] {
   return {
     argv: argvOf(command),
     timeout: duration(o.timeout),
@@ -248,7 +226,7 @@ export class Sandbox {
   /** Create a sandbox (POST /v1/sandboxes) and return it once it is ready. */
   static async create(opts: CreateOptions = {}): Promise<Sandbox> {
     const t = new Transport(opts);
-    const body = compact({
+    const body: Schemas["SandboxRequest"] = compact({
       ...policyBody(opts),
       idle_timeout: duration(opts.idleTimeout),
       ttl: duration(opts.ttl),
@@ -371,7 +349,7 @@ export async function consumeExecStream(events: AsyncIterable<unknown>, opts: Pi
  */
 export async function run(command: string | string[], opts: RunOptions = {}): Promise<Result> {
   const t = new Transport(opts);
-  const body = compact({
+  const body: Schemas["RunRequest"] = compact({
     ...policyBody(opts),
     argv: argvOf(command),
     stdin_b64: b64(opts.stdin),

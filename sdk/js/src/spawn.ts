@@ -7,7 +7,7 @@
 import WebSocket from "ws";
 import { AirlockError, errorFromResponse, errorOf, isErrorKind } from "./errors.js";
 import type { Transport } from "./transport.js";
-import type { Result } from "./sandbox.js";
+import type { Result, Schemas } from "./sandbox.js";
 
 /** The callbacks and retry budget of Sandbox.spawn. */
 export interface SpawnOptions {
@@ -46,7 +46,7 @@ export class ExecHandle {
   #startedResolve!: (id: string) => void;
 
   /** @internal Use Sandbox.spawn. */
-  constructor(t: Transport, sandboxId: string, body: Record<string, unknown>, opts: SpawnOptions) {
+  constructor(t: Transport, sandboxId: string, body: Schemas["ExecRequest"], opts: SpawnOptions) {
     this.#t = t;
     this.#path = `/v1/sandboxes/${encodeURIComponent(sandboxId)}/exec/ws`;
     this.#opts = opts;

@@ -511,10 +511,11 @@ func (s *sandbox) Exec(ctx context.Context, p *engine.Process) (engine.Exit, err
 	}
 	att := a.r
 	defer att.Close()
-	stderr := &pidReader{w: p.Stderr, got: make(chan int32, 1)}
+	stdout := &startGate{w: orDiscard(p.Stdout)}
+	stderr := &pidReader{w: p.Stderr, got: make(chan int32, 1), started: stdout.open}
 	copied := make(chan error, 1)
 	go func() {
-		_, err := stdcopy.StdCopy(orDiscard(p.Stdout), stderr, att.Reader)
+		_, err := stdcopy.StdCopy(stdout, stderr, att.Reader)
 		copied <- err
 	}()
 	if p.Stdin != nil {
@@ -535,11 +536,12 @@ func (s *sandbox) Exec(ctx context.Context, p *engine.Process) (engine.Exit, err
 	poll := time.NewTicker(leftoverPoll)
 	defer poll.Stop()
 	var streamErr error
-	leftover := false
+	leftover, streamDone := false, false
 wait:
 	for {
 		select {
 		case streamErr = <-copied:
+			streamDone = true
 			break wait
 		case <-s.proc.ended():
 			// The sandbox died under the exec: its stream may never end.
@@ -555,12 +557,14 @@ wait:
 			ins, err := s.e.cli.ContainerExecInspect(ictx, created.ID)
 			cancel()
 			if err == nil && !ins.Running {
-				leftover = true
+				// Never started: dockerd's error is on its way, then the
+				// stream's end.
+				leftover = ins.Pid != 0
 				break wait
 			}
 		}
 	}
-	if exit.TimedOut || exit.Killed || leftover {
+	if (exit.TimedOut || exit.Killed || leftover) && !s.neverStarted(bg, created.ID) {
 		if !s.gvisor {
 			ictx, cancel := context.WithTimeout(bg, s.e.setupTimeout)
 			ins, err := s.e.cli.ContainerExecInspect(ictx, created.ID)
@@ -589,6 +593,8 @@ wait:
 			cancel()
 			return engine.Exit{}, fmt.Errorf("%w; so airlock killed the whole sandbox (%v), and it must be destroyed", err, kerr)
 		}
+	}
+	if !streamDone {
 		select {
 		case streamErr = <-copied:
 		case <-time.After(killWait):
@@ -601,6 +607,19 @@ wait:
 	ins, err := s.execEnd(bg, created.ID)
 	if err != nil {
 		return engine.Exit{}, s.check(bg, "inspecting exec", err)
+	}
+	if ins.Pid == 0 {
+		// dockerd records no pid for an exec the runtime did not start,
+		// sets exit code 126, and writes its error where the program's
+		// stdout would be (the gate held it back): the runtime failed,
+		// not the program, which never ran.
+		if err := s.alive(bg); err != nil {
+			return engine.Exit{}, err
+		}
+		return engine.Exit{}, fmt.Errorf("%w: the runtime did not start %q in sandbox %q: %q; try again", errdefs.ErrUnavailable, p.Argv[0], s.id, stdout.heldText())
+	}
+	if err := stdout.open(); err != nil && streamErr == nil {
+		streamErr = err
 	}
 	exit.Code = ins.ExitCode
 	if err := s.ended(); err != nil {
@@ -792,12 +811,22 @@ func (s *sandbox) killGroup(ctx context.Context, pid int32) error {
 	return nil
 }
 
+// neverStarted reports whether dockerd says exec execID ended without a
+// pid: the runtime did not start it.
+func (s *sandbox) neverStarted(ctx context.Context, execID string) bool {
+	ictx, cancel := context.WithTimeout(ctx, s.e.setupTimeout)
+	defer cancel()
+	ins, err := s.e.cli.ContainerExecInspect(ictx, execID)
+	return err == nil && !ins.Running && ins.Pid == 0
+}
+
 // pidReader passes stderr on, less the 4 bytes of pid the helper writes
-// first.
+// first; started, if set, is called once they have come.
 type pidReader struct {
-	w    io.Writer
-	got  chan int32
-	head []byte
+	w       io.Writer
+	got     chan int32
+	head    []byte
+	started func() error
 }
 
 func (r *pidReader) Write(b []byte) (int, error) {
@@ -808,6 +837,11 @@ func (r *pidReader) Write(b []byte) (int, error) {
 		b = b[k:]
 		if len(r.head) == 4 {
 			r.got <- int32(binary.NativeEndian.Uint32(r.head))
+			if r.started != nil {
+				if err := r.started(); err != nil {
+					return 0, err
+				}
+			}
 		}
 	}
 	if len(b) > 0 && r.w != nil {
@@ -817,6 +851,50 @@ func (r *pidReader) Write(b []byte) (int, error) {
 	}
 	return n, nil
 }
+
+// startGate holds an exec's stdout back until the helper has said it
+// runs (its pid, on stderr): until then, what comes on stdout is
+// dockerd's error for an exec the runtime did not start, or the start of
+// the program's output that overtook the pid on the other stream. More
+// than maxGated bytes is the program's: the gate opens.
+type startGate struct {
+	w      io.Writer
+	held   []byte
+	opened bool
+}
+
+const maxGated = 16 << 10
+
+func (g *startGate) Write(b []byte) (int, error) {
+	if !g.opened {
+		if len(g.held)+len(b) <= maxGated {
+			g.held = append(g.held, b...)
+			return len(b), nil
+		}
+		if err := g.open(); err != nil {
+			return 0, err
+		}
+	}
+	return g.w.Write(b)
+}
+
+// open passes on what was held, and everything after.
+func (g *startGate) open() error {
+	if g.opened {
+		return nil
+	}
+	g.opened = true
+	b := g.held
+	g.held = nil
+	if len(b) == 0 {
+		return nil
+	}
+	_, err := g.w.Write(b)
+	return err
+}
+
+// heldText is what the gate held, for an error message.
+func (g *startGate) heldText() string { return strings.TrimSpace(string(g.held)) }
 
 func orDiscard(w io.Writer) io.Writer {
 	if w == nil {

@@ -628,3 +628,48 @@ func TestSandboxReap(t *testing.T) {
 		}
 	})
 }
+
+// An exec the runtime does not start is the runtime's failure, reported
+// unavailable, never the program's exit 126 with dockerd's error for its
+// output; a program that exits 126 still does. The runtime is made to
+// fail by hiding its state of the container for one exec: runc and runsc
+// then cannot find the container, while dockerd still runs it.
+func TestSandboxExecNotStarted(t *testing.T) {
+	modes(t, func(t *testing.T, e *Engine, m isolation.Mode) {
+		bb, _ := testImages(t, e)
+		sb := create(t, e, bb, m)
+		if r := run(t, sb, sh("echo ran; exit 126")); r.exit.Code != 126 || r.stdout != "ran\n" {
+			t.Fatalf("a program that exits 126: %+v, %q; want 126, %q", r.exit, r.stdout, "ran\n")
+		}
+		cid := sb.(*sandbox).cid
+		var states []string
+		for _, pat := range []string{runscStates + "/" + cid + "_sandbox:*.state", runscStates + "/" + cid + "/state.json"} {
+			m, _ := filepath.Glob(pat)
+			states = append(states, m...)
+		}
+		if len(states) == 0 {
+			t.Fatalf("no runtime state of container %s under %s: the test proves nothing", cid, runscStates)
+		}
+		restore := func() {
+			for _, st := range states {
+				os.Rename(st+".hidden", st)
+			}
+		}
+		t.Cleanup(restore)
+		for _, st := range states {
+			if err := os.Rename(st, st+".hidden"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var out, errb bytes.Buffer
+		x, err := sb.Exec(context.Background(), &engine.Process{Argv: []string{"echo", "ran"}, Stdout: &out, Stderr: &errb, Timeout: time.Minute})
+		restore()
+		if !errdefs.IsUnavailable(err) || out.Len() > 0 || errb.Len() > 0 {
+			t.Fatalf("an exec the runtime could not start: %+v, %v, stdout %q, stderr %q; want an unavailable error and no output", x, err, out.String(), errb.String())
+		}
+		t.Logf("the runtime's failure: %v", err)
+		if r := run(t, sb, sh("echo again")); r.exit.Code != 0 || r.stdout != "again\n" {
+			t.Fatalf("the exec after: %+v, %q", r.exit, r.stdout)
+		}
+	})
+}

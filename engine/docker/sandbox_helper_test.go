@@ -208,6 +208,36 @@ func TestPidReaderStripsThePid(t *testing.T) {
 	}
 }
 
+// Stdout waits for the helper's pid on stderr: what came before it is
+// passed on once it comes, and kept from the program's output when it
+// never does (dockerd's error for an exec the runtime did not start).
+func TestStartGateHoldsStdoutUntilThePid(t *testing.T) {
+	var out, errb bytes.Buffer
+	gate := &startGate{w: &out}
+	r := &pidReader{w: &errb, got: make(chan int32, 1), started: gate.open}
+	gate.Write([]byte("early "))
+	if out.Len() != 0 {
+		t.Fatalf("stdout passed on before the pid: %q", out.String())
+	}
+	r.Write(binary.NativeEndian.AppendUint32(nil, 7))
+	gate.Write([]byte("late"))
+	if out.String() != "early late" || <-r.got != 7 {
+		t.Fatalf("stdout %q; want %q once the pid came", out.String(), "early late")
+	}
+
+	out.Reset()
+	gate = &startGate{w: &out}
+	gate.Write([]byte("OCI runtime exec failed\r\n"))
+	if out.Len() != 0 || gate.heldText() != "OCI runtime exec failed" {
+		t.Fatalf("with no pid: stdout %q, held %q", out.String(), gate.heldText())
+	}
+	// More than an error message is the program's: it is passed on.
+	gate.Write(make([]byte, maxGated))
+	if out.Len() != len("OCI runtime exec failed\r\n")+maxGated {
+		t.Fatalf("past the gate's bound: %d bytes passed on", out.Len())
+	}
+}
+
 func TestUnprivileged(t *testing.T) {
 	for user, want := range map[string]bool{"65534:65534": true, "1000:0": true, "0:0": false, "": false, "root": false, "65534": false, "1:x": false, "-1:1": false} {
 		if got := unprivileged(user); got != want {

@@ -38,6 +38,11 @@ const (
 	// agentTimeout bounds the agent's start, its answer to a spawn, and
 	// each write to it; an agent that takes longer is killed.
 	agentTimeout = 10 * time.Second
+	// relayAnswer bounds the relay's answer to an exec: reading it, the
+	// agent's start (the control socket's call and the ready frame), the
+	// spawn's write and the agent's answer each take up to agentTimeout.
+	// The client waits a little longer, so that it always gets the answer.
+	relayAnswer = 5 * agentTimeout
 	// maxRelayReply bounds the relay's answer as the client reads it.
 	maxRelayReply = 4 << 10
 )
@@ -101,7 +106,7 @@ func (s *sandbox) startAgent(ctx context.Context, pr *specs.Process, child [3]*o
 			conn.Close()
 		}
 	}()
-	conn.SetDeadline(time.Now().Add(agentTimeout + 5*time.Second))
+	conn.SetDeadline(time.Now().Add(relayAnswer + 5*time.Second))
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
 	defer stop()
 	rights := unix.UnixRights(int(child[0].Fd()), int(child[1].Fd()), int(child[2].Fd()))
@@ -491,7 +496,9 @@ func (a *agentProc) dispatch(f agent.Frame) error {
 // serve relays one client's exec.
 func (r *relay) serve(ctx context.Context, conn *net.UnixConn) {
 	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(agentTimeout))
+	// The request comes at once; the answer may wait for an agent's start
+	// and its answer, and has a write deadline of its own.
+	conn.SetReadDeadline(time.Now().Add(agentTimeout))
 	req, files, err := readRelayRequest(conn)
 	defer func() {
 		for _, f := range files {
@@ -502,6 +509,7 @@ func (r *relay) serve(ctx context.Context, conn *net.UnixConn) {
 	}()
 	reply := func(rep relayReply) bool {
 		b, _ := json.Marshal(rep)
+		conn.SetWriteDeadline(time.Now().Add(agentTimeout))
 		_, err := conn.Write(append(b, '\n'))
 		return err == nil
 	}
@@ -568,8 +576,11 @@ func (r *relay) serve(ctx context.Context, conn *net.UnixConn) {
 		reply(relayReply{Err: fmt.Sprintf("the sandbox's exec agent ended while starting the exec (%v); try again", a.err)})
 		return
 	case <-time.After(agentTimeout):
+		// A stopped or wedged agent (a program of the sandbox can stop
+		// it): it is killed, the next exec starts a new one, and this one
+		// goes to the control socket.
 		a.fail(errors.New("no answer to a spawn"))
-		reply(relayReply{Err: fmt.Sprintf("the sandbox's exec agent did not answer in %v and was restarted; try again", agentTimeout)})
+		reply(relayReply{Unavailable: fmt.Sprintf("the sandbox's exec agent did not answer in %v and was killed", agentTimeout)})
 		return
 	}
 	v, _ := agent.ParseUint32(f.Payload)

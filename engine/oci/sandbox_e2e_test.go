@@ -712,3 +712,38 @@ func TestSandboxAgentReplacedAtSpawn(t *testing.T) {
 		t.Fatal("the exec went to the control socket, not through a new agent")
 	}
 }
+
+// An agent that a program of the sandbox stopped takes no exec: the relay
+// gives up on it within its deadline, kills it, and says so in time for
+// the exec to start through the control socket; the exec after gets a new
+// agent.
+func TestSandboxAgentStopped(t *testing.T) {
+	sb := agentSandbox(t, "stopped")
+	run := func(script string) (engine.Exit, string, error) {
+		t.Helper()
+		var out, errb strings.Builder
+		x, err := sb.Exec(context.Background(), &engine.Process{Argv: []string{"sh", "-c", script}, Stdout: &out, Stderr: &errb, Timeout: time.Minute})
+		return x, out.String(), err
+	}
+	parent := `tr '\0' ' ' </proc/$PPID/cmdline; echo; echo $PPID`
+	x, out, err := run(parent)
+	stopped, ok := strings.CutPrefix(out, agentPath+" \n")
+	if err != nil || x.Code != 0 || !ok {
+		t.Fatalf("exec: %+v, %v, %q; want it forked by the agent", x, err, out)
+	}
+	if x, _, err := run("kill -STOP $PPID"); err != nil || x.Code != 0 {
+		t.Fatalf("stopping the agent: %+v, %v", x, err)
+	}
+	x, out, err = run("echo through; " + parent)
+	if err != nil || x.Code != 0 || !strings.HasPrefix(out, "through\n") {
+		t.Fatalf("exec while the agent is stopped: %+v, %v, %q; want it started through the control socket", x, err, out)
+	}
+	if strings.Contains(out, agentPath) {
+		t.Fatalf("exec while the agent is stopped: its parent is an agent:\n%s", out)
+	}
+	x, out, err = run(parent)
+	again, ok := strings.CutPrefix(out, agentPath+" \n")
+	if err != nil || x.Code != 0 || !ok || again == stopped {
+		t.Fatalf("the exec after: %+v, %v, %q; want it forked by a new agent (the stopped one was %s)", x, err, out, strings.TrimSpace(stopped))
+	}
+}

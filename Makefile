@@ -61,7 +61,7 @@ test-sdk: ## Test the JS, deepagents and Python clients against a live airlock s
 	GO=$(GO) ./sdk/test.sh
 
 .PHONY: unit
-unit: ## Run the unit tests only (no root, no daemon)
+unit: ## Run the unit tests only (no daemon; as non-root, the tests that need root skip and say why)
 	$(GO) test ./...
 
 # Every fuzz target, as package:Target; `make fuzz` and `make fuzz-ci` run

@@ -7,15 +7,15 @@ import (
 
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/roottest"
 )
 
 // Only the root of a nosuid,nodev tmpfs is a /tmp source: not one
 // missing either flag, not a directory inside one, not a symlink to one,
 // not a plain directory.
 func TestCheckTmpSource(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("this test mounts tmpfs: run it as root")
-	}
+	roottest.Require(t, "it mounts tmpfs")
 	dir := t.TempDir()
 	mount := func(name string, flags uintptr) string {
 		p := filepath.Join(dir, name)

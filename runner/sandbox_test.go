@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/internal/roottest"
 	"github.com/airlock-sandbox/airlock/lifecycle"
 )
 
@@ -77,9 +78,7 @@ func (s *fakeSandbox) Destroy(context.Context) error {
 
 func newSandboxRunner(t *testing.T, f *fakeSandboxer) (*Runner, string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("the sandbox tests mount workspaces: run them as root")
-	}
+	roottest.Require(t, "the sandbox tests mount workspaces")
 	root := t.TempDir()
 	r, err := New(WithRoot(root), WithEngine(f))
 	if err != nil {

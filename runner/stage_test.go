@@ -18,11 +18,14 @@ import (
 
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/roottest"
 )
 
 // stageFor stages inputs into a fresh run directory under root and returns
 // the scratch and the error; the run directory is removed at the end.
 func stageFor(t *testing.T, root string, inputs []Input, limit int64) (*scratch, error) {
+	roottest.Require(t, "inputs are staged on a tmpfs mount")
 	t.Helper()
 	sc := &scratch{dir: filepath.Join(root, "runs", "r")}
 	if err := os.MkdirAll(sc.dir, 0o700); err != nil {
@@ -51,6 +54,7 @@ func stagedContains(t *testing.T, dir string, needle []byte) bool {
 // An input tree whose owner keeps swapping a subdirectory with a symlink to
 // a directory outside the tree must never get anything from outside staged.
 func TestStageInputsSwapRace(t *testing.T) {
+	roottest.Require(t, "inputs are staged on a tmpfs mount")
 	base := t.TempDir()
 	secret := []byte("SECRET-outside-the-tree")
 	outside := filepath.Join(base, "outside")
@@ -117,6 +121,7 @@ func TestStageInputsSwapRace(t *testing.T) {
 // A FIFO swapped in for a file, with a writer feeding it forever, is
 // refused quickly: staging never reads it to EOF.
 func TestStageInputsRefusesSwappedFIFO(t *testing.T) {
+	roottest.Require(t, "inputs are staged on a tmpfs mount")
 	base := t.TempDir()
 	tree := filepath.Join(base, "tree")
 	os.MkdirAll(tree, 0o755)
@@ -310,6 +315,7 @@ func TestStageInputsLimit(t *testing.T) {
 
 // Staging has a deadline.
 func TestStageInputsDeadline(t *testing.T) {
+	roottest.Require(t, "inputs are staged on a tmpfs mount")
 	base := t.TempDir()
 	os.WriteFile(filepath.Join(base, "f"), []byte("x"), 0o644)
 	sc := &scratch{dir: filepath.Join(base, "root", "runs", "r")}

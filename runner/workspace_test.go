@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/roottest"
 )
 
 const testUID, testGID = 65534, 65534
@@ -21,6 +23,7 @@ const testUID, testGID = 65534, 65534
 // at the end.
 func newAreas(t *testing.T, s AreasSpec) *Areas {
 	t.Helper()
+	roottest.Require(t, "a sandbox's areas are loop devices and tmpfs mounts")
 	if s.TmpSize == 0 {
 		s.TmpSize = 16 << 20
 	}
@@ -181,6 +184,7 @@ func write128MiBInCgroup(t *testing.T, file string) error {
 }
 
 func TestRemoveAreasLeavesNothing(t *testing.T) {
+	roottest.Require(t, "a sandbox's areas are loop devices and tmpfs mounts")
 	root := t.TempDir()
 	a, err := CreateAreas(context.Background(), root, "sb1", AreasSpec{TmpSize: 1 << 20, UID: testUID, GID: testGID, Out: Output{Dir: "/out", Size: 1 << 20, Files: 10}})
 	if err != nil {
@@ -201,6 +205,7 @@ func TestRemoveAreasLeavesNothing(t *testing.T) {
 // A workspace left by a dead process (the loop device still held by a
 // mount) is found and removed from its directory alone.
 func TestRemoveAreasForReaper(t *testing.T) {
+	roottest.Require(t, "a sandbox's areas are loop devices and tmpfs mounts")
 	root := t.TempDir()
 	a, err := CreateAreas(context.Background(), root, "dead", AreasSpec{TmpSize: 1 << 20, UID: testUID, GID: testGID, Out: Output{Disabled: true}})
 	if err != nil {
@@ -284,6 +289,7 @@ func BenchmarkAreas(b *testing.B) {
 // Twenty sandboxes' areas made and removed at once: each gets its own loop
 // device, and nothing is left.
 func TestAreasConcurrent(t *testing.T) {
+	roottest.Require(t, "a sandbox's areas are loop devices and tmpfs mounts")
 	root := t.TempDir()
 	errs := make(chan error, 20)
 	for i := range 20 {

@@ -8,10 +8,12 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/roottest"
 )
 
 // A kill that cannot be delivered says so when it gives up.
 func TestKillReportsWhyItFailed(t *testing.T) {
+	roottest.Require(t, "it makes a cgroup")
 	cg, err := cgroup.New("failpaths-kill-test", cgroup.Limits{Memory: 64 << 20, MilliCPUs: 1000, Pids: 16})
 	if err != nil {
 		t.Fatal(err)

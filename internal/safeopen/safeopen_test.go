@@ -6,13 +6,13 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/internal/roottest"
 )
 
 func needRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("chown to another uid needs root; `make test` runs this as root")
-	}
+	roottest.Require(t, "chown to another uid")
 }
 
 func TestDirCreatesAndOpens(t *testing.T) {

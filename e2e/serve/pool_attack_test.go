@@ -343,7 +343,7 @@ func TestServePoolKill9MidRun(t *testing.T) {
 	}
 	go func() {
 		// The server dies under this request: its answer is no one's.
-		req, _ := http.NewRequest("POST", a.base+"/v1/runs", strings.NewReader(`{"template":"e2e-pool-k9run","argv":["sh","-c","setsid sleep 600 & echo started >/out/started; exec sleep 600"]}`))
+		req, _ := http.NewRequest("POST", a.base+"/v1/runs", strings.NewReader(`{"template":"e2e-pool-k9run","argv":["sh","-c","setsid sh -c 'sleep 600' airlock-k9-bg & echo started >/out/started; exec sleep 600"]}`))
 		if resp, err := a.client.Do(req); err == nil {
 			resp.Body.Close()
 		}
@@ -375,12 +375,12 @@ func TestServePoolKill9MidRun(t *testing.T) {
 	// The runtime's processes name the tests' root, not the run. (Under
 	// gVisor `runsc run` dies with the server, and its sandbox with it;
 	// what is left is its state, cgroup, bundle and run directory.)
-	procs := hostProcs(rootDir + "/")
+	procs := append(hostProcs(rootDir+"/"), hostProcs("airlock-k9-bg")...)
 	t.Logf("after SIGKILL of the server: %d things held, %v, and %d processes", len(held), held, len(procs))
 	if out, err := exec.Command(airlockBin, "--root", rootDir, "reap").CombinedOutput(); err != nil || !strings.Contains(string(out), claimed) {
 		t.Fatalf("airlock reap: %v: %s; want %s reaped", err, out, claimed)
 	}
-	if left := append(poolLeftovers(ids), hostProcs(rootDir+"/")...); len(left) > 0 {
+	if left := append(append(poolLeftovers(ids), hostProcs(rootDir+"/")...), hostProcs("airlock-k9-bg")...); len(left) > 0 {
 		t.Fatalf("after kill -9 of the server mid-run and airlock reap, left: %v", left)
 	}
 	s2 := startServer(t, "--pool", "e2e-pool-k9run=2")

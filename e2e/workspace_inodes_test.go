@@ -149,6 +149,34 @@ func TestSandboxInodeExhaustion(t *testing.T) {
 	}
 }
 
+// TestRunTmpInodes: a one-shot run fills its /tmp (8MiB) and /dev/shm
+// (64MiB) with empty files. Under runc each is a host tmpfs whose inodes
+// are host kernel memory: each stops at 64 inodes per MiB with ENOSPC
+// (without nr_inodes an 8MiB /tmp took the kernel's default of 3,085,474
+// here). runsc ignores nr_inodes: under gVisor the inodes are the
+// sentry's, charged to the sandbox's memory, and the run ends as any
+// program that spends its memory does.
+func TestRunTmpInodes(t *testing.T) {
+	res, c := runJSON(t, nil, "--tmp-size", "8MiB", "--timeout", "120s", "--", "python3", "-c", inodeFillScript, "20000", "/tmp/fill", "/dev/shm/fill")
+	fills := parseFill(t, string(res.Stdout.Head))
+	t.Logf("%s exit %d, memory peak %d: %+v", res.Reason, res.ExitCode, res.Usage.MemoryPeakBytes, fills)
+	if res.Reason != "exited" || res.ExitCode != 0 || len(fills) != 2 {
+		t.Fatalf("the fill: %s exit %d: %s %s %s", res.Reason, res.ExitCode, res.Stdout.Head, res.Stderr.Head, c.stderr)
+	}
+	if isolationName == "gvisor" {
+		return
+	}
+	want := map[string]uint64{"/tmp/fill": 512, "/dev/shm/fill": 4096}
+	if engineName == "docker" {
+		delete(want, "/dev/shm/fill") // dockerd mounts /dev/shm itself, with no nr_inodes
+	}
+	for dir, n := range want {
+		if f := fills[dir]; f.errno != int(syscall.ENOSPC) || f.files != n || uint64(f.made)+16 < n {
+			t.Errorf("%s: %d files made, errno %d, %d inodes; want ENOSPC at %d", dir, f.made, f.errno, f.files, n)
+		}
+	}
+}
+
 // TestWorkspaceCannotFillHostDisk: with airlock's root on a filesystem of
 // 192MiB of its own, a sandbox cannot fill that filesystem through its
 // workspace: a workspace larger than the room left is refused at create,

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/isolation"
 )
 
 // A long-lived sandbox's writable areas live under <root>/sandboxes/<id>:
@@ -55,8 +56,9 @@ const (
 	bytesPerWorkspaceInode = 16 << 10
 	// maxWorkspaceFiles bounds the inode table.
 	maxWorkspaceFiles = 4 << 20
-	// tmpInodesPerMiB sets the /tmp inode cap from its size.
-	tmpInodesPerMiB = 64
+	// tmpInodesPerMiB sets the /tmp inode cap from its size, as for the
+	// engines' own tmpfs.
+	tmpInodesPerMiB = isolation.TmpInodesPerMiB
 	// areaTimeout bounds making or removing the areas.
 	areaTimeout = 30 * time.Second
 )

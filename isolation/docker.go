@@ -184,7 +184,7 @@ func withDockerTmp(l Limits, source string, binds []Bind) DockerOpt {
 		}
 		if source == "" {
 			h.Tmpfs = map[string]string{
-				TmpDir: "rw,nosuid,nodev,mode=1777,size=" + strconv.FormatInt(int64(l.Tmp), 10),
+				TmpDir: "rw,nosuid,nodev,mode=1777,size=" + strconv.FormatInt(int64(l.Tmp), 10) + "," + tmpInodes(int64(l.Tmp)),
 			}
 			return nil
 		}

@@ -139,7 +139,7 @@ func ociDefault() *specs.Spec {
 			{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
 			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
 			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
-			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k", tmpInodes(64 << 20)}},
 			{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
 			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 		},
@@ -317,7 +317,7 @@ func withOCITmp(l Limits, source string) OCIOpt {
 			Destination: TmpDir,
 			Type:        "tmpfs",
 			Source:      "tmpfs",
-			Options:     []string{"nosuid", "nodev", "mode=1777", "size=" + strconv.FormatInt(int64(l.Tmp), 10)},
+			Options:     []string{"nosuid", "nodev", "mode=1777", "size=" + strconv.FormatInt(int64(l.Tmp), 10), tmpInodes(int64(l.Tmp))},
 		}
 		if source != "" {
 			m = specs.Mount{Destination: TmpDir, Type: "bind", Source: source, Options: slices.Clone(ociTmpBindOptions)}

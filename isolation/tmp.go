@@ -13,6 +13,19 @@ import (
 // appear at /tmp or any other reserved target: a Bind cannot.
 const TmpDir = "/tmp"
 
+// TmpInodesPerMiB caps the inodes of every tmpfs the program may write
+// (/tmp, /dev/shm) by its size, as the runner caps a long-lived sandbox's
+// /tmp: empty files take no blocks, so without nr_inodes a tmpfs of a few
+// MiB would take the kernel's default of one inode per two pages of host
+// memory (millions), bounded only by --memory. runsc ignores nr_inodes:
+// under gVisor the inodes are the sentry's, in the sandbox's memory.
+const TmpInodesPerMiB = 64
+
+// tmpInodes is the inode cap of a tmpfs of size bytes.
+func tmpInodes(size int64) string {
+	return "nr_inodes=" + strconv.FormatInt(max(size>>20, 1)*TmpInodesPerMiB, 10)
+}
+
 // checkTmpSource refuses a declared /tmp source that is not an absolute,
 // clean host path other than /, or that is also a bind's source.
 func checkTmpSource(src string, binds []Bind) error {

@@ -77,7 +77,7 @@ func TestOCITmpInvariants(t *testing.T) {
 		t.Fatal(err)
 	}
 	i := slices.IndexFunc(s.Mounts, func(m specs.Mount) bool { return m.Destination == TmpDir })
-	if i < 0 || s.Mounts[i].Type != "tmpfs" || !slices.Contains(s.Mounts[i].Options, "size=67108864") || !slices.Contains(s.Mounts[i].Options, "mode=1777") {
+	if i < 0 || s.Mounts[i].Type != "tmpfs" || !slices.Contains(s.Mounts[i].Options, "size=67108864") || !slices.Contains(s.Mounts[i].Options, "nr_inodes=4096") || !slices.Contains(s.Mounts[i].Options, "mode=1777") {
 		t.Errorf("without a source, /tmp is not the capped tmpfs: %+v", s.Mounts)
 	}
 }
@@ -104,7 +104,7 @@ func TestDockerTmpInvariants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(host.Mounts) != 0 || host.Tmpfs[TmpDir] != "rw,nosuid,nodev,mode=1777,size=67108864" {
+	if len(host.Mounts) != 0 || host.Tmpfs[TmpDir] != "rw,nosuid,nodev,mode=1777,size=67108864,nr_inodes=4096" {
 		t.Errorf("without a source, /tmp is not the capped tmpfs: %v %v", host.Mounts, host.Tmpfs)
 	}
 }

@@ -16,17 +16,20 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/isolation"
 )
 
 // A long-lived sandbox's writable areas live under <root>/sandboxes/<id>:
 //
-//   - workspace: an ext4 filesystem in the sparse file workspace.img,
+//   - workspace: an ext4 filesystem in the file workspace.img,
 //     loop-mounted nosuid,nodev and bound at /home/user. The kernel caps
 //     its bytes and inodes (ENOSPC past either), and its pages are file
 //     pages on airlock's disk: the sandbox's memory cgroup can reclaim
 //     them, so a full workspace is ENOSPC, never OOM, whatever --memory is.
-//     mkfs on a sparse file costs about 10 ms, and the image takes only
-//     the blocks written. The loop device is set to autoclear: it goes
+//     The image's blocks are reserved on the host's disk at create
+//     (fallocate, unwritten extents: about as fast as a sparse file), so
+//     no workspace can fill the filesystem holding airlock's root; mkfs
+//     costs about 10 ms. The loop device is set to autoclear: it goes
 //     away with the last unmount, and with the last fd when a process dies
 //     between configuring and mounting.
 //   - tmp: a tmpfs capped by --tmp-size (bytes, and 64 inodes per MiB),
@@ -53,8 +56,9 @@ const (
 	bytesPerWorkspaceInode = 16 << 10
 	// maxWorkspaceFiles bounds the inode table.
 	maxWorkspaceFiles = 4 << 20
-	// tmpInodesPerMiB sets the /tmp inode cap from its size.
-	tmpInodesPerMiB = 64
+	// tmpInodesPerMiB sets the /tmp inode cap from its size, as for the
+	// engines' own tmpfs.
+	tmpInodesPerMiB = isolation.TmpInodesPerMiB
 	// areaTimeout bounds making or removing the areas.
 	areaTimeout = 30 * time.Second
 )
@@ -212,8 +216,8 @@ func (a *Areas) mountWorkspace(ctx context.Context, s AreasSpec) error {
 		return fmt.Errorf("%w: creating the workspace image: %v", errdefs.ErrUnavailable, err)
 	}
 	defer f.Close()
-	if err := f.Truncate(s.WorkspaceSize); err != nil {
-		return fmt.Errorf("%w: sizing the workspace image: %v", errdefs.ErrUnavailable, err)
+	if err := reserve(f, s.WorkspaceSize); err != nil {
+		return err
 	}
 	// No journal (the workspace dies with the sandbox), no reserved blocks,
 	// lazy inode tables, no resize room: a 1GiB image takes ~150KiB.
@@ -258,6 +262,26 @@ func (a *Areas) mountTmp(s AreasSpec) error {
 		return fmt.Errorf("%w: mounting /tmp: %v", errdefs.ErrUnavailable, err)
 	}
 	return nil
+}
+
+// reserve allocates every block of the workspace image on the host's
+// disk. A sparse image would promise blocks the disk may not have: a
+// sandbox filling its workspace (or several filling theirs) would fill
+// the filesystem holding airlock's root, where the loop device's writes
+// then fail under the workspace's ext4 and airlock's own state and audit
+// writes fail beside it. Reserved, a full workspace is ENOSPC inside it,
+// and a workspace the disk cannot hold is refused at create.
+func reserve(f *os.File, size int64) error {
+	err := unix.Fallocate(int(f.Fd()), 0, 0, size)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT), errors.Is(err, unix.EFBIG):
+		return fmt.Errorf("%w: the filesystem holding airlock's root has no room for a workspace of %d bytes: give a smaller --workspace-size, or free space there", errdefs.ErrResourceExhausted, size)
+	case errors.Is(err, unix.EOPNOTSUPP):
+		return fmt.Errorf("%w: the filesystem holding airlock's root cannot reserve a workspace's blocks (fallocate: %v): keep airlock's root on ext4, xfs, btrfs or tmpfs", errdefs.ErrUnavailable, err)
+	}
+	return fmt.Errorf("%w: reserving the workspace image: %v", errdefs.ErrUnavailable, err)
 }
 
 // chownRoot sets a mounted area's root owner and mode, by fd.

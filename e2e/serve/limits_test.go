@@ -76,9 +76,9 @@ func TestServeMaxSandboxesEveryFace(t *testing.T) {
 	// The ceilings' defaults hold without their flags: no more memory than
 	// the host has.
 	var e apiError
-	a.call(t, "POST", "/v1/runs", map[string]any{"argv": []string{"true"}, "memory": "1PiB", "engine": engineName, "isolation": isolationName}, http.StatusBadRequest, &e)
+	a.call(t, "POST", "/v1/runs", map[string]any{"argv": []string{"true"}, "memory": "4096GiB", "engine": engineName, "isolation": isolationName}, http.StatusBadRequest, &e)
 	if e.Error.Kind != "invalid_input" || !strings.Contains(e.Error.Message, "--max-memory") {
-		t.Errorf("a run asking 1PiB of memory: %+v", e)
+		t.Errorf("a run asking 4096GiB of memory: %+v", e)
 	}
 	// One sandbox made over HTTP, one over MCP: the limit is reached.
 	a.create(t, nil)

@@ -21,6 +21,8 @@ func toolError(doing string, err error) error {
 	switch {
 	case errdefs.IsInvalidArgument(err):
 		return fmt.Errorf("%s: %w (change the arguments and call again)", doing, err)
+	case errdefs.IsResourceExhausted(err):
+		return fmt.Errorf("%s: over_limit: %w (over MCP: sandbox_destroy a sandbox you no longer need, sandbox_list lists them, or wait for run_code calls to end, then call again)", doing, err)
 	case errdefs.IsUnavailable(err):
 		return fmt.Errorf("%s: %w (airlock's engine is unavailable on this machine: `airlock doctor` says why; try again once it is fixed)", doing, err)
 	}

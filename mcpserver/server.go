@@ -8,6 +8,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-sandbox/airlock/admission"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/templates"
 )
@@ -35,6 +36,7 @@ type Server struct {
 	runners Runners
 	log     *slog.Logger
 	version string
+	gate    *admission.Gate
 	mcp     *mcp.Server
 }
 
@@ -46,6 +48,11 @@ func WithLogger(l *slog.Logger) Option { return func(s *Server) { s.log = l } }
 
 // WithVersion sets the version the server reports to clients.
 func WithVersion(v string) Option { return func(s *Server) { s.version = v } }
+
+// WithAdmission caps run_code and sandbox_create by gate, the count the
+// caller's other faces share (airlock serve's --max-sandboxes); the
+// default admits everything.
+func WithAdmission(g *admission.Gate) Option { return func(s *Server) { s.gate = g } }
 
 // New returns a Server whose tools run on the runners rs gives.
 func New(rs Runners, opts ...Option) *Server {

@@ -60,13 +60,14 @@ type (
 		Template     string   `json:"template,omitempty" jsonschema:"a sandbox template to create the sandbox from (airlock template ls lists them); image must then be its image, and memory may only lower its memory"`
 		Image        string   `json:"image,omitempty" jsonschema:"digest-pinned image NAME@sha256:<64 hex> (default: airlock's default image, Debian with python3 and numpy)"`
 		Memory       string   `json:"memory,omitempty" jsonschema:"memory limit with a unit, such as 512MiB or 1GiB (default 512MiB)"`
+		TimeoutS     *float64 `json:"timeout_s,omitempty" jsonschema:"the longest one sandbox_exec may run, in seconds (default 30); sandbox_exec's timeout_s may only shorten it"`
 		TTLS         *float64 `json:"ttl_s,omitempty" jsonschema:"seconds after which the sandbox ends whatever it does (default 3600)"`
 		IdleTimeoutS *float64 `json:"idle_timeout_s,omitempty" jsonschema:"seconds without an exec or a file transfer after which the sandbox ends (default 900)"`
 	}
 	SandboxExecArgs struct {
 		SandboxID string   `json:"sandbox_id" jsonschema:"the id sandbox_create returned (sb- and 20 hex digits)"`
 		Command   string   `json:"command" jsonschema:"a shell command, run as sh -c COMMAND in the workspace /home/user"`
-		TimeoutS  *float64 `json:"timeout_s,omitempty" jsonschema:"wall-clock limit in seconds (default 30)"`
+		TimeoutS  *float64 `json:"timeout_s,omitempty" jsonschema:"wall-clock limit in seconds (default: the sandbox's, 30 unless sandbox_create set it); a longer one is cut to the sandbox's"`
 	}
 	SandboxWriteFileArgs struct {
 		SandboxID     string  `json:"sandbox_id" jsonschema:"the id sandbox_create returned"`
@@ -178,6 +179,9 @@ func sandboxSpec(in SandboxCreateArgs) (runner.SandboxSpec, error) {
 		s.Policy.Limits.Memory = m
 	}
 	var err error
+	if s.Policy.Limits.Timeout, err = seconds("timeout_s", in.TimeoutS); err != nil {
+		return s, err
+	}
 	if s.TTL, err = seconds("ttl_s", in.TTLS); err != nil {
 		return s, err
 	}
@@ -373,6 +377,11 @@ func (s *Server) runCode(ctx context.Context, _ *mcp.CallToolRequest, in RunCode
 		return nil, ExecResult{}, toolError("starting the run", err)
 	}
 	defer done()
+	release, err := s.gate.Admit()
+	if err != nil {
+		return nil, ExecResult{}, toolError("starting the run", err)
+	}
+	defer release()
 	res, err := r.Run(ctx, spec)
 	if err != nil {
 		return nil, ExecResult{}, toolError("running the code", err)
@@ -394,6 +403,11 @@ func (s *Server) sandboxCreate(ctx context.Context, _ *mcp.CallToolRequest, in S
 		return nil, SandboxResult{}, toolError("creating the sandbox", err)
 	}
 	defer done()
+	release, err := s.gate.Admit()
+	if err != nil {
+		return nil, SandboxResult{}, toolError("creating the sandbox", err)
+	}
+	defer release()
 	// The sandbox outlives this call: a client that hangs up mid-create
 	// gets nothing back, so the create must not be cut half-way either;
 	// its TTL frees it.

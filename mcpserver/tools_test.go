@@ -68,11 +68,11 @@ func TestRunSpec(t *testing.T) {
 }
 
 func TestSandboxSpec(t *testing.T) {
-	s, err := sandboxSpec(SandboxCreateArgs{Memory: "1GiB", TTLS: ptr(120.0), IdleTimeoutS: ptr(60.0)})
+	s, err := sandboxSpec(SandboxCreateArgs{Memory: "1GiB", TimeoutS: ptr(90.0), TTLS: ptr(120.0), IdleTimeoutS: ptr(60.0)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Policy.Limits.Memory != 1<<30 || s.TTL != 2*time.Minute || s.IdleTimeout != time.Minute {
+	if s.Policy.Limits.Memory != 1<<30 || s.Policy.Limits.Timeout != 90*time.Second || s.TTL != 2*time.Minute || s.IdleTimeout != time.Minute {
 		t.Errorf("spec %+v", s)
 	}
 	// Nothing given: zero fields, which the runner makes its defaults
@@ -88,6 +88,7 @@ func TestSandboxSpec(t *testing.T) {
 		{SandboxCreateArgs{Memory: "lots"}, `memory "lots": give a positive size with a unit`},
 		{SandboxCreateArgs{Memory: "0"}, `memory "0"`},
 		{SandboxCreateArgs{TTLS: ptr(0.0)}, "ttl_s 0"},
+		{SandboxCreateArgs{TimeoutS: ptr(-2.0)}, "timeout_s -2"},
 		{SandboxCreateArgs{IdleTimeoutS: ptr(-1.0)}, "idle_timeout_s -1"},
 		{SandboxCreateArgs{TTLS: ptr(0.0000001)}, "at least 0.001 seconds"},
 	} {

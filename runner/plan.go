@@ -28,6 +28,9 @@ import (
 // invalid.
 func (r *Runner) plan(s Spec) (*engine.SandboxSpec, error) {
 	pol := s.Policy.WithDefaults()
+	if err := r.ceil.check(pol.Limits.Timeout, 0, pol.Limits.Memory, pol.Limits.Output); err != nil {
+		return nil, err
+	}
 	if pol.Seccomp == nil {
 		prof, err := r.loadSeccomp(s.SeccompProfile, pol.Isolation)
 		if err != nil {

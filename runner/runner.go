@@ -14,6 +14,7 @@ package runner
 
 import (
 	"crypto/ed25519"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -134,6 +135,8 @@ type Runner struct {
 	lockWait time.Duration
 	// supervisor is the command that enforces a sandbox's deadlines.
 	supervisor func(id string) []string
+	// ceil bounds what any spec may ask for.
+	ceil Ceilings
 
 	keyOnce sync.Once
 	key     ed25519.PrivateKey
@@ -154,6 +157,46 @@ func WithVersion(v string) Option { return func(r *Runner) { r.version = v } }
 
 // WithLogger sets the logger; the default discards.
 func WithLogger(l *slog.Logger) Option { return func(r *Runner) { r.log = l } }
+
+// Ceilings are an operator's upper bounds on the limits any run, sandbox
+// or exec may ask for (airlock serve's --max-memory, --max-output-limit,
+// --max-timeout and --max-ttl). A request over one is invalid input,
+// never cut down. Zero fields bound nothing.
+type Ceilings struct {
+	Memory  units.Bytes
+	Output  units.Bytes
+	Timeout time.Duration
+	TTL     time.Duration
+}
+
+// WithCeilings bounds every spec the runner takes, whichever face made
+// it: runs (pooled or cold), sandboxes and execs.
+func WithCeilings(c Ceilings) Option { return func(r *Runner) { r.ceil = c } }
+
+// check refuses the values given (zero ones are not checked) that are over
+// a ceiling, naming the field, the ceiling and the flag that sets it.
+func (c Ceilings) check(timeout, ttl time.Duration, memory, output units.Bytes) error {
+	var errs []error
+	over := func(field string, v, max any, flag string) {
+		errs = append(errs, fmt.Errorf("%s %v is above this server's ceiling of %v (airlock serve --%s): ask for at most %v", field, v, max, flag, max))
+	}
+	if c.Timeout > 0 && timeout > c.Timeout {
+		over("timeout", timeout, c.Timeout, "max-timeout")
+	}
+	if c.TTL > 0 && ttl > c.TTL {
+		over("ttl", ttl, c.TTL, "max-ttl")
+	}
+	if c.Memory > 0 && memory > c.Memory {
+		over("memory", memory, c.Memory, "max-memory")
+	}
+	if c.Output > 0 && output > c.Output {
+		over("output limit", output, c.Output, "max-output-limit")
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
+	}
+	return nil
+}
 
 // withLockWait shortens the run lock's bound, for tests.
 func withLockWait(d time.Duration) Option { return func(r *Runner) { r.lockWait = d } }

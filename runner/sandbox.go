@@ -83,7 +83,9 @@ type ExecSpec struct {
 	Stdin   io.Reader
 	// Stdout and Stderr receive the output live, up to OutputLimit.
 	Stdout, Stderr io.Writer
-	// Timeout and OutputLimit default to the sandbox's policy.
+	// Timeout and OutputLimit default to the sandbox's policy, and may
+	// only narrow it: a longer or bigger one is cut to the sandbox's (the
+	// Result's Limits hold the ones applied).
 	Timeout     time.Duration
 	OutputLimit units.Bytes
 	// Detach starts the program in the background, where it lives until
@@ -450,6 +452,12 @@ func (s *SandboxSpec) defaults() error {
 
 // planSandbox plans a long-lived sandbox as a run of its policy.
 func (r *Runner) planSandbox(s SandboxSpec) (*engine.SandboxSpec, error) {
+	// A pool's own deadline for its unclaimed sandboxes is not a request's.
+	if s.pool == "" {
+		if err := r.ceil.check(0, s.TTL, 0, 0); err != nil {
+			return nil, err
+		}
+	}
 	env := append([]string{"HOME=" + WorkspaceDir}, s.Env...)
 	return r.plan(Spec{Image: s.Image, Argv: []string{"true"}, Env: env, Policy: s.Policy, SeccompProfile: s.SeccompProfile, Output: s.Output, Inputs: s.Inputs})
 }
@@ -552,13 +560,22 @@ func (sb *Sandbox) Exec(ctx context.Context, p ExecSpec) (Result, error) {
 	if p.Timeout < 0 || p.OutputLimit < 0 {
 		return Result{}, fmt.Errorf("%w: the timeout and the output limit must be positive", errdefs.ErrInvalidArgument)
 	}
+	if err := sb.r.ceil.check(p.Timeout, 0, 0, p.OutputLimit); err != nil {
+		return Result{}, err
+	}
 	si := sb.info
 	limits := si.Limits
-	if p.Timeout > 0 {
+	// An exec may only narrow its sandbox's timeout and output limit.
+	if p.Timeout > 0 && p.Timeout.Milliseconds() < limits.TimeoutMS {
 		limits.TimeoutMS = p.Timeout.Milliseconds()
 	}
-	if p.OutputLimit > 0 {
+	if p.OutputLimit > 0 && int64(p.OutputLimit) < limits.OutputBytes {
 		limits.OutputBytes = int64(p.OutputLimit)
+	}
+	// A sandbox made without the runner's ceilings (by the CLI, say) is
+	// still held to them.
+	if err := sb.r.ceil.check(time.Duration(limits.TimeoutMS)*time.Millisecond, 0, 0, units.Bytes(limits.OutputBytes)); err != nil {
+		return Result{}, fmt.Errorf("%w (the sandbox's own limit; give a smaller one for this exec)", err)
 	}
 	execID, err := newID()
 	if err != nil {

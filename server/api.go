@@ -75,7 +75,7 @@ func (s *Server) admitted(w http.ResponseWriter, r *http.Request, persist bool, 
 		if err != nil {
 			return encodeError(err)
 		}
-		release, err := s.admit()
+		release, err := s.gate.Admit()
 		if err != nil {
 			return encodeError(err)
 		}

@@ -83,6 +83,14 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	// Past --max-sandboxes the answer is /v1/runs's: 429 over_limit in the
+	// API's error shape, which a harness retries.
+	release, err := s.gate.Admit()
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer release()
 	writeJSON(w, http.StatusOK, s.fusion(r.Context(), &q))
 }
 
@@ -139,11 +147,6 @@ func (s *Server) fusion(ctx context.Context, q *FusionRequest) FusionResponse {
 	if err != nil {
 		return sandboxError("%v", err)
 	}
-	release, err := s.admit()
-	if err != nil {
-		return sandboxError("%v", err)
-	}
-	defer release()
 	s.inflight.Add(1)
 	defer s.inflight.Done()
 

@@ -154,12 +154,7 @@ func (s *Server) poolFor(template string, sandboxes bool, rn *runner.Runner) *ru
 }
 
 // room says whether one more sandbox fits under MaxSandboxes.
-func (s *Server) room() bool {
-	s.admitMu.Lock()
-	defer s.admitMu.Unlock()
-	list, err := runner.ListSandboxes(s.opt.Root)
-	return err == nil && len(list)+s.pending < s.opt.MaxSandboxes
-}
+func (s *Server) room() bool { return s.gate.Room() }
 
 // writePools reports every pool's counters at each scrape.
 func (s *Server) writePools(e *expo) {

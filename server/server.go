@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/admission"
 	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/runner"
 )
@@ -50,7 +51,10 @@ type Options struct {
 	// Token is the bearer token TCP requests must carry.
 	Token string
 	// MaxSandboxes caps live sandboxes plus one-shot runs in progress.
+	// Admission, when set, is the gate that counts them, shared with the
+	// server's other faces (MCP); else New makes one of MaxSandboxes.
 	MaxSandboxes int
+	Admission    *admission.Gate
 	// MaxBody caps JSON request bodies.
 	MaxBody int64
 	// Pools are the warm pools to keep, by template (the templates under
@@ -82,8 +86,8 @@ type Server struct {
 	stop     context.CancelFunc
 	inflight sync.WaitGroup
 
-	admitMu sync.Mutex
-	pending int
+	// gate admits new sandboxes and runs under MaxSandboxes.
+	gate *admission.Gate
 
 	// pools are the warm pools by template; the map is fixed once Serve
 	// has started them.
@@ -110,7 +114,10 @@ func New(opt Options) (*Server, error) {
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{opt: opt, log: opt.Log, mux: http.NewServeMux(), execs: newExecRegistry(), pools: map[string]*warm{}}
+	s := &Server{opt: opt, log: opt.Log, mux: http.NewServeMux(), execs: newExecRegistry(), pools: map[string]*warm{}, gate: opt.Admission}
+	if s.gate == nil {
+		s.gate = admission.New(opt.Root, opt.MaxSandboxes)
+	}
 	s.base, s.stop = context.WithCancel(context.Background())
 	s.metrics = newMetrics(opt.Root)
 	s.idem = newIdempotency(opt.Root)
@@ -307,29 +314,6 @@ func every(ctx context.Context, period time.Duration, fn func(context.Context)) 
 			fn(ctx)
 		}
 	}
-}
-
-// admit reserves room for one more sandbox or run under MaxSandboxes;
-// release gives it back.
-func (s *Server) admit() (release func(), err error) {
-	s.admitMu.Lock()
-	defer s.admitMu.Unlock()
-	list, err := runner.ListSandboxes(s.opt.Root)
-	if err != nil {
-		return nil, err
-	}
-	if n := len(list) + s.pending; n >= s.opt.MaxSandboxes {
-		return nil, newError(KindOverLimit, fmt.Sprintf("%d sandboxes and runs are live, the most this server allows (--max-sandboxes %d); delete a sandbox or wait for runs to end, then retry", n, s.opt.MaxSandboxes))
-	}
-	s.pending++
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			s.admitMu.Lock()
-			s.pending--
-			s.admitMu.Unlock()
-		})
-	}, nil
 }
 
 // runnerFor returns the runner of engine name.

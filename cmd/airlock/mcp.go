@@ -38,18 +38,35 @@ offers the same tools over streamable HTTP at /mcp.`,
 	return cmd
 }
 
-// mcpRunners wires the MCP tools to runners exactly as run and exec are.
+// mcpRunners wires the MCP tools to runners exactly as run and exec are:
+// through get (airlock serve's own runners, with its ceilings), or, when
+// nil, a runner made per call.
 type mcpRunners struct {
 	g      *globals
 	engine string
+	get    func(engine string) (*runner.Runner, func(), error)
+}
+
+func (m mcpRunners) runnerOn(name string) (*runner.Runner, func(), error) {
+	if m.get != nil {
+		return m.get(name)
+	}
+	return m.g.runnerOn(name)
 }
 
 func (m mcpRunners) New(context.Context) (*runner.Runner, func(), error) {
-	return m.g.runnerOn(m.engine)
+	return m.runnerOn(m.engine)
 }
 
 func (m mcpRunners) ForSandbox(_ context.Context, id string) (*runner.Runner, func(), error) {
-	return m.g.sandboxRunner(id)
+	if err := runner.CheckSandboxID(id); err != nil {
+		return nil, nil, err
+	}
+	si, err := readSandboxRecord(m.g.root, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m.runnerOn(si.Engine)
 }
 
 func (m mcpRunners) Template(name string) (*templates.Template, error) {
@@ -61,5 +78,5 @@ func (m mcpRunners) ForTemplate(_ context.Context, t *templates.Template) (*runn
 	if err != nil {
 		return nil, nil, err
 	}
-	return m.g.runnerOn(name)
+	return m.runnerOn(name)
 }

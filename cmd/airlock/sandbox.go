@@ -76,11 +76,11 @@ func readSandboxRecord(root, id string) (runner.SandboxInfo, error) {
 	return si, nil
 }
 
-func (g *globals) newRunner(e engine.Engine) (*runner.Runner, error) {
-	return runner.New(runner.WithRoot(g.root), runner.WithEngine(e), runner.WithLogger(g.logger()), runner.WithVersion(version),
+func (g *globals) newRunner(e engine.Engine, opts ...runner.Option) (*runner.Runner, error) {
+	return runner.New(append([]runner.Option{runner.WithRoot(g.root), runner.WithEngine(e), runner.WithLogger(g.logger()), runner.WithVersion(version),
 		runner.WithSupervisor(func(id string) []string {
 			return []string{"/proc/self/exe", "--root", g.root, "sandbox", "supervise", id}
-		}))
+		})}, opts...)...)
 }
 
 type sandboxCreateFlags struct {
@@ -98,7 +98,7 @@ func newSandboxCreateCmd(g *globals) *cobra.Command {
 stdout (with --json, one object: id, state, image, engine, isolation,
 workspace, created_at, expires_at, labels, limits…).
 
---timeout and --output-limit are each exec's defaults. The sandbox ends
+--timeout and --output-limit are each exec's defaults and maximums. The sandbox ends
 --idle-timeout after its last exec or transfer (an exec in progress keeps
 it alive), and --ttl after its creation, whatever happens; a detached
 supervisor process enforces both within a second or two, even when no

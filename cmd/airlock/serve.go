@@ -11,10 +11,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/airlock-sandbox/airlock/admission"
 	"github.com/airlock-sandbox/airlock/internal/atomicfile"
 	"github.com/airlock-sandbox/airlock/mcpserver"
 	"github.com/airlock-sandbox/airlock/runner"
@@ -28,7 +30,17 @@ type serveFlags struct {
 	pools, sandboxPools                                           []string
 	poolExhausted                                                 string
 	poolMaxAge                                                    time.Duration
+	// The ceilings every face's requests are held to.
+	maxMemory, maxOutput string
+	maxTimeout, maxTTL   time.Duration
 }
+
+// Defaults of serve's ceilings; --max-memory's is the host's memory.
+const (
+	defaultMaxOutput  = 1 << 30
+	defaultMaxTimeout = time.Hour
+	defaultMaxTTL     = 24 * time.Hour
+)
 
 func newServeCmd(g *globals) *cobra.Command {
 	f := &serveFlags{}
@@ -66,6 +78,12 @@ older than --pool-max-age are replaced, and so is the whole pool when its
 template changes. They count against --max-sandboxes, show in sandbox ls
 as pooled, and are reaped like any other when the server dies.
 
+--max-sandboxes counts the sandboxes and runs of every face (the API,
+/run_code and the MCP tools at /mcp) together. --max-memory,
+--max-output-limit, --max-timeout and --max-ttl are ceilings on what any
+request may ask for, on every face: a run, sandbox or exec asking more is
+refused as invalid_input, naming the ceiling.
+
 --pool-sandboxes TEMPLATE=N does the same for sandbox creates: N
 long-lived sandboxes of the template, started and idle, each taken by one
 create that names the template and fits it (the template's policy, env,
@@ -92,6 +110,10 @@ timeout and download types are given to it as it is taken. Any engine.`,
 	fl.StringArrayVar(&f.sandboxPools, "pool-sandboxes", nil, "keep a warm pool of N long-lived sandboxes of a template for sandbox creates: TEMPLATE=N (repeatable)")
 	fl.StringVar(&f.poolExhausted, "pool-exhausted", "cold", "when a template's pool is empty: cold (start one) or fail (429 over_limit)")
 	fl.DurationVar(&f.poolMaxAge, "pool-max-age", runner.DefaultPoolMaxAge, "replace pooled sandboxes older than this")
+	fl.StringVar(&f.maxMemory, "max-memory", units.Bytes(hostMemory()).String(), "ceiling on the memory a run or sandbox may ask for (the host's memory by default)")
+	fl.StringVar(&f.maxOutput, "max-output-limit", units.Bytes(defaultMaxOutput).String(), "ceiling on the output limit a run, sandbox or exec may ask for")
+	fl.DurationVar(&f.maxTimeout, "max-timeout", defaultMaxTimeout, "ceiling on the timeout a run, sandbox or exec may ask for")
+	fl.DurationVar(&f.maxTTL, "max-ttl", defaultMaxTTL, "ceiling on the TTL a sandbox may ask for")
 	return cmd
 }
 
@@ -114,6 +136,10 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 	pools = append(pools, sbPools...)
 	if f.poolExhausted != "cold" && f.poolExhausted != "fail" {
 		return usageError{fmt.Errorf("--pool-exhausted %q: give cold or fail", f.poolExhausted)}
+	}
+	ceil, err := f.ceilings()
+	if err != nil {
+		return err
 	}
 	if f.poolMaxAge < time.Second {
 		return usageError{fmt.Errorf("--pool-max-age %v: give at least 1s", f.poolMaxAge)}
@@ -157,10 +183,13 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 	}
 	listeners = append(listeners, unix)
 
-	runners := &engineRunners{g: g, m: map[string]*runner.Runner{}}
+	// One count of sandboxes and runs, and one set of runners (with the
+	// ceilings), under both the API and MCP.
+	gate := admission.New(g.root, f.maxSandboxes)
+	runners := &engineRunners{g: g, m: map[string]*runner.Runner{}, opts: []runner.Option{runner.WithCeilings(ceil)}}
 	defer runners.close()
 	srv, err := server.New(server.Options{
-		Root: g.root, Runner: runners.get, Token: token, MaxSandboxes: f.maxSandboxes, MaxBody: int64(maxBody),
+		Root: g.root, Runner: runners.get, Token: token, MaxSandboxes: f.maxSandboxes, Admission: gate, MaxBody: int64(maxBody),
 		Reapers: g.reapers,
 		Pools:   pools, PoolMaxAge: f.poolMaxAge, PoolFailWhenEmpty: f.poolExhausted == "fail",
 		Sweep: func(ctx context.Context) (int, error) {
@@ -169,7 +198,8 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 		},
 		// MCP's streamable HTTP, behind the same token.
 		Extra: map[string]http.Handler{
-			"/mcp": mcpserver.New(mcpRunners{g: g, engine: "auto"}, mcpserver.WithLogger(g.serverLogger()), mcpserver.WithVersion(version)).HTTPHandler(),
+			"/mcp": mcpserver.New(mcpRunners{g: g, engine: "auto", get: runners.shared},
+				mcpserver.WithAdmission(gate), mcpserver.WithLogger(g.serverLogger()), mcpserver.WithVersion(version)).HTTPHandler(),
 		},
 		Log: g.serverLogger(),
 	})
@@ -193,6 +223,41 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 	err = srv.Serve(cmd.Context(), listeners...)
 	listeners = nil
 	return err
+}
+
+// ceilings converts the ceiling flags.
+func (f *serveFlags) ceilings() (runner.Ceilings, error) {
+	var c runner.Ceilings
+	for _, b := range []struct {
+		flag, v string
+		dst     *units.Bytes
+	}{{"--max-memory", f.maxMemory, &c.Memory}, {"--max-output-limit", f.maxOutput, &c.Output}} {
+		n, err := units.ParseBytes(b.v)
+		if err != nil || n <= 0 {
+			return c, usageError{fmt.Errorf("%s %q: give a positive size such as 4GiB", b.flag, b.v)}
+		}
+		*b.dst = n
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--max-timeout", f.maxTimeout}, {"--max-ttl", f.maxTTL}} {
+		if d.v < time.Second {
+			return c, usageError{fmt.Errorf("%s %v: give at least 1s", d.flag, d.v)}
+		}
+	}
+	c.Timeout, c.TTL = f.maxTimeout, f.maxTTL
+	return c, nil
+}
+
+// hostMemory is the host's total memory, or 0 (no ceiling) when it cannot
+// be read.
+func hostMemory() int64 {
+	var si syscall.Sysinfo_t
+	if syscall.Sysinfo(&si) != nil {
+		return 0
+	}
+	return int64(si.Totalram) * int64(si.Unit)
 }
 
 // parsePools parses --pool (or, sandboxes, --pool-sandboxes) TEMPLATE=N
@@ -225,7 +290,9 @@ func (g *globals) serverLogger() *slog.Logger {
 // engineRunners makes one runner per engine, on first use, for the
 // server's lifetime.
 type engineRunners struct {
-	g     *globals
+	g *globals
+	// opts are added to every runner's options.
+	opts  []runner.Option
 	mu    sync.Mutex
 	m     map[string]*runner.Runner
 	dones []func()
@@ -241,7 +308,7 @@ func (e *engineRunners) get(name string) (*runner.Runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := e.g.newRunner(eng)
+	r, err := e.g.newRunner(eng, e.opts...)
 	if err != nil {
 		done()
 		return nil, err
@@ -252,6 +319,15 @@ func (e *engineRunners) get(name string) (*runner.Runner, error) {
 		e.m[eng.Name()] = r
 	}
 	return r, nil
+}
+
+// shared is get for MCP: the runner stays the server's.
+func (e *engineRunners) shared(name string) (*runner.Runner, func(), error) {
+	r, err := e.get(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	return r, func() {}, nil
 }
 
 func (e *engineRunners) close() {

@@ -258,7 +258,7 @@ func wsRead(t *testing.T, c *websocket.Conn) wsEvent {
 func TestServeWebSocket(t *testing.T) {
 	s := startServer(t)
 	a := s.apis()[0]
-	id := a.create(t, nil).ID
+	id := a.create(t, map[string]any{"output_limit": "4MiB"}).ID // its execs may ask up to 4MiB
 
 	// The first chunk arrives before the command ends: the program waits
 	// for input that is only sent once the chunk is here.

@@ -1,0 +1,78 @@
+// Package admission caps the sandboxes and one-shot runs live at once on
+// one airlock root. One Gate is made per server and handed to every face
+// that makes sandboxes or runs (the HTTP API, /run_code, MCP), so that
+// they share one count.
+package admission
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/airlock-sandbox/airlock/runner"
+)
+
+// Gate admits a new sandbox or run while fewer than its maximum are live:
+// the sandboxes recorded under its root (warm pools' included) plus the
+// admissions not yet released. A nil Gate admits everything.
+type Gate struct {
+	root string
+	max  int
+
+	mu      sync.Mutex
+	pending int
+}
+
+// New returns a Gate allowing max sandboxes and runs under root.
+func New(root string, max int) *Gate { return &Gate{root: root, max: max} }
+
+// Max is the gate's maximum.
+func (g *Gate) Max() int { return g.max }
+
+// OverLimitError refuses an admission past the maximum. It is
+// errdefs.IsResourceExhausted.
+type OverLimitError struct{ Live, Max int }
+
+func (e *OverLimitError) Error() string {
+	return fmt.Sprintf("%d sandboxes and runs are live, the most this server allows (--max-sandboxes %d); delete a sandbox or wait for runs to end, then retry", e.Live, e.Max)
+}
+
+// ResourceExhausted classifies the error for errdefs.
+func (e *OverLimitError) ResourceExhausted() {}
+
+// Room says whether one more sandbox or run would be admitted now.
+func (g *Gate) Room() bool {
+	if g == nil {
+		return true
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	list, err := runner.ListSandboxes(g.root)
+	return err == nil && len(list)+g.pending < g.max
+}
+
+// Admit reserves room for one more sandbox or run; release gives it back
+// (once a sandbox is made, its record counts it instead), and may be
+// called more than once.
+func (g *Gate) Admit() (release func(), err error) {
+	if g == nil {
+		return func() {}, nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	list, err := runner.ListSandboxes(g.root)
+	if err != nil {
+		return nil, err
+	}
+	if n := len(list) + g.pending; n >= g.max {
+		return nil, &OverLimitError{Live: n, Max: g.max}
+	}
+	g.pending++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			g.mu.Lock()
+			g.pending--
+			g.mu.Unlock()
+		})
+	}, nil
+}

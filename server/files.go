@@ -2,7 +2,6 @@ package server
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -219,7 +218,6 @@ func writeFusion(w http.ResponseWriter, resp FusionResponse, got *fetched) error
 	if got != nil {
 		files = got.files
 	}
-	resp.Files = nil // written below
 	if resp.FilesOmitted == nil {
 		resp.FilesOmitted = []FusionOmitted{}
 	}
@@ -227,11 +225,8 @@ func writeFusion(w http.ResponseWriter, resp FusionResponse, got *fetched) error
 	if err != nil {
 		return err
 	}
-	// Files is the last field: the head ends with "files":null}.
-	head, ok := bytes.CutSuffix(head, []byte("null}"))
-	if !ok {
-		return fmt.Errorf("encoding the response: unexpected end %q", head[max(0, len(head)-16):])
-	}
+	// files goes last: the head is resp's object, open.
+	head = append(head[:len(head)-1], `,"files":`...)
 	keys := make([][]byte, len(files))
 	size := int64(len(head)) + int64(len("{}}\n"))
 	for i, f := range files {

@@ -40,9 +40,9 @@ type FusionRunResult struct {
 	Stderr        *string  `json:"stderr"`
 }
 
-// FusionResponse is SandboxFusion's RunCodeResponse, plus FilesOmitted.
-// Files is written last, streamed from the spool (see writeFusion); it
-// is never filled in memory.
+// FusionResponse is SandboxFusion's RunCodeResponse, plus FilesOmitted,
+// less its files: writeFusion adds them, streamed from the spool, so that
+// they are never whole in memory.
 type FusionResponse struct {
 	Status          string           `json:"status"`
 	Message         string           `json:"message"`
@@ -51,8 +51,7 @@ type FusionResponse struct {
 	ExecutorPodName *string          `json:"executor_pod_name"`
 	// FilesOmitted names every fetch_files entry left out of files, and
 	// why (SandboxFusion itself leaves them out silently).
-	FilesOmitted []FusionOmitted      `json:"files_omitted"`
-	Files        map[string]fusionB64 `json:"files"`
+	FilesOmitted []FusionOmitted `json:"files_omitted"`
 }
 
 // FusionOmitted is a fetch_files entry left out: Reason is a scanner's
@@ -63,10 +62,6 @@ type FusionOmitted struct {
 	Reason  string `json:"reason"`
 	Message string `json:"message"`
 }
-
-// fusionB64 stands for a fetched file's base64 in Files; the value is
-// written by writeFusion.
-type fusionB64 struct{}
 
 // Defaults of Options' fetch_files caps.
 const (

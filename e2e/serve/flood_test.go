@@ -21,6 +21,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/airlock-sandbox/airlock/internal/e2etest"
+	"github.com/airlock-sandbox/airlock/server"
 )
 
 // Floods from an untrusted program or client must not grow the server:
@@ -78,7 +79,7 @@ type fusionFlood struct {
 func TestServeFetchFilesFlood(t *testing.T) {
 	var s *srv
 	if engineName == "docker" {
-		s = startServer(t, "--root", dockerRoot(t))
+		s = startServer(t, dockerRoot(t)...)
 	} else {
 		s = startServer(t)
 	}
@@ -169,9 +170,10 @@ for i in range(4):
 	}
 }
 
-// dockerRoot is a root of the test's own without runsc, where the
-// engine auto (/run_code's) is docker.
-func dockerRoot(t *testing.T) string {
+// dockerRoot returns airlock serve's flags for a root of the test's own
+// without runsc, where the engine auto (/run_code's) is docker, with the
+// token of the tests' root (startServer reads it there).
+func dockerRoot(t *testing.T) []string {
 	root, err := e2etest.Root(t.TempDir(), e2etest.SysRoot())
 	if err != nil {
 		t.Fatal(err)
@@ -179,7 +181,10 @@ func dockerRoot(t *testing.T) string {
 	if err := os.Remove(filepath.Join(root, "tools")); err != nil {
 		t.Fatal(err)
 	}
-	return root
+	if _, err := server.LoadToken(rootDir, ""); err != nil {
+		t.Fatal(err)
+	}
+	return []string{"--root", root, "--token-file", filepath.Join(rootDir, "server", "token")}
 }
 
 // TestServeWebSocketInputFlood: input messages to an exec whose program

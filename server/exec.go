@@ -93,36 +93,90 @@ func (e *execSession) snapshot(off [2]int64) (chunks [2][]byte, done bool, wake 
 }
 
 // stdinFeed passes input messages to the program's stdin, in order,
-// without making the message reader wait for the program to read.
+// without making the message reader wait for each one to be read. At most
+// stdinQueue bytes wait for the program: past that, send blocks, and so
+// the WebSocket reader stops reading, and TCP pushes back on the client.
 type stdinFeed struct {
-	ch   chan []byte
-	once sync.Once
-	pr   *io.PipeReader
+	mu      sync.Mutex
+	buf     []byte        // received, not yet handed to the pipe
+	pending int           // bytes of buf plus those in the pipe's write
+	closed  bool          // close_stdin, or the exec ended
+	wake    chan struct{} // closed and replaced at each change
+	pr      *io.PipeReader
 }
+
+// stdinQueue caps the input bytes one exec holds for its program.
+const stdinQueue = 1 << 20
 
 func newStdinFeed() *stdinFeed {
 	pr, pw := io.Pipe()
-	f := &stdinFeed{ch: make(chan []byte, 256), pr: pr}
+	f := &stdinFeed{wake: make(chan struct{}), pr: pr}
 	go func() {
-		for b := range f.ch {
-			pw.Write(b) // after the exec, the reader is closed: writes fail and are dropped
+		for {
+			f.mu.Lock()
+			b, closed, wake := f.buf, f.closed, f.wake
+			f.buf = nil
+			f.mu.Unlock()
+			if len(b) > 0 {
+				pw.Write(b) // after the exec, the reader is closed: writes fail and are dropped
+				f.mu.Lock()
+				f.pending -= len(b)
+				f.changed()
+				f.mu.Unlock()
+				continue
+			}
+			if closed {
+				pw.Close()
+				return
+			}
+			<-wake
 		}
-		pw.Close()
 	}()
 	return f
 }
 
+// changed wakes whoever waits on f; f.mu is held.
+func (f *stdinFeed) changed() {
+	close(f.wake)
+	f.wake = make(chan struct{})
+}
+
+// send queues b for the program, waiting for room while the queue is
+// full; after close_stdin, b is dropped.
 func (f *stdinFeed) send(ctx context.Context, b []byte) error {
-	defer func() { recover() }() // sent after close_stdin: dropped
-	select {
-	case f.ch <- b:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	for {
+		f.mu.Lock()
+		if f.closed {
+			f.mu.Unlock()
+			return nil
+		}
+		// A message bigger than the queue goes in alone.
+		if f.pending == 0 || f.pending+len(b) <= stdinQueue {
+			f.buf = append(f.buf, b...)
+			f.pending += len(b)
+			f.changed()
+			f.mu.Unlock()
+			return nil
+		}
+		wake := f.wake
+		f.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
 
-func (f *stdinFeed) close() { f.once.Do(func() { close(f.ch) }) }
+// close ends stdin once what is queued has been passed on.
+func (f *stdinFeed) close() {
+	f.mu.Lock()
+	if !f.closed {
+		f.closed = true
+		f.changed()
+	}
+	f.mu.Unlock()
+}
 
 // execRegistry holds the execs a WebSocket client may reconnect to.
 type execRegistry struct {

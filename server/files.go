@@ -1,16 +1,23 @@
 package server
 
 import (
-	"bytes"
+	"bufio"
 	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/artifacts"
 	"github.com/airlock-sandbox/airlock/runner"
+	"github.com/airlock-sandbox/airlock/units"
 )
 
 // transferTimeout bounds the time of one file transfer's body.
@@ -100,11 +107,157 @@ func (s *Server) spool() (*os.File, error) {
 	return f, nil
 }
 
-// download reads path from sb through the scanner into memory, for
-// /run_code's fetch_files.
-func download(ctx context.Context, sb *runner.Sandbox, p string) ([]byte, error) {
-	// The scanner caps the size (the sandbox's workspace size).
-	var buf bytes.Buffer
-	_, err := sb.Download(ctx, p, &buf)
-	return buf.Bytes(), err
+// fetched is what /run_code's fetch_files got: the files' contents, one
+// after the other in an unlinked spool file, and the entries left out.
+type fetched struct {
+	spool   *os.File
+	files   []fetchedFile
+	omitted []FusionOmitted
+}
+
+// fetchedFile is one file of the spool: its fetch_files name, and where
+// its bytes lie.
+type fetchedFile struct {
+	name      string
+	off, size int64
+}
+
+func (f *fetched) close() {
+	if f != nil && f.spool != nil {
+		f.spool.Close()
+	}
+}
+
+// fetchFiles reads the files names give from sb through the scanner into
+// a spool, never into memory: each distinct path once, at most
+// FetchMaxFiles of them and FetchMaxBytes in all. What is left out is
+// named, with why.
+func (s *Server) fetchFiles(ctx context.Context, sb *runner.Sandbox, names []string) (*fetched, error) {
+	got := &fetched{}
+	omit := func(name, reason, format string, args ...any) {
+		got.omitted = append(got.omitted, FusionOmitted{Name: name, Reason: reason, Message: fmt.Sprintf(format, args...)})
+	}
+	seen := map[string]string{} // sandbox path → the first name of it
+	var total int64
+	for _, name := range names {
+		p := path.Clean(fusionPath(name))
+		if first, ok := seen[p]; ok {
+			omit(name, reasonDuplicate, "names %s, as %q does before it; each file is fetched once", p, first)
+			continue
+		}
+		seen[p] = name
+		if len(got.files) == s.opt.FetchMaxFiles {
+			omit(name, string(artifacts.ReasonTooMany), "one response carries at most %d files; fetch the rest in another run", s.opt.FetchMaxFiles)
+			continue
+		}
+		if got.spool == nil {
+			f, err := s.spool()
+			if err != nil {
+				got.close()
+				return nil, err
+			}
+			got.spool = f
+		}
+		cw := &cappedWriter{w: got.spool, left: s.opt.FetchMaxBytes - total}
+		_, err := sb.Download(ctx, p, cw)
+		if cw.over || err != nil {
+			// Whatever was written of it is dropped.
+			if terr := got.spool.Truncate(total); terr != nil {
+				got.close()
+				return nil, terr
+			}
+			if _, serr := got.spool.Seek(total, io.SeekStart); serr != nil {
+				got.close()
+				return nil, serr
+			}
+		}
+		switch {
+		case cw.over:
+			omit(name, string(artifacts.ReasonTooLarge), "the files fetched would pass %s, the most one response carries (%s are in); fetch it in another run, or write less",
+				units.Bytes(s.opt.FetchMaxBytes), units.Bytes(total))
+		case err != nil:
+			s.refused(err)
+			reason := string(runner.ReasonOf(err))
+			if reason == "" {
+				reason = reasonError
+			}
+			omit(name, reason, "%v", err)
+		default:
+			got.files = append(got.files, fetchedFile{name: name, off: total, size: cw.n})
+			total += cw.n
+		}
+	}
+	return got, nil
+}
+
+// cappedWriter passes at most left bytes to w, and fails past them.
+type cappedWriter struct {
+	w    io.Writer
+	left int64
+	n    int64
+	over bool
+}
+
+var errOverCap = errors.New("past the fetch_files cap")
+
+func (c *cappedWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > c.left-c.n {
+		c.over = true
+		return 0, errOverCap
+	}
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// writeFusion writes resp with got's files as its files, streaming each
+// from the spool through a base64 encoder: neither a file nor the
+// response is ever whole in memory. The length is known beforehand.
+func writeFusion(w http.ResponseWriter, resp FusionResponse, got *fetched) error {
+	var files []fetchedFile
+	if got != nil {
+		files = got.files
+	}
+	if resp.FilesOmitted == nil {
+		resp.FilesOmitted = []FusionOmitted{}
+	}
+	head, err := json.Marshal(resp)
+	if err != nil {
+		return err
+	}
+	// files goes last: the head is resp's object, open.
+	head = append(head[:len(head)-1], `,"files":`...)
+	keys := make([][]byte, len(files))
+	size := int64(len(head)) + int64(len("{}}\n"))
+	for i, f := range files {
+		if keys[i], err = json.Marshal(f.name); err != nil {
+			return err
+		}
+		size += int64(len(keys[i])+len(`:""`)) + int64(base64.StdEncoding.EncodedLen(int(f.size)))
+		if i > 0 {
+			size++ // the comma
+		}
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.FormatInt(size, 10))
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriterSize(w, 64<<10)
+	bw.Write(head)
+	bw.WriteByte('{')
+	for i, f := range files {
+		if i > 0 {
+			bw.WriteByte(',')
+		}
+		bw.Write(keys[i])
+		bw.WriteString(`:"`)
+		enc := base64.NewEncoder(base64.StdEncoding, bw)
+		if _, err := io.Copy(enc, io.NewSectionReader(got.spool, f.off, f.size)); err != nil {
+			return fmt.Errorf("sending %q: %w", f.name, err)
+		}
+		enc.Close()
+		bw.WriteByte('"')
+	}
+	bw.WriteString("}}\n")
+	return bw.Flush()
 }

@@ -40,15 +40,40 @@ type FusionRunResult struct {
 	Stderr        *string  `json:"stderr"`
 }
 
-// FusionResponse is SandboxFusion's RunCodeResponse.
+// FusionResponse is SandboxFusion's RunCodeResponse, plus FilesOmitted,
+// less its files: writeFusion adds them, streamed from the spool, so that
+// they are never whole in memory.
 type FusionResponse struct {
-	Status          string            `json:"status"`
-	Message         string            `json:"message"`
-	CompileResult   *FusionRunResult  `json:"compile_result"`
-	RunResult       *FusionRunResult  `json:"run_result"`
-	ExecutorPodName *string           `json:"executor_pod_name"`
-	Files           map[string]string `json:"files"`
+	Status          string           `json:"status"`
+	Message         string           `json:"message"`
+	CompileResult   *FusionRunResult `json:"compile_result"`
+	RunResult       *FusionRunResult `json:"run_result"`
+	ExecutorPodName *string          `json:"executor_pod_name"`
+	// FilesOmitted names every fetch_files entry left out of files, and
+	// why (SandboxFusion itself leaves them out silently).
+	FilesOmitted []FusionOmitted `json:"files_omitted"`
 }
+
+// FusionOmitted is a fetch_files entry left out: Reason is a scanner's
+// reason word (symlink, not_found, type_not_allowed, …), too_many or
+// too_large for the response's caps, or duplicate.
+type FusionOmitted struct {
+	Name    string `json:"name"`
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+// Defaults of Options' fetch_files caps.
+const (
+	DefaultFetchMaxFiles = 32
+	DefaultFetchMaxBytes = 64 << 20
+)
+
+// omitted reasons of the response's own.
+const (
+	reasonDuplicate = "duplicate"
+	reasonError     = "error"
+)
 
 // SandboxFusion's words.
 const (
@@ -91,7 +116,12 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	writeJSON(w, http.StatusOK, s.fusion(r.Context(), &q))
+	resp, got := s.fusion(r.Context(), &q)
+	defer got.close()
+	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(transferTimeout))
+	if err := writeFusion(w, resp, got); err != nil {
+		s.log.Warn("writing a run_code response", "err", err)
+	}
 }
 
 func fusionSeconds(field string, v *float64) (time.Duration, error) {
@@ -107,12 +137,13 @@ func fusionSeconds(field string, v *float64) (time.Duration, error) {
 	return d, nil
 }
 
-func sandboxError(format string, args ...any) FusionResponse {
-	return FusionResponse{Status: fusionSandboxError, Message: fmt.Sprintf(format, args...), Files: map[string]string{}}
+func sandboxError(format string, args ...any) (FusionResponse, *fetched) {
+	return FusionResponse{Status: fusionSandboxError, Message: fmt.Sprintf(format, args...)}, nil
 }
 
-// fusion runs one request in a fresh sandbox, destroyed afterwards.
-func (s *Server) fusion(ctx context.Context, q *FusionRequest) FusionResponse {
+// fusion runs one request in a fresh sandbox, destroyed afterwards; the
+// fetched files are spooled, for writeFusion to send.
+func (s *Server) fusion(ctx context.Context, q *FusionRequest) (FusionResponse, *fetched) {
 	lang, ok := fusionLanguages[strings.ToLower(q.Language)]
 	if !ok {
 		return sandboxError("language %q is not supported by airlock: use python or bash", q.Language)
@@ -181,24 +212,27 @@ func (s *Server) fusion(ctx context.Context, q *FusionRequest) FusionResponse {
 		return sandboxError("running the code: %v", err)
 	}
 	s.metrics.result(res)
-	out := FusionResponse{Status: fusionFailed, RunResult: fusionRun(res), Files: map[string]string{}}
+	out := FusionResponse{Status: fusionFailed, RunResult: fusionRun(res)}
 	if res.Reason == runner.ReasonExited && res.ExitCode == 0 {
 		out.Status = fusionSuccess
 	}
-	var refused []string
-	for _, p := range q.FetchFiles {
-		b, err := download(ctx, sb, fusionPath(p))
-		if err != nil {
-			s.refused(err)
-			refused = append(refused, err.Error())
-			continue
+	got, err := s.fetchFiles(ctx, sb, q.FetchFiles)
+	if err != nil {
+		return sandboxError("fetching files: %v", err)
+	}
+	out.FilesOmitted = got.omitted
+	if len(got.omitted) > 0 {
+		var names []string
+		for i, o := range got.omitted {
+			if i == 8 {
+				names = append(names, fmt.Sprintf("and %d more", len(got.omitted)-i))
+				break
+			}
+			names = append(names, fmt.Sprintf("%q: %s", o.Name, o.Message))
 		}
-		out.Files[p] = base64.StdEncoding.EncodeToString(b)
+		out.Message = "fetch_files left out (see files_omitted): " + strings.Join(names, "; ")
 	}
-	if len(refused) > 0 {
-		out.Message = "fetch_files refused: " + strings.Join(refused, "; ")
-	}
-	return out
+	return out, got
 }
 
 // fusionPath puts a relative path under the working directory.

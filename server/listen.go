@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -98,10 +100,85 @@ func ListenTCP(addr string, tlsConf *tls.Config) (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: listening on %s: %v", errdefs.ErrUnavailable, addr, err)
 	}
-	if tlsConf != nil {
-		l = tls.NewListener(l, tlsConf)
+	// TLS is put on in Accept, over the connection Serve counts.
+	return &capListener{Listener: l, tls: tlsConf}, nil
+}
+
+// capListener holds at most cap(sem) connections open at once (any
+// number with no sem): past that, Accept waits for one to close, and new
+// connections wait in the kernel's backlog. With tls, it serves TLS over
+// them, as tls.NewListener does.
+type capListener struct {
+	net.Listener
+	tls  *tls.Config
+	sem  chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+// capConnections returns l holding at most n connections at once.
+func capConnections(l net.Listener, n int) net.Listener {
+	c, ok := l.(*capListener)
+	if !ok {
+		c = &capListener{Listener: l}
 	}
-	return l, nil
+	c.sem, c.done = make(chan struct{}, n), make(chan struct{})
+	return c
+}
+
+func (l *capListener) Accept() (net.Conn, error) {
+	if l.sem != nil {
+		select {
+		case l.sem <- struct{}{}:
+		case <-l.done:
+			return nil, net.ErrClosed
+		}
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		if l.sem != nil {
+			<-l.sem
+		}
+		return nil, err
+	}
+	if l.sem != nil {
+		c = &capConn{Conn: c, sem: l.sem}
+	}
+	if l.tls != nil {
+		c = tls.Server(c, l.tls)
+	}
+	return c, nil
+}
+
+func (l *capListener) Close() error {
+	if l.done != nil {
+		l.once.Do(func() { close(l.done) })
+	}
+	return l.Listener.Close()
+}
+
+// capConn gives its place back once closed.
+type capConn struct {
+	net.Conn
+	sem  chan struct{}
+	once sync.Once
+}
+
+// CloseWrite and ReadFrom keep what net/http uses of a TCP connection:
+// the half-close after a refused body, and sendfile.
+func (c *capConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+func (c *capConn) ReadFrom(r io.Reader) (int64, error) { return io.Copy(c.Conn, r) }
+
+func (c *capConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { <-c.sem })
+	return err
 }
 
 // LoadToken returns the bearer token: the first line of file when given,

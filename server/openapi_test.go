@@ -94,6 +94,11 @@ func openapiDocument(t *testing.T) []byte {
 	b.Name("Transfer", reflect.TypeFor[runner.Transfer](), false)
 	b.Name("FusionRequest", reflect.TypeFor[FusionRequest](), true)
 	b.Name("FusionResponse", reflect.TypeFor[FusionResponse](), false)
+	// files is streamed after the rest (writeFusion), not marshalled.
+	fr := b.Schemas["FusionResponse"]
+	fr["properties"].(openapi.Schema)["files"] = openapi.Schema{"type": "object", "additionalProperties": openapi.Schema{"type": "string", "contentEncoding": "base64"},
+		"description": "each fetched file's content, base64, by the name fetch_files gave"}
+	fr["required"] = append(fr["required"].([]string), "files")
 	if err := b.Err(); err != nil {
 		t.Fatal(err)
 	}

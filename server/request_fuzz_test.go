@@ -365,7 +365,10 @@ func FuzzRunCode(f *testing.F) {
 			}
 			return
 		}
-		var resp FusionResponse
+		var resp struct {
+			FusionResponse
+			Files map[string]string `json:"files"`
+		}
 		if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil {
 			t.Fatalf("the answer is not a RunCodeResponse: %v", err)
 		}

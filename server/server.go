@@ -24,6 +24,12 @@ import (
 const (
 	DefaultMaxSandboxes = 64
 	DefaultMaxBody      = 16 << 20
+	// DefaultMaxConnections caps the connections of each listener.
+	DefaultMaxConnections = 256
+	// DefaultReadTimeout bounds the reading of a request, its body
+	// included (file uploads extend it). Once the body is read, net/http
+	// lifts it: a handler may run long after (an exec's stream, MCP's).
+	DefaultReadTimeout = time.Minute
 	// DrainTimeout bounds how long a stopping server waits for requests
 	// and execs in progress.
 	DrainTimeout = 30 * time.Second
@@ -57,6 +63,17 @@ type Options struct {
 	Admission    *admission.Gate
 	// MaxBody caps JSON request bodies.
 	MaxBody int64
+	// ReadTimeout bounds the reading of each request, headers and body,
+	// on every route (default DefaultReadTimeout).
+	ReadTimeout time.Duration
+	// MaxConnections caps the connections open at once on each listener
+	// (default DefaultMaxConnections); past it, Accept waits.
+	MaxConnections int
+	// FetchMaxFiles and FetchMaxBytes cap what one /run_code response
+	// carries of fetch_files (defaults DefaultFetchMaxFiles and
+	// DefaultFetchMaxBytes); entries past them are left out and named.
+	FetchMaxFiles int
+	FetchMaxBytes int64
 	// Pools are the warm pools to keep, by template (the templates under
 	// Root). PoolMaxAge replaces pooled sandboxes
 	// older than it (default runner.DefaultPoolMaxAge);
@@ -105,12 +122,12 @@ func New(opt Options) (*Server, error) {
 	if opt.Root == "" || opt.Runner == nil {
 		return nil, errors.New("server: Options.Root and Options.Runner are required")
 	}
-	if opt.MaxSandboxes <= 0 {
-		opt.MaxSandboxes = DefaultMaxSandboxes
-	}
-	if opt.MaxBody <= 0 {
-		opt.MaxBody = DefaultMaxBody
-	}
+	opt.MaxSandboxes = orDefault(opt.MaxSandboxes, DefaultMaxSandboxes)
+	opt.MaxBody = orDefault(opt.MaxBody, DefaultMaxBody)
+	opt.ReadTimeout = orDefault(opt.ReadTimeout, DefaultReadTimeout)
+	opt.MaxConnections = orDefault(opt.MaxConnections, DefaultMaxConnections)
+	opt.FetchMaxFiles = orDefault(opt.FetchMaxFiles, DefaultFetchMaxFiles)
+	opt.FetchMaxBytes = orDefault(opt.FetchMaxBytes, DefaultFetchMaxBytes)
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
@@ -135,6 +152,14 @@ func New(opt Options) (*Server, error) {
 		s.mux.Handle(prefix+"/", h)
 	}
 	return s, nil
+}
+
+// orDefault is v, or def when v is not positive (unset).
+func orDefault[T int | int64 | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
 }
 
 func (s *Server) routes() []route {
@@ -244,13 +269,15 @@ func WithTCP(ctx context.Context) context.Context { return context.WithValue(ctx
 // Serve serves the API on every listener until ctx is done, then drains:
 // it stops accepting, and waits up to DrainTimeout for the requests and
 // execs in progress. A listener whose network is not "unix" needs the
-// token.
+// token. Each listener holds at most MaxConnections connections, and
+// every request must be read (headers and body) within ReadTimeout.
 func (s *Server) Serve(ctx context.Context, listeners ...net.Listener) error {
 	defer s.closePools()
 	go every(ctx, poolCheckEvery, s.refreshPools)
 	hs := &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       s.opt.ReadTimeout,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
@@ -263,6 +290,7 @@ func (s *Server) Serve(ctx context.Context, listeners ...net.Listener) error {
 	}
 	errc := make(chan error, len(listeners))
 	for _, l := range listeners {
+		l := capConnections(l, s.opt.MaxConnections)
 		go func() {
 			if err := hs.Serve(l); !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("serving on %s: %w", l.Addr(), err)
@@ -324,14 +352,13 @@ func (s *Server) runnerFor(name string) (*runner.Runner, error) {
 	return s.opt.Runner(name)
 }
 
-// body caps and reads a JSON request body into v.
+// body caps and reads a JSON request body into v (within Serve's
+// ReadTimeout).
 func (s *Server) body(w http.ResponseWriter, r *http.Request, v any) error {
-	http.NewResponseController(w).SetReadDeadline(time.Now().Add(time.Minute))
 	return decodeJSON(http.MaxBytesReader(w, r.Body, s.opt.MaxBody), v)
 }
 
 func readAllCapped(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
-	http.NewResponseController(w).SetReadDeadline(time.Now().Add(time.Minute))
 	return io.ReadAll(http.MaxBytesReader(w, r.Body, max))
 }
 

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"time"
 
@@ -25,6 +26,16 @@ type wsMessage struct {
 	StderrOffset int64  `json:"stderr_offset,omitempty"`
 }
 
+// wsMessageLimit caps each client message after the first (execute or
+// reconnect, capped by MaxBody): input is sent in pieces of at most this.
+const wsMessageLimit = 1 << 20
+
+type startedEvent struct {
+	Type            string `json:"type"`
+	ExecID          string `json:"exec_id"`
+	MaxMessageBytes int    `json:"max_message_bytes"`
+}
+
 // execWS is the exec WebSocket: execute (or reconnect), then input,
 // close_stdin and kill from the client; started, stdout, stderr and exit
 // from the server.
@@ -36,7 +47,10 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 	}
 	defer conn.CloseNow()
 	conn.SetReadLimit(s.opt.MaxBody)
-	ctx := r.Context()
+	// ctx ends when the client's messages do, so that a refused message
+	// ends the output too.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
 	send := func(v any) error {
 		b, err := json.Marshal(v)
 		if err != nil {
@@ -115,15 +129,27 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 		fail(invalid("the first message must be execute or reconnect, not %q", head.Type))
 		return
 	}
-	if err := send(map[string]string{"type": "started", "exec_id": e.id}); err != nil {
+	if err := send(startedEvent{Type: "started", ExecID: e.id, MaxMessageBytes: wsMessageLimit}); err != nil {
 		return
 	}
 
-	// Client messages, while the output is sent.
+	// Client messages, while the output is sent. Each is read whole, up to
+	// wsMessageLimit; a full stdin queue stops the reading (see stdinFeed).
+	conn.SetReadLimit(wsMessageLimit + 1) // never reached: the limit below comes first
 	go func() {
+		defer cancel()
 		for {
-			_, b, err := conn.Read(ctx)
+			_, rd, err := conn.Reader(ctx)
 			if err != nil {
+				return
+			}
+			b, err := io.ReadAll(io.LimitReader(rd, wsMessageLimit+1))
+			if err != nil {
+				return
+			}
+			if len(b) > wsMessageLimit {
+				send(errorEvent{Type: "error", Error: errorDetail(invalid("a message of more than %d bytes: after execute, each message may be at most %d bytes (max_message_bytes in started); split the input into several input messages", wsMessageLimit, wsMessageLimit))})
+				conn.Close(websocket.StatusMessageTooBig, "message above max_message_bytes")
 				return
 			}
 			var m wsMessage
@@ -144,7 +170,9 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 					fail(invalid("input data_b64 is not base64: %v", err))
 					return
 				}
-				e.stdin.send(ctx, data)
+				if e.stdin.send(ctx, data) != nil {
+					return
+				}
 			case "close_stdin":
 				if e.stdin != nil {
 					e.stdin.close()

@@ -26,7 +26,7 @@ import (
 
 type serveFlags struct {
 	socket, listen, tokenFile, tlsCert, tlsKey, maxBody, addrFile string
-	maxSandboxes                                                  int
+	maxSandboxes, maxConnections                                  int
 	pools, sandboxPools                                           []string
 	poolExhausted                                                 string
 	poolMaxAge                                                    time.Duration
@@ -104,6 +104,7 @@ timeout and download types are given to it as it is taken. Any engine.`,
 	fl.StringVar(&f.tlsCert, "tls-cert", "", "TLS certificate for --listen (required for a non-loopback address)")
 	fl.StringVar(&f.tlsKey, "tls-key", "", "TLS key for --listen")
 	fl.IntVar(&f.maxSandboxes, "max-sandboxes", server.DefaultMaxSandboxes, "cap on live sandboxes plus one-shot runs in progress (429 over_limit past it)")
+	fl.IntVar(&f.maxConnections, "max-connections", server.DefaultMaxConnections, "cap on the connections open at once on each listener (new ones wait past it)")
 	fl.StringVar(&f.maxBody, "max-body", units.Bytes(server.DefaultMaxBody).String(), "cap on JSON request bodies")
 	fl.StringVar(&f.addrFile, "addr-file", "", "write the TCP address here once listening (for --listen 127.0.0.1:0)")
 	fl.StringArrayVar(&f.pools, "pool", nil, "keep a warm pool of N sandboxes of a template: TEMPLATE=N (repeatable; oci engine)")
@@ -124,6 +125,9 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 	}
 	if f.maxSandboxes <= 0 {
 		return usageError{fmt.Errorf("--max-sandboxes %d: give a positive number", f.maxSandboxes)}
+	}
+	if f.maxConnections <= 0 {
+		return usageError{fmt.Errorf("--max-connections %d: give a positive number", f.maxConnections)}
 	}
 	pools, err := parsePools(f.pools, false)
 	if err != nil {
@@ -189,7 +193,7 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 	runners := &engineRunners{g: g, m: map[string]*runner.Runner{}, opts: []runner.Option{runner.WithCeilings(ceil)}}
 	defer runners.close()
 	srv, err := server.New(server.Options{
-		Root: g.root, Runner: runners.get, Token: token, MaxSandboxes: f.maxSandboxes, Admission: gate, MaxBody: int64(maxBody),
+		Root: g.root, Runner: runners.get, Token: token, MaxSandboxes: f.maxSandboxes, Admission: gate, MaxBody: int64(maxBody), MaxConnections: f.maxConnections,
 		Reapers: g.reapers,
 		Pools:   pools, PoolMaxAge: f.poolMaxAge, PoolFailWhenEmpty: f.poolExhausted == "fail",
 		Sweep: func(ctx context.Context) (int, error) {

@@ -1171,7 +1171,7 @@ export interface components {
             run_timeout?: number | null;
             stdin?: string | null;
         };
-        /** @description FusionResponse is SandboxFusion's RunCodeResponse. */
+        /** @description FusionResponse is SandboxFusion's RunCodeResponse, plus FilesOmitted, less its files: writeFusion adds them, streamed from the spool, so that they are never whole in memory. */
         FusionResponse: {
             compile_result: {
                 execution_time: number | null;
@@ -1181,9 +1181,16 @@ export interface components {
                 stdout: string | null;
             } | null;
             executor_pod_name: string | null;
+            /** @description each fetched file's content, base64, by the name fetch_files gave */
             files: {
                 [key: string]: string;
             };
+            /** @description FilesOmitted names every fetch_files entry left out of files, and why (SandboxFusion itself leaves them out silently). */
+            files_omitted: {
+                message: string;
+                name: string;
+                reason: string;
+            }[];
             message: string;
             run_result: {
                 execution_time: number | null;

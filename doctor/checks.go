@@ -182,10 +182,7 @@ func hasField(status []byte, key string) bool {
 func checkDockerd(ctx context.Context, o Options) Check {
 	const name = "dockerd"
 	needed := o.Engine == "docker"
-	only := ""
-	if !needed {
-		only = " (needed only for --engine docker)"
-	}
+	only := onlyFor(needed, "--engine docker")
 	if o.DockerRuntime == nil {
 		return bad(needed, name, "not checked: no docker engine given"+only, "run `airlock doctor`, which checks it")
 	}

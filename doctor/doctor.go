@@ -49,9 +49,28 @@ type Options struct {
 	// runtime for a mode, describing what it found; nil when there is no
 	// docker engine.
 	DockerRuntime func(context.Context, isolation.Mode) (string, error)
+	// DockerRegistered returns dockerd's entry for the runtime the docker
+	// engine runs gVisor under; nil when there is no docker engine.
+	DockerRegistered func(context.Context) (RuntimeEntry, error)
+	// RuntimeOwner is the root that runtime belongs to: Root, or the
+	// default root for a root that registered none of its own.
+	// RuntimeRunsc and RuntimeArgs are what the owner's registration must
+	// hold: its runsc, and exactly the flags airlock writes for it.
+	RuntimeOwner string
+	RuntimeRunsc string
+	RuntimeArgs  []string
 	// Run runs the live probe's sandboxes on the chosen engine; nil leaves
 	// the probe out.
 	Run func(context.Context, runner.Spec) (runner.Result, error)
+}
+
+// RuntimeEntry is a runtime as dockerd has it registered.
+type RuntimeEntry struct {
+	Name string
+	// Found is whether dockerd has a runtime of that name.
+	Found bool
+	Path  string
+	Args  []string
 }
 
 // check is one host check. Each returns exactly one row.
@@ -66,6 +85,7 @@ var hostChecks = []check{
 	checkCgroups,
 	checkSeccomp,
 	checkDockerd,
+	checkDockerRuntime,
 	checkSpace,
 	checkDefaultImage,
 }
@@ -110,6 +130,15 @@ func bad(needed bool, name, detail, fix string) Check {
 		c.Status = StatusWarn
 	}
 	return c
+}
+
+// onlyFor is said after a problem with what the chosen engine and
+// isolation do not need: what does.
+func onlyFor(needed bool, what string) string {
+	if needed {
+		return ""
+	}
+	return " (needed only for " + what + ")"
 }
 
 // human prints a byte count for people, to one decimal place.

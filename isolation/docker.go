@@ -38,6 +38,10 @@ type DockerJob struct {
 	// (see TmpDir): it is bound there in place of the tmpfs. Empty keeps
 	// the tmpfs.
 	TmpSource string
+	// Runtime, when set, is the name dockerd knows the mode's runtime by
+	// (a root other than the default registers its runsc under its own);
+	// empty means DockerRuntimes' entry for the mode.
+	Runtime string
 	// CgroupParent is a cgroup airlock created with the same limits. The
 	// container's own pids limit is then set one above it, so that the
 	// parent, which outlives the container, is the one that records a hit.
@@ -65,7 +69,7 @@ func DockerConfig(p Policy, j DockerJob) (*container.Config, *container.HostConf
 	}
 	cfg, host := dockerDefault()
 	for _, opt := range []DockerOpt{
-		withDockerRuntime(p.Isolation),
+		withDockerRuntime(p.Isolation, j.Runtime),
 		withDockerLimits(p.Isolation, p.Limits),
 		withDockerTmp(p.Limits, j.TmpSource, j.Binds),
 		withDockerIdentity(p),
@@ -133,11 +137,14 @@ func dockerDefault() (*container.Config, *container.HostConfig) {
 	return cfg, host
 }
 
-func withDockerRuntime(m Mode) DockerOpt {
+func withDockerRuntime(m Mode, name string) DockerOpt {
 	return func(_ *container.Config, h *container.HostConfig) error {
 		rt, ok := DockerRuntimes[m]
 		if !ok {
 			return fmt.Errorf("%w: isolation %q is not available on the docker engine yet; use --isolation %s", ErrInvalid, m, GVisor)
+		}
+		if name != "" {
+			rt = name
 		}
 		h.Runtime = rt
 		return nil

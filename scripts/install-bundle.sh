@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # install.sh: installs airlock from this offline bundle. It needs no network.
 #
-#   ./install.sh [--prefix DIR] [--root DIR] [--key PUBKEY]
+#   ./install.sh [--prefix DIR] [--root DIR] [--key PUBKEY] [--runtime NAME]
 #
 #   --prefix DIR   where bin/airlock goes (default /usr/local)
 #   --root DIR     airlock's state directory: runsc, images, keys (default
@@ -10,6 +10,13 @@
 #                  beside the tarball). Without it, the fingerprint of the
 #                  bundle's own key is printed and must be confirmed on the
 #                  terminal.
+#   --runtime NAME the name dockerd knows this root's runsc by (default
+#                  airlock-runsc for /var/lib/airlock, airlock-runsc-<hash
+#                  of the root> for any other root)
+#   --daemon-json FILE, --docker-pid FILE
+#                  dockerd's configuration file and pid file (default
+#                  /etc/docker/daemon.json, /var/run/docker.pid); DOCKER_HOST
+#                  is the socket airlock talks to
 #
 # Steps, each failing closed:
 #   1. check the signature over SHA256SUMS with openssl, against the trusted
@@ -23,7 +30,9 @@
 #   5. import every image with `airlock image import --require-digest`, the
 #      default one with --default (the default-image lock);
 #   6. register runsc with dockerd only when dockerd is installed (daemon.json
-#      is merged and backed up, never replaced);
+#      is merged and backed up, never replaced), under the root's own
+#      runtime name: an entry of that name that runs another root's runsc
+#      is refused, never re-pointed;
 #   7. run `airlock doctor` (for the oci engine when there is no dockerd).
 #
 # Running it again is safe: what is already in place is left as it is.
@@ -34,17 +43,23 @@ here=$(cd "$(dirname "$0")" && pwd)
 prefix=/usr/local
 root=/var/lib/airlock
 keyfile=
+runtime=
+daemon_json=/etc/docker/daemon.json
+docker_pid=/var/run/docker.pid
 start=$(date +%s)
 
 step() { printf '[install %4ss] %s\n' "$(($(date +%s) - start))" "$*"; }
 fail() { printf 'install: %s\n' "$*" >&2; exit 1; }
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
 
 while (($#)); do
   case $1 in
     --prefix) prefix=${2:?--prefix needs a directory}; shift 2 ;;
     --root) root=${2:?--root needs a directory}; shift 2 ;;
     --key) keyfile=${2:?--key needs a public key file}; shift 2 ;;
+    --runtime) runtime=${2:?--runtime needs a name}; shift 2 ;;
+    --daemon-json) daemon_json=${2:?--daemon-json needs a file}; shift 2 ;;
+    --docker-pid) docker_pid=${2:?--docker-pid needs a file}; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) usage >&2; fail "unknown argument $1" ;;
   esac
@@ -205,10 +220,13 @@ step "default image: $def"
 engine=oci
 if command -v dockerd >/dev/null; then
   engine=auto
-  changed=$(al host install-runtime --runsc "$root/tools/runsc")
-  step "dockerd runtime airlock-runsc: $changed"
-  if [ "$changed" = changed ] && [ -f /var/run/docker.pid ]; then
-    kill -HUP "$(cat /var/run/docker.pid)" && step "asked dockerd to reload its runtimes (SIGHUP)"
+  # The root's own name; an entry of it that runs another runsc is refused.
+  changed=$(al host install-runtime --runsc "$root/tools/runsc" --daemon-json "$daemon_json" ${runtime:+--name "$runtime"}) ||
+    fail "registering runsc with dockerd failed (above); choose the runtime's name with --runtime NAME"
+  [ -f "$root/docker-runtime" ] && name=$(cat "$root/docker-runtime") || name=airlock-runsc
+  step "dockerd runtime $name: $changed ($daemon_json)"
+  if [ "$changed" = changed ] && [ -f "$docker_pid" ]; then
+    kill -HUP "$(cat "$docker_pid")" && step "asked dockerd to reload its runtimes (SIGHUP)"
   fi
 else
   step "no dockerd: the oci engine needs nothing more"

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -20,8 +21,9 @@ func newDoctorCmd(g *globals) *cobra.Command {
 		Short: "Check that this host can keep airlock's guarantees",
 		Long: `Check the host for the chosen engine and isolation mode: root, airlock's
 runsc (and the gVisor platform), runc, cgroups and their memory, pids and
-cpu controllers, kernel seccomp and the default profile, dockerd and its
-airlock-runsc runtime, and free space under --root. Then, if nothing
+cpu controllers, kernel seccomp and the default profile, dockerd and the
+runtime this root registered with it (its path is this root's runsc, which
+exists, and its flags are exactly airlock's), and free space under --root. Then, if nothing
 failed, run a short live probe on the default image: one sandbox tries to
 reach the network, write to /, and reads its capabilities, no_new_privs
 and uid; a second allocates 200MiB under a 64MiB limit and must end oom.
@@ -49,6 +51,13 @@ nothing failed, and 69 otherwise.`,
 			if eng, err := g.dockerEngine(); err == nil {
 				defer eng.Close()
 				o.DockerRuntime = eng.CheckRuntime
+				o.DockerRegistered = func(ctx context.Context) (doctor.RuntimeEntry, error) {
+					r, err := eng.Registered(ctx)
+					return doctor.RuntimeEntry{Name: r.Name, Found: r.Found, Path: r.Path, Args: r.Args}, err
+				}
+			}
+			if err := runtimeOwner(&o); err != nil {
+				return err
 			}
 			checks := doctor.Run(cmd.Context(), o)
 			out := cmd.OutOrStdout()
@@ -104,4 +113,24 @@ func (p *prober) Close() {
 	if p.done != nil {
 		p.done()
 	}
+}
+
+// runtimeOwner fills in whose dockerd registration o's docker engine runs
+// under, and what it must hold.
+func runtimeOwner(o *doctor.Options) error {
+	root, err := filepath.Abs(o.Root)
+	if err != nil {
+		return usageError{err}
+	}
+	o.Root, o.RuntimeOwner, o.RuntimeRunsc = root, root, o.Runsc
+	_, recorded, err := recordedRuntime(root)
+	if err != nil {
+		return err
+	}
+	if !recorded && root != runner.DefaultRoot {
+		// It shares the default root's registration.
+		o.RuntimeOwner, o.RuntimeRunsc = runner.DefaultRoot, oci.RunscPath(runner.DefaultRoot)
+	}
+	o.RuntimeArgs = defaultRuntimeArgs(o.RuntimeOwner)
+	return nil
 }

@@ -31,7 +31,11 @@ func (g *globals) logger() *slog.Logger {
 }
 
 func (g *globals) dockerEngine() (*docker.Engine, error) {
-	return docker.New(docker.WithLogger(g.logger()))
+	rt, err := engineRuntime(g.root)
+	if err != nil {
+		return nil, err
+	}
+	return docker.New(docker.WithLogger(g.logger()), docker.WithRuntime(rt))
 }
 
 // pickEngine resolves --engine. auto picks oci where airlock can use it

@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -47,8 +48,15 @@ func (r result) String() string {
 // nothing reaches the host's dockerd through its socket either.
 func offline(t *testing.T, tools string, argv ...string) result {
 	t.Helper()
+	return offlineWith(t, tools, "unix:///nonexistent/docker.sock", argv...)
+}
+
+// offlineWith is offline with DOCKER_HOST set to dockerHost (a unix
+// socket reaches across network namespaces).
+func offlineWith(t *testing.T, tools, dockerHost string, argv ...string) result {
+	t.Helper()
 	args := append([]string{"--net", "--", "env", "-i", "PATH=" + tools, "HOME=/root", "LANG=C.UTF-8",
-		"TMPDIR=" + os.TempDir(), "DOCKER_HOST=unix:///nonexistent/docker.sock"}, argv...)
+		"TMPDIR=" + os.TempDir(), "DOCKER_HOST=" + dockerHost}, argv...)
 	return runCmd(exec.Command("unshare", args...))
 }
 
@@ -124,7 +132,54 @@ func imageLs(t *testing.T, r result) []imageRow {
 	return rows
 }
 
-func TestBundle(t *testing.T) {
+// built is the bundle made by `make bundle` on this host, carried
+// (unpacked) elsewhere, and the offline PATH it is installed with.
+type built struct {
+	bundle     string // the unpacked bundle
+	installSh  string
+	pub        string // the bundle key's public half
+	tools      string // the offline PATH
+	defaultRef string // the default image and the extra bundled one
+	busybox    string
+}
+
+var (
+	buildOnce sync.Once
+	theBundle built
+	buildErr  string
+	scratch   string
+)
+
+// TestMain gives the tests one scratch directory, so the bundle is built
+// once for the package.
+func TestMain(m *testing.M) {
+	var err error
+	if scratch, err = os.MkdirTemp("", "airlock-bundle-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(scratch)
+	os.Exit(code)
+}
+
+// theBuild builds the bundle on first use; every test shares it. A build
+// that fails fails the test that ran it, and every later one.
+func theBuild(t *testing.T) built {
+	t.Helper()
+	buildOnce.Do(func() {
+		buildErr = "building the bundle failed (see the first test that asked for it)"
+		theBundle = build(t, scratch)
+		buildErr = ""
+	})
+	if buildErr != "" {
+		t.Fatal(buildErr)
+	}
+	return theBundle
+}
+
+func build(t *testing.T, tmp string) built {
+	t.Helper()
 	repo, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -133,7 +188,6 @@ func TestBundle(t *testing.T) {
 	if sysRoot == "" {
 		sysRoot = runner.DefaultRoot
 	}
-	tmp := t.TempDir()
 
 	// The build host's root: setup's store and runsc, its default image,
 	// and a bundle key of its own.
@@ -223,6 +277,12 @@ func TestBundle(t *testing.T) {
 	bundle := filepath.Join(carried, ents[0].Name())
 	installSh := filepath.Join(bundle, "install.sh")
 
+	return built{bundle: bundle, installSh: installSh, pub: pub, tools: tools, defaultRef: defaultRef, busybox: busybox}
+}
+
+func TestBundle(t *testing.T) {
+	b := theBuild(t)
+	tmp, bundle, installSh, pub, tools, defaultRef, busybox := t.TempDir(), b.bundle, b.installSh, b.pub, b.tools, b.defaultRef, b.busybox
 	prefix, root := filepath.Join(tmp, "prefix"), filepath.Join(tmp, "root")
 	defer cleanup(t, root) // even when a refusal failed and installed
 	install := func(args ...string) result {

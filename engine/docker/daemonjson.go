@@ -27,10 +27,13 @@ type Runtime struct {
 
 // RegisterRuntime adds or updates runtimes[name] in the daemon.json at path,
 // keeping every other key exactly as it was. A file that is not valid JSON
-// is left alone and reported. Before changing an existing file it copies it
-// to a timestamped backup beside it. It returns whether the file changed and
-// the backup's path, if one was made.
-func RegisterRuntime(path, name string, rt Runtime) (changed bool, backup string, err error) {
+// is left alone and reported. An entry that runs another binary than
+// rt.Path is refused (errdefs already exists) unless replace is set: it is
+// another installation's, and re-pointing it would move that
+// installation's runs onto this runsc. Before changing an existing file it
+// copies it to a timestamped backup beside it. It returns whether the file
+// changed and the backup's path, if one was made.
+func RegisterRuntime(path, name string, rt Runtime, replace bool) (changed bool, backup string, err error) {
 	orig, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, "", fmt.Errorf("reading %s: %w", path, err)
@@ -52,6 +55,10 @@ func RegisterRuntime(path, name string, rt Runtime) (changed bool, backup string
 		var cur Runtime
 		if json.Unmarshal(raw, &cur) == nil && reflect.DeepEqual(normal(cur), normal(rt)) {
 			return false, "", nil
+		}
+		if cur.Path != rt.Path && !replace {
+			return false, "", fmt.Errorf("%w: %s: runtime %q already runs %q, not %q: it belongs to another airlock root (or another runsc), whose docker runs would move onto this one; register this root under a name of its own with --name NAME (install.sh: --runtime NAME), or, if nothing uses %q any more, pass --replace",
+				errdefs.ErrAlreadyExists, path, name, cur.Path, rt.Path, cur.Path)
 		}
 	}
 	entry, err := json.Marshal(rt)

@@ -2,9 +2,11 @@ package docker
 
 import (
 	"encoding/json"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/containerd/errdefs"
@@ -18,7 +20,7 @@ func TestRegisterRuntimeMerges(t *testing.T) {
 		t.Fatal(err)
 	}
 	rt := Runtime{Path: "/var/lib/airlock/tools/runsc", RuntimeArgs: []string{"--network=none"}}
-	changed, backup, err := RegisterRuntime(p, "airlock-runsc", rt)
+	changed, backup, err := RegisterRuntime(p, "airlock-runsc", rt, false)
 	if err != nil || !changed || backup == "" {
 		t.Fatalf("RegisterRuntime = %v, %q, %v", changed, backup, err)
 	}
@@ -42,7 +44,7 @@ func TestRegisterRuntimeMerges(t *testing.T) {
 	}
 
 	// Idempotent: a second call changes nothing and makes no backup.
-	changed, backup, err = RegisterRuntime(p, "airlock-runsc", rt)
+	changed, backup, err = RegisterRuntime(p, "airlock-runsc", rt, false)
 	if err != nil || changed || backup != "" {
 		t.Fatalf("second RegisterRuntime = %v, %q, %v", changed, backup, err)
 	}
@@ -50,7 +52,7 @@ func TestRegisterRuntimeMerges(t *testing.T) {
 
 func TestRegisterRuntimeNewFile(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "docker", "daemon.json")
-	changed, backup, err := RegisterRuntime(p, "rt", Runtime{Path: "/x"})
+	changed, backup, err := RegisterRuntime(p, "rt", Runtime{Path: "/x"}, false)
 	if err != nil || !changed || backup != "" {
 		t.Fatalf("RegisterRuntime = %v, %q, %v", changed, backup, err)
 	}
@@ -64,7 +66,7 @@ func TestRegisterRuntimeRefusesBadJSON(t *testing.T) {
 	for _, content := range []string{`{"runtimes": [1,2]}`, `not json`, `[1]`} {
 		p := filepath.Join(t.TempDir(), "daemon.json")
 		os.WriteFile(p, []byte(content), 0o644)
-		_, _, err := RegisterRuntime(p, "rt", Runtime{Path: "/x"})
+		_, _, err := RegisterRuntime(p, "rt", Runtime{Path: "/x"}, false)
 		if !errdefs.IsInvalidArgument(err) {
 			t.Errorf("%s: err = %v", content, err)
 		}
@@ -91,5 +93,60 @@ func TestMissingRunscArgs(t *testing.T) {
 		if got := MissingRunscArgs(tc.args); !slices.Equal(got, tc.missing) {
 			t.Errorf("%q: missing %q, want %q", tc.args, got, tc.missing)
 		}
+	}
+}
+
+func TestRegisterRuntimeKeepsAnotherRunsc(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "daemon.json")
+	theirs := Runtime{Path: "/var/lib/airlock/tools/runsc", RuntimeArgs: []string{"--network=none"}}
+	if _, _, err := RegisterRuntime(p, "airlock-runsc", theirs, false); err != nil {
+		t.Fatal(err)
+	}
+	orig, _ := os.ReadFile(p)
+	ours := Runtime{Path: "/srv/other/tools/runsc", RuntimeArgs: []string{"--network=none"}}
+	changed, backup, err := RegisterRuntime(p, "airlock-runsc", ours, false)
+	if !errdefs.IsAlreadyExists(err) || changed || backup != "" {
+		t.Fatalf("re-pointing another runsc's entry = %v, %q, %v; want an already-exists refusal", changed, backup, err)
+	}
+	for _, want := range []string{theirs.Path, ours.Path, "--name", "--replace"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal does not name %q: %v", want, err)
+		}
+	}
+	if b, _ := os.ReadFile(p); string(b) != string(orig) {
+		t.Errorf("a refusal changed the file to %s", b)
+	}
+	// New flags for the same runsc are an update, not a takeover.
+	theirs.RuntimeArgs = append(theirs.RuntimeArgs, "--oci-seccomp")
+	if changed, _, err := RegisterRuntime(p, "airlock-runsc", theirs, false); err != nil || !changed {
+		t.Errorf("updating the flags of the same runsc = %v, %v", changed, err)
+	}
+	// --replace re-points it.
+	if changed, _, err := RegisterRuntime(p, "airlock-runsc", ours, true); err != nil || !changed {
+		t.Errorf("replace = %v, %v", changed, err)
+	}
+}
+
+func TestPrivateLogs(t *testing.T) {
+	root := t.TempDir()
+	e := &Engine{log: slog.New(slog.DiscardHandler)}
+	dir := filepath.Join(root, "sandbox-logs")
+	e.privateLogs(dir + "/%ID%/")
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("created %s: %v, %v; want mode 0700", dir, fi, err)
+	}
+	// One runsc made world-readable is narrowed.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e.privateLogs(dir + "/%ID%/")
+	if fi, _ := os.Stat(dir); fi.Mode().Perm() != 0o700 {
+		t.Errorf("mode %v after privateLogs, want 0700", fi.Mode())
+	}
+	// Not airlock's layout: left alone.
+	other := filepath.Join(root, "other")
+	e.privateLogs(other + "/logs/")
+	if _, err := os.Stat(other); err == nil {
+		t.Errorf("created %s for a pattern without %%ID%%", other)
 	}
 }

@@ -53,6 +53,8 @@ type Engine struct {
 	daemon atomic.Pointer[daemonFacts]
 	// setupTimeout is setupTimeout; tests shorten it.
 	setupTimeout time.Duration
+	// gvisor is the name dockerd knows this root's runsc by.
+	gvisor string
 }
 
 // daemonFacts are what a run needs to know of dockerd.
@@ -69,9 +71,11 @@ type daemonFacts struct {
 func (e *Engine) learn(info system.Info) daemonFacts {
 	f := &daemonFacts{
 		cgroupfs:    info.CgroupDriver == "cgroupfs",
-		sandboxLogs: logPattern(info.Runtimes[isolation.DockerRuntimes[isolation.GVisor]].Args),
+		sandboxLogs: logPattern(info.Runtimes[e.gvisor].Args),
 	}
-	e.daemon.Store(f)
+	if old := e.daemon.Swap(f); old == nil || old.sandboxLogs != f.sandboxLogs {
+		e.privateLogs(f.sandboxLogs)
+	}
 	return *f
 }
 
@@ -106,9 +110,14 @@ func WithLogger(l *slog.Logger) Option { return func(e *Engine) { e.log = l } }
 // default follows DOCKER_HOST, then the standard socket.
 func WithHost(host string) Option { return func(e *Engine) { e.host = host } }
 
+// WithRuntime sets the name dockerd knows airlock's runsc by, which `airlock
+// host install-runtime` chose for the root; the default is
+// isolation.DockerRuntimes' gVisor entry.
+func WithRuntime(name string) Option { return func(e *Engine) { e.gvisor = name } }
+
 // New returns an engine. It does not contact the daemon.
 func New(opts ...Option) (*Engine, error) {
-	e := &Engine{log: slog.New(slog.DiscardHandler), setupTimeout: setupTimeout}
+	e := &Engine{log: slog.New(slog.DiscardHandler), setupTimeout: setupTimeout, gvisor: isolation.DockerRuntimes[isolation.GVisor]}
 	for _, o := range opts {
 		o(e)
 	}
@@ -170,7 +179,7 @@ func (e *Engine) Check(ctx context.Context, j *engine.SandboxSpec) error {
 // describing what it found. dockerd may be on another host, so the
 // runtime's path is dockerd's to check.
 func (e *Engine) CheckRuntime(ctx context.Context, m isolation.Mode) (string, error) {
-	rt, ok := isolation.DockerRuntimes[m]
+	rt, ok := e.runtimeName(m)
 	if !ok {
 		return "", fmt.Errorf("%w: isolation %q is not available on the docker engine yet; use --isolation %s",
 			errdefs.ErrInvalidArgument, m, isolation.GVisor)
@@ -354,7 +363,8 @@ func hostPids(p isolation.Policy) int64 {
 // Runtime implements engine.Engine: the binary and flags dockerd has
 // registered for the mode, and dockerd's own version.
 func (e *Engine) Runtime(ctx context.Context, m isolation.Mode) (engine.Runtime, error) {
-	rt := engine.Runtime{Name: isolation.DockerRuntimes[m], Flags: []string{}}
+	name, _ := e.runtimeName(m)
+	rt := engine.Runtime{Name: name, Flags: []string{}}
 	info, err := e.cli.Info(ctx)
 	if err != nil {
 		return rt, unavailable(e.cli.DaemonHost(), err)

@@ -66,7 +66,7 @@ func (e *Engine) createRun(ctx context.Context, s *engine.SandboxSpec) (_ engine
 		return nil, err
 	}
 	if s.Policy.Isolation == isolation.GVisor && facts.sandboxLogs == "" {
-		return nil, noSandboxLogs(isolation.DockerRuntimes[isolation.GVisor])
+		return nil, noSandboxLogs(e.gvisor)
 	}
 	if facts.cgroupfs && os.Geteuid() == 0 {
 		l := s.Policy.Limits
@@ -88,6 +88,7 @@ func (e *Engine) createRun(ctx context.Context, s *engine.SandboxSpec) (_ engine
 		Binds:   engine.Binds(s.Mounts),
 		Workdir: s.Workdir,
 	}
+	djob.Runtime, _ = e.runtimeName(s.Policy.Isolation)
 	if r.cg != nil {
 		djob.CgroupParent = r.cg.Path()
 	}

@@ -208,6 +208,7 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (sb engine.S
 		Workdir:   s.Workdir,
 		TmpSource: s.TmpSource,
 	}
+	djob.Runtime, _ = e.runtimeName(s.Policy.Isolation)
 	if cg != nil {
 		djob.CgroupParent = cg.Path()
 	}
@@ -327,7 +328,7 @@ func (e *Engine) Open(ctx context.Context, id string) (engine.Sandbox, error) {
 		return nil, fmt.Errorf("%w: sandbox %q has a bad %s label %q", errdefs.ErrInternal, id, LabelTimeout, c.Config.Labels[LabelTimeout])
 	}
 	s := &sandbox{e: e, id: id, cid: c.ID, user: c.Config.User, timeout: timeout,
-		gvisor:    c.HostConfig.Runtime == isolation.DockerRuntimes[isolation.GVisor],
+		gvisor:    c.HostConfig.Runtime == e.gvisor,
 		oomEvents: oomEventsFile(c.HostConfig.CgroupParent, c.ID)}
 	if !c.State.Running {
 		return nil, s.lost(c.State)

@@ -1,0 +1,63 @@
+package doctor
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestRuntimeCheck(t *testing.T) {
+	dir := t.TempDir()
+	runsc := filepath.Join(dir, "root", "tools", "runsc")
+	other := filepath.Join(dir, "other", "tools", "runsc")
+	for _, p := range []string{runsc, other} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	notExec := filepath.Join(dir, "root", "tools", "plain")
+	os.WriteFile(notExec, nil, 0o644)
+	args := []string{"--network=none", "--oci-seccomp", "--debug-log=/r/sandbox-logs/%ID%/", "--debug-command=boot"}
+	o := Options{Root: "/r", RuntimeOwner: "/r", RuntimeRunsc: runsc, RuntimeArgs: args}
+	gone := filepath.Join(dir, "gone", "runsc")
+	for _, tc := range []struct {
+		name   string
+		o      Options
+		e      RuntimeEntry
+		status string
+		says   []string
+	}{
+		{"ok", o, RuntimeEntry{Name: "rt", Found: true, Path: runsc, Args: args}, StatusOK, []string{`"rt"`, runsc}},
+		{"not registered", o, RuntimeEntry{Name: "rt"}, StatusFail, []string{`no runtime "rt"`}},
+		{"another root's runsc", o, RuntimeEntry{Name: "rt", Found: true, Path: other, Args: args}, StatusFail, []string{other, runsc, "another installation"}},
+		{"another root's runsc, gone", o, RuntimeEntry{Name: "rt", Found: true, Path: gone, Args: args}, StatusFail, []string{gone, runsc}},
+		{"this root's runsc, gone", Options{Root: "/r", RuntimeOwner: "/r", RuntimeRunsc: gone, RuntimeArgs: args},
+			RuntimeEntry{Name: "rt", Found: true, Path: gone, Args: args}, StatusFail, []string{gone, "does not exist"}},
+		{"not executable", Options{Root: "/r", RuntimeOwner: "/r", RuntimeRunsc: notExec, RuntimeArgs: args},
+			RuntimeEntry{Name: "rt", Found: true, Path: notExec, Args: args}, StatusFail, []string{notExec, "not an executable"}},
+		{"flags differ", o, RuntimeEntry{Name: "rt", Found: true, Path: runsc, Args: append(args[:3:3], "--network=host")}, StatusFail, []string{"--network=host", "not the ones airlock writes"}},
+		{"a flag more", o, RuntimeEntry{Name: "rt", Found: true, Path: runsc, Args: append(args[:4:4], "--network=host")}, StatusFail, []string{"--network=host"}},
+		{"shared with the default root", Options{Root: "/s", RuntimeOwner: "/r", RuntimeRunsc: runsc, RuntimeArgs: args},
+			RuntimeEntry{Name: "rt", Found: true, Path: runsc, Args: args}, StatusOK, []string{"the default root's"}},
+	} {
+		c := runtimeCheck(true, tc.e, tc.o, "")
+		if c.Status != tc.status {
+			t.Errorf("%s: %+v, want %s", tc.name, c, tc.status)
+		}
+		for _, s := range tc.says {
+			if !strings.Contains(c.Detail, s) {
+				t.Errorf("%s: detail %q does not say %q", tc.name, c.Detail, s)
+			}
+		}
+		if c.Status == StatusFail && c.Fix == "" {
+			t.Errorf("%s: a FAIL with no fix", tc.name)
+		}
+		if w := runtimeCheck(false, tc.e, tc.o, " (only)"); tc.status == StatusFail && w.Status != StatusWarn {
+			t.Errorf("%s, not needed: %s, want warn", tc.name, w.Status)
+		}
+	}
+}

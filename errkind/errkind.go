@@ -45,7 +45,8 @@ type Row struct {
 	Exit int
 	// Status is the HTTP status.
 	Status int
-	// Advice ends an MCP tool error: what a model should do next.
+	// Advice ends an MCP tool error: what a model should do next, in the
+	// tools' terms.
 	Advice string
 	// When says when the kind is given, for the docs.
 	When string
@@ -57,7 +58,7 @@ type Row struct {
 // test holds is the error's kind, and Internal holds for anything.
 var Table = []Row{
 	{SandboxLost, 69, 503,
-		"the sandbox ended from outside airlock and its work is gone; a retry is safe: make a new sandbox",
+		"the sandbox ended from outside airlock and its work is gone; a retry is safe: sandbox_create makes a new one",
 		"the sandbox ended from outside airlock (dockerd restarted, the runtime killed from the host); a retry is safe",
 		func(err error) bool { return errors.Is(err, engine.ErrSandboxLost) }},
 	{InvalidInput, 64, 400,
@@ -67,7 +68,7 @@ var Table = []Row{
 			return errdefs.IsInvalidArgument(err) || errdefs.IsOutOfRange(err) || errdefs.IsNotImplemented(err)
 		}},
 	{NotFound, 66, 404,
-		"check the name or id: the list tools show what exists",
+		"check the name or id: sandbox_list lists the live sandboxes",
 		"an image, template, sandbox, exec or file that is not there",
 		errdefs.IsNotFound},
 	{AlreadyExists, 64, 409,
@@ -83,7 +84,7 @@ var Table = []Row{
 		"the caller may not do this (the oci engine needs root)",
 		errdefs.IsPermissionDenied},
 	{OverLimit, 75, 429,
-		"too much is live: destroy a sandbox or wait for runs to end, then call again",
+		"too much is live: sandbox_destroy a sandbox you no longer need (sandbox_list lists them), or wait for run_code calls to end, then call again",
 		"--max-sandboxes reached, a pool exhausted with --pool-exhausted fail, a body or message past its cap",
 		errdefs.IsResourceExhausted},
 	{Conflict, 75, 409,

@@ -7,39 +7,32 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/artifacts"
-	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/errkind"
 	"github.com/airlock-sandbox/airlock/runner"
 )
 
-// A tool error's message is the runner's, which names the problem, with
-// what to do next in the tools' own terms.
+// A tool error's message is the runner's, which names the problem, then
+// the error's kind and errkind's advice for it: what to do next in the
+// tools' own terms.
 
 func isNotFound(err error) bool { return err != nil && errdefs.IsNotFound(err) }
 
 // toolError words an error of new work (run_code, sandbox_create).
 func toolError(doing string, err error) error {
-	switch {
-	case errdefs.IsInvalidArgument(err):
-		return fmt.Errorf("%s: %w (change the arguments and call again)", doing, err)
-	case errdefs.IsResourceExhausted(err):
-		return fmt.Errorf("%s: over_limit: %w (over MCP: sandbox_destroy a sandbox you no longer need, sandbox_list lists them, or wait for run_code calls to end, then call again)", doing, err)
-	case errdefs.IsUnavailable(err):
-		return fmt.Errorf("%s: %w (airlock's engine is unavailable on this machine: `airlock doctor` says why; try again once it is fixed)", doing, err)
-	}
-	return fmt.Errorf("%s: %w", doing, err)
+	row := errkind.RowOf(err)
+	return fmt.Errorf("%s: %s: %w (%s)", doing, row.Kind, err, row.Advice)
 }
 
 // sandboxError words an error about sandbox id.
 func sandboxError(id string, err error) error {
-	switch {
-	case errors.Is(err, engine.ErrSandboxLost):
-		return fmt.Errorf("sandbox %q is lost: %w. Its work is gone: sandbox_destroy frees it, and sandbox_create makes a new one", id, err)
-	case errdefs.IsNotFound(err):
-		return fmt.Errorf("sandbox %q is gone (destroyed, expired after its idle timeout or TTL, or never made): sandbox_create makes a new one, sandbox_list lists the live ones", id)
-	case errdefs.IsConflict(err), errdefs.IsUnavailable(err):
-		return fmt.Errorf("sandbox %q: %w (try again in a moment)", id, err)
+	row := errkind.RowOf(err)
+	switch row.Kind {
+	case errkind.SandboxLost:
+		return fmt.Errorf("sandbox %q is lost (%s): %w. Its work is gone: sandbox_destroy frees it, and sandbox_create makes a new one", id, row.Kind, err)
+	case errkind.NotFound:
+		return fmt.Errorf("sandbox %q is gone (%s: destroyed, expired after its idle timeout or TTL, or never made): sandbox_create makes a new one, sandbox_list lists the live ones", id, row.Kind)
 	}
-	return fmt.Errorf("sandbox %q: %w", id, err)
+	return fmt.Errorf("sandbox %q: %s: %w (%s)", id, row.Kind, err, row.Advice)
 }
 
 // hints say what to do about a refused transfer, by its reason word.

@@ -113,7 +113,7 @@ func (s *Server) refresh(ctx context.Context, w *warm) error {
 	w.mu.Unlock()
 	if old != nil {
 		s.log.Info("template changed: replacing its warm pool", "template", w.cfg.Template)
-		go old.Close(context.WithoutCancel(ctx))
+		s.retiring.Go(func() { old.Close(context.WithoutCancel(ctx)) })
 	}
 	return nil
 }
@@ -127,8 +127,11 @@ func (s *Server) refreshPools(ctx context.Context) {
 	}
 }
 
-// closePools destroys every pooled sandbox.
+// closePools destroys every pooled sandbox, and waits for the pools
+// replaced earlier to finish closing: a server that returned while one
+// was still tearing down would leave its sandboxes to the reaper.
 func (s *Server) closePools() {
+	defer s.retiring.Wait()
 	var wg sync.WaitGroup
 	for _, w := range s.pools {
 		if p := w.current(); p != nil {

@@ -107,8 +107,10 @@ type Server struct {
 	gate *admission.Gate
 
 	// pools are the warm pools by template; the map is fixed once Serve
-	// has started them.
-	pools map[string]*warm
+	// has started them. retiring are the pools a template change
+	// replaced, still closing.
+	pools    map[string]*warm
+	retiring sync.WaitGroup
 }
 
 // route is one API route; the OpenAPI document lists every one.

@@ -530,7 +530,11 @@ func (k *soak) sampler(t *testing.T) {
 		}
 		k.mu.Lock()
 		k.samples[w] = sm
+		d := k.windowOps(w)
 		k.mu.Unlock()
+		// Progress, for a soak of an hour.
+		t.Logf("tenth %d done: p50 %.0fms p99 %.0fms, RSS %.1fMiB, %d fds, %d goroutines", w+1,
+			timing.MS(timing.Percentile(d, 50)), timing.MS(timing.Percentile(d, 99)), mib(sm.rss), sm.fds, sm.goroutines)
 	}
 }
 

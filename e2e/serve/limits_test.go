@@ -13,21 +13,12 @@ import (
 	"github.com/airlock-sandbox/airlock/runner"
 )
 
-// bearer adds the server's token to every request of the MCP client.
-type bearer struct{ token string }
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return http.DefaultTransport.RoundTrip(r)
-}
-
 // mcpClient connects the official SDK's streamable HTTP client to the
 // server's /mcp over TCP, with the token.
 func (s *srv) mcpClient(t *testing.T) *mcp.ClientSession {
 	t.Helper()
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil).Connect(context.Background(),
-		&mcp.StreamableClientTransport{Endpoint: "http://" + s.addr + "/mcp", HTTPClient: &http.Client{Transport: bearer{s.token}}}, nil)
+		&mcp.StreamableClientTransport{Endpoint: "http://" + s.addr + "/mcp", HTTPClient: &http.Client{Transport: bearer{token: s.token, rt: http.DefaultTransport}}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -214,9 +214,18 @@ func (s *srv) apis() []api {
 
 func (a api) do(t *testing.T, method, path string, body io.Reader, hdr ...string) (int, http.Header, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(method, a.base+path, body)
+	st, h, b, err := a.send(context.Background(), method, path, body, hdr...)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return st, h, b
+}
+
+// send is do for goroutines other than the test's: it returns its error.
+func (a api) send(ctx context.Context, method, path string, body io.Reader, hdr ...string) (int, http.Header, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, a.base+path, body)
+	if err != nil {
+		return 0, nil, nil, err
 	}
 	if a.token != "" {
 		req.Header.Set("Authorization", "Bearer "+a.token)
@@ -226,34 +235,46 @@ func (a api) do(t *testing.T, method, path string, body io.Reader, hdr ...string
 	}
 	resp, err := a.client.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
+		return 0, nil, nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		t.Fatalf("%s %s: reading: %v", method, path, err)
+		return 0, nil, nil, fmt.Errorf("%s %s: reading: %w", method, path, err)
 	}
-	return resp.StatusCode, resp.Header, b
+	return resp.StatusCode, resp.Header, b, nil
 }
 
 // call sends v as JSON and decodes the answer into out, checking status.
 func (a api) call(t *testing.T, method, path string, v any, want int, out any, hdr ...string) []byte {
 	t.Helper()
+	b, err := a.sendJSON(context.Background(), method, path, v, want, out, hdr...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// sendJSON is call for goroutines other than the test's.
+func (a api) sendJSON(ctx context.Context, method, path string, v any, want int, out any, hdr ...string) ([]byte, error) {
 	var body io.Reader
 	if v != nil {
 		b, _ := json.Marshal(v)
 		body = bytes.NewReader(b)
 	}
-	st, _, b := a.do(t, method, path, body, hdr...)
+	st, _, b, err := a.send(ctx, method, path, body, hdr...)
+	if err != nil {
+		return nil, err
+	}
 	if st != want {
-		t.Fatalf("%s %s over %s: status %d, want %d: %s", method, path, a.name, st, want, b)
+		return b, fmt.Errorf("%s %s over %s: status %d, want %d: %s", method, path, a.name, st, want, b)
 	}
 	if out != nil {
 		if err := json.Unmarshal(b, out); err != nil {
-			t.Fatalf("%s %s: %v: %q", method, path, err, b)
+			return b, fmt.Errorf("%s %s: %v: %q", method, path, err, b)
 		}
 	}
-	return b
+	return b, nil
 }
 
 type apiError struct {

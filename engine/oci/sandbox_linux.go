@@ -355,7 +355,14 @@ func (s *sandbox) Exec(ctx context.Context, p *engine.Process) (engine.Exit, err
 		return engine.Exit{}, err
 	}
 	if exit.Code != 0 {
-		if err := s.alive(); err != nil {
+		err := s.alive()
+		if err == nil && s.st.Mode != isolation.Seccomp && oomKills(s.st.ID) > ooms {
+			// Under gVisor the OOM killer takes the whole sandbox, and
+			// `runsc exec` can see its end (its control socket closing,
+			// exit 128) before the sandbox process is gone.
+			err = s.goneWithin(oomGoneWithin)
+		}
+		if err != nil {
 			if oomKills(s.st.ID) > ooms && errors.Is(err, engine.ErrSandboxLost) {
 				return engine.Exit{}, engine.Lost("sandbox %q reached its memory limit and the host's OOM killer ended it (under gVisor the limit is the whole sandbox's, and the OOM killer takes the sandbox)", s.st.ID)
 			}
@@ -371,6 +378,10 @@ func (s *sandbox) Exec(ctx context.Context, p *engine.Process) (engine.Exit, err
 	}
 	return exit, nil
 }
+
+// oomGoneWithin is how long an exec that ended beside an OOM kill waits
+// for a gVisor sandbox to go, before it reads the exit as the program's.
+const oomGoneWithin = 2 * time.Second
 
 // goneWithin polls alive for up to d: the error that says the sandbox is
 // gone, or nil while it lives.

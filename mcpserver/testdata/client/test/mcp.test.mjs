@@ -202,7 +202,7 @@ describe(`airlock MCP over ${process.env.MCP_URL ? "streamable HTTP" : "stdio"}`
     assert.match(await errorOf("sandbox_create", { image: "python:3" }), /creating the sandbox: .*digest/);
     assert.match(await errorOf("sandbox_create", { memory: "1MiB" }), /creating the sandbox: .*memory .* below the minimum/);
     assert.match(await errorOf("sandbox_create", { memory: "lots" }), /memory "lots": give a positive size/);
-    assert.match(await errorOf("sandbox_create", { template: "python-data" }), /creating the sandbox: not found: no template "python-data"/);
+    assert.match(await errorOf("sandbox_create", { template: "python-data" }), /creating the sandbox: not_found: .*no template "python-data"/);
   });
 
   test("a sandbox whose client went away ends at its TTL", async () => {

@@ -54,17 +54,7 @@ func FuzzWSMessages(f *testing.F) {
 		f.Add(c[0], []byte(c[1]))
 	}
 	s, eng, _ := newFuzzServer(f)
-	var panicked atomic.Value
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer func() {
-			if v := recover(); v != nil {
-				panicked.Store(fmt.Sprint(v))
-				panic(v)
-			}
-		}()
-		s.Handler().ServeHTTP(w, r)
-	}))
-	f.Cleanup(hs.Close)
+	hs, panicked := watchedServer(f, s)
 	wsURL := "ws" + strings.TrimPrefix(hs.URL, "http") + "/v1/sandboxes/" + sid + "/exec/ws"
 	out := [2][]byte{[]byte("stdout bytes"), []byte("err")}
 
@@ -238,17 +228,7 @@ func FuzzWSFrames(f *testing.F) {
 		f.Add(b)
 	}
 	s, eng, _ := newFuzzServer(f)
-	var panicked atomic.Value
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer func() {
-			if v := recover(); v != nil {
-				panicked.Store(fmt.Sprint(v))
-				panic(v)
-			}
-		}()
-		s.Handler().ServeHTTP(w, r)
-	}))
-	f.Cleanup(hs.Close)
+	hs, panicked := watchedServer(f, s)
 	addr := strings.TrimPrefix(hs.URL, "http://")
 	handshake := "GET /v1/sandboxes/" + sid + "/exec/ws HTTP/1.1\r\nHost: " + addr + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
 		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
@@ -291,4 +271,21 @@ func FuzzWSFrames(f *testing.F) {
 			t.Fatal("a WebSocket frame reached the engine's Check")
 		}
 	})
+}
+
+// watchedServer serves s over loopback until f ends; panicked holds the
+// text of any panic a handler raised (re-raised, so the server logs it).
+func watchedServer(f *testing.F, s *Server) (*httptest.Server, *atomic.Value) {
+	panicked := new(atomic.Value)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				panicked.Store(fmt.Sprint(v))
+				panic(v)
+			}
+		}()
+		s.Handler().ServeHTTP(w, r)
+	}))
+	f.Cleanup(hs.Close)
+	return hs, panicked
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -13,8 +12,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/airlock-sandbox/airlock/engine/enginetest"
-	"github.com/airlock-sandbox/airlock/images"
+	"github.com/airlock-sandbox/airlock/internal/fuzztest"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/templates"
@@ -84,24 +82,8 @@ func FuzzToolArgs(f *testing.F) {
 	} {
 		f.Add(c[0], []byte(c[1]))
 	}
-	root := f.TempDir()
-	idx := images.OpenIndex(filepath.Join(root, "images"))
-	if err := idx.SetDefault(images.Lock{Ref: "airlock/default@sha256:" + strings.Repeat("1", 64), BuiltAt: time.Now()}); err != nil {
-		f.Fatal(err)
-	}
 	lim := isolation.Limits{Timeout: 10 * time.Second, Memory: 256 << 20}
-	tp, err := templates.New("fz", runner.Spec{Policy: isolation.Policy{Limits: lim}}, "auto", idx)
-	if err != nil {
-		f.Fatal(err)
-	}
-	if err := templates.Open(root).Put(tp); err != nil {
-		f.Fatal(err)
-	}
-	eng := &enginetest.Refusing{}
-	rn, err := runner.New(runner.WithRoot(root), runner.WithEngine(eng))
-	if err != nil {
-		f.Fatal(err)
-	}
+	root, rn, eng, tp := fuzztest.Runner(f, "fz", runner.Spec{Policy: isolation.Policy{Limits: lim}})
 	ctx := context.Background()
 	ct, st := mcp.NewInMemoryTransports()
 	if _, err := New(fuzzRunners{rn: rn, root: root}).MCP().Connect(ctx, st, nil); err != nil {

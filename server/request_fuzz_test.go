@@ -18,7 +18,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"path"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -31,6 +30,7 @@ import (
 	"github.com/airlock-sandbox/airlock/engine/enginetest"
 	"github.com/airlock-sandbox/airlock/errkind"
 	"github.com/airlock-sandbox/airlock/images"
+	"github.com/airlock-sandbox/airlock/internal/fuzztest"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/templates"
@@ -44,24 +44,8 @@ const fuzzTemplateName = "fz"
 // template fz, whose runner's engine refuses every spec.
 func newFuzzServer(tb testing.TB) (*Server, *enginetest.Refusing, *templates.Template) {
 	tb.Helper()
-	root := tb.TempDir()
-	idx := images.OpenIndex(filepath.Join(root, "images"))
-	if err := idx.SetDefault(images.Lock{Ref: "airlock/default@sha256:" + strings.Repeat("1", 64), BuiltAt: time.Now()}); err != nil {
-		tb.Fatal(err)
-	}
 	lim := isolation.Limits{Timeout: 10 * time.Second, Memory: 256 << 20, CPUs: 500, Pids: 64, Output: 64 << 10}
-	tp, err := templates.New(fuzzTemplateName, runner.Spec{Env: []string{"A=1"}, Policy: isolation.Policy{Limits: lim}}, "auto", idx)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := templates.Open(root).Put(tp); err != nil {
-		tb.Fatal(err)
-	}
-	eng := &enginetest.Refusing{}
-	rn, err := runner.New(runner.WithRoot(root), runner.WithEngine(eng))
-	if err != nil {
-		tb.Fatal(err)
-	}
+	root, rn, eng, tp := fuzztest.Runner(tb, fuzzTemplateName, runner.Spec{Env: []string{"A=1"}, Policy: isolation.Policy{Limits: lim}})
 	s, err := New(Options{Root: root, Runner: func(name string) (*runner.Runner, error) {
 		switch name {
 		case "auto", "oci":

@@ -5,9 +5,10 @@ package oci
 // control socket and relays execs to it from a socket in the bundle;
 // Exec asks that socket first. The relay passes on the client's own
 // stdio pipes, takes only a pid, an errno and output from the agent, and
-// the exit status is still the sentry's (Control.Wait). Whatever fails on
-// the way leaves the exec to the control socket, which isolates it the
-// same way: the agent is a speed-up, never a different policy.
+// the exit status is still the sentry's (Control.Wait). Whatever fails
+// before the agent reads the exec leaves it to the control socket, which
+// isolates it the same way: the agent is a speed-up, never a different
+// policy. An exec the agent read but never answered is not started again.
 
 import (
 	"bytes"
@@ -23,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
@@ -81,7 +83,10 @@ type relayReply struct {
 	// Unavailable: nothing was started; the client may use the control
 	// socket.
 	Unavailable string `json:"unavailable,omitempty"`
-	Err         string `json:"err,omitempty"`
+	// Taken: the agent read the exec but never said whether it started
+	// it. It must not be started again, and its status is unknown.
+	Taken string `json:"taken,omitempty"`
+	Err   string `json:"err,omitempty"`
 }
 
 // startAgent starts pr through the sandbox's agent, with the program's
@@ -127,6 +132,8 @@ func (s *sandbox) startAgent(ctx context.Context, pr *specs.Process, child [3]*o
 	case rep.Unavailable != "":
 		s.e.log.Debug("exec agent unavailable; the exec starts through the control socket", "sandbox_id", s.st.ID, "why", rep.Unavailable)
 		return 0, nil, errNoAgent
+	case rep.Taken != "":
+		return 0, nil, fmt.Errorf("%w: whether %q started in sandbox %q is unknown, so it was not started again: %s", errdefs.ErrDataLoss, pr.Args[0], s.st.ID, rep.Taken)
 	case rep.Err != "":
 		return 0, nil, errors.New(rep.Err)
 	case rep.Errno != 0:
@@ -219,6 +226,8 @@ type agentProc struct {
 	pid int32
 	w   *os.File // its stdin
 	wmu sync.Mutex
+	// written counts the bytes written to w, under wmu.
+	written int64
 
 	mu     sync.Mutex
 	nextID uint32
@@ -431,14 +440,43 @@ func (x *relayed) closeOut() {
 // send writes one frame to the agent, bounded in time: an agent that
 // stops reading is killed.
 func (a *agentProc) send(typ byte, id uint32, payload []byte) error {
+	_, err := a.sendAt(typ, id, payload)
+	return err
+}
+
+// sendAt is send, and says where the frame starts in all that was
+// written to the agent.
+func (a *agentProc) sendAt(typ byte, id uint32, payload []byte) (int64, error) {
 	a.wmu.Lock()
 	defer a.wmu.Unlock()
+	at := a.written
 	a.w.SetWriteDeadline(time.Now().Add(agentTimeout))
 	err := agent.Write(a.w, typ, id, payload)
 	if err != nil {
 		a.fail(fmt.Errorf("writing to the exec agent: %w", err))
+		return at, err
 	}
-	return err
+	a.written += int64(agent.FrameSize(payload))
+	return at, nil
+}
+
+// unread reports whether the agent has read nothing written from offset
+// at on: all of it still waits in the pipe. The agent reads frames with
+// exact reads; a pipe it cannot be asked about counts as read.
+func (a *agentProc) unread(at int64) bool {
+	a.wmu.Lock()
+	defer a.wmu.Unlock()
+	rc, err := a.w.SyscallConn()
+	if err != nil {
+		return false
+	}
+	pending, ierr := -1, error(nil)
+	if err := rc.Control(func(fd uintptr) {
+		pending, ierr = unix.IoctlGetInt(int(fd), unix.TIOCINQ) // FIONREAD, on either end of a pipe
+	}); err != nil || ierr != nil {
+		return false
+	}
+	return a.written-int64(pending) <= at
 }
 
 // read dispatches the agent's frames until it ends. Every frame is
@@ -543,6 +581,7 @@ func (r *relay) serve(ctx context.Context, conn *net.UnixConn) {
 	// died since the last exec is replaced once.
 	spawn, _ := json.Marshal(req)
 	var a *agentProc
+	var at int64 // where the spawn starts in what a was sent
 	for try := 0; ; try++ {
 		if a, err = r.agent(ctx); err != nil {
 			reply(relayReply{Unavailable: err.Error()})
@@ -553,7 +592,7 @@ func (r *relay) serve(ctx context.Context, conn *net.UnixConn) {
 		x.agent, x.id = a, a.nextID
 		a.execs[x.id] = x
 		a.mu.Unlock()
-		if a.send(agent.Spawn, x.id, spawn) == nil {
+		if at, err = a.sendAt(agent.Spawn, x.id, spawn); err == nil {
 			break
 		}
 		// The dead agent ended this exec's streams, but it never read the
@@ -577,9 +616,17 @@ func (r *relay) serve(ctx context.Context, conn *net.UnixConn) {
 		return
 	case <-time.After(agentTimeout):
 		// A stopped or wedged agent (a program of the sandbox can stop
-		// it): it is killed, the next exec starts a new one, and this one
-		// goes to the control socket.
+		// it) is killed, and the next exec starts a new one. This exec
+		// goes to the control socket only if the agent never read its
+		// spawn: once read, the program may be running, and it must not
+		// run twice.
+		a.s.control().Kill(context.Background(), int(a.pid), false)
+		taken := !a.unread(at)
 		a.fail(errors.New("no answer to a spawn"))
+		if taken {
+			reply(relayReply{Taken: fmt.Sprintf("the sandbox's exec agent read the exec but did not answer in %v, and was killed (a process of the sandbox may have stopped it)", agentTimeout)})
+			return
+		}
 		reply(relayReply{Unavailable: fmt.Sprintf("the sandbox's exec agent did not answer in %v and was killed", agentTimeout)})
 		return
 	}

@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -31,6 +32,7 @@ import (
 	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/engine/enginetest"
 	"github.com/airlock-sandbox/airlock/images"
+	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/imagetest"
 	"github.com/airlock-sandbox/airlock/internal/proctree"
@@ -442,9 +444,9 @@ for _ in range(100):
 
 // gvisorSandbox creates a gVisor sandbox under the default profile, which
 // is destroyed, and checked freed, when the test ends.
-func gvisorSandbox(t *testing.T, root string, image digest.Digest, id string) engine.Sandbox {
+func gvisorSandbox(t *testing.T, root string, image digest.Digest, id string, opts ...Option) engine.Sandbox {
 	t.Helper()
-	e, err := New(root)
+	e, err := New(root, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -726,15 +728,29 @@ func TestSandboxAgentStopped(t *testing.T) {
 		return x, out.String(), err
 	}
 	parent := `tr '\0' ' ' </proc/$PPID/cmdline; echo; echo $PPID`
-	x, out, err := run(parent)
-	stopped, ok := strings.CutPrefix(out, agentPath+" \n")
-	if err != nil || x.Code != 0 || !ok {
-		t.Fatalf("exec: %+v, %v, %q; want it forked by the agent", x, err, out)
+	var stopped string
+	for try := 1; ; try++ {
+		x, out, err := run(parent)
+		var ok bool
+		stopped, ok = strings.CutPrefix(out, agentPath+" \n")
+		if err != nil || x.Code != 0 || !ok {
+			t.Fatalf("exec: %+v, %v, %q; want it forked by the agent", x, err, out)
+		}
+		// The program may stop its agent before the agent says it started
+		// it: the relay then kills the agent and reports the exec's status
+		// lost (TestSandboxAgentReadNotAnswered), and a new agent is
+		// stopped on the next try.
+		x, _, err = run("kill -STOP $PPID")
+		if errors.Is(err, errdefs.ErrDataLoss) && try < 3 {
+			t.Logf("try %d: %v", try, err)
+			continue
+		}
+		if err != nil || x.Code != 0 {
+			t.Fatalf("stopping the agent: %+v, %v", x, err)
+		}
+		break
 	}
-	if x, _, err := run("kill -STOP $PPID"); err != nil || x.Code != 0 {
-		t.Fatalf("stopping the agent: %+v, %v", x, err)
-	}
-	x, out, err = run("echo through; " + parent)
+	x, out, err := run("echo through; " + parent)
 	if err != nil || x.Code != 0 || !strings.HasPrefix(out, "through\n") {
 		t.Fatalf("exec while the agent is stopped: %+v, %v, %q; want it started through the control socket", x, err, out)
 	}
@@ -745,5 +761,46 @@ func TestSandboxAgentStopped(t *testing.T) {
 	again, ok := strings.CutPrefix(out, agentPath+" \n")
 	if err != nil || x.Code != 0 || !ok || again == stopped {
 		t.Fatalf("the exec after: %+v, %v, %q; want it forked by a new agent (the stopped one was %s)", x, err, out, strings.TrimSpace(stopped))
+	}
+}
+
+// An exec the agent read but never answered may be running: it is not
+// started again through the control socket, and its status is reported
+// lost. The agent here says it is ready, reads part of the spawn and
+// hangs; the ones started after it fail at once.
+func TestSandboxAgentReadNotAnswered(t *testing.T) {
+	root, image := testRoot(t)
+	fake := filepath.Join(t.TempDir(), "agent")
+	script := "#!/bin/sh\n" +
+		"[ -e /tmp/agent-hung ] && exit 1\n" +
+		"touch /tmp/agent-hung\n" +
+		fmt.Sprintf("printf 'r\\000\\000\\000\\000\\000\\000\\000\\%03o%s'\n", len(agent.Version), agent.Version) +
+		"head -c 9 >/dev/null\n" +
+		"exec sleep 600\n"
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sb := gvisorSandbox(t, root, image, "unanswered", WithAgent(fake))
+	if !sb.(*sandbox).st.Agent {
+		t.Fatal("the fake agent was not bound")
+	}
+	serveAgent(t, sb)
+	run := func(script string) (engine.Exit, error) {
+		var errb strings.Builder
+		x, err := sb.Exec(context.Background(), &engine.Process{Argv: []string{"sh", "-c", script}, Stderr: &errb, Timeout: time.Minute})
+		if errb.Len() > 0 {
+			t.Logf("stderr of %q: %s", script, errb.String())
+		}
+		return x, err
+	}
+	x, err := run("touch /tmp/ran")
+	if !errors.Is(err, errdefs.ErrDataLoss) {
+		t.Fatalf("exec read by a hung agent: %+v, %v; want ErrDataLoss", x, err)
+	}
+	if !strings.Contains(err.Error(), "not started again") {
+		t.Errorf("the error does not say the exec was not started again: %v", err)
+	}
+	if x, err := run("test -e /tmp/agent-hung && ! test -e /tmp/ran"); err != nil || x.Code != 0 {
+		t.Fatalf("checking through the control socket: %+v, %v; want 0 (the hung agent ran, the exec never did)", x, err)
 	}
 }

@@ -497,6 +497,9 @@ func (s *sandbox) execControl(ctx context.Context, p *engine.Process, pr *specs.
 			if aerr := s.goneWithin(2 * time.Second); aerr != nil {
 				return engine.Exit{}, aerr
 			}
+			if errors.Is(err, errdefs.ErrDataLoss) {
+				return engine.Exit{}, err
+			}
 			return engine.Exit{}, fmt.Errorf("%w: starting %q in sandbox %q: %v", errdefs.ErrUnavailable, pr.Args[0], s.st.ID, err)
 		}
 		if aerr := s.alive(); aerr != nil {

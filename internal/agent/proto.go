@@ -92,6 +92,9 @@ type Frame struct {
 	Payload []byte
 }
 
+// FrameSize is how many bytes a frame with payload takes on the wire.
+func FrameSize(payload []byte) int { return headerSize + len(payload) }
+
 // Write writes one frame in a single write, so that writers sharing w
 // under a lock never interleave.
 func Write(w io.Writer, typ byte, id uint32, payload []byte) error {

@@ -157,12 +157,13 @@ func (s *Server) fusion(ctx context.Context, q *FusionRequest) (FusionResponse, 
 	}
 	pol := isolation.Default()
 	pol.Limits.Timeout = timeout
-	if m := q.MemoryLimitMB; m != nil && *m > 0 {
-		// Under a byte it would be zero, which reads as the default; past
-		// an int64 it would wrap: both are refused.
+	// -1 is SandboxFusion's default, which its clients send. Any other
+	// value is a limit: zero, a negative, under a byte (which would read
+	// as the default) or past an int64 (which would wrap) is refused.
+	if m := q.MemoryLimitMB; m != nil && *m != -1 {
 		b := *m * (1 << 20)
 		if b < 1 || b >= math.MaxInt64 {
-			return sandboxError("memory_limit_MB %v: give a number of megabytes from 1 to the host's memory", *m)
+			return sandboxError("memory_limit_MB %v: give a number of megabytes from 1 to the host's memory, or -1 for airlock's default (%v)", *m, isolation.Default().Limits.Memory)
 		}
 		pol.Limits.Memory = units.Bytes(b)
 	}

@@ -381,7 +381,7 @@ func FuzzRunCode(f *testing.F) {
 		if v := q.RunTimeout; v == nil && l.Timeout != fusionDefaultTimeout {
 			t.Fatalf("no run_timeout, a timeout of %v reached the engine", l.Timeout)
 		}
-		if v := q.MemoryLimitMB; v != nil && *v > 0 && float64(l.Memory) > *v*(1<<20)+1 {
+		if v := q.MemoryLimitMB; v != nil && *v != -1 && (*v <= 0 || float64(l.Memory) > *v*(1<<20)+1) {
 			t.Fatalf("memory_limit_MB %v asked, %v reached the engine", *v, l.Memory)
 		}
 	})

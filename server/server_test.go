@@ -23,6 +23,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/errkind"
+	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
 )
 
@@ -449,5 +450,32 @@ func TestServeTLSOnAnyAddress(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// /run_code's memory_limit_MB: -1 (SandboxFusion's default) takes
+// airlock's default; 0 and other negatives are refused like any zero
+// limit, before anything reaches the engine.
+func TestFusionMemoryLimit(t *testing.T) {
+	s, eng, _ := newFuzzServer(t)
+	h := s.Handler()
+	body := func(mb string) string {
+		return `{"code":"print(1)","language":"python","memory_limit_MB":` + mb + `}`
+	}
+	rec := do(t, h, false, "POST", "/run_code", body("-1"))
+	jobs := eng.Checked()
+	if rec.Code != 200 || len(jobs) != 1 || jobs[0].Policy.Limits.Memory != isolation.Default().Limits.Memory {
+		t.Fatalf("memory_limit_MB -1: %d %s, %d specs; want one with the default memory", rec.Code, rec.Body, len(jobs))
+	}
+	for _, mb := range []string{"0", "-2", "-0.5", "1e-9"} {
+		rec := do(t, h, false, "POST", "/run_code", body(mb))
+		var r FusionResponse
+		json.Unmarshal(rec.Body.Bytes(), &r)
+		if rec.Code != 200 || r.Status != fusionSandboxError || !strings.Contains(r.Message, "memory_limit_MB") || !strings.Contains(r.Message, "-1") {
+			t.Errorf("memory_limit_MB %s: %d %+v; want SandboxError naming memory_limit_MB and -1", mb, rec.Code, r)
+		}
+		if jobs := eng.Checked(); len(jobs) != 0 {
+			t.Errorf("memory_limit_MB %s reached the engine: %+v", mb, jobs[0].Policy.Limits)
+		}
 	}
 }

@@ -23,6 +23,14 @@ func toolError(doing string, err error) error {
 	return fmt.Errorf("%s: %s: %w (%s)", doing, row.Kind, err, row.Advice)
 }
 
+// invalidArgs marks an error in a tool's arguments as invalid input.
+type invalidArgs struct{ error }
+
+func (e invalidArgs) Unwrap() error { return e.error }
+
+// InvalidParameter classifies the error for errdefs.
+func (invalidArgs) InvalidParameter() {}
+
 // sandboxError words an error about sandbox id.
 func sandboxError(id string, err error) error {
 	row := errkind.RowOf(err)

@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math"
 	"sort"
 	"strings"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/templates"
 	"github.com/airlock-sandbox/airlock/units"
+	"github.com/airlock-sandbox/airlock/wire"
 )
 
 // MaxFileBytes caps a file sandbox_write_file writes or sandbox_read_file
@@ -125,19 +125,7 @@ func (s *Server) addTools() {
 }
 
 // seconds converts a tool's *_s argument; nil is zero (the default).
-func seconds(name string, v *float64) (time.Duration, error) {
-	if v == nil {
-		return 0, nil
-	}
-	if !(*v > 0) || *v > math.MaxInt64/float64(time.Second) {
-		return 0, fmt.Errorf("%s %v: give a positive number of seconds, such as 30, or leave it out for the default", name, *v)
-	}
-	d := time.Duration(*v * float64(time.Second))
-	if d < time.Millisecond {
-		return 0, fmt.Errorf("%s %v: give at least 0.001 seconds", name, *v)
-	}
-	return d, nil
-}
+func seconds(name string, v *float64) (time.Duration, error) { return wire.Seconds(name, v) }
 
 // runSpec converts run_code's arguments; zero fields are left for the
 // runner's defaults, or for a template to fill in.
@@ -171,14 +159,12 @@ func runSpec(in RunCodeArgs) (runner.Spec, error) {
 func sandboxSpec(in SandboxCreateArgs) (runner.SandboxSpec, error) {
 	var s runner.SandboxSpec
 	s.Image = in.Image
-	if in.Memory != "" {
-		m, err := units.ParseBytes(in.Memory)
-		if err != nil || m <= 0 {
-			return s, fmt.Errorf("memory %q: give a positive size with a unit, such as 512MiB or 1GiB", in.Memory)
-		}
-		s.Policy.Limits.Memory = m
-	}
 	var err error
+	if in.Memory != "" {
+		if s.Policy.Limits.Memory, err = wire.Size("memory", in.Memory); err != nil {
+			return s, err
+		}
+	}
 	if s.Policy.Limits.Timeout, err = seconds("timeout_s", in.TimeoutS); err != nil {
 		return s, err
 	}
@@ -367,7 +353,7 @@ func (c *capped) Write(p []byte) (int, error) {
 func (s *Server) runCode(ctx context.Context, _ *mcp.CallToolRequest, in RunCodeArgs) (*mcp.CallToolResult, ExecResult, error) {
 	spec, err := runSpec(in)
 	if err != nil {
-		return nil, ExecResult{}, err
+		return nil, ExecResult{}, toolError("starting the run", invalidArgs{err})
 	}
 	r, done, err := s.newWork(ctx, in.Template, func(t *templates.Template) (err error) {
 		spec, err = t.Narrow(spec)
@@ -393,7 +379,7 @@ func (s *Server) runCode(ctx context.Context, _ *mcp.CallToolRequest, in RunCode
 func (s *Server) sandboxCreate(ctx context.Context, _ *mcp.CallToolRequest, in SandboxCreateArgs) (*mcp.CallToolResult, SandboxResult, error) {
 	spec, err := sandboxSpec(in)
 	if err != nil {
-		return nil, SandboxResult{}, err
+		return nil, SandboxResult{}, toolError("creating the sandbox", invalidArgs{err})
 	}
 	r, done, err := s.newWork(ctx, in.Template, func(t *templates.Template) (err error) {
 		spec, err = t.NarrowSandbox(spec)
@@ -454,7 +440,7 @@ func (s *Server) open(ctx context.Context, id string) (*runner.Sandbox, func(), 
 func (s *Server) sandboxExec(ctx context.Context, _ *mcp.CallToolRequest, in SandboxExecArgs) (*mcp.CallToolResult, ExecResult, error) {
 	spec, err := execSpec(in)
 	if err != nil {
-		return nil, ExecResult{}, err
+		return nil, ExecResult{}, toolError("starting the exec", invalidArgs{err})
 	}
 	sb, done, err := s.open(ctx, in.SandboxID)
 	if err != nil {

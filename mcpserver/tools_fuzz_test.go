@@ -3,41 +3,18 @@ package mcpserver
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/containerd/errdefs"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-sandbox/airlock/internal/fuzztest"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
-	"github.com/airlock-sandbox/airlock/templates"
 	"github.com/airlock-sandbox/airlock/units"
 )
-
-// fuzzRunners hands every call the one runner on a refusing engine; no
-// sandbox is live.
-type fuzzRunners struct {
-	rn   *runner.Runner
-	root string
-}
-
-func (r fuzzRunners) New(context.Context) (*runner.Runner, func(), error) {
-	return r.rn, func() {}, nil
-}
-func (r fuzzRunners) ForSandbox(_ context.Context, id string) (*runner.Runner, func(), error) {
-	return nil, nil, fmt.Errorf("%w: no sandbox %q", errdefs.ErrNotFound, id)
-}
-func (r fuzzRunners) Template(name string) (*templates.Template, error) {
-	return templates.Open(r.root).Get(name)
-}
-func (r fuzzRunners) ForTemplate(context.Context, *templates.Template) (*runner.Runner, func(), error) {
-	return r.rn, func() {}, nil
-}
 
 // FuzzToolArgs calls a tool with the bytes as its arguments, through the
 // SDK's client and server over an in-memory transport, so the SDK's
@@ -86,7 +63,7 @@ func FuzzToolArgs(f *testing.F) {
 	root, rn, eng, tp := fuzztest.Runner(f, "fz", runner.Spec{Policy: isolation.Policy{Limits: lim}})
 	ctx := context.Background()
 	ct, st := mcp.NewInMemoryTransports()
-	if _, err := New(fuzzRunners{rn: rn, root: root}).MCP().Connect(ctx, st, nil); err != nil {
+	if _, err := New(fuzztest.Runners{Runner: rn, Root: root}).MCP().Connect(ctx, st, nil); err != nil {
 		f.Fatal(err)
 	}
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "fuzz", Version: "1"}, nil).Connect(ctx, ct, nil)

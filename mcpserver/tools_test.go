@@ -36,7 +36,7 @@ func TestRunSpec(t *testing.T) {
 		{"empty code", RunCodeArgs{Language: "python"}, nil, "code is empty"},
 		{"huge code", RunCodeArgs{Language: "python", Code: strings.Repeat("#", maxCode+1)}, nil, "write it to a file with sandbox_write_file"},
 		{"NUL", RunCodeArgs{Language: "python", Code: "a\x00b"}, nil, "NUL byte"},
-		{"zero timeout", RunCodeArgs{Language: "python", Code: "1", TimeoutS: ptr(0.0)}, nil, "timeout_s 0: give a positive number of seconds"},
+		{"zero timeout", RunCodeArgs{Language: "python", Code: "1", TimeoutS: ptr(0.0)}, nil, "timeout_s 0: a limit of zero"},
 		{"negative timeout", RunCodeArgs{Language: "python", Code: "1", TimeoutS: ptr(-3.0)}, nil, "timeout_s -3"},
 		{"overflowing timeout", RunCodeArgs{Language: "python", Code: "1", TimeoutS: ptr(1e300)}, nil, "give a positive number of seconds"},
 	} {
@@ -85,7 +85,7 @@ func TestSandboxSpec(t *testing.T) {
 		in   SandboxCreateArgs
 		want string
 	}{
-		{SandboxCreateArgs{Memory: "lots"}, `memory "lots": give a positive size with a unit`},
+		{SandboxCreateArgs{Memory: "lots"}, `memory "lots": give a positive size`},
 		{SandboxCreateArgs{Memory: "0"}, `memory "0"`},
 		{SandboxCreateArgs{TTLS: ptr(0.0)}, "ttl_s 0"},
 		{SandboxCreateArgs{TimeoutS: ptr(-2.0)}, "timeout_s -2"},

@@ -17,7 +17,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/errkind"
-	"github.com/airlock-sandbox/airlock/units"
+	"github.com/airlock-sandbox/airlock/wire"
 )
 
 // Job is one line of a batch file (JSON Lines).
@@ -206,40 +206,29 @@ func (j Job) spec(base Spec) (Spec, error) {
 		}
 		s.Inputs = append(s.Inputs, ji)
 	}
-	l := &s.Policy.Limits
-	var err error
-	if j.Limits.Timeout != "" {
-		if l.Timeout, err = units.ParseDuration(j.Limits.Timeout); err != nil {
-			return s, err
-		}
+	// The limits given go through the one wire parser, and replace the
+	// base's.
+	jl := j.Limits
+	w := wire.Policy{Timeout: jl.Timeout, Memory: jl.Memory, CPUs: wire.Number(jl.CPUs), Pids: jl.Pids, OutputLimit: jl.Output}
+	given, err := w.Parse()
+	if err != nil {
+		return s, fmt.Errorf("limits: %w", err)
 	}
-	if j.Limits.Memory != "" {
-		if l.Memory, err = units.ParseBytes(j.Limits.Memory); err != nil {
-			return s, err
-		}
+	l, g := &s.Policy.Limits, given.Limits
+	if jl.Timeout != "" {
+		l.Timeout = g.Timeout
 	}
-	if j.Limits.CPUs != "" {
-		if l.CPUs, err = units.ParseCPUs(j.Limits.CPUs); err != nil {
-			return s, err
-		}
+	if jl.Memory != "" {
+		l.Memory = g.Memory
 	}
-	if j.Limits.Output != "" {
-		if l.Output, err = units.ParseBytes(j.Limits.Output); err != nil {
-			return s, err
-		}
+	if jl.CPUs != "" {
+		l.CPUs = g.CPUs
 	}
-	if j.Limits.Pids != nil {
-		l.Pids = *j.Limits.Pids
+	if jl.Output != "" {
+		l.Output = g.Output
 	}
-	// A zero limit would read as "take the default": refuse it instead.
-	for name, zero := range map[string]bool{
-		"timeout": j.Limits.Timeout != "" && l.Timeout == 0, "memory": j.Limits.Memory != "" && l.Memory == 0,
-		"cpus": j.Limits.CPUs != "" && l.CPUs == 0, "output": j.Limits.Output != "" && l.Output == 0,
-		"pids": j.Limits.Pids != nil && l.Pids == 0,
-	} {
-		if zero {
-			return s, fmt.Errorf("limits.%s is 0: a limit of zero is neither \"unlimited\" nor \"the default\"; give a positive value, or leave it out", name)
-		}
+	if jl.Pids != nil {
+		l.Pids = g.Pids
 	}
 	return s, nil
 }

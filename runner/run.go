@@ -61,7 +61,7 @@ func (r *Runner) recordOf(job *engine.SandboxSpec) map[string]any {
 
 // normalize fills a Spec's defaults before it is planned.
 func (s *Spec) normalize() {
-	s.Output = s.Output.withDefaults()
+	s.Output = s.Output.WithDefaults()
 	if s.InputLimit == 0 {
 		s.InputLimit = 256 << 20
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/lifecycle"
 	"github.com/airlock-sandbox/airlock/units"
+	"github.com/airlock-sandbox/airlock/wire"
 )
 
 // DefaultRoot is where airlock keeps its state unless told otherwise.
@@ -81,45 +82,9 @@ type Input struct {
 }
 
 // Output is the sandbox's one writable directory besides /tmp. Zero fields
-// take the defaults: /out, 64MiB, 1000 files, the default type allowlist,
-// and check-and-report without delivery.
-type Output struct {
-	// Disabled turns the output directory off.
-	Disabled bool
-	// Dir is the path inside the sandbox.
-	Dir string
-	// Size caps the directory's bytes (kernel-enforced) and the total of
-	// accepted artifacts.
-	Size units.Bytes
-	// Files caps the number of files.
-	Files int
-	// MaxFileSize caps one artifact; default Size.
-	MaxFileSize units.Bytes
-	// Types is the MIME allowlist; nil means artifacts.DefaultTypes.
-	Types []string
-	// Artifacts receives accepted files; empty means report only.
-	Artifacts string
-	// Quarantine, when set, keeps readable rejected files for inspection.
-	Quarantine string
-	// AllowDotfiles delivers paths with a component starting with '.'.
-	AllowDotfiles bool
-}
-
-func (o Output) withDefaults() Output {
-	if o.Dir == "" {
-		o.Dir = "/out"
-	}
-	if o.Size == 0 {
-		o.Size = 64 << 20
-	}
-	if o.Files == 0 {
-		o.Files = 1000
-	}
-	if o.MaxFileSize == 0 {
-		o.MaxFileSize = o.Size
-	}
-	return o
-}
+// take the defaults (wire.Output.WithDefaults): /out, 64MiB, 1000 files,
+// the default type allowlist, and check-and-report without delivery.
+type Output = wire.Output
 
 // Runner runs specs on one engine.
 type Runner struct {

@@ -443,7 +443,7 @@ func (s *SandboxSpec) defaults() error {
 	if err := checkLabels(s.Labels); err != nil {
 		return err
 	}
-	s.Output = s.Output.withDefaults()
+	s.Output = s.Output.WithDefaults()
 	in := Spec{Inputs: s.Inputs, InputLimit: s.InputLimit}
 	in.normalize()
 	s.Inputs, s.InputLimit = in.Inputs, in.InputLimit

@@ -28,7 +28,7 @@ func sealed(t *testing.T, jobID string, expected *string) BatchResult {
 		ID: "r1", Image: digest.Digest("sha256:" + strings.Repeat("b", 64)), Init: &engine.Process{Argv: []string{"sh", "-c", "x"}}, Policy: pol,
 		Mounts: []engine.Mount{{Source: "/var/lib/airlock/runs/r1/in/0", Target: "/work/in", ReadOnly: true}, {Source: "/var/lib/airlock/runs/r1/out", Target: "/out"}},
 	}
-	s := Spec{JobID: jobID, ExpectedStdout: expected, InputLimit: 256 << 20, Output: Output{Artifacts: "/home/me/artifacts", Quarantine: "/home/me/q"}.withDefaults()}
+	s := Spec{JobID: jobID, ExpectedStdout: expected, InputLimit: 256 << 20, Output: Output{Artifacts: "/home/me/artifacts", Quarantine: "/home/me/q"}.WithDefaults()}
 	out, errw := newCapture(1024, nil, nil), newCapture(1024, nil, nil)
 	// A character split at the cap, and at the tail's start; stderr that
 	// is not UTF-8.

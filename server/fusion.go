@@ -8,12 +8,14 @@ import (
 	"math"
 	"net/http"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/units"
+	"github.com/airlock-sandbox/airlock/wire"
 )
 
 // A SandboxFusion-compatible endpoint: evaluation harnesses (verl's
@@ -124,17 +126,17 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// fusionSeconds converts a timeout in seconds: nil is the default, and at
+// most a day is taken.
 func fusionSeconds(field string, v *float64) (time.Duration, error) {
 	if v == nil {
 		return fusionDefaultTimeout, nil
 	}
-	// A value so small that it rounds to no time at all would read as
-	// "the default" further on: it is refused instead.
-	d := time.Duration(*v * float64(time.Second))
-	if *v <= 0 || math.IsNaN(*v) || *v > 24*3600 || d <= 0 {
-		return 0, fmt.Errorf("%s %v: give a positive number of seconds", field, *v)
+	d, err := wire.Seconds(field, v)
+	if err == nil && d > 24*time.Hour {
+		err = &wire.Error{Field: field, Value: strconv.FormatFloat(*v, 'g', -1, 64), Want: "give at most a day (86400 seconds)"}
 	}
-	return d, nil
+	return d, err
 }
 
 func sandboxError(format string, args ...any) (FusionResponse, *fetched) {

@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-sandbox/airlock/lifecycle"
 	"github.com/airlock-sandbox/airlock/receipt"
 	"github.com/airlock-sandbox/airlock/runner"
+	"github.com/airlock-sandbox/airlock/wire"
 )
 
 var update = flag.Bool("update", false, "rewrite openapi.json from the wire types")
@@ -29,7 +30,7 @@ func openapiDocument(t *testing.T) []byte {
 	mod := "github.com/airlock-sandbox/airlock/"
 	docs, err := openapi.ParseDocs(map[string]string{
 		mod + "server": ".", mod + "runner": "../runner", mod + "isolation": "../isolation",
-		mod + "artifacts": "../artifacts", mod + "receipt": "../receipt",
+		mod + "artifacts": "../artifacts", mod + "receipt": "../receipt", mod + "wire": "../wire",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +46,7 @@ func openapiDocument(t *testing.T) []byte {
 		reasons = append(reasons, string(r))
 	}
 	b.Custom[reflect.TypeFor[runner.Reason]()] = openapi.Schema{"type": "string", "enum": reasons}
-	b.Custom[reflect.TypeFor[flexValue]()] = openapi.Schema{"type": []string{"string", "number"}}
+	b.Custom[reflect.TypeFor[wire.Number]()] = openapi.Schema{"type": []string{"string", "number"}}
 	b.Custom[reflect.TypeFor[lifecycle.State]()] = openapi.Schema{"type": "string", "description": "the sandbox's lifecycle state"}
 	b.Custom[reflect.TypeFor[runner.Stream]()] = openapi.Schema{"$ref": "#/components/schemas/Stream"}
 	b.Schemas["Stream"] = openapi.Schema{

@@ -11,58 +11,20 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gabriel-vasile/mimetype"
-
-	"github.com/airlock-sandbox/airlock/artifacts"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/templates"
 	"github.com/airlock-sandbox/airlock/units"
+	"github.com/airlock-sandbox/airlock/wire"
 )
 
 // The request bodies. Field names are the CLI's flag names with '_' for
 // '-', and values take the CLI's syntax ("512MiB", "30s").
 
-// PolicyRequest holds the policy fields of runs and sandboxes.
+// PolicyRequest holds the policy fields of runs and sandboxes: the one
+// wire policy, and the host-path fields the API refuses.
 type PolicyRequest struct {
-	// Template names a sandbox template (airlock template ls); the other
-	// fields may narrow it, never widen it. An unknown name is not_found,
-	// a widening invalid_input.
-	Template string `json:"template,omitempty"`
-	// Image is a pinned reference, NAME@sha256:<id> or sha256:<id>.
-	Image string `json:"image,omitempty"`
-	// Timeout is the wall-clock limit, a duration such as 30s or 500ms.
-	Timeout string `json:"timeout,omitempty"`
-	// Memory is the memory limit, a size such as 512MiB.
-	Memory string `json:"memory,omitempty"`
-	// CPUs is the CPU allowance, a number or a string such as "0.5".
-	CPUs flexValue `json:"cpus,omitempty"`
-	// Pids caps the number of processes.
-	Pids *int64 `json:"pids,omitempty"`
-	// OutputLimit caps each of stdout and stderr, a size such as 1MiB.
-	OutputLimit string `json:"output_limit,omitempty"`
-	// TmpSize caps /tmp, a size.
-	TmpSize string `json:"tmp_size,omitempty"`
-	// FileSize caps any one file the program writes, a size.
-	FileSize string `json:"file_size,omitempty"`
-	// Env is the program's environment, NAME=VALUE each.
-	Env       []string `json:"env,omitempty"`
-	Engine    string   `json:"engine,omitempty" openapi:"enum=auto|oci|docker"`
-	Isolation string   `json:"isolation,omitempty" openapi:"enum=gvisor|seccomp"`
-	// OutDir is the output directory inside the sandbox; "none" turns it
-	// off.
-	OutDir string `json:"out_dir,omitempty"`
-	// OutLimit caps the output directory's bytes, a size.
-	OutLimit string `json:"out_limit,omitempty"`
-	// OutFiles caps the output directory's files.
-	OutFiles *int `json:"out_files,omitempty"`
-	// ArtifactMaxSize caps one artifact, a size.
-	ArtifactMaxSize string `json:"artifact_max_size,omitempty"`
-	// ArtifactTypes is the MIME allowlist of artifacts.
-	ArtifactTypes []string `json:"artifact_types,omitempty"`
-	// ArtifactsAllowDotfiles accepts artifact paths with a component
-	// starting with '.'.
-	ArtifactsAllowDotfiles bool `json:"artifacts_allow_dotfiles,omitempty"`
+	wire.Policy
 
 	// Host paths are refused from a client; these catch them to say so.
 	Input          json.RawMessage `json:"input,omitempty" openapi:"-"`
@@ -122,23 +84,6 @@ type ExecRequest struct {
 	Detach bool `json:"detach,omitempty"`
 }
 
-// flexValue is a JSON string or number, kept as its text ("cpus": 2 or "0.5").
-type flexValue string
-
-func (v *flexValue) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err == nil {
-		*v = flexValue(s)
-		return nil
-	}
-	var n json.Number
-	if err := json.Unmarshal(b, &n); err != nil {
-		return fmt.Errorf("give a number or a string such as \"0.5\"")
-	}
-	*v = flexValue(n.String())
-	return nil
-}
-
 func invalid(format string, args ...any) error {
 	return newError(KindInvalidInput, fmt.Sprintf(format, args...))
 }
@@ -186,29 +131,19 @@ func firstErr(errs ...error) error {
 }
 
 // parseDuration sets dst from s, unless s is empty (the default).
-func parseDuration(field, s string, dst *time.Duration) error {
-	if s == "" {
-		return nil
+func parseDuration(field, s string, dst *time.Duration) (err error) {
+	if s != "" {
+		*dst, err = wire.Duration(field, s)
 	}
-	d, err := units.ParseDuration(s)
-	if err != nil || d <= 0 {
-		return invalid("%s %q: give a positive duration such as \"30s\" or \"500ms\"", field, s)
-	}
-	*dst = d
-	return nil
+	return err
 }
 
 // parseBytes sets dst from s, unless s is empty (the default).
-func parseBytes(field, s string, dst *units.Bytes) error {
-	if s == "" {
-		return nil
+func parseBytes(field, s string, dst *units.Bytes) (err error) {
+	if s != "" {
+		*dst, err = wire.Size(field, s)
 	}
-	b, err := units.ParseBytes(s)
-	if err != nil || b <= 0 {
-		return invalid("%s %q: give a positive size such as \"512MiB\" or \"1.5GiB\"", field, s)
-	}
-	*dst = b
-	return nil
+	return err
 }
 
 // explicitPolicy converts the policy fields given; absent fields are zero.
@@ -227,90 +162,7 @@ func (p *PolicyRequest) explicitPolicy() (isolation.Policy, error) {
 			return isolation.Policy{}, invalid("%s names a host path, which the API never takes from a client; %s", f.name, f.use)
 		}
 	}
-	var pol isolation.Policy
-	var err error
-	if p.Isolation != "" {
-		if pol.Isolation, err = isolation.ParseMode(p.Isolation); err != nil {
-			return pol, invalid("isolation: %v", err)
-		}
-	}
-	l := &pol.Limits
-	if err := firstErr(
-		parseDuration("timeout", p.Timeout, &l.Timeout),
-		parseBytes("memory", p.Memory, &l.Memory),
-		parseBytes("output_limit", p.OutputLimit, &l.Output),
-		parseBytes("tmp_size", p.TmpSize, &l.Tmp),
-		parseBytes("file_size", p.FileSize, &l.FileSize),
-	); err != nil {
-		return pol, err
-	}
-	if p.CPUs != "" {
-		if l.CPUs, err = units.ParseCPUs(string(p.CPUs)); err != nil || l.CPUs <= 0 {
-			return pol, invalid("cpus %q: give a positive number of CPUs such as 0.5 or 2", string(p.CPUs))
-		}
-	}
-	if p.Pids != nil {
-		if *p.Pids <= 0 {
-			return pol, invalid("pids %d: give a positive number of processes, or leave it out for the default %d", *p.Pids, isolation.Default().Limits.Pids)
-		}
-		l.Pids = *p.Pids
-	}
-	switch p.Engine {
-	case "", "auto", "oci", "docker":
-	default:
-		return pol, invalid("engine %q: use auto, oci or docker", p.Engine)
-	}
-	return pol, nil
-}
-
-// output converts the output-directory fields.
-func (p *PolicyRequest) output() (runner.Output, error) {
-	var o runner.Output
-	if p.OutDir == "none" {
-		if p.OutLimit != "" || p.OutFiles != nil || p.ArtifactMaxSize != "" || p.ArtifactTypes != nil {
-			return o, invalid("out_dir is none: drop out_limit, out_files, artifact_max_size and artifact_types")
-		}
-		o.Disabled = true
-		return o, nil
-	}
-	o.Dir, o.AllowDotfiles = p.OutDir, p.ArtifactsAllowDotfiles
-	if err := firstErr(
-		parseBytes("out_limit", p.OutLimit, &o.Size),
-		parseBytes("artifact_max_size", p.ArtifactMaxSize, &o.MaxFileSize),
-	); err != nil {
-		return o, err
-	}
-	if p.OutFiles != nil {
-		if *p.OutFiles <= 0 {
-			return o, invalid("out_files %d: give a positive number; for no output directory, set out_dir to none", *p.OutFiles)
-		}
-		o.Files = *p.OutFiles
-	}
-	if p.ArtifactTypes != nil {
-		types, err := mimeList("artifact_types", p.ArtifactTypes)
-		if err != nil {
-			return o, err
-		}
-		o.Types = types
-	}
-	return o, nil
-}
-
-func mimeList(field string, in []string) ([]string, error) {
-	var out []string
-	for _, t := range in {
-		if t = strings.TrimSpace(t); t == "" {
-			continue
-		}
-		if mimetype.Lookup(t) == nil {
-			return nil, invalid("%s: unknown MIME type %q; known examples: %s", field, t, strings.Join(artifacts.DefaultTypes, ", "))
-		}
-		out = append(out, t)
-	}
-	if len(out) == 0 {
-		return nil, invalid("%s is empty; list at least one MIME type, such as text/plain", field)
-	}
-	return out, nil
+	return p.Parse()
 }
 
 func decodeStdin(s string) (io.Reader, error) {
@@ -367,7 +219,7 @@ func (q *RunRequest) explicitSpec(defaults bool) (runner.Spec, error) {
 	if defaults {
 		pol = pol.WithDefaults()
 	}
-	out, err := q.output()
+	out, err := q.ParseOutput()
 	if err != nil {
 		return s, err
 	}
@@ -395,7 +247,7 @@ func (q *SandboxRequest) explicitSpec(defaults bool) (runner.SandboxSpec, error)
 	if defaults {
 		pol = pol.WithDefaults()
 	}
-	out, err := q.output()
+	out, err := q.ParseOutput()
 	if err != nil {
 		return s, err
 	}
@@ -411,7 +263,7 @@ func (q *SandboxRequest) explicitSpec(defaults bool) (runner.SandboxSpec, error)
 		return s, err
 	}
 	if q.DownloadTypes != nil {
-		if s.DownloadTypes, err = mimeList("download_types", q.DownloadTypes); err != nil {
+		if s.DownloadTypes, err = wire.MIMEList("download_types", q.DownloadTypes); err != nil {
 			return s, err
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/templates"
+	"github.com/airlock-sandbox/airlock/wire"
 )
 
 // putTemplate stores template "py" (oci, 256MiB, env A=1) under root.
@@ -64,7 +65,7 @@ func TestTemplateRequestSpec(t *testing.T) {
 	tp := putTemplate(t, root)
 	ts := templates.Open(root)
 	pids := int64(32)
-	q := RunRequest{PolicyRequest: PolicyRequest{Template: "py", Memory: "128MiB", Pids: &pids, Env: []string{"B=2"}}, Argv: []string{"true"}}
+	q := RunRequest{PolicyRequest: PolicyRequest{Policy: wire.Policy{Template: "py", Memory: "128MiB", Pids: &pids, Env: []string{"B=2"}}}, Argv: []string{"true"}}
 	s, err := q.spec(ts)
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +74,7 @@ func TestTemplateRequestSpec(t *testing.T) {
 	if s.Image != tp.Image || l.Memory != 128<<20 || l.Pids != 32 || l.Timeout != tp.Limits.Timeout || !slices.Equal(s.Env, []string{"A=1", "B=2"}) || q.Engine != "oci" {
 		t.Errorf("spec %+v, engine %q", s, q.Engine)
 	}
-	sq := SandboxRequest{PolicyRequest: PolicyRequest{Template: "py", CPUs: "0.5"}, TTL: "1m"}
+	sq := SandboxRequest{PolicyRequest: PolicyRequest{Policy: wire.Policy{Template: "py", CPUs: "0.5"}}, TTL: "1m"}
 	ss, err := sq.spec(ts)
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/units"
+	"github.com/airlock-sandbox/airlock/wire"
 )
 
 // wireTemplate is the JSON form: the API's field names and the CLI's units.
@@ -80,20 +81,21 @@ func (t *Template) UnmarshalJSON(b []byte) error {
 	n.Env, n.Workdir, n.SeccompSHA256, n.CreatedAt = w.Env, w.Workdir, w.SeccompSHA256, w.CreatedAt
 	l := &n.Limits
 	l.Pids, l.OpenFiles = w.Pids, w.OpenFiles
+	// A template file's values go through the one wire parser.
 	var err error
-	if l.Timeout, err = units.ParseDuration(w.Timeout); err != nil {
-		return fmt.Errorf("timeout: %w", err)
+	if l.Timeout, err = wire.Duration("timeout", w.Timeout); err != nil {
+		return err
 	}
-	if l.CPUs, err = units.ParseCPUs(w.CPUs); err != nil {
-		return fmt.Errorf("cpus: %w", err)
+	if l.CPUs, err = wire.CPUs("cpus", w.CPUs); err != nil {
+		return err
 	}
 	for _, f := range []struct {
 		name string
 		s    string
 		dst  *units.Bytes
 	}{{"memory", w.Memory, &l.Memory}, {"output_limit", w.OutputLimit, &l.Output}, {"tmp_size", w.TmpSize, &l.Tmp}, {"file_size", w.FileSize, &l.FileSize}} {
-		if *f.dst, err = units.ParseBytes(f.s); err != nil {
-			return fmt.Errorf("%s: %w", f.name, err)
+		if *f.dst, err = wire.Size(f.name, f.s); err != nil {
+			return err
 		}
 	}
 	if w.OutDir == "none" {
@@ -104,11 +106,11 @@ func (t *Template) UnmarshalJSON(b []byte) error {
 	} else {
 		o := &n.Output
 		o.Dir, o.Files, o.Types = w.OutDir, w.OutFiles, w.ArtifactTypes
-		if o.Size, err = units.ParseBytes(w.OutLimit); err != nil {
-			return fmt.Errorf("out_limit: %w", err)
+		if o.Size, err = wire.Size("out_limit", w.OutLimit); err != nil {
+			return err
 		}
-		if o.MaxFileSize, err = units.ParseBytes(w.ArtifactMaxSize); err != nil {
-			return fmt.Errorf("artifact_max_size: %w", err)
+		if o.MaxFileSize, err = wire.Size("artifact_max_size", w.ArtifactMaxSize); err != nil {
+			return err
 		}
 	}
 	if w.Version != "" && w.Version != n.Version() {

@@ -136,19 +136,8 @@ func outputOf(o runner.Output) Output {
 	if o.Disabled {
 		return Output{Disabled: true}
 	}
-	out := Output{Dir: o.Dir, Size: o.Size, Files: o.Files, MaxFileSize: o.MaxFileSize, Types: slices.Clone(o.Types)}
-	if out.Dir == "" {
-		out.Dir = "/out"
-	}
-	if out.Size == 0 {
-		out.Size = 64 << 20
-	}
-	if out.Files == 0 {
-		out.Files = 1000
-	}
-	if out.MaxFileSize == 0 || out.MaxFileSize > out.Size {
-		out.MaxFileSize = out.Size
-	}
+	o = o.WithDefaults()
+	out := Output{Dir: o.Dir, Size: o.Size, Files: o.Files, MaxFileSize: min(o.MaxFileSize, o.Size), Types: slices.Clone(o.Types)}
 	if out.Types == nil {
 		out.Types = slices.Clone(artifacts.DefaultTypes)
 	}

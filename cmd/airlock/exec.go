@@ -6,7 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/runner"
-	"github.com/airlock-sandbox/airlock/units"
+	"github.com/airlock-sandbox/airlock/wire"
 )
 
 type execFlags struct {
@@ -94,13 +94,13 @@ func execOnce(cmd *cobra.Command, g *globals, f *execFlags, id string, argv []st
 	spec := runner.ExecSpec{Argv: argv, Env: f.env, Workdir: f.workdir, Detach: f.detach}
 	var err error
 	if f.timeout != "" {
-		if spec.Timeout, err = units.ParseDuration(f.timeout); err != nil || spec.Timeout <= 0 {
-			return runner.Result{}, usageError{fmt.Errorf("--timeout %q: give a positive duration such as 30s", f.timeout)}
+		if spec.Timeout, err = wire.Duration("timeout", f.timeout); err != nil {
+			return runner.Result{}, asFlag(err)
 		}
 	}
 	if f.output != "" {
-		if spec.OutputLimit, err = units.ParseBytes(f.output); err != nil || spec.OutputLimit <= 0 {
-			return runner.Result{}, usageError{fmt.Errorf("--output-limit %q: give a positive size such as 1MiB", f.output)}
+		if spec.OutputLimit, err = wire.Size("output_limit", f.output); err != nil {
+			return runner.Result{}, asFlag(err)
 		}
 	}
 	in, closeIn, err := openStdin(cmd, f.stdin)

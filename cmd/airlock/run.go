@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -8,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/containerd/errdefs"
-	"github.com/gabriel-vasile/mimetype"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/units"
+	"github.com/airlock-sandbox/airlock/wire"
 )
 
 type runFlags struct {
@@ -123,47 +124,50 @@ func addShapeFlags(cmd *cobra.Command, f *runFlags, job bool) {
 	}
 }
 
+// wire is the flags' policy in the one wire form every face parses.
+func (f *runFlags) wire() wire.Policy {
+	w := wire.Policy{
+		Isolation: f.isolation, Timeout: f.timeout, Memory: f.memory, CPUs: wire.Number(f.cpus), Pids: &f.pids,
+		OutputLimit: f.output, TmpSize: f.tmp, FileSize: f.fileSize, OutDir: f.outDir,
+	}
+	if f.outDir != "none" {
+		types := []string{}
+		if f.types != "" {
+			types = strings.Split(f.types, ",")
+		}
+		w.OutLimit, w.OutFiles, w.ArtifactMaxSize, w.ArtifactTypes = f.outLimit, &f.outFiles, f.maxArtifact, types
+		w.ArtifactsAllowDotfiles = f.allowDotfiles
+	}
+	return w
+}
+
+// asFlag words a refused wire field as its flag: a usage error.
+func asFlag(err error) error {
+	var we *wire.Error
+	if errors.As(err, &we) {
+		return usageError{errors.New(we.AsFlag())}
+	}
+	return usageError{err}
+}
+
 // policy converts the flags, refusing anything malformed.
 func (f *runFlags) policy() (isolation.Policy, error) {
-	p := isolation.Default()
-	var err error
-	if p.Isolation, err = isolation.ParseMode(f.isolation); err != nil {
-		return p, usageError{err}
-	}
-	l := &p.Limits
-	if l.Timeout, err = units.ParseDuration(f.timeout); err != nil {
-		return p, usageError{fmt.Errorf("--timeout: %w", err)}
-	}
-	if l.Memory, err = units.ParseBytes(f.memory); err != nil {
-		return p, usageError{fmt.Errorf("--memory: %w", err)}
-	}
-	if l.CPUs, err = units.ParseCPUs(f.cpus); err != nil {
-		return p, usageError{fmt.Errorf("--cpus: %w", err)}
-	}
-	if l.Output, err = units.ParseBytes(f.output); err != nil {
-		return p, usageError{fmt.Errorf("--output-limit: %w", err)}
-	}
-	if l.Tmp, err = units.ParseBytes(f.tmp); err != nil {
-		return p, usageError{fmt.Errorf("--tmp-size: %w", err)}
-	}
-	if l.FileSize, err = units.ParseBytes(f.fileSize); err != nil {
-		return p, usageError{fmt.Errorf("--file-size: %w", err)}
-	}
-	l.Pids = f.pids
-	// A zero limit would read as "take the default": refuse it instead.
-	for _, z := range []struct {
-		flag string
-		zero bool
-	}{
-		{"--timeout", l.Timeout == 0}, {"--memory", l.Memory == 0}, {"--cpus", l.CPUs == 0}, {"--pids", l.Pids == 0},
-		{"--output-limit", l.Output == 0}, {"--tmp-size", l.Tmp == 0}, {"--file-size", l.FileSize == 0},
+	// An empty value would read as "not given", the default: refused.
+	for _, e := range []struct{ flag, v string }{
+		{"--isolation", f.isolation}, {"--timeout", f.timeout}, {"--memory", f.memory}, {"--cpus", f.cpus},
+		{"--output-limit", f.output}, {"--tmp-size", f.tmp}, {"--file-size", f.fileSize},
 	} {
-		if z.zero {
-			return p, usageError{fmt.Errorf("%s 0: a limit of zero is neither \"unlimited\" nor \"the default\"; give a positive value, or leave the flag out for the default", z.flag)}
+		if strings.TrimSpace(e.v) == "" {
+			return isolation.Policy{}, usageError{fmt.Errorf("%s is empty; give a value, or leave the flag out for the default", e.flag)}
 		}
 	}
+	w := f.wire()
+	p, err := w.Parse()
+	if err != nil {
+		return p, asFlag(err)
+	}
 	// The runner validates the whole policy once the profile is loaded.
-	return p, nil
+	return p.WithDefaults(), nil
 }
 
 func runRun(cmd *cobra.Command, g *globals, f *runFlags, argv []string) error {
@@ -255,40 +259,19 @@ func (f *runFlags) files(spec *runner.Spec) error {
 
 // outputs converts the output directory flags.
 func (f *runFlags) outputs(o *runner.Output) error {
-	var err error
-	if f.outDir == "none" {
-		o.Disabled = true
-		if f.dest != "" || f.quarantine != "" {
-			return usageError{fmt.Errorf("--artifacts and --quarantine need an output directory; drop --out-dir none")}
-		}
-		return nil
+	if f.outDir == "none" && (f.dest != "" || f.quarantine != "") {
+		return usageError{fmt.Errorf("--artifacts and --quarantine need an output directory; drop --out-dir none")}
 	}
-	o.Dir, o.Files, o.Artifacts, o.Quarantine = f.outDir, f.outFiles, f.dest, f.quarantine
-	o.AllowDotfiles = f.allowDotfiles
-	if o.Size, err = units.ParseBytes(f.outLimit); err != nil {
-		return usageError{fmt.Errorf("--out-limit: %w", err)}
+	if f.outDir != "none" && strings.TrimSpace(f.outLimit) == "" {
+		return usageError{fmt.Errorf("--out-limit is empty; give a size such as 64MiB, or leave the flag out for the default")}
 	}
-	if o.Size == 0 || o.Files <= 0 {
-		return usageError{fmt.Errorf("--out-limit and --out-files must be positive; to have no output directory, use --out-dir none")}
+	w := f.wire()
+	out, err := w.ParseOutput()
+	if err != nil {
+		return asFlag(err)
 	}
-	if f.maxArtifact != "" {
-		if o.MaxFileSize, err = units.ParseBytes(f.maxArtifact); err != nil {
-			return usageError{fmt.Errorf("--artifact-max-size: %w", err)}
-		}
-	}
-	for _, t := range strings.Split(f.types, ",") {
-		if t = strings.TrimSpace(t); t != "" {
-			o.Types = append(o.Types, t)
-		}
-	}
-	if len(o.Types) == 0 {
-		return usageError{fmt.Errorf("--artifact-types is empty; list at least one MIME type, such as text/plain")}
-	}
-	for _, t := range o.Types {
-		if mimetype.Lookup(t) == nil {
-			return usageError{fmt.Errorf("--artifact-types: unknown MIME type %q; known examples: %s", t, strings.Join(artifacts.DefaultTypes, ", "))}
-		}
-	}
+	out.Artifacts, out.Quarantine = f.dest, f.quarantine
+	*o = out
 	return nil
 }
 

@@ -14,7 +14,7 @@ import (
 	"github.com/airlock-sandbox/airlock/artifacts"
 	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/runner"
-	"github.com/airlock-sandbox/airlock/units"
+	"github.com/airlock-sandbox/airlock/wire"
 )
 
 func newSandboxCmd(g *globals) *cobra.Command {
@@ -117,15 +117,21 @@ downloads (default: the artifact types plus source code as text).
 		RunE: func(cmd *cobra.Command, _ []string) error { return runSandboxCreate(cmd, g, f) },
 	}
 	addRunFlags(cmd, &f.runFlags)
+	f.addFlags(cmd)
+	fl := cmd.Flags()
+	fl.BoolVar(&f.json, "json", false, "print the sandbox as one JSON object instead of its id")
+	fl.SortFlags = false
+	return cmd
+}
+
+// addFlags defines the flags a sandbox takes beyond a run's.
+func (f *sandboxCreateFlags) addFlags(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.idle, "idle-timeout", runner.DefaultIdleTimeout.String(), "end the sandbox this long after its last exec or transfer")
 	fl.StringVar(&f.ttl, "ttl", runner.DefaultTTL.String(), "end the sandbox this long after its creation")
 	fl.StringVar(&f.workspace, "workspace-size", "1GiB", "cap on the workspace at /home/user (kernel-enforced: ENOSPC past it)")
 	fl.StringArrayVar(&f.labels, "label", nil, "label the sandbox KEY=VALUE (repeatable)")
 	fl.StringVar(&f.downloadTypes, "download-types", "", "MIME types airlock cp may download, comma-separated (default: the artifact types plus source code as text)")
-	fl.BoolVar(&f.json, "json", false, "print the sandbox as one JSON object instead of its id")
-	fl.SortFlags = false
-	return cmd
 }
 
 func (f *sandboxCreateFlags) spec(cmd *cobra.Command, g *globals) (runner.SandboxSpec, error) {
@@ -150,14 +156,14 @@ func (f *sandboxCreateFlags) spec(cmd *cobra.Command, g *globals) (runner.Sandbo
 	}
 	s = runner.SandboxSpec{Image: rs.Image, Env: rs.Env, Policy: rs.Policy, SeccompProfile: rs.SeccompProfile, Output: rs.Output, Labels: map[string]string{},
 		Inputs: files.Inputs, InputLimit: files.InputLimit}
-	if s.IdleTimeout, err = units.ParseDuration(f.idle); err != nil || s.IdleTimeout <= 0 {
-		return s, usageError{fmt.Errorf("--idle-timeout %q: give a positive duration such as 15m", f.idle)}
+	if s.IdleTimeout, err = wire.Duration("idle_timeout", f.idle); err != nil {
+		return s, asFlag(err)
 	}
-	if s.TTL, err = units.ParseDuration(f.ttl); err != nil || s.TTL <= 0 {
-		return s, usageError{fmt.Errorf("--ttl %q: give a positive duration such as 1h", f.ttl)}
+	if s.TTL, err = wire.Duration("ttl", f.ttl); err != nil {
+		return s, asFlag(err)
 	}
-	if s.WorkspaceSize, err = units.ParseBytes(f.workspace); err != nil || s.WorkspaceSize <= 0 {
-		return s, usageError{fmt.Errorf("--workspace-size %q: give a positive size such as 1GiB", f.workspace)}
+	if s.WorkspaceSize, err = wire.Size("workspace_size", f.workspace); err != nil {
+		return s, asFlag(err)
 	}
 	for _, l := range f.labels {
 		k, v, ok := strings.Cut(l, "=")

@@ -5,10 +5,14 @@
 package fuzztest
 
 import (
+	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/engine/enginetest"
 	"github.com/airlock-sandbox/airlock/images"
@@ -37,4 +41,27 @@ func Runner(tb testing.TB, template string, spec runner.Spec) (root string, rn *
 		tb.Fatal(err)
 	}
 	return root, rn, eng, tp
+}
+
+// Runners is mcpserver.Runners over one runner: every call gets it, and
+// no sandbox is live to be found.
+type Runners struct {
+	Runner *runner.Runner
+	Root   string
+}
+
+func (r Runners) New(context.Context) (*runner.Runner, func(), error) {
+	return r.Runner, func() {}, nil
+}
+
+func (r Runners) ForSandbox(_ context.Context, id string) (*runner.Runner, func(), error) {
+	return nil, nil, fmt.Errorf("%w: no sandbox %q", errdefs.ErrNotFound, id)
+}
+
+func (r Runners) Template(name string) (*templates.Template, error) {
+	return templates.Open(r.Root).Get(name)
+}
+
+func (r Runners) ForTemplate(context.Context, *templates.Template) (*runner.Runner, func(), error) {
+	return r.Runner, func() {}, nil
 }

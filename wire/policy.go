@@ -1,0 +1,338 @@
+// Package wire is the one policy a run or a sandbox asks for, as every
+// face takes it: API bodies and batch lines decode into Policy, the CLI's
+// flags and MCP's arguments fill one in, and template files are read with
+// the same field parsers. Its JSON names are the CLI's flag names with '_'
+// for '-', and its values the CLI's syntax ("512MiB", "30s").
+//
+// Parse is the one conversion from these strings to isolation.Policy and
+// the output directory's settings. A field it refuses is an *Error: invalid
+// input, naming the field, the value and what to give instead, in the same
+// words whichever face it came through.
+package wire
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gabriel-vasile/mimetype"
+
+	"github.com/airlock-sandbox/airlock/artifacts"
+	"github.com/airlock-sandbox/airlock/isolation"
+	"github.com/airlock-sandbox/airlock/units"
+)
+
+// Policy holds the policy fields of runs and sandboxes. An empty field is
+// not given: it takes the default, or a template's value.
+type Policy struct {
+	// Template names a sandbox template (airlock template ls); the other
+	// fields may narrow it, never widen it. An unknown name is not_found,
+	// a widening invalid_input.
+	Template string `json:"template,omitempty"`
+	// Image is a pinned reference, NAME@sha256:<id> or sha256:<id>.
+	Image string `json:"image,omitempty"`
+	// Timeout is the wall-clock limit, a duration such as 30s or 500ms.
+	Timeout string `json:"timeout,omitempty"`
+	// Memory is the memory limit, a size such as 512MiB.
+	Memory string `json:"memory,omitempty"`
+	// CPUs is the CPU allowance, a number or a string such as "0.5".
+	CPUs Number `json:"cpus,omitempty"`
+	// Pids caps the number of processes.
+	Pids *int64 `json:"pids,omitempty"`
+	// OutputLimit caps each of stdout and stderr, a size such as 1MiB.
+	OutputLimit string `json:"output_limit,omitempty"`
+	// TmpSize caps /tmp, a size.
+	TmpSize string `json:"tmp_size,omitempty"`
+	// FileSize caps any one file the program writes, a size.
+	FileSize string `json:"file_size,omitempty"`
+	// Env is the program's environment, NAME=VALUE each.
+	Env       []string `json:"env,omitempty"`
+	Engine    string   `json:"engine,omitempty" openapi:"enum=auto|oci|docker"`
+	Isolation string   `json:"isolation,omitempty" openapi:"enum=gvisor|seccomp"`
+	// OutDir is the output directory inside the sandbox; "none" turns it
+	// off.
+	OutDir string `json:"out_dir,omitempty"`
+	// OutLimit caps the output directory's bytes, a size.
+	OutLimit string `json:"out_limit,omitempty"`
+	// OutFiles caps the output directory's files.
+	OutFiles *int `json:"out_files,omitempty"`
+	// ArtifactMaxSize caps one artifact, a size.
+	ArtifactMaxSize string `json:"artifact_max_size,omitempty"`
+	// ArtifactTypes is the MIME allowlist of artifacts.
+	ArtifactTypes []string `json:"artifact_types,omitempty"`
+	// ArtifactsAllowDotfiles accepts artifact paths with a component
+	// starting with '.'.
+	ArtifactsAllowDotfiles bool `json:"artifacts_allow_dotfiles,omitempty"`
+}
+
+// Number is a JSON string or number, kept as its text ("cpus": 2 or "0.5").
+type Number string
+
+// UnmarshalJSON takes a string or a number.
+func (v *Number) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		*v = Number(s)
+		return nil
+	}
+	var n json.Number
+	if err := json.Unmarshal(b, &n); err != nil {
+		return fmt.Errorf("give a number or a string such as \"0.5\"")
+	}
+	*v = Number(n.String())
+	return nil
+}
+
+// Error refuses one field. It is errdefs.IsInvalidArgument.
+type Error struct {
+	// Field is the field's wire name, such as "memory" or "timeout_s".
+	Field string
+	// Value is the value given, as JSON shows it: a string quoted, a
+	// number bare.
+	Value string
+	// Want says what to give instead.
+	Want string
+}
+
+func (e *Error) Error() string { return e.named(e.Field) }
+
+// InvalidParameter classifies the error for errdefs.
+func (*Error) InvalidParameter() {}
+
+// AsFlag is the error with the field named as the CLI's flag, "--memory"
+// for "memory".
+func (e *Error) AsFlag() string { return e.named("--" + strings.ReplaceAll(e.Field, "_", "-")) }
+
+func (e *Error) named(name string) string { return fmt.Sprintf("%s %s: %s", name, e.Value, e.Want) }
+
+// refuse refuses field's string value s.
+func refuse(field, s, want string) *Error { return &Error{field, strconv.Quote(s), want} }
+
+// zeroLimit is what every face says of a limit of zero.
+const zeroLimit = `a limit of zero is neither "unlimited" nor "the default"; give a positive value, or leave it out for the default`
+
+// Duration parses field's value s, a positive duration such as "30s".
+func Duration(field, s string) (time.Duration, error) {
+	d, err := units.ParseDuration(s)
+	switch {
+	case err == nil:
+		return d, nil
+	case isZero(s):
+		return 0, refuse(field, s, zeroLimit)
+	}
+	return 0, refuse(field, s, `give a positive duration such as "30s" or "500ms"`)
+}
+
+// Seconds parses field's value v, a number of seconds, as MCP's arguments
+// and /run_code give durations; nil is not given (zero).
+func Seconds(field string, v *float64) (time.Duration, error) {
+	if v == nil {
+		return 0, nil
+	}
+	text := strconv.FormatFloat(*v, 'g', -1, 64)
+	switch {
+	case *v == 0:
+		return 0, &Error{field, text, zeroLimit}
+	case !(*v > 0) || *v > math.MaxInt64/float64(time.Second):
+		return 0, &Error{field, text, "give a positive number of seconds, such as 30, or leave it out for the default"}
+	}
+	// A value so small that it rounds to no time at all would read as
+	// "not given": it is refused instead.
+	d := time.Duration(*v * float64(time.Second))
+	if d < time.Millisecond {
+		return 0, &Error{field, text, "give at least 0.001 seconds"}
+	}
+	return d, nil
+}
+
+// Size parses field's value s, a positive size such as "512MiB".
+func Size(field, s string) (units.Bytes, error) {
+	b, err := units.ParseBytes(s)
+	switch {
+	case err == nil && b > 0:
+		return b, nil
+	case err == nil || isZero(s):
+		return 0, refuse(field, s, zeroLimit)
+	}
+	return 0, refuse(field, s, `give a positive size such as "512MiB" or "1.5GiB"`)
+}
+
+// CPUs parses field's value s, a positive number of CPUs such as "0.5".
+func CPUs(field, s string) (units.MilliCPUs, error) {
+	c, err := units.ParseCPUs(s)
+	switch {
+	case err == nil && c > 0:
+		return c, nil
+	case isZero(s):
+		return 0, refuse(field, s, zeroLimit)
+	}
+	return 0, refuse(field, s, fmt.Sprintf("give a positive number of CPUs such as 0.5 or 2, at most %d", units.MaxCPUs))
+}
+
+// Count parses field's value n, a positive count such as pids.
+func Count[T int | int64](field string, n T) (T, error) {
+	switch {
+	case n == 0:
+		return 0, &Error{field, "0", zeroLimit}
+	case n < 0:
+		return 0, &Error{field, fmt.Sprint(n), "give a positive number"}
+	}
+	return n, nil
+}
+
+// isZero reports whether s spells zero in any unit ("0", "0s", "0MiB").
+func isZero(s string) bool {
+	s = strings.TrimSpace(s)
+	i := 0
+	for i < len(s) && (s[i] == '0' || s[i] == '.') {
+		i++
+	}
+	return i > 0 && strings.Trim(s[:i], ".") != "" && (i == len(s) || s[i] < '0' || s[i] > '9')
+}
+
+// MIMEList checks field's MIME types; blanks are dropped, and an empty
+// list is refused.
+func MIMEList(field string, in []string) ([]string, error) {
+	var out []string
+	for _, t := range in {
+		if t = strings.TrimSpace(t); t == "" {
+			continue
+		}
+		if mimetype.Lookup(t) == nil {
+			return nil, refuse(field, t, "unknown MIME type; known examples: "+strings.Join(artifacts.DefaultTypes, ", "))
+		}
+		out = append(out, t)
+	}
+	if len(out) == 0 {
+		return nil, refuse(field, strings.Join(in, ","), "empty; list at least one MIME type, such as text/plain")
+	}
+	return out, nil
+}
+
+// Parse converts the isolation and limit fields given; absent fields are
+// zero, for isolation.Policy.WithDefaults or a template to fill. The
+// engine is checked, not converted.
+func (p *Policy) Parse() (isolation.Policy, error) {
+	var pol isolation.Policy
+	var err error
+	if p.Isolation != "" {
+		if pol.Isolation, err = isolation.ParseMode(p.Isolation); err != nil {
+			return pol, refuse("isolation", p.Isolation, "use gvisor or seccomp")
+		}
+	}
+	switch p.Engine {
+	case "", "auto", "oci", "docker":
+	default:
+		return pol, refuse("engine", p.Engine, "use auto, oci or docker")
+	}
+	l := &pol.Limits
+	for _, f := range []struct {
+		name string
+		s    string
+		dst  *units.Bytes
+	}{{"memory", p.Memory, &l.Memory}, {"output_limit", p.OutputLimit, &l.Output}, {"tmp_size", p.TmpSize, &l.Tmp}, {"file_size", p.FileSize, &l.FileSize}} {
+		if f.s != "" {
+			if *f.dst, err = Size(f.name, f.s); err != nil {
+				return pol, err
+			}
+		}
+	}
+	if p.Timeout != "" {
+		if l.Timeout, err = Duration("timeout", p.Timeout); err != nil {
+			return pol, err
+		}
+	}
+	if p.CPUs != "" {
+		if l.CPUs, err = CPUs("cpus", string(p.CPUs)); err != nil {
+			return pol, err
+		}
+	}
+	if p.Pids != nil {
+		if l.Pids, err = Count("pids", *p.Pids); err != nil {
+			return pol, err
+		}
+	}
+	return pol, nil
+}
+
+// ParseOutput converts the output directory's fields given; absent fields
+// are zero, for the runner's defaults or a template to fill.
+func (p *Policy) ParseOutput() (Output, error) {
+	var o Output
+	if p.OutDir == "none" {
+		if p.OutLimit != "" || p.OutFiles != nil || p.ArtifactMaxSize != "" || p.ArtifactTypes != nil {
+			return o, refuse("out_dir", "none", "there is no output directory: drop out_limit, out_files, artifact_max_size and artifact_types")
+		}
+		o.Disabled = true
+		return o, nil
+	}
+	o.Dir, o.AllowDotfiles = p.OutDir, p.ArtifactsAllowDotfiles
+	var err error
+	if p.OutLimit != "" {
+		if o.Size, err = Size("out_limit", p.OutLimit); err != nil {
+			return o, err
+		}
+	}
+	if p.ArtifactMaxSize != "" {
+		if o.MaxFileSize, err = Size("artifact_max_size", p.ArtifactMaxSize); err != nil {
+			return o, err
+		}
+	}
+	if p.OutFiles != nil {
+		if o.Files, err = Count("out_files", *p.OutFiles); err != nil {
+			return o, err
+		}
+	}
+	if p.ArtifactTypes != nil {
+		if o.Types, err = MIMEList("artifact_types", p.ArtifactTypes); err != nil {
+			return o, err
+		}
+	}
+	return o, nil
+}
+
+// Output is the sandbox's one writable directory besides /tmp, and what
+// becomes of the files left in it.
+type Output struct {
+	// Disabled turns the output directory off.
+	Disabled bool
+	// Dir is the path inside the sandbox.
+	Dir string
+	// Size caps the directory's bytes (kernel-enforced) and the total of
+	// accepted artifacts.
+	Size units.Bytes
+	// Files caps the number of files.
+	Files int
+	// MaxFileSize caps one artifact; default Size.
+	MaxFileSize units.Bytes
+	// Types is the MIME allowlist; nil means artifacts.DefaultTypes.
+	Types []string
+	// Artifacts receives accepted files; empty means report only. Only
+	// the host's own CLI sets it.
+	Artifacts string
+	// Quarantine, when set, keeps readable rejected files for inspection.
+	// Only the host's own CLI sets it.
+	Quarantine string
+	// AllowDotfiles delivers paths with a component starting with '.'.
+	AllowDotfiles bool
+}
+
+// WithDefaults fills what o leaves zero with the runner's defaults.
+func (o Output) WithDefaults() Output {
+	if o.Dir == "" {
+		o.Dir = "/out"
+	}
+	if o.Size == 0 {
+		o.Size = 64 << 20
+	}
+	if o.Files == 0 {
+		o.Files = 1000
+	}
+	if o.MaxFileSize == 0 {
+		o.MaxFileSize = o.Size
+	}
+	return o
+}

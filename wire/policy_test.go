@@ -1,0 +1,112 @@
+package wire
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/isolation"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+func TestParse(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		in   Policy
+		want isolation.Limits
+		mode isolation.Mode
+		err  string // the whole message, when refused
+	}{
+		{name: "nothing given", in: Policy{}},
+		{name: "every limit", in: Policy{Timeout: "1m30s", Memory: "1.5GiB", CPUs: "0.5", Pids: ptr[int64](32), OutputLimit: "1MiB", TmpSize: "16MiB", FileSize: "8MiB", Isolation: "seccomp", Engine: "oci"},
+			want: isolation.Limits{Timeout: 90 * time.Second, Memory: 3 << 29, CPUs: 500, Pids: 32, Output: 1 << 20, Tmp: 16 << 20, FileSize: 8 << 20}, mode: isolation.Seccomp},
+		{name: "malformed size", in: Policy{Memory: "lots"}, err: `memory "lots": give a positive size such as "512MiB" or "1.5GiB"`},
+		{name: "negative size", in: Policy{TmpSize: "-1MiB"}, err: `tmp_size "-1MiB": give a positive size such as "512MiB" or "1.5GiB"`},
+		{name: "zero size", in: Policy{Memory: "0MiB"}, err: `memory "0MiB": ` + zeroLimit},
+		{name: "zero duration", in: Policy{Timeout: "0s"}, err: `timeout "0s": ` + zeroLimit},
+		{name: "bare zero", in: Policy{Timeout: "0"}, err: `timeout "0": ` + zeroLimit},
+		{name: "duration without unit", in: Policy{Timeout: "30"}, err: `timeout "30": give a positive duration such as "30s" or "500ms"`},
+		{name: "zero cpus", in: Policy{CPUs: "0.0"}, err: `cpus "0.0": ` + zeroLimit},
+		{name: "too many cpus", in: Policy{CPUs: "100000"}, err: `cpus "100000": give a positive number of CPUs such as 0.5 or 2, at most 1024`},
+		{name: "zero pids", in: Policy{Pids: ptr[int64](0)}, err: "pids 0: " + zeroLimit},
+		{name: "negative pids", in: Policy{Pids: ptr[int64](-4)}, err: "pids -4: give a positive number"},
+		{name: "unknown isolation", in: Policy{Isolation: "none"}, err: `isolation "none": use gvisor or seccomp`},
+		{name: "unknown engine", in: Policy{Engine: "podman"}, err: `engine "podman": use auto, oci or docker`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := c.in.Parse()
+			if c.err != "" {
+				var we *Error
+				if err == nil || err.Error() != c.err || !errors.As(err, &we) || !errdefs.IsInvalidArgument(err) {
+					t.Fatalf("error %v, want the invalid input %q", err, c.err)
+				}
+				return
+			}
+			if err != nil || p.Limits != c.want || p.Isolation != c.mode {
+				t.Fatalf("%+v %q, %v; want %+v %q", p.Limits, p.Isolation, err, c.want, c.mode)
+			}
+		})
+	}
+}
+
+func TestParseOutput(t *testing.T) {
+	o, err := (&Policy{OutDir: "/results", OutLimit: "8MiB", OutFiles: ptr(10), ArtifactMaxSize: "1MiB", ArtifactTypes: []string{" text/plain ", ""}, ArtifactsAllowDotfiles: true}).ParseOutput()
+	want := Output{Dir: "/results", Size: 8 << 20, Files: 10, MaxFileSize: 1 << 20, Types: []string{"text/plain"}, AllowDotfiles: true}
+	if err != nil || o.Dir != want.Dir || o.Size != want.Size || o.Files != want.Files || o.MaxFileSize != want.MaxFileSize || strings.Join(o.Types, ",") != "text/plain" || !o.AllowDotfiles {
+		t.Fatalf("%+v, %v; want %+v", o, err, want)
+	}
+	if o, err := (&Policy{OutDir: "none"}).ParseOutput(); err != nil || !o.Disabled {
+		t.Fatalf("out_dir none: %+v, %v", o, err)
+	}
+	for _, c := range []struct {
+		in  Policy
+		err string
+	}{
+		{Policy{OutDir: "none", OutLimit: "1MiB"}, `out_dir "none": there is no output directory`},
+		{Policy{OutFiles: ptr(0)}, "out_files 0: " + zeroLimit},
+		{Policy{ArtifactTypes: []string{"text/klingon"}}, `artifact_types "text/klingon": unknown MIME type`},
+		{Policy{ArtifactTypes: []string{" "}}, `artifact_types " ": empty`},
+	} {
+		if _, err := c.in.ParseOutput(); err == nil || !strings.HasPrefix(err.Error(), c.err) || !errdefs.IsInvalidArgument(err) {
+			t.Errorf("%+v: %v, want invalid input starting %q", c.in, err, c.err)
+		}
+	}
+}
+
+func TestSeconds(t *testing.T) {
+	if d, err := Seconds("timeout_s", nil); d != 0 || err != nil {
+		t.Fatalf("nil: %v, %v", d, err)
+	}
+	if d, err := Seconds("timeout_s", ptr(2.5)); d != 2500*time.Millisecond || err != nil {
+		t.Fatalf("2.5: %v, %v", d, err)
+	}
+	for v, want := range map[float64]string{
+		0:      "timeout_s 0: " + zeroLimit,
+		-3:     "timeout_s -3: give a positive number of seconds",
+		1e300:  "timeout_s 1e+300: give a positive number of seconds",
+		0.0001: "timeout_s 0.0001: give at least 0.001 seconds",
+	} {
+		if _, err := Seconds("timeout_s", ptr(v)); err == nil || !strings.HasPrefix(err.Error(), want) || !errdefs.IsInvalidArgument(err) {
+			t.Errorf("%v: %v, want %q", v, err, want)
+		}
+	}
+}
+
+// A zero in any spelling is told as a zero limit, never as malformed.
+func TestIsZero(t *testing.T) {
+	for s, want := range map[string]bool{
+		"0": true, "00": true, "0.0": true, "0s": true, "0MiB": true, " 0 ": true, "0.": true,
+		"": false, ".": false, "0.5": false, "10": false, "05s": false, "1": false, "-0": false,
+	} {
+		if isZero(s) != want {
+			t.Errorf("isZero(%q) = %v", s, !want)
+		}
+	}
+	if _, err := Size("memory", "0.0GiB"); err == nil || !strings.Contains(err.Error(), zeroLimit) {
+		t.Errorf("0.0GiB: %v", err)
+	}
+}

@@ -182,13 +182,8 @@ func sandboxes() []string {
 			names = append(names, "runsc "+id) // counted with runsc: a runtime sandbox
 		}
 	}
-	for _, dir := range []string{"/sys/fs/cgroup/pids/airlock", "/sys/fs/cgroup/airlock"} {
-		ents, _ := os.ReadDir(dir)
-		for _, e := range ents {
-			if e.IsDir() {
-				names = append(names, "cgroup "+e.Name())
-			}
-		}
+	for _, c := range e2etest.Cgroups() {
+		names = append(names, "cgroup "+c)
 	}
 	bundles, _ := os.ReadDir(filepath.Join(rootDir, "oci", "bundles"))
 	for _, b := range bundles {

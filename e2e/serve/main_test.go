@@ -102,7 +102,7 @@ func leftovers() []string {
 	}
 	for _, c := range cgroups() {
 		// The machine is shared: runs of the system's root are not ours.
-		if _, err := os.Stat(filepath.Join(runner.DefaultRoot, "runs", c)); err == nil || before[c] {
+		if _, err := os.Stat(filepath.Join(runner.DefaultRoot, "runs", filepath.Base(c))); err == nil || before[c] {
 			continue
 		}
 		left = append(left, "cgroup "+c)
@@ -117,18 +117,7 @@ func leftovers() []string {
 // before holds the cgroups that existed before the tests.
 var before = map[string]bool{}
 
-func cgroups() []string {
-	var out []string
-	for _, dir := range []string{"/sys/fs/cgroup/pids/airlock", "/sys/fs/cgroup/airlock"} {
-		ents, _ := os.ReadDir(dir)
-		for _, e := range ents {
-			if e.IsDir() {
-				out = append(out, e.Name())
-			}
-		}
-	}
-	return out
-}
+func cgroups() []string { return e2etest.Cgroups() }
 
 // srv is a running `airlock serve`.
 type srv struct {

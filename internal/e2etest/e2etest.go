@@ -105,3 +105,25 @@ func ImportBusybox(bin, root, dir, name string) (images.Ref, error) {
 	}
 	return images.ParseRef(strings.TrimSpace(string(out)))
 }
+
+// Cgroups lists airlock's cgroups in every hierarchy, as HIERARCHY/ID
+// ("pids/3f2a…", "memory/sb-…"; "unified/…" under cgroup v2): a leak in
+// one controller's hierarchy alone is a leak too.
+func Cgroups() []string {
+	var out []string
+	dirs, _ := filepath.Glob("/sys/fs/cgroup/*/airlock")
+	dirs = append(dirs, "/sys/fs/cgroup/airlock")
+	for _, dir := range dirs {
+		hier := filepath.Base(filepath.Dir(dir))
+		if dir == "/sys/fs/cgroup/airlock" {
+			hier = "unified"
+		}
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			if e.IsDir() {
+				out = append(out, hier+"/"+e.Name())
+			}
+		}
+	}
+	return out
+}

@@ -16,14 +16,14 @@ import (
 	"github.com/airlock-sandbox/airlock/engine/docker"
 	"github.com/airlock-sandbox/airlock/engine/oci"
 	"github.com/airlock-sandbox/airlock/runner"
-	"github.com/airlock-sandbox/airlock/templates"
+	"github.com/airlock-sandbox/airlock/service"
 )
 
-// liveRunners are runners on the real engine AIRLOCK_E2E_ENGINE names
-// (default oci), under the real root, as airlock serve wires them.
-type liveRunners struct{ root string }
+// liveEngines give runners on the real engine AIRLOCK_E2E_ENGINE names
+// (default oci), under the real root, whatever engine is asked for.
+type liveEngines struct{ root string }
 
-func (l liveRunners) runner() (*runner.Runner, func(), error) {
+func (l liveEngines) Runner(context.Context, string) (*runner.Runner, func(), error) {
 	var (
 		e   engine.Engine
 		err error
@@ -42,22 +42,7 @@ func (l liveRunners) runner() (*runner.Runner, func(), error) {
 	return r, done, err
 }
 
-func (l liveRunners) New(context.Context) (*runner.Runner, func(), error) { return l.runner() }
-
-func (l liveRunners) Template(name string) (*templates.Template, error) {
-	return templates.Open(l.root).Get(name)
-}
-
-func (l liveRunners) ForTemplate(context.Context, *templates.Template) (*runner.Runner, func(), error) {
-	return l.runner()
-}
-
-func (l liveRunners) ForSandbox(_ context.Context, id string) (*runner.Runner, func(), error) {
-	if _, err := runner.ReadSandbox(l.root, id); err != nil {
-		return nil, nil, err
-	}
-	return l.runner()
-}
+func (liveEngines) Reapers(context.Context) ([]engine.Reaper, func()) { return nil, func() {} }
 
 func call(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any, out any) *mcp.CallToolResult {
 	t.Helper()
@@ -81,7 +66,7 @@ func TestHTTPTransport(t *testing.T) {
 	if root == "" {
 		root = runner.DefaultRoot
 	}
-	srv := httptest.NewServer(New(liveRunners{root: root}).HTTPHandler())
+	srv := httptest.NewServer(New(service.New(root, liveEngines{root: root})).HTTPHandler())
 	defer srv.Close()
 	ctx := context.Background()
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: srv.URL}, nil)

@@ -8,35 +8,14 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/airlock-sandbox/airlock/admission"
-	"github.com/airlock-sandbox/airlock/runner"
-	"github.com/airlock-sandbox/airlock/templates"
+	"github.com/airlock-sandbox/airlock/service"
 )
-
-// Runners hands the server a runner for each tool call, and the function
-// that releases it. The CLI implements it with the same wiring as `airlock
-// run` and `airlock exec`: the engine it was told (or auto), and the engine
-// a sandbox was made with.
-type Runners interface {
-	// New returns a runner for new work: a one-shot run or a new sandbox.
-	New(ctx context.Context) (*runner.Runner, func(), error)
-	// ForSandbox returns a runner on the engine sandbox id was made with.
-	ForSandbox(ctx context.Context, id string) (*runner.Runner, func(), error)
-	// Template reads the sandbox template named name (templates.Store.Get
-	// on airlock's root).
-	Template(name string) (*templates.Template, error)
-	// ForTemplate returns a runner for new work on template t: on the
-	// engine t names, which must agree with the engine the server was
-	// told.
-	ForTemplate(ctx context.Context, t *templates.Template) (*runner.Runner, func(), error)
-}
 
 // Server is airlock's MCP tool server.
 type Server struct {
-	runners Runners
+	svc     *service.Service
 	log     *slog.Logger
 	version string
-	gate    *admission.Gate
 	mcp     *mcp.Server
 }
 
@@ -49,14 +28,11 @@ func WithLogger(l *slog.Logger) Option { return func(s *Server) { s.log = l } }
 // WithVersion sets the version the server reports to clients.
 func WithVersion(v string) Option { return func(s *Server) { s.version = v } }
 
-// WithAdmission caps run_code and sandbox_create by gate, the count the
-// caller's other faces share (airlock serve's --max-sandboxes); the
-// default admits everything.
-func WithAdmission(g *admission.Gate) Option { return func(s *Server) { s.gate = g } }
-
-// New returns a Server whose tools run on the runners rs gives.
-func New(rs Runners, opts ...Option) *Server {
-	s := &Server{runners: rs, log: slog.New(slog.DiscardHandler), version: "dev"}
+// New returns a Server whose tools work through svc: its engines, its
+// admission (run_code and sandbox_create count against airlock serve's
+// --max-sandboxes with every other face), its templates.
+func New(svc *service.Service, opts ...Option) *Server {
+	s := &Server{svc: svc, log: slog.New(slog.DiscardHandler), version: "dev"}
 	for _, o := range opts {
 		o(s)
 	}

@@ -363,7 +363,7 @@ func (s *Server) runCode(ctx context.Context, _ *mcp.CallToolRequest, in RunCode
 		return nil, ExecResult{}, toolError("starting the run", err)
 	}
 	defer done()
-	release, err := s.gate.Admit()
+	release, err := s.svc.Admit()
 	if err != nil {
 		return nil, ExecResult{}, toolError("starting the run", err)
 	}
@@ -389,7 +389,7 @@ func (s *Server) sandboxCreate(ctx context.Context, _ *mcp.CallToolRequest, in S
 		return nil, SandboxResult{}, toolError("creating the sandbox", err)
 	}
 	defer done()
-	release, err := s.gate.Admit()
+	release, err := s.svc.Admit()
 	if err != nil {
 		return nil, SandboxResult{}, toolError("creating the sandbox", err)
 	}
@@ -410,27 +410,22 @@ func (s *Server) sandboxCreate(ctx context.Context, _ *mcp.CallToolRequest, in S
 // runner is on the template's engine.
 func (s *Server) newWork(ctx context.Context, template string, narrow func(*templates.Template) error) (*runner.Runner, func(), error) {
 	if template == "" {
-		return s.runners.New(ctx)
+		return s.svc.ForNew(ctx, "", nil)
 	}
-	t, err := s.runners.Template(template)
+	t, err := s.svc.Template(template)
 	if err != nil {
 		return nil, nil, err
 	}
 	if err := narrow(t); err != nil {
 		return nil, nil, err
 	}
-	return s.runners.ForTemplate(ctx, t)
+	return s.svc.ForNew(ctx, "", t)
 }
 
 // open opens a live sandbox on the engine it was made with.
 func (s *Server) open(ctx context.Context, id string) (*runner.Sandbox, func(), error) {
-	r, done, err := s.runners.ForSandbox(ctx, id)
+	sb, done, err := s.svc.Open(ctx, id)
 	if err != nil {
-		return nil, nil, sandboxError(id, err)
-	}
-	sb, err := r.Open(ctx, id)
-	if err != nil {
-		done()
 		return nil, nil, sandboxError(id, err)
 	}
 	return sb, done, nil
@@ -497,7 +492,7 @@ func (s *Server) sandboxReadFile(ctx context.Context, _ *mcp.CallToolRequest, in
 
 // sandboxList is sandbox_list.
 func (s *Server) sandboxList(ctx context.Context, _ *mcp.CallToolRequest, _ NoArgs) (*mcp.CallToolResult, SandboxList, error) {
-	r, done, err := s.runners.New(ctx)
+	r, done, err := s.svc.ForNew(ctx, "", nil)
 	if err != nil {
 		return nil, SandboxList{}, toolError("listing the sandboxes", err)
 	}
@@ -519,17 +514,9 @@ func (s *Server) sandboxDestroy(ctx context.Context, _ *mcp.CallToolRequest, in 
 	if err := checkID(in.SandboxID); err != nil {
 		return nil, Destroyed{}, err
 	}
-	r, done, err := s.runners.ForSandbox(ctx, in.SandboxID)
-	if isNotFound(err) {
-		return nil, Destroyed{SandboxID: in.SandboxID, Destroyed: true}, nil // gone already
-	}
-	if err != nil {
-		return nil, Destroyed{}, sandboxError(in.SandboxID, err)
-	}
-	defer done()
 	// Like create, a destroy once begun is finished even if the client
-	// hangs up.
-	if err := r.Destroy(context.WithoutCancel(ctx), in.SandboxID); err != nil {
+	// hangs up. A sandbox already gone is destroyed too.
+	if err := s.svc.Destroy(context.WithoutCancel(ctx), in.SandboxID); err != nil && !isNotFound(err) {
 		return nil, Destroyed{}, sandboxError(in.SandboxID, err)
 	}
 	s.log.Info("sandbox destroyed over MCP", "sandbox_id", in.SandboxID)

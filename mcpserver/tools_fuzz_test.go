@@ -63,7 +63,7 @@ func FuzzToolArgs(f *testing.F) {
 	root, rn, eng, tp := fuzztest.Runner(f, "fz", runner.Spec{Policy: isolation.Policy{Limits: lim}})
 	ctx := context.Background()
 	ct, st := mcp.NewInMemoryTransports()
-	if _, err := New(fuzztest.Runners{Runner: rn, Root: root}).MCP().Connect(ctx, st, nil); err != nil {
+	if _, err := New(fuzztest.Service(root, rn)).MCP().Connect(ctx, st, nil); err != nil {
 		f.Fatal(err)
 	}
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "fuzz", Version: "1"}, nil).Connect(ctx, ct, nil)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -13,9 +12,10 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/airlock-sandbox/airlock/images"
+	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/internal/fuzztest"
 	"github.com/airlock-sandbox/airlock/runner"
-	"github.com/airlock-sandbox/airlock/templates"
+	"github.com/airlock-sandbox/airlock/service"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -196,72 +196,38 @@ func TestTransferError(t *testing.T) {
 	}
 }
 
-// noEngine is the runners of a machine with no engine: every tool that
-// gets as far as the runner fails, so a test can tell that the arguments
-// were refused before.
+// noEngine is the engines of a machine with none: every tool that gets
+// as far as a runner fails, so a test can tell that the arguments were
+// refused before. engines records the engine each call asked for.
 type noEngine struct {
-	calls int
-	// templates holds the tests' templates; engines records the engine
-	// of each templated call.
-	templates *templates.Store
-	engines   []string
-}
-
-func (n *noEngine) Template(name string) (*templates.Template, error) {
-	if n.templates == nil {
-		return nil, fmt.Errorf("%w: no templates in this test", errdefs.ErrNotFound)
-	}
-	return n.templates.Get(name)
-}
-
-func (n *noEngine) ForTemplate(_ context.Context, t *templates.Template) (*runner.Runner, func(), error) {
-	n.calls++
-	n.engines = append(n.engines, t.Engine)
-	return nil, nil, errNoEngine
-}
-
-// testTemplates is a store holding template "py": oci, 256MiB, 10s.
-func testTemplates(t *testing.T) *templates.Store {
-	t.Helper()
-	root := t.TempDir()
-	idx := images.OpenIndex(filepath.Join(root, "images"))
-	if err := idx.SetDefault(images.Lock{Ref: "airlock/default@sha256:" + strings.Repeat("1", 64), BuiltAt: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
-	var spec runner.Spec
-	spec.Policy.Limits.Memory, spec.Policy.Limits.Timeout = 256<<20, 10*time.Second
-	tp, err := templates.New("py", spec, "oci", idx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := templates.Open(root)
-	if err := st.Put(tp); err != nil {
-		t.Fatal(err)
-	}
-	return st
+	calls   int
+	engines []string
 }
 
 var errNoEngine = fmt.Errorf("%w: no engine in unit tests", errdefs.ErrUnavailable)
 
-func (n *noEngine) New(context.Context) (*runner.Runner, func(), error) {
+func (n *noEngine) Runner(_ context.Context, name string) (*runner.Runner, func(), error) {
 	n.calls++
+	n.engines = append(n.engines, name)
 	return nil, nil, errNoEngine
 }
 
-func (n *noEngine) ForSandbox(_ context.Context, id string) (*runner.Runner, func(), error) {
-	n.calls++
-	_, err := runner.ReadSandbox(tNoRoot, id)
-	return nil, nil, err
+func (n *noEngine) Reapers(context.Context) ([]engine.Reaper, func()) { return nil, func() {} }
+
+// testRoot is a root holding template "py": oci, 256MiB, 10s.
+func testRoot(t *testing.T) string {
+	root := t.TempDir()
+	var spec runner.Spec
+	spec.Policy.Limits.Memory, spec.Policy.Limits.Timeout = 256<<20, 10*time.Second
+	fuzztest.PutTemplate(t, root, "py", spec, "oci")
+	return root
 }
 
-// tNoRoot is a root that holds nothing.
-const tNoRoot = "/nonexistent/airlock-root"
-
-func connect(t *testing.T, rs Runners) *mcp.ClientSession {
+func connect(t *testing.T, root string, rs service.Engines) *mcp.ClientSession {
 	t.Helper()
 	ctx := context.Background()
 	st, ct := mcp.NewInMemoryTransports()
-	ss, err := New(rs).MCP().Connect(ctx, st, nil)
+	ss, err := New(service.New(root, rs)).MCP().Connect(ctx, st, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,8 +261,8 @@ func callError(t *testing.T, cs *mcp.ClientSession, name string, args map[string
 }
 
 func TestToolsOverMCP(t *testing.T) {
-	rs := &noEngine{templates: testTemplates(t)}
-	cs := connect(t, rs)
+	rs := &noEngine{}
+	cs := connect(t, testRoot(t), rs)
 	lt, err := cs.ListTools(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)

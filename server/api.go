@@ -7,9 +7,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/containerd/errdefs"
-
-	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/runner"
 )
 
@@ -71,11 +68,12 @@ func (s *Server) admitted(w http.ResponseWriter, r *http.Request, persist bool, 
 		if err := convert(); err != nil {
 			return encodeError(err)
 		}
-		rn, err := s.runnerFor(q.engineName())
+		rn, done, err := s.runnerFor(r.Context(), q.engineName())
 		if err != nil {
 			return encodeError(err)
 		}
-		release, err := s.gate.Admit()
+		defer done()
+		release, err := s.svc.Admit()
 		if err != nil {
 			return encodeError(err)
 		}
@@ -136,7 +134,7 @@ func (s *Server) postSandbox(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
-	list, err := runner.ListSandboxes(s.opt.Root)
+	list, err := s.svc.Sandboxes()
 	if err != nil {
 		writeError(w, err)
 		return
@@ -145,7 +143,7 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
-	si, err := runner.ReadSandbox(s.opt.Root, r.PathValue("id"))
+	si, err := s.svc.Sandbox(r.PathValue("id"))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -169,36 +167,10 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
 
 // destroy destroys sandbox id on its engine, or through every reaper when
 // its record is gone or unreadable; an id already gone succeeds.
-func (s *Server) destroy(ctx context.Context, id string) error {
-	si, err := runner.ReadSandbox(s.opt.Root, id)
-	if err == nil || si.Engine != "" {
-		rn, rerr := s.runnerFor(si.Engine)
-		if rerr != nil {
-			return rerr
-		}
-		return rn.Destroy(ctx, id)
-	}
-	if errdefs.IsInvalidArgument(err) {
-		return err
-	}
-	var reapers []engine.Reaper
-	done := func() {}
-	if s.opt.Reapers != nil {
-		reapers, done = s.opt.Reapers(ctx)
-	}
-	defer done()
-	return runner.RemoveSandbox(ctx, s.opt.Root, reapers, id)
-}
+func (s *Server) destroy(ctx context.Context, id string) error { return s.svc.Destroy(ctx, id) }
 
-// open reconnects to live sandbox id on its engine.
-func (s *Server) open(ctx context.Context, id string) (*runner.Sandbox, error) {
-	si, err := runner.ReadSandbox(s.opt.Root, id)
-	if err != nil {
-		return nil, err
-	}
-	rn, err := s.runnerFor(si.Engine)
-	if err != nil {
-		return nil, err
-	}
-	return rn.Open(ctx, id)
+// open reconnects to live sandbox id on its engine; done releases its
+// runner once the work on it is over.
+func (s *Server) open(ctx context.Context, id string) (sb *runner.Sandbox, done func(), err error) {
+	return s.svc.Open(ctx, id)
 }

@@ -207,7 +207,8 @@ func (r *execRegistry) forget(id string) {
 // startExec runs spec in sb on ctx, in the background, its output kept
 // in the returned session. keep registers it for reconnects until
 // execKeep after it ends.
-func (s *Server) startExec(ctx context.Context, sb *runner.Sandbox, spec runner.ExecSpec, withStdin, keep bool) *execSession {
+// done releases the sandbox's runner once the exec has ended.
+func (s *Server) startExec(ctx context.Context, sb *runner.Sandbox, done func(), spec runner.ExecSpec, withStdin, keep bool) *execSession {
 	ctx, kill := context.WithCancel(ctx)
 	e := &execSession{id: newExecID(), sandboxID: sb.ID(), wake: make(chan struct{}), kill: kill}
 	if withStdin {
@@ -222,6 +223,7 @@ func (s *Server) startExec(ctx context.Context, sb *runner.Sandbox, spec runner.
 	go func() {
 		defer s.inflight.Done()
 		defer kill()
+		defer done()
 		begin := time.Now()
 		res, err := sb.Exec(ctx, spec)
 		s.metrics.execDur.Observe(time.Since(begin).Seconds())
@@ -307,13 +309,13 @@ func (s *Server) postExec(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	sb, err := s.open(r.Context(), r.PathValue("id"))
+	sb, done, err := s.open(r.Context(), r.PathValue("id"))
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	// A client that hangs up kills the exec, as ^C does to airlock exec.
-	e := s.startExec(r.Context(), sb, spec, false, false)
+	e := s.startExec(r.Context(), sb, done, spec, false, false)
 	if !acceptsNDJSON(r) {
 		<-e.wait()
 		res, err := e.outcome()

@@ -24,13 +24,14 @@ import (
 const transferTimeout = 10 * time.Minute
 
 // fileTarget is the sandbox and the path a file request names.
-func (s *Server) fileTarget(r *http.Request) (*runner.Sandbox, string, error) {
+// done releases the sandbox's runner once the transfer is over.
+func (s *Server) fileTarget(r *http.Request) (sb *runner.Sandbox, path string, done func(), err error) {
 	p := r.URL.Query().Get("path")
 	if p == "" {
-		return nil, "", invalid("give the sandbox path as ?path=, such as ?path=/home/user/data.csv")
+		return nil, "", nil, invalid("give the sandbox path as ?path=, such as ?path=/home/user/data.csv")
 	}
-	sb, err := s.open(r.Context(), r.PathValue("id"))
-	return sb, p, err
+	sb, done, err = s.open(r.Context(), r.PathValue("id"))
+	return sb, p, done, err
 }
 
 // refused counts a refused transfer by its reason word.
@@ -41,11 +42,12 @@ func (s *Server) refused(err error) {
 }
 
 func (s *Server) putFile(w http.ResponseWriter, r *http.Request) {
-	sb, p, err := s.fileTarget(r)
+	sb, p, done, err := s.fileTarget(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	defer done()
 	http.NewResponseController(w).SetReadDeadline(time.Now().Add(transferTimeout))
 	// The runner counts the bytes as they stream and refuses past the
 	// workspace's size (too_large); nothing is buffered here.
@@ -59,11 +61,12 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
-	sb, p, err := s.fileTarget(r)
+	sb, p, done, err := s.fileTarget(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	defer done()
 	// The file goes through the scanner into an unlinked file of the
 	// server's first, so that a refusal can still be an error response.
 	f, err := s.spool()
@@ -95,7 +98,7 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
 
 // spool returns a new unlinked file under <root>/server/spool.
 func (s *Server) spool() (*os.File, error) {
-	dir := filepath.Join(s.opt.Root, "server", "spool")
+	dir := filepath.Join(s.svc.Root(), "server", "spool")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}

@@ -112,7 +112,7 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) {
 	}
 	// Past --max-sandboxes the answer is /v1/runs's: 429 over_limit in the
 	// API's error shape, which a harness retries.
-	release, err := s.gate.Admit()
+	release, err := s.svc.Admit()
 	if err != nil {
 		writeError(w, err)
 		return
@@ -177,10 +177,11 @@ func (s *Server) fusion(ctx context.Context, q *FusionRequest) (FusionResponse, 
 		}
 		files[fusionPath(p)] = b
 	}
-	rn, err := s.runnerFor("")
+	rn, done, err := s.runnerFor(ctx, "")
 	if err != nil {
 		return sandboxError("%v", err)
 	}
+	defer done()
 	s.inflight.Add(1)
 	defer s.inflight.Done()
 

@@ -19,19 +19,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containerd/errdefs"
-
-	"github.com/airlock-sandbox/airlock/runner"
+	"github.com/airlock-sandbox/airlock/service"
 )
 
-// serveTest serves a server of opt (Root and Runner filled in) on a
+// serveTest serves a server of opt (Service and Token filled in) on a
 // loopback TCP listener until the test ends, and returns its address.
 func serveTest(t *testing.T, opt Options) string {
 	t.Helper()
-	opt.Root, opt.Token = t.TempDir(), testToken
-	opt.Runner = func(string) (*runner.Runner, error) {
-		return nil, errors.New("no engine in unit tests: " + errdefs.ErrUnavailable.Error())
-	}
+	opt.Service, opt.Token = service.New(t.TempDir(), noEngines{}), testToken
 	s, err := New(opt)
 	if err != nil {
 		t.Fatal(err)

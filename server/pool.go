@@ -57,7 +57,7 @@ func (s *Server) startPools(ctx context.Context) error {
 	for _, c := range s.opt.Pools {
 		total += c.Size
 	}
-	if total >= s.opt.MaxSandboxes {
+	if s.opt.MaxSandboxes > 0 && total >= s.opt.MaxSandboxes {
 		return fmt.Errorf("%w: the pools hold %d sandboxes, which leaves no room under --max-sandboxes %d: shrink the pools or raise the limit", errdefs.ErrInvalidArgument, total, s.opt.MaxSandboxes)
 	}
 	for _, c := range s.opt.Pools {
@@ -87,10 +87,13 @@ func (s *Server) refresh(ctx context.Context, w *warm) error {
 	if same {
 		return nil
 	}
-	rn, err := s.runnerFor(t.Engine)
+	rn, done, err := s.runnerFor(ctx, t.Engine)
 	if err != nil {
 		return fmt.Errorf("warm pool of template %q: %w", w.cfg.Template, err)
 	}
+	s.relMu.Lock()
+	s.releases = append(s.releases, done) // once every pool is closed
+	s.relMu.Unlock()
 	o := runner.PoolOptions{Name: w.cfg.Template, Size: w.cfg.Size, MaxAge: s.opt.PoolMaxAge, FailWhenEmpty: s.opt.PoolFailWhenEmpty, Room: s.room}
 	var p *runner.Pool
 	if w.cfg.Sandboxes {
@@ -131,7 +134,15 @@ func (s *Server) refreshPools(ctx context.Context) {
 // replaced earlier to finish closing: a server that returned while one
 // was still tearing down would leave its sandboxes to the reaper.
 func (s *Server) closePools() {
-	defer s.retiring.Wait()
+	defer func() {
+		s.retiring.Wait()
+		s.relMu.Lock()
+		defer s.relMu.Unlock()
+		for _, done := range s.releases {
+			done()
+		}
+		s.releases = nil
+	}()
 	var wg sync.WaitGroup
 	for _, w := range s.pools {
 		if p := w.current(); p != nil {
@@ -157,7 +168,7 @@ func (s *Server) poolFor(template string, sandboxes bool, rn *runner.Runner) *ru
 }
 
 // room says whether one more sandbox fits under MaxSandboxes.
-func (s *Server) room() bool { return s.gate.Room() }
+func (s *Server) room() bool { return s.svc.Room() }
 
 // writePools reports every pool's counters at each scrape.
 func (s *Server) writePools(e *expo) {

@@ -9,6 +9,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -33,6 +34,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/fuzztest"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
+	"github.com/airlock-sandbox/airlock/service"
 	"github.com/airlock-sandbox/airlock/templates"
 	"github.com/airlock-sandbox/airlock/units"
 )
@@ -46,20 +48,27 @@ func newFuzzServer(tb testing.TB) (*Server, *enginetest.Refusing, *templates.Tem
 	tb.Helper()
 	lim := isolation.Limits{Timeout: 10 * time.Second, Memory: 256 << 20, CPUs: 500, Pids: 64, Output: 64 << 10}
 	root, rn, eng, tp := fuzztest.Runner(tb, fuzzTemplateName, runner.Spec{Env: []string{"A=1"}, Policy: isolation.Policy{Limits: lim}})
-	s, err := New(Options{Root: root, Runner: func(name string) (*runner.Runner, error) {
-		switch name {
-		case "auto", "oci":
-			return rn, nil
-		case "docker":
-			return nil, fmt.Errorf("%w: fuzzing: no docker engine", errdefs.ErrUnavailable)
-		}
-		panic(fmt.Sprintf("the server asked for engine %q", name))
-	}})
+	s, err := New(Options{Service: service.New(root, fuzzEngines{rn})})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return s, eng, tp
 }
+
+// fuzzEngines gives rn for auto and oci; docker is unavailable.
+type fuzzEngines struct{ rn *runner.Runner }
+
+func (e fuzzEngines) Runner(_ context.Context, name string) (*runner.Runner, func(), error) {
+	switch name {
+	case "auto", "oci":
+		return e.rn, func() {}, nil
+	case "docker":
+		return nil, nil, fmt.Errorf("%w: fuzzing: no docker engine", errdefs.ErrUnavailable)
+	}
+	panic(fmt.Sprintf("the server asked for engine %q", name))
+}
+
+func (fuzzEngines) Reapers(context.Context) ([]engine.Reaper, func()) { return nil, func() {} }
 
 // errorShape checks that rec is the API's error shape and returns its kind.
 func errorShape(t *testing.T, rec *httptest.ResponseRecorder) string {

@@ -15,9 +15,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/admission"
-	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/runner"
+	"github.com/airlock-sandbox/airlock/service"
 )
 
 // Defaults of Options.
@@ -40,27 +39,23 @@ const (
 	sweepEvery = 30 * time.Second
 )
 
-// Options configure a Server. Root and Runner are required.
+// Options configure a Server. Service is required.
 type Options struct {
-	// Root is airlock's state directory.
-	Root string
-	// Runner returns the runner of an engine: "oci", "docker", or "auto"
-	// (also asked for as ""). It is called per request; cache behind it.
-	Runner func(engine string) (*runner.Runner, error)
-	// Reapers returns every engine that can free a sandbox whose record
-	// is gone, and a function that releases them.
-	Reapers func(ctx context.Context) ([]engine.Reaper, func())
+	// Service is what the server serves: its engines, admission, dispatch
+	// by sandbox id and destroy. Its engines' runners must last as long as
+	// the server (airlock serve keeps one per engine); each is released
+	// when the work on it is done.
+	Service *service.Service
 	// Sweep, when set, is called every 30s to reap leftovers (runs and
 	// sandboxes past their deadline or orphaned); it returns how many it
 	// reaped.
 	Sweep func(ctx context.Context) (int, error)
 	// Token is the bearer token TCP requests must carry.
 	Token string
-	// MaxSandboxes caps live sandboxes plus one-shot runs in progress.
-	// Admission, when set, is the gate that counts them, shared with the
-	// server's other faces (MCP); else New makes one of MaxSandboxes.
+	// MaxSandboxes is the service's cap on live sandboxes plus one-shot
+	// runs (its admission's), which the warm pools must leave room under;
+	// 0 is none.
 	MaxSandboxes int
-	Admission    *admission.Gate
 	// MaxBody caps JSON request bodies.
 	MaxBody int64
 	// ReadTimeout bounds the reading of each request, headers and body,
@@ -103,8 +98,10 @@ type Server struct {
 	stop     context.CancelFunc
 	inflight sync.WaitGroup
 
-	// gate admits new sandboxes and runs under MaxSandboxes.
-	gate *admission.Gate
+	svc *service.Service
+	// releases free the runners the pools hold, once they are closed.
+	relMu    sync.Mutex
+	releases []func()
 
 	// pools are the warm pools by template; the map is fixed once Serve
 	// has started them. retiring are the pools a template change
@@ -121,10 +118,9 @@ type route struct {
 
 // New returns a Server, with its warm pools filling. Serve frees them.
 func New(opt Options) (*Server, error) {
-	if opt.Root == "" || opt.Runner == nil {
-		return nil, errors.New("server: Options.Root and Options.Runner are required")
+	if opt.Service == nil {
+		return nil, errors.New("server: Options.Service is required")
 	}
-	opt.MaxSandboxes = orDefault(opt.MaxSandboxes, DefaultMaxSandboxes)
 	opt.MaxBody = orDefault(opt.MaxBody, DefaultMaxBody)
 	opt.ReadTimeout = orDefault(opt.ReadTimeout, DefaultReadTimeout)
 	opt.MaxConnections = orDefault(opt.MaxConnections, DefaultMaxConnections)
@@ -133,13 +129,10 @@ func New(opt Options) (*Server, error) {
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{opt: opt, log: opt.Log, mux: http.NewServeMux(), execs: newExecRegistry(), pools: map[string]*warm{}, gate: opt.Admission}
-	if s.gate == nil {
-		s.gate = admission.New(opt.Root, opt.MaxSandboxes)
-	}
+	s := &Server{opt: opt, svc: opt.Service, log: opt.Log, mux: http.NewServeMux(), execs: newExecRegistry(), pools: map[string]*warm{}}
 	s.base, s.stop = context.WithCancel(context.Background())
-	s.metrics = newMetrics(opt.Root)
-	s.idem = newIdempotency(opt.Root)
+	s.metrics = newMetrics(opt.Service.Root())
+	s.idem = newIdempotency(opt.Service.Root())
 	for _, rt := range s.routes() {
 		s.mux.HandleFunc(rt.method+" "+rt.path, rt.handle)
 	}
@@ -346,12 +339,10 @@ func every(ctx context.Context, period time.Duration, fn func(context.Context)) 
 	}
 }
 
-// runnerFor returns the runner of engine name.
-func (s *Server) runnerFor(name string) (*runner.Runner, error) {
-	if name == "" {
-		name = "auto"
-	}
-	return s.opt.Runner(name)
+// runnerFor returns the runner of engine name ("" for the service's), and
+// the function that releases it.
+func (s *Server) runnerFor(ctx context.Context, name string) (*runner.Runner, func(), error) {
+	return s.svc.ForNew(ctx, name, nil)
 }
 
 // body caps and reads a JSON request body into v (within Serve's

@@ -25,6 +25,7 @@ import (
 	"github.com/airlock-sandbox/airlock/errkind"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
+	"github.com/airlock-sandbox/airlock/service"
 )
 
 const testToken = "0123456789abcdef0123456789abcdef"
@@ -34,17 +35,21 @@ const testToken = "0123456789abcdef0123456789abcdef"
 func newTestServer(t *testing.T, extra map[string]http.Handler) (*Server, string) {
 	t.Helper()
 	root := t.TempDir()
-	s, err := New(Options{
-		Root: root, Token: testToken, Extra: extra,
-		Runner: func(string) (*runner.Runner, error) {
-			return nil, errors.New("no engine in unit tests: " + errdefs.ErrUnavailable.Error())
-		},
-	})
+	s, err := New(Options{Service: service.New(root, noEngines{}), Token: testToken, Extra: extra})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s, root
 }
+
+// noEngines are the engines of a machine with none.
+type noEngines struct{}
+
+func (noEngines) Runner(context.Context, string) (*runner.Runner, func(), error) {
+	return nil, nil, errors.New("no engine in unit tests: " + errdefs.ErrUnavailable.Error())
+}
+
+func (noEngines) Reapers(context.Context) ([]engine.Reaper, func()) { return nil, func() {} }
 
 // do sends one request to h, over "TCP" when tcp is set.
 func do(t *testing.T, h http.Handler, tcp bool, method, target, body string, hdr ...string) *httptest.ResponseRecorder {

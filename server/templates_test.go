@@ -1,13 +1,12 @@
 package server
 
 import (
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/images"
+	"github.com/airlock-sandbox/airlock/internal/fuzztest"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/templates"
@@ -16,20 +15,8 @@ import (
 
 // putTemplate stores template "py" (oci, 256MiB, env A=1) under root.
 func putTemplate(t *testing.T, root string) *templates.Template {
-	t.Helper()
-	idx := images.OpenIndex(filepath.Join(root, "images"))
-	if err := idx.SetDefault(images.Lock{Ref: "airlock/default@sha256:" + strings.Repeat("1", 64), BuiltAt: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
 	spec := runner.Spec{Env: []string{"A=1"}, Policy: isolation.Policy{Limits: isolation.Limits{Memory: 256 << 20}}}
-	tp, err := templates.New("py", spec, "oci", idx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := templates.Open(root).Put(tp); err != nil {
-		t.Fatal(err)
-	}
-	return tp
+	return fuzztest.PutTemplate(t, root, "py", spec, "oci")
 }
 
 func TestTemplateRequests(t *testing.T) {

@@ -97,14 +97,14 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 			fail(err)
 			return
 		}
-		sb, err := s.open(ctx, id)
+		sb, done, err := s.open(ctx, id)
 		if err != nil {
 			fail(err)
 			return
 		}
 		// The exec runs on the server's lifetime: a dropped connection
 		// leaves it running for a reconnect.
-		e = s.startExec(s.base, sb, spec, q.Stdin, true)
+		e = s.startExec(s.base, sb, done, spec, q.Stdin, true)
 	case "reconnect":
 		var m wsMessage
 		if err := decodeJSON(bytesReader(first), &m); err != nil {

@@ -125,15 +125,11 @@ func runBatch(cmd *cobra.Command, g *globals, f *batchFlags, path string) error 
 	if err != nil {
 		return err
 	}
-	eng, closeEngine, err := g.pickEngine(engineName)
+	r, closeRunner, err := g.service(engineName).ForNew(cmd.Context(), "", nil)
 	if err != nil {
 		return err
 	}
-	defer closeEngine()
-	r, err := runner.New(runner.WithRoot(g.root), runner.WithEngine(eng), runner.WithLogger(g.logger()), runner.WithVersion(version))
-	if err != nil {
-		return err
-	}
+	defer closeRunner()
 
 	w := bufio.NewWriter(out)
 	total := len(jobs) + len(bad)

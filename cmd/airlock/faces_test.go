@@ -45,13 +45,13 @@ func newFaces(t *testing.T) *faces {
 	lim := isolation.Default().Limits
 	lim.Memory = 256 << 20
 	root, rn, eng, _ := fuzztest.Runner(t, narrowTemplate, runner.Spec{Policy: isolation.Policy{Limits: lim}})
-	api, err := server.New(server.Options{Root: root, Runner: func(string) (*runner.Runner, error) { return rn, nil }})
+	api, err := server.New(server.Options{Service: fuzztest.Service(root, rn)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
 	ct, st := mcp.NewInMemoryTransports()
-	if _, err := mcpserver.New(fuzztest.Runners{Runner: rn, Root: root}).MCP().Connect(ctx, st, nil); err != nil {
+	if _, err := mcpserver.New(fuzztest.Service(root, rn)).MCP().Connect(ctx, st, nil); err != nil {
 		t.Fatal(err)
 	}
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "faces", Version: "1"}, nil).Connect(ctx, ct, nil)

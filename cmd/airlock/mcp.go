@@ -1,13 +1,9 @@
 package main
 
 import (
-	"context"
-
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/mcpserver"
-	"github.com/airlock-sandbox/airlock/runner"
-	"github.com/airlock-sandbox/airlock/templates"
 )
 
 func newMCPCmd(g *globals) *cobra.Command {
@@ -30,53 +26,10 @@ offers the same tools over streamable HTTP at /mcp.`,
   airlock mcp --root /var/lib/airlock --engine oci`,
 		Args: exactArgs(0, "mcp takes no arguments; an MCP client starts it and talks over stdin and stdout"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s := mcpserver.New(mcpRunners{g: g, engine: engineName}, mcpserver.WithLogger(g.logger()), mcpserver.WithVersion(version))
+			s := mcpserver.New(g.service(engineName), mcpserver.WithLogger(g.logger()), mcpserver.WithVersion(version))
 			return s.ServeStdio(cmd.Context())
 		},
 	}
 	cmd.Flags().StringVar(&engineName, "engine", "auto", "engine of run_code and new sandboxes: oci, docker, or auto (oci where root and setup's runsc are available, else docker)")
 	return cmd
-}
-
-// mcpRunners wires the MCP tools to runners exactly as run and exec are:
-// through get (airlock serve's own runners, with its ceilings), or, when
-// nil, a runner made per call.
-type mcpRunners struct {
-	g      *globals
-	engine string
-	get    func(engine string) (*runner.Runner, func(), error)
-}
-
-func (m mcpRunners) runnerOn(name string) (*runner.Runner, func(), error) {
-	if m.get != nil {
-		return m.get(name)
-	}
-	return m.g.runnerOn(name)
-}
-
-func (m mcpRunners) New(context.Context) (*runner.Runner, func(), error) {
-	return m.runnerOn(m.engine)
-}
-
-func (m mcpRunners) ForSandbox(_ context.Context, id string) (*runner.Runner, func(), error) {
-	if err := runner.CheckSandboxID(id); err != nil {
-		return nil, nil, err
-	}
-	si, err := readSandboxRecord(m.g.root, id)
-	if err != nil {
-		return nil, nil, err
-	}
-	return m.runnerOn(si.Engine)
-}
-
-func (m mcpRunners) Template(name string) (*templates.Template, error) {
-	return templates.Open(m.g.root).Get(name)
-}
-
-func (m mcpRunners) ForTemplate(_ context.Context, t *templates.Template) (*runner.Runner, func(), error) {
-	name, err := t.EngineFor(m.engine)
-	if err != nil {
-		return nil, nil, err
-	}
-	return m.runnerOn(name)
 }

@@ -211,15 +211,11 @@ func runOnce(cmd *cobra.Command, g *globals, f *runFlags, argv []string) (runner
 	if err != nil {
 		return runner.Result{}, err
 	}
-	eng, closeEngine, err := g.pickEngine(engineName)
+	r, done, err := g.service(engineName).ForNew(cmd.Context(), "", nil)
 	if err != nil {
 		return runner.Result{}, err
 	}
-	defer closeEngine()
-	r, err := runner.New(runner.WithRoot(g.root), runner.WithEngine(eng), runner.WithLogger(g.logger()), runner.WithVersion(version))
-	if err != nil {
-		return runner.Result{}, err
-	}
+	defer done()
 	in, closeIn, err := openStdin(cmd, f.stdin)
 	if err != nil {
 		return runner.Result{}, err

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	"github.com/airlock-sandbox/airlock/artifacts"
 	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/runner"
+	"github.com/airlock-sandbox/airlock/service"
 	"github.com/airlock-sandbox/airlock/wire"
 )
 
@@ -41,15 +44,23 @@ persists across execs, capped by --workspace-size.`,
 
 // sandboxRunner returns a runner on the engine sandbox id was made with.
 func (g *globals) sandboxRunner(id string) (*runner.Runner, func(), error) {
-	if err := runner.CheckSandboxID(id); err != nil {
-		return nil, nil, err
-	}
-	si, err := readSandboxRecord(g.root, id)
-	if err != nil {
-		return nil, nil, err
-	}
-	return g.runnerOn(si.Engine)
+	return g.service("").ForSandbox(context.Background(), id)
 }
+
+// service is the service the CLI's commands stand on: a runner made per
+// call on engine name (or, for "", auto), released after it.
+func (g *globals) service(engineName string) *service.Service {
+	return service.New(g.root, cliEngines{g}, service.WithEngine(cmp.Or(engineName, "auto")))
+}
+
+// cliEngines are service.Engines for one command.
+type cliEngines struct{ g *globals }
+
+func (e cliEngines) Runner(_ context.Context, name string) (*runner.Runner, func(), error) {
+	return e.g.runnerOn(name)
+}
+
+func (e cliEngines) Reapers(ctx context.Context) ([]engine.Reaper, func()) { return e.g.reapers(ctx) }
 
 // runnerOn returns a runner on engine name (auto, oci or docker), able to
 // create sandboxes, and the function that releases its engine.
@@ -64,16 +75,6 @@ func (g *globals) runnerOn(name string) (*runner.Runner, func(), error) {
 		return nil, nil, err
 	}
 	return r, done, nil
-}
-
-// readSandboxRecord reads the record even of a sandbox that is mid-way
-// gone, for its engine.
-func readSandboxRecord(root, id string) (runner.SandboxInfo, error) {
-	si, err := runner.ReadSandbox(root, id)
-	if err != nil && si.Engine == "" {
-		return si, err
-	}
-	return si, nil
 }
 
 func (g *globals) newRunner(e engine.Engine, opts ...runner.Option) (*runner.Runner, error) {
@@ -194,7 +195,7 @@ func runSandboxCreate(cmd *cobra.Command, g *globals, f *sandboxCreateFlags) err
 	if err != nil {
 		return err
 	}
-	r, done, err := g.runnerOn(f.engine)
+	r, done, err := g.service(f.engine).ForNew(cmd.Context(), "", nil)
 	if err != nil {
 		return err
 	}
@@ -222,7 +223,7 @@ expires (the earlier of its TTL and its idle timeout), and its labels.`,
   airlock sandbox ls --json | jq -r '.[] | select(.labels.agent == "demo") | .id'`,
 		Args: exactArgs(0, "ls takes no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			list, err := runner.ListSandboxes(g.root)
+			list, err := g.service("").Sandboxes()
 			if err != nil {
 				return err
 			}
@@ -255,7 +256,7 @@ func newSandboxInspectCmd(g *globals) *cobra.Command {
 		Example: `  airlock sandbox inspect sb-0804d69789f28334e665 | jq .expires_at`,
 		Args:    exactArgs(1, "give one sandbox id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			si, err := runner.ReadSandbox(g.root, args[0])
+			si, err := g.service("").Sandbox(args[0])
 			if err != nil {
 				return err
 			}
@@ -302,18 +303,7 @@ while the sandbox is being created waits for the create, then destroys.`,
 }
 
 func (g *globals) removeSandbox(cmd *cobra.Command, id string) error {
-	r, done, err := g.sandboxRunner(id)
-	if err != nil && !errdefs.IsInvalidArgument(err) {
-		// No readable record: free whatever is left under the id.
-		reapers, rdone := g.reapers(cmd.Context())
-		defer rdone()
-		return runner.RemoveSandbox(cmd.Context(), g.root, reapers, id)
-	}
-	if err != nil {
-		return err
-	}
-	defer done()
-	return r.Destroy(cmd.Context(), id)
+	return g.service("").Destroy(cmd.Context(), id)
 }
 
 func newSandboxSuperviseCmd(g *globals) *cobra.Command {

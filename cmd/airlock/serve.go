@@ -17,10 +17,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/admission"
+	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/internal/atomicfile"
 	"github.com/airlock-sandbox/airlock/mcpserver"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/server"
+	"github.com/airlock-sandbox/airlock/service"
 	"github.com/airlock-sandbox/airlock/units"
 )
 
@@ -192,18 +194,17 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 	gate := admission.New(g.root, f.maxSandboxes)
 	runners := &engineRunners{g: g, m: map[string]*runner.Runner{}, opts: []runner.Option{runner.WithCeilings(ceil)}}
 	defer runners.close()
+	svc := service.New(g.root, runners, service.WithAdmission(gate))
 	srv, err := server.New(server.Options{
-		Root: g.root, Runner: runners.get, Token: token, MaxSandboxes: f.maxSandboxes, Admission: gate, MaxBody: int64(maxBody), MaxConnections: f.maxConnections,
-		Reapers: g.reapers,
-		Pools:   pools, PoolMaxAge: f.poolMaxAge, PoolFailWhenEmpty: f.poolExhausted == "fail",
+		Service: svc, Token: token, MaxSandboxes: f.maxSandboxes, MaxBody: int64(maxBody), MaxConnections: f.maxConnections,
+		Pools: pools, PoolMaxAge: f.poolMaxAge, PoolFailWhenEmpty: f.poolExhausted == "fail",
 		Sweep: func(ctx context.Context) (int, error) {
 			rep, err := g.reap(ctx, false)
 			return len(rep.Reaped), err
 		},
 		// MCP's streamable HTTP, behind the same token.
 		Extra: map[string]http.Handler{
-			"/mcp": mcpserver.New(mcpRunners{g: g, engine: "auto", get: runners.shared},
-				mcpserver.WithAdmission(gate), mcpserver.WithLogger(g.serverLogger()), mcpserver.WithVersion(version)).HTTPHandler(),
+			"/mcp": mcpserver.New(svc, mcpserver.WithLogger(g.serverLogger()), mcpserver.WithVersion(version)).HTTPHandler(),
 		},
 		Log: g.serverLogger(),
 	})
@@ -291,8 +292,8 @@ func (g *globals) serverLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-// engineRunners makes one runner per engine, on first use, for the
-// server's lifetime.
+// engineRunners are the server's service.Engines: one runner per engine,
+// made on first use, for the server's lifetime.
 type engineRunners struct {
 	g *globals
 	// opts are added to every runner's options.
@@ -302,36 +303,33 @@ type engineRunners struct {
 	dones []func()
 }
 
-func (e *engineRunners) get(name string) (*runner.Runner, error) {
+// Runner returns the server's runner of engine name; it stays the
+// server's, so its release does nothing.
+func (e *engineRunners) Runner(_ context.Context, name string) (*runner.Runner, func(), error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if r, ok := e.m[name]; ok {
-		return r, nil
+		return r, func() {}, nil
 	}
 	eng, done, err := e.g.pickEngine(name)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	r, err := e.g.newRunner(eng, e.opts...)
 	if err != nil {
 		done()
-		return nil, err
+		return nil, nil, err
 	}
 	e.dones = append(e.dones, done)
 	e.m[name] = r
 	if name == "auto" {
 		e.m[eng.Name()] = r
 	}
-	return r, nil
+	return r, func() {}, nil
 }
 
-// shared is get for MCP: the runner stays the server's.
-func (e *engineRunners) shared(name string) (*runner.Runner, func(), error) {
-	r, err := e.get(name)
-	if err != nil {
-		return nil, nil, err
-	}
-	return r, func() {}, nil
+func (e *engineRunners) Reapers(ctx context.Context) ([]engine.Reaper, func()) {
+	return e.g.reapers(ctx)
 }
 
 func (e *engineRunners) close() {

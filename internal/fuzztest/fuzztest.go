@@ -6,17 +6,16 @@ package fuzztest
 
 import (
 	"context"
-	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/containerd/errdefs"
-
+	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/engine/enginetest"
 	"github.com/airlock-sandbox/airlock/images"
 	"github.com/airlock-sandbox/airlock/runner"
+	"github.com/airlock-sandbox/airlock/service"
 	"github.com/airlock-sandbox/airlock/templates"
 )
 
@@ -25,43 +24,43 @@ import (
 func Runner(tb testing.TB, template string, spec runner.Spec) (root string, rn *runner.Runner, eng *enginetest.Refusing, tp *templates.Template) {
 	tb.Helper()
 	root = tb.TempDir()
-	idx := images.OpenIndex(filepath.Join(root, "images"))
-	if err := idx.SetDefault(images.Lock{Ref: "airlock/default@sha256:" + strings.Repeat("1", 64), BuiltAt: time.Now()}); err != nil {
-		tb.Fatal(err)
-	}
-	tp, err := templates.New(template, spec, "auto", idx)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := templates.Open(root).Put(tp); err != nil {
-		tb.Fatal(err)
-	}
+	tp = PutTemplate(tb, root, template, spec, "auto")
 	eng = &enginetest.Refusing{}
+	var err error
 	if rn, err = runner.New(runner.WithRoot(root), runner.WithEngine(eng)); err != nil {
 		tb.Fatal(err)
 	}
 	return root, rn, eng, tp
 }
 
-// Runners is mcpserver.Runners over one runner: every call gets it, and
-// no sandbox is live to be found.
-type Runners struct {
-	Runner *runner.Runner
-	Root   string
+// PutTemplate stores template name of spec on engine under root, with a
+// default image set for it to pin.
+func PutTemplate(tb testing.TB, root, name string, spec runner.Spec, engine string) *templates.Template {
+	tb.Helper()
+	idx := images.OpenIndex(filepath.Join(root, "images"))
+	if err := idx.SetDefault(images.Lock{Ref: "airlock/default@sha256:" + strings.Repeat("1", 64), BuiltAt: time.Now()}); err != nil {
+		tb.Fatal(err)
+	}
+	tp, err := templates.New(name, spec, engine, idx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := templates.Open(root).Put(tp); err != nil {
+		tb.Fatal(err)
+	}
+	return tp
 }
 
-func (r Runners) New(context.Context) (*runner.Runner, func(), error) {
-	return r.Runner, func() {}, nil
+// Service is the service over root whose every engine is rn, with no
+// reapers.
+func Service(root string, rn *runner.Runner) *service.Service {
+	return service.New(root, oneRunner{rn})
 }
 
-func (r Runners) ForSandbox(_ context.Context, id string) (*runner.Runner, func(), error) {
-	return nil, nil, fmt.Errorf("%w: no sandbox %q", errdefs.ErrNotFound, id)
+type oneRunner struct{ rn *runner.Runner }
+
+func (o oneRunner) Runner(context.Context, string) (*runner.Runner, func(), error) {
+	return o.rn, func() {}, nil
 }
 
-func (r Runners) Template(name string) (*templates.Template, error) {
-	return templates.Open(r.Root).Get(name)
-}
-
-func (r Runners) ForTemplate(context.Context, *templates.Template) (*runner.Runner, func(), error) {
-	return r.Runner, func() {}, nil
-}
+func (oneRunner) Reapers(context.Context) ([]engine.Reaper, func()) { return nil, func() {} }

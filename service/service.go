@@ -1,0 +1,148 @@
+// Package service is the one floor under airlock's faces: the CLI, the
+// HTTP API, MCP, batch and /run_code reach runners and sandboxes through
+// it and nothing else. It owns the engines by name (through Engines, which
+// the CLI supplies, being the one place that builds concrete engines),
+// admission under --max-sandboxes, dispatch by sandbox id, destroy with the
+// reapers' fallback, and templates with the engine they pin. Policy is
+// parsed before it gets here (package wire); what a face does with a
+// runner's answer is the face's own translation.
+package service
+
+import (
+	"cmp"
+	"context"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/admission"
+	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/runner"
+	"github.com/airlock-sandbox/airlock/templates"
+)
+
+// Engines gives the service its runners.
+type Engines interface {
+	// Runner returns a runner on engine name (auto, oci or docker) and
+	// the function that releases it once the work is done.
+	Runner(ctx context.Context, name string) (*runner.Runner, func(), error)
+	// Reapers returns every engine that can free what a sandbox left
+	// behind, for a sandbox whose record no longer says its engine.
+	Reapers(ctx context.Context) ([]engine.Reaper, func())
+}
+
+// Service is airlock's service over one root.
+type Service struct {
+	root      string
+	engines   Engines
+	engine    string
+	gate      *admission.Gate
+	templates *templates.Store
+}
+
+// Option configures a Service.
+type Option func(*Service)
+
+// WithEngine sets the engine of new work that names none and no template
+// (default "auto").
+func WithEngine(name string) Option { return func(s *Service) { s.engine = name } }
+
+// WithAdmission caps the sandboxes and runs live at once by gate (airlock
+// serve's --max-sandboxes); without it every one is admitted.
+func WithAdmission(g *admission.Gate) Option { return func(s *Service) { s.gate = g } }
+
+// New returns the service over root, its runners from engines.
+func New(root string, engines Engines, opts ...Option) *Service {
+	s := &Service{root: root, engines: engines, engine: "auto", templates: templates.Open(root)}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Root is the airlock root the service works on.
+func (s *Service) Root() string { return s.root }
+
+// Admit reserves room for one more sandbox or run; release gives it back
+// (once a sandbox is made, its record counts it instead). Past the limit
+// it returns an *admission.OverLimitError.
+func (s *Service) Admit() (release func(), err error) { return s.gate.Admit() }
+
+// Room says whether one more sandbox or run would be admitted now.
+func (s *Service) Room() bool { return s.gate.Room() }
+
+// Template reads the sandbox template named name.
+func (s *Service) Template(name string) (*templates.Template, error) {
+	return s.templates.Get(name)
+}
+
+// ForNew returns the runner for new work. On template t, it is t's
+// engine, which engine (when given) must agree with; without one, engine,
+// else the service's.
+func (s *Service) ForNew(ctx context.Context, engineName string, t *templates.Template) (*runner.Runner, func(), error) {
+	name := cmp.Or(engineName, s.engine)
+	if t != nil {
+		var err error
+		if name, err = t.EngineFor(engineName); err != nil {
+			return nil, nil, err
+		}
+	}
+	return s.engines.Runner(ctx, name)
+}
+
+// Sandbox reads sandbox id's record, even one mid-way gone.
+func (s *Service) Sandbox(id string) (runner.SandboxInfo, error) {
+	return runner.ReadSandbox(s.root, id)
+}
+
+// Sandboxes lists the sandboxes recorded under the root.
+func (s *Service) Sandboxes() ([]runner.SandboxInfo, error) {
+	return runner.ListSandboxes(s.root)
+}
+
+// ForSandbox returns the runner on the engine sandbox id was made with.
+// A malformed id is invalid input, an unknown one not found.
+func (s *Service) ForSandbox(ctx context.Context, id string) (*runner.Runner, func(), error) {
+	if err := runner.CheckSandboxID(id); err != nil {
+		return nil, nil, err
+	}
+	si, err := runner.ReadSandbox(s.root, id)
+	if err != nil && si.Engine == "" {
+		return nil, nil, err
+	}
+	return s.engines.Runner(ctx, si.Engine)
+}
+
+// Open reconnects to live sandbox id on its engine; done releases the
+// runner once the caller is through with the sandbox.
+func (s *Service) Open(ctx context.Context, id string) (sb *runner.Sandbox, done func(), err error) {
+	si, err := runner.ReadSandbox(s.root, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	rn, done, err := s.engines.Runner(ctx, si.Engine)
+	if err != nil {
+		return nil, nil, err
+	}
+	if sb, err = rn.Open(ctx, id); err != nil {
+		done()
+		return nil, nil, err
+	}
+	return sb, done, nil
+}
+
+// Destroy ends sandbox id and frees all it held; an id already gone
+// succeeds. A sandbox whose record no longer says its engine (a create
+// cut short, a record removed by hand) is freed by every engine's reaper.
+func (s *Service) Destroy(ctx context.Context, id string) error {
+	rn, done, err := s.ForSandbox(ctx, id)
+	if err == nil {
+		defer done()
+		return rn.Destroy(ctx, id)
+	}
+	if errdefs.IsInvalidArgument(err) {
+		return err
+	}
+	reapers, rdone := s.engines.Reapers(ctx)
+	defer rdone()
+	return runner.RemoveSandbox(ctx, s.root, reapers, id)
+}

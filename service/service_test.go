@@ -1,0 +1,142 @@
+package service_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/admission"
+	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/internal/fuzztest"
+	"github.com/airlock-sandbox/airlock/runner"
+	"github.com/airlock-sandbox/airlock/service"
+	"github.com/airlock-sandbox/airlock/templates"
+)
+
+// noEngines record the engines asked for and the ids reaped, and make no
+// runner.
+type noEngines struct {
+	asked  []string
+	reaped []string
+}
+
+var errNoEngine = errors.New("no engine in unit tests")
+
+func (n *noEngines) Runner(_ context.Context, name string) (*runner.Runner, func(), error) {
+	n.asked = append(n.asked, name)
+	return nil, nil, errNoEngine
+}
+
+func (n *noEngines) Reapers(context.Context) ([]engine.Reaper, func()) {
+	return []engine.Reaper{reaper{n}}, func() {}
+}
+
+type reaper struct{ n *noEngines }
+
+func (reaper) Leftovers(context.Context) ([]string, error) { return nil, nil }
+func (r reaper) Reap(_ context.Context, id string) error {
+	r.n.reaped = append(r.n.reaped, id)
+	return nil
+}
+
+// rootWithTemplate is a root holding template "py" on engine.
+func rootWithTemplate(t *testing.T, eng string) string {
+	root := t.TempDir()
+	fuzztest.PutTemplate(t, root, "py", runner.Spec{}, eng)
+	return root
+}
+
+// New work goes to the engine asked for, else the service's; on a
+// template, to the template's, which an explicit engine may not change.
+func TestForNew(t *testing.T) {
+	ctx := context.Background()
+	n := &noEngines{}
+	s := service.New(rootWithTemplate(t, "oci"), n, service.WithEngine("docker"))
+	tp, err := s.Template("py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		engine string
+		t      *templates.Template
+		want   string
+	}{{"", nil, "docker"}, {"oci", nil, "oci"}, {"", tp, "oci"}, {"auto", tp, "oci"}, {"oci", tp, "oci"}} {
+		n.asked = nil
+		if _, _, err := s.ForNew(ctx, c.engine, c.t); !errors.Is(err, errNoEngine) || !slices.Equal(n.asked, []string{c.want}) {
+			t.Errorf("engine %q, template %v: asked %v (%v), want %s", c.engine, c.t != nil, n.asked, err, c.want)
+		}
+	}
+	n.asked = nil
+	if _, _, err := s.ForNew(ctx, "docker", tp); !errdefs.IsInvalidArgument(err) || len(n.asked) > 0 {
+		t.Errorf("docker on an oci template: %v, asked %v; want invalid input before any engine", err, n.asked)
+	}
+	if _, err := s.Template("nope"); !errdefs.IsNotFound(err) {
+		t.Errorf("an unknown template: %v", err)
+	}
+}
+
+// Dispatch by id refuses a malformed id and an unknown one before any
+// engine is asked.
+func TestForSandbox(t *testing.T) {
+	ctx := context.Background()
+	n := &noEngines{}
+	s := service.New(t.TempDir(), n)
+	if _, _, err := s.ForSandbox(ctx, "sb-../../etc"); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("a malformed id: %v", err)
+	}
+	if _, _, err := s.ForSandbox(ctx, "sb-0123456789abcdef0123"); !errdefs.IsNotFound(err) {
+		t.Errorf("an unknown id: %v", err)
+	}
+	if _, _, err := s.Open(ctx, "sb-0123456789abcdef0123"); !errdefs.IsNotFound(err) {
+		t.Errorf("opening an unknown id: %v", err)
+	}
+	if len(n.asked) > 0 {
+		t.Errorf("engines asked: %v", n.asked)
+	}
+}
+
+// A sandbox with no record is freed through every reaper, and succeeds;
+// a malformed id reaches none.
+func TestDestroyFallsBackToReapers(t *testing.T) {
+	ctx := context.Background()
+	n := &noEngines{}
+	s := service.New(t.TempDir(), n)
+	if err := s.Destroy(ctx, "sb-../x"); !errdefs.IsInvalidArgument(err) || len(n.reaped) > 0 {
+		t.Fatalf("a malformed id: %v, reaped %v", err, n.reaped)
+	}
+	id := "sb-0123456789abcdef0123"
+	if err := s.Destroy(ctx, id); err != nil {
+		t.Fatalf("destroying a sandbox with no record: %v", err)
+	}
+	if !slices.Equal(n.reaped, []string{id}) {
+		t.Errorf("reaped %v, want [%s]", n.reaped, id)
+	}
+}
+
+// Admission is the gate's: one past its maximum is over the limit, and a
+// service without one admits everything.
+func TestAdmit(t *testing.T) {
+	root := t.TempDir()
+	s := service.New(root, &noEngines{}, service.WithAdmission(admission.New(root, 1)))
+	release, err := s.Admit()
+	if err != nil || s.Room() {
+		t.Fatalf("the first admission: %v, room %v", err, s.Room())
+	}
+	var over *admission.OverLimitError
+	if _, err := s.Admit(); !errors.As(err, &over) || !errdefs.IsResourceExhausted(err) {
+		t.Fatalf("past the maximum: %v", err)
+	}
+	release()
+	if !s.Room() {
+		t.Fatal("no room once released")
+	}
+	free := service.New(root, &noEngines{})
+	for range 3 {
+		if _, err := free.Admit(); err != nil {
+			t.Fatalf("without a gate: %v", err)
+		}
+	}
+}

@@ -4,12 +4,14 @@
 //
 // # Zombies
 //
-// A zombie (state Z, or X while the kernel tears it down) has exited. It
-// runs no more code, holds no more locks and writes nothing more, so it is
-// not Alive: an owner in that state is gone, and what it owned may be
-// reaped. But its pid is not free until its parent reaps it: /proc/<pid>
-// stays, ReadStat succeeds, and no other process can be given the pid in
-// the meantime. So a caller asks one of two questions:
+// A zombie (state Z, or X while the kernel tears it down) has exited; a
+// process with PF_EXITING in its flags is exiting (an init killed with
+// SIGKILL is so while the kernel kills the rest of its pid namespace,
+// before it is a zombie). Either runs no more code of its own and writes
+// nothing more, so it is not Alive: an owner in that state is gone, and
+// what it owned may be reaped. But its pid is not free until its parent
+// reaps it: /proc/<pid> stays, ReadStat succeeds, and no other process can
+// be given the pid in the meantime. So a caller asks one of two questions:
 //
 //   - is the process still running (an owner, a sandbox's runtime)? ReadStat
 //     without error and Stat.Alive: a zombie is not.

@@ -39,6 +39,8 @@ type Stat struct {
 	Ppid    int
 	Pgrp    int
 	Session int
+	// Flags are the kernel's flags of the process (PF_*).
+	Flags uint64
 	// Utime and Stime are the CPU time spent in user and kernel mode, in
 	// clock ticks (USER_HZ, 100 a second on Linux).
 	Utime, Stime uint64
@@ -48,7 +50,12 @@ type Stat struct {
 
 // Alive reports whether the process has not exited: false for a zombie,
 // whose pid is nonetheless still taken.
-func (s Stat) Alive() bool { return !s.State.Exited() }
+func (s Stat) Alive() bool { return !s.State.Exited() && s.Flags&pfExiting == 0 }
+
+// pfExiting is the kernel's PF_EXITING: the process is in exit, and runs
+// no more code of its own (an init killed with SIGKILL is so while the
+// kernel kills the rest of its pid namespace, before it is a zombie).
+const pfExiting = 0x4
 
 // ReadStat reads and parses /proc/<pid>/stat. A process that is gone
 // (reaped) gives an error matching fs.ErrNotExist.
@@ -103,7 +110,7 @@ func ParseStat(b []byte) (Stat, error) {
 	for _, v := range []struct {
 		p   *uint64
 		idx int
-	}{{&st.Utime, 11}, {&st.Stime, 12}, {&st.StartTime, 19}} {
+	}{{&st.Flags, 6}, {&st.Utime, 11}, {&st.Stime, 12}, {&st.StartTime, 19}} {
 		if *v.p, err = strconv.ParseUint(string(f[v.idx]), 10, 64); err != nil {
 			return bad(fmt.Sprintf("field %d is not a number", v.idx+3))
 		}

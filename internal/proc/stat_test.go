@@ -20,19 +20,27 @@ func TestParseStat(t *testing.T) {
 		name, line string
 		want       proc.Stat
 	}{
-		{"plain", "17 (sleep) S 1 17 17" + tail + "\n", proc.Stat{Pid: 17, Comm: "sleep", State: 'S', Ppid: 1, Pgrp: 17, Session: 17, Utime: 7, Stime: 3, StartTime: 4242}},
-		{"spaces in the name", "5 (a b  c) R 4 3 2" + tail, proc.Stat{Pid: 5, Comm: "a b  c", State: 'R', Ppid: 4, Pgrp: 3, Session: 2, Utime: 7, Stime: 3, StartTime: 4242}},
-		{"a forged tail in the name", "5 (x) Z 9 9 9 ) S 1 2 3" + tail, proc.Stat{Pid: 5, Comm: "x) Z 9 9 9 ", State: 'S', Ppid: 1, Pgrp: 2, Session: 3, Utime: 7, Stime: 3, StartTime: 4242}},
-		{"parentheses in the name", "6 ((()) D 1 1 1" + tail, proc.Stat{Pid: 6, Comm: "(()", State: 'D', Ppid: 1, Pgrp: 1, Session: 1, Utime: 7, Stime: 3, StartTime: 4242}},
-		{"a newline in the name", "7 (a\nb) T 1 1 1" + tail, proc.Stat{Pid: 7, Comm: "a\nb", State: 'T', Ppid: 1, Pgrp: 1, Session: 1, Utime: 7, Stime: 3, StartTime: 4242}},
-		{"an empty name", "8 () I 2 0 0" + tail, proc.Stat{Pid: 8, Comm: "", State: 'I', Ppid: 2, Utime: 7, Stime: 3, StartTime: 4242}},
+		{"plain", "17 (sleep) S 1 17 17" + tail + "\n", proc.Stat{Pid: 17, Comm: "sleep", State: 'S', Ppid: 1, Pgrp: 17, Session: 17, Flags: 4194560, Utime: 7, Stime: 3, StartTime: 4242}},
+		{"spaces in the name", "5 (a b  c) R 4 3 2" + tail, proc.Stat{Pid: 5, Comm: "a b  c", State: 'R', Ppid: 4, Pgrp: 3, Session: 2, Flags: 4194560, Utime: 7, Stime: 3, StartTime: 4242}},
+		{"a forged tail in the name", "5 (x) Z 9 9 9 ) S 1 2 3" + tail, proc.Stat{Pid: 5, Comm: "x) Z 9 9 9 ", State: 'S', Ppid: 1, Pgrp: 2, Session: 3, Flags: 4194560, Utime: 7, Stime: 3, StartTime: 4242}},
+		{"parentheses in the name", "6 ((()) D 1 1 1" + tail, proc.Stat{Pid: 6, Comm: "(()", State: 'D', Ppid: 1, Pgrp: 1, Session: 1, Flags: 4194560, Utime: 7, Stime: 3, StartTime: 4242}},
+		{"a newline in the name", "7 (a\nb) T 1 1 1" + tail, proc.Stat{Pid: 7, Comm: "a\nb", State: 'T', Ppid: 1, Pgrp: 1, Session: 1, Flags: 4194560, Utime: 7, Stime: 3, StartTime: 4242}},
+		{"an empty name", "8 () I 2 0 0" + tail, proc.Stat{Pid: 8, Comm: "", State: 'I', Ppid: 2, Flags: 4194560, Utime: 7, Stime: 3, StartTime: 4242}},
 		// State to session, and 16 more: starttime is the last.
-		{"exactly twenty fields", "9 (x) S 1 1 1 " + strings.Join(strings.Fields(tail)[:16], " "), proc.Stat{Pid: 9, Comm: "x", State: 'S', Ppid: 1, Pgrp: 1, Session: 1, Utime: 7, Stime: 3, StartTime: 4242}},
+		{"exactly twenty fields", "9 (x) S 1 1 1 " + strings.Join(strings.Fields(tail)[:16], " "), proc.Stat{Pid: 9, Comm: "x", State: 'S', Ppid: 1, Pgrp: 1, Session: 1, Flags: 4194560, Utime: 7, Stime: 3, StartTime: 4242}},
 	} {
 		got, err := proc.ParseStat([]byte(c.line))
 		if err != nil || got != c.want {
 			t.Errorf("%s: got %+v, %v; want %+v", c.name, got, err, c.want)
 		}
+	}
+}
+
+// A process in exit (PF_EXITING) is not alive, whatever its state letter.
+func TestExitingIsNotAlive(t *testing.T) {
+	st, err := proc.ParseStat([]byte("9 (init) R 1 9 9 0 -1 4194564 120 0 0 0 7 3 0 0 20 0 1 0 4242"))
+	if err != nil || st.Flags != 4194564 || st.Alive() {
+		t.Fatalf("%+v, %v; want flags 4194564 and not alive", st, err)
 	}
 }
 

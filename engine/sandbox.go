@@ -53,10 +53,10 @@ type SandboxSpec struct {
 	// Deadline is the hard end of its life (its TTL).
 	Owner    string
 	Deadline time.Time
-	// Init, when set, makes a one-shot sandbox (a run): its only process
-	// is this program instead of airlock's idle init, started by Create
-	// with the policy's timeout; Wait tells how it ended, and Exec is
-	// refused. Its Detach and Workdir are ignored (Workdir above holds).
+	// Init is a task's program (Engine.Run): its only process instead of
+	// airlock's idle init, started with the policy's timeout; Task.Wait
+	// tells how it ended. Its Detach and Workdir are not used (Workdir
+	// above holds). A long-lived sandbox (Engine.Create) has none.
 	Init *Process
 }
 
@@ -81,19 +81,28 @@ type Process struct {
 	Detach bool
 }
 
-// Sandbox is one live sandbox.
+// Task is a one-shot run, as containerd's task: a sandbox whose only
+// process is its program, started by Engine.Run, waited for once and
+// destroyed.
+type Task interface {
+	ID() string
+	// Wait waits for the program to end, killing it at the policy's
+	// timeout (Exit.TimedOut) or once ctx is done (Exit.Killed).
+	// Whatever the program left running is killed before Wait returns,
+	// so nothing writes to the sandbox's mounts after it.
+	Wait(ctx context.Context) (Exit, error)
+	// Destroy kills every process and frees the sandbox. Destroying one
+	// that is already gone succeeds.
+	Destroy(ctx context.Context) error
+}
+
+// Sandbox is one live long-lived sandbox, running airlock's idle init.
 type Sandbox interface {
 	ID() string
 	// Exec runs p to its end (or, detached, to its start). The program's
 	// outcome is the Exit; an error means the engine failed or the sandbox
 	// is gone.
 	Exec(ctx context.Context, p *Process) (Exit, error)
-	// Wait waits for a one-shot sandbox's program to end, killing it at
-	// the policy's timeout (Exit.TimedOut) or once ctx is done
-	// (Exit.Killed). Whatever the program left running is killed before
-	// Wait returns, so nothing writes to the sandbox's mounts after it.
-	// On a sandbox made without Init it fails with ErrNotImplemented.
-	Wait(ctx context.Context) (Exit, error)
 	// Destroy kills every process and frees the sandbox. Destroying one
 	// that is already gone succeeds.
 	Destroy(ctx context.Context) error
@@ -107,35 +116,48 @@ type Server interface {
 	Serve(ctx context.Context) error
 }
 
-// Engine creates sandboxes on one container engine.
+// Engine runs tasks and creates sandboxes on one container engine, and
+// reaps what either left behind.
 type Engine interface {
 	// Name is the engine's name as shown in results ("docker").
 	Name() string
 	// Check verifies, before anything is created, that the engine can
 	// create s: the image is present and the runtime registered.
 	Check(ctx context.Context, s *SandboxSpec) error
-	// Create makes and starts a sandbox: one that runs an idle init, or,
-	// with s.Init, a one-shot sandbox running that program.
+	// Run makes and starts a one-shot sandbox running s.Init, which it
+	// requires.
+	Run(ctx context.Context, s *SandboxSpec) (Task, error)
+	// Create makes and starts a long-lived sandbox running airlock's idle
+	// init; s.Init must be nil.
 	Create(ctx context.Context, s *SandboxSpec) (Sandbox, error)
-	// Open reconnects to a live sandbox made by any airlock process.
+	// Open reconnects to a live long-lived sandbox made by any airlock
+	// process.
 	Open(ctx context.Context, id string) (Sandbox, error)
 	// Runtime describes the runtime a mode runs on. Receipts are evidence:
 	// a version that cannot be read is an error (errdefs.ErrUnavailable),
 	// never "unknown".
 	Runtime(ctx context.Context, m isolation.Mode) (Runtime, error)
+	Reaper
 }
 
-// NotOneShot is Wait's error on a sandbox made without Init.
-func NotOneShot(id string) error {
-	return fmt.Errorf("%w: sandbox %q runs airlock's idle init, not one program to wait for; run programs in it with Exec", errdefs.ErrNotImplemented, id)
+// CheckKind refuses a spec made for the other kind of sandbox: Run takes
+// one with an Init, Create one without.
+func CheckKind(s *SandboxSpec, task bool) error {
+	switch {
+	case task && s.Init == nil:
+		return fmt.Errorf("%w: sandbox %q: a task needs its program (SandboxSpec.Init)", errdefs.ErrInvalidArgument, s.ID)
+	case !task && s.Init != nil:
+		return fmt.Errorf("%w: sandbox %q: a long-lived sandbox runs airlock's idle init, not a program of its own; run one with Engine.Run", errdefs.ErrInvalidArgument, s.ID)
+	}
+	return nil
 }
 
 // Holder is an engine that can make a one-shot sandbox before its program
 // is known, for a warm pool. Hold creates and starts the sandbox running
 // airlock's trampoline, which runs no user code: it waits on its stdin for
 // one program and becomes it. The sandbox is used once: Start hands the
-// program over, and the Sandbox it returns is waited for and destroyed
-// like any one-shot sandbox. Nothing comes back from the trampoline but
+// program over, and the Task it returns is waited for and destroyed like
+// any other. Nothing comes back from the trampoline but
 // the program's own output and exit status, read as in a cold run.
 type Holder interface {
 	Hold(ctx context.Context, s *SandboxSpec) (Held, error)
@@ -147,13 +169,13 @@ type Held interface {
 	// Check says, without starting anything, whether Start would take p:
 	// the errors are Start's ErrNotFound and ErrOutOfRange.
 	Check(p *Process) error
-	// Start hands p over and returns the sandbox running it. p's Argv,
+	// Start hands p over and returns the task running it. p's Argv,
 	// Env (laid over the sandbox's), Workdir, Stdin, Stdout, Stderr and
 	// Timeout are used. A program that cannot be found in the image is
 	// errdefs.ErrNotFound, and one the trampoline cannot take (too large)
 	// errdefs.ErrOutOfRange: the sandbox is untouched and may take
 	// another. A sandbox that ended while held is ErrSandboxLost.
-	Start(ctx context.Context, p *Process) (Sandbox, error)
+	Start(ctx context.Context, p *Process) (Task, error)
 	// Destroy frees a sandbox that was never started.
 	Destroy(ctx context.Context) error
 }

@@ -18,8 +18,8 @@ import (
 	"github.com/airlock-sandbox/airlock/lifecycle"
 )
 
-// fakeEngine runs nothing: run plays the part of a one-shot sandbox's
-// program, from its start (Create returned) to its end.
+// fakeEngine runs nothing: run plays the part of a task's program, from
+// its start (Run returned) to its end. It makes no long-lived sandbox.
 type fakeEngine struct {
 	run        func(ctx context.Context, j *engine.SandboxSpec) (engine.Exit, error)
 	runtimeErr error
@@ -28,9 +28,14 @@ type fakeEngine struct {
 
 func (f *fakeEngine) Name() string                                     { return "fake" }
 func (f *fakeEngine) Check(context.Context, *engine.SandboxSpec) error { return nil }
-func (f *fakeEngine) Create(_ context.Context, s *engine.SandboxSpec) (engine.Sandbox, error) {
+func (f *fakeEngine) Run(_ context.Context, s *engine.SandboxSpec) (engine.Task, error) {
 	return &fakeRun{f: f, s: s}, nil
 }
+func (f *fakeEngine) Create(_ context.Context, s *engine.SandboxSpec) (engine.Sandbox, error) {
+	return nil, fmt.Errorf("%w: the fake engine makes no long-lived sandbox", errdefs.ErrNotImplemented)
+}
+func (f *fakeEngine) Leftovers(context.Context) ([]string, error) { return nil, nil }
+func (f *fakeEngine) Reap(context.Context, string) error          { return nil }
 func (f *fakeEngine) Open(_ context.Context, id string) (engine.Sandbox, error) {
 	return nil, fmt.Errorf("%w: no sandbox %q", errdefs.ErrNotFound, id)
 }
@@ -38,16 +43,13 @@ func (f *fakeEngine) Runtime(context.Context, isolation.Mode) (engine.Runtime, e
 	return engine.Runtime{Name: "fake", Version: "fake 1", Flags: []string{}}, f.runtimeErr
 }
 
-// fakeRun is a one-shot sandbox of the fake engine.
+// fakeRun is a task of the fake engine.
 type fakeRun struct {
 	f *fakeEngine
 	s *engine.SandboxSpec
 }
 
 func (r *fakeRun) ID() string { return r.s.ID }
-func (r *fakeRun) Exec(context.Context, *engine.Process) (engine.Exit, error) {
-	return engine.Exit{}, errdefs.ErrNotImplemented
-}
 func (r *fakeRun) Wait(ctx context.Context) (engine.Exit, error) {
 	r.f.runs.Add(1)
 	return r.f.run(ctx, r.s)

@@ -49,7 +49,7 @@ func (f *fakeHeld) Check(p *engine.Process) error {
 	}
 	return nil
 }
-func (f *fakeHeld) Start(_ context.Context, p *engine.Process) (engine.Sandbox, error) {
+func (f *fakeHeld) Start(_ context.Context, p *engine.Process) (engine.Task, error) {
 	f.h.mu.Lock()
 	f.h.held[f.s.ID]++
 	n := f.h.held[f.s.ID]

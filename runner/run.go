@@ -81,7 +81,7 @@ type claim struct {
 	// later runs the sandbox's teardown once the Result is out (the
 	// pool waits for it at Close); sb is the sandbox left for it.
 	later func(func())
-	sb    engine.Sandbox
+	sb    engine.Task
 }
 
 // free destroys a claimed sandbox left for later, now.
@@ -101,21 +101,16 @@ func (r *Runner) run(ctx context.Context, s Spec, job *engine.SandboxSpec, c *cl
 	if err != nil {
 		return Result{}, err
 	}
-	// Each wait for the run lock has a bound of its own: a run that lasts
-	// longer than one must still wait for a destroyer at its teardown.
-	lockCtx := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.WithoutCancel(ctx), r.lockWait)
-	}
+	rl := &runLock{r: r, lc: lc, id: job.ID, ctx: ctx}
 	// The run lock is held while the sandbox is created and while it is
 	// torn down, so a destroy that lands then waits (see lifecycle). Begin
 	// refuses an audit log it cannot write before anything starts.
-	bctx, cancel := lockCtx()
+	bctx, cancel := rl.lockCtx()
 	extra := r.recordOf(job)
-	var held *lifecycle.RunLock
 	if c == nil {
-		held, err = lc.Begin(bctx, job.ID, extra)
+		rl.held, err = lc.Begin(bctx, job.ID, extra)
 	} else {
-		held, err = r.claimed(bctx, lc, job.ID, c, extra)
+		rl.held, err = r.claimed(bctx, lc, job.ID, c, extra)
 	}
 	cancel()
 	if err != nil {
@@ -125,73 +120,11 @@ func (r *Runner) run(ctx context.Context, s Spec, job *engine.SandboxSpec, c *cl
 		return Result{}, fmt.Errorf("%w: recording the run: %w", errdefs.ErrUnavailable, err)
 	}
 	mark(ctx, "begin")
-	release := func() {
-		if held != nil {
-			held.Release()
-			held = nil
-		}
-	}
-	defer release()
-	// auditErr is the first audit event that could not be written: the
-	// run then fails, whatever the program did.
-	var auditErr error
-	noted := func(merr error, sts ...lifecycle.State) {
-		var ae *lifecycle.AuditError
-		switch {
-		case errors.As(merr, &ae):
-			auditErr = cmp.Or(auditErr, merr)
-		case merr != nil:
-			r.log.Warn("recording state", "sandbox_id", job.ID, "state", sts, "err", merr)
-		}
-	}
-	record := func(st lifecycle.State, errMsg string, extra map[string]any) {
-		noted(lc.Move(job.ID, st, errMsg, extra), st)
-	}
-	// destroyed is set when, by the time this process comes to tear the run
-	// down, another has destroyed it (airlock kill, or a reap past its
-	// deadline). stateErr is set when teardown could not find out: the run
-	// lock stayed held past its bound, or the state is unreadable.
-	var destroyed, tornDown bool
-	var stateErr error
-	teardown := func() {
-		if held != nil || tornDown {
-			return
-		}
-		tornDown = true
-		tctx, cancel := lockCtx()
-		defer cancel()
-		var lerr error
-		if held, lerr = lc.Lock(tctx, job.ID); lerr != nil {
-			stateErr = fmt.Errorf("%w: tearing the run down: %v; another airlock process (`airlock kill` or `airlock reap`) held its lock for more than %v", errdefs.ErrUnavailable, lerr, r.lockWait)
-			return
-		}
-		rec, gerr := lc.Get(job.ID)
-		if gerr != nil {
-			stateErr = fmt.Errorf("%w: tearing the run down: %v; `airlock reap` removes what the run left", errdefs.ErrInternal, gerr)
-			return
-		}
-		destroyed = rec.State == "" || rec.State == lifecycle.Terminating
-	}
-	// state records the sandbox's moves: Terminating alone, or the start's
-	// created, ready and running in one write.
-	state := func(sts ...lifecycle.State) {
-		if len(sts) == 1 && sts[0] == lifecycle.Terminating {
-			teardown()
-			if destroyed {
-				return // the destroyer recorded it
-			}
-			record(lifecycle.Terminating, "", nil)
-			return
-		}
-		noted(lc.MoveThrough(job.ID, sts...), sts...)
-		if slices.Contains(sts, lifecycle.Created) {
-			release()
-		}
-	}
-	res, err := r.execute(ctx, s, job, state, teardown, c)
+	defer rl.release()
+	res, err := r.execute(ctx, s, job, rl.state, rl.teardown, c)
 	// A destroyer may hold the run lock now: wait for it to say.
-	teardown()
-	if destroyed {
+	rl.teardown()
+	if rl.destroyed {
 		if ferr := c.free(ctx); ferr != nil {
 			r.log.Warn("freeing a claimed sandbox", "sandbox_id", job.ID, "err", ferr)
 		}
@@ -208,24 +141,24 @@ func (r *Runner) run(ctx context.Context, s Spec, job *engine.SandboxSpec, c *cl
 		}
 		return res, nil
 	}
-	if stateErr != nil {
+	if rl.stateErr != nil {
 		// The engine's error, if any, stays first.
-		err = also(err, stateErr)
+		err = also(err, rl.stateErr)
 		res.Reason, res.Error, res.Receipt = ReasonError, err.Error(), nil
 	}
 	if err != nil {
 		// The state and the audit log keep why: a lost sandbox, a daemon
 		// that went away, a runtime that failed.
-		record(lifecycle.Failed, err.Error(), nil)
+		rl.record(lifecycle.Failed, err.Error(), nil)
 	}
-	if c != nil && c.sb != nil && err == nil && auditErr == nil && held != nil {
-		state(lifecycle.Terminating)
+	if c != nil && c.sb != nil && err == nil && rl.auditErr == nil && rl.held != nil {
+		rl.state(lifecycle.Terminating)
 		// Every process of the claimed sandbox is gone (Wait saw to it)
 		// and its output is read: what is left to free waits until the
 		// Result is out. The run stays terminating until then, its lock
 		// held, so a destroyer or a reaper finds it as it would any run.
-		lk, summary := held, auditSummary(res, nil)
-		held = nil
+		lk, summary := rl.held, auditSummary(res, nil)
+		rl.held = nil
 		c.later(func() {
 			defer lk.Release()
 			if ferr := c.free(ctx); ferr != nil {
@@ -245,13 +178,102 @@ func (r *Runner) run(ctx context.Context, s Spec, job *engine.SandboxSpec, c *cl
 	// A run that ended well is recorded terminating only now, with its
 	// end, in one write: its teardown held the run lock since the
 	// program's end, so no destroyer came in meanwhile.
-	noted(lc.Finish(job.ID, auditSummary(res, err)), lifecycle.Terminating, lifecycle.Terminated)
+	rl.noted(lc.Finish(job.ID, auditSummary(res, err)), lifecycle.Terminating, lifecycle.Terminated)
 	mark(ctx, "finish")
-	if auditErr != nil {
-		err = also(err, fmt.Errorf("recording the run: %w", auditErr))
+	if rl.auditErr != nil {
+		err = also(err, fmt.Errorf("recording the run: %w", rl.auditErr))
 		res.Reason, res.Error, res.Receipt = ReasonError, err.Error(), nil
 	}
 	return res, err
+}
+
+// runLock is one run's side of the lock protocol (see lifecycle): the run
+// lock it holds while its sandbox is created and while it is torn down,
+// the moves it records, and what it learns at teardown.
+type runLock struct {
+	r   *Runner
+	lc  *lifecycle.Store
+	id  string
+	ctx context.Context
+	// held is the run lock, while this process holds it.
+	held *lifecycle.RunLock
+	// auditErr is the first audit event that could not be written: the
+	// run then fails, whatever the program did.
+	auditErr error
+	// destroyed is set when, by the time this process comes to tear the
+	// run down, another has destroyed it (airlock kill, or a reap past
+	// its deadline). stateErr is set when teardown could not find out:
+	// the run lock stayed held past its bound, or the state is
+	// unreadable.
+	destroyed, tornDown bool
+	stateErr            error
+}
+
+// lockCtx bounds one wait for the run lock: a run that lasts longer than
+// one bound must still wait for a destroyer at its teardown.
+func (l *runLock) lockCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(l.ctx), l.r.lockWait)
+}
+
+func (l *runLock) release() {
+	if l.held != nil {
+		l.held.Release()
+		l.held = nil
+	}
+}
+
+// noted keeps the first audit error; other failures to record are logged.
+func (l *runLock) noted(merr error, sts ...lifecycle.State) {
+	var ae *lifecycle.AuditError
+	switch {
+	case errors.As(merr, &ae):
+		l.auditErr = cmp.Or(l.auditErr, merr)
+	case merr != nil:
+		l.r.log.Warn("recording state", "sandbox_id", l.id, "state", sts, "err", merr)
+	}
+}
+
+func (l *runLock) record(st lifecycle.State, errMsg string, extra map[string]any) {
+	l.noted(l.lc.Move(l.id, st, errMsg, extra), st)
+}
+
+// teardown takes the run lock back, once, and reads whether another
+// process destroyed the run meanwhile.
+func (l *runLock) teardown() {
+	if l.held != nil || l.tornDown {
+		return
+	}
+	l.tornDown = true
+	tctx, cancel := l.lockCtx()
+	defer cancel()
+	var lerr error
+	if l.held, lerr = l.lc.Lock(tctx, l.id); lerr != nil {
+		l.stateErr = fmt.Errorf("%w: tearing the run down: %v; another airlock process (`airlock kill` or `airlock reap`) held its lock for more than %v", errdefs.ErrUnavailable, lerr, l.r.lockWait)
+		return
+	}
+	rec, gerr := l.lc.Get(l.id)
+	if gerr != nil {
+		l.stateErr = fmt.Errorf("%w: tearing the run down: %v; `airlock reap` removes what the run left", errdefs.ErrInternal, gerr)
+		return
+	}
+	l.destroyed = rec.State == "" || rec.State == lifecycle.Terminating
+}
+
+// state records the sandbox's moves: Terminating alone, or the start's
+// created, ready and running in one write (which lets the lock go).
+func (l *runLock) state(sts ...lifecycle.State) {
+	if len(sts) == 1 && sts[0] == lifecycle.Terminating {
+		l.teardown()
+		if l.destroyed {
+			return // the destroyer recorded it
+		}
+		l.record(lifecycle.Terminating, "", nil)
+		return
+	}
+	l.noted(l.lc.MoveThrough(l.id, sts...), sts...)
+	if slices.Contains(sts, lifecycle.Created) {
+		l.release()
+	}
 }
 
 // also adds more to err, keeping err first; either may be nil.
@@ -381,15 +403,15 @@ func (r *Runner) execute(ctx context.Context, s Spec, job *engine.SandboxSpec, s
 	return res, nil
 }
 
-// runOnce runs job on the engine as a one-shot sandbox: create (with the
-// program as its only process), or start held sandbox c's, then wait and
+// runOnce runs job on the engine as a task: run it (the program its
+// sandbox's only process), or start held sandbox c's, then wait and
 // destroy. ctx bounds nothing but the destroy's parent; runCtx's end kills
 // the program.
 func (r *Runner) runOnce(ctx, runCtx context.Context, job *engine.SandboxSpec, state func(...lifecycle.State), c *claim) (engine.Exit, <-chan error, error) {
-	var sb engine.Sandbox
+	var sb engine.Task
 	var err error
 	if c == nil {
-		sb, err = r.engine.Create(runCtx, job)
+		sb, err = r.engine.Run(runCtx, job)
 	} else if sb, err = c.held.Start(runCtx, job.Init); err != nil && sb == nil {
 		if derr := c.held.Destroy(context.WithoutCancel(ctx)); derr != nil {
 			err = also(err, derr)

@@ -2,25 +2,18 @@ package runner
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 	"regexp"
-	"sort"
-	"strings"
 	"time"
 
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/images"
-	"github.com/airlock-sandbox/airlock/internal/atomicfile"
-	"github.com/airlock-sandbox/airlock/internal/flock"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/lifecycle"
 	"github.com/airlock-sandbox/airlock/receipt"
@@ -128,154 +121,9 @@ type SandboxInfo struct {
 	Error   string           `json:"error,omitempty"`
 }
 
-// Deadline is when the sandbox ends unless something runs in it: the
-// earlier of its TTL and its idle timeout, counting an exec in progress
-// (whose airlock process is alive) as activity now.
-func (si *SandboxInfo) Deadline(now time.Time) time.Time {
-	last := si.LastActivity
-	for _, o := range si.Execs {
-		if o.PID > 0 && procStart(o.PID) == o.Start {
-			last = now
-			break
-		}
-	}
-	idle := last.Add(time.Duration(si.IdleTimeoutMS) * time.Millisecond)
-	if idle.Before(si.ExpiresAt) {
-		return idle
-	}
-	return si.ExpiresAt
-}
-
-// liveExecs counts the execs whose airlock process is alive.
-func (si *SandboxInfo) liveExecs() int {
-	n := 0
-	for _, o := range si.Execs {
-		if o.PID > 0 && procStart(o.PID) == o.Start {
-			n++
-		}
-	}
-	return n
-}
-
 var sandboxIDPattern = regexp.MustCompile(`^sb-[0-9a-f]{20}$`)
 
-// CheckSandboxID refuses what is not an airlock sandbox id.
-func CheckSandboxID(id string) error {
-	if !sandboxIDPattern.MatchString(id) {
-		return fmt.Errorf("%w: %q is not a sandbox id (sb- and 20 hex digits); `airlock sandbox ls` lists them", errdefs.ErrInvalidArgument, id)
-	}
-	return nil
-}
-
-func sandboxesDir(root string) string { return filepath.Join(root, "sandboxes") }
-
-func infoPath(root, id string) string { return filepath.Join(sandboxesDir(root), id+".json") }
-
-func goneError(id string) error {
-	return fmt.Errorf("%w: sandbox %q is gone: destroyed, expired, or never made (`airlock sandbox ls` lists the live ones)", errdefs.ErrNotFound, id)
-}
-
-// ReadSandbox reads sandbox id's record; the state is the lifecycle's.
-func ReadSandbox(root, id string) (SandboxInfo, error) {
-	if err := CheckSandboxID(id); err != nil {
-		return SandboxInfo{}, err
-	}
-	si, err := readInfo(root, id)
-	if err != nil {
-		return si, err
-	}
-	lc, err := lifecycle.Open(root)
-	if err != nil {
-		return si, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
-	}
-	rec, err := lc.Get(id)
-	if err != nil {
-		si.State = lifecycle.Orphaned
-		return si, nil
-	}
-	si.State, si.Error = rec.State, rec.Error
-	if si.State == "" || si.State == lifecycle.Terminated || si.State == lifecycle.Terminating {
-		return si, goneError(id)
-	}
-	return si, nil
-}
-
-func readInfo(root, id string) (SandboxInfo, error) {
-	var si SandboxInfo
-	b, err := os.ReadFile(infoPath(root, id))
-	if errors.Is(err, fs.ErrNotExist) {
-		return si, goneError(id)
-	}
-	if err != nil {
-		return si, fmt.Errorf("%w: reading sandbox %q: %v", errdefs.ErrUnavailable, id, err)
-	}
-	if err := json.Unmarshal(b, &si); err != nil || si.ID != id {
-		return si, fmt.Errorf("%w: the record of sandbox %q is corrupt; `airlock sandbox rm %s` or `airlock reap` removes it", errdefs.ErrDataLoss, id, id)
-	}
-	return si, nil
-}
-
-// updateInfo changes sandbox id's record under the sandboxes lock; a
-// record that is gone stays gone. The change is not synced: no sandbox
-// outlives a power loss, and an exec's bookkeeping (twice per exec) is
-// what live processes are doing.
-func updateInfo(root, id string, fn func(*SandboxInfo) error) error {
-	return flock.With(filepath.Join(sandboxesDir(root), ".lock"), func() error {
-		si, err := readInfo(root, id)
-		if err != nil {
-			return err
-		}
-		if err := fn(&si); err != nil {
-			return err
-		}
-		return saveInfo(root, &si, atomicfile.Replace)
-	})
-}
-
-// writeInfo writes a sandbox's record, synced.
-func writeInfo(root string, si *SandboxInfo) error {
-	return saveInfo(root, si, atomicfile.WriteFile)
-}
-
-func saveInfo(root string, si *SandboxInfo, write func(string, []byte, os.FileMode) error) error {
-	saved := *si
-	saved.State, saved.Error = "", "" // the lifecycle's to say
-	b, _ := json.Marshal(saved)
-	if err := write(infoPath(root, si.ID), b, 0o600); err != nil {
-		return fmt.Errorf("%w: writing the record of sandbox %q: %v", errdefs.ErrUnavailable, si.ID, err)
-	}
-	return nil
-}
-
-// removeSandboxFiles removes sandbox id's areas, then its record.
-func removeSandboxFiles(ctx context.Context, root, id string) error {
-	if err := RemoveAreas(ctx, SandboxDir(root, id)); err != nil {
-		return err
-	}
-	return flock.With(filepath.Join(sandboxesDir(root), ".lock"), func() error {
-		if err := os.Remove(infoPath(root, id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("%w: removing the record of sandbox %q: %v", errdefs.ErrUnavailable, id, err)
-		}
-		return nil
-	})
-}
-
 var labelKey = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
-
-func checkLabels(l map[string]string) error {
-	if len(l) > 64 {
-		return fmt.Errorf("%w: %d labels; at most 64", errdefs.ErrInvalidArgument, len(l))
-	}
-	for k, v := range l {
-		if !labelKey.MatchString(k) {
-			return fmt.Errorf("%w: label key %q must be 1-63 letters, digits, '.', '_' or '-'", errdefs.ErrInvalidArgument, k)
-		}
-		if len(v) > 256 || strings.ContainsAny(v, "\x00\n") {
-			return fmt.Errorf("%w: label %q: the value must be one line of at most 256 bytes", errdefs.ErrInvalidArgument, k)
-		}
-	}
-	return nil
-}
 
 // Sandbox is a handle on one live sandbox.
 type Sandbox struct {
@@ -354,9 +202,7 @@ func (r *Runner) Create(ctx context.Context, s SandboxSpec) (_ *Sandbox, err err
 		if esb != nil {
 			errs = append(errs, esb.Destroy(bg))
 		}
-		if rp, ok := r.engine.(engine.Reaper); ok {
-			errs = append(errs, rp.Reap(bg, id))
-		}
+		errs = append(errs, r.engine.Reap(bg, id))
 		errs = append(errs, removeSandboxFiles(bg, r.root, id))
 		if ferr := errors.Join(errs...); ferr != nil {
 			err = fmt.Errorf("%w (and freeing what was made: %v; `airlock reap` removes it)", err, ferr)
@@ -517,33 +363,6 @@ func (r *Runner) markLost(id string, err error) {
 
 // Sandboxes lists the sandboxes under the runner's root.
 func (r *Runner) Sandboxes(ctx context.Context) ([]SandboxInfo, error) { return ListSandboxes(r.root) }
-
-// ListSandboxes lists every sandbox that has a record under root, oldest
-// first, warm pools' sandboxes included (state pooled); a record whose
-// sandbox is gone is left out.
-func ListSandboxes(root string) ([]SandboxInfo, error) {
-	files, _ := filepath.Glob(filepath.Join(sandboxesDir(root), "sb-*.json"))
-	out := []SandboxInfo{}
-	for _, f := range files {
-		id := strings.TrimSuffix(filepath.Base(f), ".json")
-		si, err := ReadSandbox(root, id)
-		if errdefs.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			si = SandboxInfo{ID: id, State: lifecycle.Orphaned, Error: err.Error(), Labels: map[string]string{}}
-		}
-		out = append(out, si)
-	}
-	out = append(out, listPooled(root)...)
-	sort.Slice(out, func(i, j int) bool {
-		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
-			return out[i].CreatedAt.Before(out[j].CreatedAt)
-		}
-		return out[i].ID < out[j].ID
-	})
-	return out, nil
-}
 
 // Exec runs one program in the sandbox and returns its Result, with the
 // same reasons as a run, sealed by a receipt as a run's is.
@@ -755,129 +574,8 @@ func (r *Runner) destroySandbox(ctx context.Context, id string, why lifecycle.St
 		if esb, err := r.engine.Open(bg, id); err == nil {
 			errs = append(errs, esb.Destroy(bg))
 		}
-		var reapers []engine.Reaper
-		if rp, ok := r.engine.(engine.Reaper); ok {
-			reapers = append(reapers, rp)
-		}
-		errs = append(errs, freeSandbox(bg, r.root, reapers, id))
+		errs = append(errs, freeSandbox(bg, r.root, []engine.Reaper{r.engine}, id))
 		return errors.Join(errs...)
 	}
 	return destroySandbox(ctx, lc, r.root, id, why, free)
-}
-
-// freeSandbox removes everything sandbox id holds: what each engine holds
-// for it, its areas and its record.
-func freeSandbox(ctx context.Context, root string, reapers []engine.Reaper, id string) error {
-	var errs []error
-	for _, rp := range reapers {
-		if err := rp.Reap(ctx, id); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if len(errs) == 0 {
-		errs = append(errs, removeSandboxFiles(ctx, root, id))
-	}
-	return errors.Join(errs...)
-}
-
-// destroySandbox frees sandbox id once, through the lifecycle's Destroy
-// (which waits for a create in progress), or directly, with an audit
-// event, when the lifecycle no longer knows it but something is left.
-func destroySandbox(ctx context.Context, lc *lifecycle.Store, root, id string, why lifecycle.State, free func() error) error {
-	if rec, gerr := lc.Get(id); gerr == nil && (rec.State == "" || rec.State == lifecycle.Terminated) {
-		_, ierr := os.Lstat(infoPath(root, id))
-		_, derr := os.Lstat(SandboxDir(root, id))
-		if ierr != nil && derr != nil {
-			return nil // gone
-		}
-		err := free()
-		aerr := lc.Audit().Append(map[string]any{"event": "destroy", "sandbox_id": id, "why": string(why), "error": errString(err)})
-		return errors.Join(err, aerr)
-	}
-	lctx, cancel := context.WithTimeout(ctx, lockTimeout)
-	defer cancel()
-	err := lc.Destroy(lctx, id, why, free)
-	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-		return fmt.Errorf("%w: sandbox %q: %v; another airlock process held its lock for more than %v: try again", errdefs.ErrConflict, id, err, lockTimeout)
-	}
-	return err
-}
-
-// reapSandboxes destroys every sandbox under root that is past its
-// deadline (expired), whose creator died mid-create or whose record is
-// missing or corrupt (orphaned), or, with full, that failed. extra holds
-// the engines' leftover ids; the other ids are those of sandbox records
-// and areas.
-func reapSandboxes(ctx context.Context, lc *lifecycle.Store, root string, reapers func() []engine.Reaper, full bool, extra map[string]bool, rep *ReapReport) error {
-	ids := map[string]bool{}
-	for id := range extra {
-		ids[id] = true
-	}
-	ents, _ := os.ReadDir(sandboxesDir(root))
-	for _, e := range ents {
-		ids[strings.TrimSuffix(e.Name(), ".json")] = true
-	}
-	var errs []error
-	now := time.Now()
-	for id := range ids {
-		if !sandboxIDPattern.MatchString(id) {
-			continue
-		}
-		var why lifecycle.State
-		si, err := readInfo(root, id)
-		rec, gerr := lc.Get(id)
-		switch {
-		case errdefs.IsNotFound(err):
-			// Areas or engine state with no record: a create that has not
-			// written it yet is given a moment.
-			if fi, serr := os.Stat(SandboxDir(root, id)); serr == nil && now.Sub(fi.ModTime()) < freshGrace {
-				rep.Live++
-				continue
-			}
-			why = lifecycle.Orphaned
-		case err != nil, gerr != nil:
-			why = lifecycle.Orphaned
-		case rec.State == "" || rec.State == lifecycle.Terminated:
-			why = lifecycle.Orphaned
-		case (rec.State == lifecycle.Requested || rec.State == lifecycle.Created || rec.State == lifecycle.Pooled) && procStart(si.Creator.PID) != si.Creator.Start:
-			why = lifecycle.Orphaned // its creator (or its pool's server) died
-		case !now.Before(si.Deadline(now)):
-			why = lifecycle.Expired
-		case full && rec.State == lifecycle.Failed:
-			why = lifecycle.Failed
-		default:
-			rep.Live++
-			continue
-		}
-		free := func() error { return freeSandbox(ctx, root, reapers(), id) }
-		if err := destroySandbox(ctx, lc, root, id, why, free); err != nil {
-			errs = append(errs, fmt.Errorf("reaping sandbox %q: %w", id, err))
-		}
-		rep.Reaped = append(rep.Reaped, id)
-	}
-	return errors.Join(errs...)
-}
-
-// RemoveSandbox destroys sandbox id through the reapers alone, for a
-// sandbox whose record is gone or unreadable; like Destroy, it succeeds
-// for an id that is already gone.
-func RemoveSandbox(ctx context.Context, root string, reapers []engine.Reaper, id string) error {
-	if err := CheckSandboxID(id); err != nil {
-		return err
-	}
-	lc, err := lifecycle.Open(root)
-	if err != nil {
-		return fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
-	}
-	if rec, gerr := lc.Get(id); gerr == nil && rec.State == "" {
-		// The lifecycle has no record: free what engines still hold.
-		var errs []error
-		for _, rp := range reapers {
-			errs = append(errs, rp.Reap(ctx, id))
-		}
-		if err := errors.Join(errs...); err != nil {
-			return err
-		}
-	}
-	return destroySandbox(ctx, lc, root, id, lifecycle.Orphaned, func() error { return freeSandbox(ctx, root, reapers, id) })
 }

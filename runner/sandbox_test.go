@@ -36,9 +36,6 @@ type fakeSandbox struct {
 }
 
 func (f *fakeSandboxer) Create(ctx context.Context, s *engine.SandboxSpec) (engine.Sandbox, error) {
-	if s.Init != nil {
-		return f.fakeEngine.Create(ctx, s)
-	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.live == nil {
@@ -62,9 +59,6 @@ func (s *fakeSandbox) Exec(ctx context.Context, p *engine.Process) (engine.Exit,
 		return engine.Exit{}, nil
 	}
 	return s.f.exec(ctx, p)
-}
-func (s *fakeSandbox) Wait(context.Context) (engine.Exit, error) {
-	return engine.Exit{}, engine.NotOneShot(s.id)
 }
 func (s *fakeSandbox) Destroy(context.Context) error {
 	s.f.mu.Lock()

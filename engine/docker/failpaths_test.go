@@ -124,14 +124,14 @@ func fakeJob(t *testing.T, m isolation.Mode) *engine.SandboxSpec {
 	return &engine.SandboxSpec{ID: "00112233445566778899", Image: digest.Digest("sha256:" + strings.Repeat("ab", 32)), Init: &engine.Process{Argv: []string{"true"}}, Policy: p, Deadline: time.Now().Add(time.Hour)}
 }
 
-// runWithin runs the job as a one-shot sandbox (create, wait, destroy)
+// runWithin runs the job as a task (run, wait, destroy)
 // and fails the test if that outlives limit.
 func runWithin(t *testing.T, e *Engine, m isolation.Mode, limit time.Duration) error {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() {
 		ctx := context.Background()
-		sb, err := e.Create(ctx, fakeJob(t, m))
+		sb, err := e.Run(ctx, fakeJob(t, m))
 		if err == nil {
 			_, err = sb.Wait(ctx)
 			sb.Destroy(ctx)

@@ -49,9 +49,15 @@ type oneShot struct {
 	destroyOnce sync.Once
 }
 
-// createRun makes, attaches and starts one-shot sandbox s. On error it
-// frees what it made.
-func (e *Engine) createRun(ctx context.Context, s *engine.SandboxSpec) (_ engine.Sandbox, err error) {
+// Run implements engine.Engine: it makes, attaches and starts task s. On
+// error it frees what it made.
+func (e *Engine) Run(ctx context.Context, s *engine.SandboxSpec) (_ engine.Task, err error) {
+	if err := engine.CheckKind(s, true); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	r := &oneShot{e: e, id: s.ID, policy: s.Policy, log: e.log.With("sandbox_id", s.ID, "image_digest", s.Image.String())}
 	r.bg, r.cancelBg = context.WithCancel(context.WithoutCancel(ctx))
 	defer func() {
@@ -185,11 +191,6 @@ func (e *Engine) createRun(ctx context.Context, s *engine.SandboxSpec) (_ engine
 
 func (r *oneShot) ID() string { return r.id }
 
-// Exec implements engine.Sandbox: a one-shot sandbox runs one program.
-func (r *oneShot) Exec(context.Context, *engine.Process) (engine.Exit, error) {
-	return engine.Exit{}, fmt.Errorf("%w: sandbox %q runs one program; create a long-lived sandbox to exec in", errdefs.ErrNotImplemented, r.id)
-}
-
 // kill has dockerd SIGKILL the container, as airlock's own kill.
 func (r *oneShot) kill() {
 	kctx, cancel := context.WithTimeout(r.bg, cleanupTimeout)
@@ -200,7 +201,7 @@ func (r *oneShot) kill() {
 	}
 }
 
-// Wait implements engine.Sandbox.
+// Wait implements engine.Task.
 func (r *oneShot) Wait(ctx context.Context) (engine.Exit, error) {
 	if r.notStarted {
 		return engine.Exit{Killed: true, Code: -1}, nil
@@ -294,7 +295,7 @@ func (r *oneShot) Wait(ctx context.Context) (engine.Exit, error) {
 	return exit, nil
 }
 
-// Destroy implements engine.Sandbox: the container with its volumes, the
+// Destroy implements engine.Task: the container with its volumes, the
 // sandbox's log and airlock's cgroup, on a context of its own.
 func (r *oneShot) Destroy(ctx context.Context) error {
 	var err error

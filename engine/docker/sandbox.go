@@ -142,11 +142,11 @@ func helperIntact(path string, b []byte) bool {
 
 // Create implements engine.Engine.
 func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (sb engine.Sandbox, err error) {
-	if err := ctx.Err(); err != nil {
+	if err := engine.CheckKind(s, false); err != nil {
 		return nil, err
 	}
-	if s.Init != nil {
-		return e.createRun(ctx, s)
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	if _, ok := isolation.DockerRuntimes[s.Policy.Isolation]; !ok {
 		return nil, fmt.Errorf("%w: isolation %q is not available on the docker engine yet; use --isolation %s",
@@ -904,11 +904,6 @@ func orDiscard(w io.Writer) io.Writer {
 	return w
 }
 
-// Wait implements engine.Sandbox: there is no one program to wait for.
-func (s *sandbox) Wait(context.Context) (engine.Exit, error) {
-	return engine.Exit{}, engine.NotOneShot(s.id)
-}
-
 // Destroy implements engine.Sandbox: the container with its volumes, its
 // sandbox log and its cgroup. Concurrent Destroys, from any process, all
 // succeed once everything is gone.
@@ -948,4 +943,5 @@ func (s *sandbox) Destroy(ctx context.Context) error {
 var (
 	_ engine.Engine  = (*Engine)(nil)
 	_ engine.Sandbox = (*sandbox)(nil)
+	_ engine.Task    = (*oneShot)(nil)
 )

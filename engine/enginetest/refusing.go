@@ -34,7 +34,11 @@ func (e *Refusing) Check(_ context.Context, s *engine.SandboxSpec) error {
 	return ErrRefused
 }
 
-// Create is never reached: every Check fails.
+// Run and Create are never reached: every Check fails.
+func (e *Refusing) Run(context.Context, *engine.SandboxSpec) (engine.Task, error) {
+	panic("enginetest.Refusing: Run after a refused Check")
+}
+
 func (e *Refusing) Create(context.Context, *engine.SandboxSpec) (engine.Sandbox, error) {
 	panic("enginetest.Refusing: Create after a refused Check")
 }
@@ -46,6 +50,12 @@ func (e *Refusing) Open(_ context.Context, id string) (engine.Sandbox, error) {
 func (e *Refusing) Runtime(context.Context, isolation.Mode) (engine.Runtime, error) {
 	return engine.Runtime{}, ErrRefused
 }
+
+// Leftovers: the refusing engine holds nothing.
+func (e *Refusing) Leftovers(context.Context) ([]string, error) { return nil, nil }
+
+// Reap has nothing to free.
+func (e *Refusing) Reap(context.Context, string) error { return nil }
 
 // Checked returns the specs checked since its last call.
 func (e *Refusing) Checked() []*engine.SandboxSpec {

@@ -1,6 +1,8 @@
 // Package enginetest is the conformance suite every engine.Engine
 // passes, in every isolation mode, against the real runtime: one table of
-// cases, as containerd's snapshotter testsuite.
+// cases, as containerd's snapshotter testsuite, for long-lived sandboxes,
+// for tasks (the one-shot run) and, where the engine holds them, for held
+// sandboxes.
 package enginetest
 
 import (
@@ -71,6 +73,11 @@ func Sandboxes(t *testing.T, newEngine func(t *testing.T) engine.Engine, image d
 		{"OpenUnknown", testOpenUnknown},
 		{"ExecLatency", testLatency},
 	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.fn(t, &suite{e: newEngine(t), image: image, h: h, newEngine: newEngine})
+		})
+	}
+	for _, c := range taskCases {
 		t.Run(c.name, func(t *testing.T) {
 			c.fn(t, &suite{e: newEngine(t), image: image, h: h, newEngine: newEngine})
 		})

@@ -140,7 +140,7 @@ func (h *held) runtimeErr() string {
 func (h *held) ID() string { return h.r.id }
 
 // Start implements engine.Held.
-func (h *held) Start(ctx context.Context, p *engine.Process) (engine.Sandbox, error) {
+func (h *held) Start(ctx context.Context, p *engine.Process) (engine.Task, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.started {

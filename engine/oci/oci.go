@@ -380,7 +380,12 @@ func exitCode(ps *os.ProcessState) int {
 	return ps.ExitCode()
 }
 
-var _ engine.Engine = (*Engine)(nil)
+var (
+	_ engine.Engine  = (*Engine)(nil)
+	_ engine.Sandbox = (*sandbox)(nil)
+	_ engine.Server  = (*sandbox)(nil)
+	_ engine.Task    = (*oneShot)(nil)
+)
 
 // runscFlags are the flags every runsc run gets, the policy's first; Run
 // passes them and receipts record them.

@@ -45,9 +45,15 @@ type oneShot struct {
 	destroyOnce sync.Once
 }
 
-// createRun makes and starts one-shot sandbox s. On error it frees what it
-// made.
-func (e *Engine) createRun(ctx context.Context, s *engine.SandboxSpec) (_ engine.Sandbox, err error) {
+// Run implements engine.Engine: it makes and starts task s. On error it
+// frees what it made.
+func (e *Engine) Run(ctx context.Context, s *engine.SandboxSpec) (_ engine.Task, err error) {
+	if err := engine.CheckKind(s, true); err != nil {
+		return nil, err
+	}
+	if err := e.Check(ctx, s); err != nil {
+		return nil, err
+	}
 	r := &oneShot{e: e, id: s.ID, limits: s.Policy.Limits, name: namePrefix + s.ID,
 		log: e.log.With("sandbox_id", s.ID, "image_digest", s.Image.String())}
 	if err := ctx.Err(); err != nil {
@@ -101,12 +107,7 @@ func (r *oneShot) start(cmd *exec.Cmd) error {
 
 func (r *oneShot) ID() string { return r.id }
 
-// Exec implements engine.Sandbox: a one-shot sandbox runs one program.
-func (r *oneShot) Exec(context.Context, *engine.Process) (engine.Exit, error) {
-	return engine.Exit{}, fmt.Errorf("%w: sandbox %q runs one program; create a long-lived sandbox to exec in", errdefs.ErrNotImplemented, r.id)
-}
-
-// Wait implements engine.Sandbox.
+// Wait implements engine.Task.
 func (r *oneShot) Wait(ctx context.Context) (engine.Exit, error) {
 	if r.cmd == nil {
 		return engine.Exit{Killed: true, Code: -1}, nil
@@ -168,7 +169,7 @@ func (r *oneShot) Wait(ctx context.Context) (engine.Exit, error) {
 	return exit, nil
 }
 
-// Destroy implements engine.Sandbox: the program's processes, the
+// Destroy implements engine.Task: the program's processes, the
 // runtime's state, the root overlay, the bundle and the cgroup, on a
 // context of its own. A destroy before Wait kills the program first.
 func (r *oneShot) Destroy(ctx context.Context) error {

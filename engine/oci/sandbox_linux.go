@@ -100,11 +100,11 @@ func (e *Engine) runtimeFor(m isolation.Mode, bundle string) (bin, state string,
 
 // Create implements engine.Engine.
 func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (_ engine.Sandbox, err error) {
-	if err := e.Check(ctx, s); err != nil {
+	if err := engine.CheckKind(s, false); err != nil {
 		return nil, err
 	}
-	if s.Init != nil {
-		return e.createRun(ctx, s)
+	if err := e.Check(ctx, s); err != nil {
+		return nil, err
 	}
 	lk, err := e.lock(ctx, s.ID)
 	if err != nil {
@@ -706,11 +706,6 @@ func hostProcs(pids map[int]bool) []proctree.Proc {
 		out = append(out, proctree.Proc{Pid: pid, Ppid: st.Ppid, Sid: st.Session, Pgid: st.Pgrp})
 	}
 	return out
-}
-
-// Wait implements engine.Sandbox: there is no one program to wait for.
-func (s *sandbox) Wait(context.Context) (engine.Exit, error) {
-	return engine.Exit{}, engine.NotOneShot(s.st.ID)
 }
 
 // Destroy implements engine.Sandbox.

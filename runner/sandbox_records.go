@@ -1,0 +1,196 @@
+package runner
+
+// The sandboxes' record store: one JSON record per sandbox under
+// <root>/sandboxes, read and written whole (atomicfile), and the checks on
+// what goes into one.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/internal/atomicfile"
+	"github.com/airlock-sandbox/airlock/internal/flock"
+	"github.com/airlock-sandbox/airlock/lifecycle"
+)
+
+// Deadline is when the sandbox ends unless something runs in it: the
+// earlier of its TTL and its idle timeout, counting an exec in progress
+// (whose airlock process is alive) as activity now.
+func (si *SandboxInfo) Deadline(now time.Time) time.Time {
+	last := si.LastActivity
+	for _, o := range si.Execs {
+		if o.PID > 0 && procStart(o.PID) == o.Start {
+			last = now
+			break
+		}
+	}
+	idle := last.Add(time.Duration(si.IdleTimeoutMS) * time.Millisecond)
+	if idle.Before(si.ExpiresAt) {
+		return idle
+	}
+	return si.ExpiresAt
+}
+
+// liveExecs counts the execs whose airlock process is alive.
+func (si *SandboxInfo) liveExecs() int {
+	n := 0
+	for _, o := range si.Execs {
+		if o.PID > 0 && procStart(o.PID) == o.Start {
+			n++
+		}
+	}
+	return n
+}
+
+// CheckSandboxID refuses what is not an airlock sandbox id.
+func CheckSandboxID(id string) error {
+	if !sandboxIDPattern.MatchString(id) {
+		return fmt.Errorf("%w: %q is not a sandbox id (sb- and 20 hex digits); `airlock sandbox ls` lists them", errdefs.ErrInvalidArgument, id)
+	}
+	return nil
+}
+
+func sandboxesDir(root string) string { return filepath.Join(root, "sandboxes") }
+
+func infoPath(root, id string) string { return filepath.Join(sandboxesDir(root), id+".json") }
+
+func goneError(id string) error {
+	return fmt.Errorf("%w: sandbox %q is gone: destroyed, expired, or never made (`airlock sandbox ls` lists the live ones)", errdefs.ErrNotFound, id)
+}
+
+// ReadSandbox reads sandbox id's record; the state is the lifecycle's.
+func ReadSandbox(root, id string) (SandboxInfo, error) {
+	if err := CheckSandboxID(id); err != nil {
+		return SandboxInfo{}, err
+	}
+	si, err := readInfo(root, id)
+	if err != nil {
+		return si, err
+	}
+	lc, err := lifecycle.Open(root)
+	if err != nil {
+		return si, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	rec, err := lc.Get(id)
+	if err != nil {
+		si.State = lifecycle.Orphaned
+		return si, nil
+	}
+	si.State, si.Error = rec.State, rec.Error
+	if si.State == "" || si.State == lifecycle.Terminated || si.State == lifecycle.Terminating {
+		return si, goneError(id)
+	}
+	return si, nil
+}
+
+func readInfo(root, id string) (SandboxInfo, error) {
+	var si SandboxInfo
+	b, err := os.ReadFile(infoPath(root, id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return si, goneError(id)
+	}
+	if err != nil {
+		return si, fmt.Errorf("%w: reading sandbox %q: %v", errdefs.ErrUnavailable, id, err)
+	}
+	if err := json.Unmarshal(b, &si); err != nil || si.ID != id {
+		return si, fmt.Errorf("%w: the record of sandbox %q is corrupt; `airlock sandbox rm %s` or `airlock reap` removes it", errdefs.ErrDataLoss, id, id)
+	}
+	return si, nil
+}
+
+// updateInfo changes sandbox id's record under the sandboxes lock; a
+// record that is gone stays gone. The change is not synced: no sandbox
+// outlives a power loss, and an exec's bookkeeping (twice per exec) is
+// what live processes are doing.
+func updateInfo(root, id string, fn func(*SandboxInfo) error) error {
+	return flock.With(filepath.Join(sandboxesDir(root), ".lock"), func() error {
+		si, err := readInfo(root, id)
+		if err != nil {
+			return err
+		}
+		if err := fn(&si); err != nil {
+			return err
+		}
+		return saveInfo(root, &si, atomicfile.Replace)
+	})
+}
+
+// writeInfo writes a sandbox's record, synced.
+func writeInfo(root string, si *SandboxInfo) error {
+	return saveInfo(root, si, atomicfile.WriteFile)
+}
+
+func saveInfo(root string, si *SandboxInfo, write func(string, []byte, os.FileMode) error) error {
+	saved := *si
+	saved.State, saved.Error = "", "" // the lifecycle's to say
+	b, _ := json.Marshal(saved)
+	if err := write(infoPath(root, si.ID), b, 0o600); err != nil {
+		return fmt.Errorf("%w: writing the record of sandbox %q: %v", errdefs.ErrUnavailable, si.ID, err)
+	}
+	return nil
+}
+
+// removeSandboxFiles removes sandbox id's areas, then its record.
+func removeSandboxFiles(ctx context.Context, root, id string) error {
+	if err := RemoveAreas(ctx, SandboxDir(root, id)); err != nil {
+		return err
+	}
+	return flock.With(filepath.Join(sandboxesDir(root), ".lock"), func() error {
+		if err := os.Remove(infoPath(root, id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%w: removing the record of sandbox %q: %v", errdefs.ErrUnavailable, id, err)
+		}
+		return nil
+	})
+}
+
+func checkLabels(l map[string]string) error {
+	if len(l) > 64 {
+		return fmt.Errorf("%w: %d labels; at most 64", errdefs.ErrInvalidArgument, len(l))
+	}
+	for k, v := range l {
+		if !labelKey.MatchString(k) {
+			return fmt.Errorf("%w: label key %q must be 1-63 letters, digits, '.', '_' or '-'", errdefs.ErrInvalidArgument, k)
+		}
+		if len(v) > 256 || strings.ContainsAny(v, "\x00\n") {
+			return fmt.Errorf("%w: label %q: the value must be one line of at most 256 bytes", errdefs.ErrInvalidArgument, k)
+		}
+	}
+	return nil
+}
+
+// ListSandboxes lists every sandbox that has a record under root, oldest
+// first, warm pools' sandboxes included (state pooled); a record whose
+// sandbox is gone is left out.
+func ListSandboxes(root string) ([]SandboxInfo, error) {
+	files, _ := filepath.Glob(filepath.Join(sandboxesDir(root), "sb-*.json"))
+	out := []SandboxInfo{}
+	for _, f := range files {
+		id := strings.TrimSuffix(filepath.Base(f), ".json")
+		si, err := ReadSandbox(root, id)
+		if errdefs.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			si = SandboxInfo{ID: id, State: lifecycle.Orphaned, Error: err.Error(), Labels: map[string]string{}}
+		}
+		out = append(out, si)
+	}
+	out = append(out, listPooled(root)...)
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.Before(out[j].CreatedAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, nil
+}

@@ -152,6 +152,13 @@ func CheckKind(s *SandboxSpec, task bool) error {
 	return nil
 }
 
+// StoreUser is an engine whose sandboxes run on airlock's own store (the
+// oci engine's image trees): the image a live sandbox runs on must stay
+// in the store, where another engine's daemon keeps its own copy.
+type StoreUser interface {
+	RunsOnStore()
+}
+
 // Holder is an engine that can make a one-shot sandbox before its program
 // is known, for a warm pool. Hold creates and starts the sandbox running
 // airlock's trampoline, which runs no user code: it waits on its stdin for

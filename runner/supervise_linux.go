@@ -78,8 +78,10 @@ func (r *Runner) Supervise(ctx context.Context, id string) error {
 		return err
 	}
 	// The image's tree stays pinned against `airlock image rm` while the
-	// sandbox lives (the oci engine runs on it; dockerd keeps its own).
-	if si, err := readInfo(r.root, id); err == nil && si.Engine == "oci" {
+	// sandbox lives, on an engine that runs on the store (dockerd keeps
+	// its own).
+	_, onStore := r.engine.(engine.StoreUser)
+	if si, err := readInfo(r.root, id); err == nil && onStore {
 		if unpin, err := r.pin(ctx, si.Image); err != nil {
 			r.log.Warn("pinning the sandbox's image", "sandbox_id", id, "err", err)
 		} else {

@@ -380,11 +380,16 @@ func exitCode(ps *os.ProcessState) int {
 	return ps.ExitCode()
 }
 
+// RunsOnStore implements engine.StoreUser: sandboxes run on image trees of
+// airlock's store.
+func (e *Engine) RunsOnStore() {}
+
 var (
-	_ engine.Engine  = (*Engine)(nil)
-	_ engine.Sandbox = (*sandbox)(nil)
-	_ engine.Server  = (*sandbox)(nil)
-	_ engine.Task    = (*oneShot)(nil)
+	_ engine.Engine    = (*Engine)(nil)
+	_ engine.StoreUser = (*Engine)(nil)
+	_ engine.Sandbox   = (*sandbox)(nil)
+	_ engine.Server    = (*sandbox)(nil)
+	_ engine.Task      = (*oneShot)(nil)
 )
 
 // runscFlags are the flags every runsc run gets, the policy's first; Run

@@ -1,13 +1,19 @@
 package main
 
 import (
+	"fmt"
+
 	"github.com/spf13/cobra"
 
+	"github.com/airlock-sandbox/airlock/admission"
 	"github.com/airlock-sandbox/airlock/mcpserver"
+	"github.com/airlock-sandbox/airlock/server"
+	"github.com/airlock-sandbox/airlock/service"
 )
 
 func newMCPCmd(g *globals) *cobra.Command {
 	var engineName string
+	var maxSandboxes int
 	cmd := &cobra.Command{
 		Use:   "mcp",
 		Short: "Serve airlock's sandboxes as MCP tools over stdio",
@@ -20,16 +26,26 @@ sandbox ls and sandbox rm do, with the same isolation and limits, and a
 sandbox made here ends after its idle timeout or TTL like any other, even
 when the client is gone.
 
+--max-sandboxes caps the sandboxes live under the root plus the runs in
+progress (those of other airlock commands count too): past it run_code and
+sandbox_create are refused as over_limit, and the client is told to
+destroy a sandbox first.
+
 stdout carries the protocol only; --debug logs go to stderr. airlock serve
 offers the same tools over streamable HTTP at /mcp.`,
 		Example: `  airlock mcp
-  airlock mcp --root /var/lib/airlock --engine oci`,
+  airlock mcp --root /var/lib/airlock --engine oci --max-sandboxes 8`,
 		Args: exactArgs(0, "mcp takes no arguments; an MCP client starts it and talks over stdin and stdout"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s := mcpserver.New(g.service(engineName), mcpserver.WithLogger(g.logger()), mcpserver.WithVersion(version))
+			if maxSandboxes < 1 {
+				return usageError{fmt.Errorf("--max-sandboxes %d: give a positive number", maxSandboxes)}
+			}
+			svc := service.New(g.root, cliEngines{g}, service.WithEngine(engineName), service.WithAdmission(admission.New(g.root, maxSandboxes)))
+			s := mcpserver.New(svc, mcpserver.WithLogger(g.logger()), mcpserver.WithVersion(version))
 			return s.ServeStdio(cmd.Context())
 		},
 	}
+	cmd.Flags().IntVar(&maxSandboxes, "max-sandboxes", server.DefaultMaxSandboxes, "cap on live sandboxes plus one-shot runs in progress (over_limit past it)")
 	cmd.Flags().StringVar(&engineName, "engine", "auto", "engine of run_code and new sandboxes: oci, docker, or auto (oci where root and setup's runsc are available, else docker)")
 	return cmd
 }

@@ -233,4 +233,22 @@ describe(`airlock MCP over ${process.env.MCP_URL ? "streamable HTTP" : "stdio"}`
     }
     assert.match(await errorOf("sandbox_exec", { sandbox_id: "sb-00000000000000000000", command: "true" }), /is gone/);
   });
+
+  test("airlock mcp --max-sandboxes refuses sandbox_create and run_code past it", { skip: process.env.MCP_URL ? "stdio only" : false }, async () => {
+    const live = JSON.parse(airlock("sandbox", "ls", "--json")).length;
+    const capped = new Client({ name: "airlock-capped", version: "1.0.0" });
+    await capped.connect(new StdioClientTransport({ command: bin, args: ["mcp", "--root", root, "--max-sandboxes", String(live + 1)], stderr: "inherit" }));
+    try {
+      const first = await capped.callTool({ name: "sandbox_create", arguments: {} });
+      assert.ok(!first.isError, text(first));
+      made.push(first.structuredContent.sandbox_id);
+      for (const [tool, args] of [["sandbox_create", {}], ["run_code", { language: "python", code: "print(1)" }]]) {
+        const res = await capped.callTool({ name: tool, arguments: args });
+        assert.equal(res.isError, true, `${tool} past --max-sandboxes ${live + 1} succeeded`);
+        assert.match(text(res), new RegExp(`over_limit: .*--max-sandboxes ${live + 1}`), tool);
+      }
+    } finally {
+      await capped.close();
+    }
+  });
 });

@@ -25,8 +25,13 @@ type Gate struct {
 // New returns a Gate allowing max sandboxes and runs under root.
 func New(root string, max int) *Gate { return &Gate{root: root, max: max} }
 
-// Max is the gate's maximum.
-func (g *Gate) Max() int { return g.max }
+// Max is the gate's maximum; a nil Gate's is 0, none.
+func (g *Gate) Max() int {
+	if g == nil {
+		return 0
+	}
+	return g.max
+}
 
 // OverLimitError refuses an admission past the maximum. It is
 // errdefs.IsResourceExhausted.

@@ -368,7 +368,14 @@ func (s *Server) runCode(ctx context.Context, _ *mcp.CallToolRequest, in RunCode
 		return nil, ExecResult{}, toolError("starting the run", err)
 	}
 	defer release()
-	res, err := r.Run(ctx, spec)
+	// On a template with a warm pool (airlock serve --pool), the run
+	// takes a pooled sandbox.
+	var res runner.Result
+	if p := s.svc.Pool(in.Template, false, r); p != nil {
+		res, err = p.Run(ctx, spec)
+	} else {
+		res, err = r.Run(ctx, spec)
+	}
 	if err != nil {
 		return nil, ExecResult{}, toolError("running the code", err)
 	}
@@ -397,7 +404,12 @@ func (s *Server) sandboxCreate(ctx context.Context, _ *mcp.CallToolRequest, in S
 	// The sandbox outlives this call: a client that hangs up mid-create
 	// gets nothing back, so the create must not be cut half-way either;
 	// its TTL frees it.
-	sb, err := r.Create(context.WithoutCancel(ctx), spec)
+	var sb *runner.Sandbox
+	if p := s.svc.Pool(in.Template, true, r); p != nil {
+		sb, err = p.Create(context.WithoutCancel(ctx), spec)
+	} else {
+		sb, err = r.Create(context.WithoutCancel(ctx), spec)
+	}
 	if err != nil {
 		return nil, SandboxResult{}, toolError("creating the sandbox", err)
 	}

@@ -92,7 +92,7 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 		begin := time.Now()
 		var res runner.Result
 		var err error
-		if p := s.poolFor(q.Template, false, rn); p != nil {
+		if p := s.svc.Pool(q.Template, false, rn); p != nil {
 			res, err = p.Run(r.Context(), spec)
 		} else {
 			res, err = rn.Run(r.Context(), spec)
@@ -120,7 +120,7 @@ func (s *Server) postSandbox(w http.ResponseWriter, r *http.Request) {
 		// the same Idempotency-Key, gets this sandbox.
 		var sb *runner.Sandbox
 		var err error
-		if p := s.poolFor(q.Template, true, rn); p != nil {
+		if p := s.svc.Pool(q.Template, true, rn); p != nil {
 			sb, err = p.Create(context.WithoutCancel(r.Context()), spec)
 		} else {
 			sb, err = rn.Create(context.WithoutCancel(r.Context()), spec)

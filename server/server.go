@@ -52,10 +52,6 @@ type Options struct {
 	Sweep func(ctx context.Context) (int, error)
 	// Token is the bearer token TCP requests must carry.
 	Token string
-	// MaxSandboxes is the service's cap on live sandboxes plus one-shot
-	// runs (its admission's), which the warm pools must leave room under;
-	// 0 is none.
-	MaxSandboxes int
 	// MaxBody caps JSON request bodies.
 	MaxBody int64
 	// ReadTimeout bounds the reading of each request, headers and body,
@@ -69,14 +65,6 @@ type Options struct {
 	// DefaultFetchMaxBytes); entries past them are left out and named.
 	FetchMaxFiles int
 	FetchMaxBytes int64
-	// Pools are the warm pools to keep, by template (the templates under
-	// Root). PoolMaxAge replaces pooled sandboxes
-	// older than it (default runner.DefaultPoolMaxAge);
-	// PoolFailWhenEmpty makes a run on an empty pool fail (over_limit)
-	// instead of starting cold.
-	Pools             []PoolConfig
-	PoolMaxAge        time.Duration
-	PoolFailWhenEmpty bool
 	// Extra mounts more handlers behind the same authentication, by path
 	// prefix ("/mcp" serves /mcp and everything below it).
 	Extra map[string]http.Handler
@@ -99,15 +87,6 @@ type Server struct {
 	inflight sync.WaitGroup
 
 	svc *service.Service
-	// releases free the runners the pools hold, once they are closed.
-	relMu    sync.Mutex
-	releases []func()
-
-	// pools are the warm pools by template; the map is fixed once Serve
-	// has started them. retiring are the pools a template change
-	// replaced, still closing.
-	pools    map[string]*warm
-	retiring sync.WaitGroup
 }
 
 // route is one API route; the OpenAPI document lists every one.
@@ -129,16 +108,16 @@ func New(opt Options) (*Server, error) {
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{opt: opt, svc: opt.Service, log: opt.Log, mux: http.NewServeMux(), execs: newExecRegistry(), pools: map[string]*warm{}}
+	s := &Server{opt: opt, svc: opt.Service, log: opt.Log, mux: http.NewServeMux(), execs: newExecRegistry()}
 	s.base, s.stop = context.WithCancel(context.Background())
 	s.metrics = newMetrics(opt.Service.Root())
 	s.idem = newIdempotency(opt.Service.Root())
 	for _, rt := range s.routes() {
 		s.mux.HandleFunc(rt.method+" "+rt.path, rt.handle)
 	}
-	// The pools start filling now; a pool that cannot be made stops the
-	// server before it listens.
-	if err := s.startPools(context.Background()); err != nil {
+	// The service's pools start filling now; a pool that cannot be made
+	// stops the server before it listens.
+	if err := s.svc.StartPools(context.Background()); err != nil {
 		return nil, err
 	}
 	for prefix, h := range opt.Extra {
@@ -267,8 +246,8 @@ func WithTCP(ctx context.Context) context.Context { return context.WithValue(ctx
 // token. Each listener holds at most MaxConnections connections, and
 // every request must be read (headers and body) within ReadTimeout.
 func (s *Server) Serve(ctx context.Context, listeners ...net.Listener) error {
-	defer s.closePools()
-	go every(ctx, poolCheckEvery, s.refreshPools)
+	defer s.svc.ClosePools()
+	go every(ctx, poolCheckEvery, s.svc.RefreshPools)
 	hs := &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,

@@ -11,6 +11,7 @@ package service
 import (
 	"cmp"
 	"context"
+	"log/slog"
 
 	"github.com/containerd/errdefs"
 
@@ -37,6 +38,8 @@ type Service struct {
 	engine    string
 	gate      *admission.Gate
 	templates *templates.Store
+	pools     pools
+	log       *slog.Logger
 }
 
 // Option configures a Service.
@@ -50,9 +53,12 @@ func WithEngine(name string) Option { return func(s *Service) { s.engine = name 
 // serve's --max-sandboxes); without it every one is admitted.
 func WithAdmission(g *admission.Gate) Option { return func(s *Service) { s.gate = g } }
 
+// WithLogger sets the logger; the default discards.
+func WithLogger(l *slog.Logger) Option { return func(s *Service) { s.log = l } }
+
 // New returns the service over root, its runners from engines.
 func New(root string, engines Engines, opts ...Option) *Service {
-	s := &Service{root: root, engines: engines, engine: "auto", templates: templates.Open(root)}
+	s := &Service{root: root, engines: engines, engine: "auto", templates: templates.Open(root), log: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		o(s)
 	}
@@ -66,6 +72,9 @@ func (s *Service) Root() string { return s.root }
 // (once a sandbox is made, its record counts it instead). Past the limit
 // it returns an *admission.OverLimitError.
 func (s *Service) Admit() (release func(), err error) { return s.gate.Admit() }
+
+// MaxSandboxes is the admission's maximum, 0 for none.
+func (s *Service) MaxSandboxes() int { return s.gate.Max() }
 
 // Room says whether one more sandbox or run would be admitted now.
 func (s *Service) Room() bool { return s.gate.Room() }

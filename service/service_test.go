@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/containerd/errdefs"
@@ -139,4 +140,33 @@ func TestAdmit(t *testing.T) {
 			t.Fatalf("without a gate: %v", err)
 		}
 	}
+}
+
+// Pools that leave no room under the maximum, or two pools of one
+// template, are refused before any is made; with none, no template has a
+// pool.
+func TestStartPoolsRefuses(t *testing.T) {
+	ctx := context.Background()
+	root := rootWithTemplate(t, "oci")
+	n := &noEngines{}
+	full := service.New(root, n, service.WithAdmission(admission.New(root, 2)),
+		service.WithPools([]service.PoolConfig{{Template: "py", Size: 2}}, service.PoolOptions{}))
+	if err := full.StartPools(ctx); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "--max-sandboxes 2") {
+		t.Errorf("pools as large as the maximum: %v", err)
+	}
+	dup := service.New(root, n, service.WithPools([]service.PoolConfig{{Template: "py", Size: 1}, {Template: "py", Size: 1}}, service.PoolOptions{}))
+	if err := dup.StartPools(ctx); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "two --pool") {
+		t.Errorf("two pools of one template: %v", err)
+	}
+	if len(n.asked) > 0 {
+		t.Errorf("engines asked %v before the pools were refused", n.asked)
+	}
+	none := service.New(root, n)
+	if err := none.StartPools(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p := none.Pool("py", false, nil); p != nil || len(none.PoolStats()) != 0 {
+		t.Errorf("a service without pools has one: %v", p)
+	}
+	none.ClosePools()
 }

@@ -189,15 +189,14 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 	}
 	listeners = append(listeners, unix)
 
-	// One count of sandboxes and runs, and one set of runners (with the
-	// ceilings), under both the API and MCP.
-	gate := admission.New(g.root, f.maxSandboxes)
+	// One service under both the API and MCP: one count of sandboxes and
+	// runs, one set of runners (with the ceilings), one set of pools.
 	runners := &engineRunners{g: g, m: map[string]*runner.Runner{}, opts: []runner.Option{runner.WithCeilings(ceil)}}
 	defer runners.close()
-	svc := service.New(g.root, runners, service.WithAdmission(gate))
+	svc := service.New(g.root, runners, service.WithAdmission(admission.New(g.root, f.maxSandboxes)), service.WithLogger(g.serverLogger()),
+		service.WithPools(pools, service.PoolOptions{MaxAge: f.poolMaxAge, FailWhenEmpty: f.poolExhausted == "fail"}))
 	srv, err := server.New(server.Options{
-		Service: svc, Token: token, MaxSandboxes: f.maxSandboxes, MaxBody: int64(maxBody), MaxConnections: f.maxConnections,
-		Pools: pools, PoolMaxAge: f.poolMaxAge, PoolFailWhenEmpty: f.poolExhausted == "fail",
+		Service: svc, Token: token, MaxBody: int64(maxBody), MaxConnections: f.maxConnections,
 		Sweep: func(ctx context.Context) (int, error) {
 			rep, err := g.reap(ctx, false)
 			return len(rep.Reaped), err
@@ -267,8 +266,8 @@ func hostMemory() int64 {
 
 // parsePools parses --pool (or, sandboxes, --pool-sandboxes) TEMPLATE=N
 // values.
-func parsePools(vals []string, sandboxes bool) ([]server.PoolConfig, error) {
-	var out []server.PoolConfig
+func parsePools(vals []string, sandboxes bool) ([]service.PoolConfig, error) {
+	var out []service.PoolConfig
 	for _, v := range vals {
 		name, num, ok := strings.Cut(v, "=")
 		n, err := strconv.Atoi(num)
@@ -279,7 +278,7 @@ func parsePools(vals []string, sandboxes bool) ([]server.PoolConfig, error) {
 			}
 			return nil, usageError{fmt.Errorf("%s %q: give TEMPLATE=N with N from 1 to 256, such as %s py=4", flag, v, flag)}
 		}
-		out = append(out, server.PoolConfig{Template: name, Size: n, Sandboxes: sandboxes})
+		out = append(out, service.PoolConfig{Template: name, Size: n, Sandboxes: sandboxes})
 	}
 	return out, nil
 }

@@ -115,6 +115,16 @@ echo "$RUN" >/tmp/marker; echo "$RUN" >/out/marker.txt; echo "$RUN" >"$HOME/mark
 	if st, _, b := a.do(t, "GET", "/metrics", nil); st != 200 || !strings.Contains(string(b), `airlock_pool_claims_total{template="e2e-pool"} 50`) {
 		t.Errorf("/metrics does not count 50 claims: %s", grepLines(string(b), "airlock_pool_"))
 	}
+	// MCP's run_code on the template takes from the same pool: the
+	// service's, under every face.
+	a.waitPooled(t, "refilled", atLeast(1))
+	res, text := tool(t, s.mcpClient(t), "run_code", map[string]any{"language": "sh", "code": "echo pooled", "template": "e2e-pool"})
+	if out, _ := res.StructuredContent.(map[string]any); res.IsError || out["stdout"] != "pooled\n" {
+		t.Fatalf("MCP run_code on the pooled template: %v %s", res.StructuredContent, text)
+	}
+	if st, _, b := a.do(t, "GET", "/metrics", nil); st != 200 || !strings.Contains(string(b), `airlock_pool_claims_total{template="e2e-pool"} 51`) {
+		t.Errorf("MCP's run_code did not take a pooled sandbox: %s", grepLines(string(b), "airlock_pool_"))
+	}
 }
 
 func grepLines(s, prefix string) string {
@@ -241,5 +251,10 @@ func TestServeSandboxPool(t *testing.T) {
 	}
 	if st, _, b := a.do(t, "GET", "/metrics", nil); st != 200 || !strings.Contains(string(b), `airlock_pool_claims_total{template="sandboxes/e2e-sbpool"} 1`) {
 		t.Errorf("/metrics: %s", grepLines(string(b), "airlock_pool_"))
+	}
+	// MCP's sandbox_create on the template takes a pooled sandbox too.
+	ready := a.waitPooled(t, "refilled", atLeast(1))
+	if id, text := mcpSandbox(t, s.mcpClient(t), map[string]any{"template": "e2e-sbpool"}); !slices.Contains(ready, id) {
+		t.Fatalf("MCP sandbox_create on the pooled template made %q (%s), not one of %v", id, text, ready)
 	}
 }

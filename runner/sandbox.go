@@ -113,12 +113,20 @@ type SandboxInfo struct {
 	ExpiresAt      time.Time         `json:"expires_at"`
 	IdleTimeoutMS  int64             `json:"idle_timeout_ms"`
 	LastActivity   time.Time         `json:"last_activity"`
-	Areas          Areas             `json:"areas"`
-	// Creator is the process that created it; Execs the airlock processes
-	// of the execs in progress, by exec id.
-	Creator owner            `json:"creator"`
-	Execs   map[string]owner `json:"execs,omitempty"`
+	// Areas are its host directories; Creator is the process that created
+	// it; Execs the airlock processes of the execs in progress, by exec
+	// id. The record keeps them; Public leaves them out.
+	Areas   Areas            `json:"areas,omitzero" openapi:"-"`
+	Creator owner            `json:"creator,omitzero" openapi:"-"`
+	Execs   map[string]owner `json:"execs,omitempty" openapi:"-"`
 	Error   string           `json:"error,omitempty"`
+}
+
+// Public is si as a client of the API sees it: without the host's paths
+// and processes, which a client has no use for and should not learn.
+func (si SandboxInfo) Public() SandboxInfo {
+	si.Areas, si.Creator, si.Execs = Areas{}, owner{}, nil
+	return si
 }
 
 var sandboxIDPattern = regexp.MustCompile(`^sb-[0-9a-f]{20}$`)

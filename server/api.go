@@ -129,7 +129,7 @@ func (s *Server) postSandbox(w http.ResponseWriter, r *http.Request) {
 			return encodeError(err)
 		}
 		s.metrics.createDur.Observe(time.Since(begin).Seconds())
-		return encode(http.StatusCreated, sb.Info())
+		return encode(http.StatusCreated, sb.Info().Public())
 	})
 }
 
@@ -138,6 +138,9 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		writeError(w, err)
 		return
+	}
+	for i := range list {
+		list[i] = list[i].Public()
 	}
 	writeJSON(w, http.StatusOK, list)
 }
@@ -148,7 +151,7 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, si)
+	writeJSON(w, http.StatusOK, si.Public())
 }
 
 func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {

@@ -42,6 +42,12 @@ func testSession(t *testing.T, a api) {
 	if si.State != "ready" || si.Engine != engineName || si.Labels["suite"] != "serve" {
 		t.Fatalf("create: %+v", si)
 	}
+	// A client learns nothing of the host's paths or processes.
+	for _, path := range []string{"/v1/sandboxes/" + id, "/v1/sandboxes"} {
+		if st, _, b := a.do(t, "GET", path, nil); st != http.StatusOK || strings.Contains(string(b), rootDir) || strings.Contains(string(b), `"areas"`) || strings.Contains(string(b), `"creator"`) {
+			t.Fatalf("GET %s shows the host's side: %d %s", path, st, b)
+		}
+	}
 	// A module written by one exec is imported by the next.
 	if res := a.exec(t, id, map[string]any{"argv": []string{"python3", "-c", "open('mod42.py','w').write('ANSWER = 42\\n')"}}); res.ExitCode != 0 || res.SandboxID != id {
 		t.Fatalf("writing the module: %+v", res)

@@ -1482,42 +1482,11 @@ export interface components {
         };
         /** @description SandboxInfo is a sandbox's reconnect record, as `airlock sandbox inspect` shows it. */
         Sandbox: {
-            /** @description Areas is a sandbox's writable areas on the host. The zero value holds nothing. It is plain data, so a sandbox's state file can keep it for a later process to transfer files or remove the areas. */
-            areas: {
-                /** @description Dir is <root>/sandboxes/<id>. */
-                dir: string;
-                gid: number;
-                out?: string;
-                /** @description OutDir is the output directory's path inside the sandbox. */
-                out_dir?: string;
-                tmp: string;
-                /** @description UID and GID own uploaded files. */
-                uid: number;
-                /** @description Workspace, Tmp and Out are the host mount points; Out is "" when the output directory is off. */
-                workspace: string;
-            };
             /** Format: date-time */
             created_at: string;
-            /** @description Creator is the process that created it; Execs the airlock processes of the execs in progress, by exec id. */
-            creator: {
-                /** Format: date-time */
-                deadline: string;
-                pid: number;
-                /** @description Start is the process's start time in clock ticks since boot, so a recycled pid is not mistaken for the owner. */
-                start: number;
-            };
             download_types?: string[];
             engine: string;
             error?: string;
-            execs?: {
-                [key: string]: {
-                    /** Format: date-time */
-                    deadline: string;
-                    pid: number;
-                    /** @description Start is the process's start time in clock ticks since boot, so a recycled pid is not mistaken for the owner. */
-                    start: number;
-                };
-            };
             /** Format: date-time */
             expires_at: string;
             id: string;

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +17,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/internal/roottest"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/lifecycle"
 )
@@ -24,6 +28,11 @@ type fakeEngine struct {
 	run        func(ctx context.Context, j *engine.SandboxSpec) (engine.Exit, error)
 	runtimeErr error
 	runs       atomic.Int32
+	// destroyErr is every task's Destroy's; reaped lists the ids Reap was
+	// asked to free.
+	destroyErr error
+	mu         sync.Mutex
+	reaped     []string
 }
 
 func (f *fakeEngine) Name() string                                     { return "fake" }
@@ -35,7 +44,12 @@ func (f *fakeEngine) Create(_ context.Context, s *engine.SandboxSpec) (engine.Sa
 	return nil, fmt.Errorf("%w: the fake engine makes no long-lived sandbox", errdefs.ErrNotImplemented)
 }
 func (f *fakeEngine) Leftovers(context.Context) ([]string, error) { return nil, nil }
-func (f *fakeEngine) Reap(context.Context, string) error          { return nil }
+func (f *fakeEngine) Reap(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reaped = append(f.reaped, id)
+	return nil
+}
 func (f *fakeEngine) Open(_ context.Context, id string) (engine.Sandbox, error) {
 	return nil, fmt.Errorf("%w: no sandbox %q", errdefs.ErrNotFound, id)
 }
@@ -54,7 +68,7 @@ func (r *fakeRun) Wait(ctx context.Context) (engine.Exit, error) {
 	r.f.runs.Add(1)
 	return r.f.run(ctx, r.s)
 }
-func (r *fakeRun) Destroy(context.Context) error { return nil }
+func (r *fakeRun) Destroy(context.Context) error { return r.f.destroyErr }
 
 func fakeSpec() Spec {
 	return Spec{Image: "sha256:" + strings.Repeat("ab", 32), Argv: []string{"true"}, Output: Output{Disabled: true}}
@@ -275,5 +289,30 @@ func TestDestroyRunBoundsItsLockWait(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "runs", id)); err != nil {
 		t.Errorf("a destroy that never got the lock freed the run: %v", err)
+	}
+}
+
+// A run whose sandbox the engine could not free keeps its run directory,
+// owned by nobody: the next cheap sweep has the engine reap it and removes
+// it, where before only a full airlock reap found what the engine held
+// (empty cgroups left under the pids hierarchy, say).
+func TestUnfreedRunIsSwept(t *testing.T) {
+	roottest.Require(t, "a run's scratch is root's")
+	fe := &fakeEngine{run: func(context.Context, *engine.SandboxSpec) (engine.Exit, error) { return engine.Exit{}, nil }, destroyErr: errors.New("the cgroup is busy")}
+	r, root := newFakeRunner(t, fe)
+	res, err := r.Run(context.Background(), fakeSpec())
+	if err == nil || res.ID == "" {
+		t.Fatalf("a run whose sandbox was not freed: %+v, %v; want its error", res, err)
+	}
+	dir := filepath.Join(root, "runs", res.ID)
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("the run directory went with the sandbox unfreed: %v", err)
+	}
+	rep, err := Reap(context.Background(), root, func() []engine.Reaper { return []engine.Reaper{fe} }, false)
+	if err != nil || !slices.Contains(rep.Reaped, res.ID) || !slices.Contains(fe.reaped, res.ID) {
+		t.Fatalf("the sweep: %+v, %v, engine reaped %v; want %s reaped", rep, err, fe.reaped, res.ID)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the run directory outlived the sweep: %v", err)
 	}
 }

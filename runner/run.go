@@ -311,6 +311,13 @@ func (r *Runner) execute(ctx context.Context, s Spec, job *engine.SandboxSpec, s
 		if c != nil && c.sb != nil {
 			return // run frees it, scratch and all
 		}
+		if errors.As(err, new(unfreedError)) {
+			r.log.Warn("the engine could not free the run's sandbox; its run directory stays for the sweep", "sandbox_id", job.ID, "err", err)
+			if oerr := sc.orphan(); oerr != nil {
+				r.log.Warn("leaving the run directory to the sweep", "sandbox_id", job.ID, "err", oerr)
+			}
+			return
+		}
 		if err := sc.cleanup(); err != nil {
 			r.log.Warn("cleaning up run directory", "sandbox_id", job.ID, "err", err)
 		}
@@ -420,7 +427,7 @@ func (r *Runner) runOnce(ctx, runCtx context.Context, job *engine.SandboxSpec, s
 	if err != nil {
 		if sb != nil {
 			if derr := sb.Destroy(context.WithoutCancel(ctx)); derr != nil {
-				err = also(err, derr)
+				err = also(err, unfreedError{derr})
 			}
 		}
 		return engine.Exit{}, nil, err
@@ -440,7 +447,7 @@ func (r *Runner) runOnce(ctx, runCtx context.Context, job *engine.SandboxSpec, s
 	}
 	if err != nil {
 		if derr := sb.Destroy(context.WithoutCancel(ctx)); derr != nil {
-			err = also(err, derr)
+			err = also(err, unfreedError{derr})
 		}
 		mark(ctx, "destroy")
 		return exit, nil, err
@@ -448,9 +455,21 @@ func (r *Runner) runOnce(ctx, runCtx context.Context, job *engine.SandboxSpec, s
 	// For the same reason the sandbox is destroyed while its output is
 	// read and the receipt sealed; the run ends once it is gone.
 	destroyed := make(chan error, 1)
-	go func() { destroyed <- sb.Destroy(context.WithoutCancel(ctx)) }()
+	go func() {
+		var derr error
+		if err := sb.Destroy(context.WithoutCancel(ctx)); err != nil {
+			derr = unfreedError{err}
+		}
+		destroyed <- derr
+	}()
 	return exit, destroyed, nil
 }
+
+// unfreedError is the engine's failure to free a run's sandbox: the run
+// directory then stays for the sweep (scratch.orphan).
+type unfreedError struct{ error }
+
+func (e unfreedError) Unwrap() error { return e.error }
 
 // reasonOf decides why a run ended. airlock's own kills come first: a
 // program killed at its timeout is a timeout even if it was also near its

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/internal/atomicfile"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/receipt"
 )
@@ -87,6 +88,24 @@ func (sc *scratch) mountOut(o Output, uid, gid uint32) error {
 // outInodeSlack leaves room for directories and the root inode on top of
 // the file cap; the scanner's own count enforces the cap exactly.
 const outInodeSlack = 64
+
+// orphan keeps the run directory for the reapers, when the engine could
+// not free the run's sandbox: with it gone, nothing but `airlock reap`
+// would find what the engine still holds (its cgroups, say). Its tmpfs go
+// now; its owner file says nobody owns it, so the next sweep (at any
+// airlock command's start, or airlock serve's every 30s) has the engines
+// reap the run, then removes the directory.
+func (sc *scratch) orphan() error {
+	sc.out = ""
+	var errs []error
+	for _, m := range mountsUnder(sc.dir) {
+		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			errs = append(errs, fmt.Errorf("unmounting %q: %w", m, err))
+		}
+	}
+	errs = append(errs, atomicfile.Replace(filepath.Join(sc.dir, ownerFile), []byte("{}"), 0o600))
+	return errors.Join(errs...)
+}
 
 // cleanup unmounts the input and output tmpfs and removes the run directory.
 func (sc *scratch) cleanup() error {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
+	"github.com/airlock-sandbox/airlock/service"
 	"github.com/airlock-sandbox/airlock/units"
 	"github.com/airlock-sandbox/airlock/wire"
 )
@@ -87,12 +88,7 @@ const (
 	fusionTLE          = "TimeLimitExceeded"
 )
 
-const (
-	fusionDefaultTimeout = 10 * time.Second
-	fusionWorkdir        = "/home/user"
-	// fusionWorkspace caps the sandbox's workspace, and so each fetched file.
-	fusionWorkspace = 256 << 20
-)
+const fusionWorkdir = "/home/user"
 
 // fusionLanguages maps a language to the program that runs its code file.
 var fusionLanguages = map[string]struct{ file, interp string }{
@@ -130,7 +126,7 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) {
 // most a day is taken.
 func fusionSeconds(field string, v *float64) (time.Duration, error) {
 	if v == nil {
-		return fusionDefaultTimeout, nil
+		return service.CodeTimeout, nil
 	}
 	d, err := wire.Seconds(field, v)
 	if err == nil && d > 24*time.Hour {
@@ -186,7 +182,7 @@ func (s *Server) fusion(ctx context.Context, q *FusionRequest) (FusionResponse, 
 	defer s.inflight.Done()
 
 	begin := time.Now()
-	sb, err := rn.Create(ctx, runner.SandboxSpec{Policy: pol, TTL: timeout + 5*time.Minute, IdleTimeout: 5 * time.Minute, WorkspaceSize: fusionWorkspace, Output: runner.Output{Disabled: true}})
+	sb, err := rn.Create(ctx, service.CodeSandbox(pol))
 	if err != nil {
 		return sandboxError("creating the sandbox: %v", err)
 	}

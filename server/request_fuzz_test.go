@@ -387,7 +387,7 @@ func FuzzRunCode(f *testing.F) {
 		if v := q.RunTimeout; v != nil && float64(l.Timeout) > *v*float64(time.Second)+1 {
 			t.Fatalf("run_timeout %v s asked, a timeout of %v reached the engine", *v, l.Timeout)
 		}
-		if v := q.RunTimeout; v == nil && l.Timeout != fusionDefaultTimeout {
+		if v := q.RunTimeout; v == nil && l.Timeout != service.CodeTimeout {
 			t.Fatalf("no run_timeout, a timeout of %v reached the engine", l.Timeout)
 		}
 		if v := q.MemoryLimitMB; v != nil && *v != -1 && (*v <= 0 || float64(l.Memory) > *v*(1<<20)+1) {

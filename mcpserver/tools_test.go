@@ -12,7 +12,6 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/internal/fuzztest"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/service"
@@ -196,24 +195,6 @@ func TestTransferError(t *testing.T) {
 	}
 }
 
-// noEngine is the engines of a machine with none: every tool that gets
-// as far as a runner fails, so a test can tell that the arguments were
-// refused before. engines records the engine each call asked for.
-type noEngine struct {
-	calls   int
-	engines []string
-}
-
-var errNoEngine = fmt.Errorf("%w: no engine in unit tests", errdefs.ErrUnavailable)
-
-func (n *noEngine) Runner(_ context.Context, name string) (*runner.Runner, func(), error) {
-	n.calls++
-	n.engines = append(n.engines, name)
-	return nil, nil, errNoEngine
-}
-
-func (n *noEngine) Reapers(context.Context) ([]engine.Reaper, func()) { return nil, func() {} }
-
 // testRoot is a root holding template "py": oci, 256MiB, 10s.
 func testRoot(t *testing.T) string {
 	root := t.TempDir()
@@ -261,7 +242,7 @@ func callError(t *testing.T, cs *mcp.ClientSession, name string, args map[string
 }
 
 func TestToolsOverMCP(t *testing.T) {
-	rs := &noEngine{}
+	rs := &fuzztest.NoEngines{}
 	cs := connect(t, testRoot(t), rs)
 	lt, err := cs.ListTools(context.Background(), nil)
 	if err != nil {
@@ -306,8 +287,8 @@ func TestToolsOverMCP(t *testing.T) {
 			t.Errorf("%s %v: %q, want it to contain %q", tc.tool, tc.args, msg, tc.want)
 		}
 	}
-	if rs.calls != 0 {
-		t.Errorf("bad arguments reached the runners %d times", rs.calls)
+	if asked := rs.Asked(); len(asked) != 0 {
+		t.Errorf("bad arguments reached the runners %d times", len(asked))
 	}
 
 	// A well-formed id of no sandbox: gone, and what to do.
@@ -338,7 +319,7 @@ func TestToolsOverMCP(t *testing.T) {
 		t.Errorf("engine failure: %q", msg)
 	}
 	// A template narrowed within its bounds reaches the runner of its engine.
-	before := rs.calls
+	rs.Asked()
 	for tool, args := range map[string]map[string]any{
 		"run_code":       {"language": "python", "code": "1", "template": "py", "timeout_s": 2},
 		"sandbox_create": {"template": "py", "memory": "128MiB"},
@@ -347,8 +328,8 @@ func TestToolsOverMCP(t *testing.T) {
 			t.Errorf("%s on a template: %q", tool, msg)
 		}
 	}
-	if rs.calls != before+2 || rs.engines[len(rs.engines)-1] != "oci" {
-		t.Errorf("templated calls reached the runners %d times (engines %v), want 2 on oci", rs.calls-before, rs.engines)
+	if asked := rs.Asked(); !slices.Equal(asked, []string{"oci", "oci"}) {
+		t.Errorf("templated calls reached the runners of %v, want twice oci", asked)
 	}
 	if msg := callError(t, cs, "sandbox_list", nil); !strings.Contains(msg, "listing the sandboxes") {
 		t.Errorf("sandbox_list without an engine: %q", msg)

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/fuzztest"
 	"github.com/airlock-sandbox/airlock/service"
 )
 
@@ -26,7 +27,7 @@ import (
 // loopback TCP listener until the test ends, and returns its address.
 func serveTest(t *testing.T, opt Options) string {
 	t.Helper()
-	opt.Service, opt.Token = service.New(t.TempDir(), noEngines{}), testToken
+	opt.Service, opt.Token = service.New(t.TempDir(), &fuzztest.NoEngines{}), testToken
 	s, err := New(opt)
 	if err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/errkind"
+	"github.com/airlock-sandbox/airlock/internal/fuzztest"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/service"
@@ -35,21 +36,12 @@ const testToken = "0123456789abcdef0123456789abcdef"
 func newTestServer(t *testing.T, extra map[string]http.Handler) (*Server, string) {
 	t.Helper()
 	root := t.TempDir()
-	s, err := New(Options{Service: service.New(root, noEngines{}), Token: testToken, Extra: extra})
+	s, err := New(Options{Service: service.New(root, &fuzztest.NoEngines{}), Token: testToken, Extra: extra})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s, root
 }
-
-// noEngines are the engines of a machine with none.
-type noEngines struct{}
-
-func (noEngines) Runner(context.Context, string) (*runner.Runner, func(), error) {
-	return nil, nil, errors.New("no engine in unit tests: " + errdefs.ErrUnavailable.Error())
-}
-
-func (noEngines) Reapers(context.Context) ([]engine.Reaper, func()) { return nil, func() {} }
 
 // do sends one request to h, over "TCP" when tcp is set.
 func do(t *testing.T, h http.Handler, tcp bool, method, target, body string, hdr ...string) *httptest.ResponseRecorder {
@@ -144,7 +136,7 @@ func TestErrors(t *testing.T) {
 		{"file without path", "GET", "/v1/sandboxes/sb-0123456789abcdef0123/files", ``, KindInvalidInput, "?path="},
 		{"unknown route", "GET", "/v2/whatever", ``, KindNotFound, "no route"},
 		{"wrong method", "PATCH", "/v1/sandboxes/sb-0123456789abcdef0123", ``, KindInvalidInput, "takes GET, DELETE"},
-		{"engine unavailable", "POST", "/v1/runs", `{"argv":["true"]}`, KindInternal, "no engine"},
+		{"engine unavailable", "POST", "/v1/runs", `{"argv":["true"]}`, KindUnavailable, "no engine"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			rec := do(t, h, false, c.method, c.target, c.body)

@@ -35,8 +35,8 @@ func TestTemplateRequests(t *testing.T) {
 		{"other isolation", "/v1/sandboxes", `{"template":"py","isolation":"seccomp"}`, KindInvalidInput, "isolation seccomp"},
 		{"other image", "/v1/runs", `{"argv":["true"],"template":"py","image":"sha256:` + strings.Repeat("2", 64) + `"}`, KindInvalidInput, "not template \"py\"'s image"},
 		// A narrowing passes conversion and reaches the (absent) engine.
-		{"narrower", "/v1/runs", `{"argv":["true"],"template":"py","memory":"128MiB"}`, KindInternal, "no engine"},
-		{"narrower, sandbox", "/v1/sandboxes", `{"template":"py","memory":"128MiB","ttl":"1m"}`, KindInternal, "no engine"},
+		{"narrower", "/v1/runs", `{"argv":["true"],"template":"py","memory":"128MiB"}`, KindUnavailable, "no engine"},
+		{"narrower, sandbox", "/v1/sandboxes", `{"template":"py","memory":"128MiB","ttl":"1m"}`, KindUnavailable, "no engine"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := errorOf(t, do(t, h, false, "POST", c.target, c.body))

@@ -10,38 +10,11 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/admission"
-	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/internal/fuzztest"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/service"
 	"github.com/airlock-sandbox/airlock/templates"
 )
-
-// noEngines record the engines asked for and the ids reaped, and make no
-// runner.
-type noEngines struct {
-	asked  []string
-	reaped []string
-}
-
-var errNoEngine = errors.New("no engine in unit tests")
-
-func (n *noEngines) Runner(_ context.Context, name string) (*runner.Runner, func(), error) {
-	n.asked = append(n.asked, name)
-	return nil, nil, errNoEngine
-}
-
-func (n *noEngines) Reapers(context.Context) ([]engine.Reaper, func()) {
-	return []engine.Reaper{reaper{n}}, func() {}
-}
-
-type reaper struct{ n *noEngines }
-
-func (reaper) Leftovers(context.Context) ([]string, error) { return nil, nil }
-func (r reaper) Reap(_ context.Context, id string) error {
-	r.n.reaped = append(r.n.reaped, id)
-	return nil
-}
 
 // rootWithTemplate is a root holding template "py" on engine.
 func rootWithTemplate(t *testing.T, eng string) string {
@@ -54,7 +27,7 @@ func rootWithTemplate(t *testing.T, eng string) string {
 // template, to the template's, which an explicit engine may not change.
 func TestForNew(t *testing.T) {
 	ctx := context.Background()
-	n := &noEngines{}
+	n := &fuzztest.NoEngines{}
 	s := service.New(rootWithTemplate(t, "oci"), n, service.WithEngine("docker"))
 	tp, err := s.Template("py")
 	if err != nil {
@@ -65,14 +38,13 @@ func TestForNew(t *testing.T) {
 		t      *templates.Template
 		want   string
 	}{{"", nil, "docker"}, {"oci", nil, "oci"}, {"", tp, "oci"}, {"auto", tp, "oci"}, {"oci", tp, "oci"}} {
-		n.asked = nil
-		if _, _, err := s.ForNew(ctx, c.engine, c.t); !errors.Is(err, errNoEngine) || !slices.Equal(n.asked, []string{c.want}) {
-			t.Errorf("engine %q, template %v: asked %v (%v), want %s", c.engine, c.t != nil, n.asked, err, c.want)
+		_, _, err := s.ForNew(ctx, c.engine, c.t)
+		if asked := n.Asked(); !errors.Is(err, fuzztest.ErrNoEngine) || !slices.Equal(asked, []string{c.want}) {
+			t.Errorf("engine %q, template %v: asked %v (%v), want %s", c.engine, c.t != nil, asked, err, c.want)
 		}
 	}
-	n.asked = nil
-	if _, _, err := s.ForNew(ctx, "docker", tp); !errdefs.IsInvalidArgument(err) || len(n.asked) > 0 {
-		t.Errorf("docker on an oci template: %v, asked %v; want invalid input before any engine", err, n.asked)
+	if _, _, err := s.ForNew(ctx, "docker", tp); !errdefs.IsInvalidArgument(err) || len(n.Asked()) > 0 {
+		t.Errorf("docker on an oci template: %v; want invalid input before any engine", err)
 	}
 	if _, err := s.Template("nope"); !errdefs.IsNotFound(err) {
 		t.Errorf("an unknown template: %v", err)
@@ -83,7 +55,7 @@ func TestForNew(t *testing.T) {
 // engine is asked.
 func TestForSandbox(t *testing.T) {
 	ctx := context.Background()
-	n := &noEngines{}
+	n := &fuzztest.NoEngines{}
 	s := service.New(t.TempDir(), n)
 	if _, _, err := s.ForSandbox(ctx, "sb-../../etc"); !errdefs.IsInvalidArgument(err) {
 		t.Errorf("a malformed id: %v", err)
@@ -94,8 +66,8 @@ func TestForSandbox(t *testing.T) {
 	if _, _, err := s.Open(ctx, "sb-0123456789abcdef0123"); !errdefs.IsNotFound(err) {
 		t.Errorf("opening an unknown id: %v", err)
 	}
-	if len(n.asked) > 0 {
-		t.Errorf("engines asked: %v", n.asked)
+	if asked := n.Asked(); len(asked) > 0 {
+		t.Errorf("engines asked: %v", asked)
 	}
 }
 
@@ -103,17 +75,17 @@ func TestForSandbox(t *testing.T) {
 // a malformed id reaches none.
 func TestDestroyFallsBackToReapers(t *testing.T) {
 	ctx := context.Background()
-	n := &noEngines{}
+	n := &fuzztest.NoEngines{}
 	s := service.New(t.TempDir(), n)
-	if err := s.Destroy(ctx, "sb-../x"); !errdefs.IsInvalidArgument(err) || len(n.reaped) > 0 {
-		t.Fatalf("a malformed id: %v, reaped %v", err, n.reaped)
+	if err := s.Destroy(ctx, "sb-../x"); !errdefs.IsInvalidArgument(err) || len(n.Reaped()) > 0 {
+		t.Fatalf("a malformed id: %v, reaped %v", err, n.Reaped())
 	}
 	id := "sb-0123456789abcdef0123"
 	if err := s.Destroy(ctx, id); err != nil {
 		t.Fatalf("destroying a sandbox with no record: %v", err)
 	}
-	if !slices.Equal(n.reaped, []string{id}) {
-		t.Errorf("reaped %v, want [%s]", n.reaped, id)
+	if reaped := n.Reaped(); !slices.Equal(reaped, []string{id}) {
+		t.Errorf("reaped %v, want [%s]", reaped, id)
 	}
 }
 
@@ -121,7 +93,7 @@ func TestDestroyFallsBackToReapers(t *testing.T) {
 // service without one admits everything.
 func TestAdmit(t *testing.T) {
 	root := t.TempDir()
-	s := service.New(root, &noEngines{}, service.WithAdmission(admission.New(root, 1)))
+	s := service.New(root, &fuzztest.NoEngines{}, service.WithAdmission(admission.New(root, 1)))
 	release, err := s.Admit()
 	if err != nil || s.Room() {
 		t.Fatalf("the first admission: %v, room %v", err, s.Room())
@@ -134,7 +106,7 @@ func TestAdmit(t *testing.T) {
 	if !s.Room() {
 		t.Fatal("no room once released")
 	}
-	free := service.New(root, &noEngines{})
+	free := service.New(root, &fuzztest.NoEngines{})
 	for range 3 {
 		if _, err := free.Admit(); err != nil {
 			t.Fatalf("without a gate: %v", err)
@@ -148,7 +120,7 @@ func TestAdmit(t *testing.T) {
 func TestStartPoolsRefuses(t *testing.T) {
 	ctx := context.Background()
 	root := rootWithTemplate(t, "oci")
-	n := &noEngines{}
+	n := &fuzztest.NoEngines{}
 	full := service.New(root, n, service.WithAdmission(admission.New(root, 2)),
 		service.WithPools([]service.PoolConfig{{Template: "py", Size: 2}}, service.PoolOptions{}))
 	if err := full.StartPools(ctx); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "--max-sandboxes 2") {
@@ -158,8 +130,8 @@ func TestStartPoolsRefuses(t *testing.T) {
 	if err := dup.StartPools(ctx); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "two --pool") {
 		t.Errorf("two pools of one template: %v", err)
 	}
-	if len(n.asked) > 0 {
-		t.Errorf("engines asked %v before the pools were refused", n.asked)
+	if asked := n.Asked(); len(asked) > 0 {
+		t.Errorf("engines asked %v before the pools were refused", asked)
 	}
 	none := service.New(root, n)
 	if err := none.StartPools(ctx); err != nil {

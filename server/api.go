@@ -68,7 +68,7 @@ func (s *Server) admitted(w http.ResponseWriter, r *http.Request, persist bool, 
 		if err := convert(); err != nil {
 			return encodeError(err)
 		}
-		rn, done, err := s.runnerFor(r.Context(), q.engineName())
+		rn, done, err := s.svc.ForNew(r.Context(), q.engineName(), nil)
 		if err != nil {
 			return encodeError(err)
 		}
@@ -160,20 +160,10 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if err := s.destroy(context.WithoutCancel(r.Context()), id); err != nil {
+	if err := s.svc.Destroy(context.WithoutCancel(r.Context()), id); err != nil {
 		s.metrics.termFail.Add(1)
 		writeError(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// destroy destroys sandbox id on its engine, or through every reaper when
-// its record is gone or unreadable; an id already gone succeeds.
-func (s *Server) destroy(ctx context.Context, id string) error { return s.svc.Destroy(ctx, id) }
-
-// open reconnects to live sandbox id on its engine; done releases its
-// runner once the work on it is over.
-func (s *Server) open(ctx context.Context, id string) (sb *runner.Sandbox, done func(), err error) {
-	return s.svc.Open(ctx, id)
 }

@@ -309,7 +309,7 @@ func (s *Server) postExec(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	sb, done, err := s.open(r.Context(), r.PathValue("id"))
+	sb, done, err := s.svc.Open(r.Context(), r.PathValue("id"))
 	if err != nil {
 		writeError(w, err)
 		return

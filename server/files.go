@@ -30,7 +30,7 @@ func (s *Server) fileTarget(r *http.Request) (sb *runner.Sandbox, path string, d
 	if p == "" {
 		return nil, "", nil, invalid("give the sandbox path as ?path=, such as ?path=/home/user/data.csv")
 	}
-	sb, done, err = s.open(r.Context(), r.PathValue("id"))
+	sb, done, err = s.svc.Open(r.Context(), r.PathValue("id"))
 	return sb, p, done, err
 }
 

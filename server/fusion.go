@@ -173,7 +173,7 @@ func (s *Server) fusion(ctx context.Context, q *FusionRequest) (FusionResponse, 
 		}
 		files[fusionPath(p)] = b
 	}
-	rn, done, err := s.runnerFor(ctx, "")
+	rn, done, err := s.svc.ForNew(ctx, "", nil)
 	if err != nil {
 		return sandboxError("%v", err)
 	}

@@ -15,7 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/service"
 )
 
@@ -316,12 +315,6 @@ func every(ctx context.Context, period time.Duration, fn func(context.Context)) 
 			fn(ctx)
 		}
 	}
-}
-
-// runnerFor returns the runner of engine name ("" for the service's), and
-// the function that releases it.
-func (s *Server) runnerFor(ctx context.Context, name string) (*runner.Runner, func(), error) {
-	return s.svc.ForNew(ctx, name, nil)
 }
 
 // body caps and reads a JSON request body into v (within Serve's

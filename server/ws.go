@@ -97,7 +97,7 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 			fail(err)
 			return
 		}
-		sb, done, err := s.open(ctx, id)
+		sb, done, err := s.svc.Open(ctx, id)
 		if err != nil {
 			fail(err)
 			return

@@ -14,7 +14,7 @@ import (
 // metrics are the series the operations documents ask to monitor, kept
 // by the server itself (no process-wide globals).
 type metrics struct {
-	root      string
+	sandboxes func() ([]runner.SandboxInfo, error)
 	orphans   atomic.Uint64
 	createDur *histogram
 	execDur   *histogram
@@ -29,9 +29,9 @@ var liveStates = []lifecycle.State{lifecycle.Requested, lifecycle.Pooled, lifecy
 
 var latencyBuckets = []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
 
-func newMetrics(root string) *metrics {
+func newMetrics(sandboxes func() ([]runner.SandboxInfo, error)) *metrics {
 	m := &metrics{
-		root:      root,
+		sandboxes: sandboxes,
 		createDur: newHistogram(latencyBuckets),
 		execDur:   newHistogram(latencyBuckets),
 		runDur:    newHistogram(latencyBuckets),
@@ -60,7 +60,7 @@ func (m *metrics) serve(w http.ResponseWriter, more func(*expo)) {
 	e.sample("airlock_termination_failures_total", float64(m.termFail.Load()))
 	m.rejected.write(&e, "airlock_rejected_files_total", "Refused file transfers and rejected artifacts, by reason word.", "reason")
 	m.runs.write(&e, "airlock_runs_total", "One-shot runs and execs by how they ended (the Result's reason).", "reason")
-	writeSandboxes(&e, m.root)
+	writeSandboxes(&e, m.sandboxes)
 	more(&e)
 	writeRuntime(&e)
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
@@ -81,8 +81,8 @@ var ageBuckets = []float64{60, 300, 900, 1800, 3600, 7200, 21600, 86400}
 
 // writeSandboxes reads the sandboxes from state at each scrape, so it
 // counts those of the CLI and of earlier servers too.
-func writeSandboxes(e *expo, root string) {
-	list, err := runner.ListSandboxes(root)
+func writeSandboxes(e *expo, sandboxes func() ([]runner.SandboxInfo, error)) {
+	list, err := sandboxes()
 	if err != nil {
 		// A comment: the rest of the scrape stands.
 		e.b.WriteString("# airlock_sandboxes_active: " + strings.ReplaceAll(err.Error(), "\n", " ") + "\n")

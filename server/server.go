@@ -45,10 +45,9 @@ type Options struct {
 	// the server (airlock serve keeps one per engine); each is released
 	// when the work on it is done.
 	Service *service.Service
-	// Sweep, when set, is called every 30s to reap leftovers (runs and
-	// sandboxes past their deadline or orphaned); it returns how many it
-	// reaped.
-	Sweep func(ctx context.Context) (int, error)
+	// Sweep reaps leftovers every 30s through the service: runs and
+	// sandboxes past their deadline or orphaned.
+	Sweep bool
 	// Token is the bearer token TCP requests must carry.
 	Token string
 	// MaxBody caps JSON request bodies.
@@ -109,7 +108,7 @@ func New(opt Options) (*Server, error) {
 	}
 	s := &Server{opt: opt, svc: opt.Service, log: opt.Log, mux: http.NewServeMux(), execs: newExecRegistry()}
 	s.base, s.stop = context.WithCancel(context.Background())
-	s.metrics = newMetrics(opt.Service.Root())
+	s.metrics = newMetrics(opt.Service.Sandboxes)
 	s.idem = newIdempotency(opt.Service.Root())
 	for _, rt := range s.routes() {
 		s.mux.HandleFunc(rt.method+" "+rt.path, rt.handle)
@@ -270,7 +269,7 @@ func (s *Server) Serve(ctx context.Context, listeners ...net.Listener) error {
 			}
 		}()
 	}
-	if s.opt.Sweep != nil {
+	if s.opt.Sweep {
 		go every(ctx, sweepEvery, s.sweep)
 	}
 	var err error
@@ -296,11 +295,11 @@ func (s *Server) Serve(ctx context.Context, listeners ...net.Listener) error {
 }
 
 func (s *Server) sweep(ctx context.Context) {
-	n, err := s.opt.Sweep(ctx)
+	rep, err := s.opt.Service.Reap(ctx, false)
 	if err != nil {
 		s.log.Warn("sweeping leftovers", "err", err)
 	}
-	s.metrics.orphans.Add(uint64(n))
+	s.metrics.orphans.Add(uint64(len(rep.Reaped)))
 }
 
 // every calls fn every period until ctx is done.

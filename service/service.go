@@ -1,7 +1,8 @@
 // Package service is the one floor under airlock's faces: the CLI, the
 // HTTP API, MCP, batch and /run_code reach runners and sandboxes through
 // it and nothing else. It owns the engines by name (through Engines, which
-// the CLI supplies, being the one place that builds concrete engines),
+// the CLI supplies from package engines, the one place that builds
+// concrete engines), the runs,
 // admission under --max-sandboxes, dispatch by sandbox id, destroy with the
 // reapers' fallback, and templates with the engine they pin. Policy is
 // parsed before it gets here (package wire); what a face does with a

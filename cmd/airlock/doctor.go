@@ -3,12 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/doctor"
-	"github.com/airlock-sandbox/airlock/engine/oci"
+	"github.com/airlock-sandbox/airlock/engines"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
 )
@@ -44,21 +43,16 @@ nothing failed, and 69 otherwise.`,
 			if _, err := isolation.ParseMode(mode); err != nil {
 				return usageError{err}
 			}
-			name := oci.Resolve(g.root, engineName)
-			p := &prober{g: g, engine: name}
+			host := g.host()
+			name := host.Resolve(engineName)
+			p := &prober{host: host, engine: name}
 			defer p.Close()
-			o := doctor.Options{Root: g.root, Engine: name, Isolation: mode, Runsc: oci.RunscPath(g.root), Agent: oci.AgentPath(g.root), Run: p.run}
-			if eng, err := g.dockerEngine(); err == nil {
-				defer eng.Close()
-				o.DockerRuntime = eng.CheckRuntime
-				o.DockerRegistered = func(ctx context.Context) (doctor.RuntimeEntry, error) {
-					r, err := eng.Registered(ctx)
-					return doctor.RuntimeEntry{Name: r.Name, Found: r.Found, Path: r.Path, Args: r.Args}, err
-				}
-			}
-			if err := runtimeOwner(&o); err != nil {
+			o := doctor.Options{Engine: name, Isolation: mode, Run: p.run}
+			done, err := host.Doctor(&o)
+			if err != nil {
 				return err
 			}
+			defer done()
 			checks := doctor.Run(cmd.Context(), o)
 			out := cmd.OutOrStdout()
 			if asJSON {
@@ -89,7 +83,7 @@ nothing failed, and 69 otherwise.`,
 // prober runs the doctor's probe sandboxes on one engine, made on first
 // use so that a doctor that stops before the probe creates nothing.
 type prober struct {
-	g      *globals
+	host   *engines.Host
 	engine string
 	r      *runner.Runner
 	done   func()
@@ -97,14 +91,11 @@ type prober struct {
 
 func (p *prober) run(ctx context.Context, s runner.Spec) (runner.Result, error) {
 	if p.r == nil {
-		eng, closeEngine, err := p.g.pickEngine(p.engine)
+		r, done, err := p.host.Runner(ctx, p.engine)
 		if err != nil {
 			return runner.Result{}, err
 		}
-		p.done = closeEngine
-		if p.r, err = runner.New(runner.WithRoot(p.g.root), runner.WithEngine(eng), runner.WithLogger(p.g.logger()), runner.WithVersion(version)); err != nil {
-			return runner.Result{}, err
-		}
+		p.r, p.done = r, done
 	}
 	return p.r.Run(ctx, s)
 }
@@ -113,24 +104,4 @@ func (p *prober) Close() {
 	if p.done != nil {
 		p.done()
 	}
-}
-
-// runtimeOwner fills in whose dockerd registration o's docker engine runs
-// under, and what it must hold.
-func runtimeOwner(o *doctor.Options) error {
-	root, err := filepath.Abs(o.Root)
-	if err != nil {
-		return usageError{err}
-	}
-	o.Root, o.RuntimeOwner, o.RuntimeRunsc = root, root, o.Runsc
-	_, recorded, err := recordedRuntime(root)
-	if err != nil {
-		return err
-	}
-	if !recorded && root != runner.DefaultRoot {
-		// It shares the default root's registration.
-		o.RuntimeOwner, o.RuntimeRunsc = runner.DefaultRoot, oci.RunscPath(runner.DefaultRoot)
-	}
-	o.RuntimeArgs = defaultRuntimeArgs(o.RuntimeOwner)
-	return nil
 }

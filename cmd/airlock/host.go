@@ -1,23 +1,12 @@
 package main
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
-	"regexp"
-	"strings"
 
-	"github.com/containerd/errdefs"
 	"github.com/spf13/cobra"
 
-	"github.com/airlock-sandbox/airlock/engine"
-	"github.com/airlock-sandbox/airlock/engine/docker"
-	"github.com/airlock-sandbox/airlock/internal/atomicfile"
-	"github.com/airlock-sandbox/airlock/isolation"
+	"github.com/airlock-sandbox/airlock/engines"
 	"github.com/airlock-sandbox/airlock/runner"
 )
 
@@ -55,46 +44,23 @@ seccomp profile airlock passes), and a log per sandbox under
 <root>/sandbox-logs/<container id>/ (a directory only root can read), which
 airlock reads to tell a sandbox killed from the host apart from the
 program's own exit, then removes. 'airlock doctor' checks the registration
-against exactly these flags.`, runner.DefaultRoot, docker.DefaultRuntime, docker.DefaultRuntime, runtimeRecord),
+against exactly these flags.`, runner.DefaultRoot, engines.DefaultRuntime, engines.DefaultRuntime, engines.RuntimeRecord),
 		Args: exactArgs(0, "pass the runsc path with --runsc"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			abs, err := filepath.Abs(runsc)
-			if err != nil {
-				return usageError{err}
+			in := engines.Install{Runsc: runsc, Name: name, DaemonJSON: daemonJSON, Replace: replace}
+			if cmd.Flags().Changed("runtime-arg") {
+				in.Args = append([]string{}, args...)
 			}
-			root, err := filepath.Abs(g.root)
-			if err != nil {
-				return usageError{err}
-			}
-			fi, err := os.Stat(abs)
-			if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
-				return fmt.Errorf("%w: --runsc %q is not an executable file; build it with `make setup`", errdefs.ErrNotFound, runsc)
-			}
-			if !cmd.Flags().Changed("runtime-arg") {
-				args = defaultRuntimeArgs(root)
-			}
-			if name == "" {
-				if name, err = dockerRuntime(root); err != nil {
-					return err
-				}
-			} else if err := checkRuntimeName(name); err != nil {
-				return usageError{err}
-			}
-			if err := privateDir(filepath.Join(root, "sandbox-logs")); err != nil {
-				return err
-			}
-			changed, backup, err := docker.RegisterRuntime(daemonJSON, name, docker.Runtime{Path: abs, RuntimeArgs: args}, replace)
+			got, err := engines.InstallRuntime(g.root, in)
 			if err != nil {
 				return err
 			}
-			if backup != "" {
-				fmt.Fprintf(cmd.ErrOrStderr(), "backed up %s to %s\n", daemonJSON, backup)
+			if got.Backup != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "backed up %s to %s\n", daemonJSON, got.Backup)
 			}
-			if err := recordRuntime(root, name); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "runtime %q runs %s for root %s\n", name, abs, root)
-			if changed {
+			root, _ := filepath.Abs(g.root)
+			fmt.Fprintf(cmd.ErrOrStderr(), "runtime %q runs %s for root %s\n", got.Name, got.Runsc, root)
+			if got.Changed {
 				fmt.Fprintln(cmd.OutOrStdout(), "changed")
 			} else {
 				fmt.Fprintln(cmd.OutOrStdout(), "unchanged")
@@ -103,93 +69,10 @@ against exactly these flags.`, runner.DefaultRoot, docker.DefaultRuntime, docker
 		},
 	}
 	cmd.Flags().StringVar(&runsc, "runsc", "", "path of the runsc binary (required)")
-	cmd.Flags().StringVar(&name, "name", "", "runtime name to register (default: the root's recorded name, else "+docker.DefaultRuntime+" for the default root and "+docker.DefaultRuntime+"-<hash of the root> for any other)")
+	cmd.Flags().StringVar(&name, "name", "", "runtime name to register (default: the root's recorded name, else "+engines.DefaultRuntime+" for the default root and "+engines.DefaultRuntime+"-<hash of the root> for any other)")
 	cmd.Flags().BoolVar(&replace, "replace", false, "re-point an entry of that name that runs another runsc (only once nothing uses it)")
-	cmd.Flags().StringVar(&daemonJSON, "daemon-json", docker.DaemonJSON, "dockerd configuration file")
+	cmd.Flags().StringVar(&daemonJSON, "daemon-json", engines.DaemonJSON, "dockerd configuration file")
 	cmd.Flags().StringArrayVar(&args, "runtime-arg", nil, "runsc flag for every container (repeatable; replaces the defaults above, and `airlock doctor` then reports the difference)")
 	cmd.MarkFlagRequired("runsc")
 	return cmd
-}
-
-// defaultRuntimeArgs are the runsc flags dockerd passes for airlock.
-func defaultRuntimeArgs(root string) []string {
-	return append(isolation.RunscFlags(),
-		engine.GVisorLogFlags(filepath.Join(root, "sandbox-logs", "%ID%"), "boot")...)
-}
-
-// runtimeRecord, under a root, holds the name its runsc is registered
-// under with dockerd.
-const runtimeRecord = "docker-runtime"
-
-var runtimeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
-
-func checkRuntimeName(name string) error {
-	if !runtimeNameRE.MatchString(name) {
-		return fmt.Errorf("%w: runtime name %q: use up to 64 letters, digits, '_', '.' or '-', starting with a letter or digit", errdefs.ErrInvalidArgument, name)
-	}
-	return nil
-}
-
-// recordedRuntime is the name recorded in root, if any.
-func recordedRuntime(root string) (string, bool, error) {
-	p := filepath.Join(root, runtimeRecord)
-	b, err := os.ReadFile(p)
-	if errors.Is(err, fs.ErrNotExist) {
-		return "", false, nil
-	}
-	if err != nil {
-		return "", false, fmt.Errorf("reading %s: %w", p, err)
-	}
-	name := strings.TrimSpace(string(b))
-	if err := checkRuntimeName(name); err != nil {
-		return "", false, fmt.Errorf("%s: %w; register the root's runsc again with `airlock host install-runtime --name NAME`", p, err)
-	}
-	return name, true, nil
-}
-
-// dockerRuntime is the name install-runtime registers root's runsc under:
-// the recorded one, else docker.DefaultRuntime for the default root and a
-// name derived from the path for any other.
-func dockerRuntime(root string) (string, error) {
-	name, ok, err := recordedRuntime(root)
-	if err != nil || ok {
-		return name, err
-	}
-	root = filepath.Clean(root)
-	if root == runner.DefaultRoot {
-		return docker.DefaultRuntime, nil
-	}
-	sum := sha256.Sum256([]byte(root))
-	return docker.DefaultRuntime + "-" + hex.EncodeToString(sum[:])[:10], nil
-}
-
-// engineRuntime is the runtime root's docker engine runs gVisor under: the
-// recorded name, else docker.DefaultRuntime (a root that registered
-// nothing of its own uses the default root's).
-func engineRuntime(root string) (string, error) {
-	name, ok, err := recordedRuntime(root)
-	if err != nil || ok {
-		return name, err
-	}
-	return docker.DefaultRuntime, nil
-}
-
-// recordRuntime records name in root, for its docker engine.
-func recordRuntime(root, name string) error {
-	p := filepath.Join(root, runtimeRecord)
-	if err := atomicfile.WriteFile(p, []byte(name+"\n"), 0o600); err != nil {
-		return fmt.Errorf("recording the runtime name in %s: %w", p, err)
-	}
-	return nil
-}
-
-// privateDir makes dir, or narrows it, to mode 0700.
-func privateDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("creating %s: %w", dir, err)
-	}
-	if err := os.Chmod(dir, 0o700); err != nil {
-		return fmt.Errorf("making %s private: %w", dir, err)
-	}
-	return nil
 }

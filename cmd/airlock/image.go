@@ -88,7 +88,7 @@ func exactArgs(n int, hint string) cobra.PositionalArgs {
 }
 
 func runImport(cmd *cobra.Command, g *globals, f *importFlags, path string) error {
-	eng, err := g.dockerEngine()
+	eng, err := g.host().DockerImages()
 	if err != nil {
 		return err
 	}
@@ -186,7 +186,7 @@ func listImages(cmd *cobra.Command, g *globals) ([]imageRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	eng, err := g.dockerEngine()
+	eng, err := g.host().DockerImages()
 	if err != nil {
 		return nil, err
 	}
@@ -231,7 +231,7 @@ to skip a rebuild).`,
 			if !st.Has(ref.ID) {
 				return fmt.Errorf("%w: the default image %s is not in airlock's store; rebuild it with `make setup`", errdefs.ErrNotFound, ref)
 			}
-			eng, err := g.dockerEngine()
+			eng, err := g.host().DockerImages()
 			if err != nil {
 				return err
 			}
@@ -310,7 +310,7 @@ func removeImage(cmd *cobra.Command, g *globals, arg string) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	eng, err := g.dockerEngine()
+	eng, err := g.host().DockerImages()
 	if err == nil {
 		defer eng.Close()
 		if eng.Ping(cmd.Context()) != nil {

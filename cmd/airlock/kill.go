@@ -25,7 +25,7 @@ deadline passed); it is empty while the owner is alive and in time.`,
   airlock ps --json | jq -r '.[] | select(.reapable != "") | .id'`,
 		Args: exactArgs(0, "ps takes no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			runs, err := runner.List(g.root)
+			runs, err := g.service("").Runs()
 			if err != nil {
 				return err
 			}
@@ -73,11 +73,10 @@ waits for the create, then destroys. 'airlock ps' lists run ids.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, ids []string) error {
-			reapers, done := g.reapers(cmd.Context())
-			defer done()
+			svc := g.service("")
 			var errs []error
 			for _, id := range ids {
-				gone, err := runner.Kill(cmd.Context(), g.root, reapers, id)
+				gone, err := svc.Kill(cmd.Context(), id)
 				switch {
 				case err != nil:
 					errs = append(errs, fmt.Errorf("killing run %s: %w", id, err))

@@ -40,7 +40,7 @@ offers the same tools over streamable HTTP at /mcp.`,
 			if maxSandboxes < 1 {
 				return usageError{fmt.Errorf("--max-sandboxes %d: give a positive number", maxSandboxes)}
 			}
-			svc := service.New(g.root, cliEngines{g}, service.WithEngine(engineName), service.WithAdmission(admission.New(g.root, maxSandboxes)))
+			svc := service.New(g.root, g.host(), service.WithEngine(engineName), service.WithAdmission(admission.New(g.root, maxSandboxes)))
 			s := mcpserver.New(svc, mcpserver.WithLogger(g.logger()), mcpserver.WithVersion(version))
 			return s.ServeStdio(cmd.Context())
 		},

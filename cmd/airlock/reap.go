@@ -5,12 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/airlock-sandbox/airlock/engine"
-	"github.com/airlock-sandbox/airlock/engine/oci"
 	"github.com/airlock-sandbox/airlock/runner"
 )
 
@@ -51,32 +48,7 @@ Every airlock command also does a cheap sweep of the run directories first.`,
 // reap runs the reaper with every engine airlock can reach. full also asks
 // the engines for leftovers; without it only run directories are checked.
 func (g *globals) reap(ctx context.Context, full bool) (runner.ReapReport, error) {
-	done := func() {}
-	defer func() { done() }()
-	return runner.Reap(ctx, g.root, func() []engine.Reaper {
-		var reapers []engine.Reaper
-		reapers, done = g.reapers(ctx)
-		return reapers
-	}, full)
-}
-
-// reapers returns every engine airlock can reach, to find and free runs;
-// done closes them.
-func (g *globals) reapers(ctx context.Context) ([]engine.Reaper, func()) {
-	var reapers []engine.Reaper
-	if e, err := oci.New(g.root, oci.WithLogger(g.logger())); err == nil {
-		reapers = append(reapers, e)
-	}
-	d, err := g.dockerEngine()
-	if err != nil {
-		return reapers, func() {}
-	}
-	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	if d.Ping(pctx) == nil {
-		reapers = append(reapers, d)
-	}
-	return reapers, func() { d.Close() }
+	return g.service("").Reap(ctx, full)
 }
 
 // sweep is the cheap reap at the start of every command: run directories

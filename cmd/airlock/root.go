@@ -8,9 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/airlock-sandbox/airlock/engine"
-	"github.com/airlock-sandbox/airlock/engine/docker"
-	"github.com/airlock-sandbox/airlock/engine/oci"
+	"github.com/airlock-sandbox/airlock/engines"
 	"github.com/airlock-sandbox/airlock/runner"
 )
 
@@ -30,32 +28,13 @@ func (g *globals) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-func (g *globals) dockerEngine() (*docker.Engine, error) {
-	rt, err := engineRuntime(g.root)
-	if err != nil {
-		return nil, err
-	}
-	return docker.New(docker.WithLogger(g.logger()), docker.WithRuntime(rt))
-}
-
-// pickEngine resolves --engine. auto picks oci where airlock can use it
-// (root, and setup's runsc installed), and docker otherwise.
-func (g *globals) pickEngine(name string) (engine.Engine, func(), error) {
-	switch name = oci.Resolve(g.root, name); name {
-	case "docker":
-		e, err := g.dockerEngine()
-		if err != nil {
-			return nil, nil, err
-		}
-		return e, func() { e.Close() }, nil
-	case "oci":
-		e, err := oci.New(g.root, oci.WithLogger(g.logger()))
-		if err != nil {
-			return nil, nil, err
-		}
-		return e, func() {}, nil
-	}
-	return nil, nil, usageError{fmt.Errorf("--engine %q: use auto, oci or docker", name)}
+// host is the engines of the root, made per call for one command; opts
+// add to its options.
+func (g *globals) host(opts ...engines.Option) *engines.Host {
+	return engines.New(g.root, append([]engines.Option{engines.WithLogger(g.logger()),
+		engines.WithRunnerOptions(runner.WithVersion(version), runner.WithSupervisor(func(id string) []string {
+			return []string{"/proc/self/exe", "--root", g.root, "sandbox", "supervise", id}
+		}))}, opts...)...)
 }
 
 func newRootCmd() *cobra.Command {

@@ -14,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/artifacts"
-	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/service"
 	"github.com/airlock-sandbox/airlock/wire"
@@ -50,38 +49,7 @@ func (g *globals) sandboxRunner(id string) (*runner.Runner, func(), error) {
 // service is the service the CLI's commands stand on: a runner made per
 // call on engine name (or, for "", auto), released after it.
 func (g *globals) service(engineName string) *service.Service {
-	return service.New(g.root, cliEngines{g}, service.WithEngine(cmp.Or(engineName, "auto")))
-}
-
-// cliEngines are service.Engines for one command.
-type cliEngines struct{ g *globals }
-
-func (e cliEngines) Runner(_ context.Context, name string) (*runner.Runner, func(), error) {
-	return e.g.runnerOn(name)
-}
-
-func (e cliEngines) Reapers(ctx context.Context) ([]engine.Reaper, func()) { return e.g.reapers(ctx) }
-
-// runnerOn returns a runner on engine name (auto, oci or docker), able to
-// create sandboxes, and the function that releases its engine.
-func (g *globals) runnerOn(name string) (*runner.Runner, func(), error) {
-	eng, done, err := g.pickEngine(name)
-	if err != nil {
-		return nil, nil, err
-	}
-	r, err := g.newRunner(eng)
-	if err != nil {
-		done()
-		return nil, nil, err
-	}
-	return r, done, nil
-}
-
-func (g *globals) newRunner(e engine.Engine, opts ...runner.Option) (*runner.Runner, error) {
-	return runner.New(append([]runner.Option{runner.WithRoot(g.root), runner.WithEngine(e), runner.WithLogger(g.logger()), runner.WithVersion(version),
-		runner.WithSupervisor(func(id string) []string {
-			return []string{"/proc/self/exe", "--root", g.root, "sandbox", "supervise", id}
-		})}, opts...)...)
+	return service.New(g.root, g.host(), service.WithEngine(cmp.Or(engineName, "auto")))
 }
 
 type sandboxCreateFlags struct {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -10,14 +9,13 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/admission"
-	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/engines"
 	"github.com/airlock-sandbox/airlock/internal/atomicfile"
 	"github.com/airlock-sandbox/airlock/mcpserver"
 	"github.com/airlock-sandbox/airlock/runner"
@@ -191,16 +189,13 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 
 	// One service under both the API and MCP: one count of sandboxes and
 	// runs, one set of runners (with the ceilings), one set of pools.
-	runners := &engineRunners{g: g, m: map[string]*runner.Runner{}, opts: []runner.Option{runner.WithCeilings(ceil)}}
-	defer runners.close()
-	svc := service.New(g.root, runners, service.WithAdmission(admission.New(g.root, f.maxSandboxes)), service.WithLogger(g.serverLogger()),
+	host := g.host(engines.Shared(), engines.WithRunnerOptions(runner.WithCeilings(ceil)))
+	defer host.Close()
+	svc := service.New(g.root, host, service.WithAdmission(admission.New(g.root, f.maxSandboxes)), service.WithLogger(g.serverLogger()),
 		service.WithPools(pools, service.PoolOptions{MaxAge: f.poolMaxAge, FailWhenEmpty: f.poolExhausted == "fail"}))
 	srv, err := server.New(server.Options{
 		Service: svc, Token: token, MaxBody: int64(maxBody), MaxConnections: f.maxConnections,
-		Sweep: func(ctx context.Context) (int, error) {
-			rep, err := g.reap(ctx, false)
-			return len(rep.Reaped), err
-		},
+		Sweep: true,
 		// MCP's streamable HTTP, behind the same token.
 		Extra: map[string]http.Handler{
 			"/mcp": mcpserver.New(svc, mcpserver.WithLogger(g.serverLogger()), mcpserver.WithVersion(version)).HTTPHandler(),
@@ -289,50 +284,4 @@ func (g *globals) serverLogger() *slog.Logger {
 		return g.logger()
 	}
 	return slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
-// engineRunners are the server's service.Engines: one runner per engine,
-// made on first use, for the server's lifetime.
-type engineRunners struct {
-	g *globals
-	// opts are added to every runner's options.
-	opts  []runner.Option
-	mu    sync.Mutex
-	m     map[string]*runner.Runner
-	dones []func()
-}
-
-// Runner returns the server's runner of engine name; it stays the
-// server's, so its release does nothing.
-func (e *engineRunners) Runner(_ context.Context, name string) (*runner.Runner, func(), error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if r, ok := e.m[name]; ok {
-		return r, func() {}, nil
-	}
-	eng, done, err := e.g.pickEngine(name)
-	if err != nil {
-		return nil, nil, err
-	}
-	r, err := e.g.newRunner(eng, e.opts...)
-	if err != nil {
-		done()
-		return nil, nil, err
-	}
-	e.dones = append(e.dones, done)
-	e.m[name] = r
-	if name == "auto" {
-		e.m[eng.Name()] = r
-	}
-	return r, func() {}, nil
-}
-
-func (e *engineRunners) Reapers(ctx context.Context) ([]engine.Reaper, func()) {
-	return e.g.reapers(ctx)
-}
-
-func (e *engineRunners) close() {
-	for _, d := range e.dones {
-		d()
-	}
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/airlock-sandbox/airlock/engine/oci"
 	"github.com/airlock-sandbox/airlock/images"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
@@ -304,7 +303,7 @@ func (g *globals) batchTemplates(cmd *cobra.Command, f *runFlags, base runner.Sp
 			return nil, "", err
 		}
 	}
-	resolved := oci.Resolve(g.root, engineName)
+	resolved := g.host().Resolve(engineName)
 	var mu sync.Mutex
 	seen := map[string]*templates.Template{}
 	get := func(name string) (*templates.Template, error) {

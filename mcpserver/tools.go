@@ -17,7 +17,6 @@ import (
 
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
-	"github.com/airlock-sandbox/airlock/templates"
 	"github.com/airlock-sandbox/airlock/units"
 	"github.com/airlock-sandbox/airlock/wire"
 )
@@ -355,27 +354,13 @@ func (s *Server) runCode(ctx context.Context, _ *mcp.CallToolRequest, in RunCode
 	if err != nil {
 		return nil, ExecResult{}, toolError("starting the run", invalidArgs{err})
 	}
-	r, done, err := s.newWork(ctx, in.Template, func(t *templates.Template) (err error) {
-		spec, err = t.Narrow(spec)
-		return err
-	})
+	spec, eng, err := s.svc.RunSpec(in.Template, "", spec)
 	if err != nil {
 		return nil, ExecResult{}, toolError("starting the run", err)
 	}
-	defer done()
-	release, err := s.svc.Admit()
-	if err != nil {
-		return nil, ExecResult{}, toolError("starting the run", err)
-	}
-	defer release()
 	// On a template with a warm pool (airlock serve --pool), the run
 	// takes a pooled sandbox.
-	var res runner.Result
-	if p := s.svc.Pool(in.Template, false, r); p != nil {
-		res, err = p.Run(ctx, spec)
-	} else {
-		res, err = r.Run(ctx, spec)
-	}
+	res, err := s.svc.Run(ctx, eng, in.Template, spec)
 	if err != nil {
 		return nil, ExecResult{}, toolError("running the code", err)
 	}
@@ -388,50 +373,19 @@ func (s *Server) sandboxCreate(ctx context.Context, _ *mcp.CallToolRequest, in S
 	if err != nil {
 		return nil, SandboxResult{}, toolError("creating the sandbox", invalidArgs{err})
 	}
-	r, done, err := s.newWork(ctx, in.Template, func(t *templates.Template) (err error) {
-		spec, err = t.NarrowSandbox(spec)
-		return err
-	})
+	spec, eng, err := s.svc.SandboxSpec(in.Template, "", spec)
 	if err != nil {
 		return nil, SandboxResult{}, toolError("creating the sandbox", err)
 	}
-	defer done()
-	release, err := s.svc.Admit()
-	if err != nil {
-		return nil, SandboxResult{}, toolError("creating the sandbox", err)
-	}
-	defer release()
 	// The sandbox outlives this call: a client that hangs up mid-create
 	// gets nothing back, so the create must not be cut half-way either;
-	// its TTL frees it.
-	var sb *runner.Sandbox
-	if p := s.svc.Pool(in.Template, true, r); p != nil {
-		sb, err = p.Create(context.WithoutCancel(ctx), spec)
-	} else {
-		sb, err = r.Create(context.WithoutCancel(ctx), spec)
-	}
+	// its TTL frees it. On a template with a warm pool, it is a pooled one.
+	sb, err := s.svc.Create(context.WithoutCancel(ctx), eng, in.Template, spec)
 	if err != nil {
 		return nil, SandboxResult{}, toolError("creating the sandbox", err)
 	}
 	s.log.Info("sandbox created over MCP", "sandbox_id", sb.ID())
 	return nil, sandboxResult(sb.Info(), time.Now()), nil
-}
-
-// newWork returns a runner for a run or a new sandbox. With a template
-// name, narrow applies the template to the call's spec first, and the
-// runner is on the template's engine.
-func (s *Server) newWork(ctx context.Context, template string, narrow func(*templates.Template) error) (*runner.Runner, func(), error) {
-	if template == "" {
-		return s.svc.ForNew(ctx, "", nil)
-	}
-	t, err := s.svc.Template(template)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := narrow(t); err != nil {
-		return nil, nil, err
-	}
-	return s.svc.ForNew(ctx, "", t)
 }
 
 // open opens a live sandbox on the engine it was made with.
@@ -504,12 +458,7 @@ func (s *Server) sandboxReadFile(ctx context.Context, _ *mcp.CallToolRequest, in
 
 // sandboxList is sandbox_list.
 func (s *Server) sandboxList(ctx context.Context, _ *mcp.CallToolRequest, _ NoArgs) (*mcp.CallToolResult, SandboxList, error) {
-	r, done, err := s.svc.ForNew(ctx, "", nil)
-	if err != nil {
-		return nil, SandboxList{}, toolError("listing the sandboxes", err)
-	}
-	defer done()
-	list, err := r.Sandboxes(ctx)
+	list, err := s.svc.Sandboxes()
 	if err != nil {
 		return nil, SandboxList{}, toolError("listing the sandboxes", err)
 	}

@@ -48,14 +48,10 @@ func (s *Server) idempotent(w http.ResponseWriter, r *http.Request, body []byte,
 	w.Write(out)
 }
 
-// engineOf is a request that names its engine.
-type engineOf interface{ engineName() string }
-
-func (p *PolicyRequest) engineName() string { return p.Engine }
-
-// admitted decodes the body into q, converts it, and answers with do's response, on
-// q's engine, within MaxSandboxes and through the Idempotency-Key.
-func (s *Server) admitted(w http.ResponseWriter, r *http.Request, persist bool, q engineOf, convert func() error, do func(*runner.Runner) (int, []byte)) {
+// admitted decodes the body into q, converts it, and answers with do's
+// response, through the Idempotency-Key. Admission under MaxSandboxes is
+// the service's, as do starts the work.
+func (s *Server) admitted(w http.ResponseWriter, r *http.Request, persist bool, q any, convert func() error, do func() (int, []byte)) {
 	body, err := readAllCapped(w, r, s.opt.MaxBody)
 	if err != nil {
 		writeError(w, err)
@@ -68,35 +64,20 @@ func (s *Server) admitted(w http.ResponseWriter, r *http.Request, persist bool, 
 		if err := convert(); err != nil {
 			return encodeError(err)
 		}
-		rn, done, err := s.svc.ForNew(r.Context(), q.engineName(), nil)
-		if err != nil {
-			return encodeError(err)
-		}
-		defer done()
-		release, err := s.svc.Admit()
-		if err != nil {
-			return encodeError(err)
-		}
-		defer release()
-		return do(rn)
+		return do()
 	})
 }
 
 func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 	var q RunRequest
 	var spec runner.Spec
-	convert := func() (err error) { spec, err = q.spec(s.templateStore()); return err }
-	s.admitted(w, r, false, &q, convert, func(rn *runner.Runner) (int, []byte) {
+	var eng string
+	convert := func() (err error) { spec, eng, err = q.spec(s.svc); return err }
+	s.admitted(w, r, false, &q, convert, func() (int, []byte) {
 		s.inflight.Add(1)
 		defer s.inflight.Done()
 		begin := time.Now()
-		var res runner.Result
-		var err error
-		if p := s.svc.Pool(q.Template, false, rn); p != nil {
-			res, err = p.Run(r.Context(), spec)
-		} else {
-			res, err = rn.Run(r.Context(), spec)
-		}
+		res, err := s.svc.Run(r.Context(), eng, q.Template, spec)
 		s.metrics.runDur.Observe(time.Since(begin).Seconds())
 		if err != nil && res.ID == "" {
 			return encodeError(err)
@@ -113,18 +94,13 @@ func (s *Server) postRun(w http.ResponseWriter, r *http.Request) {
 func (s *Server) postSandbox(w http.ResponseWriter, r *http.Request) {
 	var q SandboxRequest
 	var spec runner.SandboxSpec
-	convert := func() (err error) { spec, err = q.spec(s.templateStore()); return err }
-	s.admitted(w, r, true, &q, convert, func(rn *runner.Runner) (int, []byte) {
+	var eng string
+	convert := func() (err error) { spec, eng, err = q.spec(s.svc); return err }
+	s.admitted(w, r, true, &q, convert, func() (int, []byte) {
 		begin := time.Now()
 		// A client that hangs up does not undo the create: its retry, with
 		// the same Idempotency-Key, gets this sandbox.
-		var sb *runner.Sandbox
-		var err error
-		if p := s.svc.Pool(q.Template, true, rn); p != nil {
-			sb, err = p.Create(context.WithoutCancel(r.Context()), spec)
-		} else {
-			sb, err = rn.Create(context.WithoutCancel(r.Context()), spec)
-		}
+		sb, err := s.svc.Create(context.WithoutCancel(r.Context()), eng, q.Template, spec)
 		if err != nil {
 			return encodeError(err)
 		}

@@ -1,9 +1,9 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/admission"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/service"
@@ -106,16 +107,14 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	resp, got, err := s.fusion(r.Context(), &q)
+	defer got.close()
 	// Past --max-sandboxes the answer is /v1/runs's: 429 over_limit in the
 	// API's error shape, which a harness retries.
-	release, err := s.svc.Admit()
-	if err != nil {
+	if ol := (*admission.OverLimitError)(nil); errors.As(err, &ol) {
 		writeError(w, err)
 		return
 	}
-	defer release()
-	resp, got := s.fusion(r.Context(), &q)
-	defer got.close()
 	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(transferTimeout))
 	if err := writeFusion(w, resp, got); err != nil {
 		s.log.Warn("writing a run_code response", "err", err)
@@ -135,13 +134,14 @@ func fusionSeconds(field string, v *float64) (time.Duration, error) {
 	return d, err
 }
 
-func sandboxError(format string, args ...any) (FusionResponse, *fetched) {
-	return FusionResponse{Status: fusionSandboxError, Message: fmt.Sprintf(format, args...)}, nil
+func sandboxError(format string, args ...any) (FusionResponse, *fetched, error) {
+	return FusionResponse{Status: fusionSandboxError, Message: fmt.Sprintf(format, args...)}, nil, nil
 }
 
 // fusion runs one request in a fresh sandbox, destroyed afterwards; the
-// fetched files are spooled, for writeFusion to send.
-func (s *Server) fusion(ctx context.Context, q *FusionRequest) (FusionResponse, *fetched) {
+// fetched files are spooled, for writeFusion to send. A request refused
+// at admission is the error.
+func (s *Server) fusion(ctx context.Context, q *FusionRequest) (FusionResponse, *fetched, error) {
 	lang, ok := fusionLanguages[strings.ToLower(q.Language)]
 	if !ok {
 		return sandboxError("language %q is not supported by airlock: use python or bash", q.Language)
@@ -153,8 +153,8 @@ func (s *Server) fusion(ctx context.Context, q *FusionRequest) (FusionResponse, 
 	if _, err := fusionSeconds("compile_timeout", q.CompileTimeout); err != nil {
 		return sandboxError("%v", err)
 	}
-	pol := isolation.Default()
-	pol.Limits.Timeout = timeout
+	c := service.Code{Policy: isolation.Default(), Files: map[string][]byte{}}
+	c.Policy.Limits.Timeout = timeout
 	// -1 is SandboxFusion's default, which its clients send. Any other
 	// value is a limit: zero, a negative, under a byte (which would read
 	// as the default) or past an int64 (which would wrap) is refused.
@@ -163,62 +163,50 @@ func (s *Server) fusion(ctx context.Context, q *FusionRequest) (FusionResponse, 
 		if b < 1 || b >= math.MaxInt64 {
 			return sandboxError("memory_limit_MB %v: give a number of megabytes from 1 to the host's memory, or -1 for airlock's default (%v)", *m, isolation.Default().Limits.Memory)
 		}
-		pol.Limits.Memory = units.Bytes(b)
+		c.Policy.Limits.Memory = units.Bytes(b)
 	}
-	files := map[string][]byte{}
 	for p, b64 := range q.Files {
 		b, err := base64.StdEncoding.DecodeString(b64)
 		if err != nil {
 			return sandboxError("files[%q] is not base64: %v", p, err)
 		}
-		files[fusionPath(p)] = b
+		c.Files[fusionPath(p)] = b
 	}
-	rn, done, err := s.svc.ForNew(ctx, "", nil)
-	if err != nil {
-		return sandboxError("%v", err)
+	code := path.Join(fusionWorkdir, lang.file)
+	c.Files[code] = []byte(q.Code)
+	c.Argv = []string{lang.interp, code}
+	if q.Stdin != nil {
+		c.Stdin = strings.NewReader(*q.Stdin)
 	}
-	defer done()
+	var got *fetched
+	c.Fetch = func(ctx context.Context, sb *runner.Sandbox) (err error) {
+		got, err = s.fetchFiles(ctx, sb, q.FetchFiles)
+		return err
+	}
 	s.inflight.Add(1)
 	defer s.inflight.Done()
-
-	begin := time.Now()
-	sb, err := rn.Create(ctx, service.CodeSandbox(pol))
+	run, err := s.svc.RunCode(ctx, c)
+	if run.Create > 0 {
+		s.metrics.createDur.Observe(run.Create.Seconds())
+	}
+	if run.Exec > 0 {
+		s.metrics.execDur.Observe(run.Exec.Seconds())
+	}
+	if run.Destroy != nil {
+		s.metrics.termFail.Add(1)
+	}
+	if ol := (*admission.OverLimitError)(nil); errors.As(err, &ol) {
+		return FusionResponse{}, nil, err
+	}
 	if err != nil {
-		return sandboxError("creating the sandbox: %v", err)
+		s.refused(err)
+		got.close()
+		return sandboxError("%v", err)
 	}
-	s.metrics.createDur.Observe(time.Since(begin).Seconds())
-	defer func() {
-		if err := sb.Close(context.WithoutCancel(ctx)); err != nil {
-			s.metrics.termFail.Add(1)
-			s.log.Warn("destroying a run_code sandbox", "sandbox_id", sb.ID(), "err", err)
-		}
-	}()
-	code := path.Join(fusionWorkdir, lang.file)
-	files[code] = []byte(q.Code)
-	for p, b := range files {
-		if _, err := sb.Upload(ctx, p, bytes.NewReader(b), int64(len(b))+1); err != nil {
-			s.refused(err)
-			return sandboxError("writing %s: %v", p, err)
-		}
-	}
-	spec := runner.ExecSpec{Argv: []string{lang.interp, code}, Timeout: timeout}
-	if q.Stdin != nil {
-		spec.Stdin = strings.NewReader(*q.Stdin)
-	}
-	ebegin := time.Now()
-	res, err := sb.Exec(ctx, spec)
-	s.metrics.execDur.Observe(time.Since(ebegin).Seconds())
-	if err != nil {
-		return sandboxError("running the code: %v", err)
-	}
-	s.metrics.result(res)
-	out := FusionResponse{Status: fusionFailed, RunResult: fusionRun(res)}
-	if res.Reason == runner.ReasonExited && res.ExitCode == 0 {
+	s.metrics.result(run.Result)
+	out := FusionResponse{Status: fusionFailed, RunResult: fusionRun(run.Result)}
+	if run.Result.Reason == runner.ReasonExited && run.Result.ExitCode == 0 {
 		out.Status = fusionSuccess
-	}
-	got, err := s.fetchFiles(ctx, sb, q.FetchFiles)
-	if err != nil {
-		return sandboxError("fetching files: %v", err)
 	}
 	out.FilesOmitted = got.omitted
 	if len(got.omitted) > 0 {
@@ -232,7 +220,7 @@ func (s *Server) fusion(ctx context.Context, q *FusionRequest) (FusionResponse, 
 		}
 		out.Message = "fetch_files left out (see files_omitted): " + strings.Join(names, "; ")
 	}
-	return out, got
+	return out, got, nil
 }
 
 // fusionPath puts a relative path under the working directory.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
-	"github.com/airlock-sandbox/airlock/templates"
+	"github.com/airlock-sandbox/airlock/service"
 	"github.com/airlock-sandbox/airlock/units"
 	"github.com/airlock-sandbox/airlock/wire"
 )
@@ -176,33 +176,15 @@ func decodeStdin(s string) (io.Reader, error) {
 	return bytes.NewReader(b), nil
 }
 
-// onTemplate converts a run or sandbox request: with no template, by
-// explicit with the defaults; else on the template read from ts, the
-// fields given (explicit without the defaults) narrowing it through
-// narrow, a widening being invalid input. The request's engine becomes
-// the one the template runs on.
-func onTemplate[S any](p *PolicyRequest, ts *templates.Store, explicit func(defaults bool) (S, error), narrow func(*templates.Template, S) (S, error)) (S, error) {
-	var zero S
-	if p.Template == "" {
-		return explicit(true)
-	}
-	t, err := ts.Get(p.Template)
+// spec converts a run request into the runner's Spec and the engine it
+// runs on: the fields given, on the template when one is named (which
+// they narrow, never widen), else with the defaults.
+func (q *RunRequest) spec(svc *service.Service) (runner.Spec, string, error) {
+	explicit, err := q.explicitSpec(q.Template == "")
 	if err != nil {
-		return zero, err
+		return explicit, "", err
 	}
-	s, err := explicit(false)
-	if err != nil {
-		return zero, err
-	}
-	if p.Engine, err = t.EngineFor(p.Engine); err != nil {
-		return zero, err
-	}
-	return narrow(t, s)
-}
-
-// spec converts a run request into the runner's Spec (see onTemplate).
-func (q *RunRequest) spec(ts *templates.Store) (runner.Spec, error) {
-	return onTemplate(&q.PolicyRequest, ts, q.explicitSpec, (*templates.Template).Narrow)
+	return svc.RunSpec(q.Template, q.Engine, explicit)
 }
 
 // explicitSpec converts the request; absent policy fields take the
@@ -230,10 +212,13 @@ func (q *RunRequest) explicitSpec(defaults bool) (runner.Spec, error) {
 	return runner.Spec{Image: q.Image, Argv: q.Argv, Env: q.Env, Stdin: stdin, Policy: pol, Workdir: q.Workdir, Output: out}, nil
 }
 
-// spec converts a sandbox request into the runner's SandboxSpec (see
-// onTemplate).
-func (q *SandboxRequest) spec(ts *templates.Store) (runner.SandboxSpec, error) {
-	return onTemplate(&q.PolicyRequest, ts, q.explicitSpec, (*templates.Template).NarrowSandbox)
+// spec converts a sandbox request as RunRequest.spec does.
+func (q *SandboxRequest) spec(svc *service.Service) (runner.SandboxSpec, string, error) {
+	explicit, err := q.explicitSpec(q.Template == "")
+	if err != nil {
+		return explicit, "", err
+	}
+	return svc.SandboxSpec(q.Template, q.Engine, explicit)
 }
 
 // explicitSpec converts the request; absent policy fields take the

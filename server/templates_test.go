@@ -9,6 +9,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/fuzztest"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
+	"github.com/airlock-sandbox/airlock/service"
 	"github.com/airlock-sandbox/airlock/templates"
 	"github.com/airlock-sandbox/airlock/wire"
 )
@@ -50,28 +51,28 @@ func TestTemplateRequests(t *testing.T) {
 func TestTemplateRequestSpec(t *testing.T) {
 	root := t.TempDir()
 	tp := putTemplate(t, root)
-	ts := templates.Open(root)
+	ts := service.New(root, &fuzztest.NoEngines{})
 	pids := int64(32)
 	q := RunRequest{PolicyRequest: PolicyRequest{Policy: wire.Policy{Template: "py", Memory: "128MiB", Pids: &pids, Env: []string{"B=2"}}}, Argv: []string{"true"}}
-	s, err := q.spec(ts)
+	s, eng, err := q.spec(ts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	l := s.Policy.Limits
-	if s.Image != tp.Image || l.Memory != 128<<20 || l.Pids != 32 || l.Timeout != tp.Limits.Timeout || !slices.Equal(s.Env, []string{"A=1", "B=2"}) || q.Engine != "oci" {
-		t.Errorf("spec %+v, engine %q", s, q.Engine)
+	if s.Image != tp.Image || l.Memory != 128<<20 || l.Pids != 32 || l.Timeout != tp.Limits.Timeout || !slices.Equal(s.Env, []string{"A=1", "B=2"}) || eng != "oci" {
+		t.Errorf("spec %+v, engine %q", s, eng)
 	}
 	sq := SandboxRequest{PolicyRequest: PolicyRequest{Policy: wire.Policy{Template: "py", CPUs: "0.5"}}, TTL: "1m"}
-	ss, err := sq.spec(ts)
+	ss, eng, err := sq.spec(ts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ss.Policy.Limits.CPUs != 500 || ss.Policy.Limits.Memory != 256<<20 || ss.TTL != time.Minute || sq.Engine != "oci" {
-		t.Errorf("sandbox spec %+v, engine %q", ss, sq.Engine)
+	if ss.Policy.Limits.CPUs != 500 || ss.Policy.Limits.Memory != 256<<20 || ss.TTL != time.Minute || eng != "oci" {
+		t.Errorf("sandbox spec %+v, engine %q", ss, eng)
 	}
 	// Without a template, absent fields still take the defaults.
 	plain := RunRequest{Argv: []string{"true"}}
-	if s, err := plain.spec(ts); err != nil || s.Policy.Limits != isolation.Default().Limits {
+	if s, _, err := plain.spec(ts); err != nil || s.Policy.Limits != isolation.Default().Limits {
 		t.Errorf("no template: %+v, %v", s.Policy, err)
 	}
 }

@@ -85,18 +85,10 @@ func (s *Service) Template(name string) (*templates.Template, error) {
 	return s.templates.Get(name)
 }
 
-// ForNew returns the runner for new work. On template t, it is t's
-// engine, which engine (when given) must agree with; without one, engine,
-// else the service's.
-func (s *Service) ForNew(ctx context.Context, engineName string, t *templates.Template) (*runner.Runner, func(), error) {
-	name := cmp.Or(engineName, s.engine)
-	if t != nil {
-		var err error
-		if name, err = t.EngineFor(engineName); err != nil {
-			return nil, nil, err
-		}
-	}
-	return s.engines.Runner(ctx, name)
+// ForNew returns the runner for new work on engine engineName, else the
+// service's.
+func (s *Service) ForNew(ctx context.Context, engineName string) (*runner.Runner, func(), error) {
+	return s.engines.Runner(ctx, cmp.Or(engineName, s.engine))
 }
 
 // Sandbox reads sandbox id's record, even one mid-way gone.

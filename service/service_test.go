@@ -13,7 +13,6 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/fuzztest"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/service"
-	"github.com/airlock-sandbox/airlock/templates"
 )
 
 // rootWithTemplate is a root holding template "py" on engine.
@@ -24,30 +23,45 @@ func rootWithTemplate(t *testing.T, eng string) string {
 }
 
 // New work goes to the engine asked for, else the service's; on a
-// template, to the template's, which an explicit engine may not change.
-func TestForNew(t *testing.T) {
+// template, to the template's, which an explicit engine may not change,
+// and the template's spec is narrowed by what was asked, never widened.
+func TestNewWork(t *testing.T) {
 	ctx := context.Background()
 	n := &fuzztest.NoEngines{}
 	s := service.New(rootWithTemplate(t, "oci"), n, service.WithEngine("docker"))
-	tp, err := s.Template("py")
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, c := range []struct {
-		engine string
-		t      *templates.Template
-		want   string
-	}{{"", nil, "docker"}, {"oci", nil, "oci"}, {"", tp, "oci"}, {"auto", tp, "oci"}, {"oci", tp, "oci"}} {
-		_, _, err := s.ForNew(ctx, c.engine, c.t)
+		engine, template string
+		want             string
+	}{{"", "", "docker"}, {"oci", "", "oci"}, {"", "py", "oci"}, {"auto", "py", "oci"}, {"oci", "py", "oci"}} {
+		spec, eng, err := s.RunSpec(c.template, c.engine, runner.Spec{Argv: []string{"true"}})
+		if err != nil {
+			t.Fatalf("engine %q, template %q: %v", c.engine, c.template, err)
+		}
+		if c.template != "" && spec.Policy.Limits.Memory == 0 {
+			t.Errorf("template %q: the spec is not the template's: %+v", c.template, spec.Policy)
+		}
+		_, err = s.Run(ctx, eng, c.template, spec)
 		if asked := n.Asked(); !errors.Is(err, fuzztest.ErrNoEngine) || !slices.Equal(asked, []string{c.want}) {
-			t.Errorf("engine %q, template %v: asked %v (%v), want %s", c.engine, c.t != nil, asked, err, c.want)
+			t.Errorf("engine %q, template %q: asked %v (%v), want %s", c.engine, c.template, asked, err, c.want)
+		}
+		_, err = s.Create(ctx, eng, c.template, runner.SandboxSpec{})
+		if asked := n.Asked(); !errors.Is(err, fuzztest.ErrNoEngine) || !slices.Equal(asked, []string{c.want}) {
+			t.Errorf("a sandbox on engine %q, template %q: asked %v (%v), want %s", c.engine, c.template, asked, err, c.want)
 		}
 	}
-	if _, _, err := s.ForNew(ctx, "docker", tp); !errdefs.IsInvalidArgument(err) || len(n.Asked()) > 0 {
-		t.Errorf("docker on an oci template: %v; want invalid input before any engine", err)
+	if _, _, err := s.RunSpec("py", "docker", runner.Spec{}); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("docker on an oci template: %v; want invalid input", err)
 	}
-	if _, err := s.Template("nope"); !errdefs.IsNotFound(err) {
+	wide := runner.SandboxSpec{}
+	wide.Policy.Limits.Memory = 1 << 40
+	if _, _, err := s.SandboxSpec("py", "", wide); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "memory") {
+		t.Errorf("a sandbox widening the template's memory: %v; want invalid input naming memory", err)
+	}
+	if _, _, err := s.RunSpec("nope", "", runner.Spec{}); !errdefs.IsNotFound(err) {
 		t.Errorf("an unknown template: %v", err)
+	}
+	if asked := n.Asked(); len(asked) > 0 {
+		t.Errorf("engines asked for refused work: %v", asked)
 	}
 }
 

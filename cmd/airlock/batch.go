@@ -125,7 +125,7 @@ func runBatch(cmd *cobra.Command, g *globals, f *batchFlags, path string) error 
 	if err != nil {
 		return err
 	}
-	r, closeRunner, err := g.service(engineName).ForNew(cmd.Context(), "", nil)
+	r, closeRunner, err := g.service(engineName).ForNew(cmd.Context(), "")
 	if err != nil {
 		return err
 	}

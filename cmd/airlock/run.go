@@ -211,11 +211,6 @@ func runOnce(cmd *cobra.Command, g *globals, f *runFlags, argv []string) (runner
 	if err != nil {
 		return runner.Result{}, err
 	}
-	r, done, err := g.service(engineName).ForNew(cmd.Context(), "", nil)
-	if err != nil {
-		return runner.Result{}, err
-	}
-	defer done()
 	in, closeIn, err := openStdin(cmd, f.stdin)
 	if err != nil {
 		return runner.Result{}, err
@@ -228,7 +223,7 @@ func runOnce(cmd *cobra.Command, g *globals, f *runFlags, argv []string) (runner
 		defer flush(out)
 		defer flush(errw)
 	}
-	return r.Run(cmd.Context(), spec)
+	return g.service(engineName).Run(cmd.Context(), "", f.template, spec)
 }
 
 // files converts the input and output flags.

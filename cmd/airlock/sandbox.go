@@ -163,12 +163,7 @@ func runSandboxCreate(cmd *cobra.Command, g *globals, f *sandboxCreateFlags) err
 	if err != nil {
 		return err
 	}
-	r, done, err := g.service(f.engine).ForNew(cmd.Context(), "", nil)
-	if err != nil {
-		return err
-	}
-	defer done()
-	sb, err := r.Create(cmd.Context(), s)
+	sb, err := g.service(f.engine).Create(cmd.Context(), "", f.template, s)
 	if err != nil {
 		return err
 	}

@@ -222,16 +222,7 @@ func (g *globals) templated(cmd *cobra.Command, f *runFlags, s runner.Spec) (run
 	if f.template == "" {
 		return s, f.engine, nil
 	}
-	t, err := templates.Open(g.root).Get(f.template)
-	if err != nil {
-		return s, "", err
-	}
-	eng, err := t.EngineFor(explicitEngine(cmd.Flags(), f.engine))
-	if err != nil {
-		return s, "", err
-	}
-	n, err := t.Narrow(explicitOnly(cmd.Flags(), s))
-	return n, eng, err
+	return g.service("").RunSpec(f.template, explicitEngine(cmd.Flags(), f.engine), explicitOnly(cmd.Flags(), s))
 }
 
 func explicitEngine(fl *pflag.FlagSet, engine string) string {

@@ -1,0 +1,82 @@
+package service
+
+import (
+	"context"
+
+	"github.com/airlock-sandbox/airlock/runner"
+	"github.com/airlock-sandbox/airlock/templates"
+)
+
+// RunSpec is a one-shot run's spec and the engine it runs on. On template
+// (when named), it is the template's spec narrowed by explicit, the
+// settings the caller gave (a widening is invalid input), on the
+// template's engine, which engineName must agree with when given. Without
+// one, it is explicit on engineName.
+func (s *Service) RunSpec(template, engineName string, explicit runner.Spec) (runner.Spec, string, error) {
+	return narrowed(s, template, engineName, explicit, (*templates.Template).Narrow)
+}
+
+// SandboxSpec is RunSpec for a long-lived sandbox.
+func (s *Service) SandboxSpec(template, engineName string, explicit runner.SandboxSpec) (runner.SandboxSpec, string, error) {
+	return narrowed(s, template, engineName, explicit, (*templates.Template).NarrowSandbox)
+}
+
+func narrowed[S any](s *Service, template, engineName string, explicit S, narrow func(*templates.Template, S) (S, error)) (S, string, error) {
+	if template == "" {
+		return explicit, engineName, nil
+	}
+	t, err := s.Template(template)
+	if err != nil {
+		return explicit, "", err
+	}
+	if engineName, err = t.EngineFor(engineName); err != nil {
+		return explicit, "", err
+	}
+	n, err := narrow(t, explicit)
+	return n, engineName, err
+}
+
+// Run runs spec on engine engineName once admitted: from template's warm
+// pool when it has one, else started cold.
+func (s *Service) Run(ctx context.Context, engineName, template string, spec runner.Spec) (runner.Result, error) {
+	rn, done, release, err := s.admitted(ctx, engineName)
+	if err != nil {
+		return runner.Result{}, err
+	}
+	defer done()
+	defer release()
+	if p := s.Pool(template, false, rn); p != nil {
+		return p.Run(ctx, spec)
+	}
+	return rn.Run(ctx, spec)
+}
+
+// Create makes a sandbox of spec on engine engineName once admitted: from
+// template's warm pool when it has one, else started cold. Once made, its
+// record counts it against the admission.
+func (s *Service) Create(ctx context.Context, engineName, template string, spec runner.SandboxSpec) (*runner.Sandbox, error) {
+	rn, done, release, err := s.admitted(ctx, engineName)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	defer release()
+	if p := s.Pool(template, true, rn); p != nil {
+		return p.Create(ctx, spec)
+	}
+	return rn.Create(ctx, spec)
+}
+
+// admitted returns the runner of engine engineName and reserves room for
+// one more sandbox or run; a missing engine is reported before a full
+// house.
+func (s *Service) admitted(ctx context.Context, engineName string) (rn *runner.Runner, done, release func(), err error) {
+	if rn, done, err = s.ForNew(ctx, engineName); err != nil {
+		return nil, nil, nil, err
+	}
+	if release, err = s.Admit(); err != nil {
+		done()
+		return nil, nil, nil, err
+	}
+	return rn, done, release, nil
+}

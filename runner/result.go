@@ -1,9 +1,11 @@
 package runner
 
 import (
+	"errors"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/artifacts"
+	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/receipt"
 )
@@ -80,9 +82,41 @@ type Result struct {
 // limitsOf is what the Result and the run's record show of l.
 func limitsOf(l isolation.Limits) isolation.LimitsRecord { return l.Record() }
 
+// exited fills in res from how its program ended, for a run and an exec
+// alike: the code, the reason (cause, the run context's, names a kill of
+// airlock's own), the usage and the times.
+func (res *Result) exited(exit engine.Exit, cause error) {
+	res.ExitCode = exit.Code
+	res.Reason = reasonOf(exit, cause)
+	res.Usage = Usage{CPUMS: exit.Usage.CPU.Milliseconds(), MemoryPeakBytes: exit.Usage.MemoryPeak, PidsPeak: exit.Usage.PidsPeak}
+	res.StartedAt, res.FinishedAt = exit.Started, exit.Finished
+	if !exit.Started.IsZero() && !exit.Finished.IsZero() {
+		res.DurationMS = exit.Finished.Sub(exit.Started).Milliseconds()
+	}
+}
+
 // Usage is what a sandbox consumed.
 type Usage struct {
 	CPUMS           int64 `json:"cpu_ms"`
 	MemoryPeakBytes int64 `json:"memory_peak_bytes"`
 	PidsPeak        int64 `json:"pids_peak"`
+}
+
+// reasonOf decides why a run ended. airlock's own kills come first: a
+// program killed at its timeout is a timeout even if it was also near its
+// memory limit. Then the kernel's: OOM, then a refused fork.
+func reasonOf(exit engine.Exit, cause error) Reason {
+	switch {
+	case exit.TimedOut:
+		return ReasonTimeout
+	case exit.Killed && errors.Is(cause, errOutputLimit):
+		return ReasonOutputLimit
+	case exit.Killed:
+		return ReasonKilled
+	case exit.OOMKilled:
+		return ReasonOOM
+	case exit.PidsLimited && exit.Code != 0:
+		return ReasonPidsLimit
+	}
+	return ReasonExited
 }

@@ -379,9 +379,7 @@ func (r *Runner) execute(ctx context.Context, s Spec, job *engine.SandboxSpec, s
 		res.DurationMS = time.Since(begin).Milliseconds()
 		return res, err
 	}
-	res.ExitCode = exit.Code
-	res.Reason = reasonOf(exit, context.Cause(runCtx))
-	res.Usage = Usage{CPUMS: exit.Usage.CPU.Milliseconds(), MemoryPeakBytes: exit.Usage.MemoryPeak, PidsPeak: exit.Usage.PidsPeak}
+	res.exited(exit, context.Cause(runCtx))
 	if sc.out != "" {
 		// The engine has removed the sandbox: no process is left to race
 		// the scan.
@@ -397,8 +395,6 @@ func (r *Runner) execute(ctx context.Context, s Spec, job *engine.SandboxSpec, s
 			return res, fmt.Errorf("%w: collecting artifacts: %v", errdefs.ErrInternal, err)
 		}
 	}
-	res.StartedAt, res.FinishedAt = exit.Started, exit.Finished
-	res.DurationMS = exit.Finished.Sub(exit.Started).Milliseconds()
 	mark(ctx, "scan")
 	<-sealReady
 	if err = r.sign(ctx, job, s, &res, sc.inputs, manifest); err != nil {
@@ -470,22 +466,3 @@ func (r *Runner) runOnce(ctx, runCtx context.Context, job *engine.SandboxSpec, s
 type unfreedError struct{ error }
 
 func (e unfreedError) Unwrap() error { return e.error }
-
-// reasonOf decides why a run ended. airlock's own kills come first: a
-// program killed at its timeout is a timeout even if it was also near its
-// memory limit. Then the kernel's: OOM, then a refused fork.
-func reasonOf(exit engine.Exit, cause error) Reason {
-	switch {
-	case exit.TimedOut:
-		return ReasonTimeout
-	case exit.Killed && errors.Is(cause, errOutputLimit):
-		return ReasonOutputLimit
-	case exit.Killed:
-		return ReasonKilled
-	case exit.OOMKilled:
-		return ReasonOOM
-	case exit.PidsLimited && exit.Code != 0:
-		return ReasonPidsLimit
-	}
-	return ReasonExited
-}

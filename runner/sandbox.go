@@ -471,13 +471,7 @@ func (sb *Sandbox) Exec(ctx context.Context, p ExecSpec) (Result, error) {
 			sb.r.markLost(sb.id, err)
 		}
 	} else {
-		res.ExitCode = exit.Code
-		res.Reason = reasonOf(exit, context.Cause(runCtx))
-		res.Usage = Usage{CPUMS: exit.Usage.CPU.Milliseconds(), MemoryPeakBytes: exit.Usage.MemoryPeak, PidsPeak: exit.Usage.PidsPeak}
-		res.StartedAt, res.FinishedAt = exit.Started, exit.Finished
-		if !exit.Started.IsZero() && !exit.Finished.IsZero() {
-			res.DurationMS = exit.Finished.Sub(exit.Started).Milliseconds()
-		}
+		res.exited(exit, context.Cause(runCtx))
 	}
 	if err == nil && res.Error == "" && si.Policy != nil {
 		pol := *si.Policy

@@ -72,6 +72,9 @@ unit: ## Run the unit tests only (no daemon; as non-root, the tests that need ro
 # corpus under its package's testdata/fuzz/<Target>/.
 FUZZ_TARGETS := \
 	artifacts:FuzzCheckName \
+	egress:FuzzHandle \
+	egress:FuzzParseCredential \
+	egress:FuzzParseRule \
 	images:FuzzOpenLayout \
 	images:FuzzParseRef \
 	internal/agent:FuzzReader \

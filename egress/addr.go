@@ -6,7 +6,8 @@ import "net/netip"
 // them global unicast: shared address space (100.64.0.0/10, where some
 // clouds keep their metadata service), documentation, benchmarking and
 // reserved ranges, and IPv6 forms that carry an IPv4 address a gateway
-// may translate to a private one (NAT64, 6to4, Teredo).
+// may translate to a private one (IPv4-compatible and -translated,
+// NAT64, 6to4, Teredo), and the deprecated site-local range.
 var special = []netip.Prefix{
 	netip.MustParsePrefix("0.0.0.0/8"),
 	netip.MustParsePrefix("100.64.0.0/10"),
@@ -17,6 +18,8 @@ var special = []netip.Prefix{
 	netip.MustParsePrefix("198.51.100.0/24"),
 	netip.MustParsePrefix("203.0.113.0/24"),
 	netip.MustParsePrefix("240.0.0.0/4"),
+	netip.MustParsePrefix("::/96"),
+	netip.MustParsePrefix("::ffff:0:0:0/96"),
 	netip.MustParsePrefix("64:ff9b::/96"),
 	netip.MustParsePrefix("64:ff9b:1::/48"),
 	netip.MustParsePrefix("100::/64"),
@@ -24,6 +27,7 @@ var special = []netip.Prefix{
 	netip.MustParsePrefix("2001:db8::/32"),
 	netip.MustParsePrefix("2002::/16"),
 	netip.MustParsePrefix("3fff::/20"),
+	netip.MustParsePrefix("fec0::/10"),
 }
 
 // Public says whether addr is on the public internet: a global unicast

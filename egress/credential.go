@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -183,4 +184,20 @@ func validEnvName(s string) bool {
 		}
 	}
 	return true
+}
+
+// NarrowCredentials returns run when each of its credentials is one of
+// tmpl's: a run may drop a template's credentials, never add or change
+// one. Otherwise it returns an *Error for each that is not, joined.
+func NarrowCredentials(tmpl, run []Credential) ([]Credential, error) {
+	var errs []error
+	for _, c := range run {
+		if !slices.Contains(tmpl, c) {
+			errs = append(errs, refuse(credentialField, c.String(), "this credential is not one of the template's; a run may remove credentials, never add or change them"))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return run, nil
 }

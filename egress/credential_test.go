@@ -90,3 +90,33 @@ func TestCredentialLoad(t *testing.T) {
 		}
 	}
 }
+
+func TestNarrowCredentials(t *testing.T) {
+	parse := func(ss ...string) []Credential {
+		var out []Credential
+		for _, s := range ss {
+			c, err := ParseCredential(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, c)
+		}
+		return out
+	}
+	tmpl := parse("a.example=Authorization:A", "b.example=X-Key:@/k")
+	for _, run := range [][]Credential{nil, parse("a.example=Authorization:A"), tmpl} {
+		if got, err := NarrowCredentials(tmpl, run); err != nil || len(got) != len(run) {
+			t.Errorf("NarrowCredentials(%v) = %v, %v", run, got, err)
+		}
+	}
+	for _, run := range [][]Credential{
+		parse("c.example=Authorization:A"),
+		parse("a.example=Authorization:OTHER"),
+		parse("a.example:8443=Authorization:A"),
+		parse("b.example=X-Key:@/other"),
+	} {
+		if _, err := NarrowCredentials(tmpl, run); err == nil || !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "never add") {
+			t.Errorf("NarrowCredentials(%v) = %v", run, err)
+		}
+	}
+}

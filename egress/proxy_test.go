@@ -31,8 +31,10 @@ type harness struct {
 	recs  []Record
 	names map[string][]netip.Addr
 	seen  int
-	done  chan error
-	stop  context.CancelFunc
+	// lookups are the names resolved.
+	lookups []string
+	done    chan error
+	stop    context.CancelFunc
 }
 
 func newHarness(t *testing.T, allow []string, opts ...Option) *harness {
@@ -41,6 +43,7 @@ func newHarness(t *testing.T, allow []string, opts ...Option) *harness {
 	resolve := func(ctx context.Context, host string) ([]netip.Addr, error) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
+		h.lookups = append(h.lookups, host)
 		if a, ok := h.names[host]; ok {
 			return a, nil
 		}
@@ -261,6 +264,11 @@ func TestHostNotAllowed(t *testing.T) {
 	}
 	if c.count() != 0 {
 		t.Errorf("the upstream saw %d requests", c.count())
+	}
+	// A name not on the list is never resolved: no DNS query carries what
+	// the sandbox put in it.
+	if len(h.lookups) != 0 {
+		t.Errorf("resolved %q", h.lookups)
 	}
 }
 

@@ -112,7 +112,7 @@ func (p *Proxy) dial(ctx context.Context, t target, port uint16, viaRoute bool, 
 		}
 		rec.Addr = got[0].Unmap()
 		for _, a := range got {
-			if a = a.Unmap(); p.allow.Dialable(a, port) {
+			if a = a.Unmap(); p.dialable(a, port) {
 				addrs = append(addrs, a)
 			}
 		}
@@ -130,6 +130,13 @@ func (p *Proxy) dial(ctx context.Context, t target, port uint16, viaRoute bool, 
 		}
 	}
 	return nil, &refusal{ReasonDial, fmt.Sprintf("connecting to %s port %d failed", t.host, port)}
+}
+
+// dialable says whether the proxy may connect to addr on port: the
+// allowlist names it exactly, or it is public and not one of the host's
+// own addresses.
+func (p *Proxy) dialable(addr netip.Addr, port uint16) bool {
+	return p.allow.AllowsAddr(addr, port) || Public(addr) && !p.local[addr]
 }
 
 func (p *Proxy) notAllowed(t target) *refusal {
@@ -222,10 +229,7 @@ func (p *Proxy) forward(ctx context.Context, client activeConn, req *http.Reques
 	rec.Allowed = true
 
 	var conn net.Conn = up
-	host := t.host
-	if t.portGiven {
-		host = net.JoinHostPort(t.host, fmt.Sprint(t.port))
-	}
+	host := t.hostHeader()
 	if len(routes) > 0 {
 		tc := tls.Client(up, &tls.Config{
 			ServerName: t.host,

@@ -11,8 +11,9 @@
 //     without bound.
 //   - The allowlist names hosts, but the proxy checks the address it
 //     connects to. It resolves names itself (a sandbox has no DNS) and
-//     dials only addresses that are public, or that the allowlist names
-//     exactly as IP literals with that port: a listed name that resolves to
+//     dials only addresses that are public and not the host's own (read
+//     at New), or that the allowlist names exactly as IP literals with
+//     that port: a listed name that resolves to
 //     loopback, a private, link-local or metadata address is refused
 //     (DNS rebinding). An IP literal from the sandbox is allowed only when
 //     that literal is on the list.

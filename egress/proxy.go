@@ -157,6 +157,11 @@ type Proxy struct {
 	limits    Limits
 	log       *slog.Logger
 
+	// local are the host's own addresses: public ones are not dialled
+	// unless listed, so an allowed name cannot lead to the host's own
+	// services.
+	local map[netip.Addr]bool
+
 	budget  budget
 	slots   chan struct{}
 	serving atomic.Bool
@@ -190,6 +195,9 @@ func New(id string, allow Allowlist, audit func(Record) error, opts ...Option) (
 	if p.limits, err = p.limits.withDefaults(); err != nil {
 		return nil, err
 	}
+	if p.local, err = localAddrs(); err != nil {
+		return nil, fmt.Errorf("reading the host's addresses: %w", err)
+	}
 	p.budget.max = p.limits.Bytes
 	p.slots = make(chan struct{}, p.limits.Conns)
 	p.routes = map[string][]Route{}
@@ -210,6 +218,22 @@ func New(id string, allow Allowlist, audit func(Record) error, opts ...Option) (
 	return p, nil
 }
 
+func localAddrs() (map[netip.Addr]bool, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	local := map[netip.Addr]bool{}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok {
+				local[ip.Unmap()] = true
+			}
+		}
+	}
+	return local, nil
+}
+
 // Stats are p's totals so far.
 func (p *Proxy) Stats() Stats {
 	return Stats{Bytes: p.budget.used.Load(), Open: len(p.slots)}
@@ -217,7 +241,8 @@ func (p *Proxy) Stats() Stats {
 
 // Serve answers the sandbox's connections on ln until ctx is done or the
 // audit sink fails, then closes ln and every connection, and returns once
-// all are closed. A Proxy serves once.
+// all are closed. An accept error that persists for about two seconds
+// ends it too, with that error. A Proxy serves once.
 func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	if !p.serving.CompareAndSwap(false, true) {
 		return errors.New("this egress proxy is already serving: make one per listener")
@@ -229,8 +254,20 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	var backoff time.Duration
 	for {
 		c, err := ln.Accept()
+		if err != nil && ctx.Err() == nil && !errors.Is(err, net.ErrClosed) && backoff < time.Second {
+			// Out of descriptors, or a connection reset before it was
+			// accepted: wait a little and go on.
+			backoff = max(2*backoff, 5*time.Millisecond)
+			p.log.Warn("accepting an egress connection", "sandbox_id", p.id, "err", err)
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+			}
+			continue
+		}
 		if err != nil {
 			ln.Close()
 			var af auditFailed
@@ -242,6 +279,7 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 			}
 			return fmt.Errorf("accepting sandbox %q's egress connections: %w", p.id, err)
 		}
+		backoff = 0
 		select {
 		case p.slots <- struct{}{}:
 		default:

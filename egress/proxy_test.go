@@ -618,3 +618,36 @@ func waitOpen(t *testing.T, p *Proxy, n int) {
 		}
 	}
 }
+
+// TestHostsOwnAddresses: a public address of the host itself is not
+// dialled unless listed, so an allowed name cannot reach the host's own
+// services.
+func TestHostsOwnAddresses(t *testing.T) {
+	h := newHarness(t, []string{"self.test"})
+	h.p.local[netip.MustParseAddr("8.8.8.8")] = true
+	h.resolveTo("self.test", "8.8.8.8")
+	if st := h.connect("self.test:443"); st != 403 {
+		t.Errorf("got %d", st)
+	}
+	checkRecord(t, h.last(), KindConnect, "self.test", false, ReasonAddress)
+	if _, err := localAddrs(); err != nil {
+		t.Errorf("reading the host's addresses: %v", err)
+	}
+}
+
+func TestHostHeader(t *testing.T) {
+	for _, tc := range []struct {
+		t    target
+		want string
+	}{
+		{target{host: "example.org", port: 80}, "example.org"},
+		{target{host: "example.org", port: 8080, portGiven: true}, "example.org:8080"},
+		{target{host: "::1", addr: netip.MustParseAddr("::1"), port: 80}, "[::1]"},
+		{target{host: "::1", addr: netip.MustParseAddr("::1"), port: 80, portGiven: true}, "[::1]:80"},
+		{target{host: "127.0.0.1", addr: netip.MustParseAddr("127.0.0.1"), port: 80}, "127.0.0.1"},
+	} {
+		if got := tc.t.hostHeader(); got != tc.want {
+			t.Errorf("hostHeader(%+v) = %q, want %q", tc.t, got, tc.want)
+		}
+	}
+}

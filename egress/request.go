@@ -3,8 +3,10 @@ package egress
 import (
 	"bufio"
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 )
 
@@ -18,6 +20,18 @@ type target struct {
 	port uint16
 	// portGiven says the request named a port.
 	portGiven bool
+}
+
+// hostHeader is the Host header for t: its host, with its port when the
+// request named one.
+func (t target) hostHeader() string {
+	switch {
+	case t.portGiven:
+		return net.JoinHostPort(t.host, strconv.Itoa(int(t.port)))
+	case t.addr.Is6():
+		return "[" + t.host + "]"
+	}
+	return t.host
 }
 
 // refusal is a request the proxy will not serve: its reason, and a

@@ -153,6 +153,10 @@ bench-pool: setup ## Warm pools: pooled run beside cold API, airlock run and doc
 bench-server: setup ## airlock serve beside the CLI: run and exec p50/p99 (30 each, interleaved)
 	$(GO) run ./bench/server -n 30
 
+.PHONY: bench-egress
+bench-egress: ## The egress proxy on loopback beside direct connections: throughput and per-request cost
+	$(GO) run ./bench/egress -n 20
+
 .PHONY: load-server
 load-server: setup ## airlock serve under load: 1,000 one-shot runs at concurrency 8, p50/p99, leaks, RSS, goroutines
 	AIRLOCK_LOAD_RUNS=1000 $(GO) test -count=1 -tags e2e -timeout 30m -run TestServeLoad -v ./e2e/serve/

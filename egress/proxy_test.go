@@ -651,3 +651,66 @@ func TestHostHeader(t *testing.T) {
 		}
 	}
 }
+
+// TestUpstreamSilent: a host that takes a request and never answers is
+// cut at the idle timeout, and the sandbox's connection with it.
+func TestUpstreamSilent(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go io.Copy(io.Discard, c) // reads, never answers
+		}
+	}()
+	h := newHarness(t, []string{ln.Addr().String()}, WithLimits(Limits{Idle: 200 * time.Millisecond}))
+	conn := dialRaw(t, h.addr)
+	fmt.Fprintf(conn, "GET http://%s/ HTTP/1.1\r\n\r\n", ln.Addr())
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err == nil {
+		t.Fatalf("an answer: %d", resp.StatusCode)
+	}
+	if r := h.last(); r.Reason != ReasonIdle || !r.Allowed || r.BytesUp == 0 {
+		t.Errorf("record %+v", r)
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	h := newHarness(t, []string{closed, "gone.test"})
+	if st := h.connect(closed); st != 502 {
+		t.Errorf("CONNECT to a closed port: %d", st)
+	}
+	host, _, _ := net.SplitHostPort(closed)
+	checkRecord(t, h.last(), KindConnect, host, true, ReasonDial)
+	if st := h.connect("gone.test:443"); st != 502 {
+		t.Errorf("CONNECT to a name that does not resolve: %d", st)
+	}
+	checkRecord(t, h.last(), KindConnect, "gone.test", false, ReasonResolve)
+}
+
+func TestByteLimitUpload(t *testing.T) {
+	s, _ := upstream(t)
+	h := newHarness(t, []string{fmt.Sprintf("127.0.0.1:%d", portOf(t, s.URL))}, WithLimits(Limits{Bytes: 32 << 10}))
+	resp, err := h.client(nil).Post(s.URL, "application/octet-stream", strings.NewReader(strings.Repeat("u", 1<<20)))
+	if err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			t.Fatal("a 1 MiB upload passed a 32 KiB cap")
+		}
+	}
+	if r := h.last(); r.Reason != ReasonByteLimit || r.BytesUp > 32<<10 {
+		t.Errorf("record %+v", r)
+	}
+}

@@ -512,21 +512,7 @@ func TestByteLimit(t *testing.T) {
 }
 
 func TestIdleTimeout(t *testing.T) {
-	// A TCP server that accepts and says nothing.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-		}
-	}()
+	ln := tcpServer(t, func(net.Conn) {}) // accepts, says nothing
 	h := newHarness(t, []string{ln.Addr().String()}, WithLimits(Limits{Idle: 200 * time.Millisecond}))
 	conn := dialRaw(t, h.addr)
 	fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\n\r\n", ln.Addr())
@@ -575,18 +561,7 @@ func TestAuditFailureStopsProxy(t *testing.T) {
 }
 
 func TestServeStopsOnCancel(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			io.Copy(io.Discard, c)
-			c.Close()
-		}
-	}()
+	ln := tcpServer(t, func(c net.Conn) { io.Copy(io.Discard, c) })
 	h := newHarness(t, []string{ln.Addr().String()})
 	conn := dialRaw(t, h.addr)
 	fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\n\r\n", ln.Addr())
@@ -655,20 +630,7 @@ func TestHostHeader(t *testing.T) {
 // TestUpstreamSilent: a host that takes a request and never answers is
 // cut at the idle timeout, and the sandbox's connection with it.
 func TestUpstreamSilent(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go io.Copy(io.Discard, c) // reads, never answers
-		}
-	}()
+	ln := tcpServer(t, func(c net.Conn) { io.Copy(io.Discard, c) }) // reads, never answers
 	h := newHarness(t, []string{ln.Addr().String()}, WithLimits(Limits{Idle: 200 * time.Millisecond}))
 	conn := dialRaw(t, h.addr)
 	fmt.Fprintf(conn, "GET http://%s/ HTTP/1.1\r\n\r\n", ln.Addr())
@@ -713,4 +675,37 @@ func TestByteLimitUpload(t *testing.T) {
 	if r := h.last(); r.Reason != ReasonByteLimit || r.BytesUp > 32<<10 {
 		t.Errorf("record %+v", r)
 	}
+}
+
+// tcpServer serves each connection with serve, on loopback; connections
+// stay open after serve returns, until the test ends.
+func tcpServer(t *testing.T, serve func(net.Conn)) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			go serve(c)
+		}
+	}()
+	return ln
 }

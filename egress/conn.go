@@ -168,14 +168,24 @@ func (p *Proxy) tunnel(ctx context.Context, client activeConn, br *bufio.Reader,
 		p.record(rec)
 		return
 	}
+	// Each way ends at its source's end, which is passed on as a
+	// half-close; past the byte cap, both ways end at once.
+	end := func(dst net.Conn) {
+		if up.capped.Load() {
+			client.Conn.Close()
+			up.Close()
+			return
+		}
+		closeWrite(dst)
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		io.Copy(up, br) // what the client sent after its header is in br
-		closeWrite(up.Conn)
+		end(up.Conn)
 	}()
 	io.Copy(client, up)
-	closeWrite(client.Conn)
+	end(client.Conn)
 	<-done
 	rec.BytesUp, rec.BytesDown = up.up.Load(), up.down.Load()
 	rec.Reason = p.ended(ctx, id, up)

@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -708,4 +709,24 @@ func tcpServer(t *testing.T, serve func(net.Conn)) net.Listener {
 		}
 	}()
 	return ln
+}
+
+// TestByteLimitTunnel: past the cap, a tunnel is cut both ways, even when
+// the sandbox keeps its side open.
+func TestByteLimitTunnel(t *testing.T) {
+	ln := tcpServer(t, func(c net.Conn) { c.Write(bytes.Repeat([]byte("d"), 1<<20)) })
+	h := newHarness(t, []string{ln.Addr().String()}, WithLimits(Limits{Bytes: 64 << 10}))
+	conn := dialRaw(t, h.addr)
+	fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\n\r\n", ln.Addr())
+	br := bufio.NewReader(conn)
+	if resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"}); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v", err)
+	}
+	n, _ := io.Copy(io.Discard, br)
+	if n > 64<<10 {
+		t.Errorf("read %d bytes past a 64 KiB cap", n)
+	}
+	if r := h.last(); r.Reason != ReasonByteLimit || r.BytesDown != n {
+		t.Errorf("record %+v, read %d", r, n)
+	}
 }

@@ -182,9 +182,12 @@ func New(id string, allow Allowlist, audit func(Record) error, opts ...Option) (
 	if audit == nil {
 		return nil, errors.New("an egress proxy needs an audit sink: every connection is recorded")
 	}
-	p := &Proxy{id: id, allow: allow, audit: audit, log: slog.New(slog.DiscardHandler)}
+	p := &Proxy{id: id, allow: allow, audit: audit}
 	for _, o := range opts {
 		o(p)
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
 	}
 	if p.resolve == nil {
 		p.resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {

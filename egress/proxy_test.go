@@ -730,3 +730,30 @@ func TestByteLimitTunnel(t *testing.T) {
 		t.Errorf("record %+v, read %d", r, n)
 	}
 }
+
+// TestIPv6Literal: [::1]:PORT on the list allows exactly that, through
+// CONNECT and plain HTTP.
+func TestIPv6Literal(t *testing.T) {
+	ln, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback here: %v", err)
+	}
+	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.Host) }))
+	s.Listener = ln
+	s.Start()
+	defer s.Close()
+	port := portOf(t, s.URL)
+	h := newHarness(t, []string{fmt.Sprintf("[::1]:%d", port)})
+	if code, body := get(t, h.client(nil), s.URL); code != 200 || body != fmt.Sprintf("[::1]:%d", port) {
+		t.Errorf("GET %s: %d %q", s.URL, code, body)
+	}
+	checkRecord(t, h.last(), KindHTTP, "::1", true, ReasonClosed)
+	if st := h.connect(fmt.Sprintf("[::1]:%d", port%65535+1)); st != 403 {
+		t.Errorf("another port: %d", st)
+	}
+	checkRecord(t, h.last(), KindConnect, "::1", false, ReasonPort)
+	if st := h.connect(fmt.Sprintf("[::ffff:127.0.0.1]:%d", port)); st != 403 {
+		t.Errorf("IPv4 loopback, mapped: %d", st)
+	}
+	checkRecord(t, h.last(), KindConnect, "127.0.0.1", false, ReasonHost)
+}

@@ -757,3 +757,25 @@ func TestIPv6Literal(t *testing.T) {
 	}
 	checkRecord(t, h.last(), KindConnect, "127.0.0.1", false, ReasonHost)
 }
+
+// TestUpstreamHostile: a host's response is read under the same caps as a
+// request: a header past the cap, a protocol switch nobody asked for and
+// garbage are each a 502, never passed on.
+func TestUpstreamHostile(t *testing.T) {
+	for name, answer := range map[string]string{
+		"long header": "HTTP/1.1 200 OK\r\nX: " + strings.Repeat("a", 64<<10) + "\r\n\r\n",
+		"switch":      "HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: upgrade\r\n\r\n",
+		"garbage":     "SSH-2.0-OpenSSH_9.6\r\n",
+		"interims":    strings.Repeat("HTTP/1.1 103 Early Hints\r\n\r\n", 20),
+	} {
+		ln := tcpServer(t, func(c net.Conn) {
+			http.ReadRequest(bufio.NewReader(c))
+			io.WriteString(c, answer)
+		})
+		h := newHarness(t, []string{ln.Addr().String()})
+		code, _ := get(t, h.client(nil), "http://"+ln.Addr().String()+"/")
+		if r := h.last(); code != 502 || r.Reason != ReasonUpstreamHeader {
+			t.Errorf("%s: %d, record %+v", name, code, r)
+		}
+	}
+}

@@ -116,6 +116,24 @@ type Record struct {
 	Duration time.Duration `json:"duration_ns"`
 }
 
+// Event is r as an event of airlock's audit log (lifecycle.Audit.Append,
+// which adds the time it is written): "event" is "egress", "started" the
+// connection's start, and the other keys are r's JSON names.
+func (r Record) Event() map[string]any {
+	ev := map[string]any{
+		"event": "egress", "started": r.Time.UTC().Format(time.RFC3339Nano), "sandbox_id": r.SandboxID,
+		"kind": r.Kind, "host": r.Host, "port": r.Port, "bytes_up": r.BytesUp, "bytes_down": r.BytesDown,
+		"allowed": r.Allowed, "reason": r.Reason, "duration_ns": int64(r.Duration),
+	}
+	if r.Addr.IsValid() {
+		ev["addr"] = r.Addr.String()
+	}
+	if r.Status != 0 {
+		ev["status"] = r.Status
+	}
+	return ev
+}
+
 // Stats are a proxy's totals so far.
 type Stats struct {
 	// Bytes is the bytes taken from the budget, both ways.

@@ -779,3 +779,24 @@ func TestUpstreamHostile(t *testing.T) {
 		}
 	}
 }
+
+func TestRecordEvent(t *testing.T) {
+	r := Record{Time: time.Unix(1, 0), SandboxID: "sb", Kind: KindConnect, Host: "example.org", Port: 443,
+		Addr: netip.MustParseAddr("192.0.2.1"), BytesUp: 1, BytesDown: 2, Allowed: true, Reason: ReasonClosed, Duration: time.Second}
+	ev := r.Event()
+	b, _ := json.Marshal(r)
+	var fromJSON map[string]any
+	json.Unmarshal(b, &fromJSON)
+	delete(fromJSON, "time")
+	for k := range fromJSON {
+		if _, ok := ev[k]; !ok {
+			t.Errorf("the event has no %q", k)
+		}
+	}
+	if ev["event"] != "egress" || ev["addr"] != "192.0.2.1" || ev["started"] != "1970-01-01T00:00:01Z" || len(ev) != len(fromJSON)+2 {
+		t.Errorf("event %v", ev)
+	}
+	if ev := (Record{}).Event(); ev["addr"] != nil || ev["status"] != nil {
+		t.Errorf("a zero address or status is written: %v", ev)
+	}
+}

@@ -33,7 +33,8 @@
 //     plain HTTP to http://HOST/ through the proxy; the proxy opens TLS to
 //     HOST itself, verifies its certificate, and sets the route's header.
 //     Redirects are passed back, never followed, so the header is sent to
-//     HOST and nowhere else. The value never appears in a Record, an error
+//     HOST and nowhere else. A route allows its host by itself, through
+//     the route only; the address rules apply to it as to any name. The value never appears in a Record, an error
 //     or a Route's printed form. An upstream that echoes the header back
 //     hands it to the sandbox: trusting a host with a credential includes
 //     trusting it not to do that.

@@ -231,6 +231,10 @@ func TestRouteOnlyItsHost(t *testing.T) {
 	if got := u.seen(); len(got) != 1 || got[0] != "" {
 		t.Fatalf("the upstream saw Authorization %q", got)
 	}
+	// The route does not put its host on the allowlist for CONNECT.
+	if st := h.connect(fmt.Sprintf("example.com:%d", port)); st != 403 {
+		t.Errorf("CONNECT to the route's host: %d", st)
+	}
 }
 
 // TestRouteEchoLimit documents the design's limit: a host trusted with a

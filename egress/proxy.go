@@ -268,13 +268,14 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	if !p.serving.CompareAndSwap(false, true) {
 		return errors.New("this egress proxy is already serving: make one per listener")
 	}
+	// On return, every connection is closed (cancel) before the wait for
+	// their handlers.
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	p.stopped = cancel
 	defer context.AfterFunc(ctx, func() { ln.Close() })()
-
-	var wg sync.WaitGroup
-	defer wg.Wait()
 	var backoff time.Duration
 	for {
 		c, err := ln.Accept()

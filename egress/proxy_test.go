@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -798,5 +799,66 @@ func TestRecordEvent(t *testing.T) {
 	}
 	if ev := (Record{}).Event(); ev["addr"] != nil || ev["status"] != nil {
 		t.Errorf("a zero address or status is written: %v", ev)
+	}
+}
+
+// failingListener fails every Accept once failing is set.
+type failingListener struct {
+	net.Listener
+	failing atomic.Bool
+}
+
+func (l *failingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil && l.failing.Load() {
+		c.Close()
+		return nil, errors.New("accept failing")
+	}
+	return c, err
+}
+
+// TestServeAcceptFails: an accept error that persists ends Serve with it,
+// and the connections open are closed, not waited for.
+func TestServeAcceptFails(t *testing.T) {
+	up := tcpServer(t, func(c net.Conn) { io.Copy(io.Discard, c) })
+	p, err := New("sb-test", mustAllow(t, up.Addr().String()), func(Record) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := &failingListener{Listener: inner}
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(context.Background(), ln) }()
+
+	conn := dialRaw(t, inner.Addr().String())
+	fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\n\r\n", up.Addr())
+	br := bufio.NewReader(conn)
+	if resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"}); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v", err)
+	}
+	ln.failing.Store(true)
+	go func() { // keep Accept failing
+		for i := 0; i < 200; i++ {
+			c, err := net.Dial("tcp", inner.Addr().String())
+			if err != nil {
+				return
+			}
+			c.Close()
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "accept failing") {
+			t.Errorf("Serve = %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Serve goes on through a persistent accept error, or waits for its tunnel")
+	}
+	if _, err := br.ReadByte(); err == nil {
+		t.Error("the tunnel outlives Serve")
 	}
 }

@@ -96,7 +96,9 @@ const (
 type Record struct {
 	Time      time.Time `json:"time"`
 	SandboxID string    `json:"sandbox_id"`
-	Kind      string    `json:"kind"`
+	// Kind is KindConnect, KindHTTP or KindCredential; empty for a
+	// connection refused before its request was read (conn_limit).
+	Kind string `json:"kind"`
 	// Host and Port are what the sandbox asked for (empty when its
 	// request could not be read).
 	Host string `json:"host,omitempty"`

@@ -72,6 +72,9 @@ unit: ## Run the unit tests only (no daemon; as non-root, the tests that need ro
 # corpus under its package's testdata/fuzz/<Target>/.
 FUZZ_TARGETS := \
 	artifacts:FuzzCheckName \
+	egress:FuzzHandle \
+	egress:FuzzParseCredential \
+	egress:FuzzParseRule \
 	images:FuzzOpenLayout \
 	images:FuzzParseRef \
 	internal/agent:FuzzReader \
@@ -149,6 +152,10 @@ bench-pool: setup ## Warm pools: pooled run beside cold API, airlock run and doc
 .PHONY: bench-server
 bench-server: setup ## airlock serve beside the CLI: run and exec p50/p99 (30 each, interleaved)
 	$(GO) run ./bench/server -n 30
+
+.PHONY: bench-egress
+bench-egress: ## The egress proxy on loopback beside direct connections: throughput and per-request cost
+	$(GO) run ./bench/egress -n 20
 
 .PHONY: load-server
 load-server: setup ## airlock serve under load: 1,000 one-shot runs at concurrency 8, p50/p99, leaks, RSS, goroutines

@@ -94,3 +94,10 @@ func (sb *Sandbox) IsDir(p string) (bool, error) {
 	}
 	return si.Areas.IsDir(p)
 }
+
+// TreeReport is one tree transfer as the faces show it: every entry's
+// record, in the order decided, and the counts.
+type TreeReport struct {
+	Transfers []Transfer  `json:"transfers"`
+	Summary   TreeSummary `json:"summary"`
+}

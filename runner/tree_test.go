@@ -147,7 +147,7 @@ func upTree(t *testing.T, a *Areas, src, dir string, lim TreeLimits) (TreeSummar
 	host := make(chan []Transfer, 1)
 	go func() {
 		var refused []Transfer
-		err := TarHostTree(context.Background(), src, pw, dir, func(tr Transfer) { refused = append(refused, tr) })
+		err := TarHostTree(context.Background(), src, pw, dir, lim.FileBytes, func(tr Transfer) { refused = append(refused, tr) })
 		pw.CloseWithError(err)
 		host <- refused
 	}()
@@ -398,7 +398,8 @@ func TestTarHostTreeFollowsNothing(t *testing.T) {
 	}
 	defer l.Close()
 	os.Link(filepath.Join(src, "ok.txt"), filepath.Join(src, "hard.txt"))
-	sum, d, err := upTree(t, a, src, "/home/user/up", SessionTree(1<<20))
+	os.WriteFile(filepath.Join(src, "big.bin"), make([]byte, 2<<20), 0o644)
+	sum, d, err := upTree(t, a, src, "/home/user/up", TreeLimits{Files: 100, Bytes: 1 << 20, FileBytes: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,9 +407,10 @@ func TestTarHostTreeFollowsNothing(t *testing.T) {
 	d.want(t, "/home/user/up/linkdir", ReasonSymlink)
 	d.want(t, "/home/user/up/fifo", artifacts.ReasonNotRegular)
 	d.want(t, "/home/user/up/sock", artifacts.ReasonNotRegular)
+	d.want(t, "/home/user/up/big.bin", ReasonTooLarge) // on this machine, unread
 	// A hardlinked file on this machine is read like any other: nothing
 	// is followed, and the sandbox gets a file of its own.
-	if sum.Files != 2 || len(d.all) != 6 {
+	if sum.Files != 2 || len(d.all) != 7 {
 		t.Errorf("summary %+v, decisions %v", sum, d.paths())
 	}
 	ents, _ := os.ReadDir(filepath.Join(a.Workspace, "up"))
@@ -419,7 +421,7 @@ func TestTarHostTreeFollowsNothing(t *testing.T) {
 	if !slices.Equal(names, []string{"hard.txt", "ok.txt"}) {
 		t.Errorf("uploaded %v", names)
 	}
-	if err := TarHostTree(context.Background(), filepath.Join(src, "linkdir"), io.Discard, "/x", nil); err == nil {
+	if err := TarHostTree(context.Background(), filepath.Join(src, "linkdir"), io.Discard, "/x", 0, nil); err == nil {
 		t.Error("a symlinked source was followed")
 	}
 }

@@ -29,11 +29,11 @@ const hostResolve = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOL
 // src. It reads from directory fds, one component at a time, and never
 // follows a symlink, src's own included; an opened file must be the inode
 // listed. Anything else (a symlink, a FIFO, a device, a socket, a name
-// the sandbox would refuse) is left out and reported through each, its
-// path shown below base, the sandbox directory the tree goes to; nothing
-// of it is opened. A file that changes size while read ends the stream
-// with an error.
-func TarHostTree(ctx context.Context, src string, w io.Writer, base string, each func(Transfer)) error {
+// the sandbox would refuse, a file over maxFile bytes when maxFile is
+// positive) is left out and reported through each, its path shown below
+// base, the sandbox directory the tree goes to; nothing of it is opened or
+// sent. A file that changes size while read ends the stream with an error.
+func TarHostTree(ctx context.Context, src string, w io.Writer, base string, maxFile int64, each func(Transfer)) error {
 	fd, err := unix.Open(src, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	switch {
 	case errors.Is(err, unix.ELOOP):
@@ -46,7 +46,7 @@ func TarHostTree(ctx context.Context, src string, w io.Writer, base string, each
 		return fmt.Errorf("%w: opening %s: %v", errdefs.ErrUnavailable, src, err)
 	}
 	defer unix.Close(fd)
-	h := &hostTree{tw: tar.NewWriter(w), base: base, each: each}
+	h := &hostTree{tw: tar.NewWriter(w), base: base, maxFile: maxFile, each: each}
 	if err := h.walk(ctx, fd, "", 0); err != nil {
 		return err
 	}
@@ -54,10 +54,11 @@ func TarHostTree(ctx context.Context, src string, w io.Writer, base string, each
 }
 
 type hostTree struct {
-	tw   *tar.Writer
-	base string
-	each func(Transfer)
-	sum  TreeSummary // counts only the refusals reported here
+	tw      *tar.Writer
+	base    string
+	maxFile int64
+	each    func(Transfer)
+	sum     TreeSummary // counts only the refusals reported here
 }
 
 func (h *hostTree) walk(ctx context.Context, dirfd int, rel string, depth int) error {
@@ -100,6 +101,10 @@ func (h *hostTree) walk(ctx context.Context, dirfd int, rel string, depth int) e
 				return err
 			}
 		case unix.S_IFREG:
+			if h.maxFile > 0 && st.Size > h.maxFile {
+				treeRecord(&h.sum, h.each, t, refuse(ReasonTooLarge, "%d bytes, over the %d-byte file cap", st.Size, h.maxFile))
+				continue
+			}
 			if err := h.file(ctx, dirfd, name, relp, &st, t); err != nil {
 				return err
 			}
@@ -147,9 +152,6 @@ func (h *hostTree) file(ctx context.Context, dirfd int, name, rel string, st *un
 	}
 	n, err := io.Copy(h.tw, io.LimitReader(ctxReader{ctx, f}, st.Size))
 	if err != nil {
-		if errors.Is(err, tar.ErrWriteTooLong) {
-			err = nil
-		}
 		return fmt.Errorf("copying %s: %w", rel, err)
 	}
 	if n != st.Size {

@@ -79,6 +79,9 @@ type TreeSummary struct {
 	Refused int `json:"refused"`
 	// Bytes is the accepted files' bytes.
 	Bytes int64 `json:"bytes"`
+	// Stopped is the reason word of the cap that stopped the transfer at
+	// its last record (too_many, too_large); what came after was not read.
+	Stopped artifacts.Reason `json:"stopped,omitempty"`
 }
 
 // treeRecord reports tr, completed from err, through each, and counts it.
@@ -127,7 +130,10 @@ func (a *Areas) UploadTree(ctx context.Context, dir string, r io.Reader, lim Tre
 	}
 	u := &treeUpload{a: a, root: root, fd: -1, base: dir, lim: lim, each: each, sum: &sum}
 	defer u.close()
-	tr := tar.NewReader(ctxReader{ctx, r})
+	// Headers cost bytes too (PAX records, long names): the whole stream
+	// is capped at the files' bytes plus headerAllowance an entry.
+	capped := &streamCap{r: ctxReader{ctx, r}, left: lim.Bytes + int64(lim.Files+1)*headerAllowance}
+	tr := tar.NewReader(capped)
 	var entries int
 	var read int64
 	for {
@@ -139,6 +145,9 @@ func (a *Areas) UploadTree(ctx context.Context, dir string, r io.Reader, lim Tre
 			if ctx.Err() != nil {
 				return sum, ctx.Err()
 			}
+			if errors.Is(err, errStreamCap) {
+				return sum, streamStop(&sum, each, dir, lim)
+			}
 			return sum, fmt.Errorf("%w: reading the tar stream: %v", errdefs.ErrInvalidArgument, err)
 		}
 		if hdr.Typeflag == tar.TypeXGlobalHeader {
@@ -149,12 +158,14 @@ func (a *Areas) UploadTree(ctx context.Context, dir string, r io.Reader, lim Tre
 		if entries > lim.Files {
 			stop := refuse(artifacts.ReasonTooMany, "the stream has more than %d entries; send the rest in another", lim.Files)
 			treeRecord(&sum, each, t, stop)
+			sum.Stopped = artifacts.ReasonTooMany
 			return sum, stop
 		}
 		size := dataSize(hdr)
 		if size > lim.Bytes-read {
 			stop := refuse(ReasonTooLarge, "the entry claims %d bytes, past what is left (%d) of the stream's %d-byte cap", size, lim.Bytes-read, lim.Bytes)
 			treeRecord(&sum, each, t, stop)
+			sum.Stopped = ReasonTooLarge
 			return sum, stop
 		}
 		read += size
@@ -162,6 +173,38 @@ func (a *Areas) UploadTree(ctx context.Context, dir string, r io.Reader, lim Tre
 			return sum, err
 		}
 	}
+}
+
+// headerAllowance is what the headers of one entry may take of a stream
+// (a header block, and PAX records for a name up to PATH_MAX).
+const headerAllowance = 8 << 10
+
+var errStreamCap = errors.New("the stream passes its cap")
+
+// streamCap reads at most left bytes of r, then errStreamCap.
+type streamCap struct {
+	r    io.Reader
+	left int64
+}
+
+func (c *streamCap) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		return 0, errStreamCap
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	return n, err
+}
+
+// streamStop records and returns the stop of a stream past its cap.
+func streamStop(sum *TreeSummary, each func(Transfer), dir string, lim TreeLimits) error {
+	stop := refuse(ReasonTooLarge, "the stream passes %d bytes (its files' cap plus %d bytes of headers an entry)", lim.Bytes+int64(lim.Files+1)*headerAllowance, headerAllowance)
+	treeRecord(sum, each, Transfer{Direction: DirectionUpload, Path: dir}, stop)
+	sum.Stopped = ReasonTooLarge
+	return stop
 }
 
 // dataSize is how many bytes of the stream hdr's entry holds.
@@ -309,6 +352,9 @@ func (u *treeUpload) file(ctx context.Context, comps []string, size int64, body 
 		if errors.Is(err, io.ErrUnexpectedEOF) {
 			return fmt.Errorf("%w: the tar stream ends inside %q", errdefs.ErrInvalidArgument, t.Path)
 		}
+		if errors.Is(err, errStreamCap) {
+			return streamStop(u.sum, u.each, u.base, u.lim)
+		}
 		return err
 	}
 	if err == nil {
@@ -447,6 +493,7 @@ func (d *treeDownload) walk(ctx context.Context, dirfd int, rel string, depth in
 		if d.entries > d.lim.Files {
 			stop := refuse(artifacts.ReasonTooMany, "the tree has more than %d entries; copy it in parts", d.lim.Files)
 			treeRecord(d.sum, d.each, t, stop)
+			d.sum.Stopped = artifacts.ReasonTooMany
 			return stop
 		}
 		var st unix.Stat_t

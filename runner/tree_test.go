@@ -322,7 +322,7 @@ func TestUploadTreeCaps(t *testing.T) {
 	cr := &countReader{r: bomb(1_000_000)}
 	d := &decisions{}
 	sum, err := a.UploadTree(context.Background(), "/tmp/bomb", cr, TreeLimits{Files: 500, Bytes: 1 << 20, FileBytes: 1 << 20}, d.add)
-	if ReasonOf(err) != artifacts.ReasonTooMany || sum.Files != 500 {
+	if ReasonOf(err) != artifacts.ReasonTooMany || sum.Files != 500 || sum.Stopped != artifacts.ReasonTooMany {
 		t.Errorf("a million entries: %+v, %v", sum, err)
 	}
 	d.want(t, "/tmp/bomb/e0000500", artifacts.ReasonTooMany)
@@ -351,6 +351,20 @@ func TestUploadTreeCaps(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(a.Workspace, "tb", "tera.bin")); err == nil {
 		t.Error("tera.bin was made")
+	}
+
+	// Headers past their allowance: PAX records of 50KB an entry.
+	var pax bytes.Buffer
+	tw = tar.NewWriter(&pax)
+	for i := range 5 {
+		tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: fmt.Sprintf("p%d.txt", i), Mode: 0o644, Format: tar.FormatPAX,
+			PAXRecords: map[string]string{"comment": strings.Repeat("c", 50_000)}})
+	}
+	tw.Close()
+	d = &decisions{}
+	sum, err = a.UploadTree(context.Background(), "/home/user/pax", &pax, TreeLimits{Files: 10, Bytes: 1024, FileBytes: 1024}, d.add)
+	if ReasonOf(err) != ReasonTooLarge || sum.Stopped != ReasonTooLarge || sum.Files != 1 {
+		t.Errorf("headers past their allowance: %+v, %v", sum, err)
 	}
 
 	// Files over the file cap within the stream's cap are skipped; the

@@ -246,3 +246,13 @@ func (f tarFile) Commit(tr Transfer) error {
 	_, err := io.CopyN(f.s.tw, f.s.spool, tr.Size)
 	return err
 }
+
+// Add writes one more regular file, of size bytes from r, to the stream:
+// an entry of the caller's own, such as a report of the transfer.
+func (s *TarSink) Add(name string, size int64, r io.Reader) error {
+	if err := s.tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Size: size, Mode: 0o644}); err != nil {
+		return err
+	}
+	_, err := io.CopyN(s.tw, r, size)
+	return err
+}

@@ -569,3 +569,38 @@ func TestIsDir(t *testing.T) {
 		}
 	}
 }
+
+// A program swapping a directory of the target with a symlink to the host
+// while a tree streams in: entries land in the area or are refused, never
+// through the link.
+func TestUploadTreeSwapRace(t *testing.T) {
+	a := newAreas(t, AreasSpec{})
+	out := outsideDir(t)
+	d, s := filepath.Join(a.Workspace, "t", "d"), filepath.Join(a.Workspace, "t", "s")
+	os.MkdirAll(d, 0o755)
+	os.Symlink(out, s)
+	stop := swapLoop(d, s, nil)
+	var hdrs []*tar.Header
+	for i := range 300 {
+		hdrs = append(hdrs, &tar.Header{Typeflag: tar.TypeReg, Name: fmt.Sprintf("d/sub%d/f.txt", i%7), Size: 5})
+	}
+	d2 := &decisions{}
+	_, err := a.UploadTree(context.Background(), "/home/user/t", tarOf(t, hdrs, nil), SessionTree(1<<20), d2.add)
+	swaps := stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ok int
+	for _, tr := range d2.all {
+		switch {
+		case tr.Decision == DecisionAccepted:
+			ok++
+		case tr.Reason != ReasonSymlink && tr.Reason != ReasonNotFound:
+			t.Errorf("%s: %s %s", tr.Path, tr.Reason, tr.Detail)
+		}
+	}
+	t.Logf("%d of %d entries landed, %d swaps", ok, len(d2.all), swaps)
+	if swaps == 0 {
+		t.Fatal("no swap happened: the test proves nothing")
+	}
+}

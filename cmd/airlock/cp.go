@@ -109,9 +109,11 @@ func runCp(cmd *cobra.Command, g *globals, src, dst string, fl cpFlags) error {
 	if err != nil {
 		return err
 	}
-	if tree, err := isTree(sb, src, spath, dok); err != nil {
+	tree, err := isTree(sb, src, spath, dok)
+	if err != nil {
 		return err
-	} else if tree {
+	}
+	if tree {
 		return copyTree(cmd, sb, src, dst, spath, dpath, dok, fl)
 	}
 	var tr runner.Transfer

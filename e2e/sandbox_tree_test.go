@@ -189,6 +189,12 @@ mkdir /tmp/bigdir; head -c 40000000 /dev/zero | tr '\0' a > /tmp/bigdir/big.txt;
 	if ents, _ := os.ReadDir(outside); len(ents) > 0 {
 		t.Errorf("written outside the target: %v", ents)
 	}
+	// Dot-named paths when asked.
+	dl4 := t.TempDir()
+	rep, c = cpTree(t, "--dotfiles", id+":/home/user/out/.", dl4)
+	if b, err := os.ReadFile(filepath.Join(dl4, ".git", "config")); err != nil || string(b) != "cfg\n" || c.code != 65 {
+		t.Errorf("--dotfiles: exit %d, %q, %v, %+v", c.code, b, err, rep.Summary)
+	}
 	// A file over the cap (the workspace's size), from /tmp.
 	rep, c = cpTree(t, id+":/tmp/bigdir", t.TempDir())
 	if c.code != 65 || rep.Summary.Files != 1 {

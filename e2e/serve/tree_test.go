@@ -209,6 +209,17 @@ func TestServeTrees(t *testing.T) {
 		t.Errorf("airlock serve's peak RSS is %.1f MiB, want under %d MiB", float64(peak)/(1<<20), treeCap>>20)
 	}
 
+	// Dot-named paths only when asked.
+	a.exec(t, id, map[string]any{"argv": []string{"sh", "-c", "mkdir -p /home/user/dots/.git && echo cfg > /home/user/dots/.git/config && echo e > /home/user/dots/.env"}})
+	got, drep = getTree(t, a, id, "/home/user/dots")
+	if len(got) != 0 || fmt.Sprint(refusals(drep)) != fmt.Sprint(map[string]string{"/home/user/dots/.env": "hidden_name", "/home/user/dots/.git": "hidden_name"}) {
+		t.Errorf("dotfiles by default: %v, %v", got, refusals(drep))
+	}
+	got, drep = getTree(t, a, id, "/home/user/dots&dotfiles=true")
+	if got[".git/config"] != "cfg\n" || got[".env"] != "e\n" || drep.Summary.Refused != 0 {
+		t.Errorf("?dotfiles=true: %v, %+v", got, drep.Summary)
+	}
+
 	// A directory refused before the stream begins is an error shape.
 	for path, reason := range map[string]string{"/etc": "invalid_path", "/home/user/h/ok.txt": "", "/home/user/nope": ""} {
 		st, _, b := a.do(t, "GET", "/v1/sandboxes/"+id+"/files?path="+path, nil, "Accept", server.TarType)

@@ -79,6 +79,10 @@ kube-down: ## Stop the kube-up control plane and remove its state (the built bin
 kube-clean: ## kube-down, then remove the built control-plane binaries too
 	@$(KUBE) clean
 
+.PHONY: test-kube-up
+test-kube-up: ## kube-up, loopback-only sockets, agent-sandbox types validated, kube-down leaving nothing (not in make test)
+	cd tools/kube && GO=$(GO) $(GO) test -count=1 -tags e2e -timeout 60m -v ./cluster/
+
 .PHONY: unit
 unit: ## Run the unit tests only (no daemon; as non-root, the tests that need root skip and say why)
 	$(GO) test ./...

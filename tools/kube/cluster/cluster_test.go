@@ -3,6 +3,7 @@ package cluster
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -140,4 +141,22 @@ func TestOurs(t *testing.T) {
 	if alive(1<<30) || ours(1<<30, "/") {
 		t.Errorf("a pid that cannot exist is alive")
 	}
+}
+
+// A second Lock fails with ErrBusy until the first is released.
+func TestLock(t *testing.T) {
+	l := Layout{Dir: t.TempDir()}
+	unlock, err := Lock(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Lock(l); !errors.Is(err, ErrBusy) {
+		t.Fatalf("second Lock: %v, want ErrBusy", err)
+	}
+	unlock()
+	unlock2, err := Lock(l)
+	if err != nil {
+		t.Fatalf("Lock after unlock: %v", err)
+	}
+	unlock2()
 }

@@ -123,3 +123,28 @@ func waitGone(pid int, d time.Duration) bool {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// ErrBusy is returned by Lock while another kube command holds the lock.
+var ErrBusy = errors.New("another kube up, down or clean is running")
+
+// Lock takes the lock that up, down and clean hold while they run, so that
+// two of them never start or stop the same control plane at once. The lock
+// file lives in bin/, which down keeps.
+func Lock(l Layout) (unlock func(), err error) {
+	if err := os.MkdirAll(l.Bin(), 0o700); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(l.Bin(), ".lock")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w (%s is locked)", ErrBusy, path)
+		}
+		return nil, fmt.Errorf("locking %s: %w", path, err)
+	}
+	return func() { f.Close() }, nil
+}

@@ -46,6 +46,14 @@ func run(ctx context.Context, cmd string, l cluster.Layout, src string, timeout 
 	logf := func(format string, args ...any) {
 		fmt.Printf("[kube %4ds] %s\n", int(time.Since(begin).Seconds()), fmt.Sprintf(format, args...))
 	}
+	if cmd != "up" && cmd != "down" && cmd != "clean" {
+		return fmt.Errorf("unknown command %q (up, down or clean)", cmd)
+	}
+	unlock, err := cluster.Lock(l)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	switch cmd {
 	case "up":
 		goBin := os.Getenv("GO")
@@ -73,12 +81,11 @@ func run(ctx context.Context, cmd string, l cluster.Layout, src string, timeout 
 		}
 		logf("down; the built binaries stay in %s", l.Bin())
 		return nil
-	case "clean":
+	default: // clean
 		if err := cluster.Clean(ctx, l, logf); err != nil {
 			return err
 		}
 		logf("removed %s", l.Dir)
-		return nil
 	}
-	return fmt.Errorf("unknown command %q (up, down or clean)", cmd)
+	return nil
 }

@@ -31,6 +31,11 @@ type Binaries struct {
 	CRDs, RBAC []string
 }
 
+// list is the binaries' paths, one a line.
+func (b Binaries) list() string {
+	return strings.Join([]string{b.Etcd, b.APIServer, b.ControllerManager, b.Scheduler, b.AgentSandbox}, "\n") + "\n"
+}
+
 // Build builds whatever of the control plane is not in the cache yet, from
 // the modules under src (this module's directory), and returns it. A module's
 // binaries are kept under <root>/kube/bin/<module>-<hash of its go.sum>.

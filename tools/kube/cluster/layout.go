@@ -53,6 +53,6 @@ func (l Layout) PidFile(name string) string { return filepath.Join(l.Run(), "pid
 // "name port" per line.
 func (l Layout) PortsFile() string { return filepath.Join(l.Run(), "ports") }
 
-// BinariesFile records the binary directory the running control plane was
-// started from.
+// BinariesFile records the binaries the running control plane was started
+// from, one path a line.
 func (l Layout) BinariesFile() string { return filepath.Join(l.Run(), "binaries") }

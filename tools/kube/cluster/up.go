@@ -69,9 +69,14 @@ func Up(ctx context.Context, l Layout, b Binaries, o Options, logf Logf) (alread
 	if _, err := os.Stat(l.Run()); err == nil {
 		err := Ready(ctx, l)
 		if err == nil {
-			return true, nil
+			started, rerr := os.ReadFile(l.BinariesFile())
+			if rerr == nil && string(started) == b.list() {
+				return true, nil
+			}
+			logf("the running control plane is not from the binaries built now: stopping it")
+		} else {
+			logf("an earlier control plane is not all up (%v): stopping what is left of it", err)
 		}
-		logf("an earlier control plane is not all up (%v): stopping what is left of it", err)
 		if err := Down(ctx, l, logf); err != nil {
 			return false, err
 		}
@@ -98,7 +103,7 @@ func up(ctx context.Context, l Layout, b Binaries, o Options, logf Logf) error {
 			return err
 		}
 	}
-	if err := writeFile0600(l.BinariesFile(), []byte(filepath.Dir(b.APIServer)+"\n")); err != nil {
+	if err := writeFile0600(l.BinariesFile(), []byte(b.list())); err != nil {
 		return err
 	}
 	ports, err := pickPorts(portNames)

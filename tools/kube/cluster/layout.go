@@ -43,11 +43,17 @@ func (l Layout) PKI() string { return filepath.Join(l.Run(), "pki") }
 // Conf holds the components' kubeconfigs.
 func (l Layout) Conf() string { return filepath.Join(l.Run(), "conf") }
 
+// LogDir holds the components' logs.
+func (l Layout) LogDir() string { return filepath.Join(l.Run(), "log") }
+
 // Log is the log file of the named component.
-func (l Layout) Log(name string) string { return filepath.Join(l.Run(), "log", name+".log") }
+func (l Layout) Log(name string) string { return filepath.Join(l.LogDir(), name+".log") }
+
+// PidDir holds the components' pid files.
+func (l Layout) PidDir() string { return filepath.Join(l.Run(), "pid") }
 
 // PidFile holds the pid of the named component.
-func (l Layout) PidFile(name string) string { return filepath.Join(l.Run(), "pid", name+".pid") }
+func (l Layout) PidFile(name string) string { return filepath.Join(l.PidDir(), name+".pid") }
 
 // PortsFile records the ports the control plane listens on, one
 // "name port" per line.

@@ -84,7 +84,7 @@ func Up(ctx context.Context, l Layout, b Binaries, o Options, logf Logf) (alread
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	if err := up(ctx, l, b, o, logf); err != nil {
-		logf("stopping what was started; the logs stay in %s until kube-down", filepath.Dir(l.Log("x")))
+		logf("stopping what was started; the logs stay in %s until kube-down", l.LogDir())
 		if serr := stopAll(context.WithoutCancel(ctx), l, logf); serr != nil {
 			err = errors.Join(err, serr)
 		}
@@ -94,7 +94,7 @@ func Up(ctx context.Context, l Layout, b Binaries, o Options, logf Logf) (alread
 }
 
 func up(ctx context.Context, l Layout, b Binaries, o Options, logf Logf) error {
-	for _, d := range []string{l.Dir, l.Run(), l.PKI(), l.Conf(), filepath.Dir(l.Log("x")), filepath.Dir(l.PidFile("x")),
+	for _, d := range []string{l.Dir, l.Run(), l.PKI(), l.Conf(), l.LogDir(), l.PidDir(),
 		filepath.Join(l.Run(), "etcd"), filepath.Join(l.Run(), "certs")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -33,9 +34,14 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
+	dir, err := filepath.Abs(*src)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kube: %v\n", err)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, flag.Arg(0), cluster.NewLayout(*root), *src, *timeout); err != nil {
+	if err := run(ctx, flag.Arg(0), cluster.NewLayout(*root), dir, *timeout); err != nil {
 		fmt.Fprintf(os.Stderr, "kube %s: %v\n", flag.Arg(0), err)
 		os.Exit(1)
 	}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -146,13 +147,18 @@ func kube(t *testing.T, cmd string) string {
 	}
 	c := exec.Command(goBin, "run", "./cmd/kube", cmd)
 	c.Dir = ".."
+	// Its output goes on as it comes: a cold build is silent for minutes
+	// otherwise.
+	var out bytes.Buffer
+	c.Stdout = io.MultiWriter(&out, os.Stdout)
+	c.Stderr = c.Stdout
 	start := time.Now()
-	out, err := c.CombinedOutput()
-	t.Logf("kube %s (%s):\n%s", cmd, time.Since(start).Round(100*time.Millisecond), out)
+	err := c.Run()
+	t.Logf("kube %s took %s", cmd, time.Since(start).Round(100*time.Millisecond))
 	if err != nil {
 		t.Fatalf("kube %s: %v", cmd, err)
 	}
-	return string(out)
+	return out.String()
 }
 
 // kubectl applies file with a server-side dry run and checks it is accepted

@@ -126,6 +126,11 @@ func TestUpDown(t *testing.T) {
 		}
 	}
 	after := snapshot(t, l)
+	for _, k := range sysctls {
+		if after.sysctls[k] != before.sysctls[k] {
+			t.Errorf("sysctl %s changed from %s to %s", k, before.sysctls[k], after.sysctls[k])
+		}
+	}
 	for m := range after.mounts {
 		if !before.mounts[m] {
 			t.Errorf("a new mount: %s", m)
@@ -304,9 +309,15 @@ func procAddr(s string) (net.IP, error) {
 type state struct {
 	mounts  map[string]bool
 	outside map[string]bool
+	sysctls map[string]string
 }
 
-// snapshot reads the mount table and every path on this machine's usual
+// sysctls are the host settings a kubelet changes (and a pod network
+// would): none of them may move.
+var sysctls = []string{"vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops",
+	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes", "net/ipv4/ip_forward"}
+
+// snapshot reads a few sysctls, the mount table and every path on this machine's usual
 // writable places whose name looks like the control plane's (kube, etcd,
 // apiserver, agent-sandbox): /etc, /usr, /opt, /run, /var, /root, /home,
 // /srv, /tmp and this module, skipping <root> below its top level, the
@@ -317,7 +328,14 @@ func snapshot(t *testing.T, l cluster.Layout) state {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := state{mounts: map[string]bool{}, outside: map[string]bool{}}
+	s := state{mounts: map[string]bool{}, outside: map[string]bool{}, sysctls: map[string]string{}}
+	for _, k := range sysctls {
+		v, err := os.ReadFile("/proc/sys/" + k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.sysctls[k] = strings.TrimSpace(string(v))
+	}
 	root := filepath.Dir(l.Dir)
 	// Other tests on this machine mount and unmount meanwhile: only mounts
 	// under <root>/kube or that look like the control plane's count.

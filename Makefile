@@ -190,6 +190,7 @@ lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./e2e/ ./e2e/bundle/ ./e2e/serve/
+	cd tools/kube && $(GO) vet ./... && $(GO) vet -tags e2e ./cluster/
 
 .PHONY: clean
 clean: ## Remove build outputs

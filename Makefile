@@ -80,8 +80,8 @@ kube-clean: ## kube-down, then remove the built control-plane binaries too
 	@$(KUBE) clean
 
 .PHONY: test-kube-up
-test-kube-up: ## kube-up, loopback-only sockets, agent-sandbox types validated, kube-down leaving nothing (not in make test)
-	cd tools/kube && GO=$(GO) $(GO) test -count=1 -tags e2e -timeout 60m -v ./cluster/
+test-kube-up: build ## kube-up, loopback-only sockets, agent-sandbox types and airlock kube render validated, kube-down leaving nothing (not in make test)
+	cd tools/kube && AIRLOCK_BIN=$(CURDIR)/bin/airlock GO=$(GO) $(GO) test -count=1 -tags e2e -timeout 60m -v ./cluster/
 
 .PHONY: unit
 unit: ## Run the unit tests only (no daemon; as non-root, the tests that need root skip and say why)

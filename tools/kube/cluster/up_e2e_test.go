@@ -101,6 +101,7 @@ func TestUpDown(t *testing.T) {
 	if out := kubectl(t, l, false, "testdata/bad-enum.yaml"); !strings.Contains(out, "Unsupported value") {
 		t.Errorf("the bad enum was refused, but not for its value:\n%s", out)
 	}
+	rendered(t, l)
 
 	kube(t, "down")
 	downed = true
@@ -164,6 +165,36 @@ func kube(t *testing.T, cmd string) string {
 		t.Fatalf("kube %s: %v", cmd, err)
 	}
 	return out.String()
+}
+
+// rendered checks that the API server takes what `airlock kube render`
+// prints, with and without a warm pool, when $AIRLOCK_BIN names airlock
+// (make test-kube-up builds it).
+func rendered(t *testing.T, l cluster.Layout) {
+	bin := os.Getenv("AIRLOCK_BIN")
+	if bin == "" {
+		t.Log("AIRLOCK_BIN unset: airlock kube render is not checked")
+		return
+	}
+	airlock := func(args ...string) []byte {
+		t.Helper()
+		out, err := exec.Command(bin, args...).Output()
+		if err != nil {
+			t.Fatalf("airlock %v: %v", args, err)
+		}
+		return out
+	}
+	name := fmt.Sprintf("kube-render-%d", os.Getpid())
+	airlock("template", "create", name, "--memory", "256MiB", "--cpus", "0.5")
+	defer airlock("template", "rm", name)
+	for _, args := range [][]string{{}, {"--warm", "2", "--namespace", "default", "--ttl", "10m"}} {
+		f := filepath.Join(t.TempDir(), "render.yaml")
+		if err := os.WriteFile(f, airlock(append([]string{"kube", "render", "--template", name}, args...)...), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		kubectl(t, l, true, f)
+		t.Logf("the API server takes airlock kube render %v", args)
+	}
 }
 
 // kubectl applies file with a server-side dry run and checks it is accepted

@@ -110,3 +110,17 @@ test("a server that is not there is unavailable, with a hint", async () => {
     return true;
   });
 });
+
+test("untar reads what tarStream writes, long and non-ASCII names included, and refuses a cut stream", async () => {
+  const { tarStream, untar } = await import("../dist/tar.js");
+  const files = [["a.txt", Buffer.from("a\n")], ["d/".repeat(60) + "é.txt", Buffer.from("deep")], ["empty", Buffer.alloc(0)]];
+  const chunks = [];
+  for await (const c of tarStream(files)) chunks.push(Buffer.from(c));
+  const buf = Buffer.concat(chunks);
+  assert.deepEqual(untar(buf).map((e) => [e.name, e.type, e.data.toString()]), files.map(([n, d]) => [n, "0", d.toString()]));
+  assert.throws(() => untar(buf.subarray(0, 513)), /ends inside/);
+  assert.throws(() => untar(buf.subarray(0, 1024)), /ends without/);
+  const bad = Buffer.from(buf);
+  bad[0] ^= 1;
+  assert.throws(() => untar(bad), /checksum/);
+});

@@ -543,11 +543,7 @@ func (sb *Sandbox) Download(ctx context.Context, sandboxPath string, w io.Writer
 	if err != nil {
 		return Transfer{Direction: DirectionDownload, Path: sandboxPath, Decision: DecisionRefused}, err
 	}
-	opt := SessionDownload(si.WorkspaceBytes)
-	if si.DownloadTypes != nil {
-		opt.Types = si.DownloadTypes
-	}
-	return sb.transferred(si.Areas.Download(ctx, sandboxPath, w, opt))
+	return sb.transferred(si.Areas.Download(ctx, sandboxPath, w, si.download()))
 }
 
 // Close destroys the sandbox: every process, its runtime state, cgroups,

@@ -75,13 +75,26 @@ func (sb *Sandbox) DownloadTree(ctx context.Context, dir string, sink TreeSink, 
 	if err != nil {
 		return TreeSummary{}, err
 	}
-	opt := SessionDownload(si.WorkspaceBytes)
-	if si.DownloadTypes != nil {
-		opt.Types = si.DownloadTypes
-	}
+	opt := si.download()
 	opt.AllowDotfiles = dotfiles
 	ta := &treeAudit{sb: sb, each: each}
 	sum, err := si.Areas.DownloadTree(ctx, dir, sink, opt, SessionTree(si.WorkspaceBytes), ta.record)
+	return sum, ta.done(err)
+}
+
+// DownloadFiles passes the files at paths, in order, through the one-file
+// check of Download into sink, MaxDownloadFiles paths at most and the
+// workspace's size in all; see Areas.DownloadFiles. each gets every
+// path's record, in order.
+func (sb *Sandbox) DownloadFiles(ctx context.Context, paths []string, sink TreeSink, each func(Transfer)) (TreeSummary, error) {
+	si, err := sb.alive()
+	if err != nil {
+		return TreeSummary{}, err
+	}
+	opt := si.download()
+	lim := TreeLimits{Files: MaxDownloadFiles, Bytes: si.WorkspaceBytes, FileBytes: si.WorkspaceBytes}
+	ta := &treeAudit{sb: sb, each: each}
+	sum, err := si.Areas.DownloadFiles(ctx, paths, sink, opt, lim, ta.record)
 	return sum, ta.done(err)
 }
 
@@ -100,4 +113,13 @@ func (sb *Sandbox) IsDir(p string) (bool, error) {
 type TreeReport struct {
 	Transfers []Transfer  `json:"transfers"`
 	Summary   TreeSummary `json:"summary"`
+}
+
+// download is the one-file check of the sandbox's downloads.
+func (si SandboxInfo) download() DownloadOptions {
+	opt := SessionDownload(si.WorkspaceBytes)
+	if si.DownloadTypes != nil {
+		opt.Types = si.DownloadTypes
+	}
+	return opt
 }

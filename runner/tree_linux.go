@@ -416,6 +416,103 @@ func (a *Areas) DownloadTree(ctx context.Context, dir string, sink TreeSink, opt
 	return sum, d.walk(ctx, fd, "", 0)
 }
 
+// MaxDownloadFiles caps the paths of one DownloadFiles request.
+const MaxDownloadFiles = 1000
+
+// ReasonDuplicate refuses a path that a request of many names twice: each
+// file is sent once, at its first name.
+const ReasonDuplicate = artifacts.Reason("duplicate")
+
+// DownloadFiles passes each file of paths, in order, through the one-file
+// check of Download (the artifact scanner's rules, opt's allowlist and
+// cap) into sink, named by its absolute path without the leading '/'.
+// Every path gets one record through each, in order: a refused, missing
+// or repeated path is refused with its reason and the rest go on. The
+// files' bytes are capped at lim.Bytes in all (a file past what is left
+// is too_large) and lim.FileBytes each. More than lim.Files paths is
+// invalid input, refused before any is read; the error is otherwise set
+// only when the whole transfer failed.
+func (a *Areas) DownloadFiles(ctx context.Context, paths []string, sink TreeSink, opt DownloadOptions, lim TreeLimits, each func(Transfer)) (TreeSummary, error) {
+	var sum TreeSummary
+	if err := lim.validate(); err != nil {
+		return sum, err
+	}
+	if opt.MaxBytes <= 0 {
+		return sum, fmt.Errorf("%w: the download cap must be positive", errdefs.ErrInvalidArgument)
+	}
+	if len(paths) > lim.Files {
+		return sum, fmt.Errorf("%w: %d paths, past the cap of %d a request; read the rest in another", errdefs.ErrInvalidArgument, len(paths), lim.Files)
+	}
+	seen := make(map[string]int, len(paths))
+	for i, p := range paths {
+		if err := ctx.Err(); err != nil {
+			return sum, err
+		}
+		t := Transfer{Direction: DirectionDownload, Path: p}
+		name := p
+		if !strings.HasPrefix(name, "/") {
+			name = WorkspaceDir + "/" + name
+		}
+		if _, _, err := a.resolve(p, true); err != nil {
+			treeRecord(&sum, each, t, err)
+			continue
+		}
+		if first, ok := seen[name]; ok {
+			treeRecord(&sum, each, t, refuse(ReasonDuplicate, "names the file that path %d (%q) names; each file is sent once", first, artifacts.Escape(paths[first])))
+			continue
+		}
+		seen[name] = i
+		if err := a.downloadOne(ctx, p, name[1:], sink, opt, lim, &sum, each, t); err != nil {
+			return sum, err
+		}
+	}
+	return sum, nil
+}
+
+// downloadOne passes the file p of a DownloadFiles request into sink as
+// name; only an error that ends the transfer is returned.
+func (a *Areas) downloadOne(ctx context.Context, p, name string, sink TreeSink, opt DownloadOptions, lim TreeLimits, sum *TreeSummary, each func(Transfer), t Transfer) error {
+	left := lim.Bytes - sum.Bytes
+	fo := opt
+	fo.MaxBytes = max(1, min(opt.MaxBytes, lim.FileBytes, left))
+	f, err := sink.File(name)
+	if err != nil {
+		if errors.Is(err, artifacts.ErrExists) {
+			treeRecord(sum, each, t, refuse(artifacts.ReasonExists, "%v", err))
+			return nil
+		}
+		return err
+	}
+	art, err := a.download(ctx, p, f, fo)
+	if err != nil {
+		f.Discard()
+		var te *TransferError
+		if !errors.As(err, &te) {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		if te.Reason == ReasonTooLarge && left < min(opt.MaxBytes, lim.FileBytes) {
+			te.Detail += fmt.Sprintf(" (what is left of the request's %d-byte cap)", lim.Bytes)
+		}
+		treeRecord(sum, each, t, err)
+		return nil
+	}
+	t.Size, t.SHA256, t.MIME = art.Size, art.SHA256, art.MIME
+	if err := f.Commit(t); err != nil {
+		if !errors.Is(err, artifacts.ErrExists) {
+			return err
+		}
+		treeRecord(sum, each, t, refuse(artifacts.ReasonExists, "%v", err))
+		return nil
+	}
+	sum.Files++
+	sum.Bytes += art.Size
+	treeRecord(sum, each, t, nil)
+	return nil
+}
+
 // openTree opens the directory p for a download.
 func (a *Areas) openTree(p string, opt DownloadOptions) (int, error) {
 	ar, rel, err := a.resolve(p, true)

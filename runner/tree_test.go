@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/artifacts"
@@ -602,5 +603,105 @@ func TestUploadTreeSwapRace(t *testing.T) {
 	t.Logf("%d of %d entries landed, %d swaps", ok, len(d2.all), swaps)
 	if swaps == 0 {
 		t.Fatal("no swap happened: the test proves nothing")
+	}
+}
+
+func TestDownloadFilesHostile(t *testing.T) {
+	a := newAreas(t, AreasSpec{})
+	w := a.Workspace
+	os.WriteFile(filepath.Join(w, "a.txt"), []byte("a\n"), 0o644)
+	os.WriteFile(filepath.Join(a.Tmp, "b.csv"), []byte("x,y\n"), 0o644)
+	os.WriteFile(filepath.Join(w, ".env"), []byte("A=1\n"), 0o644)
+	os.MkdirAll(filepath.Join(w, ".git"), 0o755)
+	os.WriteFile(filepath.Join(w, ".git", "config"), []byte("x\n"), 0o644)
+	os.Symlink("/etc/passwd", filepath.Join(w, "passwd.txt"))
+	os.Symlink("/etc", filepath.Join(w, "etc"))
+	os.WriteFile(filepath.Join(w, "big.txt"), bytes.Repeat([]byte("z"), 100), 0o644)
+	os.WriteFile(filepath.Join(w, "c.txt"), []byte("c\n"), 0o644)
+	os.MkdirAll(filepath.Join(w, "dir"), 0o755)
+	paths := []string{"a.txt", "/tmp/b.csv", "/home/user/a.txt", ".env", "/home/user/.git/config", "passwd.txt", "etc/passwd",
+		"../../etc/passwd", "/home/user/../../etc/passwd", "/etc/passwd", "missing.txt", "big.txt", "dir", "", "c.txt"}
+	want := []artifacts.Reason{"", "", ReasonDuplicate, artifacts.ReasonHiddenName, artifacts.ReasonHiddenName, ReasonSymlink, ReasonSymlink,
+		ReasonInvalidPath, ReasonInvalidPath, ReasonInvalidPath, ReasonNotFound, ReasonTooLarge, ReasonIsDirectory, ReasonInvalidPath, ""}
+	var out bytes.Buffer
+	sink := NewTarSink(&out, tempSpool(t))
+	d := &decisions{}
+	sum, err := a.DownloadFiles(context.Background(), paths, sink, SessionDownload(50), TreeLimits{Files: 20, Bytes: 1 << 20, FileBytes: 1 << 20}, d.add)
+	if err != nil || sink.Close() != nil {
+		t.Fatal(err)
+	}
+	if len(d.all) != len(paths) {
+		t.Fatalf("%d records for %d paths: %v", len(d.all), len(paths), d.paths())
+	}
+	for i, tr := range d.all {
+		if tr.Path != paths[i] || tr.Reason != want[i] || (want[i] == "") != (tr.Decision == DecisionAccepted) {
+			t.Errorf("record %d: %+v, want %q %s", i, tr, paths[i], want[i])
+		}
+	}
+	if sum.Files != 3 || sum.Refused != len(paths)-3 || sum.Bytes != 8 {
+		t.Errorf("summary %+v", sum)
+	}
+	// Only the accepted files are in the stream, in order, by path.
+	if got, w := tarEntries(t, &out), []string{"home/user/a.txt=a\n", "tmp/b.csv=x,y\n", "home/user/c.txt=c\n"}; !slices.Equal(got, w) {
+		t.Errorf("the stream holds %q, want %q", got, w)
+	}
+}
+
+func TestDownloadFilesCaps(t *testing.T) {
+	a := newAreas(t, AreasSpec{})
+	for _, n := range []string{"a.txt", "b.txt", "c.txt"} {
+		os.WriteFile(filepath.Join(a.Workspace, n), bytes.Repeat([]byte("y"), 10), 0o644)
+	}
+	// Past the count cap: refused whole, before anything is read.
+	d := &decisions{}
+	sum, err := a.DownloadFiles(context.Background(), []string{"a.txt", "b.txt", "c.txt"}, DestSink(nil), SessionDownload(1<<20), TreeLimits{Files: 2, Bytes: 100, FileBytes: 100}, d.add)
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "cap of 2") || len(d.all) != 0 {
+		t.Errorf("3 paths past a cap of 2: %v, %v", err, d.paths())
+	}
+	// The bytes cap in all: the file past what is left is too_large, and
+	// those after it that fit still go.
+	os.WriteFile(filepath.Join(a.Workspace, "d.txt"), []byte("d"), 0o644)
+	var out bytes.Buffer
+	sink := NewTarSink(&out, tempSpool(t))
+	d = &decisions{}
+	sum, err = a.DownloadFiles(context.Background(), []string{"a.txt", "b.txt", "c.txt", "d.txt"}, sink, SessionDownload(1<<20), TreeLimits{Files: 4, Bytes: 25, FileBytes: 100}, d.add)
+	if err != nil || sink.Close() != nil || sum.Files != 3 || sum.Bytes != 21 {
+		t.Fatalf("%+v, %v", sum, err)
+	}
+	d.want(t, "c.txt", ReasonTooLarge)
+	if !strings.Contains(d.byPath["c.txt"].Detail, "25-byte cap") {
+		t.Errorf("the refusal does not name the cap: %s", d.byPath["c.txt"].Detail)
+	}
+	if got, w := tarEntries(t, &out), []string{"home/user/a.txt=yyyyyyyyyy", "home/user/b.txt=yyyyyyyyyy", "home/user/d.txt=d"}; !slices.Equal(got, w) {
+		t.Errorf("the stream holds %q, want %q", got, w)
+	}
+}
+
+// tempSpool is a file for a TarSink's spool.
+func tempSpool(t *testing.T) *os.File {
+	t.Helper()
+	f, err := os.CreateTemp(t.TempDir(), "spool")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+// tarEntries lists a tar stream's entries as "name=content".
+func tarEntries(t *testing.T, r io.Reader) []string {
+	t.Helper()
+	tr := tar.NewReader(r)
+	var got []string
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return got
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(tr)
+		got = append(got, hdr.Name+"="+string(b))
 	}
 }

@@ -95,6 +95,7 @@ func openapiDocument(t *testing.T) []byte {
 	b.Name("Transfer", reflect.TypeFor[runner.Transfer](), false)
 	b.Name("TreeSummary", reflect.TypeFor[runner.TreeSummary](), false)
 	b.Name("TreeReport", reflect.TypeFor[runner.TreeReport](), false)
+	b.Name("ReadFilesRequest", reflect.TypeFor[ReadFilesRequest](), true)
 	b.Name("FusionRequest", reflect.TypeFor[FusionRequest](), true)
 	b.Name("FusionResponse", reflect.TypeFor[FusionResponse](), false)
 	// files is streamed after the rest (writeFusion), not marshalled.

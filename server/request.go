@@ -84,6 +84,13 @@ type ExecRequest struct {
 	Detach bool `json:"detach,omitempty"`
 }
 
+// ReadFilesRequest is the body of POST /v1/sandboxes/{id}/files/read.
+type ReadFilesRequest struct {
+	// Paths are the files to read, absolute or relative to the
+	// workspace: runner.MaxDownloadFiles at most.
+	Paths []string `json:"paths"`
+}
+
 func invalid(format string, args ...any) error {
 	return newError(KindInvalidInput, fmt.Sprintf(format, args...))
 }

@@ -148,6 +148,7 @@ func (s *Server) routes() []route {
 		{"GET", "/v1/sandboxes/{id}/exec/ws", s.execWS},
 		{"PUT", "/v1/sandboxes/{id}/files", s.putFile},
 		{"GET", "/v1/sandboxes/{id}/files", s.getFile},
+		{"POST", "/v1/sandboxes/{id}/files/read", s.readFiles},
 		{"GET", "/v1/ping", s.ping},
 		{"POST", "/run_code", s.runCode},
 	}

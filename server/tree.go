@@ -16,9 +16,10 @@ import (
 
 // A tree moves through the files route as a tar stream: PUT with
 // Content-Type: application/x-tar extracts one beneath ?path=, GET with
-// Accept: application/x-tar sends the directory at ?path= as one. The
-// runner judges each entry as it streams (runner.Areas.UploadTree and
-// DownloadTree); the server holds one entry at a time and spools the
+// Accept: application/x-tar sends the directory at ?path= as one, and
+// POST …/files/read sends a list of files as one. The runner judges each
+// entry as it streams (runner.Areas.UploadTree, DownloadTree and
+// DownloadFiles); the server holds one entry at a time and spools the
 // per-entry records to an unlinked file of its own, so neither a large
 // tree nor a tar bomb grows its memory.
 
@@ -139,8 +140,7 @@ func (s *Server) putTree(w http.ResponseWriter, r *http.Request) {
 
 // getTree sends the directory at ?path= as a tar stream of the files the
 // scanner passes, ending with ReportEntry. A refused directory is an
-// error shape; a failure once the stream has begun cuts the connection,
-// so that a client never takes a cut stream for a whole one.
+// error shape.
 func (s *Server) getTree(w http.ResponseWriter, r *http.Request) {
 	sb, p, done, err := s.fileTarget(r)
 	if err != nil {
@@ -163,6 +163,37 @@ func (s *Server) getTree(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	s.sendTar(w, func(sink runner.TreeSink, each func(runner.Transfer)) (runner.TreeSummary, error) {
+		return sb.DownloadTree(r.Context(), p, sink, dotfiles, each)
+	})
+}
+
+// readFiles sends the files a ReadFilesRequest names as a tar stream of
+// those the scanner passes, in the request's order, named by their
+// absolute paths without the leading '/', and ends it with ReportEntry:
+// one record a path, in order. Too many paths is an error shape.
+func (s *Server) readFiles(w http.ResponseWriter, r *http.Request) {
+	var req ReadFilesRequest
+	if err := s.body(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	sb, done, err := s.svc.Open(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer done()
+	s.sendTar(w, func(sink runner.TreeSink, each func(runner.Transfer)) (runner.TreeSummary, error) {
+		return sb.DownloadFiles(r.Context(), req.Paths, sink, each)
+	})
+}
+
+// sendTar answers with the tar stream that fill writes into its sink,
+// then ReportEntry. An error before the stream's first byte is an error
+// shape; one after it cuts the connection, so that a client never takes
+// a cut stream for a whole one.
+func (s *Server) sendTar(w http.ResponseWriter, fill func(runner.TreeSink, func(runner.Transfer)) (runner.TreeSummary, error)) {
 	files, err := s.spool()
 	if err != nil {
 		writeError(w, err)
@@ -184,7 +215,7 @@ func (s *Server) getTree(w http.ResponseWriter, r *http.Request) {
 		http.NewResponseController(w).SetWriteDeadline(time.Now().Add(transferTimeout))
 	}}
 	sink := runner.NewTarSink(lw, files)
-	sum, err := sb.DownloadTree(r.Context(), p, sink, dotfiles, rs.record(s))
+	sum, err := fill(sink, rs.record(s))
 	if err != nil && sum.Stopped == "" {
 		if !lw.started {
 			s.refused(err)

@@ -28,7 +28,6 @@ import {
   type SandboxBackendProtocolV2,
 } from "deepagents";
 import {
-  AirlockError,
   Sandbox,
   streamBytes,
   type ConnectionOptions,
@@ -243,34 +242,27 @@ export class AirlockSandbox extends BaseSandbox implements SandboxBackendProtoco
     return out;
   }
 
-  /** Download files through airlock's scanner, each on its own, in input order. */
+  /**
+   * Download files through airlock's scanner in one request (files.readMany),
+   * with one result per input, in input order.
+   */
   async downloadFiles(paths: string[]): Promise<FileDownloadResponse[]> {
-    const out: FileDownloadResponse[] = [];
-    for (const path of paths) {
-      const bad = checkPath(path);
-      if (bad) {
-        out.push({ path, content: null, error: bad });
-        continue;
+    const out: FileDownloadResponse[] = paths.map((path) => ({ path, content: null, error: checkPath(path) }));
+    const idx = out.flatMap((r, i) => (r.error ? [] : [i]));
+    const got = await this.sandbox.files.readMany(idx.map((i) => paths[i]));
+    idx.forEach((i, k) => {
+      const r = got[k];
+      if (r.decision !== "accepted" || !r.content) {
+        out[i].error = fileErrorOf(r.reason, paths[i]);
+        return;
       }
-      try {
-        const content = await this.sandbox.files.read(path);
-        out.push({ path, content: new Uint8Array(content.buffer, content.byteOffset, content.byteLength), error: null });
-      } catch (err) {
-        out.push({ path, content: null, error: this.#fileError(err, path) });
-      }
-    }
+      out[i].content = new Uint8Array(r.content.buffer, r.content.byteOffset, r.content.byteLength);
+    });
     return out;
   }
 
   /** Destroy the sandbox. Idempotent. */
   async close(): Promise<void> {
     await this.sandbox.close();
-  }
-
-  #fileError(err: unknown, path: string): FileOperationError {
-    // A refusal carries the reason word; anything else is not the file's
-    // fault and must not pass for one.
-    if (err instanceof AirlockError && err.reason) return fileErrorOf(err.reason, path);
-    throw err;
   }
 }

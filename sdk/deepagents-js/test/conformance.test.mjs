@@ -166,6 +166,13 @@ test("per-file results keep input order, with partial success", async () => {
       ["/home/user/ok1.txt", null, "1"],
     ],
   );
+  // One request for the list: a path given twice, a dotfile among them.
+  await sb.execute("printf 'A=1' > /home/user/.env");
+  const again = await sb.downloadFiles(["/home/user/ok1.txt", "/home/user/.env", "/home/user/ok1.txt"]);
+  assert.deepEqual(
+    again.map((d) => [d.error, d.content && Buffer.from(d.content).toString()]),
+    [[null, "1"], ["permission_denied", null], [null, "1"]],
+  );
 });
 
 test("each error code", async () => {

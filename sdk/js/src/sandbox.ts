@@ -8,7 +8,7 @@ import { Readable } from "node:stream";
 import { AirlockError, errorOf, isErrorKind } from "./errors.js";
 import { ConnectionOptions, Transport, ndjson, readAll } from "./transport.js";
 import { ExecHandle } from "./spawn.js";
-import { tarStream } from "./tar.js";
+import { tarStream, untar } from "./tar.js";
 import type { components } from "./api.js";
 
 /** The API's schemas, generated from server/openapi.json (npm run gen:types). */
@@ -181,6 +181,15 @@ export function stderrText(r: Result): string {
 
 const enc = encodeURIComponent;
 
+/**
+ * One file of Files.readMany: its download record (accepted, or refused
+ * with its reason word and detail) and, when accepted, its bytes.
+ */
+export type ReadResult = Schemas["Transfer"] & { content?: Buffer };
+
+/** The most paths one POST …/files/read takes; readMany sends more in several. */
+export const READ_MANY_MAX = 1000;
+
 /** The record of a tree transfer: one Transfer per entry, and the counts. */
 export type TreeReport = Schemas["TreeReport"];
 
@@ -272,6 +281,60 @@ export class Files {
   async read(path: string, opts: { signal?: AbortSignal } = {}): Promise<Buffer> {
     const res = await this.#t.request("GET", `/v1/sandboxes/${enc(this.#id)}/files?path=${enc(path)}`, { signal: opts.signal });
     return readAll(res);
+  }
+
+  /**
+   * Read many files in one request (POST …/files/read, a tar stream; one
+   * request per READ_MANY_MAX paths), each through the same check as
+   * read. Returns one result per input path, in input order: accepted
+   * with its content, or refused with its reason word (not_found,
+   * symlink, hidden_name, too_large, …); a refusal never throws. A path
+   * given twice is read once, and both get its result.
+   */
+  async readMany(paths: string[], opts: { signal?: AbortSignal } = {}): Promise<ReadResult[]> {
+    const abs = (p: string) => (p.startsWith("/") ? p : "/home/user/" + p);
+    const first = new Map<string, number>();
+    const unique: number[] = [];
+    paths.forEach((p, i) => {
+      if (!first.has(abs(p))) {
+        first.set(abs(p), i);
+        unique.push(i);
+      }
+    });
+    const out: ReadResult[] = new Array(paths.length);
+    for (let at = 0; at < unique.length; at += READ_MANY_MAX) {
+      const idx = unique.slice(at, at + READ_MANY_MAX);
+      const res = await this.#t.request("POST", `/v1/sandboxes/${enc(this.#id)}/files/read`, {
+        body: { json: { paths: idx.map((i) => paths[i]) } },
+        headers: { accept: "application/x-tar" },
+        signal: opts.signal,
+      });
+      const entries = untar(await readAll(res));
+      const last = entries.pop();
+      if (last?.name !== ".airlock-report.json") throw errorOf("internal", "files/read: the stream does not end with its report");
+      const rep = JSON.parse(last.data.toString("utf8")) as TreeReport;
+      if (rep.transfers.length !== idx.length) {
+        throw errorOf("internal", `files/read: ${rep.transfers.length} records for ${idx.length} paths`);
+      }
+      // The accepted records, in order, are the entries, in order.
+      let e = 0;
+      idx.forEach((i, k) => {
+        const tr = rep.transfers[k];
+        if (tr.decision !== "accepted") {
+          out[i] = tr;
+          return;
+        }
+        const ent = entries[e++];
+        if (!ent || ent.name !== abs(paths[i]).slice(1)) {
+          throw errorOf("internal", `files/read: no entry in the stream for ${JSON.stringify(paths[i])}`);
+        }
+        out[i] = { ...tr, content: ent.data };
+      });
+    }
+    paths.forEach((p, i) => {
+      out[i] ??= { ...out[first.get(abs(p))!], path: p };
+    });
+    return out;
   }
 }
 

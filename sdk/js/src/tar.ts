@@ -70,3 +70,79 @@ function* blocks(files: Array<[string, Uint8Array]>): Generator<Uint8Array> {
 export function tarStream(files: Array<[string, Uint8Array]>): Readable {
   return Readable.from(blocks(files), { objectMode: false });
 }
+
+/** One entry of a tar stream read by untar. */
+export interface TarEntry {
+  name: string;
+  /** The type flag: "0" for a regular file, "5" for a directory, … */
+  type: string;
+  data: Buffer;
+}
+
+function cstring(b: Buffer): string {
+  const nul = b.indexOf(0);
+  return b.subarray(0, nul < 0 ? b.length : nul).toString("utf8");
+}
+
+function numeric(b: Buffer): number {
+  if (b[0] & 0x80) {
+    // base-256, as Go writes sizes past 8 GiB without PAX
+    let n = b[0] & 0x7f;
+    for (let i = 1; i < b.length; i++) n = n * 256 + b[i];
+    return n;
+  }
+  const s = cstring(b).trim();
+  return s === "" ? 0 : parseInt(s, 8);
+}
+
+/** The records of a PAX header's data. */
+function paxRecords(data: Buffer): Map<string, string> {
+  const out = new Map<string, string>();
+  let off = 0;
+  while (off < data.length) {
+    const sp = data.indexOf(0x20, off);
+    if (sp < 0) break;
+    const n = parseInt(data.subarray(off, sp).toString("ascii"), 10);
+    if (!(n > 0)) break;
+    const rec = data.subarray(sp + 1, off + n - 1).toString("utf8");
+    const eq = rec.indexOf("=");
+    if (eq > 0) out.set(rec.slice(0, eq), rec.slice(eq + 1));
+    off += n;
+  }
+  return out;
+}
+
+/**
+ * The entries of a whole tar stream: ustar names with their prefix, PAX
+ * path and size records, base-256 sizes. A stream cut inside an entry, or
+ * a header whose checksum fails, is an Error.
+ */
+export function untar(buf: Buffer): TarEntry[] {
+  const out: TarEntry[] = [];
+  let pax = new Map<string, string>();
+  let off = 0;
+  while (off + BLOCK <= buf.length) {
+    const h = buf.subarray(off, off + BLOCK);
+    if (h.every((b) => b === 0)) return out;
+    let sum = 0;
+    for (let i = 0; i < BLOCK; i++) sum += i >= 148 && i < 156 ? 0x20 : h[i];
+    if (sum !== numeric(h.subarray(148, 156))) throw new Error(`tar: a bad header checksum at byte ${off}`);
+    const type = String.fromCharCode(h[156] || 0x30);
+    let name = cstring(h.subarray(0, 100));
+    const prefix = h.subarray(257, 263).toString("latin1") === "ustar\0" ? cstring(h.subarray(345, 500)) : "";
+    if (prefix) name = prefix + "/" + name;
+    const size = pax.has("size") ? Number(pax.get("size")) : numeric(h.subarray(124, 136));
+    const start = off + BLOCK;
+    if (start + size > buf.length) throw new Error(`tar: the stream ends inside ${JSON.stringify(name)}`);
+    const data = buf.subarray(start, start + size);
+    off = start + Math.ceil(size / BLOCK) * BLOCK;
+    if (type === "x") {
+      pax = paxRecords(data);
+      continue;
+    }
+    if (type === "g") continue;
+    out.push({ name: pax.get("path") ?? name, type, data });
+    pax = new Map();
+  }
+  throw new Error("tar: the stream ends without its end blocks");
+}

@@ -142,6 +142,56 @@ test("files.writeMany: one tar request per area, a record per input in input ord
   assert.deepEqual(await sb.files.writeMany([]), []);
 });
 
+test("files.readMany: one tar request, a result per input in input order, content or reason", async () => {
+  await sb.exec(["sh", "-c", "mkdir -p /home/user/rm/adir /tmp/rm && printf 'a\\n' > /home/user/rm/a.txt && printf 'b\\n' > /tmp/rm/b.txt" +
+    " && printf 'A=1\\n' > /home/user/rm/.env && ln -sf /etc/passwd /home/user/rm/passwd.txt"]);
+  const long = "d/".repeat(60) + "é.txt";
+  await sb.files.write(`/home/user/rm/${long}`, "deep\n");
+  await sb.files.write("/home/user/rm/blob.bin", Buffer.from([0, 1, 2, 3, 255, 0, 0, 7]));
+  const paths = [
+    "/home/user/rm/a.txt",
+    "/tmp/rm/b.txt",
+    "rm/a.txt",
+    "/home/user/rm/.env",
+    "/home/user/rm/passwd.txt",
+    "/home/user/rm/missing.txt",
+    "/home/user/rm/adir",
+    "/home/user/rm/blob.bin",
+    "/home/user/rm/../../../etc/passwd",
+    "/etc/passwd",
+    `/home/user/rm/${long}`,
+    "/home/user/rm/a.txt",
+  ];
+  const got = await sb.files.readMany(paths);
+  assert.deepEqual(
+    got.map((r) => [r.path, r.decision, r.reason ?? "", r.content?.toString() ?? null]),
+    [
+      [paths[0], "accepted", "", "a\n"],
+      [paths[1], "accepted", "", "b\n"],
+      [paths[2], "accepted", "", "a\n"],
+      [paths[3], "refused", "hidden_name", null],
+      [paths[4], "refused", "symlink", null],
+      [paths[5], "refused", "not_found", null],
+      [paths[6], "refused", "is_directory", null],
+      [paths[7], "refused", "type_not_allowed", null],
+      [paths[8], "refused", "invalid_path", null],
+      [paths[9], "refused", "invalid_path", null],
+      [paths[10], "accepted", "", "deep\n"],
+      [paths[11], "accepted", "", "a\n"],
+    ],
+  );
+  assert.equal(got[0].sha256, createHash("sha256").update("a\n").digest("hex"));
+  assert.deepEqual(await sb.files.readMany([]), []);
+});
+
+test("files.readMany: more paths than one request takes go in several", async () => {
+  await sb.exec(["sh", "-c", "mkdir -p /tmp/rmn && cd /tmp/rmn && for i in $(seq 0 1000); do echo $i > f$i.txt; done"]);
+  const paths = Array.from({ length: 1001 }, (_, i) => `/tmp/rmn/f${i}.txt`);
+  const got = await sb.files.readMany(paths);
+  assert.equal(got.length, 1001);
+  got.forEach((r, i) => assert.equal(r.content?.toString(), `${i}\n`, paths[i]));
+});
+
 test("the same sandbox over TCP with the token; a wrong token is unauthorized", async () => {
   const tcp = await Sandbox.connect(sb.id, overTCP);
   const r = await tcp.exec(["cat", "/home/user/pkg/hello.py"]);

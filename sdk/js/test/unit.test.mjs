@@ -110,3 +110,83 @@ test("a server that is not there is unavailable, with a hint", async () => {
     return true;
   });
 });
+
+test("untar reads what tarStream writes, long and non-ASCII names included, and refuses a cut stream", async () => {
+  const { tarStream, untar } = await import("../dist/tar.js");
+  const files = [["a.txt", Buffer.from("a\n")], ["d/".repeat(60) + "é.txt", Buffer.from("deep")], ["empty", Buffer.alloc(0)]];
+  const chunks = [];
+  for await (const c of tarStream(files)) chunks.push(Buffer.from(c));
+  const buf = Buffer.concat(chunks);
+  assert.deepEqual(untar(buf).map((e) => [e.name, e.type, e.data.toString()]), files.map(([n, d]) => [n, "0", d.toString()]));
+  assert.throws(() => untar(buf.subarray(0, 513)), /ends inside/);
+  assert.throws(() => untar(buf.subarray(0, 1024)), /ends without/);
+  const bad = Buffer.from(buf);
+  bad[0] ^= 1;
+  assert.throws(() => untar(bad), /checksum/);
+});
+
+// A stand-in for airlock serve's POST …/files/read at the HTTP boundary:
+// the files it holds are accepted, the rest not_found, a path named twice
+// refused duplicate, as the server answers.
+async function fakeFilesRead(files) {
+  const { createServer } = await import("node:http");
+  const { tarStream } = await import("../dist/tar.js");
+  const requests = [];
+  const srv = createServer(async (req, res) => {
+    const chunks = [];
+    for await (const c of req) chunks.push(c);
+    const { paths } = JSON.parse(Buffer.concat(chunks).toString());
+    requests.push(paths);
+    const entries = [];
+    const seen = new Set();
+    const transfers = paths.map((p) => {
+      const a = p.startsWith("/") ? p : "/home/user/" + p;
+      const rec = { direction: "download", path: p, size: 0, decision: "refused" };
+      if (seen.has(a)) rec.reason = "duplicate";
+      else if (files[a]) {
+        entries.push([a.slice(1), Buffer.from(files[a])]);
+        Object.assign(rec, { size: files[a].length, decision: "accepted" });
+      } else rec.reason = "not_found";
+      seen.add(a);
+      return rec;
+    });
+    entries.push([".airlock-report.json", Buffer.from(JSON.stringify({ transfers, summary: {} }))]);
+    res.writeHead(200, { "content-type": "application/x-tar" });
+    tarStream(entries).pipe(res);
+  });
+  await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+  return { url: `http://127.0.0.1:${srv.address().port}`, requests, close: () => srv.close() };
+}
+
+test("readMany: one request, one result per input in input order, a path given twice read once", async () => {
+  const { Files, Transport, READ_MANY_MAX } = await import("../dist/index.js");
+  const long = "/home/user/" + "d/".repeat(60) + "é.txt";
+  const fake = await fakeFilesRead({ "/home/user/a.txt": "a\n", "/tmp/b.csv": "x,y\n", [long]: "deep" });
+  try {
+    const files = new Files(new Transport({ url: fake.url, token: "t" }), "sb-x");
+    const paths = ["/tmp/b.csv", "missing.txt", "a.txt", long, "/home/user/a.txt", "/tmp/b.csv"];
+    const got = await files.readMany(paths);
+    assert.deepEqual(
+      got.map((r) => [r.path, r.decision, r.reason ?? null, r.content?.toString() ?? null]),
+      [
+        ["/tmp/b.csv", "accepted", null, "x,y\n"],
+        ["missing.txt", "refused", "not_found", null],
+        ["a.txt", "accepted", null, "a\n"],
+        [long, "accepted", null, "deep"],
+        ["/home/user/a.txt", "accepted", null, "a\n"],
+        ["/tmp/b.csv", "accepted", null, "x,y\n"],
+      ],
+    );
+    assert.deepEqual(fake.requests, [["/tmp/b.csv", "missing.txt", "a.txt", long]]);
+    assert.deepEqual(await files.readMany([]), []);
+    // More paths than one request takes go in several.
+    fake.requests.length = 0;
+    const many = Array.from({ length: READ_MANY_MAX }, (_, i) => `/tmp/f${i}.txt`).concat(["/tmp/b.csv"]);
+    const all = await files.readMany(many);
+    assert.deepEqual(fake.requests.map((r) => r.length), [READ_MANY_MAX, 1]);
+    assert.equal(all.at(-1).content.toString(), "x,y\n");
+    assert.ok(all.slice(0, -1).every((r) => r.reason === "not_found"));
+  } finally {
+    fake.close();
+  }
+});

@@ -28,12 +28,12 @@ from .errors import (
     Unauthorized,
     Unavailable,
 )
-from .sandbox import Files, Result, Sandbox, argv_of, run, stream_bytes
+from .sandbox import READ_MANY_MAX, Files, Result, Sandbox, argv_of, run, stream_bytes
 from .transport import DEFAULT_SOCKET, Transport
 
 __version__ = "0.1.0"
 
 __all__ = [
     "KINDS", "AirlockError", "AlreadyExists", "Canceled", "Conflict", "Internal", "InvalidInput", "NotFound",
-    "OverLimit", "PermissionDenied", "SandboxLost", "Timeout", "Unauthorized", "Unavailable", "Files", "Result", "Sandbox", "argv_of", "run", "stream_bytes", "DEFAULT_SOCKET", "Transport",
+    "OverLimit", "PermissionDenied", "SandboxLost", "Timeout", "Unauthorized", "Unavailable", "READ_MANY_MAX", "Files", "Result", "Sandbox", "argv_of", "run", "stream_bytes", "DEFAULT_SOCKET", "Transport",
 ]  # fmt: skip

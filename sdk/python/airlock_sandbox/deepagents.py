@@ -16,7 +16,6 @@ import dataclasses
 import re
 from typing import Any, Mapping, Sequence
 
-from .errors import AirlockError
 from .sandbox import Result, Sandbox, stream_bytes
 
 try:  # pragma: no cover - depends on the environment
@@ -206,18 +205,19 @@ class AirlockBackend(_Base):
         return [FileUploadResponse(path=path, error=err) for (path, _), err in zip(files, errs)]
 
     def download_files(self, paths: list[str]) -> list[FileDownloadResponse]:
-        """Download each file through airlock's scanner, in input order."""
-        out = []
-        for path in paths:
-            bad = check_path(path)
-            content = None
-            if bad is None:
-                try:
-                    content = self.sandbox.files.read(path)
-                except AirlockError as e:
-                    bad = self._file_error(e, path)
-            out.append(FileDownloadResponse(path=path, content=content, error=bad))
-        return out
+        """Download files through airlock's scanner in one request
+        (files.read_many): answers in input order, one refusal does not
+        stop the others. A failure that is not about a file is raised."""
+        errs: list[str | None] = [check_path(path) for path in paths]
+        contents: list[bytes | None] = [None] * len(paths)
+        idx = [i for i, e in enumerate(errs) if e is None]
+        recs = self.sandbox.files.read_many([paths[i] for i in idx]) if idx else []
+        for i, rec in zip(idx, recs):
+            if rec.get("decision") == "accepted":
+                contents[i] = rec["content"]
+            else:
+                errs[i] = file_error_of(rec.get("reason"), paths[i])
+        return [FileDownloadResponse(path=p, content=c, error=e) for p, c, e in zip(paths, contents, errs)]
 
     def close(self) -> None:
         """Destroy the sandbox. Idempotent."""
@@ -228,14 +228,6 @@ class AirlockBackend(_Base):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    @staticmethod
-    def _file_error(e: AirlockError, path: str) -> str:
-        # A refusal carries its reason word; anything else is not the
-        # file's fault and must not pass for one.
-        if e.reason:
-            return file_error_of(e.reason, path)
-        raise e
 
 
 __all__ = [

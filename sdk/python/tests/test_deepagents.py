@@ -95,6 +95,10 @@ class BackendTest(unittest.TestCase):
         self.assertEqual([(d.path, d.error) for d in down], cases)
         self.assertEqual(down[0].content, b"1\n")
         self.assertTrue(all(d.content is None for d in down[1:]))
+        # One request for the list: a path given twice, a dotfile among them.
+        self.b.execute("printf 'A=1' > /home/user/.env")
+        again = self.b.download_files(["/home/user/ok.txt", "/home/user/.env", "/home/user/ok.txt"])
+        self.assertEqual([(d.error, d.content) for d in again], [(None, b"1\n"), ("permission_denied", None), (None, b"1\n")])
         up = self.b.upload_files([("/home/user/errdir", b"x"), ("/usr/bin/evil", b"x"), ("relative.txt", b"x"), ("/tmp/x.txt", b"x"), ("/home/user/fine.txt", b"x")])
         self.assertEqual([u.error for u in up], ["is_directory", "permission_denied", "invalid_path", None, None])
 

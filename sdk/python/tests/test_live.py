@@ -107,6 +107,35 @@ class SandboxTest(unittest.TestCase):
         self.assertEqual(self.sb.files.read("/home/user/wm/" + long), b"deep\n")
         self.assertEqual(self.sb.files.write_many([]), [])
 
+    def test_read_many(self):
+        self.sb.exec(["sh", "-c", "mkdir -p /home/user/rm/adir /tmp/rm && printf 'a\\n' > /home/user/rm/a.txt && printf 'b\\n' > /tmp/rm/b.txt"
+                      " && printf 'A=1\\n' > /home/user/rm/.env && ln -sf /etc/passwd /home/user/rm/passwd.txt"])  # fmt: skip
+        long = "d/" * 60 + "é.txt"
+        self.sb.files.write("/home/user/rm/" + long, "deep\n")
+        self.sb.files.write("/home/user/rm/blob.bin", bytes([0, 1, 2, 3, 255, 0, 0, 7]))
+        paths = [
+            "/home/user/rm/a.txt", "/tmp/rm/b.txt", "rm/a.txt", "/home/user/rm/.env", "/home/user/rm/passwd.txt",
+            "/home/user/rm/missing.txt", "/home/user/rm/adir", "/home/user/rm/blob.bin", "/home/user/rm/../../../etc/passwd",
+            "/etc/passwd", "/home/user/rm/" + long, "/home/user/rm/a.txt",
+        ]  # fmt: skip
+        got = self.sb.files.read_many(paths)
+        self.assertEqual(
+            [(r["path"], r["decision"], r.get("reason", ""), r.get("content")) for r in got],
+            [(paths[0], "accepted", "", b"a\n"), (paths[1], "accepted", "", b"b\n"), (paths[2], "accepted", "", b"a\n"),
+             (paths[3], "refused", "hidden_name", None), (paths[4], "refused", "symlink", None), (paths[5], "refused", "not_found", None),
+             (paths[6], "refused", "is_directory", None), (paths[7], "refused", "type_not_allowed", None),
+             (paths[8], "refused", "invalid_path", None), (paths[9], "refused", "invalid_path", None),
+             (paths[10], "accepted", "", b"deep\n"), (paths[11], "accepted", "", b"a\n")],
+        )  # fmt: skip
+        self.assertEqual(got[0]["sha256"], hashlib.sha256(b"a\n").hexdigest())
+        self.assertEqual(self.sb.files.read_many([]), [])
+
+    def test_read_many_past_one_request(self):
+        self.sb.exec(["sh", "-c", "mkdir -p /tmp/rmn && cd /tmp/rmn && for i in $(seq 0 1000); do echo $i > f$i.txt; done"])
+        paths = [f"/tmp/rmn/f{i}.txt" for i in range(1001)]
+        got = self.sb.files.read_many(paths)
+        self.assertEqual([r.get("content") for r in got], [f"{i}\n".encode() for i in range(1001)])
+
     def test_errors_by_kind(self):
         self.sb.files.write("/home/user/blob.bin", bytes([0, 1, 2, 3, 255, 0, 0, 7]))
         with self.assertRaises(al.InvalidInput) as cm:

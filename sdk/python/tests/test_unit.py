@@ -223,5 +223,93 @@ class DeepagentsMappingTest(unittest.TestCase):
             self.assertEqual(out.stdout, "ok\n")
 
 
+
+class _FakeFilesRead:
+    """A stand-in for airlock serve's POST …/files/read at the HTTP
+    boundary: the files it holds are accepted, the rest not_found, a path
+    named twice refused duplicate, as the server answers."""
+
+    files = {"/home/user/a.txt": b"a\n", "/tmp/b.csv": b"x,y\n", "/home/user/" + "d/" * 60 + "é.txt": b"deep"}
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        fake = self
+        self.requests: list[list[str]] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                paths = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["paths"]
+                fake.requests.append(paths)
+                body = fake.answer(paths)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-tar")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.srv.server_address[1]}"
+
+    def answer(self, paths: list[str]) -> bytes:
+        import io
+        import tarfile
+
+        buf, recs, seen = io.BytesIO(), [], set()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+            for p in paths:
+                a = p if p.startswith("/") else "/home/user/" + p
+                rec = {"direction": "download", "path": p, "size": 0, "decision": "refused"}
+                if a in seen:
+                    rec["reason"] = "duplicate"
+                elif a in self.files:
+                    info = tarfile.TarInfo(a[1:])
+                    info.size = len(self.files[a])
+                    tf.addfile(info, io.BytesIO(self.files[a]))
+                    rec.update(size=info.size, decision="accepted")
+                else:
+                    rec["reason"] = "not_found"
+                seen.add(a)
+                recs.append(rec)
+            rep = json.dumps({"transfers": recs, "summary": {}}).encode()
+            info = tarfile.TarInfo(".airlock-report.json")
+            info.size = len(rep)
+            tf.addfile(info, io.BytesIO(rep))
+        return buf.getvalue()
+
+
+class ReadManyTest(unittest.TestCase):
+    def setUp(self):
+        self.fake = _FakeFilesRead()
+        self.addCleanup(self.fake.srv.server_close)
+        self.addCleanup(self.fake.srv.shutdown)
+        self.files = al.Files(al.Transport(url=self.fake.url, token="t"), "sb-x")
+
+    def test_one_result_per_input_in_order(self):
+        long = "/home/user/" + "d/" * 60 + "é.txt"
+        paths = ["/tmp/b.csv", "missing.txt", "a.txt", long, "/home/user/a.txt", "/tmp/b.csv"]
+        got = self.files.read_many(paths)
+        self.assertEqual(
+            [(r["path"], r["decision"], r.get("reason"), r.get("content")) for r in got],
+            [("/tmp/b.csv", "accepted", None, b"x,y\n"), ("missing.txt", "refused", "not_found", None),
+             ("a.txt", "accepted", None, b"a\n"), (long, "accepted", None, b"deep"),
+             ("/home/user/a.txt", "accepted", None, b"a\n"), ("/tmp/b.csv", "accepted", None, b"x,y\n")],
+        )  # fmt: skip
+        # One request, each file named once.
+        self.assertEqual(self.fake.requests, [["/tmp/b.csv", "missing.txt", "a.txt", long]])
+        self.assertEqual(self.files.read_many([]), [])
+
+    def test_more_than_one_request_takes(self):
+        paths = [f"/tmp/f{i}.txt" for i in range(al.READ_MANY_MAX)] + ["/tmp/b.csv"]
+        got = self.files.read_many(paths)
+        self.assertEqual([len(r) for r in self.fake.requests], [al.READ_MANY_MAX, 1])
+        self.assertEqual(got[-1]["content"], b"x,y\n")
+        self.assertTrue(all(r["reason"] == "not_found" for r in got[:-1]))
+
 if __name__ == "__main__":
     unittest.main()

@@ -38,7 +38,16 @@ func getTree(t *testing.T, a api, id, path string) (map[string]string, runner.Tr
 	if st != http.StatusOK || h.Get("Content-Type") != server.TarType {
 		t.Fatalf("GET tree %s: status %d: %.500s", path, st, b)
 	}
+	got, _, rep := readTar(t, b)
+	return got, rep
+}
+
+// readTar reads a tree's tar stream: the files by name, the directories
+// as "dir", the files' names in stream order, and the report.
+func readTar(t *testing.T, b []byte) (map[string]string, []string, runner.TreeReport) {
+	t.Helper()
 	got := map[string]string{}
+	var order []string
 	var rep runner.TreeReport
 	tr := tar.NewReader(bytes.NewReader(b))
 	for {
@@ -59,9 +68,10 @@ func getTree(t *testing.T, a api, id, path string) (map[string]string, runner.Tr
 			got[strings.TrimSuffix(hdr.Name, "/")] = "dir"
 		default:
 			got[hdr.Name] = string(body)
+			order = append(order, hdr.Name)
 		}
 	}
-	return got, rep
+	return got, order, rep
 }
 
 func refusals(rep runner.TreeReport) map[string]string {
@@ -235,4 +245,61 @@ type zeroes struct{}
 func (zeroes) Read(p []byte) (int, error) {
 	clear(p)
 	return len(p), nil
+}
+
+// TestServeReadFiles: POST …/files/read sends a list of files as one tar
+// stream, in the request's order, and a record for every path in order:
+// a hostile, missing, repeated or dot-named path is refused with its
+// reason and the rest still go. More than runner.MaxDownloadFiles paths is
+// refused whole.
+func TestServeReadFiles(t *testing.T) {
+	s := startServer(t)
+	a := s.apis()[0]
+	id := a.create(t, nil).ID
+	res := a.exec(t, id, map[string]any{"argv": []string{"sh", "-c", "mkdir -p /home/user/r/sub && printf 'a\\n' > /home/user/r/a.txt" +
+		" && printf 'b\\n' > /tmp/b.csv && printf 'c\\n' > /home/user/r/sub/c.txt && printf 'A=1\\n' > /home/user/r/.env" +
+		" && ln -s /etc/passwd /home/user/r/passwd.txt && ln -s /etc /home/user/r/etc"}})
+	if res.ExitCode != 0 {
+		t.Fatalf("making the files: exit %d: %s", res.ExitCode, res.Stderr.Head)
+	}
+
+	paths := []string{"r/sub/c.txt", "/tmp/b.csv", "r/a.txt", "/home/user/r/sub/c.txt", "r/.env", "r/passwd.txt", "r/etc/passwd",
+		"../etc/passwd", "/etc/passwd", "/proc/self/environ", "r/missing.txt", "r/sub"}
+	want := []string{"", "", "", "duplicate", "hidden_name", "symlink", "symlink",
+		"invalid_path", "invalid_path", "invalid_path", "not_found", "is_directory"}
+	body, _ := json.Marshal(server.ReadFilesRequest{Paths: paths})
+	st, h, b := a.do(t, "POST", "/v1/sandboxes/"+id+"/files/read", bytes.NewReader(body), "Content-Type", "application/json")
+	if st != http.StatusOK || h.Get("Content-Type") != server.TarType {
+		t.Fatalf("files/read: status %d: %.500s", st, b)
+	}
+	got, order, rep := readTar(t, b)
+	if w := []string{"home/user/r/sub/c.txt", "tmp/b.csv", "home/user/r/a.txt"}; fmt.Sprint(order) != fmt.Sprint(w) {
+		t.Errorf("the stream holds %q, want %q", order, w)
+	}
+	if got["home/user/r/sub/c.txt"] != "c\n" || got["tmp/b.csv"] != "b\n" || got["home/user/r/a.txt"] != "a\n" {
+		t.Errorf("contents: %q", got)
+	}
+	if len(rep.Transfers) != len(paths) {
+		t.Fatalf("%d records for %d paths: %+v", len(rep.Transfers), len(paths), rep.Transfers)
+	}
+	for i, tr := range rep.Transfers {
+		if tr.Path != paths[i] || string(tr.Reason) != want[i] || (want[i] == "") != (tr.Decision == runner.DecisionAccepted) {
+			t.Errorf("record %d: %+v, want %q %s", i, tr, paths[i], want[i])
+		}
+	}
+	if rep.Summary.Files != 3 || rep.Summary.Refused != len(paths)-3 {
+		t.Errorf("summary %+v", rep.Summary)
+	}
+
+	// One path past the cap: refused whole, as an error shape.
+	many := make([]string, runner.MaxDownloadFiles+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("f%d.txt", i)
+	}
+	body, _ = json.Marshal(server.ReadFilesRequest{Paths: many})
+	st, _, b = a.do(t, "POST", "/v1/sandboxes/"+id+"/files/read", bytes.NewReader(body), "Content-Type", "application/json")
+	var e apiError
+	if st != http.StatusBadRequest || json.Unmarshal(b, &e) != nil || e.Error.Kind != "invalid_input" {
+		t.Errorf("%d paths: status %d: %.300s", len(many), st, b)
+	}
 }

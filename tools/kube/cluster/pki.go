@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 )
 
@@ -194,4 +195,66 @@ func serial() *big.Int {
 		panic(err) // crypto/rand does not fail on Linux
 	}
 	return n
+}
+
+// loadCA reads the CA that kube up wrote to dir.
+func loadCA(dir string) (*ca, error) {
+	c := &ca{dir: dir}
+	pemOf := func(p string) ([]byte, error) {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		blk, _ := pem.Decode(b)
+		if blk == nil {
+			return nil, fmt.Errorf("%s holds no PEM block", p)
+		}
+		return blk.Bytes, nil
+	}
+	der, err := pemOf(c.crt("ca"))
+	if err != nil {
+		return nil, err
+	}
+	if c.cert, err = x509.ParseCertificate(der); err != nil {
+		return nil, err
+	}
+	if der, err = pemOf(c.keyFile("ca")); err != nil {
+		return nil, err
+	}
+	key, err := x509.ParsePKCS8PrivateKey(der)
+	if err != nil {
+		return nil, err
+	}
+	signer, ok := key.(crypto.Signer)
+	if !ok {
+		return nil, fmt.Errorf("the CA's key is a %T", key)
+	}
+	c.key = signer
+	return c, nil
+}
+
+// NodeKubeconfig issues node name's credentials, the user
+// system:node:<name> in the group system:nodes that the Node authorizer
+// and NodeRestriction confine to that node's own objects, and writes a
+// kubeconfig, 0600, at <dir>/nodes/<name>.kubeconfig, whose path it
+// returns. The control plane must be up.
+func NodeKubeconfig(l Layout, name string) (string, error) {
+	c, err := loadCA(l.PKI())
+	if err != nil {
+		return "", fmt.Errorf("reading the control plane's CA (is it up? make kube-up): %w", err)
+	}
+	ports, err := ReadPorts(l)
+	if err != nil {
+		return "", err
+	}
+	cert := "node-" + name
+	if err := c.issue(certSpec{name: cert, cn: "system:node:" + name, orgs: []string{"system:nodes"}, client: true}); err != nil {
+		return "", err
+	}
+	dir := filepath.Join(l.Dir, "nodes")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, name+".kubeconfig")
+	return path, c.writeKubeconfig(path, "https://127.0.0.1:"+strconv.Itoa(ports[portAPIServer]), cert)
 }

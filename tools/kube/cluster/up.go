@@ -160,11 +160,15 @@ func up(ctx context.Context, l Layout, b Binaries, o Options, logf Logf) error {
 		"--etcd-servers=" + url(portEtcd), "--etcd-cafile=" + pki("ca.crt"),
 		"--etcd-certfile=" + pki("apiserver-etcd-client.crt"), "--etcd-keyfile=" + pki("apiserver-etcd-client.key"),
 		"--tls-cert-file=" + pki("apiserver.crt"), "--tls-private-key-file=" + pki("apiserver.key"),
-		"--client-ca-file=" + pki("ca.crt"), "--anonymous-auth=false", "--authorization-mode=RBAC",
+		"--client-ca-file=" + pki("ca.crt"), "--anonymous-auth=false",
+		// Nodes (airlock node) reach only their own Node, lease and pods.
+		"--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
 		"--service-cluster-ip-range=" + serviceCIDR,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + pki("sa.pub"), "--service-account-signing-key-file=" + pki("sa.key"),
-		"--allow-privileged=false", "--profiling=false", "--cert-dir=" + certDir(APIServer),
+		// Privileged pods pass the API, as in most clusters, so that
+		// airlock node's own refusal of them is what is tested.
+		"--allow-privileged=true", "--profiling=false", "--cert-dir=" + certDir(APIServer),
 	}, env)
 	if err != nil {
 		return err

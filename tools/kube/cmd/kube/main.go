@@ -6,6 +6,9 @@
 //	             print `export KUBECONFIG=...` as the last line
 //	kube down    stop exactly the recorded processes and remove the runtime state
 //	kube clean   down, then remove the cached binaries too
+//	kube node NAME
+//	             issue node NAME's credentials (system:node:NAME) and print
+//	             the path of its 0600 kubeconfig, for airlock node
 package main
 
 import (
@@ -26,10 +29,19 @@ func main() {
 	src := flag.String("src", ".", "the tools/kube module directory, which pins the versions")
 	timeout := flag.Duration("timeout", 3*time.Minute, "how long up waits for readiness once built")
 	flag.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: kube [flags] up|down|clean\n")
+		fmt.Fprintf(os.Stderr, "usage: kube [flags] up|down|clean|node NAME\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
+	if flag.NArg() == 2 && flag.Arg(0) == "node" {
+		path, err := cluster.NodeKubeconfig(cluster.NewLayout(*root), flag.Arg(1))
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "kube node: %v\n", err)
+			os.Exit(1)
+		}
+		fmt.Println(path)
+		return
+	}
 	if flag.NArg() != 1 {
 		flag.Usage()
 		os.Exit(2)

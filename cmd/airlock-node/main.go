@@ -1,0 +1,143 @@
+// Command airlock-node makes this machine a Kubernetes node whose pods
+// run as airlock sandboxes. `airlock node` runs it; it is a binary of its
+// own so that the Kubernetes client stays out of airlock's.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/containerd/errdefs"
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-sandbox/airlock/admission"
+	"github.com/airlock-sandbox/airlock/engines"
+	"github.com/airlock-sandbox/airlock/kube/node"
+	"github.com/airlock-sandbox/airlock/runner"
+	"github.com/airlock-sandbox/airlock/seccomp"
+	"github.com/airlock-sandbox/airlock/service"
+)
+
+var version = "dev"
+
+type flags struct {
+	root, airlock, kubeconfig, name, address, engine string
+	maxSandboxes                                     int
+	debug                                            bool
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := newCmd().ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock node: %v\n", err)
+		if errors.Is(err, errdefs.ErrInvalidArgument) {
+			os.Exit(64)
+		}
+		os.Exit(1)
+	}
+}
+
+func newCmd() *cobra.Command {
+	f := &flags{}
+	cmd := &cobra.Command{
+		Use:   "airlock node [--kubeconfig FILE] [--name NAME]",
+		Short: "Join a Kubernetes cluster as a node that runs pods as airlock sandboxes",
+		Long: `Register this machine as a Kubernetes node and run each pod the scheduler
+binds to it as an airlock sandbox: the pod's one container's command runs in
+the sandbox for the pod's life, under the policy the pod carries (airlock
+kube render writes such pods). The pod's status follows the program, with
+airlock's reason word (exited, timeout, oom, output_limit …) in the
+container's terminated state; deleting the pod ends the sandbox.
+
+The node is tainted airlock.dev/sandbox=true:NoSchedule, so only pods that
+tolerate it come; its capacity is the host's CPUs and memory and
+--max-sandboxes pods. It renews a lease in kube-node-lease.
+
+A pod is refused, Failed with a message naming the field, for anything the
+node cannot honour: an image not pinned by digest or not held here (the
+node never pulls: load images with airlock image load), a volume other than
+an emptyDir at /tmp or /home/user (a service-account token among them: set
+automountServiceAccountToken: false), host namespaces, privileged, added
+capabilities, another user than 65534, probes, ports, restarts, env read
+from secrets, a runtime class other than gvisor or runc.
+
+The kubeconfig holds the node's credentials and must be mode 0600; give the
+node a node's role (docs/kubernetes.md). A restarted node ends the sandboxes
+its last process left and fails their pods: a program never runs twice.
+kubectl logs and kubectl exec are not served yet.`,
+		Example: `  airlock node --kubeconfig /etc/airlock/node.kubeconfig --name lab-07
+  KUBECONFIG=$HOME/.kube/node airlock node --max-sandboxes 16`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE:          func(cmd *cobra.Command, _ []string) error { return run(cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.root, "root", "/var/lib/airlock", "airlock's state directory")
+	fl.StringVar(&f.airlock, "airlock", "", "the airlock binary, whose sandbox supervisor runs the pods' sandboxes (default: beside this one)")
+	fl.BoolVar(&f.debug, "debug", false, "log every step to stderr")
+	fl.StringVar(&f.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "the node's kubeconfig, mode 0600 (default $KUBECONFIG)")
+	fl.StringVar(&f.name, "name", "", "the Node's name (default: the host name)")
+	fl.StringVar(&f.address, "address", "127.0.0.1", "the Node's InternalIP")
+	fl.StringVar(&f.engine, "engine", "oci", "engine the pods' sandboxes run on: oci or docker")
+	fl.IntVar(&f.maxSandboxes, "max-sandboxes", 8, "the most pods this node runs at once (its pod capacity)")
+	return cmd
+}
+
+func run(cmd *cobra.Command, f *flags) error {
+	if f.name == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("%w: the host name: %v: give --name", errdefs.ErrInvalidArgument, err)
+		}
+		f.name = h
+	}
+	if net.ParseIP(f.address) == nil {
+		return fmt.Errorf("%w: --address %q is not an IP address", errdefs.ErrInvalidArgument, f.address)
+	}
+	if f.airlock == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		f.airlock = filepath.Join(filepath.Dir(self), "airlock")
+	}
+	if _, err := os.Stat(f.airlock); err != nil {
+		return fmt.Errorf("%w: the airlock binary: %v: give --airlock PATH", errdefs.ErrInvalidArgument, err)
+	}
+	p, err := seccomp.Load("default")
+	if err != nil {
+		return err
+	}
+	level := slog.LevelInfo
+	if f.debug {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+	host := engines.New(f.root, engines.Shared(), engines.WithLogger(log), engines.WithRunnerOptions(runner.WithVersion(version),
+		runner.WithSupervisor(func(id string) []string {
+			return []string{f.airlock, "--root", f.root, "sandbox", "supervise", id}
+		})))
+	defer host.Close()
+	svc := service.New(f.root, host, service.WithAdmission(admission.New(f.root, f.maxSandboxes)), service.WithLogger(log))
+	err = node.Run(cmd.Context(), node.Config{
+		Kubeconfig: f.kubeconfig, Name: f.name, Address: f.address, MaxSandboxes: f.maxSandboxes, Root: f.root, Version: version, Log: log,
+		Provider: node.ProviderConfig{Service: svc, Engine: f.engine, Profile: p.SHA256(), Logs: filepath.Join(f.root, "node", f.name, "logs")},
+	}, func() {
+		fmt.Fprintf(cmd.ErrOrStderr(), "airlock node: %s registered and running pods\n", f.name)
+	})
+	if err != nil && cmd.Context().Err() == nil {
+		return err
+	}
+	return nil
+}

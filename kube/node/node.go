@@ -1,0 +1,228 @@
+// Package node makes an airlock machine a Kubernetes node: it registers
+// a Node, renews its lease, and runs each pod the scheduler binds to it as
+// an airlock sandbox through the service layer, on the virtual-kubelet
+// library.
+//
+// Rules:
+//   - A pod is admitted whole or refused (Admit): a field the node cannot
+//     honour fails the pod with a message naming the field, and nothing
+//     of it starts. Nothing is dropped.
+//   - A pod is one sandbox; its one container's program is one exec in
+//     it, living as long as the pod. The pod ends with the program, with
+//     airlock's reason word in the container's terminated state, and its
+//     sandbox ends then too.
+//   - The node never pulls: an image it does not hold fails the pod.
+//   - The node reads only its own pods (a field selector on its name) and
+//     no secret, config map or service.
+//   - A restarted node ends every sandbox its last process left, and
+//     fails their pods rather than run a program twice.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"strconv"
+	"time"
+
+	vknode "github.com/virtual-kubelet/virtual-kubelet/node"
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/kube"
+)
+
+// NodeLabel marks a Node as airlock's.
+const NodeLabel = "airlock.dev/node"
+
+// Config is one node's.
+type Config struct {
+	// Kubeconfig holds the node's cluster credentials; it must not be
+	// readable by group or others.
+	Kubeconfig string
+	// Name is the Node's name; Address its InternalIP.
+	Name, Address string
+	// MaxSandboxes is the node's pod capacity.
+	MaxSandboxes int
+	// Root is airlock's root, whose file system's size is the node's
+	// ephemeral storage.
+	Root string
+	// Version is airlock's, shown as the node's kubelet version.
+	Version  string
+	Provider ProviderConfig
+	Log      *slog.Logger
+}
+
+// Run registers the node and runs its pods until ctx ends; ready, when not
+// nil, is called once the node is registered and its pods are watched.
+func Run(ctx context.Context, c Config, ready func()) error {
+	client, err := Client(c.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	c.Provider.Node, c.Provider.HostIP, c.Provider.Log = c.Name, c.Address, c.Log
+	prov, err := NewProvider(ctx, c.Provider)
+	if err != nil {
+		return err
+	}
+	obj, err := nodeObject(c)
+	if err != nil {
+		return err
+	}
+	nc, err := vknode.NewNodeController(vknode.NewNaiveNodeProvider(), obj, client.CoreV1().Nodes(),
+		vknode.WithNodeEnableLeaseV1(client.CoordinationV1().Leases(corev1.NamespaceNodeLease), vknode.DefaultLeaseDuration))
+	if err != nil {
+		return fmt.Errorf("%w: %v", errdefs.ErrInternal, err)
+	}
+
+	// Only this node's pods; the other informers are required by the pod
+	// controller but never started: a pod's env is never resolved through
+	// the API (Admit refuses valueFrom), so the node lists no secret.
+	pods := informers.NewSharedInformerFactoryWithOptions(client, time.Minute, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", c.Name).String()
+	}))
+	unused := informers.NewSharedInformerFactory(client, 0)
+	eb := record.NewBroadcaster()
+	defer eb.Shutdown()
+	eb.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	pc, err := vknode.NewPodController(vknode.PodControllerConfig{
+		PodClient:                 client.CoreV1(),
+		PodInformer:               pods.Core().V1().Pods(),
+		EventRecorder:             eb.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "airlock-node", Host: c.Name}),
+		Provider:                  prov,
+		ConfigMapInformer:         unused.Core().V1().ConfigMaps(),
+		SecretInformer:            unused.Core().V1().Secrets(),
+		ServiceInformer:           unused.Core().V1().Services(),
+		SkipDownwardAPIResolution: true,
+	})
+	if err != nil {
+		return fmt.Errorf("%w: %v", errdefs.ErrInternal, err)
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go nc.Run(ctx)
+	select {
+	case <-nc.Ready():
+	case <-nc.Done():
+		return fmt.Errorf("%w: registering node %s: %v", errdefs.ErrUnavailable, c.Name, nc.Err())
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	c.Log.Info("node registered", "node", c.Name)
+	pods.Start(ctx.Done())
+	go pc.Run(ctx, max(2, runtime.NumCPU()))
+	select {
+	case <-pc.Ready():
+	case <-pc.Done():
+		return fmt.Errorf("%w: watching node %s's pods: %v", errdefs.ErrUnavailable, c.Name, pc.Err())
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	c.Log.Info("watching pods", "node", c.Name)
+	if ready != nil {
+		ready()
+	}
+	select {
+	case <-ctx.Done():
+	case <-nc.Done():
+		if err := nc.Err(); err != nil && !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("%w: node %s: %v", errdefs.ErrUnavailable, c.Name, err)
+		}
+	case <-pc.Done():
+		if err := pc.Err(); err != nil && !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("%w: node %s's pods: %v", errdefs.ErrUnavailable, c.Name, err)
+		}
+	}
+	return nil
+}
+
+// Client reads a kubeconfig that only its owner may read.
+func Client(path string) (*kubernetes.Clientset, error) {
+	if path == "" {
+		return nil, fmt.Errorf("%w: no kubeconfig: give --kubeconfig FILE or set KUBECONFIG", errdefs.ErrInvalidArgument)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: kubeconfig: %v: give the node's kubeconfig with --kubeconfig FILE or KUBECONFIG", errdefs.ErrInvalidArgument, err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("%w: kubeconfig %s is readable by others (mode %04o): it holds the node's credentials; chmod 600 it", errdefs.ErrInvalidArgument, path, fi.Mode().Perm())
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: kubeconfig %s: %v", errdefs.ErrInvalidArgument, path, err)
+	}
+	cfg.UserAgent = "airlock-node"
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: kubeconfig %s: %v", errdefs.ErrInvalidArgument, path, err)
+	}
+	return cs, nil
+}
+
+// nodeObject is the Node the node registers: tainted so that only pods
+// tolerating kube.TaintSandbox come, with the host's CPUs and memory and
+// MaxSandboxes pods as its capacity.
+func nodeObject(c Config) (*corev1.Node, error) {
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		return nil, fmt.Errorf("reading the host's memory: %w", err)
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(c.Root, &fs); err != nil {
+		return nil, fmt.Errorf("reading the size of %s's file system: %w", c.Root, err)
+	}
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU:              *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI),
+		corev1.ResourceMemory:           *resource.NewQuantity(int64(si.Totalram)*int64(si.Unit), resource.BinarySI),
+		corev1.ResourceEphemeralStorage: *resource.NewQuantity(int64(fs.Blocks)*fs.Bsize, resource.BinarySI),
+		corev1.ResourcePods:             *resource.NewQuantity(int64(c.MaxSandboxes), resource.DecimalSI),
+	}
+	now := metav1.Now()
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: c.Name,
+			Labels: map[string]string{
+				NodeLabel: "true", "kubernetes.io/hostname": c.Name, "kubernetes.io/os": "linux",
+				"kubernetes.io/arch": runtime.GOARCH, "type": "virtual-kubelet",
+			},
+		},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: kube.TaintSandbox, Value: "true", Effect: corev1.TaintEffectNoSchedule}}},
+		Status: corev1.NodeStatus{
+			Phase:       corev1.NodeRunning,
+			Capacity:    capacity,
+			Allocatable: capacity.DeepCopy(),
+			Conditions: []corev1.NodeCondition{
+				{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "AirlockReady", Message: "airlock node is ready", LastHeartbeatTime: now, LastTransitionTime: now},
+				{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, LastHeartbeatTime: now, LastTransitionTime: now},
+				{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse, LastHeartbeatTime: now, LastTransitionTime: now},
+				{Type: corev1.NodePIDPressure, Status: corev1.ConditionFalse, LastHeartbeatTime: now, LastTransitionTime: now},
+				{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionFalse, LastHeartbeatTime: now, LastTransitionTime: now},
+			},
+			Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: c.Address}, {Type: corev1.NodeHostName, Address: c.Name}},
+			NodeInfo: corev1.NodeSystemInfo{
+				OperatingSystem: "linux", Architecture: runtime.GOARCH,
+				KubeletVersion: "airlock-" + c.Version, ContainerRuntimeVersion: "airlock://" + c.Version,
+			},
+		},
+	}
+	if c.MaxSandboxes <= 0 {
+		return nil, fmt.Errorf("%w: --max-sandboxes %s: give the most pods this node runs at once", errdefs.ErrInvalidArgument, strconv.Itoa(c.MaxSandboxes))
+	}
+	return n, nil
+}

@@ -1,0 +1,369 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	vknode "github.com/virtual-kubelet/virtual-kubelet/node"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/airlock-sandbox/airlock/errkind"
+	"github.com/airlock-sandbox/airlock/runner"
+	"github.com/airlock-sandbox/airlock/service"
+)
+
+// Pod status reasons of the node's own, beside airlock's run reasons
+// (exited, timeout, oom, output_limit …) in a container's terminated
+// state.
+const (
+	// ReasonRefused: the pod asks for what the node does not honour.
+	ReasonRefused = "AirlockRefused"
+	// ReasonCreateFailed: the sandbox could not be made.
+	ReasonCreateFailed = "AirlockCreateFailed"
+	// ReasonNodeRestarted: the pod's program was lost with the node's
+	// previous process; it is never started a second time.
+	ReasonNodeRestarted = "AirlockNodeRestarted"
+	// ReasonDeleted: the pod was deleted while its program ran.
+	ReasonDeleted = "Deleted"
+)
+
+// Sandbox labels that tie a sandbox to its pod and node.
+const (
+	LabelNode = "k8s-node"
+	LabelUID  = "k8s-uid"
+)
+
+// createTimeout bounds making one pod's sandbox.
+const createTimeout = 2 * time.Minute
+
+// Provider runs the pods the cluster binds to one node as airlock
+// sandboxes, through the service: a pod is one sandbox, its container's
+// program one exec in it that lives as long as the pod. It is the
+// virtual-kubelet pod lifecycle handler, and tells pod status changes
+// through NotifyPods.
+type Provider struct {
+	svc     *service.Service
+	engine  string
+	node    string
+	hostIP  string
+	profile string
+	logs    string
+	log     *slog.Logger
+
+	mu     sync.Mutex
+	pods   map[string]*pod // by namespace/name
+	lost   map[string]bool // pod UIDs whose sandbox the node's last process left
+	notify func(*corev1.Pod)
+}
+
+var (
+	_ vknode.PodLifecycleHandler = (*Provider)(nil)
+	_ vknode.PodNotifier         = (*Provider)(nil)
+)
+
+// pod is one pod the node was given, and what runs it.
+type pod struct {
+	obj       *corev1.Pod // its status is the node's word
+	sandbox   string
+	log       string
+	execLimit time.Duration
+	cancel    context.CancelFunc
+	deleted   bool
+}
+
+// ProviderConfig configures a Provider.
+type ProviderConfig struct {
+	Service *service.Service
+	// Engine makes the sandboxes ("" is the service's).
+	Engine string
+	// Node is the node's name; HostIP its address, for pod status.
+	Node, HostIP string
+	// Profile is the sha256 of airlock's default seccomp profile.
+	Profile string
+	// Logs is the directory of the pods' program output.
+	Logs string
+	Log  *slog.Logger
+}
+
+// NewProvider returns a provider, after ending every sandbox the node's
+// previous process left: its pods' programs are gone with it, and those
+// pods fail rather than run a second time.
+func NewProvider(ctx context.Context, c ProviderConfig) (*Provider, error) {
+	if err := os.MkdirAll(c.Logs, 0o700); err != nil {
+		return nil, fmt.Errorf("making the pods' log directory: %w", err)
+	}
+	p := &Provider{svc: c.Service, engine: c.Engine, node: c.Node, hostIP: c.HostIP, profile: c.Profile, logs: c.Logs,
+		log: c.Log, pods: map[string]*pod{}, lost: map[string]bool{}, notify: func(*corev1.Pod) {}}
+	all, err := p.svc.Sandboxes()
+	if err != nil {
+		return nil, err
+	}
+	for _, si := range all {
+		if si.Labels[LabelNode] != c.Node {
+			continue
+		}
+		p.lost[si.Labels[LabelUID]] = true
+		if err := p.svc.Destroy(ctx, si.ID); err != nil {
+			return nil, fmt.Errorf("ending sandbox %s, left by the node's last process: %w", si.ID, err)
+		}
+		p.log.Info("ended a sandbox the node's last process left", "sandbox", si.ID, "pod", si.Labels["k8s-namespace"]+"/"+si.Labels["k8s-pod"])
+	}
+	return p, nil
+}
+
+func key(ns, name string) string { return ns + "/" + name }
+
+// NotifyPods registers the callback the pod controller takes status from.
+func (p *Provider) NotifyPods(_ context.Context, cb func(*corev1.Pod)) {
+	p.mu.Lock()
+	p.notify = cb
+	p.mu.Unlock()
+}
+
+// tell hands a copy of pd's pod to the pod controller; call with p.mu held.
+func (p *Provider) tell(pd *pod) {
+	cb, obj := p.notify, pd.obj.DeepCopy()
+	go cb(obj)
+}
+
+// CreatePod admits the pod and starts its sandbox and program. A refusal
+// or a failure to start is the pod's Failed status, not an error: the pod
+// controller would otherwise try again, and a refused pod never runs.
+func (p *Provider) CreatePod(ctx context.Context, in *corev1.Pod) error {
+	k := key(in.Namespace, in.Name)
+	pd := &pod{obj: in.DeepCopy()}
+	now := metav1.Now()
+	pd.obj.Status = corev1.PodStatus{Phase: corev1.PodPending, HostIP: p.hostIP, StartTime: &now}
+	if p.hostIP != "" {
+		pd.obj.Status.HostIPs = []corev1.HostIP{{IP: p.hostIP}}
+	}
+	p.mu.Lock()
+	if _, ok := p.pods[k]; ok {
+		p.mu.Unlock()
+		return nil
+	}
+	p.pods[k] = pd
+	lost := p.lost[string(in.UID)]
+	p.mu.Unlock()
+
+	if lost {
+		return p.fail(pd, ReasonNodeRestarted, "the node restarted while this pod ran; its program is not started again")
+	}
+	w, err := Admit(in, p.profile)
+	if err != nil {
+		p.log.Info("pod refused", "pod", k, "error", err)
+		return p.fail(pd, ReasonRefused, err.Error())
+	}
+	w.Sandbox.Labels[LabelNode] = p.node
+	pd.execLimit = w.ExecTimeout
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
+	defer cancel()
+	sb, err := p.svc.Create(cctx, p.engine, "", w.Sandbox)
+	if err != nil {
+		p.log.Warn("pod's sandbox not made", "pod", k, "error", err)
+		return p.fail(pd, ReasonCreateFailed, fmt.Sprintf("%s: %v", errkind.Of(err), err))
+	}
+	logf, err := os.OpenFile(filepath.Join(p.logs, string(in.UID)+".log"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
+	if err != nil {
+		p.svc.Destroy(context.WithoutCancel(ctx), sb.ID())
+		return p.fail(pd, ReasonCreateFailed, fmt.Sprintf("opening the pod's log: %v", err))
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	p.mu.Lock()
+	pd.sandbox, pd.log, pd.cancel = sb.ID(), logf.Name(), stop
+	if pd.deleted {
+		p.mu.Unlock()
+		stop()
+		logf.Close()
+		return p.svc.Destroy(context.WithoutCancel(ctx), sb.ID())
+	}
+	started := metav1.Now()
+	st := &pd.obj.Status
+	st.Phase = corev1.PodRunning
+	st.Conditions = conditions(true)
+	st.ContainerStatuses = []corev1.ContainerStatus{{
+		Name: in.Spec.Containers[0].Name, Image: in.Spec.Containers[0].Image, ImageID: sb.Info().Image,
+		ContainerID: "airlock://" + sb.ID(), Ready: true, Started: ptr(true),
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: started}},
+	}}
+	p.tell(pd)
+	p.mu.Unlock()
+	p.log.Info("pod running", "pod", k, "sandbox", sb.ID())
+
+	go p.run(runCtx, pd, sb, w, logf)
+	return nil
+}
+
+// run runs the pod's program to its end, then records the pod's end and
+// ends its sandbox.
+func (p *Provider) run(ctx context.Context, pd *pod, sb *runner.Sandbox, w Work, logf *os.File) {
+	defer logf.Close()
+	out := &lockedWriter{w: logf}
+	res, err := sb.Exec(ctx, runner.ExecSpec{Argv: w.Argv, Workdir: w.Workdir, Stdout: out, Stderr: out, Timeout: w.Sandbox.TTL})
+	term := &corev1.ContainerStateTerminated{ExitCode: int32(res.ExitCode), Reason: string(res.Reason), Message: res.Error,
+		StartedAt: metav1.NewTime(res.StartedAt), FinishedAt: metav1.Now(), ContainerID: "airlock://" + sb.ID()}
+	if err != nil {
+		term.ExitCode, term.Reason, term.Message = -1, string(runner.ReasonError), err.Error()
+	}
+	p.svc.Destroy(context.Background(), sb.ID())
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pd.deleted {
+		return
+	}
+	phase := corev1.PodSucceeded
+	if term.ExitCode != 0 || term.Reason != string(runner.ReasonExited) {
+		phase = corev1.PodFailed
+	}
+	p.terminate(pd, phase, term)
+	p.log.Info("pod ended", "pod", key(pd.obj.Namespace, pd.obj.Name), "reason", term.Reason, "exit_code", term.ExitCode)
+}
+
+// terminate records the pod's end; call with p.mu held.
+func (p *Provider) terminate(pd *pod, phase corev1.PodPhase, term *corev1.ContainerStateTerminated) {
+	st := &pd.obj.Status
+	st.Phase, st.Reason, st.Message = phase, term.Reason, term.Message
+	st.Conditions = conditions(false)
+	c := pd.obj.Spec.Containers
+	if len(st.ContainerStatuses) == 0 && len(c) > 0 {
+		st.ContainerStatuses = []corev1.ContainerStatus{{Name: c[0].Name, Image: c[0].Image}}
+	}
+	for i := range st.ContainerStatuses {
+		cs := &st.ContainerStatuses[i]
+		cs.Ready, cs.Started = false, ptr(false)
+		cs.State = corev1.ContainerState{Terminated: term}
+	}
+	p.tell(pd)
+}
+
+// fail ends a pod that never ran.
+func (p *Provider) fail(pd *pod, reason, msg string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.terminate(pd, corev1.PodFailed, &corev1.ContainerStateTerminated{ExitCode: -1, Reason: reason, Message: msg, FinishedAt: metav1.Now()})
+	return nil
+}
+
+// UpdatePod takes nothing of a running pod's changes: what a sandbox may
+// do is fixed when it is made.
+func (p *Provider) UpdatePod(context.Context, *corev1.Pod) error { return nil }
+
+// DeletePod ends the pod's program and sandbox, removes its log and tells
+// the pod's end.
+func (p *Provider) DeletePod(ctx context.Context, in *corev1.Pod) error {
+	k := key(in.Namespace, in.Name)
+	p.mu.Lock()
+	pd, ok := p.pods[k]
+	if !ok || pd.obj.UID != in.UID {
+		p.mu.Unlock()
+		return nil
+	}
+	pd.deleted = true
+	id, cancel, logPath := pd.sandbox, pd.cancel, pd.log
+	p.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	if id != "" {
+		if err := p.svc.Destroy(context.WithoutCancel(ctx), id); err != nil {
+			return fmt.Errorf("ending pod %s's sandbox %s: %w", k, id, err)
+		}
+	}
+	if logPath != "" {
+		os.Remove(logPath)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.pods, k)
+	if pd.obj.Status.Phase != corev1.PodSucceeded && pd.obj.Status.Phase != corev1.PodFailed {
+		p.terminate(pd, corev1.PodFailed, &corev1.ContainerStateTerminated{ExitCode: 137, Reason: ReasonDeleted, FinishedAt: metav1.Now()})
+	} else {
+		p.tell(pd)
+	}
+	p.log.Info("pod deleted", "pod", k, "sandbox", id)
+	return nil
+}
+
+// GetPod returns the pod as the node knows it, or nil.
+func (p *Provider) GetPod(_ context.Context, ns, name string) (*corev1.Pod, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pd, ok := p.pods[key(ns, name)]; ok {
+		return pd.obj.DeepCopy(), nil
+	}
+	return nil, nil
+}
+
+// GetPodStatus returns the pod's status, or nil.
+func (p *Provider) GetPodStatus(ctx context.Context, ns, name string) (*corev1.PodStatus, error) {
+	pd, _ := p.GetPod(ctx, ns, name)
+	if pd == nil {
+		return nil, nil
+	}
+	return &pd.Status, nil
+}
+
+// GetPods lists the pods the node holds.
+func (p *Provider) GetPods(context.Context) ([]*corev1.Pod, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]*corev1.Pod, 0, len(p.pods))
+	for _, pd := range p.pods {
+		out = append(out, pd.obj.DeepCopy())
+	}
+	return out, nil
+}
+
+// Logs opens the output of the pod's program.
+func (p *Provider) Logs(ns, name string) (io.ReadCloser, error) {
+	p.mu.Lock()
+	pd, ok := p.pods[key(ns, name)]
+	path := ""
+	if ok {
+		path = pd.log
+	}
+	p.mu.Unlock()
+	if path == "" {
+		return nil, fmt.Errorf("%w: pod %s/%s has no output on this node", errNotFound, ns, name)
+	}
+	return os.Open(path)
+}
+
+var errNotFound = errors.New("not found")
+
+func conditions(ready bool) []corev1.PodCondition {
+	now := metav1.Now()
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	return []corev1.PodCondition{
+		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		{Type: corev1.ContainersReady, Status: st, LastTransitionTime: now},
+		{Type: corev1.PodReady, Status: st, LastTransitionTime: now},
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// lockedWriter lets stdout and stderr share one log.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}

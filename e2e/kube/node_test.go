@@ -1,0 +1,408 @@
+//go:build e2e
+
+// Package kube_test runs airlock nodes against a real control plane
+// (make kube-up's: kube-apiserver, the scheduler, the controller manager
+// and agent-sandbox's controller, built from source) and real sandboxes.
+package kube_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/airlock-sandbox/airlock/internal/e2etest"
+	"github.com/airlock-sandbox/airlock/runner"
+)
+
+var (
+	airlockBin string
+	kubeconfig string // the control plane's admin
+	tmp        string
+)
+
+func TestMain(m *testing.M) {
+	code, err := setup(m)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kube e2e setup: %v\n", err)
+		os.Exit(1)
+	}
+	os.Exit(code)
+}
+
+func setup(m *testing.M) (int, error) {
+	var err error
+	if tmp, err = os.MkdirTemp("", "airlock-kube-e2e-"); err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(tmp)
+	if airlockBin, err = e2etest.Build(tmp, "../../cmd/airlock"); err != nil {
+		return 0, err
+	}
+	build := exec.Command("go", "build", "-o", filepath.Join(tmp, "airlock-node"), "../../cmd/airlock-node")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return 0, fmt.Errorf("building airlock-node: %w", err)
+	}
+	out, err := kubeTool("up")
+	if err != nil {
+		return 0, err
+	}
+	if strings.Contains(out, "already up") {
+		return 0, fmt.Errorf("a control plane is up already; run make kube-down first")
+	}
+	defer func() {
+		if out, err := kubeTool("down"); err != nil {
+			fmt.Fprintf(os.Stderr, "kube down: %v\n%s", err, out)
+		}
+	}()
+	kubeconfig = filepath.Join(e2etest.SysRoot(), "kube", "kubeconfig")
+	return m.Run(), nil
+}
+
+// kubeTool runs tools/kube's command (make kube-up's) with args.
+func kubeTool(args ...string) (string, error) {
+	c := exec.Command("go", append([]string{"run", "./cmd/kube"}, args...)...)
+	c.Dir = "../../tools/kube"
+	var out bytes.Buffer
+	c.Stdout, c.Stderr = &out, os.Stderr
+	err := c.Run()
+	return out.String(), err
+}
+
+// node is one running `airlock node`, with a root of its own.
+type node struct {
+	name, root string
+	cmd        *exec.Cmd
+	log        *bytes.Buffer
+}
+
+// startNode starts `airlock node` as name, with a root of its own and
+// credentials of its own, and waits until it runs pods.
+func startNode(t *testing.T, name string) *node {
+	t.Helper()
+	dir := filepath.Join(tmp, name)
+	root, err := e2etest.Root(dir, e2etest.SysRoot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := kubeTool("node", name)
+	if err != nil {
+		t.Fatalf("kube node %s: %v", name, err)
+	}
+	kc := strings.TrimSpace(out)
+	n := &node{name: name, root: root, log: &bytes.Buffer{}}
+	n.cmd = exec.Command(airlockBin, "--root", root, "node", "--kubeconfig", kc, "--name", name, "--max-sandboxes", "4")
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.cmd.Stderr = pw
+	if err := n.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(pr)
+		once := false
+		for sc.Scan() {
+			line := sc.Text()
+			n.log.WriteString(line + "\n")
+			if !once && strings.Contains(line, "registered and running pods") {
+				once = true
+				close(ready)
+			}
+		}
+	}()
+	t.Cleanup(func() { n.stop(t) })
+	select {
+	case <-ready:
+	case <-time.After(90 * time.Second):
+		t.Fatalf("airlock node %s did not come up:\n%s", name, n.log)
+	}
+	return n
+}
+
+func (n *node) stop(t *testing.T) {
+	if n.cmd.ProcessState != nil {
+		return
+	}
+	n.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- n.cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		n.cmd.Process.Kill()
+		<-done
+		t.Errorf("airlock node %s did not stop on SIGTERM", n.name)
+	}
+	if t.Failed() {
+		t.Logf("airlock node %s's log:\n%s", n.name, n.log)
+	}
+}
+
+// sandboxes lists the node's sandboxes by the pod UID they run.
+func (n *node) sandboxes(t *testing.T) map[string]runner.SandboxInfo {
+	t.Helper()
+	out, err := exec.Command(airlockBin, "--root", n.root, "sandbox", "ls", "--json").Output()
+	if err != nil {
+		t.Fatalf("sandbox ls on %s: %v", n.name, err)
+	}
+	var list []runner.SandboxInfo
+	if err := json.Unmarshal(out, &list); err != nil {
+		t.Fatalf("sandbox ls on %s: %v: %s", n.name, err, out)
+	}
+	m := map[string]runner.SandboxInfo{}
+	for _, si := range list {
+		m[si.Labels["k8s-uid"]] = si
+	}
+	return m
+}
+
+func client(t *testing.T) *kubernetes.Clientset {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kubernetes.NewForConfigOrDie(cfg)
+}
+
+// kubectl runs kubectl with the admin's kubeconfig, stdin given.
+func kubectl(t *testing.T, stdin []byte, args ...string) string {
+	t.Helper()
+	home := t.TempDir()
+	c := exec.Command("kubectl", append([]string{"--kubeconfig=" + kubeconfig, "--cache-dir=" + filepath.Join(home, "cache")}, args...)...)
+	c.Env = append(os.Environ(), "HOME="+home)
+	c.Stdin = bytes.NewReader(stdin)
+	out, err := c.CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+// kubectlOut runs kubectl for a log, its failure in its output.
+func kubectlOut(t *testing.T, args ...string) string {
+	home := t.TempDir()
+	c := exec.Command("kubectl", append([]string{"--kubeconfig=" + kubeconfig, "--cache-dir=" + filepath.Join(home, "cache")}, args...)...)
+	c.Env = append(os.Environ(), "HOME="+home)
+	out, _ := c.CombinedOutput()
+	return string(out)
+}
+
+func airlock(t *testing.T, root string, args ...string) []byte {
+	t.Helper()
+	var stderr bytes.Buffer
+	c := exec.Command(airlockBin, append([]string{"--root", root}, args...)...)
+	c.Stderr = &stderr
+	out, err := c.Output()
+	if err != nil {
+		t.Fatalf("airlock %v: %v: %s", args, err, stderr.String())
+	}
+	return out
+}
+
+// waitFor polls cond every 200ms until it holds or d passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("%s: not within %v; last: %s", what, d, last)
+}
+
+// TestNodes: two airlock nodes register, tainted and ready; a template's
+// warm pool of 2 becomes two Running pods on them, each an airlock sandbox
+// in its node's root; a pod's program's end is the pod's, with airlock's
+// reason; pods asking for a tag, a host path or privilege fail naming the
+// field; and deleting the pods leaves no sandbox on either node.
+func TestNodes(t *testing.T) {
+	ctx := context.Background()
+	nodes := map[string]*node{}
+	for _, name := range []string{"airlock-a", "airlock-b"} {
+		nodes[name] = startNode(t, name)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("pods:\n%s", kubectlOut(t, "get", "pods", "-o", "wide"))
+			t.Logf("events:\n%s", kubectlOut(t, "get", "events", "-A"))
+		}
+	})
+	cs := client(t)
+	for name := range nodes {
+		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ready := false
+		for _, c := range n.Status.Conditions {
+			ready = ready || c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
+		}
+		tainted := false
+		for _, tn := range n.Spec.Taints {
+			tainted = tainted || tn.Key == "airlock.dev/sandbox" && tn.Effect == corev1.TaintEffectNoSchedule
+		}
+		if !ready || !tainted || n.Labels["airlock.dev/node"] != "true" {
+			t.Errorf("node %s: ready %v, taints %v, labels %v", name, ready, n.Spec.Taints, n.Labels)
+		}
+		if q := n.Status.Capacity[corev1.ResourcePods]; q.Value() != 4 {
+			t.Errorf("node %s's pod capacity is %s, want 4", name, q.String())
+		}
+	}
+
+	// A warm pool of 2, rendered from a template, runs on the nodes.
+	a := nodes["airlock-a"]
+	airlock(t, a.root, "template", "create", "kt", "--memory", "256MiB", "--cpus", "0.5")
+	yaml := airlock(t, a.root, "kube", "render", "--template", "kt", "--warm", "2", "--ttl", "10m")
+	kubectl(t, yaml, "apply", "-f", "-")
+	var pods []corev1.Pod
+	waitFor(t, 3*time.Minute, "the warm pool's 2 pods Running on airlock nodes", func() (bool, string) {
+		list, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "airlock.dev/template=kt"})
+		if err != nil {
+			return false, err.Error()
+		}
+		var state []string
+		running := 0
+		for _, p := range list.Items {
+			state = append(state, fmt.Sprintf("%s on %q: %s %s", p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.Message))
+			if p.Status.Phase == corev1.PodRunning && nodes[p.Spec.NodeName] != nil {
+				running++
+			}
+		}
+		pods = list.Items
+		return running == 2 && len(list.Items) == 2, strings.Join(state, "; ")
+	})
+	for _, p := range pods {
+		si, ok := nodes[p.Spec.NodeName].sandboxes(t)[string(p.UID)]
+		if !ok || si.State != "running" || si.Isolation != "gvisor" {
+			t.Errorf("pod %s: no running gVisor sandbox on %s: %+v", p.Name, p.Spec.NodeName, si)
+		}
+		if cs := p.Status.ContainerStatuses; len(cs) != 1 || cs[0].State.Running == nil || !strings.HasPrefix(cs[0].ContainerID, "airlock://sb-") {
+			t.Errorf("pod %s's container status: %+v", p.Name, cs)
+		}
+	}
+
+	// Pods of the node's own: a program's end is the pod's.
+	image := pods[0].Spec.Containers[0].Image
+	for _, c := range []struct {
+		name  string
+		cmd   string
+		phase corev1.PodPhase
+		exit  int32
+	}{{"exit0", "echo hello", corev1.PodSucceeded, 0}, {"exit3", "echo bye; exit 3", corev1.PodFailed, 3}} {
+		p := pod(c.name, "airlock-b", image, func(p *corev1.Pod) { p.Spec.Containers[0].Command = []string{"sh", "-c", c.cmd} })
+		if _, err := cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		got := waitPhase(t, cs, c.name, corev1.PodSucceeded, corev1.PodFailed)
+		term := got.Status.ContainerStatuses[0].State.Terminated
+		if got.Status.Phase != c.phase || term == nil || term.ExitCode != c.exit || term.Reason != "exited" {
+			t.Errorf("pod %s: %s, %+v; want %s, exit %d, reason exited", c.name, got.Status.Phase, term, c.phase, c.exit)
+		}
+	}
+
+	// What the node cannot honour fails the pod, naming the field.
+	for _, c := range []struct {
+		name, field string
+		mutate      func(*corev1.Pod)
+	}{
+		{"tag", "spec.containers[0].image", func(p *corev1.Pod) { p.Spec.Containers[0].Image = "python:3.12" }},
+		{"hostpath", "spec.volumes[0].hostPath", func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "etc", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/etc"}}}}
+			p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "etc", MountPath: "/host"}}
+		}},
+		{"privileged", "spec.containers[0].securityContext.privileged", func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr(true)}
+		}},
+	} {
+		if _, err := cs.CoreV1().Pods("default").Create(ctx, pod(c.name, "airlock-a", image, c.mutate), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		got := waitPhase(t, cs, c.name, corev1.PodFailed, corev1.PodSucceeded)
+		if got.Status.Phase != corev1.PodFailed || got.Status.Reason != "AirlockRefused" || !strings.HasPrefix(got.Status.Message, c.field+":") {
+			t.Errorf("pod %s: %s %s %q; want Failed AirlockRefused naming %s", c.name, got.Status.Phase, got.Status.Reason, got.Status.Message, c.field)
+		}
+	}
+	if n := len(a.sandboxes(t)); n != 1 {
+		t.Errorf("airlock-a holds %d sandboxes; the refused pods must make none", n)
+	}
+
+	// Deleting every pod leaves no sandbox on either node.
+	kubectl(t, yaml, "delete", "-f", "-", "--wait=true")
+	for _, name := range []string{"exit0", "exit3", "tag", "hostpath", "privileged"} {
+		if err := cs.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("deleting pod %s: %v", name, err)
+		}
+	}
+	waitFor(t, 2*time.Minute, "no pod and no sandbox left", func() (bool, string) {
+		list, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		left := len(a.sandboxes(t)) + len(nodes["airlock-b"].sandboxes(t))
+		return len(list.Items) == 0 && left == 0, fmt.Sprintf("%d pods, %d sandboxes", len(list.Items), left)
+	})
+}
+
+// pod is a pod for node, valid for an airlock node but for what mutate
+// changes.
+func pod(name, node, image string, mutate func(*corev1.Pod)) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.PodSpec{
+			NodeName:                     node,
+			RuntimeClassName:             ptr("gvisor"),
+			RestartPolicy:                corev1.RestartPolicyNever,
+			AutomountServiceAccountToken: ptr(false),
+			Tolerations:                  []corev1.Toleration{{Key: "airlock.dev/sandbox", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+			Containers:                   []corev1.Container{{Name: "main", Image: image, Command: []string{"sleep", "600"}}},
+		},
+	}
+	mutate(p)
+	return p
+}
+
+// waitPhase waits until pod name is in one of phases.
+func waitPhase(t *testing.T, cs *kubernetes.Clientset, name string, phases ...corev1.PodPhase) *corev1.Pod {
+	t.Helper()
+	var got *corev1.Pod
+	waitFor(t, 2*time.Minute, "pod "+name+" ends", func() (bool, string) {
+		p, err := cs.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		got = p
+		for _, ph := range phases {
+			if p.Status.Phase == ph && len(p.Status.ContainerStatuses) == 1 {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%s %s", p.Status.Phase, p.Status.Message)
+	})
+	return got
+}
+
+func ptr[T any](v T) *T { return &v }

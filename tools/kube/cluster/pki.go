@@ -236,7 +236,7 @@ func loadCA(dir string) (*ca, error) {
 // NodeKubeconfig issues node name's credentials, the user
 // system:node:<name> in the group system:nodes that the Node authorizer
 // and NodeRestriction confine to that node's own objects, and writes a
-// kubeconfig, 0600, at <dir>/nodes/<name>.kubeconfig, whose path it
+// kubeconfig, 0600, at <run>/nodes/<name>.kubeconfig (gone at kube down), whose path it
 // returns. The control plane must be up.
 func NodeKubeconfig(l Layout, name string) (string, error) {
 	c, err := loadCA(l.PKI())
@@ -251,7 +251,7 @@ func NodeKubeconfig(l Layout, name string) (string, error) {
 	if err := c.issue(certSpec{name: cert, cn: "system:node:" + name, orgs: []string{"system:nodes"}, client: true}); err != nil {
 		return "", err
 	}
-	dir := filepath.Join(l.Dir, "nodes")
+	dir := filepath.Join(l.Run(), "nodes")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}

@@ -237,7 +237,9 @@ func loadCA(dir string) (*ca, error) {
 // system:node:<name> in the group system:nodes that the Node authorizer
 // and NodeRestriction confine to that node's own objects, and writes a
 // kubeconfig, 0600, at <run>/nodes/<name>.kubeconfig (gone at kube down), whose path it
-// returns. The control plane must be up.
+// returns; beside it, <name>.crt and <name>.key serve the node's kubelet
+// API on 127.0.0.1, and ca.crt is the CA of the API server's client
+// certificate. The control plane must be up.
 func NodeKubeconfig(l Layout, name string) (string, error) {
 	c, err := loadCA(l.PKI())
 	if err != nil {
@@ -251,8 +253,22 @@ func NodeKubeconfig(l Layout, name string) (string, error) {
 	if err := c.issue(certSpec{name: cert, cn: "system:node:" + name, orgs: []string{"system:nodes"}, client: true}); err != nil {
 		return "", err
 	}
+	// Its serving certificate, for the kubelet API on 127.0.0.1, and the
+	// CA of the API server's client certificate, beside the kubeconfig.
 	dir := filepath.Join(l.Run(), "nodes")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	serving := ca{dir: dir, cert: c.cert, key: c.key}
+	if err := serving.issue(certSpec{name: name, cn: "system:node:" + name, orgs: []string{"system:nodes"}, server: true,
+		ips: []net.IP{net.IPv4(127, 0, 0, 1)}, dns: []string{name}}); err != nil {
+		return "", err
+	}
+	caPEM, err := os.ReadFile(c.crt("ca"))
+	if err != nil {
+		return "", err
+	}
+	if err := writeFile0600(filepath.Join(dir, "ca.crt"), caPEM); err != nil {
 		return "", err
 	}
 	path := filepath.Join(dir, name+".kubeconfig")

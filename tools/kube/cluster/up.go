@@ -168,7 +168,11 @@ func up(ctx context.Context, l Layout, b Binaries, o Options, logf Logf) error {
 		"--service-account-key-file=" + pki("sa.pub"), "--service-account-signing-key-file=" + pki("sa.key"),
 		// Privileged pods pass the API, as in most clusters, so that
 		// airlock node's own refusal of them is what is tested.
-		"--allow-privileged=true", "--profiling=false", "--cert-dir=" + certDir(APIServer),
+		"--allow-privileged=true",
+		// kubectl logs and exec through airlock nodes: the API server's
+		// client certificate, and the CA it checks the nodes' by.
+		"--kubelet-client-certificate=" + pki("apiserver-kubelet-client.crt"), "--kubelet-client-key=" + pki("apiserver-kubelet-client.key"),
+		"--kubelet-certificate-authority=" + pki("ca.crt"), "--kubelet-preferred-address-types=InternalIP", "--profiling=false", "--cert-dir=" + certDir(APIServer),
 	}, env)
 	if err != nil {
 		return err
@@ -273,6 +277,7 @@ func writePKI(l Layout, ports map[string]int) error {
 			ips: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv4(10, 96, 0, 1)},
 			dns: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}},
 		{name: "admin", cn: "airlock-kube-admin", orgs: []string{"system:masters"}, client: true},
+		{name: "apiserver-kubelet-client", cn: "kube-apiserver-kubelet-client", client: true},
 		{name: ControllerManager, cn: "system:kube-controller-manager", client: true},
 		{name: Scheduler, cn: "system:kube-scheduler", client: true},
 		{name: AgentSandbox, cn: "agent-sandbox-controller", client: true},
@@ -300,7 +305,10 @@ func writePKI(l Layout, ports map[string]int) error {
 }
 
 // agentSandboxBindings binds agent-sandbox's own ClusterRoles to the user
-// its client certificate names.
+// its client certificate names; the API server's kubelet client to the
+// kubelet API (kubectl logs and exec through nodes); and the nodes to
+// TokenReviews and SubjectAccessReviews, with which an airlock node asks
+// the API server who may use its API.
 const agentSandboxBindings = `{"apiVersion": "v1", "kind": "List", "items": [
   {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
    "metadata": {"name": "airlock-agent-sandbox-controller"},
@@ -309,7 +317,15 @@ const agentSandboxBindings = `{"apiVersion": "v1", "kind": "List", "items": [
   {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
    "metadata": {"name": "airlock-agent-sandbox-controller-extensions"},
    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "agent-sandbox-controller-extensions"},
-   "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "agent-sandbox-controller"}]}
+   "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "agent-sandbox-controller"}]},
+  {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+   "metadata": {"name": "airlock-apiserver-kubelet-client"},
+   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:kubelet-api-admin"},
+   "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "kube-apiserver-kubelet-client"}]},
+  {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+   "metadata": {"name": "airlock-nodes-auth-delegator"},
+   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:auth-delegator"},
+   "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}]}
 ]}`
 
 // installCRDs applies agent-sandbox's CRDs and ClusterRoles, as its module

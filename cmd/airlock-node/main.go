@@ -16,6 +16,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
 
 	"github.com/airlock-sandbox/airlock/admission"
 	"github.com/airlock-sandbox/airlock/engines"
@@ -29,7 +30,8 @@ var version = "dev"
 
 type flags struct {
 	root, airlock, kubeconfig, name, address, engine string
-	maxSandboxes                                     int
+	tlsCert, tlsKey, clientCA                        string
+	maxSandboxes, port                               int
 	debug                                            bool
 }
 
@@ -74,8 +76,16 @@ from secrets, a runtime class other than gvisor or runc.
 The kubeconfig holds the node's credentials and must be mode 0600; give the
 node a node's role (docs/kubernetes.md). A restarted node ends the sandboxes
 its last process left and fails their pods: a program never runs twice.
-kubectl logs and kubectl exec are not served yet.`,
+
+With --port, --tls-cert, --tls-key and --client-ca it serves the API
+server's kubectl logs and kubectl exec, as a kubelet does on 10250: every
+request is authenticated (a client certificate of --client-ca, or a token
+the API server vouches for) and authorized by the API server (nodes/proxy).
+kubectl exec runs as airlock exec does, under the pod's exec timeout and
+output cap, with no terminal.`,
 		Example: `  airlock node --kubeconfig /etc/airlock/node.kubeconfig --name lab-07
+  airlock node --name lab-07 --address 10.0.0.7 --port 10250 \
+    --tls-cert lab-07.crt --tls-key lab-07.key --client-ca cluster-ca.crt
   KUBECONFIG=$HOME/.kube/node airlock node --max-sandboxes 16`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
@@ -91,6 +101,10 @@ kubectl logs and kubectl exec are not served yet.`,
 	fl.StringVar(&f.address, "address", "127.0.0.1", "the Node's InternalIP")
 	fl.StringVar(&f.engine, "engine", "oci", "engine the pods' sandboxes run on: oci or docker")
 	fl.IntVar(&f.maxSandboxes, "max-sandboxes", 8, "the most pods this node runs at once (its pod capacity)")
+	fl.IntVar(&f.port, "port", 0, "serve kubectl logs and exec to the API server on --address:PORT, over TLS (a kubelet's 10250); 0 serves none")
+	fl.StringVar(&f.tlsCert, "tls-cert", "", "with --port: the node's serving certificate, for its --address")
+	fl.StringVar(&f.tlsKey, "tls-key", "", "with --port: the serving certificate's key")
+	fl.StringVar(&f.clientCA, "client-ca", "", "with --port: the CA of the API server's client certificate (its --kubelet-client-certificate)")
 	return cmd
 }
 
@@ -119,11 +133,13 @@ func run(cmd *cobra.Command, f *flags) error {
 	if err != nil {
 		return err
 	}
-	level := slog.LevelInfo
+	level, klogLevel := slog.LevelInfo, slog.LevelWarn
 	if f.debug {
-		level = slog.LevelDebug
+		level, klogLevel = slog.LevelDebug, slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+	// The Kubernetes client's own log: its warnings, or all with --debug.
+	klog.SetSlogLogger(slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: klogLevel})))
 	host := engines.New(f.root, engines.Shared(), engines.WithLogger(log), engines.WithRunnerOptions(runner.WithVersion(version),
 		runner.WithSupervisor(func(id string) []string {
 			return []string{f.airlock, "--root", f.root, "sandbox", "supervise", id}
@@ -132,6 +148,7 @@ func run(cmd *cobra.Command, f *flags) error {
 	svc := service.New(f.root, host, service.WithAdmission(admission.New(f.root, f.maxSandboxes)), service.WithLogger(log))
 	err = node.Run(cmd.Context(), node.Config{
 		Kubeconfig: f.kubeconfig, Name: f.name, Address: f.address, MaxSandboxes: f.maxSandboxes, Root: f.root, Version: version, Log: log,
+		Port: f.port, TLSCert: f.tlsCert, TLSKey: f.tlsKey, ClientCA: f.clientCA,
 		Provider: node.ProviderConfig{Service: svc, Engine: f.engine, Profile: p.SHA256(), Logs: filepath.Join(f.root, "node", f.name, "logs")},
 	}, func() {
 		fmt.Fprintf(cmd.ErrOrStderr(), "airlock node: %s registered and running pods\n", f.name)

@@ -9,11 +9,16 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -86,8 +91,21 @@ func kubeTool(args ...string) (string, error) {
 // node is one running `airlock node`, with a root of its own.
 type node struct {
 	name, root string
+	port       int
+	creds      string // its credentials' directory
 	cmd        *exec.Cmd
 	log        *bytes.Buffer
+}
+
+// freePort is a loopback TCP port free now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // startNode starts `airlock node` as name, with a root of its own and
@@ -104,8 +122,11 @@ func startNode(t *testing.T, name string) *node {
 		t.Fatalf("kube node %s: %v", name, err)
 	}
 	kc := strings.TrimSpace(out)
-	n := &node{name: name, root: root, log: &bytes.Buffer{}}
-	n.cmd = exec.Command(airlockBin, "--root", root, "node", "--kubeconfig", kc, "--name", name, "--max-sandboxes", "4")
+	creds := filepath.Dir(kc)
+	n := &node{name: name, root: root, log: &bytes.Buffer{}, port: freePort(t), creds: creds}
+	n.cmd = exec.Command(airlockBin, "--root", root, "node", "--kubeconfig", kc, "--name", name, "--max-sandboxes", "4",
+		"--port", strconv.Itoa(n.port), "--tls-cert", filepath.Join(creds, name+".crt"), "--tls-key", filepath.Join(creds, name+".key"),
+		"--client-ca", filepath.Join(creds, "ca.crt"))
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -204,6 +225,55 @@ func kubectlOut(t *testing.T, args ...string) string {
 	c.Env = append(os.Environ(), "HOME="+home)
 	out, _ := c.CombinedOutput()
 	return string(out)
+}
+
+// kubectlCode runs kubectl and returns its output and exit code.
+func kubectlCode(t *testing.T, args ...string) (string, int) {
+	home := t.TempDir()
+	c := exec.Command("kubectl", append([]string{"--kubeconfig=" + kubeconfig, "--cache-dir=" + filepath.Join(home, "cache")}, args...)...)
+	c.Env = append(os.Environ(), "HOME="+home)
+	out, err := c.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(out), ee.ExitCode()
+	}
+	if err != nil {
+		t.Fatalf("kubectl %v: %v", args, err)
+	}
+	return string(out), 0
+}
+
+// nodeGet GETs url from node n's API, trusting the cluster's CA, with as's
+// client certificate (none when as is nil), and returns the status.
+func nodeGet(t *testing.T, url string, n, as *node) int {
+	t.Helper()
+	caPEM, err := os.ReadFile(filepath.Join(n.creds, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	cfg := &tls.Config{RootCAs: pool}
+	if as != nil {
+		// The other node's own client certificate, from its kubeconfig.
+		kc, err := clientcmd.LoadFromFile(filepath.Join(as.creds, as.name+".kubeconfig"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range kc.AuthInfos {
+			cert, err := tls.X509KeyPair(u.ClientCertificateData, u.ClientKeyData)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Certificates = []tls.Certificate{cert}
+		}
+	}
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 func airlock(t *testing.T, root string, args ...string) []byte {
@@ -322,6 +392,33 @@ func TestNodes(t *testing.T) {
 		if got.Status.Phase != c.phase || term == nil || term.ExitCode != c.exit || term.Reason != "exited" {
 			t.Errorf("pod %s: %s, %+v; want %s, exit %d, reason exited", c.name, got.Status.Phase, term, c.phase, c.exit)
 		}
+	}
+
+	// kubectl logs and exec reach the program and the sandbox through the
+	// API server and the node's own API.
+	if got := kubectl(t, nil, "logs", "exit3"); got != "bye\n" {
+		t.Errorf("kubectl logs exit3 = %q, want %q", got, "bye\n")
+	}
+	warm := pods[0].Name
+	if got := kubectl(t, []byte("from stdin"), "exec", "-i", warm, "--", "sh", "-c", "cat; echo; id -u; echo err >&2"); got != "from stdin\n65534\nerr\n" {
+		t.Errorf("kubectl exec -i %s = %q", warm, got)
+	}
+	if out, code := kubectlCode(t, "exec", warm, "--", "sh", "-c", "echo four; exit 4"); code != 4 || !strings.Contains(out, "four") {
+		t.Errorf("kubectl exec exiting 4: exit %d, %q", code, out)
+	}
+	// The node's API serves only whom the API server allows: another
+	// node's credentials are refused, and no credentials at all.
+	warmNode := nodes[pods[0].Spec.NodeName]
+	other := nodes["airlock-a"]
+	if other == warmNode {
+		other = nodes["airlock-b"]
+	}
+	logsURL := fmt.Sprintf("https://127.0.0.1:%d/containerLogs/default/%s/sandbox", warmNode.port, warm)
+	if code := nodeGet(t, logsURL, warmNode, other); code != 403 {
+		t.Errorf("node %s's API, with node %s's credentials: HTTP %d, want 403", warmNode.name, other.name, code)
+	}
+	if code := nodeGet(t, logsURL, warmNode, nil); code != 401 {
+		t.Errorf("node %s's API, with no credentials: HTTP %d, want 401", warmNode.name, code)
 	}
 
 	// What the node cannot honour fails the pod, naming the field.

@@ -20,20 +20,27 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"runtime"
 	"strconv"
 	"time"
 
 	vknode "github.com/virtual-kubelet/virtual-kubelet/node"
+	"github.com/virtual-kubelet/virtual-kubelet/node/api"
+	"github.com/virtual-kubelet/virtual-kubelet/node/nodeutil"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -62,9 +69,16 @@ type Config struct {
 	// ephemeral storage.
 	Root string
 	// Version is airlock's, shown as the node's kubelet version.
-	Version  string
-	Provider ProviderConfig
-	Log      *slog.Logger
+	Version string
+	// Port is where the node serves kubectl logs and exec to the API
+	// server (the kubelet's API), over TLS with TLSCert and TLSKey; only a
+	// client whose certificate ClientCA signed, or whose token the API
+	// server vouches for, and whom the API server allows nodes/proxy (a
+	// SubjectAccessReview), is served. 0 serves nothing.
+	Port                      int
+	TLSCert, TLSKey, ClientCA string
+	Provider                  ProviderConfig
+	Log                       *slog.Logger
 }
 
 // Run registers the node and runs its pods until ctx ends; ready, when not
@@ -134,11 +148,27 @@ func Run(ctx context.Context, c Config, ready func()) error {
 		return ctx.Err()
 	}
 	c.Log.Info("watching pods", "node", c.Name)
+	srvErr := make(chan error, 1)
+	if c.Port != 0 {
+		srv, err := kubeletAPI(client, c, prov)
+		if err != nil {
+			return err
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort(c.Address, strconv.Itoa(c.Port)))
+		if err != nil {
+			return fmt.Errorf("%w: serving kubectl logs and exec: %v", errdefs.ErrUnavailable, err)
+		}
+		go func() { srvErr <- srv.ServeTLS(ln, "", "") }()
+		defer srv.Close()
+		c.Log.Info("serving kubectl logs and exec", "addr", ln.Addr().String())
+	}
 	if ready != nil {
 		ready()
 	}
 	select {
 	case <-ctx.Done():
+	case err := <-srvErr:
+		return fmt.Errorf("%w: serving kubectl logs and exec: %v", errdefs.ErrUnavailable, err)
 	case <-nc.Done():
 		if err := nc.Err(); err != nil && !errors.Is(err, context.Canceled) {
 			return fmt.Errorf("%w: node %s: %v", errdefs.ErrUnavailable, c.Name, err)
@@ -221,8 +251,60 @@ func nodeObject(c Config) (*corev1.Node, error) {
 			},
 		},
 	}
+	if c.Port != 0 {
+		n.Status.DaemonEndpoints.KubeletEndpoint.Port = int32(c.Port)
+	}
 	if c.MaxSandboxes <= 0 {
 		return nil, fmt.Errorf("%w: --max-sandboxes %s: give the most pods this node runs at once", errdefs.ErrInvalidArgument, strconv.Itoa(c.MaxSandboxes))
 	}
 	return n, nil
+}
+
+// kubeletAPI is the node's server for the API server's kubectl logs and
+// exec: TLS, and every request authenticated and authorized by the API
+// server (TokenReview, SubjectAccessReview on nodes/proxy and its
+// subresources), as a kubelet's webhook mode does.
+func kubeletAPI(client kubernetes.Interface, c Config, prov *Provider) (*http.Server, error) {
+	if c.TLSCert == "" || c.TLSKey == "" || c.ClientCA == "" {
+		return nil, fmt.Errorf("%w: --port %d serves kubectl logs and exec over TLS only: give --tls-cert, --tls-key and --client-ca too", errdefs.ErrInvalidArgument, c.Port)
+	}
+	cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --tls-cert/--tls-key: %v", errdefs.ErrInvalidArgument, err)
+	}
+	caPEM, err := os.ReadFile(c.ClientCA)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --client-ca: %v", errdefs.ErrInvalidArgument, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("%w: --client-ca %s holds no PEM certificate", errdefs.ErrInvalidArgument, c.ClientCA)
+	}
+	ca, err := dynamiccertificates.NewDynamicCAContentFromFile("client-ca", c.ClientCA)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --client-ca: %v", errdefs.ErrInvalidArgument, err)
+	}
+	auth, err := nodeutil.WebhookAuth(client, c.Name, func(wc *nodeutil.WebhookAuthConfig) error {
+		wc.AuthnConfig.ClientCertificateCAContentProvider = ca
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrInternal, err)
+	}
+	h := api.PodHandler(api.PodHandlerConfig{
+		RunInContainer:        prov.RunInContainer,
+		GetContainerLogs:      prov.GetContainerLogs,
+		GetPods:               prov.GetPods,
+		GetPodsFromKubernetes: prov.GetPods,
+		StreamIdleTimeout:     5 * time.Minute,
+		StreamCreationTimeout: 30 * time.Second,
+	}, false)
+	return &http.Server{
+		Handler:           nodeutil.WithAuth(auth, h),
+		ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig: &tls.Config{
+			MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert},
+			ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: pool,
+		},
+	}, nil
 }

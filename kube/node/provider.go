@@ -1,19 +1,24 @@
 package node
 
 import (
+	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	vknode "github.com/virtual-kubelet/virtual-kubelet/node"
+	"github.com/virtual-kubelet/virtual-kubelet/node/api"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilexec "k8s.io/utils/exec"
+
+	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/errkind"
 	"github.com/airlock-sandbox/airlock/runner"
@@ -323,22 +328,91 @@ func (p *Provider) GetPods(context.Context) ([]*corev1.Pod, error) {
 	return out, nil
 }
 
-// Logs opens the output of the pod's program.
-func (p *Provider) Logs(ns, name string) (io.ReadCloser, error) {
-	p.mu.Lock()
-	pd, ok := p.pods[key(ns, name)]
-	path := ""
-	if ok {
-		path = pd.log
+// GetContainerLogs opens the output of the pod's program, for kubectl
+// logs: all of it, or its last opts.Tail lines, or its last
+// opts.LimitBytes bytes. Following (-f) gives what there is so far.
+func (p *Provider) GetContainerLogs(_ context.Context, ns, name, container string, opts api.ContainerLogOpts) (io.ReadCloser, error) {
+	pd, err := p.container(ns, name, container)
+	if err != nil {
+		return nil, err
 	}
+	p.mu.Lock()
+	path := pd.log
 	p.mu.Unlock()
 	if path == "" {
-		return nil, fmt.Errorf("%w: pod %s/%s has no output on this node", errNotFound, ns, name)
+		return io.NopCloser(strings.NewReader("")), nil
 	}
-	return os.Open(path)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Tail > 0 {
+		lines := bytes.SplitAfter(b, []byte("\n"))
+		if len(lines) > 0 && len(lines[len(lines)-1]) == 0 {
+			lines = lines[:len(lines)-1]
+		}
+		b = bytes.Join(lines[max(0, len(lines)-opts.Tail):], nil)
+	}
+	if opts.LimitBytes > 0 && len(b) > opts.LimitBytes {
+		b = b[len(b)-opts.LimitBytes:]
+	}
+	return io.NopCloser(bytes.NewReader(b)), nil
 }
 
-var errNotFound = errors.New("not found")
+// RunInContainer runs cmd in the pod's sandbox for kubectl exec, as
+// airlock exec does: the sandbox's policy, its exec timeout and output
+// cap. A terminal is refused; a non-zero exit is the exec's exit code.
+func (p *Provider) RunInContainer(ctx context.Context, ns, name, container string, cmd []string, attach api.AttachIO) error {
+	pd, err := p.container(ns, name, container)
+	if err != nil {
+		return err
+	}
+	if attach.TTY() {
+		return fmt.Errorf("%w: airlock sandboxes give an exec no terminal: drop -t", errdefs.ErrInvalidArgument)
+	}
+	p.mu.Lock()
+	id, limit := pd.sandbox, pd.execLimit
+	running := pd.obj.Status.Phase == corev1.PodRunning
+	p.mu.Unlock()
+	if id == "" || !running {
+		return fmt.Errorf("%w: pod %s/%s is not running", errdefs.ErrFailedPrecondition, ns, name)
+	}
+	sb, done, err := p.svc.Open(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer done()
+	spec := runner.ExecSpec{Argv: cmd, Stdin: attach.Stdin(), Timeout: limit}
+	if w := attach.Stdout(); w != nil {
+		spec.Stdout = w
+	}
+	if w := attach.Stderr(); w != nil {
+		spec.Stderr = w
+	}
+	res, err := sb.Exec(ctx, spec)
+	if err != nil {
+		return err
+	}
+	p.log.Info("kubectl exec", "pod", key(ns, name), "sandbox", id, "reason", res.Reason, "exit_code", res.ExitCode)
+	if res.ExitCode != 0 {
+		return utilexec.CodeExitError{Err: fmt.Errorf("%s: exit code %d", res.Reason, res.ExitCode), Code: res.ExitCode}
+	}
+	return nil
+}
+
+// container finds a pod the node runs, and checks the container's name.
+func (p *Provider) container(ns, name, container string) (*pod, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pd, ok := p.pods[key(ns, name)]
+	if !ok {
+		return nil, fmt.Errorf("%w: pod %s/%s is not on this node", errdefs.ErrNotFound, ns, name)
+	}
+	if c := pd.obj.Spec.Containers; len(c) != 1 || c[0].Name != container {
+		return nil, fmt.Errorf("%w: pod %s/%s has no container %q", errdefs.ErrNotFound, ns, name, container)
+	}
+	return pd, nil
+}
 
 func conditions(ready bool) []corev1.PodCondition {
 	now := metav1.Now()

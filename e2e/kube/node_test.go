@@ -112,11 +112,17 @@ func freePort(t *testing.T) int {
 // credentials of its own, and waits until it runs pods.
 func startNode(t *testing.T, name string) *node {
 	t.Helper()
-	dir := filepath.Join(tmp, name)
-	root, err := e2etest.Root(dir, e2etest.SysRoot())
+	root, err := e2etest.Root(filepath.Join(tmp, name), e2etest.SysRoot())
 	if err != nil {
 		t.Fatal(err)
 	}
+	return runNode(t, name, root)
+}
+
+// runNode starts `airlock node` as name on root and waits until it runs
+// pods.
+func runNode(t *testing.T, name, root string) *node {
+	t.Helper()
 	out, err := kubeTool("node", name)
 	if err != nil {
 		t.Fatalf("kube node %s: %v", name, err)
@@ -446,6 +452,25 @@ func TestNodes(t *testing.T) {
 	if n := len(a.sandboxes(t)); n != 1 {
 		t.Errorf("airlock-a holds %d sandboxes; the refused pods must make none", n)
 	}
+
+	// A node killed with SIGKILL and started again ends the sandbox its
+	// last process left, and fails that pod rather than run its program
+	// twice.
+	victim := nodes[pods[0].Spec.NodeName]
+	victim.cmd.Process.Kill()
+	victim.cmd.Wait()
+	if _, ok := victim.sandboxes(t)[string(pods[0].UID)]; !ok {
+		t.Fatalf("the sandbox of pod %s is gone with its node's process; the restart has nothing to end", pods[0].Name)
+	}
+	nodes[victim.name] = runNode(t, victim.name, victim.root)
+	got := waitPhase(t, cs, pods[0].Name, corev1.PodFailed, corev1.PodSucceeded)
+	if got.Status.Phase != corev1.PodFailed || got.Status.Reason != "AirlockNodeRestarted" {
+		t.Errorf("pod %s after its node's restart: %s %s %q", got.Name, got.Status.Phase, got.Status.Reason, got.Status.Message)
+	}
+	if _, ok := nodes[victim.name].sandboxes(t)[string(pods[0].UID)]; ok {
+		t.Errorf("the sandbox of pod %s outlived its node's restart", pods[0].Name)
+	}
+	a = nodes["airlock-a"]
 
 	// Deleting every pod leaves no sandbox on either node.
 	kubectl(t, yaml, "delete", "-f", "-", "--wait=true")

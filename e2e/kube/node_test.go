@@ -75,7 +75,22 @@ func setup(m *testing.M) (int, error) {
 		}
 	}()
 	kubeconfig = filepath.Join(e2etest.SysRoot(), "kube", "kubeconfig")
-	return m.Run(), nil
+	code := m.Run()
+	// The nodes' roots: no sandbox, run or mount left.
+	roots, _ := filepath.Glob(filepath.Join(tmp, "*", "root"))
+	for _, root := range roots {
+		for _, glob := range []string{"oci/bundles/*", "sandboxes/sb-*", "runs/*"} {
+			if left, _ := filepath.Glob(filepath.Join(root, glob)); len(left) > 0 {
+				fmt.Fprintf(os.Stderr, "left behind: %v\n", left)
+				code = 1
+			}
+		}
+		if e2etest.MountsLeft(root) {
+			fmt.Fprintf(os.Stderr, "mounts left behind under %s\n", root)
+			code = 1
+		}
+	}
+	return code, nil
 }
 
 // kubeTool runs tools/kube's command (make kube-up's) with args.

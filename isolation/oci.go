@@ -95,6 +95,9 @@ func OCISpec(p Policy, j OCIJob) (*specs.Spec, error) {
 	if err := validateOCIJob(j); err != nil {
 		return nil, err
 	}
+	if err := refuseEgress(p, "this spec has no network namespace to give it; the sandbox would have none"); err != nil {
+		return nil, err
+	}
 	s := ociDefault()
 	for _, opt := range []OCIOpt{
 		withOCIIdentity(p),

@@ -129,6 +129,9 @@ func (e *Engine) Check(ctx context.Context, s *engine.SandboxSpec) error {
 	if err := checkSandboxID(s.ID); err != nil {
 		return err
 	}
+	if s.Policy.Egress.On() {
+		return fmt.Errorf("%w: --allow-host and --credential: this engine does not yet give a sandbox its own network namespace and egress proxy (docs/egress.md), so it runs no sandbox that asks for them", errdefs.ErrNotImplemented)
+	}
 	if err := Usable(e.root); err != nil {
 		return err
 	}

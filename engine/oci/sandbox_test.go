@@ -1,10 +1,15 @@
 package oci
 
 import (
+	"context"
 	"os"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/isolation"
 
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -93,5 +98,24 @@ func TestResolveKeepsExplicitNames(t *testing.T) {
 	}
 	if got := Resolve(t.TempDir(), "auto"); got != "docker" {
 		t.Errorf("auto with no runsc = %q, want docker", got)
+	}
+}
+
+// Until the engine gives a sandbox a network namespace and a proxy of its
+// own, a policy with egress is refused, as any user, before anything is
+// made.
+func TestCheckRefusesEgress(t *testing.T) {
+	e, err := New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	allow, err := egress.ParseAllowlist([]string{"pypi.org"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &engine.SandboxSpec{ID: "0011223344556677889a", Policy: isolation.Default()}
+	s.Policy.Egress.Allow = allow
+	if err := e.Check(context.Background(), s); !errdefs.IsNotImplemented(err) || !strings.Contains(err.Error(), "--allow-host") {
+		t.Errorf("Check: %v; want not implemented, naming --allow-host", err)
 	}
 }

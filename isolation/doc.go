@@ -7,8 +7,10 @@
 //     configuration and applies ordered mutators; nothing is read from the
 //     host or the image.
 //   - The policy can only be narrowed by the caller. Nothing in a Policy can
-//     give the sandbox a network, a capability, a host mount or a writable
-//     root; those fields do not exist.
+//     give the sandbox a capability, a host mount or a writable root; those
+//     fields do not exist. Its one network is Egress, the hosts an egress
+//     proxy may reach; both conversions refuse a policy with egress, so no
+//     sandbox gets a network they cannot confine.
 //   - Validate refuses any value that would weaken a limit (a zero memory
 //     limit, for example, means "unlimited" to Docker and is an error here).
 //   - Conversions are golden-tested: any change to what reaches the engine

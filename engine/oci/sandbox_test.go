@@ -3,6 +3,7 @@ package oci
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -117,5 +118,34 @@ func TestCheckRefusesEgress(t *testing.T) {
 	s.Policy.Egress.Allow = allow
 	if err := e.Check(context.Background(), s); !errdefs.IsNotImplemented(err) || !strings.Contains(err.Error(), "--allow-host") {
 		t.Errorf("Check: %v; want not implemented, naming --allow-host", err)
+	}
+}
+
+// The reaper finds a sandbox's egress network namespaces by their files
+// and removes them.
+func TestReapNetns(t *testing.T) {
+	e, err := New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "0011223344556677889b"
+	dir := e.netnsDir()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{id + ".sandbox", id + ".proxy"} {
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o400); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids, err := e.Leftovers(context.Background())
+	if err != nil || !slices.Contains(ids, id) {
+		t.Fatalf("Leftovers: %v, %v; want %s among them", ids, err, id)
+	}
+	if err := e.Reap(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("left after Reap: %v", left)
 	}
 }

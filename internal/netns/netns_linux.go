@@ -35,7 +35,7 @@ const (
 	proxySuffix   = ".proxy"
 )
 
-var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`)
+var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 
 // Net is one sandbox's pair of namespaces.
 type Net struct {

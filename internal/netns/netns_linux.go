@@ -94,19 +94,33 @@ func Create(ctx context.Context, dir, id string) (_ *Net, err error) {
 // own that is never given back: it ends, in that namespace, with its
 // goroutine.
 func newNS(path string) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
+	return onSpentThread(func() error {
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("unshare: %w", err)
-			return
+			return fmt.Errorf("unshare: %w", err)
 		}
 		self := "/proc/self/task/" + strconv.Itoa(unix.Gettid()) + "/ns/net"
 		if err := unix.Mount(self, path, "", unix.MS_BIND, ""); err != nil {
-			errc <- fmt.Errorf("binding %s: %w", self, err)
+			return fmt.Errorf("binding %s: %w", self, err)
+		}
+		return nil
+	})
+}
+
+// onSpentThread runs fn on a thread of its own that ends after it, so
+// that a thread fn moved to another namespace never runs anything else.
+// The process's main thread is never ended, only parked, by Go: fn never
+// runs there, but on another thread while this one holds the main one.
+func onSpentThread(fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if unix.Gettid() == unix.Getpid() {
+			errc <- onSpentThread(fn)
+			runtime.UnlockOSThread()
 			return
 		}
-		errc <- nil
+		errc <- fn()
+		// Returning still locked ends the thread.
 	}()
 	return <-errc
 }
@@ -119,16 +133,12 @@ func inNS(path string, fn func() error) error {
 		return err
 	}
 	defer f.Close()
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
+	return onSpentThread(func() error {
 		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("entering %s: %w", path, err)
-			return
+			return fmt.Errorf("entering %s: %w", path, err)
 		}
-		errc <- fn()
-	}()
-	return <-errc
+		return fn()
+	})
 }
 
 // link makes the pair, its sandbox end in the sandbox's namespace and its

@@ -64,6 +64,27 @@ test-mcp: build ## The MCP tools through the official SDKs: Go's client over str
 test-sdk: ## Test the JS, deepagents and Python clients against a live airlock serve (npm ci from the lockfiles)
 	GO=$(GO) ./sdk/test.sh
 
+# A Kubernetes control plane for tests, built from the modules pinned in
+# tools/kube (cached under $(AIRLOCK_ROOT)/kube/bin by go.sum hash) and run
+# on 127.0.0.1 only. Not part of `make test`: its cold build takes ~20 min.
+KUBE := cd tools/kube && GO=$(GO) $(GO) run ./cmd/kube
+
+.PHONY: kube-up
+kube-up: ## Build (cached) and start etcd, the apiserver, controller manager, scheduler and agent-sandbox on 127.0.0.1; prints export KUBECONFIG=...
+	@$(KUBE) up
+
+.PHONY: kube-down
+kube-down: ## Stop the kube-up control plane and remove its state (the built binaries stay)
+	@$(KUBE) down
+
+.PHONY: kube-clean
+kube-clean: ## kube-down, then remove the built control-plane binaries too
+	@$(KUBE) clean
+
+.PHONY: test-kube-up
+test-kube-up: build ## kube-up, loopback-only sockets, agent-sandbox types and airlock kube render validated, kube-down leaving nothing (not in make test)
+	cd tools/kube && AIRLOCK_BIN=$(CURDIR)/bin/airlock GO=$(GO) $(GO) test -count=1 -tags e2e -timeout 60m -v ./cluster/
+
 .PHONY: unit
 unit: ## Run the unit tests only (no daemon; as non-root, the tests that need root skip and say why)
 	$(GO) test ./...
@@ -178,6 +199,7 @@ lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./e2e/ ./e2e/bundle/ ./e2e/serve/
+	cd tools/kube && $(GO) vet ./... && $(GO) vet -tags e2e ./cluster/
 
 .PHONY: clean
 clean: ## Remove build outputs

@@ -268,15 +268,21 @@ func TestOneRefusalEveryFace(t *testing.T) {
 			"batch": func() checked {
 				return f.batch(`{"id":"a","argv":["true"],"template":"narrow","allow_host":["pypi.org"]}`)
 			},
-			"mcp": func() checked { return f.tool(map[string]any{"template": narrowTemplate, "allow_host": []string{"pypi.org"}}) },
+			"mcp": func() checked {
+				return f.tool(map[string]any{"template": narrowTemplate, "allow_host": []string{"pypi.org"}})
+			},
 		}},
 		// A credential reads airlock's environment or a host file: only the
 		// host's command line names one; a client may only narrow a
 		// template's.
 		{"a client's own credential", "invalid_input", `"api.example.com=Authorization:@/etc/shadow": a credential names airlock's environment or a host file`, map[string]func() checked{
-			"api":   func() checked { return f.http(`{"credential":["api.example.com=Authorization:@/etc/shadow"]}`) },
-			"batch": func() checked { return f.batch(`{"id":"a","argv":["true"],"credential":["api.example.com=Authorization:@/etc/shadow"]}`) },
-			"mcp":   func() checked { return f.tool(map[string]any{"credential": []string{"api.example.com=Authorization:@/etc/shadow"}}) },
+			"api": func() checked { return f.http(`{"credential":["api.example.com=Authorization:@/etc/shadow"]}`) },
+			"batch": func() checked {
+				return f.batch(`{"id":"a","argv":["true"],"credential":["api.example.com=Authorization:@/etc/shadow"]}`)
+			},
+			"mcp": func() checked {
+				return f.tool(map[string]any{"credential": []string{"api.example.com=Authorization:@/etc/shadow"}})
+			},
 		}},
 	} {
 		for face, try := range c.faces {

@@ -85,12 +85,18 @@ func TestPair(t *testing.T) {
 			Remove(dir, "sb-0123456789abcdef0123")
 		}
 	})
+	if ok, err := At(dir, "sb-0123456789abcdef0123").Listening(3128); ok || err != nil {
+		t.Errorf("Listening before Listen: %v, %v", ok, err)
+	}
 	ln, err := n.Listen(ctx, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
 	proxyPort := ln.Addr().(*net.TCPAddr).Port
+	if ok, err := At(dir, "sb-0123456789abcdef0123").Listening(proxyPort); !ok || err != nil {
+		t.Errorf("Listening after Listen: %v, %v", ok, err)
+	}
 	accepted := make(chan string, 4)
 	go func() {
 		for {

@@ -42,6 +42,10 @@ type Net struct {
 	dir, id string
 }
 
+// At names sandbox id's pair under dir, made or not: its paths, and, once
+// made (by Create, in this process or another), its Listen and Listening.
+func At(dir, id string) *Net { return &Net{dir: dir, id: id} }
+
 // SandboxPath is the sandbox's namespace: the one its runtime joins.
 func (n *Net) SandboxPath() string { return filepath.Join(n.dir, n.id+sandboxSuffix) }
 
@@ -239,6 +243,31 @@ func (n *Net) Listen(ctx context.Context, port int) (net.Listener, error) {
 	return ln, nil
 }
 
+// Listening reports whether a socket listens on ProxyAddr:port in the
+// proxy's namespace, from the namespace's own table of TCP sockets: no
+// connection is made, so a proxy there records nothing.
+func (n *Net) Listening(port int) (bool, error) {
+	want := fmt.Sprintf("%08X:%04X", nativeUint32Of(net.ParseIP(ProxyAddr).To4()), port)
+	listening := false
+	err := inNS(n.ProxyPath(), func() error {
+		b, err := os.ReadFile("/proc/thread-self/net/tcp")
+		if err != nil {
+			return err
+		}
+		// sl local_address rem_address st ...; st 0A is LISTEN.
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			if f := strings.Fields(line); len(f) > 3 && f[1] == want && f[3] == "0A" {
+				listening = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("reading the sockets in %s: %w", n.ProxyPath(), err)
+	}
+	return listening, nil
+}
+
 // Remove unbinds and removes sandbox id's namespaces under dir; what is
 // already gone is no error. The namespaces end once no process or socket
 // is left in them, and the pair with them.
@@ -301,3 +330,7 @@ func (vethPeer) Decode(*netlink.AttributeDecoder) error { return nil }
 func (vethPeer) Kind() string { return "veth" }
 
 func nativeUint32(v uint32) []byte { return binary.NativeEndian.AppendUint32(nil, v) }
+
+// nativeUint32Of is the IPv4 address b as the kernel's tables print it:
+// its bytes read as a number in the host's order.
+func nativeUint32Of(b []byte) uint32 { return binary.NativeEndian.Uint32(b) }

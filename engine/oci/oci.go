@@ -129,9 +129,6 @@ func (e *Engine) Check(ctx context.Context, s *engine.SandboxSpec) error {
 	if err := checkSandboxID(s.ID); err != nil {
 		return err
 	}
-	if s.Policy.Egress.On() {
-		return fmt.Errorf("%w: --allow-host and --credential: this engine does not yet give a sandbox its own network namespace and egress proxy (docs/egress.md), so it runs no sandbox that asks for them", errdefs.ErrNotImplemented)
-	}
 	if err := Usable(e.root); err != nil {
 		return err
 	}
@@ -219,6 +216,7 @@ func (e *Engine) prepare(ctx context.Context, s *engine.SandboxSpec, argv []stri
 		Binds:       append(engine.Binds(s.Mounts), extra...),
 		TmpSource:   s.TmpSource,
 		CgroupsPath: cgPath,
+		Network:     e.ociNetwork(s.ID, s.Policy.Egress),
 		Annotations: map[string]string{"airlock.id": s.ID, "airlock.owner": s.Owner, "airlock.deadline": s.Deadline.UTC().Format(time.RFC3339)},
 	})
 	if err != nil {

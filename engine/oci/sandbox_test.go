@@ -2,6 +2,7 @@ package oci
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -102,22 +103,48 @@ func TestResolveKeepsExplicitNames(t *testing.T) {
 	}
 }
 
-// Until the engine gives a sandbox a network namespace and a proxy of its
-// own, a policy with egress is refused, as any user, before anything is
-// made.
-func TestCheckRefusesEgress(t *testing.T) {
+// A long-lived sandbox's egress is kept in its state file for its
+// supervisor as entries and credential sources, never a value, and reads
+// back as the policy it was; a policy without egress keeps none, and its
+// spec gets no network of airlock's.
+func TestEgressState(t *testing.T) {
 	e, err := New(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	allow, err := egress.ParseAllowlist([]string{"pypi.org"})
+	allow, err := egress.ParseAllowlist([]string{"pypi.org", "127.0.0.1:8080"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &engine.SandboxSpec{ID: "0011223344556677889a", Policy: isolation.Default()}
-	s.Policy.Egress.Allow = allow
-	if err := e.Check(context.Background(), s); !errdefs.IsNotImplemented(err) || !strings.Contains(err.Error(), "--allow-host") {
-		t.Errorf("Check: %v; want not implemented, naming --allow-host", err)
+	c, err := egress.ParseCredential("api.example.com=Authorization:API_KEY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("API_KEY", "sk-never-in-the-state-0123456789")
+	eg := isolation.Egress{Allow: allow, Credentials: []egress.Credential{c}}
+	b, err := json.Marshal(sandboxState{ID: "sb-1", Egress: egressStateOf(eg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "sk-never") {
+		t.Errorf("the state holds a credential's value: %s", b)
+	}
+	var st sandboxState
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatal(err)
+	}
+	back, err := st.Egress.policy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(back.Allow.Entries(), allow.Entries()) || !slices.Equal(back.Credentials, eg.Credentials) {
+		t.Errorf("read back %+v, want %+v", back, eg)
+	}
+	if n := e.ociNetwork("sb-1", eg); n == nil || n.Proxy != "http://169.254.0.1:3128" || filepath.Dir(n.NetNS) != e.netnsDir() {
+		t.Errorf("ociNetwork: %+v", n)
+	}
+	if egressStateOf(isolation.Egress{}) != nil || e.ociNetwork("sb-1", isolation.Egress{}) != nil {
+		t.Error("a policy without egress has a network")
 	}
 }
 

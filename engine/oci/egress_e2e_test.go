@@ -124,7 +124,7 @@ func TestSandboxEgress(t *testing.T) {
 // the program reaches the upstream through it, and an audit log that
 // cannot be written stops it and fails the destroy, so no connection
 // goes unrecorded without an error.
-func TestRunEgressAuditFails(t *testing.T) {
+func TestSandboxEgressRunAuditFails(t *testing.T) {
 	root, image := testRoot(t)
 	up := e2etest.Upstream(t, "through the proxy")
 	e, err := New(root)
@@ -157,6 +157,39 @@ func TestRunEgressAuditFails(t *testing.T) {
 	var ae *lifecycle.AuditError
 	if !errdefs.IsUnavailable(err) || !errors.As(err, &ae) {
 		t.Errorf("Destroy: %v; want the audit log's error", err)
+	}
+	if left := netnsLeft(t, e, id); len(left) > 0 {
+		t.Errorf("left after destroy: %v", left)
+	}
+}
+
+// A held sandbox (a warm pool's) with egress has its proxy from Hold,
+// before its program is known, to Destroy.
+func TestSandboxEgressHeld(t *testing.T) {
+	root, image := testRoot(t)
+	up := e2etest.Upstream(t, "through the proxy")
+	e, err := New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const id = "egress-held"
+	h, err := e.Hold(ctx, &engine.SandboxSpec{ID: id, Image: image, Policy: egressPolicy(t, isolation.GVisor, up)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	task, err := h.Start(ctx, &engine.Process{Argv: []string{"wget", "-q", "-O", "-", "http://" + up + "/"}, Stdout: &out, Stderr: &errb})
+	if err != nil {
+		h.Destroy(ctx)
+		t.Fatal(err)
+	}
+	exit, err := task.Wait(ctx)
+	if err != nil || exit.Code != 0 || out.String() != "through the proxy" {
+		t.Errorf("wget through a held sandbox's proxy: %v, exit %d, %q, %q", err, exit.Code, out.String(), errb.String())
+	}
+	if err := task.Destroy(ctx); err != nil {
+		t.Fatal(err)
 	}
 	if left := netnsLeft(t, e, id); len(left) > 0 {
 		t.Errorf("left after destroy: %v", left)

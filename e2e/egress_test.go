@@ -161,6 +161,24 @@ func TestEgressAllowHost(t *testing.T) {
 		}
 	})
 
+	// A credential whose value cannot be read is refused before anything
+	// is made, in a run and at create.
+	t.Run("credential unread", func(t *testing.T) {
+		// Refused before any lookup: no name is resolved.
+		cred := "--credential=api.example.com=Authorization:AIRLOCK_E2E_NO_SUCH_VARIABLE"
+		for name, c := range map[string]cliResult{
+			"run":    airlock(nil, append([]string{"run", cred, "--"}, argv...)...),
+			"create": airlock(nil, "sandbox", "create", "--engine", engineName, "--isolation", isolationName, cred),
+		} {
+			if c.code != 64 || !strings.Contains(c.stderr, "environment has no AIRLOCK_E2E_NO_SUCH_VARIABLE") {
+				t.Errorf("%s: exit %d, %s; want 64 naming the missing variable", name, c.code, c.stderr)
+			}
+		}
+		if left := netnsLeft(t); len(left) > 0 {
+			t.Errorf("network namespaces left: %v", left)
+		}
+	})
+
 	t.Run("sandbox", func(t *testing.T) {
 		si := sbCreate(t, "--allow-host", allow)
 		destroyed := false

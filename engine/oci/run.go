@@ -23,15 +23,11 @@ import (
 
 // oneShot is a sandbox whose only process is its program.
 type oneShot struct {
-	e      *Engine
-	id     string
-	log    *slog.Logger
-	p      *prepared
-	limits isolation.Limits
-	egress isolation.Egress
-	// px is the sandbox's egress proxy, served by this process; nil
-	// without egress.
-	px      *proxied
+	e       *Engine
+	id      string
+	log     *slog.Logger
+	p       *prepared
+	limits  isolation.Limits
 	runtime string // the runtime binary
 	state   string // its state root
 	runLogs string // runsc run's log directory
@@ -48,6 +44,11 @@ type oneShot struct {
 	closers []io.Closer
 
 	destroyOnce sync.Once
+
+	// egress is the policy's; px is its proxy, served by this process
+	// (egress_linux.go), nil without egress.
+	egress isolation.Egress
+	px     *proxied
 }
 
 // Run implements engine.Engine: it makes and starts task s. On error it

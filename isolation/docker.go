@@ -54,6 +54,11 @@ type Bind struct {
 	ReadOnly       bool
 }
 
+// DockerNoEgress is why a docker container is never given egress: its
+// network would be dockerd's, not a namespace of airlock's with no route
+// out.
+const DockerNoEgress = "the docker engine gives a sandbox no network at all; use --engine oci"
+
 // DockerOpt mutates a container configuration. Opts run in order after the
 // literal default.
 type DockerOpt func(*container.Config, *container.HostConfig) error
@@ -66,6 +71,9 @@ func DockerConfig(p Policy, j DockerJob) (*container.Config, *container.HostConf
 	}
 	if len(j.Argv) == 0 || j.Argv[0] == "" {
 		return nil, nil, nil, fmt.Errorf("%w: no command given", ErrInvalid)
+	}
+	if err := refuseEgress(p, DockerNoEgress); err != nil {
+		return nil, nil, nil, err
 	}
 	cfg, host := dockerDefault()
 	for _, opt := range []DockerOpt{

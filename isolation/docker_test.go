@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -133,7 +134,7 @@ func TestWithDefaultsNeverRoot(t *testing.T) {
 	if p.UID == 0 || p.GID == 0 || p.Validate() != nil {
 		t.Errorf("zero policy with defaults: %+v, %v", p, p.Validate())
 	}
-	if p != Default() {
+	if !reflect.DeepEqual(p, Default()) {
 		t.Errorf("zero policy with defaults %+v != Default()", p)
 	}
 	q := Policy{Limits: Limits{Memory: 1 << 30}}.WithDefaults()

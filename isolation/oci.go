@@ -27,6 +27,34 @@ type OCIJob struct {
 	// (see TmpDir): it is bound there, nosuid,nodev, in place of the
 	// runtime's tmpfs. Empty keeps the tmpfs.
 	TmpSource string
+
+	// Network is the network airlock made for a policy with egress; it
+	// must be given for one, and never for a policy without (whose
+	// sandbox gets a new network namespace with loopback alone).
+	Network *OCINetwork
+}
+
+// OCINetwork is a sandbox's way out, for a policy with egress: a network
+// namespace airlock made (internal/netns), whose one peer is the
+// sandbox's egress proxy.
+type OCINetwork struct {
+	// NetNS is the namespace's path: the sandbox joins it, the only
+	// namespace it joins.
+	NetNS string
+	// Proxy is the proxy's URL, "http://169.254.0.1:3128": the sandbox's
+	// HTTP_PROXY, HTTPS_PROXY, http_proxy and https_proxy, with NO_PROXY
+	// and no_proxy empty.
+	Proxy string
+}
+
+// ProxyEnv are the variables that send the sandbox's HTTP clients to its
+// egress proxy at url, every one of them: no_proxy empty, so that no
+// name (localhost included) bypasses it.
+func ProxyEnv(url string) []string {
+	return []string{
+		"HTTP_PROXY=" + url, "HTTPS_PROXY=" + url, "http_proxy=" + url, "https_proxy=" + url,
+		"NO_PROXY=", "no_proxy=",
+	}
 }
 
 // OCIOpt mutates a runtime spec. Opts run in order after the literal default.
@@ -95,15 +123,23 @@ func OCISpec(p Policy, j OCIJob) (*specs.Spec, error) {
 	if err := validateOCIJob(j); err != nil {
 		return nil, err
 	}
+	if j.Network == nil {
+		if err := refuseEgress(p, "this spec has no network namespace to give it; the sandbox would have none"); err != nil {
+			return nil, err
+		}
+	} else if !p.Egress.On() {
+		return nil, fmt.Errorf("%w: a network namespace given for a policy without egress", ErrInvalid)
+	}
 	s := ociDefault()
 	for _, opt := range []OCIOpt{
 		withOCIIdentity(p),
 		withOCILimits(p.Isolation, p.Limits),
 		withOCITmp(p.Limits, j.TmpSource),
 		withOCIJob(j),
+		withOCINetwork(j.Network),
 		withOCIBinds(j.Binds),
 		withOCISeccomp(p.Seccomp),
-		withOCICheck(j.TmpSource, j.Binds),
+		withOCICheck(j.Network, j.TmpSource, j.Binds),
 	} {
 		if err := opt(s); err != nil {
 			return nil, err
@@ -215,6 +251,14 @@ func validateOCIJob(j OCIJob) error {
 	}
 	if err := checkTmpSource(j.TmpSource, j.Binds); err != nil {
 		errs = append(errs, err)
+	}
+	if n := j.Network; n != nil {
+		if !absClean(n.NetNS) || n.NetNS == "/" {
+			bad("network namespace %q must be an absolute, clean path other than /", n.NetNS)
+		}
+		if !strings.HasPrefix(n.Proxy, "http://") || strings.ContainsAny(n.Proxy, "\x00 \n") {
+			bad("egress proxy %q must be an http:// URL", n.Proxy)
+		}
 	}
 	targets := map[string]bool{}
 	for _, b := range j.Binds {
@@ -349,6 +393,28 @@ func withOCIJob(j OCIJob) OCIOpt {
 	}
 }
 
+// withOCINetwork makes the sandbox join the network namespace airlock
+// made for its egress, and points its HTTP clients at the proxy there. A
+// nil n leaves the new, empty namespace of the default.
+func withOCINetwork(n *OCINetwork) OCIOpt {
+	return func(s *specs.Spec) error {
+		if n == nil {
+			return nil
+		}
+		for i := range s.Linux.Namespaces {
+			if s.Linux.Namespaces[i].Type == specs.NetworkNamespace {
+				s.Linux.Namespaces[i].Path = n.NetNS
+			}
+		}
+		env, err := mergeEnv(append(s.Process.Env, ProxyEnv(n.Proxy)...))
+		if err != nil {
+			return err
+		}
+		s.Process.Env = env
+		return nil
+	}
+}
+
 // withOCIBinds mounts airlock's scratch directories. The binds are not
 // recursive, as with Docker, so nothing mounted beneath a source comes
 // along, "ro" covers the whole bind, and a writable bind is noexec.
@@ -375,17 +441,24 @@ func withOCIBinds(binds []Bind) OCIOpt {
 }
 
 // withOCICheck runs last, so a mistake in any earlier step fails closed.
-func withOCICheck(tmpSource string, binds []Bind) OCIOpt {
-	return func(s *specs.Spec) error { return CheckOCISpec(s, tmpSource, binds...) }
+func withOCICheck(n *OCINetwork, tmpSource string, binds []Bind) OCIOpt {
+	netNS := ""
+	if n != nil {
+		netNS = n.NetNS
+	}
+	return func(s *specs.Spec) error { return CheckOCISpec(s, netNS, tmpSource, binds...) }
 }
 
 // CheckOCISpec reports every way s is wider than OCISpec ever makes it:
 // a capability, a shared or missing namespace, root as uid or gid, a
 // writable root, a hook, a host mount other than binds, a runtime
-// configuration annotation, a missing limit or device rule, or swap. binds
-// are the only host paths s may mount besides tmpSource, the declared /tmp
-// source ("" for none), which only /tmp may bind. Errors wrap ErrInvalid.
-func CheckOCISpec(s *specs.Spec, tmpSource string, binds ...Bind) error {
+// configuration annotation, a missing limit or device rule, or swap.
+// netNS is the one namespace s may join, as its network namespace: the
+// one airlock made for a policy with egress ("" for none, when s must
+// join none). binds are the only host paths s may mount besides
+// tmpSource, the declared /tmp source ("" for none), which only /tmp may
+// bind. Errors wrap ErrInvalid.
+func CheckOCISpec(s *specs.Spec, netNS, tmpSource string, binds ...Bind) error {
 	if s == nil || s.Process == nil || s.Root == nil || s.Linux == nil || s.Linux.Resources == nil {
 		return fmt.Errorf("%w: spec lacks process, root, linux or resources", ErrInvalid)
 	}
@@ -418,9 +491,12 @@ func CheckOCISpec(s *specs.Spec, tmpSource string, binds ...Bind) error {
 	}
 	l := s.Linux
 	for _, ns := range l.Namespaces {
-		if ns.Path != "" {
+		if ns.Path != "" && (ns.Type != specs.NetworkNamespace || ns.Path != netNS) {
 			bad("joins the %s namespace at %q", ns.Type, ns.Path)
 		}
+	}
+	if netNS != "" && !slices.Contains(l.Namespaces, specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: netNS}) {
+		bad("does not join the egress network namespace %q", netNS)
 	}
 	for _, t := range ociNamespaces {
 		if !slices.ContainsFunc(l.Namespaces, func(ns specs.LinuxNamespace) bool { return ns.Type == t }) {

@@ -56,8 +56,9 @@ type Limits struct {
 }
 
 // Policy is everything that decides what a sandbox may do. Its fields can
-// only narrow the sandbox: the network, capabilities, host mounts and a
-// writable root are not expressible.
+// only narrow the sandbox: capabilities, host mounts and a writable root
+// are not expressible, and the one network it can ask for is Egress, a
+// proxy's allowlist (its zero value: no network at all).
 type Policy struct {
 	Isolation Mode
 	Limits    Limits
@@ -68,6 +69,9 @@ type Policy struct {
 	// Seccomp is the syscall filter; the seccomp isolation mode refuses to
 	// run without one, and gVisor carries it as a second layer.
 	Seccomp *SeccompProfile
+	// Egress is the hosts the sandbox may reach through its egress proxy;
+	// its zero value gives it no network but loopback.
+	Egress Egress
 }
 
 // SeccompProfile is a seccomp profile that has been parsed and compiled.

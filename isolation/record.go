@@ -27,6 +27,9 @@ type Record struct {
 	// Workdir is the program's working directory; "" means the image's.
 	Workdir string        `json:"workdir"`
 	Runtime RuntimeRecord `json:"runtime"`
+	// Egress is the allowlist and credential routes of a sandbox given
+	// the network through its egress proxy; absent for one with none.
+	Egress *EgressRecord `json:"egress,omitempty"`
 }
 
 // LimitsRecord is Limits as JSON, in integer units.
@@ -104,6 +107,7 @@ func (p Policy) Record() Record {
 		Hostname:  p.Hostname,
 		Mounts:    []MountRecord{},
 		Runtime:   RuntimeRecord{Flags: []string{}},
+		Egress:    p.Egress.Record(),
 	}
 	if p.Seccomp != nil {
 		r.SeccompSHA256 = p.Seccomp.SHA256

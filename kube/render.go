@@ -77,6 +77,11 @@ var dnsName = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$`)
 // SandboxWarmPool. The network is always denied both ways: an omitted
 // networkPolicy would let agent-sandbox allow public egress.
 func Render(t *templates.Template, o Options) ([]byte, error) {
+	if t.Egress.On() {
+		// The pods would have no network at all, not the proxy they ask
+		// for: said, never rendered as something else.
+		return nil, fmt.Errorf("%w: template %q has egress (allow_host, credential), which its rendering cannot express: its pods would have no network; render a template without it", errdefs.ErrNotImplemented, t.Name)
+	}
 	if err := o.fill(t); err != nil {
 		return nil, err
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/egress"
+
 	"github.com/containerd/errdefs"
 	"sigs.k8s.io/yaml"
 
@@ -152,6 +154,14 @@ func TestRenderRefuses(t *testing.T) {
 	}
 	if b, err := Render(under, Options{Name: "my-py"}); err != nil || !strings.Contains(string(b), "name: my-py") {
 		t.Errorf("--name my-py: %v", err)
+	}
+	allow, err := egress.ParseAllowlist([]string{"pypi.org"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	net := fuzztest.PutTemplate(t, root, "net", runner.Spec{Policy: isolation.Policy{Egress: isolation.Egress{Allow: allow}}}, "oci")
+	if _, err := Render(net, Options{}); !errdefs.IsNotImplemented(err) || !strings.Contains(err.Error(), "allow_host") {
+		t.Errorf("a template with egress: %v; want not implemented, naming allow_host", err)
 	}
 	seccomp := fuzztest.PutTemplate(t, root, "plain", runner.Spec{Policy: isolation.Policy{Isolation: isolation.Seccomp}}, "oci")
 	if b, err := Render(seccomp, Options{}); err != nil || !strings.Contains(string(b), "runtimeClassName: runc") || !strings.Contains(string(b), "handler: runc") {

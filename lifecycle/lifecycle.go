@@ -101,8 +101,12 @@ func Open(root string) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("opening state: %w", err)
 	}
-	return &Store{dir: dir, audit: OpenAudit(filepath.Join(root, "audit.jsonl"))}, nil
+	return &Store{dir: dir, audit: OpenAudit(AuditPath(root))}, nil
 }
+
+// AuditPath is the audit log of airlock's root, for a process that appends
+// to it without the store (an engine's egress proxy).
+func AuditPath(root string) string { return filepath.Join(root, "audit.jsonl") }
 
 // Audit returns the store's audit log.
 func (s *Store) Audit() *Audit { return s.audit }

@@ -62,6 +62,8 @@ type (
 		TimeoutS     *float64 `json:"timeout_s,omitempty" jsonschema:"the longest one sandbox_exec may run, in seconds (default 30); sandbox_exec's timeout_s may only shorten it"`
 		TTLS         *float64 `json:"ttl_s,omitempty" jsonschema:"seconds after which the sandbox ends whatever it does (default 3600)"`
 		IdleTimeoutS *float64 `json:"idle_timeout_s,omitempty" jsonschema:"seconds without an exec or a file transfer after which the sandbox ends (default 900)"`
+		AllowHost    []string `json:"allow_host,omitempty" jsonschema:"hosts the sandbox may reach through its egress proxy, HOST[:PORT] each, such as pypi.org or *.pythonhosted.org (default: none, no network at all)"`
+		Credential   []string `json:"credential,omitempty" jsonschema:"credential routes of the template named, HOST=HEADER:ENV or HOST=HEADER:@FILE each, to keep only these of them (a template is required)"`
 	}
 	SandboxExecArgs struct {
 		SandboxID string   `json:"sandbox_id" jsonschema:"the id sandbox_create returned (sb- and 20 hex digits)"`
@@ -158,7 +160,12 @@ func runSpec(in RunCodeArgs) (runner.Spec, error) {
 func sandboxSpec(in SandboxCreateArgs) (runner.SandboxSpec, error) {
 	var s runner.SandboxSpec
 	s.Image = in.Image
-	var err error
+	w := wire.Policy{AllowHost: in.AllowHost, Credential: in.Credential}
+	pol, err := w.ParseClient(in.Template)
+	if err != nil {
+		return s, err
+	}
+	s.Policy.Egress = pol.Egress
 	if in.Memory != "" {
 		if s.Policy.Limits.Memory, err = wire.Size("memory", in.Memory); err != nil {
 			return s, err

@@ -33,6 +33,11 @@ type Job struct {
 	Stdin  string     `json:"stdin,omitempty"`
 	Inputs []JobInput `json:"inputs,omitempty"`
 	Limits JobLimits  `json:"limits,omitzero"`
+	// AllowHost and Credential are the job's egress (wire.Policy's
+	// fields of those names); given, they replace the batch's. A job
+	// names credentials only to narrow its template's.
+	AllowHost  []string `json:"allow_host,omitempty"`
+	Credential []string `json:"credential,omitempty"`
 	// ExpectedStdout, when set, decides Pass: the program must exit 0 and
 	// print exactly this.
 	ExpectedStdout *string `json:"expected_stdout,omitempty"`
@@ -186,8 +191,9 @@ func readLine(br *bufio.Reader, max int) (line []byte, long bool, err error) {
 	}
 }
 
-// spec turns a job into a Spec on top of the batch's base.
-func (j Job) spec(base Spec) (Spec, error) {
+// spec turns a job into a Spec on top of the batch's base; template is
+// the template the job runs on, "" for none.
+func (j Job) spec(base Spec, template string) (Spec, error) {
 	s := base
 	// A job's env goes on top of the batch's.
 	s.Argv, s.Env = j.Argv, append(slices.Clone(base.Env), j.Env...)
@@ -213,6 +219,17 @@ func (j Job) spec(base Spec) (Spec, error) {
 	given, err := w.Parse()
 	if err != nil {
 		return s, fmt.Errorf("limits: %w", err)
+	}
+	w = wire.Policy{AllowHost: j.AllowHost, Credential: j.Credential}
+	eg, err := w.ParseClient(template)
+	if err != nil {
+		return s, err
+	}
+	if j.AllowHost != nil {
+		s.Policy.Egress.Allow = eg.Egress.Allow
+	}
+	if j.Credential != nil {
+		s.Policy.Egress.Credentials = eg.Egress.Credentials
 	}
 	l, g := &s.Policy.Limits, given.Limits
 	if jl.Timeout != "" {
@@ -304,12 +321,12 @@ func (opt BatchOptions) jobSpec(j Job) (Spec, error) {
 		name = opt.Template.Default
 	}
 	if name == "" {
-		return j.spec(opt.Base)
+		return j.spec(opt.Base, "")
 	}
 	if opt.Template == nil || opt.Template.Apply == nil {
 		return Spec{}, fmt.Errorf("template %q: this batch does not resolve templates", name)
 	}
-	explicit, err := j.spec(opt.Template.Explicit)
+	explicit, err := j.spec(opt.Template.Explicit, name)
 	if err != nil {
 		return Spec{}, err
 	}

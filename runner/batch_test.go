@@ -39,7 +39,7 @@ not json
 }
 
 func TestJobSpecLimits(t *testing.T) {
-	s, err := Job{ID: "x", Argv: []string{"true"}, Limits: JobLimits{Timeout: "2s", Memory: "64MiB", CPUs: "0.5", Pids: ptr(int64(32)), Output: "4KiB"}}.spec(Spec{})
+	s, err := Job{ID: "x", Argv: []string{"true"}, Limits: JobLimits{Timeout: "2s", Memory: "64MiB", CPUs: "0.5", Pids: ptr(int64(32)), Output: "4KiB"}}.spec(Spec{}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func TestJobSpecLimits(t *testing.T) {
 	if l.Timeout.Seconds() != 2 || l.Memory != 64<<20 || l.CPUs != 500 || l.Pids != 32 || l.Output != 4096 {
 		t.Errorf("limits %+v", l)
 	}
-	if _, err := (Job{ID: "x", Argv: []string{"true"}, Limits: JobLimits{Memory: "lots"}}).spec(Spec{}); err == nil {
+	if _, err := (Job{ID: "x", Argv: []string{"true"}, Limits: JobLimits{Memory: "lots"}}).spec(Spec{}, ""); err == nil {
 		t.Error("a malformed limit was accepted")
 	}
 }
@@ -132,7 +132,7 @@ func TestJobInputsConfined(t *testing.T) {
 	os.Symlink(filepath.Join(root, "data"), filepath.Join(root, "alias"))
 	for _, host := range []string{"data", "data/f.txt", "data/sub", "./data/f.txt"} {
 		j := Job{ID: "x", Argv: []string{"true"}, Inputs: []JobInput{{Host: host}}, inputRoot: root}
-		s, err := j.spec(Spec{})
+		s, err := j.spec(Spec{}, "")
 		if err != nil {
 			t.Errorf("%q: %v", host, err)
 			continue
@@ -143,12 +143,12 @@ func TestJobInputsConfined(t *testing.T) {
 	}
 	for _, host := range []string{"../x", "data/../../x", "/etc/passwd", "etc", "etc/passwd", "data/passwd", "alias/f.txt", "missing", ""} {
 		j := Job{ID: "x", Argv: []string{"true"}, Inputs: []JobInput{{Host: host}}, inputRoot: root}
-		if s, err := j.spec(Spec{}); err == nil {
+		if s, err := j.spec(Spec{}, ""); err == nil {
 			t.Errorf("%q was accepted: %+v", host, s.Inputs)
 		}
 	}
 	j := Job{ID: "x", Argv: []string{"true"}, Inputs: []JobInput{{Host: "data"}}}
-	if _, err := j.spec(Spec{}); err == nil {
+	if _, err := j.spec(Spec{}, ""); err == nil {
 		t.Error("a job input was accepted with no input root")
 	}
 }
@@ -159,8 +159,8 @@ func TestJobSpecKeepsBaseInputs(t *testing.T) {
 	os.WriteFile(filepath.Join(root, "a"), nil, 0o644)
 	os.WriteFile(filepath.Join(root, "b"), nil, 0o644)
 	base := Spec{Inputs: make([]Input, 1, 4)}
-	sa, _ := Job{ID: "a", Inputs: []JobInput{{Host: "a"}}, inputRoot: root}.spec(base)
-	sb, _ := Job{ID: "b", Inputs: []JobInput{{Host: "b"}}, inputRoot: root}.spec(base)
+	sa, _ := Job{ID: "a", Inputs: []JobInput{{Host: "a"}}, inputRoot: root}.spec(base, "")
+	sb, _ := Job{ID: "b", Inputs: []JobInput{{Host: "b"}}, inputRoot: root}.spec(base, "")
 	if len(sa.Inputs) != 2 || sa.Inputs[1].Host != "a" || sb.Inputs[1].Host != "b" {
 		t.Errorf("job a's inputs %+v, job b's %+v", sa.Inputs, sb.Inputs)
 	}
@@ -171,7 +171,7 @@ func ptr[T any](v T) *T { return &v }
 // A zero limit in a job line is refused, never read as the default.
 func TestJobZeroLimitsRefused(t *testing.T) {
 	for _, l := range []JobLimits{{Timeout: "0s"}, {Memory: "0"}, {CPUs: "0"}, {Output: "0"}, {Pids: ptr(int64(0))}} {
-		if _, err := (Job{ID: "x", Argv: []string{"true"}, Limits: l}).spec(Spec{}); err == nil {
+		if _, err := (Job{ID: "x", Argv: []string{"true"}, Limits: l}).spec(Spec{}, ""); err == nil {
 			t.Errorf("%+v: err %v, want a refusal of the zero limit", l, err)
 		}
 	}

@@ -126,7 +126,9 @@ func policyRecord(job *engine.SandboxSpec, s Spec, rt engine.Runtime) isolation.
 	}
 	rec.InputLimitBytes = int64(s.InputLimit)
 	rec.Workdir = s.Workdir
-	rec.Runtime = isolation.RuntimeRecord{Name: rt.Name, Flags: append([]string{}, rt.Flags...)}
+	// The flags an engine gives are its mode's; egress changes runsc's
+	// network flag, as the engine does when it runs the sandbox.
+	rec.Runtime = isolation.RuntimeRecord{Name: rt.Name, Flags: append([]string{}, isolation.RunscNetwork(rt.Flags, job.Policy.Egress)...)}
 	return rec
 }
 

@@ -169,7 +169,7 @@ func (p *PolicyRequest) explicitPolicy() (isolation.Policy, error) {
 			return isolation.Policy{}, invalid("%s names a host path, which the API never takes from a client; %s", f.name, f.use)
 		}
 	}
-	return p.Parse()
+	return p.ParseClient(p.Template)
 }
 
 func decodeStdin(s string) (io.Reader, error) {

@@ -16,28 +16,32 @@ import (
 
 // wireTemplate is the JSON form: the API's field names and the CLI's units.
 type wireTemplate struct {
-	Name            string    `json:"name"`
-	Version         string    `json:"version,omitempty"`
-	Image           string    `json:"image"`
-	Engine          string    `json:"engine"`
-	Isolation       string    `json:"isolation"`
-	Timeout         string    `json:"timeout"`
-	Memory          string    `json:"memory"`
-	CPUs            string    `json:"cpus"`
-	Pids            int64     `json:"pids"`
-	OutputLimit     string    `json:"output_limit"`
-	TmpSize         string    `json:"tmp_size"`
-	FileSize        string    `json:"file_size"`
-	OpenFiles       int64     `json:"open_files"`
-	Env             []string  `json:"env"`
-	Workdir         string    `json:"workdir"`
-	OutDir          string    `json:"out_dir"`
-	OutLimit        string    `json:"out_limit,omitempty"`
-	OutFiles        int       `json:"out_files,omitempty"`
-	ArtifactMaxSize string    `json:"artifact_max_size,omitempty"`
-	ArtifactTypes   []string  `json:"artifact_types,omitempty"`
-	SeccompSHA256   string    `json:"seccomp_profile_sha256"`
-	CreatedAt       time.Time `json:"created_at"`
+	Name            string   `json:"name"`
+	Version         string   `json:"version,omitempty"`
+	Image           string   `json:"image"`
+	Engine          string   `json:"engine"`
+	Isolation       string   `json:"isolation"`
+	Timeout         string   `json:"timeout"`
+	Memory          string   `json:"memory"`
+	CPUs            string   `json:"cpus"`
+	Pids            int64    `json:"pids"`
+	OutputLimit     string   `json:"output_limit"`
+	TmpSize         string   `json:"tmp_size"`
+	FileSize        string   `json:"file_size"`
+	OpenFiles       int64    `json:"open_files"`
+	Env             []string `json:"env"`
+	Workdir         string   `json:"workdir"`
+	OutDir          string   `json:"out_dir"`
+	OutLimit        string   `json:"out_limit,omitempty"`
+	OutFiles        int      `json:"out_files,omitempty"`
+	ArtifactMaxSize string   `json:"artifact_max_size,omitempty"`
+	ArtifactTypes   []string `json:"artifact_types,omitempty"`
+	SeccompSHA256   string   `json:"seccomp_profile_sha256"`
+	// AllowHost and Credential are left out when empty, so that a
+	// template without egress keeps the version it always had.
+	AllowHost  []string  `json:"allow_host,omitempty"`
+	Credential []string  `json:"credential,omitempty"`
+	CreatedAt  time.Time `json:"created_at"`
 }
 
 func (t *Template) wire() wireTemplate {
@@ -50,6 +54,12 @@ func (t *Template) wire() wireTemplate {
 	}
 	if w.Env == nil {
 		w.Env = []string{}
+	}
+	if e := t.Egress; e.On() {
+		w.AllowHost = e.Allow.Entries()
+		for _, c := range e.Credentials {
+			w.Credential = append(w.Credential, c.String())
+		}
 	}
 	if o := t.Output; o.Disabled {
 		w.OutDir = "none"
@@ -97,6 +107,9 @@ func (t *Template) UnmarshalJSON(b []byte) error {
 		if *f.dst, err = wire.Size(f.name, f.s); err != nil {
 			return err
 		}
+	}
+	if n.Egress, err = wire.ParseEgress(w.AllowHost, w.Credential); err != nil {
+		return err
 	}
 	if w.OutDir == "none" {
 		n.Output.Disabled = true

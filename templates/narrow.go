@@ -11,6 +11,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/images"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/units"
@@ -19,9 +20,11 @@ import (
 // Narrow returns the run spec of t with explicit applied on top. explicit
 // holds only what the caller gave: its zero fields are unset and come from
 // the template. A limit or output size may be lowered, the artifact types
-// reduced to a subset and the output directory turned off; raising any of
-// them, or giving another image, isolation mode, output directory or
-// seccomp profile, is refused with an error wrapping
+// reduced to a subset, hosts and credential routes removed from the
+// egress, and the output directory turned off; raising any of them,
+// adding a host or a credential route, or giving another image,
+// isolation mode, output directory or seccomp profile, is refused with an
+// error wrapping
 // errdefs.ErrInvalidArgument that names every such field. Env entries are
 // added to the template's (a later one for the same name wins). The
 // command, stdin, inputs, input limit, working directory, artifact
@@ -68,6 +71,23 @@ func (t *Template) Narrow(explicit runner.Spec) (runner.Spec, error) {
 	narrowBytes(refuse, t.Name, "tmp_size", el.Tmp, &l.Tmp)
 	narrowBytes(refuse, t.Name, "file_size", el.FileSize, &l.FileSize)
 	narrowNumber(refuse, t.Name, "open_files", el.OpenFiles, &l.OpenFiles, func(v int64) string { return fmt.Sprint(v) })
+
+	// Egress narrows by its own rules: hosts and credentials may be
+	// removed, never added (package egress words each refusal).
+	if ee := explicit.Policy.Egress; !ee.Allow.Empty() {
+		if a, err := t.Egress.Allow.Narrow(ee.Allow); err != nil {
+			errs = append(errs, fmt.Errorf("template %q: %w", t.Name, err))
+		} else {
+			s.Policy.Egress.Allow = a
+		}
+	}
+	if ec := explicit.Policy.Egress.Credentials; len(ec) > 0 {
+		if c, err := egress.NarrowCredentials(t.Egress.Credentials, ec); err != nil {
+			errs = append(errs, fmt.Errorf("template %q: %w", t.Name, err))
+		} else {
+			s.Policy.Egress.Credentials = slices.Clone(c)
+		}
+	}
 
 	eo, o := explicit.Output, &s.Output
 	switch {

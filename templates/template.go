@@ -48,6 +48,10 @@ type Template struct {
 	// Workdir is a run's working directory; "" is the image's.
 	Workdir string
 	Output  Output
+	// Egress is the hosts its sandboxes may reach through their egress
+	// proxy and the proxy's credential routes; zero, they have no
+	// network.
+	Egress isolation.Egress
 	// SeccompSHA256 is the hex sha256 of the template's own seccomp
 	// profile; "" means airlock's default profile.
 	SeccompSHA256 string
@@ -104,6 +108,7 @@ func New(name string, s runner.Spec, engine string, idx *images.Index) (*Templat
 		Env:       slices.Clone(s.Env),
 		Workdir:   s.Workdir,
 		Output:    outputOf(s.Output),
+		Egress:    isolation.Egress{Allow: s.Policy.Egress.Allow, Credentials: slices.Clone(s.Policy.Egress.Credentials)},
 		CreatedAt: time.Now().UTC().Truncate(time.Second),
 	}
 	if t.Engine == "" {
@@ -302,7 +307,7 @@ func (t *Template) Spec() runner.Spec {
 	s := runner.Spec{
 		Image:          t.Image,
 		Env:            slices.Clone(t.Env),
-		Policy:         isolation.Policy{Isolation: t.Isolation, Limits: t.Limits},
+		Policy:         isolation.Policy{Isolation: t.Isolation, Limits: t.Limits, Egress: t.Egress},
 		Workdir:        t.Workdir,
 		SeccompProfile: t.ProfilePath(),
 	}
@@ -317,7 +322,7 @@ func (t *Template) Spec() runner.Spec {
 
 // Version is the hex sha256 of the canonical JSON of everything in the
 // template that shapes a sandbox: image, engine, isolation, limits, env,
-// workdir, output settings and seccomp profile. The name and creation time
+// workdir, output settings, seccomp profile and egress. The name and creation time
 // are left out.
 func (t *Template) Version() string {
 	w := t.wire()

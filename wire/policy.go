@@ -12,8 +12,10 @@ package wire
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +23,7 @@ import (
 	"github.com/gabriel-vasile/mimetype"
 
 	"github.com/airlock-sandbox/airlock/artifacts"
+	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/fielderr"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/units"
@@ -67,6 +70,17 @@ type Policy struct {
 	// ArtifactsAllowDotfiles accepts artifact paths with a component
 	// starting with '.'.
 	ArtifactsAllowDotfiles bool `json:"artifacts_allow_dotfiles,omitempty"`
+	// AllowHost lists the hosts the sandbox may reach through its egress
+	// proxy, HOST[:PORT] each ("pypi.org", "*.pythonhosted.org",
+	// "192.0.2.10:8080"; docs/egress.md). Empty, the sandbox has no
+	// network at all.
+	AllowHost []string `json:"allow_host,omitempty"`
+	// Credential lists the proxy's credential routes,
+	// HOST=HEADER:ENV or HOST=HEADER:@FILE each: the header's value is
+	// read from airlock's own environment or a host file and never enters
+	// the sandbox. Only the host's command line names its own; a client
+	// (the API, MCP, a batch line) may only narrow a template's.
+	Credential []string `json:"credential,omitempty"`
 }
 
 // Number is a JSON string or number, kept as its text ("cpus": 2 or "0.5").
@@ -237,7 +251,51 @@ func (p *Policy) Parse() (isolation.Policy, error) {
 			return pol, err
 		}
 	}
+	if pol.Egress, err = ParseEgress(p.AllowHost, p.Credential); err != nil {
+		return pol, err
+	}
 	return pol, nil
+}
+
+// ParseClient is Parse for a policy from a client of the host: the API,
+// MCP or a batch line. A credential names airlock's own environment or a
+// host file, which only the host's own command line may name, so a client
+// may give credentials only to narrow the template it names (template),
+// never credentials of its own.
+func (p *Policy) ParseClient(template string) (isolation.Policy, error) {
+	if len(p.Credential) > 0 && template == "" {
+		return isolation.Policy{}, refuse("credential", p.Credential[0], "a credential names airlock's environment or a host file, which only airlock's own command line may name; a request may only narrow the credentials of the template it names")
+	}
+	return p.Parse()
+}
+
+// ParseEgress reads allow_host and credential entries. The first refused
+// entry is an *Error.
+func ParseEgress(allowHost, credential []string) (isolation.Egress, error) {
+	var e isolation.Egress
+	var err error
+	if e.Allow, err = egress.ParseAllowlist(allowHost); err != nil {
+		return e, fromEgress(err)
+	}
+	for _, s := range credential {
+		c, err := egress.ParseCredential(s)
+		if err != nil {
+			return isolation.Egress{}, fromEgress(err)
+		}
+		if !slices.Contains(e.Credentials, c) {
+			e.Credentials = append(e.Credentials, c)
+		}
+	}
+	return e, nil
+}
+
+// fromEgress is package egress's first refusal in err, an *Error (the
+// same type, fielderr.Error).
+func fromEgress(err error) error {
+	if ee, ok := errors.AsType[*egress.Error](err); ok {
+		return ee
+	}
+	return err
 }
 
 // ParseOutput converts the output directory's fields given; absent fields

@@ -110,3 +110,54 @@ func TestIsZero(t *testing.T) {
 		t.Errorf("0.0GiB: %v", err)
 	}
 }
+
+func TestParseEgress(t *testing.T) {
+	p, err := (&Policy{AllowHost: []string{"PyPI.org.", "pypi.org", "*.pythonhosted.org:443"}, Credential: []string{"api.example.com=authorization:API_KEY", "api.example.com=Authorization:API_KEY"}}).Parse()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(p.Egress.Allow.Entries(), " "); got != "pypi.org *.pythonhosted.org:443" {
+		t.Errorf("allowlist %q", got)
+	}
+	if len(p.Egress.Credentials) != 1 || p.Egress.Credentials[0].Header != "Authorization" || p.Egress.Credentials[0].Env != "API_KEY" {
+		t.Errorf("credentials %+v", p.Egress.Credentials)
+	}
+	if p, err := (&Policy{}).Parse(); err != nil || p.Egress.On() {
+		t.Errorf("nothing given: egress %+v, %v", p.Egress, err)
+	}
+	for _, c := range []struct {
+		in  Policy
+		err string
+	}{
+		{Policy{AllowHost: []string{"pypi.org", "*"}}, `allow_host "*": a wildcard is "*." before a name`},
+		{Policy{AllowHost: []string{"127.1"}}, `allow_host "127.1": a host name's last part starts with a letter`},
+		{Policy{Credential: []string{"*.example.com=Authorization:KEY"}}, `credential "*.example.com=Authorization:KEY": the host is one name`},
+		{Policy{Credential: []string{"api.example.com"}}, `credential "api.example.com": give HOST=HEADER:ENV or HOST=HEADER:@FILE`},
+	} {
+		_, err := c.in.Parse()
+		var we *Error
+		if !errors.As(err, &we) || !errdefs.IsInvalidArgument(err) || !strings.HasPrefix(err.Error(), c.err) {
+			t.Errorf("%+v: %v; want the invalid input %q", c.in, err, c.err)
+		}
+		if we != nil && !strings.HasPrefix(we.AsFlag(), "--") {
+			t.Errorf("%+v: as a flag: %s", c.in, we.AsFlag())
+		}
+	}
+}
+
+// A client names credentials only to narrow its template's: its own would
+// read airlock's environment or a host file.
+func TestParseClientCredentials(t *testing.T) {
+	w := Policy{Credential: []string{"api.example.com=Authorization:@/etc/shadow"}}
+	_, err := w.ParseClient("")
+	var we *Error
+	if !errors.As(err, &we) || we.Field != "credential" || !errdefs.IsInvalidArgument(err) {
+		t.Errorf("a client's own credential: %v", err)
+	}
+	if p, err := w.ParseClient("tmpl"); err != nil || len(p.Egress.Credentials) != 1 {
+		t.Errorf("a client's credential on a template: %+v, %v", p.Egress, err)
+	}
+	if p, err := (&Policy{AllowHost: []string{"pypi.org"}}).ParseClient(""); err != nil || !p.Egress.On() {
+		t.Errorf("a client's allowlist: %+v, %v", p.Egress, err)
+	}
+}

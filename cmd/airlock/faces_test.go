@@ -192,11 +192,11 @@ func recordHash(t *testing.T, p *isolation.Policy) string {
 func TestOnePolicyEveryFace(t *testing.T) {
 	f := newFaces(t)
 	got := map[string]checked{
-		"cli":   f.cli("--memory", "256MiB", "--timeout", "20s"),
-		"api":   f.http(`{"memory":"256MiB","timeout":"20s"}`),
-		"batch": f.batch(`{"id":"a","argv":["true"],"limits":{"memory":"256MiB","timeout":"20s"}}`),
-		"file":  f.file(map[string]any{"memory": "256MiB", "timeout": "20s"}),
-		"mcp":   f.tool(map[string]any{"memory": "256MiB", "timeout_s": 20}),
+		"cli":   f.cli("--memory", "256MiB", "--timeout", "20s", "--allow-host", "PyPI.org", "--allow-host", "*.pythonhosted.org:443"),
+		"api":   f.http(`{"memory":"256MiB","timeout":"20s","allow_host":["PyPI.org","*.pythonhosted.org:443"]}`),
+		"batch": f.batch(`{"id":"a","argv":["true"],"limits":{"memory":"256MiB","timeout":"20s"},"allow_host":["PyPI.org","*.pythonhosted.org:443"]}`),
+		"file":  f.file(map[string]any{"memory": "256MiB", "timeout": "20s", "allow_host": []string{"PyPI.org", "*.pythonhosted.org:443"}}),
+		"mcp":   f.tool(map[string]any{"memory": "256MiB", "timeout_s": 20, "allow_host": []string{"PyPI.org", "*.pythonhosted.org:443"}}),
 	}
 	want := isolation.Default().WithDefaults()
 	want.Limits.Memory, want.Limits.Timeout = 256<<20, 20*time.Second
@@ -207,6 +207,9 @@ func TestOnePolicyEveryFace(t *testing.T) {
 		}
 		if l := c.policy.Limits; l.Memory != want.Limits.Memory || l.Timeout != want.Limits.Timeout || l.CPUs != want.Limits.CPUs || l.Pids != want.Limits.Pids {
 			t.Errorf("%s: limits %+v, want %+v", face, l, want.Limits)
+		}
+		if e := c.policy.Record().Egress; e == nil || strings.Join(e.AllowHost, " ") != "pypi.org *.pythonhosted.org:443" {
+			t.Errorf("%s: egress %+v", face, e)
 		}
 		h := recordHash(t, c.policy)
 		if first == "" {
@@ -251,6 +254,35 @@ func TestOneRefusalEveryFace(t *testing.T) {
 				return f.batch(`{"id":"a","argv":["true"],"template":"narrow","limits":{"memory":"1GiB"}}`)
 			},
 			"mcp": func() checked { return f.tool(map[string]any{"template": narrowTemplate, "memory": "1GiB"}) },
+		}},
+		{"allow_host *", "invalid_input", `"*": a wildcard is "*." before a name, such as "*.example.org"`, map[string]func() checked{
+			"cli":   func() checked { return f.cli("--allow-host", "pypi.org", "--allow-host", "*") },
+			"api":   func() checked { return f.http(`{"allow_host":["pypi.org","*"]}`) },
+			"batch": func() checked { return f.batch(`{"id":"a","argv":["true"],"allow_host":["pypi.org","*"]}`) },
+			"file":  func() checked { return f.file(map[string]any{"allow_host": []string{"pypi.org", "*"}}) },
+			"mcp":   func() checked { return f.tool(map[string]any{"allow_host": []string{"pypi.org", "*"}}) },
+		}},
+		{"a host added to a template's", "invalid_input", `"pypi.org": port 443 of this host is not on the template's list (); a run may remove hosts, never add them`, map[string]func() checked{
+			"cli": func() checked { return f.cli("--template", narrowTemplate, "--allow-host", "pypi.org") },
+			"api": func() checked { return f.http(`{"template":"narrow","allow_host":["pypi.org"]}`) },
+			"batch": func() checked {
+				return f.batch(`{"id":"a","argv":["true"],"template":"narrow","allow_host":["pypi.org"]}`)
+			},
+			"mcp": func() checked {
+				return f.tool(map[string]any{"template": narrowTemplate, "allow_host": []string{"pypi.org"}})
+			},
+		}},
+		// A credential reads airlock's environment or a host file: only the
+		// host's command line names one; a client may only narrow a
+		// template's.
+		{"a client's own credential", "invalid_input", `"api.example.com=Authorization:@/etc/shadow": a credential names airlock's environment or a host file`, map[string]func() checked{
+			"api": func() checked { return f.http(`{"credential":["api.example.com=Authorization:@/etc/shadow"]}`) },
+			"batch": func() checked {
+				return f.batch(`{"id":"a","argv":["true"],"credential":["api.example.com=Authorization:@/etc/shadow"]}`)
+			},
+			"mcp": func() checked {
+				return f.tool(map[string]any{"credential": []string{"api.example.com=Authorization:@/etc/shadow"}})
+			},
 		}},
 	} {
 		for face, try := range c.faces {

@@ -25,6 +25,8 @@ type runFlags struct {
 	pids                                                                                          int64
 	env                                                                                           []string
 	json                                                                                          bool
+	// allowHost and credential are the sandbox's egress (docs/egress.md).
+	allowHost, credential []string
 	// template names the sandbox template to run on.
 	template string
 
@@ -105,6 +107,8 @@ func addShapeFlags(cmd *cobra.Command, f *runFlags, job bool) {
 	fl.StringVar(&f.engine, "engine", "auto", "engine: oci (daemonless runsc), docker (Docker Engine API), or auto (oci where root and setup's runsc are available, else docker)")
 	fl.StringVar(&f.isolation, "isolation", string(isolation.GVisor), "isolation mode: gvisor (runsc, with the seccomp profile as a second layer) or seccomp (runc behind the seccomp allowlist)")
 	fl.StringVar(&f.seccompProfile, "seccomp-profile", "", "seccomp profile FILE (Docker/OCI JSON) instead of airlock's default; airlock seccomp export default prints the default")
+	fl.StringArrayVar(&f.allowHost, "allow-host", nil, "let the sandbox reach HOST[:PORT] through its egress proxy (repeatable; *.NAME for the names below NAME; default: no network at all; docs/egress.md)")
+	fl.StringArrayVar(&f.credential, "credential", nil, "have the egress proxy set a header on requests to a host, HOST=HEADER:ENV (from airlock's environment) or HOST=HEADER:@FILE; the value never enters the sandbox (repeatable)")
 	f.inputLimit = "256MiB"
 	if job {
 		fl.StringVar(&f.stdin, "stdin", "", "feed this file to the program's stdin; - reads airlock's own stdin")
@@ -129,6 +133,7 @@ func (f *runFlags) wire() wire.Policy {
 	w := wire.Policy{
 		Isolation: f.isolation, Timeout: f.timeout, Memory: f.memory, CPUs: wire.Number(f.cpus), Pids: &f.pids,
 		OutputLimit: f.output, TmpSize: f.tmp, FileSize: f.fileSize, OutDir: f.outDir,
+		AllowHost: f.allowHost, Credential: f.credential,
 	}
 	if f.outDir != "none" {
 		types := []string{}

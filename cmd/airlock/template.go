@@ -253,6 +253,8 @@ func explicitOnly(fl *pflag.FlagSet, s runner.Spec) runner.Spec {
 		{"output-limit", func() { el.Output = l.Output }},
 		{"tmp-size", func() { el.Tmp = l.Tmp }},
 		{"file-size", func() { el.FileSize = l.FileSize }},
+		{"allow-host", func() { e.Policy.Egress.Allow = s.Policy.Egress.Allow }},
+		{"credential", func() { e.Policy.Egress.Credentials = s.Policy.Egress.Credentials }},
 	} {
 		if fl.Changed(c.flag) {
 			c.keep()

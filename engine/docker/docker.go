@@ -155,6 +155,9 @@ func unavailable(host string, err error) error {
 // Check implements engine.Engine: dockerd answers, the isolation mode's
 // runtime is registered, and the image is present under exactly its ID.
 func (e *Engine) Check(ctx context.Context, j *engine.SandboxSpec) error {
+	if j.Policy.Egress.On() {
+		return fmt.Errorf("%w: --allow-host and --credential: %s", errdefs.ErrInvalidArgument, isolation.DockerNoEgress)
+	}
 	if j.Init == nil {
 		if _, err := helperBytes(); err != nil {
 			return err

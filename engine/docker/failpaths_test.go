@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/egress"
+
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 
@@ -240,5 +242,27 @@ func TestGVisorWithoutSandboxLogsIsRefused(t *testing.T) {
 	}
 	if f.called("POST /containers/create") {
 		t.Error("a sandbox was created without loss detection")
+	}
+}
+
+// A policy with egress is refused before dockerd is asked for anything:
+// a docker container is never given a network, and the refusal names the
+// engine to use.
+func TestEgressRefused(t *testing.T) {
+	f, e := startFake(t, map[string]http.HandlerFunc{"GET /info": jsonReply(goodInfo), "POST /containers/create": hang})
+	j := fakeJob(t, isolation.GVisor)
+	allow, err := egress.ParseAllowlist([]string{"pypi.org"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.Policy.Egress.Allow = allow
+	if err := e.Check(context.Background(), j); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "--engine oci") {
+		t.Errorf("Check: %v; want invalid input naming --engine oci", err)
+	}
+	if _, err := e.Run(context.Background(), j); err == nil {
+		t.Error("Run took a policy with egress")
+	}
+	if f.called("POST /containers/create") {
+		t.Error("a container was created for a policy with egress")
 	}
 }

@@ -149,10 +149,9 @@ func (s *sandbox) startAgent(ctx context.Context, pr *specs.Process, child [3]*o
 	return rep.Pid, func() { conn.Close() }, nil
 }
 
-// Serve implements engine.Server: it runs the sandbox's exec agent and
-// relays execs to it until ctx is done. A sandbox with no agent bound
-// returns at once.
-func (s *sandbox) Serve(ctx context.Context) error {
+// serveAgent runs the sandbox's exec agent and relays execs to it until
+// ctx is done (Serve). A sandbox with no agent bound returns at once.
+func (s *sandbox) serveAgent(ctx context.Context) error {
 	sock := filepath.Join(s.bundle, agentSocket)
 	if !s.st.Agent || s.st.Control == "" {
 		return nil

@@ -59,7 +59,7 @@ func (e *Engine) Hold(ctx context.Context, s *engine.SandboxSpec) (_ engine.Held
 	if err != nil {
 		return nil, err
 	}
-	r := &oneShot{e: e, id: s.ID, limits: s.Policy.Limits, name: namePrefix + s.ID,
+	r := &oneShot{e: e, id: s.ID, limits: s.Policy.Limits, egress: s.Policy.Egress, name: namePrefix + s.ID,
 		log: e.log.With("sandbox_id", s.ID, "image_digest", s.Image.String())}
 	h := &held{r: r}
 	defer func() {
@@ -67,6 +67,9 @@ func (e *Engine) Hold(ctx context.Context, s *engine.SandboxSpec) (_ engine.Held
 			h.Destroy(context.WithoutCancel(ctx))
 		}
 	}()
+	if err := r.serveEgress(ctx); err != nil {
+		return nil, err
+	}
 	src := filepath.Join(e.bundleDir(s.ID), "start")
 	if r.p, err = e.prepare(ctx, s, []string{trampolinePath}, isolation.Bind{Source: src, Target: trampolinePath, ReadOnly: true}); err != nil {
 		return nil, err

@@ -216,6 +216,7 @@ func (e *Engine) prepare(ctx context.Context, s *engine.SandboxSpec, argv []stri
 		Binds:       append(engine.Binds(s.Mounts), extra...),
 		TmpSource:   s.TmpSource,
 		CgroupsPath: cgPath,
+		Network:     e.ociNetwork(s.ID, s.Policy.Egress),
 		Annotations: map[string]string{"airlock.id": s.ID, "airlock.owner": s.Owner, "airlock.deadline": s.Deadline.UTC().Format(time.RFC3339)},
 	})
 	if err != nil {

@@ -9,12 +9,14 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/netns"
 )
 
 const namePrefix = "airlock-"
 
 // Leftovers implements engine.Reaper: runtime containers named airlock-*
-// and runsc's files of them, bundles, and run cgroups.
+// and runsc's files of them, bundles, run cgroups, and egress network
+// namespaces.
 func (e *Engine) Leftovers(ctx context.Context) ([]string, error) {
 	seen := map[string]bool{}
 	for _, rt := range e.runtimes() {
@@ -43,6 +45,10 @@ func (e *Engine) Leftovers(ctx context.Context) ([]string, error) {
 	for _, id := range cgroup.IDs() {
 		seen[id] = true
 	}
+	nets, _ := netns.List(e.netnsDir())
+	for _, id := range nets {
+		seen[id] = true
+	}
 	ids := make([]string, 0, len(seen))
 	for id := range seen {
 		ids = append(ids, id)
@@ -63,8 +69,12 @@ func (e *Engine) runtimes() []runtimeState {
 func (e *Engine) runscState() string { return filepath.Join(e.root, "oci", "runsc") }
 func (e *Engine) runcState() string  { return filepath.Join(e.root, "oci", "runc") }
 
+// netnsDir holds sandboxes' egress network namespaces (internal/netns).
+func (e *Engine) netnsDir() string { return filepath.Join(e.root, "oci", "netns") }
+
 // Reap implements engine.Reaper: kill the run's cgroup, delete its runtime
-// containers, unmount its root overlay and remove its bundle.
+// containers, remove its egress network namespaces, unmount its root
+// overlay and remove its bundle.
 func (e *Engine) Reap(ctx context.Context, id string) error {
 	var errs []error
 	if err := cgroup.Remove(ctx, id); err != nil {
@@ -82,6 +92,10 @@ func (e *Engine) Reap(ctx context.Context, id string) error {
 	name := namePrefix + id
 	os.Remove(filepath.Join(e.runscState(), "runsc-"+name+".sock"))
 	os.Remove(filepath.Join(e.runscState(), name+"_sandbox:"+name+".lock"))
+	// Its namespaces end once unbound, their processes being gone.
+	if err := netns.Remove(e.netnsDir(), id); err != nil {
+		errs = append(errs, err)
+	}
 	if err := removeBundle(e.bundleDir(id)); err != nil {
 		errs = append(errs, err)
 	}

@@ -5,6 +5,7 @@ package oci
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -43,6 +44,11 @@ type oneShot struct {
 	closers []io.Closer
 
 	destroyOnce sync.Once
+
+	// egress is the policy's; px is its proxy, served by this process
+	// (egress_linux.go), nil without egress.
+	egress isolation.Egress
+	px     *proxied
 }
 
 // Run implements engine.Engine: it makes and starts task s. On error it
@@ -54,12 +60,15 @@ func (e *Engine) Run(ctx context.Context, s *engine.SandboxSpec) (_ engine.Task,
 	if err := e.Check(ctx, s); err != nil {
 		return nil, err
 	}
-	r := &oneShot{e: e, id: s.ID, limits: s.Policy.Limits, name: namePrefix + s.ID,
+	r := &oneShot{e: e, id: s.ID, limits: s.Policy.Limits, egress: s.Policy.Egress, name: namePrefix + s.ID,
 		log: e.log.With("sandbox_id", s.ID, "image_digest", s.Image.String())}
 	if err := ctx.Err(); err != nil {
 		return r, nil // Wait says it was killed before it started
 	}
 	begin := time.Now()
+	if err := r.serveEgress(ctx); err != nil {
+		return nil, err
+	}
 	if r.p, err = e.prepare(ctx, s, s.Init.Argv); err != nil {
 		r.Destroy(ctx)
 		return nil, err
@@ -83,7 +92,7 @@ func (r *oneShot) command(stdin io.Reader, stdout, stderr io.Writer) *exec.Cmd {
 	e := r.e
 	r.runtime, r.state = e.runsc, e.runscState()
 	r.runLogs = filepath.Join(r.p.bundle, "logs")
-	args := append([]string{"--root", r.state}, runscFlags(r.runLogs)...)
+	args := append([]string{"--root", r.state}, isolation.RunscNetwork(runscFlags(r.runLogs), r.egress)...)
 	if r.p.native {
 		r.runtime, r.state = e.runc, e.runcState()
 		args = []string{"--root", r.state}
@@ -93,6 +102,17 @@ func (r *oneShot) command(stdin io.Reader, stdout, stderr io.Writer) *exec.Cmd {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	return cmd
+}
+
+// serveEgress makes the sandbox's namespaces and serves its proxy, for a
+// policy with egress.
+func (r *oneShot) serveEgress(ctx context.Context) error {
+	if !r.egress.On() {
+		return nil
+	}
+	px, err := r.e.serveEgress(ctx, r.id, r.egress)
+	r.px = px
+	return err
 }
 
 // start starts cmd and watches for its end.
@@ -178,12 +198,16 @@ func (r *oneShot) Destroy(ctx context.Context) error {
 	return err
 }
 
-func (r *oneShot) destroy(bg context.Context) error {
+func (r *oneShot) destroy(bg context.Context) (err error) {
 	defer func() {
 		for _, c := range r.closers {
 			c.Close()
 		}
 	}()
+	if r.px != nil {
+		// After the sandbox: its proxy lives as long as it does.
+		defer func() { err = errors.Join(err, r.px.close()) }()
+	}
 	if r.p == nil {
 		return nil
 	}

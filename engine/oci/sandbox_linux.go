@@ -57,6 +57,9 @@ type sandboxState struct {
 	Control string `json:"control,omitempty"`
 	// Agent says the exec agent is bound in the sandbox (agent_linux.go).
 	Agent bool `json:"agent,omitempty"`
+	// Egress is the policy's egress, which the supervisor's proxy serves
+	// (egress_linux.go); nil without.
+	Egress *egressState `json:"egress,omitempty"`
 }
 
 var sandboxIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
@@ -144,6 +147,16 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (_ engine.Sa
 			binds = append(binds, isolation.Bind{Source: src, Target: agentPath, ReadOnly: true})
 		}
 	}
+	if s.Policy.Egress.On() {
+		// The credentials are read here too, so that one that cannot be
+		// is refused at create; the supervisor's proxy reads them again.
+		if _, err := e.newProxy(s.ID, s.Policy.Egress); err != nil {
+			return nil, err
+		}
+		if _, err := e.makeNet(ctx, s.ID); err != nil {
+			return nil, err
+		}
+	}
 	p, err := e.prepare(ctx, s, []string{initPath}, binds...)
 	defer p.release()
 	if err != nil {
@@ -155,6 +168,7 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (_ engine.Sa
 	native, spec, l := p.native, p.spec, s.Policy.Limits
 
 	bin, state, args := e.runtimeFor(s.Policy.Isolation, bundle)
+	args = isolation.RunscNetwork(args, s.Policy.Egress)
 	name := namePrefix + s.ID
 	if native {
 		args = append(args, "--log", filepath.Join(bundle, "runc.log"))
@@ -175,7 +189,7 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (_ engine.Sa
 	if !ok {
 		return nil, engine.Lost("sandbox %q ended as it started", s.ID)
 	}
-	st := sandboxState{ID: s.ID, Image: s.Image, Mode: s.Policy.Isolation, Pid: pid, Start: start, Timeout: l.Timeout}
+	st := sandboxState{ID: s.ID, Image: s.Image, Mode: s.Policy.Isolation, Pid: pid, Start: start, Timeout: l.Timeout, Egress: egressStateOf(s.Policy.Egress)}
 	if !native && !e.runtimeExec {
 		if c, err := gvisor.Find(bg, state, name); err == nil {
 			st.Control, st.Agent = c.Socket, withAgent
@@ -189,6 +203,12 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (_ engine.Sa
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%w: creating sandbox %q: %v", errdefs.ErrAborted, s.ID, err)
+	}
+	if st.Egress != nil {
+		// The supervisor serves the proxy once the state file is there.
+		if err := e.awaitProxy(ctx, s.ID); err != nil {
+			return nil, err
+		}
 	}
 	e.log.Debug("sandbox created", "sandbox_id", s.ID, "runtime", filepath.Base(bin), "pid", pid)
 	return &sandbox{e: e, st: st, process: *spec.Process, bundle: bundle}, nil

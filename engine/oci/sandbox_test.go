@@ -1,10 +1,17 @@
 package oci
 
 import (
+	"context"
+	"encoding/json"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/isolation"
 
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -93,5 +100,79 @@ func TestResolveKeepsExplicitNames(t *testing.T) {
 	}
 	if got := Resolve(t.TempDir(), "auto"); got != "docker" {
 		t.Errorf("auto with no runsc = %q, want docker", got)
+	}
+}
+
+// A long-lived sandbox's egress is kept in its state file for its
+// supervisor as entries and credential sources, never a value, and reads
+// back as the policy it was; a policy without egress keeps none, and its
+// spec gets no network of airlock's.
+func TestEgressState(t *testing.T) {
+	e, err := New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	allow, err := egress.ParseAllowlist([]string{"pypi.org", "127.0.0.1:8080"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := egress.ParseCredential("api.example.com=Authorization:API_KEY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("API_KEY", "sk-never-in-the-state-0123456789")
+	eg := isolation.Egress{Allow: allow, Credentials: []egress.Credential{c}}
+	b, err := json.Marshal(sandboxState{ID: "sb-1", Egress: egressStateOf(eg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "sk-never") {
+		t.Errorf("the state holds a credential's value: %s", b)
+	}
+	var st sandboxState
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatal(err)
+	}
+	back, err := st.Egress.policy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(back.Allow.Entries(), allow.Entries()) || !slices.Equal(back.Credentials, eg.Credentials) {
+		t.Errorf("read back %+v, want %+v", back, eg)
+	}
+	if n := e.ociNetwork("sb-1", eg); n == nil || n.Proxy != "http://169.254.0.1:3128" || filepath.Dir(n.NetNS) != e.netnsDir() {
+		t.Errorf("ociNetwork: %+v", n)
+	}
+	if egressStateOf(isolation.Egress{}) != nil || e.ociNetwork("sb-1", isolation.Egress{}) != nil {
+		t.Error("a policy without egress has a network")
+	}
+}
+
+// The reaper finds a sandbox's egress network namespaces by their files
+// and removes them.
+func TestReapNetns(t *testing.T) {
+	e, err := New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "0011223344556677889b"
+	dir := e.netnsDir()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{id + ".sandbox", id + ".proxy"} {
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o400); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids, err := e.Leftovers(context.Background())
+	if err != nil || !slices.Contains(ids, id) {
+		t.Fatalf("Leftovers: %v, %v; want %s among them", ids, err, id)
+	}
+	if err := e.Reap(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("left after Reap: %v", left)
 	}
 }

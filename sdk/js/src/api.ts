@@ -1331,6 +1331,13 @@ export interface components {
         };
         /** @description Record is the effective policy of one run as JSON: the one shape the Result shows (its "policy" field), the receipt carries and the policy hash covers. It holds no host path, so the same policy records the same in every run and on every host. */
         Policy: {
+            /** @description Egress is the allowlist and credential routes of a sandbox given the network through its egress proxy; absent for one with none. */
+            egress?: {
+                /** @description AllowHost is the allowlist, HOST[:PORT] each. */
+                allow_host: string[];
+                /** @description Credentials are the credential routes as HOST:PORT HEADER: never where their values come from, nor the values. */
+                credentials: string[];
+            };
             gid: number;
             hostname: string;
             /** @description InputLimitBytes caps the inputs' total size. */
@@ -1408,6 +1415,13 @@ export interface components {
             pass?: boolean;
             /** @description Policy is the effective policy; PolicySHA256 is Hash(Policy). */
             policy: {
+                /** @description Egress is the allowlist and credential routes of a sandbox given the network through its egress proxy; absent for one with none. */
+                egress?: {
+                    /** @description AllowHost is the allowlist, HOST[:PORT] each. */
+                    allow_host: string[];
+                    /** @description Credentials are the credential routes as HOST:PORT HEADER: never where their values come from, nor the values. */
+                    credentials: string[];
+                };
                 gid: number;
                 hostname: string;
                 /** @description InputLimitBytes caps the inputs' total size. */
@@ -1557,6 +1571,8 @@ export interface components {
         };
         /** @description RunRequest is the body of POST /v1/runs. */
         RunRequest: {
+            /** @description AllowHost lists the hosts the sandbox may reach through its egress proxy, HOST[:PORT] each ("pypi.org", "*.pythonhosted.org", "192.0.2.10:8080"; docs/egress.md). Empty, the sandbox has no network at all. */
+            allow_host?: string[];
             /** @description Argv is the program and its arguments, never a shell string. */
             argv: string[];
             /** @description ArtifactMaxSize caps one artifact, a size. */
@@ -1567,6 +1583,8 @@ export interface components {
             artifacts_allow_dotfiles?: boolean;
             /** @description CPUs is the CPU allowance, a number or a string such as "0.5". */
             cpus?: string | number;
+            /** @description Credential lists the proxy's credential routes, HOST=HEADER:ENV or HOST=HEADER:@FILE each: the header's value is read from airlock's own environment or a host file and never enters the sandbox. Only the host's command line names its own; a client (the API, MCP, a batch line) may only narrow a template's. */
+            credential?: string[];
             /** @enum {string} */
             engine?: "auto" | "oci" | "docker";
             /** @description Env is the program's environment, NAME=VALUE each. */
@@ -1633,6 +1651,8 @@ export interface components {
         };
         /** @description SandboxRequest is the body of POST /v1/sandboxes. */
         SandboxRequest: {
+            /** @description AllowHost lists the hosts the sandbox may reach through its egress proxy, HOST[:PORT] each ("pypi.org", "*.pythonhosted.org", "192.0.2.10:8080"; docs/egress.md). Empty, the sandbox has no network at all. */
+            allow_host?: string[];
             /** @description ArtifactMaxSize caps one artifact, a size. */
             artifact_max_size?: string;
             /** @description ArtifactTypes is the MIME allowlist of artifacts. */
@@ -1641,6 +1661,8 @@ export interface components {
             artifacts_allow_dotfiles?: boolean;
             /** @description CPUs is the CPU allowance, a number or a string such as "0.5". */
             cpus?: string | number;
+            /** @description Credential lists the proxy's credential routes, HOST=HEADER:ENV or HOST=HEADER:@FILE each: the header's value is read from airlock's own environment or a host file and never enters the sandbox. Only the host's command line names its own; a client (the API, MCP, a batch line) may only narrow a template's. */
+            credential?: string[];
             /** @description DownloadTypes is the MIME allowlist of downloads from the sandbox. */
             download_types?: string[];
             /** @enum {string} */

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/ed25519"
 	"encoding/json"
 	"errors"
@@ -25,7 +26,7 @@ func newReceiptCmd(g *globals) *cobra.Command {
 		Use:   "receipt",
 		Short: "Verify the signed receipts airlock puts in every result",
 	}
-	var keyFile string
+	var keyFile, trustFile string
 	verify := &cobra.Command{
 		Use:   "verify FILE",
 		Short: "Check a receipt's signature and say what it proves",
@@ -33,7 +34,9 @@ func newReceiptCmd(g *globals) *cobra.Command {
 'airlock batch' results, or a bare signed receipt. The signature must match,
 and by default the signing key must be this host's (under --root/keys);
 --key PUBKEY trusts another host's key instead (the base64 public_key from
-one of its receipts).
+one of its receipts), and --trust FILE any of the keys FILE lists, one
+"NAME KEY" a line, such as the keys a cluster's airlock nodes publish on
+their Node objects (docs/kubernetes.md).
 
 Around a Result, every field the receipt covers must agree with it: id,
 job_id and pass, image, engine, isolation, the seccomp profile, limits and
@@ -51,7 +54,11 @@ only itself. Exits 0 when the receipt verifies, 65 when it does not.`,
 			if err != nil {
 				return fmt.Errorf("%w: no receipt found: %v", errdefs.ErrInvalidArgument, err)
 			}
-			trusted, err := trustedKey(g.root, keyFile)
+			trusted, signer, err := trustedFor(signed, g.root, keyFile, trustFile)
+			if errors.Is(err, receipt.ErrUntrustedKey) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "airlock: receipt does NOT verify: %v\n", err)
+				return &exitErr{code: exitBadReceipt}
+			}
 			if err != nil {
 				return err
 			}
@@ -65,11 +72,16 @@ only itself. Exits 0 when the receipt verifies, 65 when it does not.`,
 					return &exitErr{code: exitBadReceipt}
 				}
 			}
+			if signer != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "Signed by %s, a key of %s.\n", signer, trustFile)
+			}
 			fmt.Fprintln(cmd.OutOrStdout(), signed.Explain())
 			return nil
 		},
 	}
 	verify.Flags().StringVar(&keyFile, "key", "", "trust this public key (base64, or a file holding it) instead of this host's")
+	verify.Flags().StringVar(&trustFile, "trust", "", "trust the keys this file lists, NAME KEY a line (a cluster's airlock nodes; see docs/kubernetes.md)")
+	verify.MarkFlagsMutuallyExclusive("key", "trust")
 	cmd.AddCommand(verify)
 	return cmd
 }
@@ -77,6 +89,29 @@ only itself. Exits 0 when the receipt verifies, 65 when it does not.`,
 // indent puts each of err's lines on its own indented line.
 func indent(err error) string {
 	return "  " + strings.ReplaceAll(err.Error(), "\n", "\n  ")
+}
+
+// trustedFor is the key s must be signed by: one of --trust's, the one
+// --key gives, or this host's; with --trust, the signer's name too.
+func trustedFor(s receipt.Signed, root, keyFlag, trustFlag string) (ed25519.PublicKey, string, error) {
+	if trustFlag == "" {
+		k, err := trustedKey(root, keyFlag)
+		return k, "", err
+	}
+	f, err := os.Open(trustFlag)
+	if err != nil {
+		return nil, "", usageError{fmt.Errorf("--trust: %w", err)}
+	}
+	defer f.Close()
+	tr, err := receipt.ParseTrust(f)
+	if err != nil {
+		return nil, "", usageError{fmt.Errorf("--trust %s: %w", trustFlag, err)}
+	}
+	k, name := tr.Key(s)
+	if k == nil {
+		return nil, "", fmt.Errorf("%w: signed by key %s, which %s does not list", receipt.ErrUntrustedKey, receipt.KeyID(s.PublicKey), trustFlag)
+	}
+	return k, cmp.Or(name, receipt.KeyID(k)), nil
 }
 
 func trustedKey(root, flag string) (ed25519.PublicKey, error) {

@@ -364,6 +364,36 @@ func TestNodes(t *testing.T) {
 		}
 	}
 
+	// Each node publishes its receipt key: a receipt signed under one
+	// node's root verifies against a trust file of the nodes' keys, and
+	// not against one that lists only the other node.
+	trust := func(names ...string) string {
+		var b strings.Builder
+		for _, name := range names {
+			n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintf(&b, "%s %s\n", name, n.Annotations["airlock.dev/receipt-key"])
+		}
+		f := filepath.Join(t.TempDir(), "trust")
+		os.WriteFile(f, []byte(b.String()), 0o600)
+		return f
+	}
+	result := filepath.Join(t.TempDir(), "result.json")
+	os.WriteFile(result, airlock(t, nodes["airlock-b"].root, "run", "--json", "--", "true"), 0o600)
+	// The trust file as docs/kubernetes.md makes it.
+	all := filepath.Join(t.TempDir(), "nodes.txt")
+	os.WriteFile(all, []byte(kubectl(t, nil, "get", "nodes", "-l", "airlock.dev/node=true", "-o",
+		`jsonpath={range .items[*]}{.metadata.name} {.metadata.annotations.airlock\.dev/receipt-key}{"\n"}{end}`)), 0o600)
+	if out := string(airlock(t, nodes["airlock-a"].root, "receipt", "verify", "--trust", all, result)); !strings.Contains(out, "Signed by airlock-b") {
+		t.Errorf("a node's receipt against the nodes' published keys:\n%s", out)
+	}
+	c := exec.Command(airlockBin, "--root", nodes["airlock-a"].root, "receipt", "verify", "--trust", trust("airlock-a"), result)
+	if out, err := c.CombinedOutput(); c.ProcessState.ExitCode() != 65 || !strings.Contains(string(out), "does not list") {
+		t.Errorf("a receipt of a node the trust file does not list: %v\n%s", err, out)
+	}
+
 	// A warm pool of 2, rendered from a template, runs on the nodes.
 	a := nodes["airlock-a"]
 	airlock(t, a.root, "template", "create", "kt", "--memory", "256MiB", "--cpus", "0.5")

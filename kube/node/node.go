@@ -20,14 +20,17 @@ package node
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"time"
@@ -51,10 +54,16 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/kube"
+	"github.com/airlock-sandbox/airlock/receipt"
 )
 
 // NodeLabel marks a Node as airlock's.
 const NodeLabel = "airlock.dev/node"
+
+// KeyAnnotation holds, on an airlock node's Node, the base64 ed25519 public
+// key its receipts are signed with: `airlock receipt verify --trust` takes
+// a file of these.
+const KeyAnnotation = "airlock.dev/receipt-key"
 
 // Config is one node's.
 type Config struct {
@@ -223,10 +232,15 @@ func nodeObject(c Config) (*corev1.Node, error) {
 		corev1.ResourceEphemeralStorage: *resource.NewQuantity(int64(fs.Blocks)*fs.Bsize, resource.BinarySI),
 		corev1.ResourcePods:             *resource.NewQuantity(int64(c.MaxSandboxes), resource.DecimalSI),
 	}
+	key, err := receipt.LoadOrCreateKey(filepath.Join(c.Root, "keys"))
+	if err != nil {
+		return nil, fmt.Errorf("the node's receipt key: %w", err)
+	}
 	now := metav1.Now()
 	n := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: c.Name,
+			Name:        c.Name,
+			Annotations: map[string]string{KeyAnnotation: base64.StdEncoding.EncodeToString(key.Public().(ed25519.PublicKey))},
 			Labels: map[string]string{
 				NodeLabel: "true", "kubernetes.io/hostname": c.Name, "kubernetes.io/os": "linux",
 				"kubernetes.io/arch": runtime.GOARCH, "type": "virtual-kubelet",

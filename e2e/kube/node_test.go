@@ -195,6 +195,11 @@ func (n *node) stop(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("airlock node %s's log:\n%s", n.name, n.log)
+		// A failed test may have left pods running: end their sandboxes,
+		// which would otherwise live to their TTL.
+		for _, si := range n.sandboxes(t) {
+			exec.Command(airlockBin, "--root", n.root, "sandbox", "rm", si.ID).Run()
+		}
 	}
 }
 
@@ -426,6 +431,26 @@ func TestNodes(t *testing.T) {
 		}
 	}
 
+	// A claim on the warm pool takes one of its sandboxes: a Running pod
+	// on an airlock node.
+	kubectl(t, []byte(`{"apiVersion": "extensions.agents.x-k8s.io/v1beta1", "kind": "SandboxClaim",
+ "metadata": {"name": "kt-claim", "namespace": "default"}, "spec": {"warmPoolRef": {"name": "kt"}}}`), "apply", "-f", "-")
+	var claimed string
+	waitFor(t, 2*time.Minute, "the claim bound to a ready sandbox", func() (bool, string) {
+		out := kubectlOut(t, "get", "sandboxclaim", "kt-claim", "-o", `jsonpath={.status.sandbox.name} {.status.conditions[?(@.type=="Ready")].status}`)
+		f := strings.Fields(out)
+		if len(f) == 2 && f[1] == "True" {
+			claimed = f[0]
+			return true, ""
+		}
+		return false, out + " / " + kubectlOut(t, "get", "sandboxclaim", "kt-claim", "-o", "yaml")
+	})
+	if p, err := cs.CoreV1().Pods("default").Get(ctx, claimed, metav1.GetOptions{}); err != nil || p.Status.Phase != corev1.PodRunning || nodes[p.Spec.NodeName] == nil {
+		t.Errorf("the claimed sandbox's pod %s: %v", claimed, err)
+	} else {
+		t.Logf("the claim took sandbox %s, a Running pod on %s", claimed, p.Spec.NodeName)
+	}
+
 	// Pods of the node's own: a program's end is the pod's.
 	image := pods[0].Spec.Containers[0].Image
 	for _, c := range []struct {
@@ -494,8 +519,9 @@ func TestNodes(t *testing.T) {
 			t.Errorf("pod %s: %s %s %q; want Failed AirlockRefused naming %s", c.name, got.Status.Phase, got.Status.Reason, got.Status.Message, c.field)
 		}
 	}
-	if n := len(a.sandboxes(t)); n != 1 {
-		t.Errorf("airlock-a holds %d sandboxes; the refused pods must make none", n)
+	running, _ := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=airlock-a,status.phase=Running"})
+	if n := len(a.sandboxes(t)); n != len(running.Items) {
+		t.Errorf("airlock-a holds %d sandboxes for %d running pods; the refused pods must make none", n, len(running.Items))
 	}
 
 	// A node killed with SIGKILL and started again ends the sandbox its
@@ -518,6 +544,7 @@ func TestNodes(t *testing.T) {
 	a = nodes["airlock-a"]
 
 	// Deleting every pod leaves no sandbox on either node.
+	kubectl(t, nil, "delete", "sandboxclaim", "kt-claim", "--wait=true")
 	kubectl(t, yaml, "delete", "-f", "-", "--wait=true")
 	for _, name := range []string{"exit0", "exit3", "tag", "hostpath", "privileged"} {
 		if err := cs.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {

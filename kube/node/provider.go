@@ -148,7 +148,11 @@ func (p *Provider) CreatePod(ctx context.Context, in *corev1.Pod) error {
 	now := metav1.Now()
 	pd.obj.Status = corev1.PodStatus{Phase: corev1.PodPending, HostIP: p.hostIP, StartTime: &now}
 	if p.hostIP != "" {
+		// A sandbox has no address of its own (no network); its pod shows
+		// its node's, as a hostNetwork pod does, since agent-sandbox holds
+		// a claim until its pod has one. Nothing of the pod listens there.
 		pd.obj.Status.HostIPs = []corev1.HostIP{{IP: p.hostIP}}
+		pd.obj.Status.PodIP, pd.obj.Status.PodIPs = p.hostIP, []corev1.PodIP{{IP: p.hostIP}}
 	}
 	p.mu.Lock()
 	if _, ok := p.pods[k]; ok {

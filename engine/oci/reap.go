@@ -14,7 +14,7 @@ import (
 const namePrefix = "airlock-"
 
 // Leftovers implements engine.Reaper: runtime containers named airlock-*
-// and runsc's files of them, bundles, and run cgroups.
+// and runsc's files of them, bundles, checkpoints and run cgroups.
 func (e *Engine) Leftovers(ctx context.Context) ([]string, error) {
 	seen := map[string]bool{}
 	for _, rt := range e.runtimes() {
@@ -35,6 +35,11 @@ func (e *Engine) Leftovers(ctx context.Context) ([]string, error) {
 	socks, _ := filepath.Glob(filepath.Join(e.runscState(), "runsc-"+namePrefix+"*.sock"))
 	for _, s := range socks {
 		seen[strings.TrimSuffix(strings.TrimPrefix(filepath.Base(s), "runsc-"+namePrefix), ".sock")] = true
+	}
+	// Checkpoints of paused sandboxes.
+	ckpts, _ := os.ReadDir(e.checkpointsDir())
+	for _, c := range ckpts {
+		seen[c.Name()] = true
 	}
 	bundles, _ := os.ReadDir(filepath.Join(e.root, "oci", "bundles"))
 	for _, b := range bundles {
@@ -64,7 +69,8 @@ func (e *Engine) runscState() string { return filepath.Join(e.root, "oci", "runs
 func (e *Engine) runcState() string  { return filepath.Join(e.root, "oci", "runc") }
 
 // Reap implements engine.Reaper: kill the run's cgroup, delete its runtime
-// containers, unmount its root overlay and remove its bundle.
+// containers, unmount its root overlay and remove its bundle and any
+// checkpoint.
 func (e *Engine) Reap(ctx context.Context, id string) error {
 	var errs []error
 	if err := cgroup.Remove(ctx, id); err != nil {
@@ -83,6 +89,10 @@ func (e *Engine) Reap(ctx context.Context, id string) error {
 	os.Remove(filepath.Join(e.runscState(), "runsc-"+name+".sock"))
 	os.Remove(filepath.Join(e.runscState(), name+"_sandbox:"+name+".lock"))
 	if err := removeBundle(e.bundleDir(id)); err != nil {
+		errs = append(errs, err)
+	}
+	// A paused sandbox's checkpoint goes with it.
+	if err := os.RemoveAll(e.checkpointDir(id)); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

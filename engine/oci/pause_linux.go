@@ -34,6 +34,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/atomicfile"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/flock"
 	"github.com/airlock-sandbox/airlock/internal/gvisor"
 	"github.com/airlock-sandbox/airlock/isolation"
 )
@@ -48,6 +49,13 @@ func (e *Engine) checkpointDir(id string) string { return filepath.Join(e.checkp
 // checkpointed reports whether sandbox id has a whole checkpoint.
 func (e *Engine) checkpointed(id string) bool {
 	_, err := os.Stat(filepath.Join(e.checkpointDir(id), checkpointDone))
+	return err == nil
+}
+
+// checkpointWritten reports whether runsc wrote a checkpoint's state
+// file for sandbox id, whole or not.
+func (e *Engine) checkpointWritten(id string) bool {
+	_, err := os.Stat(filepath.Join(e.checkpointDir(id), "checkpoint.img"))
 	return err == nil
 }
 
@@ -67,13 +75,13 @@ func (e *Engine) Paused(ctx context.Context, id string) (bool, error) {
 
 // openLocked opens sandbox id under its engine lock (which Create and
 // Destroy take too) for a pause or a resume, refusing one under runc.
-func (e *Engine) openLocked(ctx context.Context, id string) (_ *sandbox, release func(), err error) {
+func (e *Engine) openLocked(ctx context.Context, id string) (_ *sandbox, _ *flock.Lock, release func(), err error) {
 	if err := checkSandboxID(id); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	lk, err := e.lock(ctx, id)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	sb, err := e.openState(id)
 	if err == nil && sb.st.Mode == isolation.Seccomp {
@@ -81,9 +89,9 @@ func (e *Engine) openLocked(ctx context.Context, id string) (_ *sandbox, release
 	}
 	if err != nil {
 		lk.Release(true)
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return sb, func() { lk.Release(true) }, nil
+	return sb, lk, func() { lk.Release(true) }, nil
 }
 
 func (e *Engine) openState(id string) (*sandbox, error) {
@@ -98,7 +106,7 @@ func (e *Engine) openState(id string) (*sandbox, error) {
 // into a checkpoint (0600, in a 0700 directory under airlock's root), its
 // sandbox and gofer processes end, and its cgroup is left empty.
 func (e *Engine) Pause(ctx context.Context, id string) (err error) {
-	sb, release, err := e.openLocked(ctx, id)
+	sb, lk, release, err := e.openLocked(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -130,7 +138,12 @@ func (e *Engine) Pause(ctx context.Context, id string) (err error) {
 	// half-way, so once begun it runs to its end.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	out, err := exec.CommandContext(cctx, bin, append(args, "checkpoint", "--image-path="+dir, name)...).CombinedOutput()
+	ck := exec.CommandContext(cctx, bin, append(args, "checkpoint", "--image-path="+dir, name)...)
+	// runsc holds the engine's lock of the sandbox too: should this
+	// process die, a resume waits for the checkpoint to end before it
+	// looks at the sandbox.
+	ck.ExtraFiles = []*os.File{lk.File()}
+	out, err := ck.CombinedOutput()
 	if err != nil {
 		if aerr := sb.alive(); aerr != nil {
 			return aerr
@@ -199,20 +212,21 @@ func (e *Engine) writeState(sb *sandbox) error {
 // checkpoint into its bundle and cgroup, and the checkpoint is removed.
 // A resume cut short is done again from the start.
 func (e *Engine) Resume(ctx context.Context, id string) error {
-	sb, release, err := e.openLocked(ctx, id)
+	sb, _, release, err := e.openLocked(ctx, id)
 	if err != nil {
 		return err
 	}
 	defer release()
 	if !sb.st.Paused {
 		aerr := sb.alive()
-		if aerr == nil || !e.checkpointed(id) {
+		if aerr == nil || !e.checkpointed(id) && !e.checkpointWritten(id) {
 			return aerr
 		}
 		// A pause whose process died between its checkpoint and its
-		// record: the checkpoint is whole.
-	}
-	if !e.checkpointed(id) {
+		// record. A checkpoint not marked whole (its process died while
+		// runsc wrote it) is tried too: a torn one fails to restore, and
+		// the sandbox is lost, as it would be without it.
+	} else if !e.checkpointed(id) {
 		return fmt.Errorf("%w: sandbox %q is paused but its checkpoint is gone; `airlock sandbox rm %s` frees it", errdefs.ErrDataLoss, id, id)
 	}
 	bin, state, args := e.runtimeFor(sb.st.Mode, sb.bundle)
@@ -227,6 +241,9 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Run(); err != nil {
 		e.stopRuntime(cctx, sb, state, name)
+		if !sb.st.Paused {
+			return engine.Lost("sandbox %q died while it was paused, and its checkpoint does not restore (%v)%s", id, err, runtimeLog(sb.bundle))
+		}
 		return fmt.Errorf("%w: restoring sandbox %q: %v%s", errdefs.ErrUnavailable, id, err, runtimeLog(sb.bundle))
 	}
 	pid, err := e.statePid(cctx, bin, state, name)

@@ -115,6 +115,7 @@ func runSpawn(argv []string) {
 		os.Exit(agent.SpawnUnreachable)
 	}
 	if rep.Pid > 0 {
+		fmt.Printf("%s%d\n", agent.Spawned, rep.Pid)
 		os.Exit(0)
 	}
 	fmt.Fprintf(os.Stderr, "airlock: cannot start %q in the sandbox: %s\n", argv[0], rep.Error)

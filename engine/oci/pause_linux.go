@@ -18,7 +18,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -277,16 +276,17 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 func (s *sandbox) execSpawn(ctx context.Context, pr *specs.Process) (exit engine.Exit, ok bool, err error) {
 	q := *pr
 	q.Args = append([]string{agentPath, "spawn", "--"}, pr.Args...)
-	var stderr bytes.Buffer
-	p := &engine.Process{Stdout: io.Discard, Stderr: &stderr}
+	var stdout, stderr bytes.Buffer
+	p := &engine.Process{Stdout: &stdout, Stderr: &stderr}
 	exit, err = s.execControl(ctx, p, &q, spawnTimeout)
 	if err != nil {
 		return exit, true, err
 	}
-	switch exit.Code {
-	case 0:
+	switch {
+	case exit.Code == 0 && bytes.HasPrefix(stdout.Bytes(), []byte(agent.Spawned)):
 		return exit, true, nil
-	case agent.SpawnUnreachable:
+	case exit.Code == 0 || exit.Code == agent.SpawnUnreachable:
+		// No spawner, or an agent that knows none: nothing was started.
 		return exit, false, nil
 	}
 	return exit, true, fmt.Errorf("%w: starting %q detached in sandbox %q: %s (exit %s)", errdefs.ErrUnknown, pr.Args[0], s.st.ID, bytes.TrimSpace(stderr.Bytes()), strconv.Itoa(exit.Code))

@@ -37,6 +37,12 @@ type SpawnReply struct {
 	Error string `json:"error,omitempty"`
 }
 
+// Spawned starts what `airlock-agent spawn` prints on stdout once the
+// program runs, then its pid: the host takes the start as done only with
+// it, so an agent that knows no spawn (exiting 0 at its stdin's end) is
+// never taken for one that started the program.
+const Spawned = "airlock-spawned/1 "
+
 // Exit codes of `airlock-agent spawn`: 0 once the program runs; the
 // shell's 127 (not found) and 126 (found, not started); SpawnUnreachable
 // when no spawner answered, and the host starts the program another way.

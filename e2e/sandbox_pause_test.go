@@ -331,3 +331,27 @@ func TestSandboxPauseKilled(t *testing.T) {
 	// Killed mid-pause, then removed: nothing of it is left.
 	killAfter(60*time.Millisecond, "sandbox", "pause", id)
 }
+
+// A paused sandbox's TTL still counts: its supervisor ends it there, and
+// its checkpoint with it.
+func TestSandboxPausedTTL(t *testing.T) {
+	root := pauseRoot(t)
+	id := mustIn(t, root, "sandbox", "create", "--engine", "oci", "--isolation", "gvisor", "--ttl", "4s")
+	defer in(root, "sandbox", "rm", id)
+	mustIn(t, root, "sandbox", "pause", id)
+	if _, err := os.Stat(filepath.Join(root, "oci", "checkpoints", id)); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		left := pauseLeftOf(root, id)
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("past its TTL, the paused sandbox left: %v", left)
+		}
+	}
+	if c := in(root, "sandbox", "resume", id); c.code != 66 {
+		t.Errorf("resuming an expired sandbox: exit %d %s", c.code, c.stderr)
+	}
+}

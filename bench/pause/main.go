@@ -143,6 +143,7 @@ func run(n, heapMiB int) error {
 	}
 	var apiPause, apiResume, cliPause, cliResume []time.Duration
 	var ckptBytes int64
+	running, paused := cgroupMemory(id), ""
 	fmt.Fprintf(os.Stderr, "%d rounds of each face, a %d MiB heap…\n", n, heapMiB)
 	for i := 0; i < n; i++ {
 		_, _, c, _ := state()
@@ -152,6 +153,7 @@ func run(n, heapMiB int) error {
 		}
 		apiPause = append(apiPause, time.Since(start))
 		if i == 0 {
+			paused = cgroupMemory(id)
 			ents, _ := os.ReadDir(filepath.Join(root, "oci", "checkpoints", id))
 			for _, e := range ents {
 				if fi, err := e.Info(); err == nil {
@@ -196,5 +198,25 @@ func run(n, heapMiB int) error {
 	}
 	tw.Flush()
 	fmt.Printf("checkpoint: %.1f MiB for a %d MiB heap; targets: pause ≤ 150 ms, resume ≤ 250 ms\n", float64(ckptBytes)/(1<<20), heapMiB)
+	fmt.Printf("the sandbox's memory cgroup: %s running, %s paused\n", running, paused)
 	return nil
+}
+
+// cgroupMemory says what sandbox id's memory cgroup holds: its charge and
+// its processes.
+func cgroupMemory(id string) string {
+	for _, d := range []string{"/sys/fs/cgroup/memory/airlock/" + id, "/sys/fs/cgroup/airlock/" + id} {
+		usage, err := os.ReadFile(filepath.Join(d, "memory.usage_in_bytes"))
+		if err != nil {
+			usage, err = os.ReadFile(filepath.Join(d, "memory.current"))
+		}
+		if err != nil {
+			continue
+		}
+		procs, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		var bytes int64
+		fmt.Sscan(string(usage), &bytes)
+		return fmt.Sprintf("%.1f MiB and %d processes", float64(bytes)/(1<<20), len(strings.Fields(string(procs))))
+	}
+	return "(no memory cgroup)"
 }

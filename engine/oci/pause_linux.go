@@ -23,6 +23,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -142,7 +143,9 @@ func (e *Engine) Pause(ctx context.Context, id string) (err error) {
 	// process die, a resume waits for the checkpoint to end before it
 	// looks at the sandbox.
 	ck.ExtraFiles = []*os.File{lk.File()}
+	lap := stopwatch()
 	out, err := ck.CombinedOutput()
+	lap("checkpoint")
 	if err != nil {
 		if aerr := sb.alive(); aerr != nil {
 			return aerr
@@ -163,11 +166,12 @@ func (e *Engine) Pause(ctx context.Context, id string) (err error) {
 	// From here the checkpoint is whole: should this process die, Resume
 	// restores from it.
 	e.stopRuntime(cctx, sb, state, name)
+	lap("stop")
 	sb.st.Paused, sb.st.Pid, sb.st.Start, sb.st.Control = true, 0, 0, ""
 	if err := e.writeState(sb); err != nil {
 		return err
 	}
-	e.log.Debug("sandbox paused", "sandbox_id", id)
+	e.log.Debug("sandbox paused", "sandbox_id", id, "steps", lap("state"))
 	return nil
 }
 
@@ -233,19 +237,29 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	// What an earlier resume, cut short, left running or recorded.
+	lap := stopwatch()
 	e.stopRuntime(cctx, sb, state, name)
-	cmd := exec.CommandContext(cctx, bin, append(args, "restore", "--image-path="+e.checkpointDir(id), "--bundle", sb.bundle, "--detach", name)...)
+	lap("stop")
+	pidFile := filepath.Join(sb.bundle, "restore.pid")
+	os.Remove(pidFile)
+	cmd := exec.CommandContext(cctx, bin, append(args, "restore", "--image-path="+e.checkpointDir(id), "--bundle", sb.bundle, "--pid-file", pidFile, "--detach", name)...)
 	// As at create, the container's stdio is /dev/null (the restored init
 	// takes runsc's), and the sandbox outlives this process.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Run(); err != nil {
+	err = cmd.Run()
+	lap("restore")
+	if err != nil {
 		e.stopRuntime(cctx, sb, state, name)
 		if !sb.st.Paused {
 			return engine.Lost("sandbox %q died while it was paused, and its checkpoint does not restore (%v)%s", id, err, runtimeLog(sb.bundle))
 		}
 		return fmt.Errorf("%w: restoring sandbox %q: %v%s", errdefs.ErrUnavailable, id, err, runtimeLog(sb.bundle))
 	}
-	pid, err := e.statePid(cctx, bin, state, name)
+	// The pid file spares asking runsc for its state (an exec of runsc).
+	pid, err := readPid(pidFile)
+	if err != nil {
+		pid, err = e.statePid(cctx, bin, state, name)
+	}
 	if err != nil {
 		e.stopRuntime(cctx, sb, state, name)
 		return err
@@ -255,19 +269,48 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 		return engine.Lost("sandbox %q ended as it was restored", id)
 	}
 	sb.st.Paused, sb.st.Pid, sb.st.Start, sb.st.Control = false, pid, start, ""
+	lap("pid")
 	if c, err := gvisor.Find(cctx, state, name); err == nil {
 		sb.st.Control = c.Socket
 	} else {
 		e.log.Debug("gVisor control socket unusable after restore; execs use runsc exec", "sandbox", name, "err", err)
 	}
+	lap("control")
 	if err := e.writeState(sb); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(e.checkpointDir(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		e.log.Warn("removing a used checkpoint", "sandbox_id", id, "err", err)
 	}
-	e.log.Debug("sandbox resumed", "sandbox_id", id, "pid", pid)
+	e.log.Debug("sandbox resumed", "sandbox_id", id, "pid", pid, "steps", lap("removed"))
 	return nil
+}
+
+// stopwatch times a pause's or a resume's steps for the debug log: each
+// call records the time since the one before under its name and returns
+// all of them so far.
+func stopwatch() func(step string) string {
+	last := time.Now()
+	var steps []string
+	return func(step string) string {
+		now := time.Now()
+		steps = append(steps, fmt.Sprintf("%s %.1fms", step, float64(now.Sub(last).Microseconds())/1000))
+		last = now
+		return strings.Join(steps, ", ")
+	}
+}
+
+// readPid reads a pid file runsc wrote.
+func readPid(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("pid file %s: %q", path, b)
+	}
+	return pid, nil
 }
 
 // execSpawn starts a detached program through the sandbox's spawner, so

@@ -62,6 +62,27 @@ test-mcp: build ## The MCP tools through the official SDKs: Go's client over str
 test-sdk: ## Test the JS, deepagents and Python clients against a live airlock serve (npm ci from the lockfiles)
 	GO=$(GO) ./sdk/test.sh
 
+# A Kubernetes control plane for tests, built from the modules pinned in
+# tools/kube (cached under $(AIRLOCK_ROOT)/kube/bin by go.sum hash) and run
+# on 127.0.0.1 only. Not part of `make test`: its cold build takes ~20 min.
+KUBE := cd tools/kube && GO=$(GO) $(GO) run ./cmd/kube
+
+.PHONY: kube-up
+kube-up: ## Build (cached) and start etcd, the apiserver, controller manager, scheduler and agent-sandbox on 127.0.0.1; prints export KUBECONFIG=...
+	@$(KUBE) up
+
+.PHONY: kube-down
+kube-down: ## Stop the kube-up control plane and remove its state (the built binaries stay)
+	@$(KUBE) down
+
+.PHONY: kube-clean
+kube-clean: ## kube-down, then remove the built control-plane binaries too
+	@$(KUBE) clean
+
+.PHONY: test-kube-up
+test-kube-up: build ## kube-up, loopback-only sockets, agent-sandbox types and airlock kube render validated, kube-down leaving nothing (not in make test)
+	cd tools/kube && AIRLOCK_BIN=$(CURDIR)/bin/airlock GO=$(GO) $(GO) test -count=1 -tags e2e -timeout 60m -v ./cluster/
+
 .PHONY: unit
 unit: ## Run the unit tests only (no daemon; as non-root, the tests that need root skip and say why)
 	$(GO) test ./...
@@ -72,6 +93,9 @@ unit: ## Run the unit tests only (no daemon; as non-root, the tests that need ro
 # corpus under its package's testdata/fuzz/<Target>/.
 FUZZ_TARGETS := \
 	artifacts:FuzzCheckName \
+	egress:FuzzHandle \
+	egress:FuzzParseCredential \
+	egress:FuzzParseRule \
 	images:FuzzOpenLayout \
 	images:FuzzParseRef \
 	internal/agent:FuzzReader \
@@ -154,6 +178,10 @@ bench-pool: setup ## Warm pools: pooled run beside cold API, airlock run and doc
 bench-server: setup ## airlock serve beside the CLI: run and exec p50/p99 (30 each, interleaved)
 	$(GO) run ./bench/server -n 30
 
+.PHONY: bench-egress
+bench-egress: ## The egress proxy on loopback beside direct connections: throughput and per-request cost
+	$(GO) run ./bench/egress -n 20
+
 .PHONY: load-server
 load-server: setup ## airlock serve under load: 1,000 one-shot runs at concurrency 8, p50/p99, leaks, RSS, goroutines
 	AIRLOCK_LOAD_RUNS=1000 $(GO) test -count=1 -tags e2e -timeout 30m -run TestServeLoad -v ./e2e/serve/
@@ -173,6 +201,7 @@ lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./e2e/ ./e2e/bundle/ ./e2e/serve/
+	cd tools/kube && $(GO) vet ./... && $(GO) vet -tags e2e ./cluster/
 
 .PHONY: clean
 clean: ## Remove build outputs

@@ -216,6 +216,11 @@ func restartDockerd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer logf.Close()
+	// dockerd outlives the test: it keeps none of the test's inherited
+	// descriptors (a lock the test runs under).
+	if err := proc.CloseInherited(); err != nil {
+		t.Fatal(err)
+	}
 	d := exec.Command("dockerd")
 	d.Stdout, d.Stderr = logf, logf
 	d.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

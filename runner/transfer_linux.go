@@ -281,7 +281,13 @@ func (a *Areas) upload(ctx context.Context, p string, r io.Reader, limit int64) 
 		unix.Close(dir)
 		dir = next
 	}
-	name := rel[len(rel)-1]
+	return a.writeAt(ctx, dir, rel[len(rel)-1], r, limit)
+}
+
+// writeAt writes at most limit bytes of r to the file name in dir,
+// through a temporary file renamed into place, and returns its size and
+// SHA-256.
+func (a *Areas) writeAt(ctx context.Context, dir int, name string, r io.Reader, limit int64) (int64, string, error) {
 	exists, err := checkTarget(dir, name)
 	if err != nil {
 		return 0, "", err

@@ -105,7 +105,15 @@ if docker_up; then
 else
   step "starting dockerd (log: /var/log/airlock-dockerd.log)"
   mkdir -p /var/log
-  nohup setsid dockerd >>/var/log/airlock-dockerd.log 2>&1 </dev/null &
+  # dockerd outlives setup: it keeps none of setup's descriptors above
+  # stderr (a lock that `flock LOCK make …` holds).
+  (
+    for fd in /proc/self/fd/*; do
+      n=${fd##*/}
+      if [ "$n" -gt 2 ]; then eval "exec $n>&-" 2>/dev/null || true; fi
+    done
+    exec nohup setsid dockerd >>/var/log/airlock-dockerd.log 2>&1 </dev/null
+  ) &
   for i in $(seq 1 120); do
     docker_up && break
     ((i % 20 == 0)) && step "  … waiting for dockerd, ${i}/120"

@@ -42,6 +42,10 @@ func (s *Server) refused(err error) {
 }
 
 func (s *Server) putFile(w http.ResponseWriter, r *http.Request) {
+	if isTar(r.Header.Get("Content-Type")) {
+		s.putTree(w, r)
+		return
+	}
 	sb, p, done, err := s.fileTarget(r)
 	if err != nil {
 		writeError(w, err)
@@ -61,6 +65,10 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
+	if isTar(r.Header.Get("Accept")) {
+		s.getTree(w, r)
+		return
+	}
 	sb, p, done, err := s.fileTarget(r)
 	if err != nil {
 		writeError(w, err)

@@ -111,7 +111,7 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) {
 	defer got.close()
 	// Past --max-sandboxes the answer is /v1/runs's: 429 over_limit in the
 	// API's error shape, which a harness retries.
-	if ol := (*admission.OverLimitError)(nil); errors.As(err, &ol) {
+	if err != nil {
 		writeError(w, err)
 		return
 	}

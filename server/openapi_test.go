@@ -93,6 +93,8 @@ func openapiDocument(t *testing.T) []byte {
 	b.Schemas["Result"]["properties"].(openapi.Schema)["error_kind"] = openapi.Schema{"type": "string", "enum": kinds, "description": "the kind of Error, with reason error: docs/api.md lists the kinds"}
 	b.Name("Sandbox", reflect.TypeFor[runner.SandboxInfo](), false)
 	b.Name("Transfer", reflect.TypeFor[runner.Transfer](), false)
+	b.Name("TreeSummary", reflect.TypeFor[runner.TreeSummary](), false)
+	b.Name("TreeReport", reflect.TypeFor[runner.TreeReport](), false)
 	b.Name("FusionRequest", reflect.TypeFor[FusionRequest](), true)
 	b.Name("FusionResponse", reflect.TypeFor[FusionResponse](), false)
 	// files is streamed after the rest (writeFusion), not marshalled.

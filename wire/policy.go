@@ -21,6 +21,7 @@ import (
 	"github.com/gabriel-vasile/mimetype"
 
 	"github.com/airlock-sandbox/airlock/artifacts"
+	"github.com/airlock-sandbox/airlock/internal/fielderr"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/units"
 )
@@ -87,29 +88,10 @@ func (v *Number) UnmarshalJSON(b []byte) error {
 }
 
 // Error refuses one field. It is errdefs.IsInvalidArgument.
-type Error struct {
-	// Field is the field's wire name, such as "memory" or "timeout_s".
-	Field string
-	// Value is the value given, as JSON shows it: a string quoted, a
-	// number bare.
-	Value string
-	// Want says what to give instead.
-	Want string
-}
-
-func (e *Error) Error() string { return e.named(e.Field) }
-
-// InvalidParameter classifies the error for errdefs.
-func (*Error) InvalidParameter() {}
-
-// AsFlag is the error with the field named as the CLI's flag, "--memory"
-// for "memory".
-func (e *Error) AsFlag() string { return e.named("--" + strings.ReplaceAll(e.Field, "_", "-")) }
-
-func (e *Error) named(name string) string { return fmt.Sprintf("%s %s: %s", name, e.Value, e.Want) }
+type Error = fielderr.Error
 
 // refuse refuses field's string value s.
-func refuse(field, s, want string) *Error { return &Error{field, strconv.Quote(s), want} }
+func refuse(field, s, want string) *Error { return fielderr.Refuse(field, s, want) }
 
 // zeroLimit is what every face says of a limit of zero.
 const zeroLimit = `a limit of zero is neither "unlimited" nor "the default"; give a positive value, or leave it out for the default`
@@ -135,15 +117,15 @@ func Seconds(field string, v *float64) (time.Duration, error) {
 	text := strconv.FormatFloat(*v, 'g', -1, 64)
 	switch {
 	case *v == 0:
-		return 0, &Error{field, text, zeroLimit}
+		return 0, &Error{Field: field, Value: text, Want: zeroLimit}
 	case !(*v > 0) || *v > math.MaxInt64/float64(time.Second):
-		return 0, &Error{field, text, "give a positive number of seconds, such as 30, or leave it out for the default"}
+		return 0, &Error{Field: field, Value: text, Want: "give a positive number of seconds, such as 30, or leave it out for the default"}
 	}
 	// A value so small that it rounds to no time at all would read as
 	// "not given": it is refused instead.
 	d := time.Duration(*v * float64(time.Second))
 	if d < time.Millisecond {
-		return 0, &Error{field, text, "give at least 0.001 seconds"}
+		return 0, &Error{Field: field, Value: text, Want: "give at least 0.001 seconds"}
 	}
 	return d, nil
 }
@@ -176,9 +158,9 @@ func CPUs(field, s string) (units.MilliCPUs, error) {
 func Count[T int | int64](field string, n T) (T, error) {
 	switch {
 	case n == 0:
-		return 0, &Error{field, "0", zeroLimit}
+		return 0, &Error{Field: field, Value: "0", Want: zeroLimit}
 	case n < 0:
-		return 0, &Error{field, fmt.Sprint(n), "give a positive number"}
+		return 0, &Error{Field: field, Value: fmt.Sprint(n), Want: "give a positive number"}
 	}
 	return n, nil
 }

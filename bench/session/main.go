@@ -7,7 +7,9 @@
 //     the same sandbox, and `docker exec` into a runsc container;
 //   - one 10 MiB file up and down: `airlock cp` beside `docker cp`;
 //   - 1,000 × 10 KB files up and down, one command per file on both sides,
-//     and `docker cp` of the whole directory for reference.
+//     and `docker cp` of the whole directory for reference;
+//   - the same 1,000 files as one directory tree up and down: `airlock cp`
+//     of the directory beside `docker cp` of it.
 //
 // `make bench-session` runs it after setup.
 package main
@@ -38,8 +40,9 @@ func main() {
 	n := flag.Int("n", 30, "execs per exec scenario")
 	big := flag.Int("big", 10, "rounds of the 10 MiB transfers")
 	files := flag.Int("files", 1000, "files in the many-files transfers (0 skips them)")
+	trees := flag.Int("trees", 5, "rounds of the directory-tree transfers (0 skips them)")
 	flag.Parse()
-	if err := run(*n, *big, *files); err != nil {
+	if err := run(*n, *big, *files, *trees); err != nil {
 		fmt.Fprintf(os.Stderr, "bench-session: %v\n", err)
 		os.Exit(1)
 	}
@@ -102,7 +105,7 @@ func (e *env) airlock(args ...string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-func run(n, big, files int) error {
+func run(n, big, files, trees int) error {
 	ctx := context.Background()
 	root := e2etest.SysRoot()
 	tmp, err := os.MkdirTemp("", "airlock-bench-session-")
@@ -185,6 +188,20 @@ func run(n, big, files int) error {
 	report(bigs...)
 	ratio("10 MiB up: airlock cp / docker cp", bigs[0], bigs[1], "")
 	ratio("10 MiB down: airlock cp / docker cp", bigs[2], bigs[3], "")
+
+	if files > 0 && trees > 0 {
+		tree, err := e.treeScenarios(files)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "%d files as one tree: %d rounds of each of %d scenarios, interleaved…\n", files, trees, len(tree))
+		if err := interleave(trees, tree); err != nil {
+			return err
+		}
+		report(tree...)
+		ratio(fmt.Sprintf("%d files up: airlock cp / docker cp, the directory", files), tree[0], tree[1], " (target ≤ 1.5)")
+		ratio(fmt.Sprintf("%d files down: airlock cp / docker cp, the directory", files), tree[2], tree[3], " (target ≤ 1.5)")
+	}
 
 	if files > 0 {
 		many, err := e.manyScenarios(files)
@@ -273,22 +290,65 @@ func (e *env) bigScenarios() ([]*scenario, error) {
 	}, nil
 }
 
+// manyFiles writes files × 10 KB of text into a new directory dir. Text,
+// so that no file's random bytes happen to sniff as a type off the
+// allowlist.
+func manyFiles(dir string, files int) error {
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return err
+	}
+	line := strings.Repeat("0123456789abcdef", 6) + "\n"
+	body := []byte(strings.Repeat(line, 10_000/len(line)+1)[:10_000])
+	for i := 0; i < files; i++ {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%04d.txt", i)), body, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// treeScenarios moves files × 10 KB as one directory: airlock cp of the
+// directory beside docker cp of it, each round to a new place; the
+// downloads read a copy put there before the timed part.
+func (e *env) treeScenarios(files int) ([]*scenario, error) {
+	dir := filepath.Join(e.tmp, "tree")
+	if err := manyFiles(dir, files); err != nil {
+		return nil, err
+	}
+	if _, err := e.airlock("cp", dir, e.ociSB+":/home/user/tree-src"); err != nil {
+		return nil, err
+	}
+	if out, err := exec.Command("docker", "cp", dir, e.peer+":/tmp/tree-src").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("docker cp: %v: %s", err, out)
+	}
+	down := filepath.Join(e.tmp, "tree-down")
+	if err := os.Mkdir(down, 0o700); err != nil {
+		return nil, err
+	}
+	label := fmt.Sprintf("%d × 10 KB tree", files)
+	return []*scenario{
+		{name: label + " up: airlock cp", argv: func(i int) []string {
+			return []string{e.bin, "--root", e.root, "cp", dir, fmt.Sprintf("%s:/home/user/tree-%d", e.ociSB, i)}
+		}},
+		{name: label + " up: docker cp", argv: func(i int) []string {
+			return []string{"docker", "cp", dir, fmt.Sprintf("%s:/tmp/tree-%d", e.peer, i)}
+		}},
+		{name: label + " down: airlock cp", argv: func(i int) []string {
+			return []string{e.bin, "--root", e.root, "cp", e.ociSB + ":/home/user/tree-src", filepath.Join(down, fmt.Sprintf("airlock-%d", i))}
+		}},
+		{name: label + " down: docker cp", argv: func(i int) []string {
+			return []string{"docker", "cp", e.peer + ":/tmp/tree-src", filepath.Join(down, fmt.Sprintf("docker-%d", i))}
+		}},
+	}, nil
+}
+
 // manyScenarios moves files × 10 KB: one command per file on both sides
 // (airlock cp copies one file a command), and docker cp of the directory.
 func (e *env) manyScenarios(files int) ([]*scenario, error) {
 	name := func(k int) string { return fmt.Sprintf("f%04d.txt", k) }
 	dir := filepath.Join(e.tmp, "many")
-	if err := os.Mkdir(dir, 0o755); err != nil {
+	if err := manyFiles(dir, files); err != nil {
 		return nil, err
-	}
-	// Text, so that no file's random bytes happen to sniff as a type off
-	// the allowlist.
-	line := strings.Repeat("0123456789abcdef", 6) + "\n"
-	for i := 0; i < files; i++ {
-		body := []byte(strings.Repeat(line, 10_000/len(line)+1)[:10_000])
-		if err := os.WriteFile(filepath.Join(dir, name(i)), body, 0o644); err != nil {
-			return nil, err
-		}
 	}
 	down := filepath.Join(e.tmp, "many-down")
 	for _, d := range []string{"airlock", "docker", "docker-dir"} {

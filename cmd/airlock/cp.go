@@ -1,17 +1,21 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/containerd/errdefs"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/artifacts"
 	"github.com/airlock-sandbox/airlock/runner"
 )
 
@@ -20,12 +24,12 @@ import (
 const exitRefused = 65
 
 func newCpCmd(g *globals) *cobra.Command {
-	var asJSON bool
+	var asJSON, dotfiles bool
 	cmd := &cobra.Command{
 		Use:   "cp [flags] SRC DST",
-		Short: "Copy a file into or out of a live sandbox",
-		Long: `Copy one file between this machine and a live sandbox; exactly one of SRC
-and DST is ID:PATH (docker's convention).
+		Short: "Copy a file or a directory into or out of a live sandbox",
+		Long: `Copy a file or a directory tree between this machine and a live sandbox;
+exactly one of SRC and DST is ID:PATH (docker's convention).
 
 Upload (host → sandbox) writes only into the workspace /home/user or /tmp,
 within their caps, and never follows a symlink: not on this machine, and
@@ -37,17 +41,37 @@ the type, detected from the content, must be on the sandbox's
 --download-types allowlist. The host file is created new (never
 overwriting, never through a symlink); DST may be an existing directory.
 
-A refused transfer exits 65 and names its reason word (invalid_path,
-not_found, symlink, not_regular, is_directory, too_large, type_not_allowed,
-no_space, …); --json prints the decision: the transfer record with its
-size, sha256 and type, or the refusal with its reason.`,
+Directories: SRC_DIR is copied to DST when DST does not exist, and into
+DST/<name of SRC_DIR> when DST is a directory; SRC_DIR/. copies the
+directory's contents into DST. Every entry keeps the rules of one file:
+only regular files and directories go (symlinks, hardlinks in the sandbox,
+FIFOs, devices and sockets are reported and skipped, never followed), the
+count of entries (100,000) and the bytes (the workspace's size) are capped,
+and on the way out every file passes the scanner and is created new on
+this machine; paths with a component starting with '.' are refused unless
+--dotfiles is given. One decision is printed per entry (accepted ones
+with their size), then a summary.
+
+A refused transfer, or a tree with any refused entry, exits 65 and names
+the reason words (invalid_path, not_found, symlink, hardlink, not_regular,
+is_directory, too_large, too_many, type_not_allowed, hidden_name, exists,
+no_space, …); --json prints the decision as one JSON object: for a file,
+the transfer record with its size, sha256 and type, or the refusal with
+its reason; for a tree, {"transfers": [one record per entry],
+"summary": {"files", "dirs", "refused", "bytes"}}.`,
 		Example: `  airlock cp data.csv sb-0804d69789f28334e665:/home/user/data.csv
   airlock cp sb-0804d69789f28334e665:/home/user/out/result.csv ./result.csv
-  airlock cp --json sb-0804d69789f28334e665:/tmp/report.json . | jq .sha256`,
+  airlock cp --json sb-0804d69789f28334e665:/tmp/report.json . | jq .sha256
+  airlock cp ./project sb-0804d69789f28334e665:/home/user/project
+  airlock cp sb-0804d69789f28334e665:/home/user/project/. ./results
+  airlock cp --json ./data/. sb-0804d69789f28334e665:/tmp/data | jq .summary`,
 		Args: exactArgs(2, "give SRC and DST, exactly one of them ID:PATH"),
-		RunE: func(cmd *cobra.Command, args []string) error { return runCp(cmd, g, args[0], args[1], asJSON) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runCp(cmd, g, args[0], args[1], cpFlags{json: asJSON, dotfiles: dotfiles})
+		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the decision as one JSON object")
+	cmd.Flags().BoolVar(&dotfiles, "dotfiles", false, "copying a directory out, deliver paths with a component starting with '.' (.git, .env)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the decision as one JSON object (for a tree: every entry's and a summary)")
 	return cmd
 }
 
@@ -60,7 +84,10 @@ func remote(s string) (id, p string, ok bool) {
 	return s[:i], s[i+1:], true
 }
 
-func runCp(cmd *cobra.Command, g *globals, src, dst string, asJSON bool) error {
+// cpFlags are airlock cp's options.
+type cpFlags struct{ json, dotfiles bool }
+
+func runCp(cmd *cobra.Command, g *globals, src, dst string, fl cpFlags) error {
 	sid, spath, sok := remote(src)
 	did, dpath, dok := remote(dst)
 	if sok == dok {
@@ -82,6 +109,13 @@ func runCp(cmd *cobra.Command, g *globals, src, dst string, asJSON bool) error {
 	if err != nil {
 		return err
 	}
+	tree, err := isTree(sb, src, spath, dok)
+	if err != nil {
+		return err
+	}
+	if tree {
+		return copyTree(cmd, sb, src, dst, spath, dpath, dok, fl)
+	}
 	var tr runner.Transfer
 	if dok {
 		tr, err = upload(cmd, sb, src, dpath)
@@ -90,7 +124,7 @@ func runCp(cmd *cobra.Command, g *globals, src, dst string, asJSON bool) error {
 	}
 	var te *runner.TransferError
 	refused := errors.As(err, &te)
-	if asJSON && (err == nil || refused) {
+	if fl.json && (err == nil || refused) {
 		if werr := writeJSON(cmd.OutOrStdout(), tr); werr != nil {
 			return werr
 		}
@@ -100,6 +134,151 @@ func runCp(cmd *cobra.Command, g *globals, src, dst string, asJSON bool) error {
 		return &exitErr{code: exitRefused}
 	}
 	return err
+}
+
+// isTree says whether SRC is a directory: on this machine, by lstat (a
+// symlink is not one, and its upload is refused as a file's), or in the
+// sandbox.
+func isTree(sb *runner.Sandbox, host, p string, up bool) (bool, error) {
+	if up {
+		fi, err := os.Lstat(host)
+		return err == nil && fi.IsDir(), nil
+	}
+	p, whole := contents(p)
+	if whole {
+		return true, nil
+	}
+	isDir, err := sb.IsDir(p)
+	var te *runner.TransferError
+	if errors.As(err, &te) {
+		return false, nil // the one-file download says why
+	}
+	return isDir, err
+}
+
+// contents reports whether a source directory names its contents (docker's
+// trailing "/.", or a path that is "." or "/" itself) and returns it
+// without the "/.".
+func contents(p string) (string, bool) {
+	if len(p) > 1 {
+		p = strings.TrimRight(p, "/")
+		if p == "" {
+			p = "/"
+		}
+	}
+	switch {
+	case strings.HasSuffix(p, "/."):
+		return strings.TrimSuffix(p, "/."), true
+	case p == "." || p == "/":
+		return p, true
+	}
+	return p, false
+}
+
+// copyTree copies a directory tree and reports one decision per entry and
+// a summary; any refused entry exits 65.
+func copyTree(cmd *cobra.Command, sb *runner.Sandbox, src, dst, spath, dpath string, up bool, fl cpFlags) error {
+	ctx := cmd.Context()
+	out := cmd.OutOrStdout()
+	var mu sync.Mutex
+	rep := runner.TreeReport{Transfers: []runner.Transfer{}}
+	refused := 0
+	each := func(tr runner.Transfer) {
+		mu.Lock()
+		defer mu.Unlock()
+		if tr.Decision == runner.DecisionRefused {
+			refused++
+		}
+		if fl.json {
+			rep.Transfers = append(rep.Transfers, tr)
+			return
+		}
+		if tr.Decision == runner.DecisionAccepted {
+			fmt.Fprintf(out, "accepted  %s  %d bytes\n", tr.Path, tr.Size)
+		} else {
+			fmt.Fprintf(out, "refused   %s  %s: %s\n", tr.Path, tr.Reason, tr.Detail)
+		}
+	}
+	var err error
+	if up {
+		rep.Summary, err = uploadTree(ctx, sb, src, dpath, each)
+	} else {
+		rep.Summary, err = downloadTree(ctx, sb, spath, dst, fl.dotfiles, each)
+	}
+	var te *runner.TransferError
+	stopped := errors.As(err, &te)
+	if err != nil && !stopped {
+		return err
+	}
+	rep.Summary.Refused = refused
+	if fl.json {
+		if werr := writeJSON(out, rep); werr != nil {
+			return werr
+		}
+	} else {
+		s := rep.Summary
+		fmt.Fprintf(out, "%d files, %d directories, %d bytes copied; %d refused\n", s.Files, s.Dirs, s.Bytes, s.Refused)
+	}
+	if stopped {
+		fmt.Fprintf(cmd.ErrOrStderr(), "airlock: %v\n", err)
+		return &exitErr{code: exitRefused}
+	}
+	if refused > 0 {
+		fmt.Fprintf(cmd.ErrOrStderr(), "airlock: %d of the tree's entries were refused\n", refused)
+		return &exitErr{code: exitRefused}
+	}
+	return nil
+}
+
+// uploadTree sends the host directory host to the sandbox directory p:
+// into p/<name of host> when p is a directory, as p otherwise.
+func uploadTree(ctx context.Context, sb *runner.Sandbox, host, p string, each func(runner.Transfer)) (runner.TreeSummary, error) {
+	host, whole := contents(host)
+	p, _ = contents(p)
+	if !whole {
+		isDir, err := sb.IsDir(p)
+		var te *runner.TransferError
+		if err != nil && !errors.As(err, &te) {
+			return runner.TreeSummary{}, err
+		}
+		if isDir {
+			p = path.Join(p, filepath.Base(host))
+		}
+	}
+	pr, pw := io.Pipe()
+	hostErr := make(chan error, 1)
+	go func() {
+		err := runner.TarHostTree(ctx, host, pw, p, sb.Info().WorkspaceBytes, each)
+		pw.CloseWithError(err)
+		hostErr <- err
+	}()
+	sum, err := sb.UploadTree(ctx, p, pr, each)
+	// A stream stopped early: the reader goes, and the writer with it.
+	pr.CloseWithError(errUploadStopped)
+	if herr := <-hostErr; herr != nil && !errors.Is(herr, errUploadStopped) {
+		// This machine's side broke the stream: its error says why.
+		return sum, herr
+	}
+	return sum, err
+}
+
+// errUploadStopped ends the reading of a host tree the sandbox's side
+// stopped taking.
+var errUploadStopped = errors.New("the upload stopped")
+
+// downloadTree delivers the sandbox directory p to the host directory
+// host: into host/<name of p> when host is a directory, as host otherwise.
+func downloadTree(ctx context.Context, sb *runner.Sandbox, p, host string, dotfiles bool, each func(runner.Transfer)) (runner.TreeSummary, error) {
+	p, whole := contents(p)
+	if fi, err := os.Stat(host); err == nil && fi.IsDir() && !whole {
+		host = filepath.Join(host, path.Base(p))
+	}
+	dest, err := artifacts.OpenDest(host)
+	if err != nil {
+		return runner.TreeSummary{}, fmt.Errorf("%w: opening %s: %v", errdefs.ErrInvalidArgument, host, err)
+	}
+	defer dest.Close()
+	return sb.DownloadTree(ctx, p, runner.DestSink(dest), dotfiles, each)
 }
 
 func upload(cmd *cobra.Command, sb *runner.Sandbox, host, p string) (runner.Transfer, error) {

@@ -78,6 +78,6 @@ input, 66 not found, 69 engine or runtime unavailable, 70 internal error,
 		return usageError{fmt.Errorf("%w\nRun '%s --help' for usage", err, c.CommandPath())}
 	})
 	root.AddCommand(newRunCmd(g), newBatchCmd(g), newImageCmd(g), newReceiptCmd(g), newReapCmd(g), newPsCmd(g), newKillCmd(g), newDoctorCmd(g), newHostCmd(g), newSeccompCmd(),
-		newSandboxCmd(g), newTemplateCmd(g), newExecCmd(g), newCpCmd(g), newServeCmd(g), newMCPCmd(g))
+		newSandboxCmd(g), newTemplateCmd(g), newExecCmd(g), newCpCmd(g), newServeCmd(g), newMCPCmd(g), newKubeCmd(g))
 	return root
 }

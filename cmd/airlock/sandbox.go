@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-sandbox/airlock/artifacts"
+	"github.com/airlock-sandbox/airlock/internal/proc"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/service"
 	"github.com/airlock-sandbox/airlock/wire"
@@ -276,6 +277,11 @@ func newSandboxSuperviseCmd(g *globals) *cobra.Command {
 		Hidden: true,
 		Args:   exactArgs(1, "give one sandbox id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// It outlives whoever created the sandbox: it keeps none of
+			// their descriptors (a lock held by `flock LOCK airlock …`).
+			if err := proc.CloseInherited(); err != nil {
+				return err
+			}
 			r, done, err := g.sandboxRunner(args[0])
 			if errdefs.IsNotFound(err) {
 				return nil

@@ -106,6 +106,28 @@ func TestHelperExec(t *testing.T) {
 	if _, errs, _, code := wrap(t, []string{"PATH=/bin"}, "no-such-program"); code != 127 || errs != "airlock: cannot execute no-such-program\n" {
 		t.Fatalf("missing program: code %d, %q", code, errs)
 	}
+	// There but not executable: 126, directly or found on PATH; a later
+	// PATH entry still wins.
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "data"), []byte("not a program"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		env  []string
+		name string
+		code int
+	}{
+		{[]string{"PATH=/bin"}, filepath.Join(dir, "data"), 126},
+		{[]string{"PATH=" + dir}, "data", 126},
+		{[]string{"PATH=/nonexistent:" + dir + ":/bin"}, "data", 126},
+		{[]string{"PATH=" + filepath.Join(dir, "data") + ":/bin"}, "true", 0},
+		{[]string{"PATH=" + dir + ":/bin"}, "true", 0},
+		{[]string{"PATH=/bin"}, filepath.Join(dir, "none"), 127},
+	} {
+		if _, _, _, code := wrap(t, c.env, c.name); code != c.code {
+			t.Errorf("%s on %v: code %d, want %d", c.name, c.env, code, c.code)
+		}
+	}
 	if _, _, _, code := wrap(t, []string{"PATH=/bin"}, strings.Repeat("x", 9000)); code != 127 {
 		t.Fatalf("overlong name: code %d", code)
 	}

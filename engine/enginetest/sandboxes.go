@@ -262,8 +262,15 @@ func testExitCodes(t *testing.T, s *suite) {
 			t.Errorf("%s: code %d (timed out %v); want %d", c.script, r.Code, r.TimedOut, c.code)
 		}
 	}
-	if r := run(t, sb, engine.Process{Argv: []string{"/no/such/program"}}); r.Code == 0 {
-		t.Errorf("a missing program exited 0")
+	// A program that cannot start gets a shell's codes, whichever path
+	// the exec took: 127 for a missing one, 126 for one not executable.
+	for _, c := range []struct {
+		argv []string
+		code int
+	}{{[]string{"/no/such/program"}, 127}, {[]string{"/etc/passwd"}, 126}} {
+		if r := run(t, sb, engine.Process{Argv: c.argv}); r.Code != c.code || r.TimedOut || r.Killed {
+			t.Errorf("%s: code %d, stderr %q; want %d", c.argv[0], r.Code, r.stderr, c.code)
+		}
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -441,8 +442,19 @@ func (s *sandbox) execRuntime(ctx context.Context, p *engine.Process, pr *specs.
 		args = append(args, "--detach")
 	}
 	cmd := exec.Command(bin, append(args, s.name())...)
+	// The runtime writes why it could not start the program to the
+	// program's stderr: its last bytes tell a missing program from
+	// another refusal.
+	var said tail
 	if !p.Detach {
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = pipedStdio(p.Stdin, p.Stdout, p.Stderr)
+		out, errw := p.Stdout, io.Writer(p.Stderr)
+		if sameWriter(out, errw) {
+			out = said.tee(out)
+			errw = out
+		} else {
+			errw = said.tee(errw)
+		}
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = pipedStdio(p.Stdin, out, errw)
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.WaitDelay = outputGrace
@@ -464,7 +476,29 @@ func (s *sandbox) execRuntime(ctx context.Context, p *engine.Process, pr *specs.
 	if waitErr != nil && cmd.ProcessState == nil {
 		return engine.Exit{}, fmt.Errorf("%w: waiting for %s exec: %v", errdefs.ErrInternal, filepath.Base(bin), waitErr)
 	}
+	if !p.Detach && exit.Code == startFailed[native] && !exit.TimedOut && !exit.Killed && !written(pidFile) {
+		// The runtime writes the pid file once the program runs: without
+		// it, the code is the runtime's refusal, told as the control path
+		// tells it.
+		exit.Code = 126
+		if said.notFound() {
+			exit.Code = 127
+		}
+		if p.Stderr != nil {
+			fmt.Fprintf(p.Stderr, "airlock: cannot start %q in the sandbox\n", pr.Args[0])
+		}
+	}
 	return exit, nil
+}
+
+// startFailed is the runtime's exec code when it could not start the
+// program: runsc's (false) and runc's (true).
+var startFailed = map[bool]int{false: 128, true: 255}
+
+// written reports whether the runtime wrote its pid file.
+func written(pidFile string) bool {
+	fi, err := os.Stat(pidFile)
+	return err == nil && fi.Size() > 0
 }
 
 // await waits for an exec's end on done, up to timeout and while ctx

@@ -3,6 +3,7 @@ package oci
 import (
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -144,4 +145,43 @@ func (s *stdio) close() {
 	for _, f := range s.ends {
 		f.Close()
 	}
+}
+
+// tail keeps the last bytes written through its tee, to read a runtime's
+// refusal that went to the program's stderr.
+type tail struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+const tailBytes = 512
+
+// tee returns a writer that writes to w (nil: nowhere) and keeps the
+// last bytes here.
+func (t *tail) tee(w io.Writer) io.Writer { return &teeTail{t: t, w: w} }
+
+type teeTail struct {
+	t *tail
+	w io.Writer
+}
+
+func (w *teeTail) Write(p []byte) (int, error) {
+	w.t.mu.Lock()
+	w.t.buf = append(w.t.buf, p[max(0, len(p)-tailBytes):]...)
+	if len(w.t.buf) > tailBytes {
+		w.t.buf = w.t.buf[len(w.t.buf)-tailBytes:]
+	}
+	w.t.mu.Unlock()
+	if w.w == nil {
+		return len(p), nil
+	}
+	return w.w.Write(p)
+}
+
+// notFound reports whether the runtime said the program does not exist.
+func (t *tail) notFound() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := string(t.buf)
+	return strings.Contains(s, "no such file or directory") || strings.Contains(s, "executable file not found")
 }

@@ -1,7 +1,8 @@
 # airlock's in-sandbox helper, x86-64 Linux, no libc. One file, three jobs:
 #   helper            idle init: ignore SIGCHLD (the kernel reaps orphans), pause forever
 #   helper x PROG...  exec wrapper: become a session leader, write its pid (4 bytes,
-#                     native order) to stderr, execve PROG (searching PATH); 127 if it cannot
+#                     native order) to stderr, execve PROG (searching PATH); as a shell,
+#                     127 if it is not there, 126 if it is but cannot be executed
 #   helper k          read a pid (4 bytes) from stdin, SIGKILL its process group until
 #                     the group is gone; exit 0, or 2 on bad input, 3 if it will not go
 #   The oci engine's idle init (engine/oci/testdata/init_amd64.S) reaps with wait4 instead of
@@ -36,6 +37,7 @@ init:	mov	$13, %eax		# rt_sigaction(SIGCHLD, &ign, NULL, 8)
 
 wrap:	cmp	$3, %rbx
 	jl	bad
+	xor	%r9d, %r9d		# 1 once an execve fails on a file that is there
 	mov	$112, %eax		# setsid
 	syscall
 	test	%rax, %rax
@@ -68,6 +70,11 @@ direct:	mov	$59, %eax		# execve(name, argv, envp)
 	mov	%r14, %rsi
 	mov	%r13, %rdx
 	syscall
+	cmp	$-2, %rax		# ENOENT, ENOTDIR: not there
+	je	fail
+	cmp	$-20, %rax
+	je	fail
+	mov	$1, %r9d
 	jmp	fail
 search:	mov	%r13, %rcx		# PATH= from envp, else the default
 4:	mov	(%rcx), %rsi
@@ -116,11 +123,16 @@ walk:	mov	%rsp, %rdi
 	mov	%r14, %rsi
 	mov	%r13, %rdx
 	syscall
-	cmpb	$0, (%rbp)		# failed: the next entry, if any
+	cmp	$-2, %rax		# ENOENT, ENOTDIR: not there
+	je	16f
+	cmp	$-20, %rax
+	je	16f
+	mov	$1, %r9d
+16:	cmpb	$0, (%rbp)		# failed: the next entry, if any
 	je	fail
 	inc	%rbp
 	jmp	walk
-fail:	mov	$1, %eax		# "airlock: cannot execute NAME\n", exit 127
+fail:	mov	$1, %eax		# "airlock: cannot execute NAME\n", exit 127 or 126
 	mov	$2, %edi
 	lea	msg(%rip), %rsi
 	mov	$msglen, %edx
@@ -140,6 +152,7 @@ fail:	mov	$1, %eax		# "airlock: cannot execute NAME\n", exit 127
 	mov	$1, %edx
 	syscall
 	mov	$127, %edi
+	sub	%r9d, %edi		# syscalls keep r9
 	jmp	exit
 
 killer:	push	$0

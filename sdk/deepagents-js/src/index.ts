@@ -227,25 +227,19 @@ export class AirlockSandbox extends BaseSandbox implements SandboxBackendProtoco
   }
 
   /**
-   * Upload files, each on its own: the answers are in input order, and one
-   * refused file does not stop the others. A failure that is not about the
-   * file (the sandbox is gone, the server is down) is thrown.
+   * Upload files in one request per area (a tar stream the server judges
+   * entry by entry), answering in input order; one refusal does not stop
+   * the others. A failure that is not about a file (the sandbox is gone,
+   * the server is down) is thrown.
    */
   async uploadFiles(files: Array<[string, Uint8Array]>): Promise<FileUploadResponse[]> {
-    const out: FileUploadResponse[] = [];
-    for (const [path, content] of files) {
-      const bad = checkPath(path);
-      if (bad) {
-        out.push({ path, error: bad });
-        continue;
-      }
-      try {
-        await this.sandbox.files.write(path, content);
-        out.push({ path, error: null });
-      } catch (err) {
-        out.push({ path, error: this.#fileError(err, path) });
-      }
-    }
+    const out: FileUploadResponse[] = files.map(([path]) => ({ path, error: checkPath(path) }));
+    const idx = out.flatMap((r, i) => (r.error ? [] : [i]));
+    const recs = await this.sandbox.files.writeMany(idx.map((i) => files[i]));
+    idx.forEach((i, k) => {
+      const rec = recs[k];
+      if (rec.decision !== "accepted") out[i].error = fileErrorOf(rec.reason, out[i].path);
+    });
     return out;
   }
 

@@ -913,8 +913,10 @@ export interface paths {
     "/v1/sandboxes/{id}/files": {
         parameters: {
             query: {
-                /** @description absolute path in the sandbox */
+                /** @description absolute path in the sandbox: a file, or with application/x-tar a directory */
                 path: string;
+                /** @description GET of a tree: deliver paths with a component starting with '.' (refused hidden_name by default) */
+                dotfiles?: boolean;
             };
             header?: never;
             path: {
@@ -922,12 +924,14 @@ export interface paths {
             };
             cookie?: never;
         };
-        /** Download a file through the artifact scanner */
+        /** Download a file through the artifact scanner, or a directory as a tar stream (Accept: application/x-tar) */
         get: {
             parameters: {
                 query: {
-                    /** @description absolute path in the sandbox */
+                    /** @description absolute path in the sandbox: a file, or with application/x-tar a directory */
                     path: string;
+                    /** @description GET of a tree: deliver paths with a component starting with '.' (refused hidden_name by default) */
+                    dotfiles?: boolean;
                 };
                 header?: never;
                 path: {
@@ -937,13 +941,14 @@ export interface paths {
             };
             requestBody?: never;
             responses: {
-                /** @description the raw bytes; X-Airlock-Sha256 header */
+                /** @description the raw bytes and an X-Airlock-Sha256 header; or a tar stream of the files the scanner passed, whose last entry, .airlock-report.json, is the TreeReport */
                 200: {
                     headers: {
                         [name: string]: unknown;
                     };
                     content: {
                         "application/octet-stream": unknown;
+                        "application/x-tar": unknown;
                     };
                 };
                 /** @description error */
@@ -1011,12 +1016,14 @@ export interface paths {
                 };
             };
         };
-        /** Upload a file (raw body, streamed) */
+        /** Upload a file (raw body, streamed), or a tree (Content-Type: application/x-tar, judged entry by entry) */
         put: {
             parameters: {
                 query: {
-                    /** @description absolute path in the sandbox */
+                    /** @description absolute path in the sandbox: a file, or with application/x-tar a directory */
                     path: string;
+                    /** @description GET of a tree: deliver paths with a component starting with '.' (refused hidden_name by default) */
+                    dotfiles?: boolean;
                 };
                 header?: never;
                 path: {
@@ -1027,16 +1034,17 @@ export interface paths {
             requestBody: {
                 content: {
                     "application/octet-stream": unknown;
+                    "application/x-tar": unknown;
                 };
             };
             responses: {
-                /** @description accepted */
+                /** @description accepted: a file's Transfer; a tree's TreeReport (one record per entry, in stream order; summary.stopped when a cap stopped the stream) */
                 200: {
                     headers: {
                         [name: string]: unknown;
                     };
                     content: {
-                        "application/json": components["schemas"]["Transfer"];
+                        "application/json": components["schemas"]["Transfer"] | components["schemas"]["TreeReport"];
                     };
                 };
                 /** @description error */
@@ -1826,6 +1834,22 @@ export interface components {
             reason?: string;
             sha256?: string;
             size: number;
+        };
+        /** @description TreeReport is one tree transfer as the faces show it: every entry's record, in the order decided, and the counts. */
+        TreeReport: {
+            summary: components["schemas"]["TreeSummary"];
+            transfers: components["schemas"]["Transfer"][];
+        };
+        /** @description TreeSummary counts the decisions of one tree transfer. */
+        TreeSummary: {
+            /** @description Bytes is the accepted files' bytes. */
+            bytes: number;
+            dirs: number;
+            /** @description Files and Dirs are the accepted ones, Refused every refused entry. */
+            files: number;
+            refused: number;
+            /** @description Stopped is the reason word of the cap that stopped the transfer at its last record (too_many, too_large); what came after was not read. */
+            stopped?: string;
         };
         /** @description Usage is what a sandbox consumed. */
         Usage: {

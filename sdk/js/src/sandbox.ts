@@ -8,6 +8,7 @@ import { Readable } from "node:stream";
 import { AirlockError, errorOf, isErrorKind } from "./errors.js";
 import { ConnectionOptions, Transport, ndjson, readAll } from "./transport.js";
 import { ExecHandle } from "./spawn.js";
+import { tarStream } from "./tar.js";
 import type { components } from "./api.js";
 
 /** The API's schemas, generated from server/openapi.json (npm run gen:types). */
@@ -180,6 +181,21 @@ export function stderrText(r: Result): string {
 
 const enc = encodeURIComponent;
 
+/** The record of a tree transfer: one Transfer per entry, and the counts. */
+export type TreeReport = Schemas["TreeReport"];
+
+/**
+ * The area a path writes into and its name below it: a relative path is
+ * the workspace's; [null, path] for a path in neither area.
+ */
+function splitArea(path: string): [string | null, string] {
+  if (!path.startsWith("/")) return ["/home/user", path];
+  for (const area of ["/home/user", "/tmp"]) {
+    if (path.startsWith(area + "/") && path.length > area.length + 1) return [area, path.slice(area.length + 1)];
+  }
+  return [null, path];
+}
+
 /** Files in a sandbox's workspace (/home/user). */
 export class Files {
   readonly #t: Transport;
@@ -198,6 +214,54 @@ export class Files {
   async write(path: string, data: string | Uint8Array | Readable, opts: { signal?: AbortSignal } = {}): Promise<WriteResult> {
     const body = data instanceof Readable ? { stream: data } : { bytes: typeof data === "string" ? Buffer.from(data, "utf8") : data };
     return this.#t.json<WriteResult>("PUT", `/v1/sandboxes/${enc(this.#id)}/files?path=${enc(path)}`, { body, signal: opts.signal });
+  }
+
+  /**
+   * Write many files in one request per area (the workspace, /tmp): a tar
+   * stream that the server judges entry by entry, under the rules of one
+   * write. Returns one record per input, in input order: accepted, or
+   * refused with its reason word (a refusal never throws). A file the
+   * stream never reached, because a cap stopped it earlier, is refused
+   * with that cap's word. A path outside the areas is written on its own,
+   * so that the server refuses it as one write would.
+   */
+  async writeMany(files: Array<[string, string | Uint8Array]>, opts: { signal?: AbortSignal } = {}): Promise<WriteResult[]> {
+    const out: WriteResult[] = new Array(files.length);
+    const groups = new Map<string, number[]>();
+    files.forEach(([path], i) => {
+      const [area] = splitArea(path);
+      if (area === null) return;
+      let g = groups.get(area);
+      if (!g) groups.set(area, (g = []));
+      g.push(i);
+    });
+    const bytes = (d: string | Uint8Array) => (typeof d === "string" ? Buffer.from(d, "utf8") : d);
+    for (const [area, idx] of groups) {
+      const entries = idx.map((i): [string, Uint8Array] => [splitArea(files[i][0])[1], bytes(files[i][1])]);
+      const rep = await this.#t.json<TreeReport>("PUT", `/v1/sandboxes/${enc(this.#id)}/files?path=${enc(area)}`, {
+        body: { stream: tarStream(entries) },
+        headers: { "content-type": "application/x-tar" },
+        signal: opts.signal,
+      });
+      // One record per entry, in stream order: only files are sent.
+      idx.forEach((i, k) => {
+        out[i] = rep.transfers[k] ?? {
+          direction: "upload", path: files[i][0], size: 0, decision: "refused", reason: rep.summary.stopped ?? "too_many",
+          detail: "the stream stopped before this file",
+        };
+      });
+    }
+    for (let i = 0; i < files.length; i++) {
+      if (out[i]) continue;
+      const [path, data] = files[i];
+      try {
+        out[i] = await this.write(path, data, opts);
+      } catch (err) {
+        if (!(err instanceof AirlockError) || !err.reason) throw err;
+        out[i] = { direction: "upload", path, size: 0, decision: "refused", reason: err.reason, detail: err.message };
+      }
+    }
+    return out;
   }
 
   /**

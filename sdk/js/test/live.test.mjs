@@ -103,6 +103,45 @@ test("files: the scanner's refusals are typed errors with their reason word", as
   await assert.rejects(sb.files.write("/home/user/../x", "x"), (e) => e instanceof InvalidInputError && e.reason === "invalid_path");
 });
 
+test("files.writeMany: one tar request per area, a record per input in input order", async () => {
+  await sb.exec(["sh", "-c", "mkdir -p /home/user/many/adir && ln -sf /etc /home/user/many/elink"]);
+  const long = "d/".repeat(60) + "deep.txt";
+  const files = [
+    ["/home/user/many/a.txt", "a\n"],
+    ["/tmp/many/b.txt", "b\n"],
+    ["many/données/é.txt", "é\n"],
+    ["/etc/evil.txt", "x"],
+    ["/home/user/many/adir", "x"],
+    ["/home/user/many/elink/x.txt", "x"],
+    ["/home/user/many/../escape.txt", "x"],
+    [`/home/user/many/${long}`, "deep\n"],
+    ["/home/user/many/a.txt", "a again\n"],
+  ];
+  const recs = await sb.files.writeMany(files);
+  assert.deepEqual(
+    recs.map((r) => [r.decision, r.reason ?? ""]),
+    [
+      ["accepted", ""],
+      ["accepted", ""],
+      ["accepted", ""],
+      ["refused", "invalid_path"],
+      ["refused", "is_directory"],
+      ["refused", "symlink"],
+      ["refused", "invalid_path"],
+      ["accepted", ""],
+      ["accepted", ""],
+    ],
+  );
+  assert.equal(recs[0].sha256, createHash("sha256").update("a\n").digest("hex"));
+  assert.equal((await sb.files.read("/home/user/many/a.txt")).toString(), "a again\n");
+  assert.equal((await sb.files.read("/tmp/many/b.txt")).toString(), "b\n");
+  assert.equal((await sb.files.read("/home/user/many/données/é.txt")).toString(), "é\n");
+  assert.equal((await sb.files.read(`/home/user/many/${long}`)).toString(), "deep\n");
+  const r = await sb.exec(["sh", "-c", "test ! -e /home/user/escape.txt && test ! -e /etc/evil.txt && ls /etc | grep -c x.txt"]);
+  assert.equal(stdoutText(r), "0\n");
+  assert.deepEqual(await sb.files.writeMany([]), []);
+});
+
 test("the same sandbox over TCP with the token; a wrong token is unauthorized", async () => {
   const tcp = await Sandbox.connect(sb.id, overTCP);
   const r = await tcp.exec(["cat", "/home/user/pkg/hello.py"]);

@@ -193,19 +193,17 @@ class AirlockBackend(_Base):
         return execute_response_of(r, None if t is None else f"{t}s")
 
     def upload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
-        """Upload each file on its own: answers in input order, one refusal
-        does not stop the others. A failure that is not about the file (the
-        sandbox is gone, the server is down) is raised."""
-        out = []
-        for path, content in files:
-            bad = check_path(path)
-            if bad is None:
-                try:
-                    self.sandbox.files.write(path, bytes(content))
-                except AirlockError as e:
-                    bad = self._file_error(e, path)
-            out.append(FileUploadResponse(path=path, error=bad))
-        return out
+        """Upload files in one request per area (a tar stream the server
+        judges entry by entry): answers in input order, one refusal does not
+        stop the others. A failure that is not about a file (the sandbox is
+        gone, the server is down) is raised."""
+        errs: list[str | None] = [check_path(path) for path, _ in files]
+        idx = [i for i, e in enumerate(errs) if e is None]
+        recs = self.sandbox.files.write_many([(files[i][0], bytes(files[i][1])) for i in idx]) if idx else []
+        for i, rec in zip(idx, recs):
+            if rec.get("decision") != "accepted":
+                errs[i] = file_error_of(rec.get("reason"), files[i][0])
+        return [FileUploadResponse(path=path, error=err) for (path, _), err in zip(files, errs)]
 
     def download_files(self, paths: list[str]) -> list[FileDownloadResponse]:
         """Download each file through airlock's scanner, in input order."""

@@ -82,6 +82,31 @@ class SandboxTest(unittest.TestCase):
         self.assertEqual(w["size"], len(big))
         self.assertEqual(self.sb.files.read("/home/user/streamed.txt"), big)
 
+    def test_write_many(self):
+        self.sb.exec(["sh", "-c", "mkdir -p /home/user/wm/adir && ln -sf /etc /home/user/wm/elink"])
+        long = "d/" * 60 + "deep.txt"
+        files = [
+            ("/home/user/wm/a.txt", "a\n"),
+            ("/tmp/wm/b.txt", b"b\n"),
+            ("wm/données/é.txt", "é\n"),
+            ("/etc/evil.txt", "x"),
+            ("/home/user/wm/adir", "x"),
+            ("/home/user/wm/elink/x.txt", "x"),
+            ("/home/user/wm/../escape.txt", "x"),
+            ("/home/user/wm/" + long, "deep\n"),
+        ]
+        recs = self.sb.files.write_many(files)
+        self.assertEqual(
+            [(r["decision"], r.get("reason", "")) for r in recs],
+            [("accepted", ""), ("accepted", ""), ("accepted", ""), ("refused", "invalid_path"), ("refused", "is_directory"),
+             ("refused", "symlink"), ("refused", "invalid_path"), ("accepted", "")],
+        )  # fmt: skip
+        self.assertEqual(recs[0]["sha256"], hashlib.sha256(b"a\n").hexdigest())
+        self.assertEqual(self.sb.files.read("/tmp/wm/b.txt"), b"b\n")
+        self.assertEqual(self.sb.files.read("/home/user/wm/données/é.txt"), "é\n".encode())
+        self.assertEqual(self.sb.files.read("/home/user/wm/" + long), b"deep\n")
+        self.assertEqual(self.sb.files.write_many([]), [])
+
     def test_errors_by_kind(self):
         self.sb.files.write("/home/user/blob.bin", bytes([0, 1, 2, 3, 255, 0, 0, 7]))
         with self.assertRaises(al.InvalidInput) as cm:

@@ -1,0 +1,97 @@
+// Command kube builds, starts and stops airlock's Kubernetes control plane
+// for tests (package cluster). `make kube-up`, `make kube-down` and
+// `make kube-clean` run it from tools/kube.
+//
+//	kube up      build what is not cached, start, wait until ready, and
+//	             print `export KUBECONFIG=...` as the last line
+//	kube down    stop exactly the recorded processes and remove the runtime state
+//	kube clean   down, then remove the cached binaries too
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/tools/kube/cluster"
+)
+
+func main() {
+	root := flag.String("root", "", "airlock's root (default $AIRLOCK_ROOT, else "+cluster.DefaultRoot+")")
+	src := flag.String("src", ".", "the tools/kube module directory, which pins the versions")
+	timeout := flag.Duration("timeout", 3*time.Minute, "how long up waits for readiness once built")
+	flag.Usage = func() {
+		fmt.Fprintf(os.Stderr, "usage: kube [flags] up|down|clean\n")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if flag.NArg() != 1 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	dir, err := filepath.Abs(*src)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kube: %v\n", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, flag.Arg(0), cluster.NewLayout(*root), dir, *timeout); err != nil {
+		fmt.Fprintf(os.Stderr, "kube %s: %v\n", flag.Arg(0), err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, cmd string, l cluster.Layout, src string, timeout time.Duration) error {
+	begin := time.Now()
+	logf := func(format string, args ...any) {
+		fmt.Printf("[kube %4ds] %s\n", int(time.Since(begin).Seconds()), fmt.Sprintf(format, args...))
+	}
+	if cmd != "up" && cmd != "down" && cmd != "clean" {
+		return fmt.Errorf("unknown command %q (up, down or clean)", cmd)
+	}
+	unlock, err := cluster.Lock(l)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	switch cmd {
+	case "up":
+		goBin := os.Getenv("GO")
+		if goBin == "" {
+			goBin = "go"
+		}
+		b, err := cluster.Build(ctx, src, l, goBin, logf)
+		if err != nil {
+			return err
+		}
+		already, err := cluster.Up(ctx, l, b, cluster.Options{Timeout: timeout}, logf)
+		if err != nil {
+			return err
+		}
+		if already {
+			logf("already up")
+		} else {
+			logf("up in %s", time.Since(begin).Round(100*time.Millisecond))
+		}
+		fmt.Printf("export KUBECONFIG=%s\n", l.Kubeconfig())
+		return nil
+	case "down":
+		if err := cluster.Down(ctx, l, logf); err != nil {
+			return err
+		}
+		logf("down; the built binaries stay in %s", l.Bin())
+		return nil
+	default: // clean
+		if err := cluster.Clean(ctx, l, logf); err != nil {
+			return err
+		}
+		logf("removed %s", l.Dir)
+	}
+	return nil
+}

@@ -767,11 +767,14 @@ func TestSandboxAgentStopped(t *testing.T) {
 // An exec the agent read but never answered may be running: it is not
 // started again through the control socket, and its status is reported
 // lost. The agent here says it is ready, reads part of the spawn and
-// hangs; the ones started after it fail at once.
+// hangs; the ones started after it fail at once. Run with an argument it
+// is not the exec agent (the init starts `/.airlock-agent spawner` at
+// boot, before any exec agent) and exits, as a missing spawner would.
 func TestSandboxAgentReadNotAnswered(t *testing.T) {
 	root, image := testRoot(t)
 	fake := filepath.Join(t.TempDir(), "agent")
 	script := "#!/bin/sh\n" +
+		"[ $# -gt 0 ] && exit 2\n" +
 		"[ -e /tmp/agent-hung ] && exit 1\n" +
 		"touch /tmp/agent-hung\n" +
 		fmt.Sprintf("printf 'r\\000\\000\\000\\000\\000\\000\\000\\%03o%s'\n", len(agent.Version), agent.Version) +

@@ -92,35 +92,53 @@ func spawnDetached(req *agent.SpawnRequest) (int, error) {
 // runSpawn asks the spawner to start argv with this process's environment
 // and working directory, and exits as agent.SpawnRequest's codes say.
 func runSpawn(argv []string) {
+	os.Exit(spawn(agent.SpawnerSocket, argv, os.Stdout, os.Stderr))
+}
+
+// spawn asks the spawner at addr to start argv, says so on stdout or why
+// not on stderr, and returns the exit code. Once the request has gone out
+// whole, the spawner may have started the program: from then on, no
+// answer is agent.SpawnUnanswered, never SpawnUnreachable, so that the
+// host does not start it a second time.
+func spawn(addr string, argv []string, stdout, stderr io.Writer) int {
 	if len(argv) == 0 {
-		fmt.Fprintln(os.Stderr, "airlock-agent spawn: no command given")
-		os.Exit(126)
+		fmt.Fprintln(stderr, "airlock-agent spawn: no command given")
+		return 126
 	}
 	dir, err := os.Getwd()
 	if err != nil {
 		dir = "/"
 	}
-	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: agent.SpawnerSocket, Net: "unix"})
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: addr, Net: "unix"})
 	if err != nil {
-		os.Exit(agent.SpawnUnreachable)
+		return agent.SpawnUnreachable
 	}
 	defer c.Close()
 	b, _ := json.Marshal(agent.SpawnRequest{Argv: argv, Env: os.Environ(), Dir: dir})
 	if _, err := c.Write(b); err != nil {
-		os.Exit(agent.SpawnUnreachable)
+		// A torn request is no JSON object: the spawner starts nothing.
+		return agent.SpawnUnreachable
 	}
-	c.CloseWrite()
+	if err := c.CloseWrite(); err != nil {
+		// The spawner still gets the whole request, at this
+		// process's exit.
+		fmt.Fprintf(stderr, "airlock: %q was handed to the spawner, which may start it: %v\n", argv[0], err)
+		return agent.SpawnUnanswered
+	}
 	var rep agent.SpawnReply
 	if err := json.NewDecoder(io.LimitReader(c, 4096)).Decode(&rep); err != nil {
-		os.Exit(agent.SpawnUnreachable)
+		fmt.Fprintf(stderr, "airlock: the spawner read %q but did not answer: %v\n", argv[0], err)
+		return agent.SpawnUnanswered
 	}
 	if rep.Pid > 0 {
-		fmt.Printf("%s%d\n", agent.Spawned, rep.Pid)
-		os.Exit(0)
+		if _, err := fmt.Fprintf(stdout, "%s%d\n", agent.Spawned, rep.Pid); err != nil {
+			return agent.SpawnUnanswered
+		}
+		return 0
 	}
-	fmt.Fprintf(os.Stderr, "airlock: cannot start %q in the sandbox: %s\n", argv[0], rep.Error)
+	fmt.Fprintf(stderr, "airlock: cannot start %q in the sandbox: %s\n", argv[0], rep.Error)
 	if syscall.Errno(rep.Errno) == syscall.ENOENT {
-		os.Exit(127)
+		return 127
 	}
-	os.Exit(126)
+	return 126
 }

@@ -314,8 +314,11 @@ func readPid(path string) (int, error) {
 }
 
 // execSpawn starts a detached program through the sandbox's spawner, so
-// that it descends from the init and survives a pause. ok is false when
-// no spawner answered: the caller starts it another way.
+// that it descends from the init and survives a pause. ok is false only
+// when nothing was started: no spawner took the request, or the agent
+// knows none; the caller then starts it another way. A request the
+// spawner may have read is never started again: without its answer, the
+// program's start is reported unknown.
 func (s *sandbox) execSpawn(ctx context.Context, pr *specs.Process) (exit engine.Exit, ok bool, err error) {
 	q := *pr
 	q.Args = append([]string{agentPath, "spawn", "--"}, pr.Args...)
@@ -326,13 +329,27 @@ func (s *sandbox) execSpawn(ctx context.Context, pr *specs.Process) (exit engine
 		return exit, true, err
 	}
 	switch {
+	case exit.TimedOut || exit.Killed || exit.Code == agent.SpawnUnanswered:
+		// Cut short, or the spawner's answer never came: it may run.
 	case exit.Code == 0 && bytes.HasPrefix(stdout.Bytes(), []byte(agent.Spawned)):
 		return exit, true, nil
-	case exit.Code == 0 || exit.Code == agent.SpawnUnreachable:
-		// No spawner, or an agent that knows none: nothing was started.
+	case exit.Code == 0 && olderAgent(stdout.Bytes()), exit.Code == agent.SpawnUnreachable:
 		return exit, false, nil
+	case exit.Code == 0:
+		// The spawner's word was lost on its way to the host.
+	default:
+		return exit, true, fmt.Errorf("%w: starting %q detached in sandbox %q: %s (exit %s)", errdefs.ErrUnknown, pr.Args[0], s.st.ID, bytes.TrimSpace(stderr.Bytes()), strconv.Itoa(exit.Code))
 	}
-	return exit, true, fmt.Errorf("%w: starting %q detached in sandbox %q: %s (exit %s)", errdefs.ErrUnknown, pr.Args[0], s.st.ID, bytes.TrimSpace(stderr.Bytes()), strconv.Itoa(exit.Code))
+	return exit, true, fmt.Errorf("%w: whether %q started detached in sandbox %q is unknown, so it was not started again: %s (exit %s)", errdefs.ErrDataLoss, pr.Args[0], s.st.ID, bytes.TrimSpace(stderr.Bytes()), strconv.Itoa(exit.Code))
+}
+
+// olderAgent reports whether out, what `airlock-agent spawn` wrote, is an
+// exec agent's Ready frame: an agent from before the spawner took `spawn`
+// for no subcommand, served nothing on its stdin and ended at its end,
+// having started nothing.
+func olderAgent(out []byte) bool {
+	f, err := agent.NewReader(bytes.NewReader(out), agent.MaxPayload).Read()
+	return err == nil && f.Type == agent.Ready
 }
 
 // spawnTimeout bounds a spawn client's life: it only asks and exits.

@@ -43,10 +43,17 @@ type SpawnReply struct {
 // never taken for one that started the program.
 const Spawned = "airlock-spawned/1 "
 
-// Exit codes of `airlock-agent spawn`: 0 once the program runs; the
-// shell's 127 (not found) and 126 (found, not started); SpawnUnreachable
-// when no spawner answered, and the host starts the program another way.
-const SpawnUnreachable = 125
+// Exit codes of `airlock-agent spawn`: 0 once the program runs (and
+// Spawned was printed); the shell's 127 (not found) and 126 (found, not
+// started); SpawnUnreachable when no spawner took the request, and the
+// host starts the program another way; SpawnUnanswered when the spawner
+// was handed the request but its answer never came (it died, or its
+// reply could not be passed on): the program may be running, and the
+// host must not start it again.
+const (
+	SpawnUnreachable = 125
+	SpawnUnanswered  = 124
+)
 
 // MaxSpawnRequest bounds a request the spawner reads.
 const MaxSpawnRequest = MaxSpawn

@@ -213,31 +213,40 @@ func (e *Engine) writeState(sb *sandbox) error {
 
 // Resume implements engine.Pauser: the sandbox is restored from its
 // checkpoint into its bundle and cgroup, and the checkpoint is removed.
-// A resume cut short is done again from the start.
+// A resume cut short is done again from the start. A pause cut short is finished: its checkpoint
+// restored once the sandbox it stopped has ended.
 func (e *Engine) Resume(ctx context.Context, id string) error {
 	sb, _, release, err := e.openLocked(ctx, id)
 	if err != nil {
 		return err
 	}
 	defer release()
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	lap := stopwatch()
 	if !sb.st.Paused {
-		aerr := sb.alive()
-		if aerr == nil || !e.checkpointed(id) && !e.checkpointWritten(id) {
-			return aerr
+		if !e.checkpointed(id) && !e.checkpointWritten(id) {
+			return sb.alive()
 		}
-		// A pause whose process died between its checkpoint and its
-		// record. A checkpoint not marked whole (its process died while
-		// runsc wrote it) is tried too: a torn one fails to restore, and
-		// the sandbox is lost, as it would be without it.
+		// A pause whose process died after runsc checkpoint began: runsc
+		// held this lock until it ended, so the checkpoint is over.
+		if !e.checkpointed(id) && !e.checkpointEnded(cctx, sb) {
+			// It never reached the sandbox, which runs on.
+			e.log.Warn("a cut-short pause left a checkpoint that did not stop the sandbox; removing it", "sandbox_id", id)
+			os.RemoveAll(e.checkpointDir(id))
+			return sb.alive()
+		}
+		lap("checkpoint end")
+		// Restored like a paused one. A checkpoint not marked whole (its
+		// process died while runsc wrote it) is tried too: a torn one
+		// fails to restore, and the sandbox is lost, as it would be
+		// without it.
 	} else if !e.checkpointed(id) {
 		return fmt.Errorf("%w: sandbox %q is paused but its checkpoint is gone; `airlock sandbox rm %s` frees it", errdefs.ErrDataLoss, id, id)
 	}
 	bin, state, args := e.runtimeFor(sb.st.Mode, sb.bundle)
 	name := sb.name()
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
 	// What an earlier resume, cut short, left running or recorded.
-	lap := stopwatch()
 	e.stopRuntime(cctx, sb, state, name)
 	lap("stop")
 	pidFile := filepath.Join(sb.bundle, "restore.pid")
@@ -284,6 +293,28 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 	}
 	e.log.Debug("sandbox resumed", "sandbox_id", id, "pid", pid, "steps", lap("removed"))
 	return nil
+}
+
+// checkpointExit bounds the wait for a sandbox to end after runsc
+// checkpoint did: its kernel was killed as the checkpoint ended, and it
+// exits within milliseconds.
+const checkpointExit = 10 * time.Second
+
+// checkpointEnded waits for the sandbox process to end after a checkpoint
+// whose pausing process died, and reports whether it did. gVisor kills
+// the sandbox's kernel once a checkpoint without --leave-running is over,
+// whether it was written whole or not, and the process then exits on its
+// own time: until it does, the sandbox looks alive. Only a checkpoint
+// that never reached the sandbox leaves it running.
+func (e *Engine) checkpointEnded(ctx context.Context, sb *sandbox) bool {
+	deadline := time.Now().Add(checkpointExit)
+	for sb.alive() == nil {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
 }
 
 // stopwatch times a pause's or a resume's steps for the debug log: each

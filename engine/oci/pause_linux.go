@@ -213,10 +213,11 @@ func (e *Engine) writeState(sb *sandbox) error {
 
 // Resume implements engine.Pauser: the sandbox is restored from its
 // checkpoint into its bundle and cgroup, and the checkpoint is removed.
-// A resume cut short is done again from the start. A pause cut short is finished: its checkpoint
+// A resume cut short is done again from the start, once the runsc restore
+// it started has ended. A pause cut short is finished: its checkpoint
 // restored once the sandbox it stopped has ended.
 func (e *Engine) Resume(ctx context.Context, id string) error {
-	sb, _, release, err := e.openLocked(ctx, id)
+	sb, lk, release, err := e.openLocked(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -255,6 +256,14 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 	// As at create, the container's stdio is /dev/null (the restored init
 	// takes runsc's), and the sandbox outlives this process.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	// runsc holds the engine's lock of the sandbox too, as at checkpoint:
+	// should this process die, the next resume waits for this restore to
+	// end before it stops what it left and restores again, instead of
+	// racing it (a runsc restore that fails destroys the container of
+	// its name). runsc sets every descriptor it inherits close-on-exec
+	// before it starts the sandbox and the gofer, so the lock goes with
+	// runsc restore, not with the sandbox.
+	cmd.ExtraFiles = []*os.File{lk.File()}
 	err = cmd.Run()
 	lap("restore")
 	if err != nil {

@@ -133,6 +133,19 @@ while True:
     time.sleep(0.05)
 `
 
+// counterStarted waits for the counter's first write to path.
+func counterStarted(t *testing.T, path string) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the counter never started")
+		}
+	}
+}
+
 func readCounter(t *testing.T, path string) (string, int) {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -208,14 +221,7 @@ func TestSandboxPauseResume(t *testing.T) {
 	before := sums()
 	mustIn(t, root, "exec", "--detach", id, "--", "python3", "-c", counter)
 	cpath := filepath.Join(si.Areas.Tmp, "counter")
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(cpath); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the counter never started")
-		}
-	}
+	counterStarted(t, cpath)
 
 	api, stop := serve(t, root)
 	got := post(t, api, "/v1/sandboxes/"+id+"/pause")
@@ -309,7 +315,14 @@ func TestSandboxPauseKilled(t *testing.T) {
 			t.Errorf("left behind: %v", left)
 		}
 	}()
+	si, err := runner.ReadSandbox(root, id)
+	if err != nil {
+		t.Fatal(err)
+	}
 	mustIn(t, root, "exec", "--detach", id, "--", "python3", "-c", counter)
+	// The counter's first write comes before any pause: one checkpointed
+	// while python starts writes it only some time after its restore.
+	counterStarted(t, filepath.Join(si.Areas.Tmp, "counter"))
 	killAfter := func(d time.Duration, args ...string) {
 		cmd := exec.Command(airlockBin, append([]string{"--root", root}, args...)...)
 		if err := cmd.Start(); err != nil {

@@ -175,6 +175,10 @@ bench-start: setup ## Start-up latency: oci and docker engines beside bare runsc
 bench-session: setup ## A live sandbox: exec beside bare runsc exec and docker exec; cp beside docker cp
 	$(GO) run ./bench/session
 
+.PHONY: bench-pause
+bench-pause: setup ## Pause and resume of a sandbox holding a 100 MiB Python heap (Go API and CLI)
+	$(GO) run ./bench/pause
+
 .PHONY: bench-pool
 bench-pool: setup ## Warm pools: pooled run beside cold API, airlock run and docker run; 60s sustained rate; batch --warm 4
 	$(GO) run ./bench/pool -n 30

@@ -195,6 +195,14 @@ func TestEgressAllowHost(t *testing.T) {
 		if live, err := netns.List(filepath.Join(rootDir, "oci", "netns")); err != nil || len(live) != 1 || live[0] != si.ID {
 			t.Errorf("network namespaces while the sandbox lives: %v, %v", live, err)
 		}
+		// Its proxy and namespaces are not part of a checkpoint: pausing
+		// is refused, and the sandbox goes on.
+		if c := airlock(nil, "sandbox", "pause", si.ID); c.code != 64 || !strings.Contains(c.stderr, "--allow-host") {
+			t.Errorf("sandbox pause with egress: exit %d, %s; want 64 naming --allow-host", c.code, c.stderr)
+		}
+		if res, _ := sbExec(t, si.ID, nil, "true"); res.ExitCode != 0 {
+			t.Errorf("the sandbox after the refused pause: exit %d", res.ExitCode)
+		}
 		if c := airlock(nil, "sandbox", "rm", si.ID); c.code != 0 {
 			t.Fatalf("sandbox rm: exit %d: %s", c.code, c.stderr)
 		}

@@ -186,3 +186,23 @@ type Held interface {
 	// Destroy frees a sandbox that was never started.
 	Destroy(ctx context.Context) error
 }
+
+// Pauser is an engine that can checkpoint a long-lived sandbox and
+// restore it later, under the same id: the oci engine under gVisor.
+// Pause stores the sandbox's processes and memory in a checkpoint under
+// airlock's root (mode 0600, never exported) and ends its processes, so
+// that it holds no memory or CPU while paused; its files stay where they
+// are. Resume restores it from the checkpoint, its processes running on
+// where they stopped, and removes the checkpoint. Destroy and Reap free a
+// paused sandbox and its checkpoint like any other.
+//
+// A sandbox that cannot be paused (runc's isolation) is
+// errdefs.ErrNotImplemented, saying why; pausing one that is paused, and
+// resuming one that runs, succeed and change nothing. A Sandbox opened
+// while paused refuses Exec (errdefs.ErrFailedPrecondition).
+type Pauser interface {
+	Pause(ctx context.Context, id string) error
+	Resume(ctx context.Context, id string) error
+	// Paused reports whether sandbox id is paused.
+	Paused(ctx context.Context, id string) (bool, error)
+}

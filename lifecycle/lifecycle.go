@@ -5,7 +5,9 @@
 //   - A sandbox moves requested → created → ready → running → terminating →
 //     terminated (a long-lived one goes back to ready after each exec); failed, expired and orphaned lead to terminating. A
 //     warm pool's sandbox waits in pooled (a run's: requested → pooled →
-//     created; a long-lived one's: created → pooled → ready, once claimed). Any other move is refused (ErrTransition).
+//     created; a long-lived one's: created → pooled → ready, once claimed). A
+//     long-lived sandbox may be paused between execs (ready ⇄ paused). Any
+//     other move is refused (ErrTransition).
 //   - The state of run <id> is <root>/state/<id>.json, written atomically
 //     under one flock for the store, so concurrent writers serialise; a
 //     terminated run's file is removed (the audit log keeps its history).
@@ -51,6 +53,9 @@ const (
 	// Pooled is a warm pool's sandbox: started, running no user code,
 	// waiting for the one run that claims it.
 	Pooled State = "pooled"
+	// Paused is a long-lived sandbox checkpointed by its engine: no
+	// process of it runs until it is resumed (ready again).
+	Paused State = "paused"
 )
 
 // next lists the moves each state allows.
@@ -59,7 +64,8 @@ var next = map[State][]State{
 	Requested:   {Created, Pooled, Failed, Terminating},
 	Pooled:      {Created, Ready, Failed, Terminating}, // claimed by a run, or by a sandbox create
 	Created:     {Ready, Pooled, Failed, Terminating},
-	Ready:       {Running, Failed, Terminating},
+	Ready:       {Running, Paused, Failed, Terminating},
+	Paused:      {Ready, Failed, Terminating},
 	Running:     {Ready, Terminating, Failed}, // a sandbox's exec ends
 	Terminating: {Terminated, Failed},
 	Failed:      {Terminating},

@@ -43,6 +43,13 @@ func TestAllowed(t *testing.T) {
 		{Pooled, Running, false},
 		{Ready, Pooled, false}, // a used sandbox never goes back to a pool
 		{Terminated, Pooled, false},
+		{Ready, Paused, true},
+		{Paused, Ready, true}, // resumed
+		{Paused, Expired, true},
+		{Paused, Terminating, true},
+		{Paused, Running, false}, // resumed first
+		{Running, Paused, false}, // not while an exec runs
+		{Created, Paused, false},
 	} {
 		if got := Allowed(tc.from, tc.to); got != tc.ok {
 			t.Errorf("Allowed(%q, %q) = %v, want %v", tc.from, tc.to, got, tc.ok)

@@ -123,6 +123,16 @@ func (s *Server) addTools() {
 		Description: "Destroy a sandbox: kill every process in it and remove its workspace. A sandbox that is already gone succeeds.",
 		Annotations: &mcp.ToolAnnotations{Title: "Destroy a sandbox", DestructiveHint: t(true), IdempotentHint: true, OpenWorldHint: t(false)},
 	}, s.sandboxDestroy)
+	mcp.AddTool(s.mcp, &mcp.Tool{
+		Name:        "sandbox_pause",
+		Description: "Pause a sandbox: checkpoint its processes and memory and free them, keeping its files. Its TTL still counts; its idle timeout does not while paused. sandbox_resume, sandbox_exec or a file tool resumes it, with its processes going on where they stopped. Only sandboxes of the oci engine under gVisor can pause.",
+		Annotations: &mcp.ToolAnnotations{Title: "Pause a sandbox", DestructiveHint: t(false), IdempotentHint: true, OpenWorldHint: t(false)},
+	}, s.sandboxPause)
+	mcp.AddTool(s.mcp, &mcp.Tool{
+		Name:        "sandbox_resume",
+		Description: "Resume a paused sandbox under the same sandbox_id, its processes going on where they stopped. A sandbox that is not paused is left as it is.",
+		Annotations: &mcp.ToolAnnotations{Title: "Resume a sandbox", DestructiveHint: t(false), IdempotentHint: true, OpenWorldHint: t(false)},
+	}, s.sandboxResume)
 }
 
 // seconds converts a tool's *_s argument; nil is zero (the default).
@@ -489,4 +499,27 @@ func (s *Server) sandboxDestroy(ctx context.Context, _ *mcp.CallToolRequest, in 
 	}
 	s.log.Info("sandbox destroyed over MCP", "sandbox_id", in.SandboxID)
 	return nil, Destroyed{SandboxID: in.SandboxID, Destroyed: true}, nil
+}
+
+// sandboxPause is sandbox_pause.
+func (s *Server) sandboxPause(ctx context.Context, _ *mcp.CallToolRequest, in SandboxIDArgs) (*mcp.CallToolResult, SandboxResult, error) {
+	return s.pauseOrResume(ctx, in, s.svc.Pause)
+}
+
+// sandboxResume is sandbox_resume.
+func (s *Server) sandboxResume(ctx context.Context, _ *mcp.CallToolRequest, in SandboxIDArgs) (*mcp.CallToolResult, SandboxResult, error) {
+	return s.pauseOrResume(ctx, in, s.svc.Resume)
+}
+
+// pauseOrResume runs a pause or a resume to its end, even if the client
+// hangs up: one cut short is left half-way.
+func (s *Server) pauseOrResume(ctx context.Context, in SandboxIDArgs, do func(context.Context, string) (runner.SandboxInfo, error)) (*mcp.CallToolResult, SandboxResult, error) {
+	if err := checkID(in.SandboxID); err != nil {
+		return nil, SandboxResult{}, err
+	}
+	si, err := do(context.WithoutCancel(ctx), in.SandboxID)
+	if err != nil {
+		return nil, SandboxResult{}, sandboxError(in.SandboxID, err)
+	}
+	return nil, sandboxResult(si, time.Now()), nil
 }

@@ -257,7 +257,7 @@ func TestToolsOverMCP(t *testing.T) {
 		}
 	}
 	slices.Sort(names)
-	want := []string{"run_code", "sandbox_create", "sandbox_destroy", "sandbox_exec", "sandbox_list", "sandbox_read_file", "sandbox_write_file"}
+	want := []string{"run_code", "sandbox_create", "sandbox_destroy", "sandbox_exec", "sandbox_list", "sandbox_pause", "sandbox_read_file", "sandbox_resume", "sandbox_write_file"}
 	if !slices.Equal(names, want) {
 		t.Errorf("tools %v, want %v", names, want)
 	}

@@ -23,8 +23,9 @@ import (
 // A long-lived sandbox is created once, runs many execs, moves files in
 // and out, and is destroyed once. It keeps two records:
 //   - its lifecycle state (<root>/state/<id>.json): requested → created →
-//     ready ⇄ running → terminating → terminated, or failed (sandbox
-//     lost) and expired (TTL or idle timeout);
+//     ready ⇄ running → terminating → terminated, ready ⇄ paused
+//     (sandbox_pause.go), or failed (sandbox lost) and expired (TTL or
+//     idle timeout);
 //   - its reconnect record (<root>/sandboxes/<id>.json, SandboxInfo): the
 //     image, engine, policy, areas, labels and deadlines, updated under
 //     <root>/sandboxes/.lock.
@@ -337,6 +338,11 @@ func (r *Runner) Open(ctx context.Context, id string) (*Sandbox, error) {
 		return nil, fmt.Errorf("%w: sandbox %q is still being created; try again", errdefs.ErrUnavailable, id)
 	case lifecycle.Pooled:
 		return nil, fmt.Errorf("%w: sandbox %q waits in a warm pool and is no client's until a create claims it; `airlock sandbox create` makes one", errdefs.ErrNotFound, id)
+	case lifecycle.Paused:
+		// An exec or a transfer resumes it first.
+		if si, err = r.Resume(ctx, id); err != nil {
+			return nil, err
+		}
 	}
 	esb, err := eng.Open(ctx, id)
 	if errors.Is(err, engine.ErrSandboxLost) {

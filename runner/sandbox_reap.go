@@ -78,6 +78,7 @@ func reapSandboxes(ctx context.Context, lc *lifecycle.Store, root string, reaper
 		var why lifecycle.State
 		si, err := readInfo(root, id)
 		rec, gerr := lc.Get(id)
+		si.State = rec.State // a paused sandbox's deadline is its TTL
 		switch {
 		case errdefs.IsNotFound(err):
 			// Areas or engine state with no record: a create that has not

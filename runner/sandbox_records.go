@@ -25,8 +25,12 @@ import (
 
 // Deadline is when the sandbox ends unless something runs in it: the
 // earlier of its TTL and its idle timeout, counting an exec in progress
-// (whose airlock process is alive) as activity now.
+// (whose airlock process is alive) as activity now. A paused sandbox
+// (si.State) has only its TTL: its idle timeout starts again at resume.
 func (si *SandboxInfo) Deadline(now time.Time) time.Time {
+	if si.State == lifecycle.Paused {
+		return si.ExpiresAt
+	}
 	last := si.LastActivity
 	for _, o := range si.Execs {
 		if o.PID > 0 && procStart(o.PID) == o.Start {

@@ -143,3 +143,27 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
+
+func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) {
+	s.pauseOrResume(w, r, s.svc.Pause)
+}
+
+func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request) {
+	s.pauseOrResume(w, r, s.svc.Resume)
+}
+
+// pauseOrResume runs a pause or a resume to its end whatever the client
+// does: a checkpoint or a restore cut short is left half-way.
+func (s *Server) pauseOrResume(w http.ResponseWriter, r *http.Request, do func(context.Context, string) (runner.SandboxInfo, error)) {
+	id := r.PathValue("id")
+	if err := runner.CheckSandboxID(id); err != nil {
+		writeError(w, err)
+		return
+	}
+	si, err := do(context.WithoutCancel(r.Context()), id)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, si.Public())
+}

@@ -144,6 +144,8 @@ func (s *Server) routes() []route {
 		{"GET", "/v1/sandboxes", s.listSandboxes},
 		{"GET", "/v1/sandboxes/{id}", s.getSandbox},
 		{"DELETE", "/v1/sandboxes/{id}", s.deleteSandbox},
+		{"POST", "/v1/sandboxes/{id}/pause", s.pauseSandbox},
+		{"POST", "/v1/sandboxes/{id}/resume", s.resumeSandbox},
 		{"POST", "/v1/sandboxes/{id}/exec", s.postExec},
 		{"GET", "/v1/sandboxes/{id}/exec/ws", s.execWS},
 		{"PUT", "/v1/sandboxes/{id}/files", s.putFile},

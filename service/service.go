@@ -148,3 +148,25 @@ func (s *Service) Destroy(ctx context.Context, id string) error {
 	defer rdone()
 	return runner.RemoveSandbox(ctx, s.root, reapers, id)
 }
+
+// Pause checkpoints sandbox id on its engine and frees its memory and
+// processes (runner.Pause); an engine that cannot is
+// errdefs.ErrNotImplemented, naming one that can.
+func (s *Service) Pause(ctx context.Context, id string) (runner.SandboxInfo, error) {
+	rn, done, err := s.ForSandbox(ctx, id)
+	if err != nil {
+		return runner.SandboxInfo{}, err
+	}
+	defer done()
+	return rn.Pause(ctx, id)
+}
+
+// Resume restores paused sandbox id under the same id (runner.Resume).
+func (s *Service) Resume(ctx context.Context, id string) (runner.SandboxInfo, error) {
+	rn, done, err := s.ForSandbox(ctx, id)
+	if err != nil {
+		return runner.SandboxInfo{}, err
+	}
+	defer done()
+	return rn.Resume(ctx, id)
+}

@@ -2,7 +2,9 @@
 // sandbox's execs, so that each starts already under the container's
 // seccomp filter (see package internal/agent). It has no privilege of its
 // own: the host starts it as it starts any exec, and it exits when the
-// host closes its stdin.
+// host closes its stdin. As `airlock-agent spawner` (started by the
+// sandbox's init) and `airlock-agent spawn -- ARGV…` it starts detached
+// programs that survive a pause (internal/agent/spawner.go).
 package main
 
 import (
@@ -21,6 +23,19 @@ import (
 
 func main() {
 	runtime.GOMAXPROCS(1)
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "spawner":
+			runSpawner()
+		case "spawn":
+			args := os.Args[2:]
+			if len(args) > 0 && args[0] == "--" {
+				args = args[1:]
+			}
+			runSpawn(args)
+		}
+		os.Exit(2)
+	}
 	a := &server{execs: map[uint32]*execution{}, pending: map[int]bool{}}
 	signal.Ignore(syscall.SIGPIPE) // a closed output pipe is an error, not an exit
 	sigs := make(chan os.Signal, 1)

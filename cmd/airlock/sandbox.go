@@ -35,10 +35,10 @@ persists across execs, capped by --workspace-size.`,
   airlock exec $id -- python3 -c 'import m; print(m.X)'
   airlock cp $id:/home/user/m.py ./m.py
   airlock sandbox rm $id`,
-		Args: exactArgs(0, "use a subcommand: create, ls, inspect or rm"),
+		Args: exactArgs(0, "use a subcommand: create, ls, inspect, rm, pause or resume"),
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newSandboxCreateCmd(g), newSandboxLsCmd(g), newSandboxInspectCmd(g), newSandboxRmCmd(g), newSandboxSuperviseCmd(g))
+	cmd.AddCommand(newSandboxCreateCmd(g), newSandboxLsCmd(g), newSandboxInspectCmd(g), newSandboxRmCmd(g), newSandboxPauseCmd(g), newSandboxResumeCmd(g), newSandboxSuperviseCmd(g))
 	return cmd
 }
 

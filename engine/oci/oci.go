@@ -388,6 +388,7 @@ func (e *Engine) RunsOnStore() {}
 var (
 	_ engine.Engine    = (*Engine)(nil)
 	_ engine.StoreUser = (*Engine)(nil)
+	_ engine.Pauser    = (*Engine)(nil)
 	_ engine.Sandbox   = (*sandbox)(nil)
 	_ engine.Server    = (*sandbox)(nil)
 	_ engine.Task      = (*oneShot)(nil)

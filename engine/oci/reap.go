@@ -15,8 +15,8 @@ import (
 const namePrefix = "airlock-"
 
 // Leftovers implements engine.Reaper: runtime containers named airlock-*
-// and runsc's files of them, bundles, run cgroups, and egress network
-// namespaces.
+// and runsc's files of them, bundles, checkpoints, run cgroups, and egress
+// network namespaces.
 func (e *Engine) Leftovers(ctx context.Context) ([]string, error) {
 	seen := map[string]bool{}
 	for _, rt := range e.runtimes() {
@@ -37,6 +37,11 @@ func (e *Engine) Leftovers(ctx context.Context) ([]string, error) {
 	socks, _ := filepath.Glob(filepath.Join(e.runscState(), "runsc-"+namePrefix+"*.sock"))
 	for _, s := range socks {
 		seen[strings.TrimSuffix(strings.TrimPrefix(filepath.Base(s), "runsc-"+namePrefix), ".sock")] = true
+	}
+	// Checkpoints of paused sandboxes.
+	ckpts, _ := os.ReadDir(e.checkpointsDir())
+	for _, c := range ckpts {
+		seen[c.Name()] = true
 	}
 	bundles, _ := os.ReadDir(filepath.Join(e.root, "oci", "bundles"))
 	for _, b := range bundles {
@@ -74,7 +79,7 @@ func (e *Engine) netnsDir() string { return filepath.Join(e.root, "oci", "netns"
 
 // Reap implements engine.Reaper: kill the run's cgroup, delete its runtime
 // containers, remove its egress network namespaces, unmount its root
-// overlay and remove its bundle.
+// overlay and remove its bundle and any checkpoint.
 func (e *Engine) Reap(ctx context.Context, id string) error {
 	var errs []error
 	if err := cgroup.Remove(ctx, id); err != nil {
@@ -97,6 +102,10 @@ func (e *Engine) Reap(ctx context.Context, id string) error {
 		errs = append(errs, err)
 	}
 	if err := removeBundle(e.bundleDir(id)); err != nil {
+		errs = append(errs, err)
+	}
+	// A paused sandbox's checkpoint goes with it.
+	if err := os.RemoveAll(e.checkpointDir(id)); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

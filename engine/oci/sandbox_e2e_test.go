@@ -767,23 +767,16 @@ func TestSandboxAgentStopped(t *testing.T) {
 // An exec the agent read but never answered may be running: it is not
 // started again through the control socket, and its status is reported
 // lost. The agent here says it is ready, reads part of the spawn and
-// hangs; the ones started after it fail at once.
+// hangs; the ones started after it fail at once. Run with an argument it
+// is not the exec agent (the init starts `/.airlock-agent spawner` at
+// boot, before any exec agent) and exits, as a missing spawner would.
 func TestSandboxAgentReadNotAnswered(t *testing.T) {
-	root, image := testRoot(t)
-	fake := filepath.Join(t.TempDir(), "agent")
-	script := "#!/bin/sh\n" +
-		"[ -e /tmp/agent-hung ] && exit 1\n" +
-		"touch /tmp/agent-hung\n" +
-		fmt.Sprintf("printf 'r\\000\\000\\000\\000\\000\\000\\000\\%03o%s'\n", len(agent.Version), agent.Version) +
-		"head -c 9 >/dev/null\n" +
-		"exec sleep 600\n"
-	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	sb := gvisorSandbox(t, root, image, "unanswered", WithAgent(fake))
-	if !sb.(*sandbox).st.Agent {
-		t.Fatal("the fake agent was not bound")
-	}
+	sb := fakeAgentSandbox(t, "unanswered", "[ $# -gt 0 ] && exit 2\n"+
+		"[ -e /tmp/agent-hung ] && exit 1\n"+
+		"touch /tmp/agent-hung\n"+
+		readyPrintf+"\n"+
+		"head -c 9 >/dev/null\n"+
+		"exec sleep 600\n")
 	serveAgent(t, sb)
 	run := func(script string) (engine.Exit, error) {
 		var errb strings.Builder
@@ -803,4 +796,84 @@ func TestSandboxAgentReadNotAnswered(t *testing.T) {
 	if x, err := run("test -e /tmp/agent-hung && ! test -e /tmp/ran"); err != nil || x.Code != 0 {
 		t.Fatalf("checking through the control socket: %+v, %v; want 0 (the hung agent ran, the exec never did)", x, err)
 	}
+}
+
+// A detached exec the spawner may have started is never started again:
+// the host falls back to `runsc exec` only when no spawner took it, or the
+// agent is one from before the spawner (its ready frame, exit 0). The
+// fake agent here, as `spawn -- ARGV`, does what /tmp/mode says.
+func TestSandboxSpawnNotStartedTwice(t *testing.T) {
+	// No relay is served: the spawn client starts through the control
+	// socket, and no exec agent runs the fake.
+	sb := fakeAgentSandbox(t, "spawn-once", "[ \"$1\" = spawn ] || exit 2\n"+
+		"shift 2\n"+
+		"case $(cat /tmp/mode) in\n"+
+		"older) "+readyPrintf+"; exit 0;;\n"+
+		"unreachable) exit "+strconv.Itoa(agent.SpawnUnreachable)+";;\n"+
+		"esac\n"+
+		"\"$@\"\n"+
+		"case $(cat /tmp/mode) in\n"+
+		"silent) exit 0;;\n"+
+		"unanswered) echo 'airlock: the spawner read it but did not answer' >&2; exit "+strconv.Itoa(agent.SpawnUnanswered)+";;\n"+
+		"esac\n"+
+		"exit 70\n")
+	runs := func(mode string) string {
+		t.Helper()
+		var out strings.Builder
+		x, err := sb.Exec(context.Background(), &engine.Process{Argv: []string{"sh", "-c", "cat /tmp/ran." + mode + " 2>/dev/null"}, Stdout: &out, Timeout: time.Minute})
+		if err != nil || x.Code > 1 {
+			t.Fatalf("reading the runs: %+v, %v", x, err)
+		}
+		return out.String()
+	}
+	for _, c := range []struct {
+		mode    string
+		started bool // the exec succeeds; else its start is reported unknown
+	}{
+		{"silent", false},     // exit 0 without the spawner's word
+		{"unanswered", false}, // the spawner read it and never answered
+		{"older", true},       // an agent that knows no spawn: runsc exec
+		{"unreachable", true}, // no spawner: runsc exec
+	} {
+		t.Run(c.mode, func(t *testing.T) {
+			if x, err := sb.Exec(context.Background(), &engine.Process{Argv: []string{"sh", "-c", "echo " + c.mode + " > /tmp/mode"}, Timeout: time.Minute}); err != nil || x.Code != 0 {
+				t.Fatalf("setting the mode: %+v, %v", x, err)
+			}
+			_, err := sb.Exec(context.Background(), &engine.Process{Argv: []string{"sh", "-c", "echo x >> /tmp/ran." + c.mode}, Detach: true})
+			if c.started && err != nil {
+				t.Fatalf("detached exec: %v; want it started through runsc exec", err)
+			}
+			if !c.started && (!errors.Is(err, errdefs.ErrDataLoss) || !strings.Contains(err.Error(), "not started again")) {
+				t.Fatalf("detached exec: %v; want ErrDataLoss, not started again", err)
+			}
+			for deadline := time.Now().Add(10 * time.Second); runs(c.mode) == ""; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the program never ran")
+				}
+			}
+			if got := runs(c.mode); got != "x\n" {
+				t.Fatalf("the program ran %d times; want once", strings.Count(got, "x"))
+			}
+		})
+	}
+}
+
+// readyPrintf is a shell command that writes an agent's ready frame.
+var readyPrintf = fmt.Sprintf("printf 'r\\000\\000\\000\\000\\000\\000\\000\\%03o%s'", len(agent.Version), agent.Version)
+
+// fakeAgentSandbox is a gVisor sandbox whose agent is the shell script
+// body, for the init's spawner, the relay's exec agent and the spawn
+// client alike.
+func fakeAgentSandbox(t *testing.T, id, body string) engine.Sandbox {
+	t.Helper()
+	root, image := testRoot(t)
+	fake := filepath.Join(t.TempDir(), "agent")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sb := gvisorSandbox(t, root, image, id, WithAgent(fake))
+	if !sb.(*sandbox).st.Agent {
+		t.Fatal("the fake agent was not bound")
+	}
+	return sb
 }

@@ -60,6 +60,9 @@ type sandboxState struct {
 	// Egress is the policy's egress, which the supervisor's proxy serves
 	// (egress_linux.go); nil without.
 	Egress *egressState `json:"egress,omitempty"`
+	// Paused says the sandbox is checkpointed (pause_linux.go): no
+	// process of it runs, and Pid, Start and Control are empty.
+	Paused bool `json:"paused,omitempty"`
 }
 
 var sandboxIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
@@ -311,6 +314,9 @@ func (s *sandbox) alive() error {
 	if _, err := os.Stat(filepath.Join(s.bundle, stateFile)); err != nil {
 		return fmt.Errorf("%w: sandbox %q was destroyed", errdefs.ErrNotFound, s.st.ID)
 	}
+	if s.st.Paused {
+		return fmt.Errorf("%w: sandbox %q is paused; resume it first (`airlock sandbox resume %s`)", errdefs.ErrFailedPrecondition, s.st.ID, s.st.ID)
+	}
 	if start, ok := procStart(s.st.Pid); !ok || start != s.st.Start {
 		return engine.Lost("the sandbox process of %q (pid %d) is gone: killed from outside airlock, or it crashed", s.st.ID, s.st.Pid)
 	}
@@ -367,6 +373,14 @@ func (s *sandbox) Exec(ctx context.Context, p *engine.Process) (engine.Exit, err
 	}
 	ooms := oomKills(s.st.ID)
 	var exit engine.Exit
+	spawned := false
+	if p.Detach && s.st.Agent && s.st.Control != "" && noCapabilities(pr) {
+		// Through the spawner, so that it outlives a pause.
+		exit, spawned, err = s.execSpawn(ctx, pr)
+		if spawned {
+			return exit, err
+		}
+	}
 	if s.st.Control != "" && !p.Detach && noCapabilities(pr) {
 		exit, err = s.execControl(ctx, p, pr, timeout)
 	} else {

@@ -68,6 +68,11 @@ func Acquire(ctx context.Context, path string) (*Lock, error) {
 	}
 }
 
+// File is the locked file, to hand to a child process (exec.Cmd's
+// ExtraFiles) that must keep the lock held for as long as it lives, should
+// its parent die first: the flock goes with the last descriptor.
+func (l *Lock) File() *os.File { return l.f }
+
 // Release lets go of the lock, first removing the file when remove is set.
 func (l *Lock) Release(remove bool) {
 	if remove {

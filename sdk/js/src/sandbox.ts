@@ -390,6 +390,20 @@ export class Sandbox {
   }
 
   /**
+   * Pause the sandbox: checkpoint its processes and memory and free them
+   * (oci engine under gVisor only). Its TTL still counts. Returns the
+   * record, state "paused"; an exec or a file call resumes it.
+   */
+  pause(): Promise<SandboxInfo> {
+    return this.#t.json<SandboxInfo>("POST", `/v1/sandboxes/${enc(this.id)}/pause`);
+  }
+
+  /** Resume a paused sandbox, its processes going on where they stopped. Returns the record, state "ready". */
+  resume(): Promise<SandboxInfo> {
+    return this.#t.json<SandboxInfo>("POST", `/v1/sandboxes/${enc(this.id)}/resume`);
+  }
+
+  /**
    * Run a command in the sandbox and return its Result. A string is run by
    * `sh -c`. With onStdout or onStderr the output streams to them as it
    * arrives (NDJSON); the Result is the same either way. The program's own

@@ -354,6 +354,17 @@ class Sandbox:
         """The server's record of this sandbox."""
         return self._t.json("GET", f"/v1/sandboxes/{_quote(self.id)}")
 
+    def pause(self) -> dict[str, Any]:
+        """Pause the sandbox: checkpoint its processes and memory and free
+        them (oci engine under gVisor only). Its TTL still counts. Returns
+        the record, state "paused"; an exec or a file call resumes it."""
+        return self._t.json("POST", f"/v1/sandboxes/{_quote(self.id)}/pause")
+
+    def resume(self) -> dict[str, Any]:
+        """Resume a paused sandbox, its processes going on where they
+        stopped. Returns the record, state "ready"."""
+        return self._t.json("POST", f"/v1/sandboxes/{_quote(self.id)}/resume")
+
     def exec(
         self,
         command: str | Sequence[str],

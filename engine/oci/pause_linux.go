@@ -1,0 +1,401 @@
+package oci
+
+// Pause and resume of long-lived gVisor sandboxes (engine.Pauser):
+// `runsc checkpoint` into <root>/oci/checkpoints/<id>, which stops the
+// sandbox, then `runsc restore` from there into the same bundle, under the
+// same container name. The bundle, its root overlay, the cgroup and the
+// sandbox's areas (workspace, /tmp, /out) stay as they are while it is
+// paused: the restored sandbox finds its mounts where it left them.
+//
+// gVisor's restore kills every process an exec started (and what those
+// forked): only the descendants of the container's init survive it. The
+// init starts the spawner for that (internal/agent/spawner.go), and a
+// detached exec starts its program through it.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/atomicfile"
+	"github.com/airlock-sandbox/airlock/internal/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/flock"
+	"github.com/airlock-sandbox/airlock/internal/gvisor"
+	"github.com/airlock-sandbox/airlock/isolation"
+)
+
+// checkpointDone marks a checkpoint that runsc wrote whole.
+const checkpointDone = "complete"
+
+func (e *Engine) checkpointsDir() string { return filepath.Join(e.root, "oci", "checkpoints") }
+
+func (e *Engine) checkpointDir(id string) string { return filepath.Join(e.checkpointsDir(), id) }
+
+// checkpointed reports whether sandbox id has a whole checkpoint.
+func (e *Engine) checkpointed(id string) bool {
+	_, err := os.Stat(filepath.Join(e.checkpointDir(id), checkpointDone))
+	return err == nil
+}
+
+// checkpointWritten reports whether runsc wrote a checkpoint's state
+// file for sandbox id, whole or not.
+func (e *Engine) checkpointWritten(id string) bool {
+	_, err := os.Stat(filepath.Join(e.checkpointDir(id), "checkpoint.img"))
+	return err == nil
+}
+
+// refusePause explains why a sandbox under runc cannot pause.
+func refusePause(id string) error {
+	return fmt.Errorf("%w: sandbox %q runs under runc (--isolation seccomp), which cannot checkpoint a sandbox's processes and memory; only gVisor sandboxes pause (create it with --isolation gvisor)", errdefs.ErrNotImplemented, id)
+}
+
+// Paused implements engine.Pauser.
+func (e *Engine) Paused(ctx context.Context, id string) (bool, error) {
+	sb, err := e.openState(id)
+	if err != nil {
+		return false, err
+	}
+	return sb.st.Paused, nil
+}
+
+// openLocked opens sandbox id under its engine lock (which Create and
+// Destroy take too) for a pause or a resume, refusing one under runc.
+func (e *Engine) openLocked(ctx context.Context, id string) (_ *sandbox, _ *flock.Lock, release func(), err error) {
+	if err := checkSandboxID(id); err != nil {
+		return nil, nil, nil, err
+	}
+	lk, err := e.lock(ctx, id)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	sb, err := e.openState(id)
+	if err == nil && sb.st.Mode == isolation.Seccomp {
+		err = refusePause(id)
+	}
+	if err != nil {
+		lk.Release(true)
+		return nil, nil, nil, err
+	}
+	return sb, lk, func() { lk.Release(true) }, nil
+}
+
+func (e *Engine) openState(id string) (*sandbox, error) {
+	esb, err := e.Open(context.Background(), id)
+	if err != nil {
+		return nil, err
+	}
+	return esb.(*sandbox), nil
+}
+
+// Pause implements engine.Pauser: the sandbox's processes and memory go
+// into a checkpoint (0600, in a 0700 directory under airlock's root), its
+// sandbox and gofer processes end, and its cgroup is left empty.
+func (e *Engine) Pause(ctx context.Context, id string) (err error) {
+	sb, lk, release, err := e.openLocked(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if sb.st.Paused {
+		return nil
+	}
+	if sb.st.Egress != nil {
+		// Its proxy lives in the supervisor and its network namespace on
+		// the host; neither is part of a checkpoint yet.
+		return fmt.Errorf("%w: sandbox %q has egress (--allow-host), and pausing one is not supported yet: keep it running, or make it without --allow-host", errdefs.ErrNotImplemented, id)
+	}
+	if err := sb.alive(); err != nil {
+		return err
+	}
+	dir := e.checkpointDir(id)
+	if err := os.MkdirAll(e.checkpointsDir(), 0o700); err != nil {
+		return fmt.Errorf("%w: creating the checkpoints directory: %v", errdefs.ErrUnavailable, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("%w: removing an earlier checkpoint of %q: %v", errdefs.ErrUnavailable, id, err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return fmt.Errorf("%w: creating the checkpoint of %q: %v", errdefs.ErrUnavailable, id, err)
+	}
+	defer func() {
+		if err != nil && !e.checkpointed(id) {
+			os.RemoveAll(dir)
+		}
+	}()
+	bin, state, args := e.runtimeFor(sb.st.Mode, sb.bundle)
+	name := sb.name()
+	// Not on ctx: a checkpoint cut short leaves the sandbox stopped
+	// half-way, so once begun it runs to its end.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	ck := exec.CommandContext(cctx, bin, append(args, "checkpoint", "--image-path="+dir, name)...)
+	// runsc holds the engine's lock of the sandbox too: should this
+	// process die, a resume waits for the checkpoint to end before it
+	// looks at the sandbox.
+	ck.ExtraFiles = []*os.File{lk.File()}
+	lap := stopwatch()
+	out, err := ck.CombinedOutput()
+	lap("checkpoint")
+	if err != nil {
+		if aerr := sb.alive(); aerr != nil {
+			return aerr
+		}
+		return fmt.Errorf("%w: checkpointing sandbox %q: %v: %s", errdefs.ErrUnavailable, id, err, bytes.TrimSpace(out))
+	}
+	// runsc writes its images 0644; a checkpoint holds the sandbox's
+	// memory, for root alone.
+	ents, _ := os.ReadDir(dir)
+	for _, ent := range ents {
+		if err := os.Chmod(filepath.Join(dir, ent.Name()), 0o600); err != nil {
+			return fmt.Errorf("%w: restricting the checkpoint of %q: %v", errdefs.ErrUnavailable, id, err)
+		}
+	}
+	if err := atomicfile.WriteFile(filepath.Join(dir, checkpointDone), nil, 0o600); err != nil {
+		return fmt.Errorf("%w: recording the checkpoint of %q: %v", errdefs.ErrUnavailable, id, err)
+	}
+	// From here the checkpoint is whole: should this process die, Resume
+	// restores from it.
+	e.stopRuntime(cctx, sb, state, name)
+	lap("stop")
+	sb.st.Paused, sb.st.Pid, sb.st.Start, sb.st.Control = true, 0, 0, ""
+	if err := e.writeState(sb); err != nil {
+		return err
+	}
+	e.log.Debug("sandbox paused", "sandbox_id", id, "steps", lap("state"))
+	return nil
+}
+
+// stopRuntime ends what is left of a checkpointed (or half-restored)
+// sandbox's runtime: every process of its cgroup, runsc's state of it,
+// and the memory its cgroup still counts that the kernel can reclaim.
+func (e *Engine) stopRuntime(ctx context.Context, sb *sandbox, state, name string) {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		pids := cgroupPids(sb.st.ID)
+		if len(pids) == 0 {
+			break
+		}
+		for pid := range pids {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	e.delete(ctx, e.runsc, state, name, e.log)
+	os.Remove(filepath.Join(state, "runsc-"+name+".sock"))
+	reclaim(sb.st.ID)
+}
+
+// reclaim asks the kernel to give back what an empty memory cgroup still
+// holds (page cache); tmpfs pages (the sandbox's /tmp) stay.
+func reclaim(id string) {
+	if cgroup.Unified() {
+		os.WriteFile(filepath.Join("/sys/fs/cgroup", cgroup.Parent, id, "memory.reclaim"), []byte("1G"), 0)
+		return
+	}
+	os.WriteFile(filepath.Join("/sys/fs/cgroup/memory", cgroup.Parent, id, "memory.force_empty"), []byte("0"), 0)
+}
+
+func (e *Engine) writeState(sb *sandbox) error {
+	b, _ := json.Marshal(sb.st)
+	if err := atomicfile.WriteFile(filepath.Join(sb.bundle, stateFile), b, 0o600); err != nil {
+		return fmt.Errorf("%w: writing the state of sandbox %q: %v", errdefs.ErrUnavailable, sb.st.ID, err)
+	}
+	return nil
+}
+
+// Resume implements engine.Pauser: the sandbox is restored from its
+// checkpoint into its bundle and cgroup, and the checkpoint is removed.
+// A resume cut short is done again from the start, once the runsc restore
+// it started has ended. A pause cut short is finished: its checkpoint
+// restored once the sandbox it stopped has ended.
+func (e *Engine) Resume(ctx context.Context, id string) error {
+	sb, lk, release, err := e.openLocked(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer release()
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	lap := stopwatch()
+	if !sb.st.Paused {
+		if !e.checkpointed(id) && !e.checkpointWritten(id) {
+			return sb.alive()
+		}
+		// A pause whose process died after runsc checkpoint began: runsc
+		// held this lock until it ended, so the checkpoint is over.
+		if !e.checkpointed(id) && !e.checkpointEnded(cctx, sb) {
+			// It never reached the sandbox, which runs on.
+			e.log.Warn("a cut-short pause left a checkpoint that did not stop the sandbox; removing it", "sandbox_id", id)
+			os.RemoveAll(e.checkpointDir(id))
+			return sb.alive()
+		}
+		lap("checkpoint end")
+		// Restored like a paused one. A checkpoint not marked whole (its
+		// process died while runsc wrote it) is tried too: a torn one
+		// fails to restore, and the sandbox is lost, as it would be
+		// without it.
+	} else if !e.checkpointed(id) {
+		return fmt.Errorf("%w: sandbox %q is paused but its checkpoint is gone; `airlock sandbox rm %s` frees it", errdefs.ErrDataLoss, id, id)
+	}
+	bin, state, args := e.runtimeFor(sb.st.Mode, sb.bundle)
+	name := sb.name()
+	// What an earlier resume, cut short, left running or recorded.
+	e.stopRuntime(cctx, sb, state, name)
+	lap("stop")
+	pidFile := filepath.Join(sb.bundle, "restore.pid")
+	os.Remove(pidFile)
+	cmd := exec.CommandContext(cctx, bin, append(args, "restore", "--image-path="+e.checkpointDir(id), "--bundle", sb.bundle, "--pid-file", pidFile, "--detach", name)...)
+	// As at create, the container's stdio is /dev/null (the restored init
+	// takes runsc's), and the sandbox outlives this process.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	// runsc holds the engine's lock of the sandbox too, as at checkpoint:
+	// should this process die, the next resume waits for this restore to
+	// end before it stops what it left and restores again, instead of
+	// racing it (a runsc restore that fails destroys the container of
+	// its name). runsc sets every descriptor it inherits close-on-exec
+	// before it starts the sandbox and the gofer, so the lock goes with
+	// runsc restore, not with the sandbox.
+	cmd.ExtraFiles = []*os.File{lk.File()}
+	err = cmd.Run()
+	lap("restore")
+	if err != nil {
+		e.stopRuntime(cctx, sb, state, name)
+		if !sb.st.Paused {
+			return engine.Lost("sandbox %q died while it was paused, and its checkpoint does not restore (%v)%s", id, err, runtimeLog(sb.bundle))
+		}
+		return fmt.Errorf("%w: restoring sandbox %q: %v%s", errdefs.ErrUnavailable, id, err, runtimeLog(sb.bundle))
+	}
+	// The pid file spares asking runsc for its state (an exec of runsc).
+	pid, err := readPid(pidFile)
+	if err != nil {
+		pid, err = e.statePid(cctx, bin, state, name)
+	}
+	if err != nil {
+		e.stopRuntime(cctx, sb, state, name)
+		return err
+	}
+	start, ok := procStart(pid)
+	if !ok {
+		return engine.Lost("sandbox %q ended as it was restored", id)
+	}
+	sb.st.Paused, sb.st.Pid, sb.st.Start, sb.st.Control = false, pid, start, ""
+	lap("pid")
+	if c, err := gvisor.Find(cctx, state, name); err == nil {
+		sb.st.Control = c.Socket
+	} else {
+		e.log.Debug("gVisor control socket unusable after restore; execs use runsc exec", "sandbox", name, "err", err)
+	}
+	lap("control")
+	if err := e.writeState(sb); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(e.checkpointDir(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		e.log.Warn("removing a used checkpoint", "sandbox_id", id, "err", err)
+	}
+	e.log.Debug("sandbox resumed", "sandbox_id", id, "pid", pid, "steps", lap("removed"))
+	return nil
+}
+
+// checkpointExit bounds the wait for a sandbox to end after runsc
+// checkpoint did: its kernel was killed as the checkpoint ended, and it
+// exits within milliseconds.
+const checkpointExit = 10 * time.Second
+
+// checkpointEnded waits for the sandbox process to end after a checkpoint
+// whose pausing process died, and reports whether it did. gVisor kills
+// the sandbox's kernel once a checkpoint without --leave-running is over,
+// whether it was written whole or not, and the process then exits on its
+// own time: until it does, the sandbox looks alive. Only a checkpoint
+// that never reached the sandbox leaves it running.
+func (e *Engine) checkpointEnded(ctx context.Context, sb *sandbox) bool {
+	deadline := time.Now().Add(checkpointExit)
+	for sb.alive() == nil {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
+}
+
+// stopwatch times a pause's or a resume's steps for the debug log: each
+// call records the time since the one before under its name and returns
+// all of them so far.
+func stopwatch() func(step string) string {
+	last := time.Now()
+	var steps []string
+	return func(step string) string {
+		now := time.Now()
+		steps = append(steps, fmt.Sprintf("%s %.1fms", step, float64(now.Sub(last).Microseconds())/1000))
+		last = now
+		return strings.Join(steps, ", ")
+	}
+}
+
+// readPid reads a pid file runsc wrote.
+func readPid(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("pid file %s: %q", path, b)
+	}
+	return pid, nil
+}
+
+// execSpawn starts a detached program through the sandbox's spawner, so
+// that it descends from the init and survives a pause. ok is false only
+// when nothing was started: no spawner took the request, or the agent
+// knows none; the caller then starts it another way. A request the
+// spawner may have read is never started again: without its answer, the
+// program's start is reported unknown.
+func (s *sandbox) execSpawn(ctx context.Context, pr *specs.Process) (exit engine.Exit, ok bool, err error) {
+	q := *pr
+	q.Args = append([]string{agentPath, "spawn", "--"}, pr.Args...)
+	var stdout, stderr bytes.Buffer
+	p := &engine.Process{Stdout: &stdout, Stderr: &stderr}
+	exit, err = s.execControl(ctx, p, &q, spawnTimeout)
+	if err != nil {
+		return exit, true, err
+	}
+	switch {
+	case exit.TimedOut || exit.Killed || exit.Code == agent.SpawnUnanswered:
+		// Cut short, or the spawner's answer never came: it may run.
+	case exit.Code == 0 && bytes.HasPrefix(stdout.Bytes(), []byte(agent.Spawned)):
+		return exit, true, nil
+	case exit.Code == 0 && olderAgent(stdout.Bytes()), exit.Code == agent.SpawnUnreachable:
+		return exit, false, nil
+	case exit.Code == 0:
+		// The spawner's word was lost on its way to the host.
+	default:
+		return exit, true, fmt.Errorf("%w: starting %q detached in sandbox %q: %s (exit %s)", errdefs.ErrUnknown, pr.Args[0], s.st.ID, bytes.TrimSpace(stderr.Bytes()), strconv.Itoa(exit.Code))
+	}
+	return exit, true, fmt.Errorf("%w: whether %q started detached in sandbox %q is unknown, so it was not started again: %s (exit %s)", errdefs.ErrDataLoss, pr.Args[0], s.st.ID, bytes.TrimSpace(stderr.Bytes()), strconv.Itoa(exit.Code))
+}
+
+// olderAgent reports whether out, what `airlock-agent spawn` wrote, is an
+// exec agent's Ready frame: an agent from before the spawner took `spawn`
+// for no subcommand, served nothing on its stdin and ended at its end,
+// having started nothing.
+func olderAgent(out []byte) bool {
+	f, err := agent.NewReader(bytes.NewReader(out), agent.MaxPayload).Read()
+	return err == nil && f.Type == agent.Ready
+}
+
+// spawnTimeout bounds a spawn client's life: it only asks and exits.
+const spawnTimeout = 10 * time.Second

@@ -187,6 +187,10 @@ bench-pool: setup ## Warm pools: pooled run beside cold API, airlock run and doc
 bench-server: setup ## airlock serve beside the CLI: run and exec p50/p99 (30 each, interleaved)
 	$(GO) run ./bench/server -n 30
 
+.PHONY: bench-kube
+bench-kube: ## Kubernetes: claim to first exec through airlock nodes beside a local warm pool; one-shot pods per second on one node and two
+	$(GO) test -count=1 -tags e2e -run '^$$' -bench Kube -benchtime=1x -timeout 60m ./e2e/kube/
+
 .PHONY: bench-egress
 bench-egress: ## The egress proxy on loopback beside direct connections: throughput and per-request cost
 	$(GO) run ./bench/egress -n 20

@@ -113,7 +113,7 @@ type node struct {
 }
 
 // freePort is a loopback TCP port free now.
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -125,7 +125,7 @@ func freePort(t *testing.T) int {
 
 // startNode starts `airlock node` as name, with a root of its own and
 // credentials of its own, and waits until it runs pods.
-func startNode(t *testing.T, name string) *node {
+func startNode(t testing.TB, name string) *node {
 	t.Helper()
 	root, err := e2etest.Root(filepath.Join(tmp, name), e2etest.SysRoot())
 	if err != nil {
@@ -136,7 +136,7 @@ func startNode(t *testing.T, name string) *node {
 
 // runNode starts `airlock node` as name on root and waits until it runs
 // pods.
-func runNode(t *testing.T, name, root string) *node {
+func runNode(t testing.TB, name, root string) *node {
 	t.Helper()
 	out, err := kubeTool("node", name)
 	if err != nil {
@@ -179,7 +179,7 @@ func runNode(t *testing.T, name, root string) *node {
 	return n
 }
 
-func (n *node) stop(t *testing.T) {
+func (n *node) stop(t testing.TB) {
 	if n.cmd.ProcessState != nil {
 		return
 	}
@@ -204,7 +204,7 @@ func (n *node) stop(t *testing.T) {
 }
 
 // sandboxes lists the node's sandboxes by the pod UID they run.
-func (n *node) sandboxes(t *testing.T) map[string]runner.SandboxInfo {
+func (n *node) sandboxes(t testing.TB) map[string]runner.SandboxInfo {
 	t.Helper()
 	out, err := exec.Command(airlockBin, "--root", n.root, "sandbox", "ls", "--json").Output()
 	if err != nil {
@@ -221,7 +221,7 @@ func (n *node) sandboxes(t *testing.T) map[string]runner.SandboxInfo {
 	return m
 }
 
-func client(t *testing.T) *kubernetes.Clientset {
+func client(t testing.TB) *kubernetes.Clientset {
 	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
@@ -231,7 +231,7 @@ func client(t *testing.T) *kubernetes.Clientset {
 }
 
 // kubectl runs kubectl with the admin's kubeconfig, stdin given.
-func kubectl(t *testing.T, stdin []byte, args ...string) string {
+func kubectl(t testing.TB, stdin []byte, args ...string) string {
 	t.Helper()
 	home := t.TempDir()
 	c := exec.Command("kubectl", append([]string{"--kubeconfig=" + kubeconfig, "--cache-dir=" + filepath.Join(home, "cache")}, args...)...)
@@ -245,7 +245,7 @@ func kubectl(t *testing.T, stdin []byte, args ...string) string {
 }
 
 // kubectlOut runs kubectl for a log, its failure in its output.
-func kubectlOut(t *testing.T, args ...string) string {
+func kubectlOut(t testing.TB, args ...string) string {
 	home := t.TempDir()
 	c := exec.Command("kubectl", append([]string{"--kubeconfig=" + kubeconfig, "--cache-dir=" + filepath.Join(home, "cache")}, args...)...)
 	c.Env = append(os.Environ(), "HOME="+home)
@@ -254,7 +254,7 @@ func kubectlOut(t *testing.T, args ...string) string {
 }
 
 // kubectlCode runs kubectl and returns its output and exit code.
-func kubectlCode(t *testing.T, args ...string) (string, int) {
+func kubectlCode(t testing.TB, args ...string) (string, int) {
 	home := t.TempDir()
 	c := exec.Command("kubectl", append([]string{"--kubeconfig=" + kubeconfig, "--cache-dir=" + filepath.Join(home, "cache")}, args...)...)
 	c.Env = append(os.Environ(), "HOME="+home)
@@ -270,7 +270,7 @@ func kubectlCode(t *testing.T, args ...string) (string, int) {
 
 // nodeGet GETs url from node n's API, trusting the cluster's CA, with as's
 // client certificate (none when as is nil), and returns the status.
-func nodeGet(t *testing.T, url string, n, as *node) int {
+func nodeGet(t testing.TB, url string, n, as *node) int {
 	t.Helper()
 	caPEM, err := os.ReadFile(filepath.Join(n.creds, "ca.crt"))
 	if err != nil {
@@ -302,7 +302,7 @@ func nodeGet(t *testing.T, url string, n, as *node) int {
 	return resp.StatusCode
 }
 
-func airlock(t *testing.T, root string, args ...string) []byte {
+func airlock(t testing.TB, root string, args ...string) []byte {
 	t.Helper()
 	var stderr bytes.Buffer
 	c := exec.Command(airlockBin, append([]string{"--root", root}, args...)...)
@@ -315,7 +315,7 @@ func airlock(t *testing.T, root string, args ...string) []byte {
 }
 
 // waitFor polls cond every 200ms until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
+func waitFor(t testing.TB, d time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	last := ""
@@ -580,7 +580,7 @@ func pod(name, node, image string, mutate func(*corev1.Pod)) *corev1.Pod {
 }
 
 // waitPhase waits until pod name is in one of phases.
-func waitPhase(t *testing.T, cs *kubernetes.Clientset, name string, phases ...corev1.PodPhase) *corev1.Pod {
+func waitPhase(t testing.TB, cs *kubernetes.Clientset, name string, phases ...corev1.PodPhase) *corev1.Pod {
 	t.Helper()
 	var got *corev1.Pod
 	waitFor(t, 2*time.Minute, "pod "+name+" ends", func() (bool, string) {

@@ -31,7 +31,9 @@ run: setup ## Set up, then run a Python job on the default image
 	./bin/airlock run -- python3 -c 'import numpy, matplotlib, platform; print("hello from", platform.node(), "numpy", numpy.__version__, "sum", int(numpy.arange(10).sum()))'
 
 .PHONY: test
-test: setup ## Set up, then run unit and end-to-end tests against real dockerd and runsc
+test: ## Set up (building the Kubernetes control plane beside it), then run unit and end-to-end tests against real dockerd and runsc
+	@# Setup waits on apt and mmdebstrap for minutes: the control plane builds meanwhile.
+	@$(MAKE) --no-print-directory -j2 setup kube-build
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
 	@# Every fuzz target briefly, from its committed corpus on.
@@ -74,6 +76,10 @@ test-sdk: ## Test the JS, deepagents and Python clients against a live airlock s
 # tools/kube (cached under $(AIRLOCK_ROOT)/kube/bin by go.sum hash) and run
 # on 127.0.0.1 only. `make test` runs test-kube: cold, the build takes ~12 min.
 KUBE := cd tools/kube && GO=$(GO) $(GO) run ./cmd/kube
+
+.PHONY: kube-build
+kube-build: ## Build the control-plane binaries kube-up starts (cached by go.sum hash under airlock's root)
+	@$(KUBE) build
 
 .PHONY: kube-up
 kube-up: ## Build (cached) and start etcd, the apiserver, controller manager, scheduler and agent-sandbox on 127.0.0.1; prints export KUBECONFIG=...

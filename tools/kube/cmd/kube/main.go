@@ -2,6 +2,7 @@
 // for tests (package cluster). `make kube-up`, `make kube-down` and
 // `make kube-clean` run it from tools/kube.
 //
+//	kube build   build what is not cached (make test runs it beside setup)
 //	kube up      build what is not cached, start, wait until ready, and
 //	             print `export KUBECONFIG=...` as the last line
 //	kube down    stop exactly the recorded processes and remove the runtime state
@@ -29,7 +30,7 @@ func main() {
 	src := flag.String("src", ".", "the tools/kube module directory, which pins the versions")
 	timeout := flag.Duration("timeout", 3*time.Minute, "how long up waits for readiness once built")
 	flag.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: kube [flags] up|down|clean|node NAME\n")
+		fmt.Fprintf(os.Stderr, "usage: kube [flags] build|up|down|clean|node NAME\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -64,20 +65,25 @@ func run(ctx context.Context, cmd string, l cluster.Layout, src string, timeout 
 	logf := func(format string, args ...any) {
 		fmt.Printf("[kube %4ds] %s\n", int(time.Since(begin).Seconds()), fmt.Sprintf(format, args...))
 	}
-	if cmd != "up" && cmd != "down" && cmd != "clean" {
-		return fmt.Errorf("unknown command %q (up, down or clean)", cmd)
+	if cmd != "build" && cmd != "up" && cmd != "down" && cmd != "clean" {
+		return fmt.Errorf("unknown command %q (build, up, down or clean)", cmd)
 	}
 	unlock, err := cluster.Lock(l)
 	if err != nil {
 		return err
 	}
 	defer unlock()
+	goBin := os.Getenv("GO")
+	if goBin == "" {
+		goBin = "go"
+	}
 	switch cmd {
-	case "up":
-		goBin := os.Getenv("GO")
-		if goBin == "" {
-			goBin = "go"
+	case "build":
+		if _, err := cluster.Build(ctx, src, l, goBin, logf); err != nil {
+			return err
 		}
+		logf("built in %s; cached in %s", time.Since(begin).Round(time.Second), l.Bin())
+	case "up":
 		b, err := cluster.Build(ctx, src, l, goBin, logf)
 		if err != nil {
 			return err

@@ -63,6 +63,12 @@ type sandboxState struct {
 	// Paused says the sandbox is checkpointed (pause_linux.go): no
 	// process of it runs, and Pid, Start and Control are empty.
 	Paused bool `json:"paused,omitempty"`
+	// Policy is policyDigest of the sandbox's policy, which a snapshot of
+	// it records (snapshot_linux.go).
+	Policy string `json:"policy_sha256,omitempty"`
+	// Snapshot names the snapshot the sandbox was restored from; empty
+	// for one that booted.
+	Snapshot string `json:"snapshot,omitempty"`
 }
 
 var sandboxIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
@@ -106,7 +112,13 @@ func (e *Engine) runtimeFor(m isolation.Mode, bundle string) (bin, state string,
 }
 
 // Create implements engine.Engine.
-func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (_ engine.Sandbox, err error) {
+func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (engine.Sandbox, error) {
+	return e.create(ctx, s, "")
+}
+
+// create makes long-lived sandbox s: booted, or, with snap, restored from
+// that snapshot (snapshot_linux.go), which must fit s.
+func (e *Engine) create(ctx context.Context, s *engine.SandboxSpec, snap string) (_ engine.Sandbox, err error) {
 	if err := engine.CheckKind(s, false); err != nil {
 		return nil, err
 	}
@@ -150,6 +162,11 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (_ engine.Sa
 			binds = append(binds, isolation.Bind{Source: src, Target: agentPath, ReadOnly: true})
 		}
 	}
+	if snap != "" {
+		if err := e.checkSnapshot(ctx, snap, s, withAgent); err != nil {
+			return nil, err
+		}
+	}
 	if s.Policy.Egress.On() {
 		// The credentials are read here too, so that one that cannot be
 		// is refused at create; the supervisor's proxy reads them again.
@@ -179,12 +196,23 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (_ engine.Sa
 	// The container's stdio is /dev/null: a host file or pipe held by its
 	// init would be reachable through /proc/1/fd. The sandbox outlives
 	// this process: its own session, no parent-death signal.
-	cmd := exec.Command(bin, append(args, "run", "--detach", "--bundle", bundle, name)...)
+	pidFile := filepath.Join(bundle, "create.pid")
+	verb := []string{"run"}
+	if snap != "" {
+		// The snapshot's processes in place of a new init: its mounts are
+		// this sandbox's, at the same targets (runsc checks them).
+		verb = []string{"restore", "--image-path=" + e.snapshotDir(snap)}
+	}
+	cmd := exec.Command(bin, append(append(args, verb...), "--detach", "--pid-file", pidFile, "--bundle", bundle, name)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("%w: starting sandbox %q with %s: %v%s", errdefs.ErrUnavailable, s.ID, filepath.Base(bin), err, runtimeLog(bundle))
+		return nil, fmt.Errorf("%w: starting sandbox %q with %s %s: %v%s", errdefs.ErrUnavailable, s.ID, filepath.Base(bin), verb[0], err, runtimeLog(bundle))
 	}
-	pid, err := e.statePid(bg, bin, state, name)
+	// The pid file spares asking the runtime for its state (an exec).
+	pid, err := readPid(pidFile)
+	if err != nil {
+		pid, err = e.statePid(bg, bin, state, name)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +220,8 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (_ engine.Sa
 	if !ok {
 		return nil, engine.Lost("sandbox %q ended as it started", s.ID)
 	}
-	st := sandboxState{ID: s.ID, Image: s.Image, Mode: s.Policy.Isolation, Pid: pid, Start: start, Timeout: l.Timeout, Egress: egressStateOf(s.Policy.Egress)}
+	st := sandboxState{ID: s.ID, Image: s.Image, Mode: s.Policy.Isolation, Pid: pid, Start: start, Timeout: l.Timeout, Egress: egressStateOf(s.Policy.Egress),
+		Policy: policyDigest(s.Policy), Snapshot: snap}
 	if !native && !e.runtimeExec {
 		if c, err := gvisor.Find(bg, state, name); err == nil {
 			st.Control, st.Agent = c.Socket, withAgent

@@ -125,6 +125,7 @@ func (e *Engine) create(ctx context.Context, s *engine.SandboxSpec, snap string)
 	if err := e.Check(ctx, s); err != nil {
 		return nil, err
 	}
+	lap := stopwatch()
 	lk, err := e.lock(ctx, s.ID)
 	if err != nil {
 		return nil, err
@@ -166,6 +167,7 @@ func (e *Engine) create(ctx context.Context, s *engine.SandboxSpec, snap string)
 		if err := e.checkSnapshot(ctx, snap, s, withAgent); err != nil {
 			return nil, err
 		}
+		lap("snapshot check")
 	}
 	if s.Policy.Egress.On() {
 		// The credentials are read here too, so that one that cannot be
@@ -185,6 +187,7 @@ func (e *Engine) create(ctx context.Context, s *engine.SandboxSpec, snap string)
 	if err := os.WriteFile(initSrc, elf, 0o555); err != nil {
 		return nil, fmt.Errorf("%w: writing the sandbox's init: %v", errdefs.ErrUnavailable, err)
 	}
+	lap("prepare")
 	native, spec, l := p.native, p.spec, s.Policy.Limits
 
 	bin, state, args := e.runtimeFor(s.Policy.Isolation, bundle)
@@ -201,13 +204,14 @@ func (e *Engine) create(ctx context.Context, s *engine.SandboxSpec, snap string)
 	if snap != "" {
 		// The snapshot's processes in place of a new init: its mounts are
 		// this sandbox's, at the same targets (runsc checks them).
-		verb = []string{"restore", "--image-path=" + e.snapshotDir(snap)}
+		verb = []string{"restore", "--background", "--image-path=" + e.snapshotDir(snap)}
 	}
 	cmd := exec.Command(bin, append(append(args, verb...), "--detach", "--pid-file", pidFile, "--bundle", bundle, name)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("%w: starting sandbox %q with %s %s: %v%s", errdefs.ErrUnavailable, s.ID, filepath.Base(bin), verb[0], err, runtimeLog(bundle))
 	}
+	lap(filepath.Base(bin) + " " + verb[0])
 	// The pid file spares asking the runtime for its state (an exec).
 	pid, err := readPid(pidFile)
 	if err != nil {
@@ -229,6 +233,7 @@ func (e *Engine) create(ctx context.Context, s *engine.SandboxSpec, snap string)
 			e.log.Debug("gVisor control socket unusable; execs use runsc exec", "sandbox", name, "err", err)
 		}
 	}
+	lap("pid and control")
 	b, _ := json.Marshal(st)
 	if err := atomicfile.WriteFile(filepath.Join(bundle, stateFile), b, 0o600); err != nil {
 		return nil, fmt.Errorf("%w: writing sandbox state: %v", errdefs.ErrUnavailable, err)
@@ -242,7 +247,7 @@ func (e *Engine) create(ctx context.Context, s *engine.SandboxSpec, snap string)
 			return nil, err
 		}
 	}
-	e.log.Debug("sandbox created", "sandbox_id", s.ID, "runtime", filepath.Base(bin), "pid", pid)
+	e.log.Debug("sandbox created", "sandbox_id", s.ID, "runtime", filepath.Base(bin), "pid", pid, "snapshot", snap, "steps", lap("state"))
 	return &sandbox{e: e, st: st, process: *spec.Process, bundle: bundle}, nil
 }
 

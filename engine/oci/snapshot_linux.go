@@ -91,7 +91,9 @@ func (e *Engine) Snapshot(ctx context.Context, id string) (_ string, err error) 
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	lap := stopwatch()
-	ck := exec.CommandContext(cctx, bin, append(args, "checkpoint", "--image-path="+tmp, name)...)
+	// Uncompressed, and without the pages that hold only zeros: a restore
+	// then maps the pages file as it is, and reads it in the background.
+	ck := exec.CommandContext(cctx, bin, append(args, "checkpoint", "--compression=none", "--exclude-committed-zero-pages", "--image-path="+tmp, name)...)
 	ck.ExtraFiles = []*os.File{lk.File()}
 	out, err := ck.CombinedOutput()
 	lap("checkpoint")

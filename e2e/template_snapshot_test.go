@@ -134,6 +134,15 @@ func TestTemplateSnapshot(t *testing.T) {
 		t.Logf("boot_id differs between clones (%d values): gVisor now makes it at restore", len(boot))
 	}
 
+	// A narrowed policy is not the snapshot's: refused, naming the fix,
+	// and nothing is left of the attempt.
+	if r := in(root, "sandbox", "create", "--template", "snap-py", "--memory", "128MiB"); r.code != 64 || !strings.Contains(r.stderr, "policy") || !strings.Contains(r.stderr, "--replace --warm") {
+		t.Errorf("a narrowed create from the snapshot: exit %d: %s; want 64 naming the policy and the fix", r.code, r.stderr)
+	}
+	if got := len(sandboxesIn(root)); got != 2*n {
+		t.Errorf("%d sandbox records after a refused create; want the %d made", got/2, n)
+	}
+
 	// Without the reseed: what the clones share on their own.
 	raw := map[string]map[string]bool{}
 	for i := 0; i < 3; i++ {

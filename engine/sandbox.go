@@ -219,7 +219,8 @@ type Pauser interface {
 // own id, bundle, cgroup and mounts) whose processes are the snapshot's,
 // running on where they stopped, instead of booting one. A snapshot whose
 // image, policy or runtime differ from s's is refused
-// (errdefs.ErrFailedPrecondition, naming the fix), never used; one whose
+// (errdefs.ErrInvalidArgument, naming what differs and the fix: a new
+// snapshot; retrying cannot help), never used; one whose
 // manifest does not hash to its name is errdefs.ErrDataLoss. A sandbox
 // that cannot be snapshotted (runc's isolation, egress) is
 // errdefs.ErrNotImplemented, saying why.

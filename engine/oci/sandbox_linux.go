@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -205,6 +206,10 @@ func (e *Engine) create(ctx context.Context, s *engine.SandboxSpec, snap string)
 		// The snapshot's processes in place of a new init: its mounts are
 		// this sandbox's, at the same targets (runsc checks them).
 		verb = []string{"restore", "--background", "--image-path=" + e.snapshotDir(snap)}
+		// runsc restore's own log too, for its errors (runtimeLog).
+		if i := slices.Index(args, "--debug-command=run"); i >= 0 {
+			args[i] = "--debug-command=run,restore"
+		}
 	}
 	cmd := exec.Command(bin, append(append(args, verb...), "--detach", "--pid-file", pidFile, "--bundle", bundle, name)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -255,6 +260,8 @@ func (e *Engine) create(ctx context.Context, s *engine.SandboxSpec, snap string)
 // error message.
 func runtimeLog(bundle string) string {
 	logs, _ := filepath.Glob(filepath.Join(bundle, "logs", "*.run.txt"))
+	restores, _ := filepath.Glob(filepath.Join(bundle, "logs", "*.restore.txt"))
+	logs = append(logs, restores...)
 	logs = append(logs, filepath.Join(bundle, "runc.log"))
 	var tail []string
 	for _, l := range logs {

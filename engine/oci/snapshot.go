@@ -130,5 +130,5 @@ func (m *snapshotManifest) fits(name string, w snapshotWant) error {
 	default:
 		return nil
 	}
-	return fmt.Errorf("%w: snapshot %s does not fit: %s; create the template again with `airlock template create NAME --replace --warm ...`", errdefs.ErrFailedPrecondition, name, why)
+	return fmt.Errorf("%w: snapshot %s does not fit: %s; create the template again with `airlock template create NAME --replace --warm ...`", errdefs.ErrInvalidArgument, name, why)
 }

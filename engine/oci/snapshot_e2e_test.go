@@ -179,8 +179,8 @@ func TestSnapshotRestore(t *testing.T) {
 	// Refusals, before anything is made.
 	narrowed := spec("snap-narrow")
 	narrowed.Policy.Limits.Memory /= 2
-	if _, err := e.Restore(ctx, narrowed, snap); !errors.Is(err, errdefs.ErrFailedPrecondition) {
-		t.Errorf("restore under another policy: %v; want a failed precondition", err)
+	if _, err := e.Restore(ctx, narrowed, snap); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("restore under another policy: %v; want invalid input", err)
 	}
 	freed("snap-narrow")
 	native := spec("snap-runc")

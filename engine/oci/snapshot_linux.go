@@ -67,7 +67,7 @@ func (e *Engine) Snapshot(ctx context.Context, id string) (_ string, err error) 
 		return "", fmt.Errorf("%w: sandbox %q has egress (--allow-host), whose proxy and network namespace are not part of a checkpoint: make the template without --allow-host", errdefs.ErrNotImplemented, id)
 	}
 	if sb.st.Policy == "" {
-		return "", fmt.Errorf("%w: sandbox %q was made before snapshots recorded a sandbox's policy; make a new one", errdefs.ErrFailedPrecondition, id)
+		return "", fmt.Errorf("%w: sandbox %q was made before snapshots recorded a sandbox's policy; make a new one", errdefs.ErrInvalidArgument, id)
 	}
 	if err := sb.alive(); err != nil {
 		return "", err

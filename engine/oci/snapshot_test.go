@@ -70,7 +70,7 @@ func TestSnapshotManifestName(t *testing.T) {
 }
 
 // A snapshot serves only a sandbox of its image, exact policy, runsc and
-// mounts; each mismatch is refused as a failed precondition naming it and
+// mounts; each mismatch is refused as invalid input naming it and
 // the fix.
 func TestSnapshotFits(t *testing.T) {
 	m := testManifest()
@@ -99,8 +99,8 @@ func TestSnapshotFits(t *testing.T) {
 		w := want
 		c.change(&w)
 		err := m.fits("x", w)
-		if !errors.Is(err, errdefs.ErrFailedPrecondition) {
-			t.Errorf("%s: fits = %v; want a failed precondition", c.name, err)
+		if !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("%s: fits = %v; want invalid input", c.name, err)
 			continue
 		}
 		if !strings.Contains(err.Error(), c.says) || !strings.Contains(err.Error(), "template create") {

@@ -166,10 +166,6 @@ func (r *Runner) Create(ctx context.Context, s SandboxSpec) (_ *Sandbox, err err
 	if err := s.defaults(); err != nil {
 		return nil, err
 	}
-	job, err := r.planSandbox(s)
-	if err != nil {
-		return nil, err
-	}
 	var snap engine.Snapshotter
 	if s.Snapshot != "" {
 		if snap, err = r.snapshotter(); err != nil {
@@ -178,6 +174,10 @@ func (r *Runner) Create(ctx context.Context, s SandboxSpec) (_ *Sandbox, err err
 		if len(s.Inputs) > 0 {
 			return nil, fmt.Errorf("%w: a sandbox restored from a snapshot takes no inputs at create (its mounts are the snapshot's); upload them once it is made", errdefs.ErrInvalidArgument)
 		}
+	}
+	job, err := r.planSandbox(s)
+	if err != nil {
+		return nil, err
 	}
 	id := "sb-" + job.ID
 	now := time.Now().UTC()

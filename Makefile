@@ -185,6 +185,10 @@ bench-session: setup ## A live sandbox: exec beside bare runsc exec and docker e
 bench-pause: setup ## Pause and resume of a sandbox holding a 100 MiB Python heap (Go API and CLI)
 	$(GO) run ./bench/pause
 
+.PHONY: bench-snapshot
+bench-snapshot: setup ## A numpy-ready Python sandbox restored from a template's snapshot beside booted and imported, interleaved
+	$(GO) run ./bench/snapshot
+
 .PHONY: bench-pool
 bench-pool: setup ## Warm pools: pooled run beside cold API, airlock run and docker run; 60s sustained rate; batch --warm 4
 	$(GO) run ./bench/pool -n 30

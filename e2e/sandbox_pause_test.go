@@ -26,26 +26,11 @@ import (
 // store.
 func pauseRoot(t *testing.T) string {
 	t.Helper()
-	root, err := e2etest.Root(t.TempDir(), e2etest.SysRoot())
+	root, err := e2etest.AgentRoot(t.TempDir(), e2etest.SysRoot(), "../cmd/airlock-agent")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { syscall.Unmount(filepath.Join(root, "oci", "runsc", "null-netns"), syscall.MNT_DETACH) })
-	tools := filepath.Join(root, "tools")
-	if err := os.Remove(tools); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Mkdir(tools, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(filepath.Join(e2etest.SysRoot(), "tools", "runsc"), filepath.Join(tools, "runsc")); err != nil {
-		t.Fatal(err)
-	}
-	build := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(tools, "airlock-agent"), "../cmd/airlock-agent")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the agent: %v\n%s", err, out)
-	}
 	return root
 }
 

@@ -206,3 +206,30 @@ type Pauser interface {
 	// Paused reports whether sandbox id is paused.
 	Paused(ctx context.Context, id string) (bool, error)
 }
+
+// Snapshotter is an engine that can take a snapshot of a warmed
+// long-lived sandbox and make new sandboxes from it: the oci engine under
+// gVisor. A snapshot is the sandbox's processes and memory, checkpointed
+// into a directory under airlock's root (mode 0700, its files 0600, never
+// exported), named by the sha256 of its manifest, which records the image,
+// the policy's hash and the runtime's version it was taken under.
+//
+// Snapshot checkpoints sandbox id and ends its processes: the sandbox is
+// to be destroyed next. Restore creates a new long-lived sandbox s (its
+// own id, bundle, cgroup and mounts) whose processes are the snapshot's,
+// running on where they stopped, instead of booting one. A snapshot whose
+// image, policy or runtime differ from s's is refused
+// (errdefs.ErrInvalidArgument, naming what differs and the fix: a new
+// snapshot; retrying cannot help), never used; one whose
+// manifest does not hash to its name is errdefs.ErrDataLoss. A sandbox
+// that cannot be snapshotted (runc's isolation, egress) is
+// errdefs.ErrNotImplemented, saying why.
+type Snapshotter interface {
+	Snapshot(ctx context.Context, id string) (name string, err error)
+	Restore(ctx context.Context, s *SandboxSpec, snapshot string) (Sandbox, error)
+	// RemoveSnapshot removes snapshot name; one that is gone is not an
+	// error.
+	RemoveSnapshot(ctx context.Context, name string) error
+	// Snapshots lists the snapshots' names and when each was taken.
+	Snapshots(ctx context.Context) (map[string]time.Time, error)
+}

@@ -62,6 +62,13 @@ type SandboxSpec struct {
 	// (default 256MiB).
 	Inputs     []Input
 	InputLimit units.Bytes
+	// Snapshot names a snapshot of the engine's (engine.Snapshotter, a
+	// template's: see Runner.Snapshot) to restore the sandbox from instead
+	// of booting it: its processes run on where the snapshot stopped them,
+	// in the sandbox's own new areas. The snapshot must have been taken
+	// under this exact image and policy; a sandbox restored from one takes
+	// no Inputs at create.
+	Snapshot string
 
 	// pool, set by a warm pool, leaves the sandbox created, for the pool
 	// to record pooled; a claim makes it ready.
@@ -121,6 +128,9 @@ type SandboxInfo struct {
 	Creator owner            `json:"creator,omitzero" openapi:"-"`
 	Execs   map[string]owner `json:"execs,omitempty" openapi:"-"`
 	Error   string           `json:"error,omitempty"`
+	// Snapshot names the snapshot the sandbox was restored from; empty
+	// for one that booted.
+	Snapshot string `json:"snapshot,omitempty"`
 }
 
 // Public is si as a client of the API sees it: without the host's paths
@@ -156,6 +166,15 @@ func (r *Runner) Create(ctx context.Context, s SandboxSpec) (_ *Sandbox, err err
 	if err := s.defaults(); err != nil {
 		return nil, err
 	}
+	var snap engine.Snapshotter
+	if s.Snapshot != "" {
+		if snap, err = r.snapshotter(); err != nil {
+			return nil, err
+		}
+		if len(s.Inputs) > 0 {
+			return nil, fmt.Errorf("%w: a sandbox restored from a snapshot takes no inputs at create (its mounts are the snapshot's); upload them once it is made", errdefs.ErrInvalidArgument)
+		}
+	}
 	job, err := r.planSandbox(s)
 	if err != nil {
 		return nil, err
@@ -189,7 +208,7 @@ func (r *Runner) Create(ctx context.Context, s SandboxSpec) (_ *Sandbox, err err
 		Seccomp: job.Policy.Seccomp.SHA256, Limits: limitsOf(job.Policy.Limits),
 		Workspace: WorkspaceDir, WorkspaceBytes: int64(s.WorkspaceSize), Labels: s.Labels, DownloadTypes: s.DownloadTypes,
 		CreatedAt: now, ExpiresAt: now.Add(s.TTL), IdleTimeoutMS: s.IdleTimeout.Milliseconds(), LastActivity: now,
-		Creator: owner{PID: os.Getpid(), Start: procStart(os.Getpid())},
+		Creator: owner{PID: os.Getpid(), Start: procStart(os.Getpid())}, Snapshot: s.Snapshot,
 	}
 	if si.Labels == nil {
 		si.Labels = map[string]string{}
@@ -260,7 +279,12 @@ func (r *Runner) Create(ctx context.Context, s SandboxSpec) (_ *Sandbox, err err
 	if err := writeInfo(r.root, &si); err != nil {
 		return nil, err
 	}
-	if esb, err = eng.Create(ctx, spec); err != nil {
+	if snap != nil {
+		esb, err = snap.Restore(ctx, spec, s.Snapshot)
+	} else {
+		esb, err = eng.Create(ctx, spec)
+	}
+	if err != nil {
 		return nil, err
 	}
 	states := []lifecycle.State{lifecycle.Created, lifecycle.Ready}

@@ -56,6 +56,19 @@ func liveSandbox(t *testing.T, root, id string, states ...lifecycle.State) {
 	}
 }
 
+// busySandbox records sandbox id on root running, with an exec of this
+// process in progress.
+func busySandbox(t *testing.T, root, id string) {
+	t.Helper()
+	liveSandbox(t, root, id, lifecycle.Created, lifecycle.Ready, lifecycle.Running)
+	if err := updateInfo(root, id, func(si *SandboxInfo) error {
+		si.Execs = map[string]owner{"x": {PID: os.Getpid(), Start: procStart(os.Getpid())}}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestPauseAndResumeRecords(t *testing.T) {
 	root := t.TempDir()
 	eng := &pausing{paused: map[string]bool{}}
@@ -99,13 +112,7 @@ func TestPauseAndResumeRecords(t *testing.T) {
 func TestPauseRefusals(t *testing.T) {
 	root := t.TempDir()
 	const busy, made = "sb-00000000000000000002", "sb-00000000000000000003"
-	liveSandbox(t, root, busy, lifecycle.Created, lifecycle.Ready, lifecycle.Running)
-	if err := updateInfo(root, busy, func(si *SandboxInfo) error {
-		si.Execs = map[string]owner{"x": {PID: os.Getpid(), Start: procStart(os.Getpid())}}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	busySandbox(t, root, busy)
 	liveSandbox(t, root, made, lifecycle.Created)
 	eng := &pausing{paused: map[string]bool{}}
 	rn, err := New(WithRoot(root), WithEngine(eng))

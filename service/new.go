@@ -55,6 +55,15 @@ func (s *Service) Run(ctx context.Context, engineName, template string, spec run
 // template's warm pool when it has one, else started cold. Once made, its
 // record counts it against the admission.
 func (s *Service) Create(ctx context.Context, engineName, template string, spec runner.SandboxSpec) (*runner.Sandbox, error) {
+	if template != "" && spec.Snapshot == "" {
+		// A template's snapshot, when it has one, is where its sandboxes
+		// start from.
+		t, err := s.Template(template)
+		if err != nil {
+			return nil, err
+		}
+		spec.Snapshot = t.Snapshot
+	}
 	rn, done, release, err := s.admitted(ctx, engineName)
 	if err != nil {
 		return nil, err

@@ -39,9 +39,12 @@ type wireTemplate struct {
 	SeccompSHA256   string   `json:"seccomp_profile_sha256"`
 	// AllowHost and Credential are left out when empty, so that a
 	// template without egress keeps the version it always had.
-	AllowHost  []string  `json:"allow_host,omitempty"`
-	Credential []string  `json:"credential,omitempty"`
-	CreatedAt  time.Time `json:"created_at"`
+	AllowHost  []string `json:"allow_host,omitempty"`
+	Credential []string `json:"credential,omitempty"`
+	// Warm and Snapshot, too, are left out when empty.
+	Warm      []string  `json:"warm,omitempty"`
+	Snapshot  string    `json:"snapshot,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
 }
 
 func (t *Template) wire() wireTemplate {
@@ -51,6 +54,7 @@ func (t *Template) wire() wireTemplate {
 		Timeout: l.Timeout.String(), Memory: l.Memory.String(), CPUs: l.CPUs.String(), Pids: l.Pids,
 		OutputLimit: l.Output.String(), TmpSize: l.Tmp.String(), FileSize: l.FileSize.String(), OpenFiles: l.OpenFiles,
 		Env: t.Env, Workdir: t.Workdir, SeccompSHA256: t.SeccompSHA256, CreatedAt: t.CreatedAt,
+		Warm: t.Warm, Snapshot: t.Snapshot,
 	}
 	if w.Env == nil {
 		w.Env = []string{}
@@ -89,6 +93,7 @@ func (t *Template) UnmarshalJSON(b []byte) error {
 	var n Template
 	n.Name, n.Image, n.Engine, n.Isolation = w.Name, w.Image, w.Engine, isolation.Mode(w.Isolation)
 	n.Env, n.Workdir, n.SeccompSHA256, n.CreatedAt = w.Env, w.Workdir, w.SeccompSHA256, w.CreatedAt
+	n.Warm, n.Snapshot = w.Warm, w.Snapshot
 	l := &n.Limits
 	l.Pids, l.OpenFiles = w.Pids, w.OpenFiles
 	// A template file's values go through the one wire parser.

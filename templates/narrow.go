@@ -156,6 +156,9 @@ func (t *Template) NarrowSandbox(explicit runner.SandboxSpec) (runner.SandboxSpe
 	}
 	out := explicit
 	out.Image, out.Env, out.Policy, out.SeccompProfile, out.Output = s.Image, s.Env, s.Policy, s.SeccompProfile, s.Output
+	// Restored from the template's snapshot, which the engine uses only
+	// under the template's exact policy.
+	out.Snapshot = t.Snapshot
 	return out, nil
 }
 

@@ -55,7 +55,13 @@ type Template struct {
 	// SeccompSHA256 is the hex sha256 of the template's own seccomp
 	// profile; "" means airlock's default profile.
 	SeccompSHA256 string
-	CreatedAt     time.Time
+	// Warm is the warm program a snapshot was taken of (template create
+	// --warm), and Snapshot that snapshot's name (the oci engine's, under
+	// gVisor): its sandboxes are restored from it instead of booted. Both
+	// are empty for a template without one.
+	Warm      []string
+	Snapshot  string
+	CreatedAt time.Time
 
 	// dir is the store directory the template was read from or put in,
 	// where its profile copy lives.
@@ -232,6 +238,14 @@ func (t *Template) Validate() error {
 	if err := t.Output.validate(); err != nil {
 		errs = append(errs, err)
 	}
+	switch {
+	case t.Snapshot == "" && len(t.Warm) > 0, t.Snapshot != "" && len(t.Warm) == 0:
+		bad("warm and snapshot go together: a snapshot is taken of a warm program")
+	case t.Snapshot != "" && !sha256RE.MatchString(t.Snapshot):
+		bad("snapshot %q is not 64 lower-case hex digits", t.Snapshot)
+	case t.Snapshot != "" && (t.Engine != EngineOCI || t.Isolation != isolation.GVisor || t.Egress.On()):
+		bad("a template with a snapshot runs on engine oci under gvisor, without egress")
+	}
 	return errors.Join(errs...)
 }
 
@@ -322,7 +336,7 @@ func (t *Template) Spec() runner.Spec {
 
 // Version is the hex sha256 of the canonical JSON of everything in the
 // template that shapes a sandbox: image, engine, isolation, limits, env,
-// workdir, output settings, seccomp profile and egress. The name and creation time
+// workdir, output settings, seccomp profile, egress and snapshot. The name and creation time
 // are left out.
 func (t *Template) Version() string {
 	w := t.wire()

@@ -19,7 +19,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/engine/oci"
@@ -65,24 +64,9 @@ func run(n, heapMiB int) error {
 	if err != nil {
 		return err
 	}
-	root, err := e2etest.Root(tmp, e2etest.SysRoot())
+	root, err := e2etest.AgentRoot(tmp, e2etest.SysRoot(), "./cmd/airlock-agent")
 	if err != nil {
 		return err
-	}
-	tools := filepath.Join(root, "tools")
-	if err := os.Remove(tools); err != nil {
-		return err
-	}
-	if err := os.Mkdir(tools, 0o755); err != nil {
-		return err
-	}
-	if err := os.Symlink(oci.RunscPath(e2etest.SysRoot()), oci.RunscPath(root)); err != nil {
-		return err
-	}
-	agent := exec.Command("go", "build", "-trimpath", "-o", oci.AgentPath(root), "./cmd/airlock-agent")
-	agent.Env, agent.Stderr = append(os.Environ(), "CGO_ENABLED=0"), os.Stderr
-	if err := agent.Run(); err != nil {
-		return fmt.Errorf("building the agent: %w", err)
 	}
 	defer exec.Command("umount", "-l", filepath.Join(root, "oci", "runsc", "null-netns")).Run()
 	cli := func(args ...string) (string, error) {
@@ -184,19 +168,10 @@ func run(n, heapMiB int) error {
 			return err
 		}
 	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\truns\tp50 ms\tp99 ms\tmean ms\t")
-	for _, s := range []struct {
-		name string
-		took []time.Duration
-	}{
-		{"pause (Go API)", apiPause}, {"resume (Go API)", apiResume},
-		{"airlock sandbox pause", cliPause}, {"airlock sandbox resume", cliResume},
-	} {
-		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t\n", s.name, len(s.took), timing.MS(timing.Percentile(s.took, 50)),
-			timing.MS(timing.Percentile(s.took, 99)), timing.MS(timing.Mean(s.took)))
-	}
-	tw.Flush()
+	timing.Table(os.Stdout, "scenario", []timing.Row{
+		{Name: "pause (Go API)", Took: apiPause}, {Name: "resume (Go API)", Took: apiResume},
+		{Name: "airlock sandbox pause", Took: cliPause}, {Name: "airlock sandbox resume", Took: cliResume},
+	})
 	fmt.Printf("checkpoint: %.1f MiB for a %d MiB heap; targets: pause ≤ 150 ms, resume ≤ 250 ms\n", float64(ckptBytes)/(1<<20), heapMiB)
 	fmt.Printf("the sandbox's memory cgroup: %s running, %s paused\n", running, paused)
 	return nil

@@ -21,7 +21,8 @@ remove it completely: container or runtime sandbox, cgroup, mounts, bundle
 and run directory. Besides airlock's run directories it asks each engine
 for leftovers (containers labelled airlock.id, runtime containers named
 airlock-<id>, cgroups under /airlock, bundles), so it also works when the
-state files are gone. It touches only ids of airlock's own form.
+state files are gone, and removes the snapshots no template names (once
+ten minutes old). It touches only ids of airlock's own form.
 
 Every airlock command also does a cheap sweep of the run directories first.`,
 		Args: exactArgs(0, "reap takes no arguments"),

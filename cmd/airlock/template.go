@@ -14,6 +14,7 @@ import (
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/templates"
+	"github.com/airlock-sandbox/airlock/wire"
 )
 
 func newTemplateCmd(g *globals) *cobra.Command {
@@ -45,7 +46,9 @@ or seccomp profile: such a flag is refused (exit 64) and the error names it.`,
 
 type templateCreateFlags struct {
 	runFlags
-	replace bool
+	replace     bool
+	warm        bool
+	warmTimeout string
 }
 
 func newTemplateCreateCmd(g *globals) *cobra.Command {
@@ -61,21 +64,42 @@ digest-pinned image airlock holds (airlock image ls).
 NAME is 1 to 63 lower-case letters, digits, '.', '_' or '-', starting with a
 letter or digit. A NAME that exists is refused unless --replace is given.
 With --json the template is printed as one JSON object; its "version"
-changes whenever anything that shapes a sandbox does.`,
+changes whenever anything that shapes a sandbox does.
+
+--warm -- ARGV... gives the template a snapshot (oci engine, gVisor only):
+a sandbox of the template is made, ARGV is started in it detached, and once
+ARGV creates the file named by $AIRLOCK_READY_FILE (/tmp/airlock-ready) the
+sandbox is checkpointed into the template's snapshot and destroyed.
+airlock sandbox create --template NAME then restores its sandboxes from the
+snapshot, ARGV running on where it was, instead of booting them. The
+program is warmed before any job exists: put no secret in it. Progress goes
+to stderr; --warm-timeout bounds the wait for the ready file. airlock
+template rm removes the snapshot with the template.`,
 		Example: `  airlock template create py --memory 256MiB --cpus 0.5 --timeout 10s
   airlock template create py --memory 512MiB --replace
-  airlock template create calc --isolation seccomp --pids 32 --out-dir none --json`,
-		Args: exactArgs(1, "give the template's name, such as py"),
-		RunE: func(cmd *cobra.Command, args []string) error { return runTemplateCreate(cmd, g, f, args[0]) },
+  airlock template create calc --isolation seccomp --pids 32 --out-dir none --json
+  airlock template create np --engine oci --warm -- python3 -c 'import numpy, os; open(os.environ["AIRLOCK_READY_FILE"], "w").close(); import time; time.sleep(1e9)'`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if f.warm {
+				if d := cmd.ArgsLenAtDash(); d != 1 || len(args) < 2 {
+					return usageError{errors.New("--warm takes the template's name, then -- and the warm program's argv: airlock template create NAME --warm -- ARGV...")}
+				}
+				return nil
+			}
+			return exactArgs(1, "give the template's name, such as py")(cmd, args)
+		},
+		RunE: func(cmd *cobra.Command, args []string) error { return runTemplateCreate(cmd, g, f, args[0], args[1:]) },
 	}
 	addPolicyFlags(cmd, &f.runFlags)
 	cmd.Flags().BoolVar(&f.replace, "replace", false, "replace a template of the same name")
+	cmd.Flags().BoolVar(&f.warm, "warm", false, "snapshot a warm program (the argv after --) for the template's sandboxes to start from")
+	cmd.Flags().StringVar(&f.warmTimeout, "warm-timeout", "2m", "with --warm, how long to wait for the program's ready file")
 	cmd.Flags().BoolVar(&f.json, "json", false, "print the template as one JSON object instead of its name")
 	cmd.Flags().SortFlags = false
 	return cmd
 }
 
-func runTemplateCreate(cmd *cobra.Command, g *globals, f *templateCreateFlags, name string) error {
+func runTemplateCreate(cmd *cobra.Command, g *globals, f *templateCreateFlags, name string, warm []string) error {
 	if err := templates.CheckName(name); err != nil {
 		return err
 	}
@@ -96,13 +120,24 @@ func runTemplateCreate(cmd *cobra.Command, g *globals, f *templateCreateFlags, n
 	if err != nil {
 		return err
 	}
-	st := templates.Open(g.root)
-	put := st.Put
-	if f.replace {
-		put = st.Replace
-	}
-	if err := put(t); err != nil {
-		return err
+	if f.warm {
+		timeout, err := wire.Duration("warm_timeout", f.warmTimeout)
+		if err != nil {
+			return asFlag(err)
+		}
+		w := runner.WarmSpec{Argv: warm, Timeout: timeout, Progress: cmd.ErrOrStderr()}
+		if err := g.service("").PutWarmTemplate(cmd.Context(), t, w, f.replace); err != nil {
+			return err
+		}
+	} else {
+		st := templates.Open(g.root)
+		put := st.Put
+		if f.replace {
+			put = st.Replace
+		}
+		if err := put(t); err != nil {
+			return err
+		}
 	}
 	if f.json {
 		return writeJSON(cmd.OutOrStdout(), t)
@@ -190,8 +225,9 @@ func newTemplateRmCmd(g *globals) *cobra.Command {
 		Use:   "rm NAME...",
 		Short: "Remove templates",
 		Long: `Remove each template given, printing its name. A name that is not a
-template is an error (exit 66) after the others are removed. Sandboxes made
-from a template keep running; runs naming it fail from then on.`,
+template is an error (exit 66) after the others are removed. A template's
+snapshot (--warm) is removed with it. Sandboxes made from a template keep
+running; runs naming it fail from then on.`,
 		Example: `  airlock template rm py
   airlock template ls --json | jq -r '.[].name' | xargs -r airlock template rm`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -201,10 +237,10 @@ from a template keep running; runs naming it fail from then on.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, names []string) error {
-			st := templates.Open(g.root)
+			svc := g.service("")
 			var errs []error
 			for _, n := range names {
-				if err := st.Remove(n); err != nil {
+				if err := svc.RemoveTemplate(cmd.Context(), n); err != nil {
 					errs = append(errs, fmt.Errorf("removing template %s: %w", n, err))
 					continue
 				}

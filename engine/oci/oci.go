@@ -386,12 +386,13 @@ func exitCode(ps *os.ProcessState) int {
 func (e *Engine) RunsOnStore() {}
 
 var (
-	_ engine.Engine    = (*Engine)(nil)
-	_ engine.StoreUser = (*Engine)(nil)
-	_ engine.Pauser    = (*Engine)(nil)
-	_ engine.Sandbox   = (*sandbox)(nil)
-	_ engine.Server    = (*sandbox)(nil)
-	_ engine.Task      = (*oneShot)(nil)
+	_ engine.Engine      = (*Engine)(nil)
+	_ engine.StoreUser   = (*Engine)(nil)
+	_ engine.Pauser      = (*Engine)(nil)
+	_ engine.Snapshotter = (*Engine)(nil)
+	_ engine.Sandbox     = (*sandbox)(nil)
+	_ engine.Server      = (*sandbox)(nil)
+	_ engine.Task        = (*oneShot)(nil)
 )
 
 // runscFlags are the flags every runsc run gets, the policy's first; Run

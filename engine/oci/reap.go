@@ -79,7 +79,9 @@ func (e *Engine) netnsDir() string { return filepath.Join(e.root, "oci", "netns"
 
 // Reap implements engine.Reaper: kill the run's cgroup, delete its runtime
 // containers, remove its egress network namespaces, unmount its root
-// overlay and remove its bundle and any checkpoint.
+// overlay and remove its bundle, any checkpoint and any snapshot of it
+// cut short. Whole snapshots belong to templates, not to a run: the
+// service removes those no template names (engine.Snapshotter).
 func (e *Engine) Reap(ctx context.Context, id string) error {
 	var errs []error
 	if err := cgroup.Remove(ctx, id); err != nil {
@@ -104,9 +106,16 @@ func (e *Engine) Reap(ctx context.Context, id string) error {
 	if err := removeBundle(e.bundleDir(id)); err != nil {
 		errs = append(errs, err)
 	}
-	// A paused sandbox's checkpoint goes with it.
+	// A paused sandbox's checkpoint goes with it, and a snapshot of it
+	// that was cut short.
 	if err := os.RemoveAll(e.checkpointDir(id)); err != nil {
 		errs = append(errs, err)
+	}
+	halfSnaps, _ := filepath.Glob(filepath.Join(e.snapshotsDir(), ".new-"+id+"-*"))
+	for _, d := range halfSnaps {
+		if err := os.RemoveAll(d); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }

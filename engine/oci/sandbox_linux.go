@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -63,6 +64,12 @@ type sandboxState struct {
 	// Paused says the sandbox is checkpointed (pause_linux.go): no
 	// process of it runs, and Pid, Start and Control are empty.
 	Paused bool `json:"paused,omitempty"`
+	// Policy is policyDigest of the sandbox's policy, which a snapshot of
+	// it records (snapshot_linux.go).
+	Policy string `json:"policy_sha256,omitempty"`
+	// Snapshot names the snapshot the sandbox was restored from; empty
+	// for one that booted.
+	Snapshot string `json:"snapshot,omitempty"`
 }
 
 var sandboxIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
@@ -106,13 +113,20 @@ func (e *Engine) runtimeFor(m isolation.Mode, bundle string) (bin, state string,
 }
 
 // Create implements engine.Engine.
-func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (_ engine.Sandbox, err error) {
+func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (engine.Sandbox, error) {
+	return e.create(ctx, s, "")
+}
+
+// create makes long-lived sandbox s: booted, or, with snap, restored from
+// that snapshot (snapshot_linux.go), which must fit s.
+func (e *Engine) create(ctx context.Context, s *engine.SandboxSpec, snap string) (_ engine.Sandbox, err error) {
 	if err := engine.CheckKind(s, false); err != nil {
 		return nil, err
 	}
 	if err := e.Check(ctx, s); err != nil {
 		return nil, err
 	}
+	lap := stopwatch()
 	lk, err := e.lock(ctx, s.ID)
 	if err != nil {
 		return nil, err
@@ -150,6 +164,12 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (_ engine.Sa
 			binds = append(binds, isolation.Bind{Source: src, Target: agentPath, ReadOnly: true})
 		}
 	}
+	if snap != "" {
+		if err := e.checkSnapshot(ctx, snap, s, withAgent); err != nil {
+			return nil, err
+		}
+		lap("snapshot check")
+	}
 	if s.Policy.Egress.On() {
 		// The credentials are read here too, so that one that cannot be
 		// is refused at create; the supervisor's proxy reads them again.
@@ -168,6 +188,7 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (_ engine.Sa
 	if err := os.WriteFile(initSrc, elf, 0o555); err != nil {
 		return nil, fmt.Errorf("%w: writing the sandbox's init: %v", errdefs.ErrUnavailable, err)
 	}
+	lap("prepare")
 	native, spec, l := p.native, p.spec, s.Policy.Limits
 
 	bin, state, args := e.runtimeFor(s.Policy.Isolation, bundle)
@@ -179,12 +200,28 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (_ engine.Sa
 	// The container's stdio is /dev/null: a host file or pipe held by its
 	// init would be reachable through /proc/1/fd. The sandbox outlives
 	// this process: its own session, no parent-death signal.
-	cmd := exec.Command(bin, append(args, "run", "--detach", "--bundle", bundle, name)...)
+	pidFile := filepath.Join(bundle, "create.pid")
+	verb := []string{"run"}
+	if snap != "" {
+		// The snapshot's processes in place of a new init: its mounts are
+		// this sandbox's, at the same targets (runsc checks them).
+		verb = []string{"restore", "--background", "--image-path=" + e.snapshotDir(snap)}
+		// runsc restore's own log too, for its errors (runtimeLog).
+		if i := slices.Index(args, "--debug-command=run"); i >= 0 {
+			args[i] = "--debug-command=run,restore"
+		}
+	}
+	cmd := exec.Command(bin, append(append(args, verb...), "--detach", "--pid-file", pidFile, "--bundle", bundle, name)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("%w: starting sandbox %q with %s: %v%s", errdefs.ErrUnavailable, s.ID, filepath.Base(bin), err, runtimeLog(bundle))
+		return nil, fmt.Errorf("%w: starting sandbox %q with %s %s: %v%s", errdefs.ErrUnavailable, s.ID, filepath.Base(bin), verb[0], err, runtimeLog(bundle))
 	}
-	pid, err := e.statePid(bg, bin, state, name)
+	lap(filepath.Base(bin) + " " + verb[0])
+	// The pid file spares asking the runtime for its state (an exec).
+	pid, err := readPid(pidFile)
+	if err != nil {
+		pid, err = e.statePid(bg, bin, state, name)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +229,8 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (_ engine.Sa
 	if !ok {
 		return nil, engine.Lost("sandbox %q ended as it started", s.ID)
 	}
-	st := sandboxState{ID: s.ID, Image: s.Image, Mode: s.Policy.Isolation, Pid: pid, Start: start, Timeout: l.Timeout, Egress: egressStateOf(s.Policy.Egress)}
+	st := sandboxState{ID: s.ID, Image: s.Image, Mode: s.Policy.Isolation, Pid: pid, Start: start, Timeout: l.Timeout, Egress: egressStateOf(s.Policy.Egress),
+		Policy: policyDigest(s.Policy), Snapshot: snap}
 	if !native && !e.runtimeExec {
 		if c, err := gvisor.Find(bg, state, name); err == nil {
 			st.Control, st.Agent = c.Socket, withAgent
@@ -200,6 +238,7 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (_ engine.Sa
 			e.log.Debug("gVisor control socket unusable; execs use runsc exec", "sandbox", name, "err", err)
 		}
 	}
+	lap("pid and control")
 	b, _ := json.Marshal(st)
 	if err := atomicfile.WriteFile(filepath.Join(bundle, stateFile), b, 0o600); err != nil {
 		return nil, fmt.Errorf("%w: writing sandbox state: %v", errdefs.ErrUnavailable, err)
@@ -213,7 +252,7 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (_ engine.Sa
 			return nil, err
 		}
 	}
-	e.log.Debug("sandbox created", "sandbox_id", s.ID, "runtime", filepath.Base(bin), "pid", pid)
+	e.log.Debug("sandbox created", "sandbox_id", s.ID, "runtime", filepath.Base(bin), "pid", pid, "snapshot", snap, "steps", lap("state"))
 	return &sandbox{e: e, st: st, process: *spec.Process, bundle: bundle}, nil
 }
 
@@ -221,6 +260,8 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (_ engine.Sa
 // error message.
 func runtimeLog(bundle string) string {
 	logs, _ := filepath.Glob(filepath.Join(bundle, "logs", "*.run.txt"))
+	restores, _ := filepath.Glob(filepath.Join(bundle, "logs", "*.restore.txt"))
+	logs = append(logs, restores...)
 	logs = append(logs, filepath.Join(bundle, "runc.log"))
 	var tail []string
 	for _, l := range logs {

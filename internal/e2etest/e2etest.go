@@ -75,6 +75,33 @@ func Root(dir, sysRoot string) (string, error) {
 	return root, nil
 }
 
+// AgentRoot is Root whose tools hold setup's runsc and this tree's exec
+// agent, built from agentPkg (the path of cmd/airlock-agent from the
+// caller's directory): the spawner in it is what keeps a detached program
+// across a checkpoint.
+func AgentRoot(dir, sysRoot, agentPkg string) (string, error) {
+	root, err := Root(dir, sysRoot)
+	if err != nil {
+		return "", err
+	}
+	tools := filepath.Join(root, "tools")
+	if err := os.Remove(tools); err != nil {
+		return "", err
+	}
+	if err := os.Mkdir(tools, 0o755); err != nil {
+		return "", err
+	}
+	if err := os.Symlink(filepath.Join(sysRoot, "tools", "runsc"), filepath.Join(tools, "runsc")); err != nil {
+		return "", err
+	}
+	build := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(tools, "airlock-agent"), agentPkg)
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building the agent: %v\n%s", err, out)
+	}
+	return root, nil
+}
+
 // MountsLeft reports whether anything is still mounted under root.
 // runsc keeps one empty network namespace per state root for
 // --network=none, bound at <state>/null-netns: that one is expected, and

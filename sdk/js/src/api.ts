@@ -1867,6 +1867,8 @@ export interface components {
             policy?: components["schemas"]["Policy"];
             runtime_version?: string;
             seccomp_profile_sha256?: string;
+            /** @description Snapshot names the snapshot the sandbox was restored from; empty for one that booted. */
+            snapshot?: string;
             /** @description the sandbox's lifecycle state */
             state: string;
             /** @description Workspace is the workspace's path inside the sandbox. */

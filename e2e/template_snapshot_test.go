@@ -1,0 +1,244 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/runner"
+)
+
+// zygote is a warm Python program: it imports numpy, uses each generator
+// once (as a real warm program may), says it is ready, and waits for its
+// one job, /tmp/job, which says whether to reseed first ("reseed") or
+// not ("raw"). The job's output, in /tmp/out, is what must differ from
+// one sandbox restored from the snapshot to the next. reseed is what a
+// warm program does on receiving its job (docs/snapshots.md).
+const zygote = `
+import json, os, random, sys, tempfile, time, uuid
+import numpy
+
+def reseed():
+    random.seed()
+    numpy.random.seed()
+    tempfile._name_sequence = None
+
+random.random(); tempfile.mktemp(); numpy.random.random(); uuid.uuid4()
+open(os.environ["AIRLOCK_READY_FILE"], "w").close()
+while not os.path.exists("/tmp/job"):
+    time.sleep(0.005)
+if open("/tmp/job").read().strip() == "reseed":
+    reseed()
+out = {
+    "os.urandom": os.urandom(16).hex(),
+    "random.random": repr(random.random()),
+    "uuid.uuid4": str(uuid.uuid4()),
+    "tempfile.mktemp": tempfile.mktemp(),
+    "numpy.random.random": repr(numpy.random.random()),
+    "boot_id": open("/proc/sys/kernel/random/boot_id").read().strip(),
+}
+with open("/tmp/out.new", "w") as f:
+    json.dump(out, f)
+os.rename("/tmp/out.new", "/tmp/out")
+while True:
+    time.sleep(3600)
+`
+
+// job hands the zygote of sandbox id its job and returns what it wrote.
+func job(t *testing.T, root, id, kind string) map[string]string {
+	t.Helper()
+	out := mustIn(t, root, "exec", id, "--", "sh", "-c",
+		"echo "+kind+" > /tmp/job.new && mv /tmp/job.new /tmp/job; i=0; while [ ! -e /tmp/out ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done; cat /tmp/out")
+	var m map[string]string
+	if err := json.Unmarshal([]byte(out), &m); err != nil || len(m) != 6 {
+		t.Fatalf("%s: the zygote answered %q (%v)", id, out, err)
+	}
+	return m
+}
+
+// The done-when case of templates with a snapshot: template create --warm
+// snapshots a numpy-ready Python zygote; 20 sandboxes restored from it
+// print distinct os.urandom, random.random, uuid4, mktemp and
+// numpy.random values once the zygote reseeds on its job. Without the
+// reseed, the values the clones share are logged (random's, numpy's and
+// tempfile's generators are in the snapshot). boot_id is gVisor's, fixed
+// when its kernel booted and saved in the checkpoint: the same in every
+// clone. template rm removes the snapshot; reap removes one no template
+// names; nothing is left of any sandbox.
+func TestTemplateSnapshot(t *testing.T) {
+	root := pauseRoot(t)
+	c := in(root, "template", "create", "snap-py", "--engine", "oci", "--json", "--warm", "--", "python3", "-c", zygote)
+	if c.code != 0 {
+		t.Fatalf("template create --warm: exit %d: %s", c.code, c.stderr)
+	}
+	var tpl struct {
+		Engine, Snapshot string
+		Warm             []string
+	}
+	if err := json.Unmarshal([]byte(c.stdout), &tpl); err != nil || len(tpl.Snapshot) != 64 || tpl.Engine != "oci" || len(tpl.Warm) != 3 {
+		t.Fatalf("template create --json: %q (%v)", c.stdout, err)
+	}
+	if !strings.Contains(c.stderr, "snapshot "+tpl.Snapshot+" taken") {
+		t.Errorf("no progress on stderr: %q", c.stderr)
+	}
+	snapDir := filepath.Join(root, "oci", "snapshots", tpl.Snapshot)
+	if fi, err := os.Stat(snapDir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("snapshot directory: %v", err)
+	}
+	removed := false
+	t.Cleanup(func() {
+		if !removed {
+			in(root, "template", "rm", "snap-py")
+		}
+	})
+
+	const n = 20
+	var ids []string
+	seen := map[string]map[string]string{}
+	boot := map[string]bool{}
+	for i := 0; i < n; i++ {
+		begin := time.Now()
+		var si runner.SandboxInfo
+		if err := json.Unmarshal([]byte(mustIn(t, root, "sandbox", "create", "--template", "snap-py", "--json")), &si); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			t.Logf("sandbox create --template snap-py: %v", time.Since(begin))
+		}
+		ids = append(ids, si.ID)
+		t.Cleanup(func() { in(root, "sandbox", "rm", si.ID) })
+		if si.Snapshot != tpl.Snapshot {
+			t.Fatalf("sandbox %s: snapshot %q; want the template's %s", si.ID, si.Snapshot, tpl.Snapshot)
+		}
+		for k, v := range job(t, root, si.ID, "reseed") {
+			if k == "boot_id" {
+				boot[v] = true
+				continue
+			}
+			if seen[k] == nil {
+				seen[k] = map[string]string{}
+			}
+			if other, dup := seen[k][v]; dup {
+				t.Errorf("%s: %s gave %s in %s too", si.ID, k, v, other)
+			}
+			seen[k][v] = si.ID
+		}
+	}
+	t.Logf("reseeded: %d clones, distinct values per generator: %v; boot_ids: %d", n, counts(seen), len(boot))
+	if len(boot) != 1 {
+		t.Logf("boot_id differs between clones (%d values): gVisor now makes it at restore", len(boot))
+	}
+
+	// A narrowed policy is not the snapshot's: refused, naming the fix,
+	// and nothing is left of the attempt.
+	if r := in(root, "sandbox", "create", "--template", "snap-py", "--memory", "128MiB"); r.code != 64 || !strings.Contains(r.stderr, "policy") || !strings.Contains(r.stderr, "--replace --warm") {
+		t.Errorf("a narrowed create from the snapshot: exit %d: %s; want 64 naming the policy and the fix", r.code, r.stderr)
+	}
+	if got := len(sandboxesIn(root)); got != 2*n {
+		t.Errorf("%d sandbox records after a refused create; want the %d made", got/2, n)
+	}
+
+	// Without the reseed: what the clones share on their own.
+	raw := map[string]map[string]bool{}
+	for i := 0; i < 3; i++ {
+		si := mustIn(t, root, "sandbox", "create", "--template", "snap-py")
+		t.Cleanup(func() { in(root, "sandbox", "rm", si) })
+		ids = append(ids, si)
+		for k, v := range job(t, root, si, "raw") {
+			if raw[k] == nil {
+				raw[k] = map[string]bool{}
+			}
+			raw[k][v] = true
+		}
+	}
+	var shared []string
+	for k, vs := range raw {
+		if len(vs) == 1 {
+			shared = append(shared, k)
+		}
+	}
+	t.Logf("without a reseed, 3 clones share: %v", shared)
+	if len(raw["os.urandom"]) != 3 || len(raw["uuid.uuid4"]) != 3 {
+		t.Errorf("os.urandom or uuid4 repeat across clones without help: %v", raw)
+	}
+
+	for _, id := range ids {
+		mustIn(t, root, "sandbox", "rm", id)
+	}
+	// pauseLeftOf lists every sandbox's leftovers under root.
+	if left := pauseLeftOf(root, ids[0]); len(left) > 0 {
+		t.Errorf("left after sandbox rm: %v", left)
+	}
+	mustIn(t, root, "template", "rm", "snap-py")
+	removed = true
+	if _, err := os.Stat(snapDir); !os.IsNotExist(err) {
+		t.Errorf("template rm left its snapshot: %v", err)
+	}
+
+	// A snapshot no template names, old enough, goes at reap.
+	stray := filepath.Join(root, "oci", "snapshots", strings.Repeat("ab", 32))
+	if err := os.MkdirAll(stray, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	os.Chtimes(stray, old, old)
+	if out := mustIn(t, root, "reap"); !strings.Contains(out, "snapshot "+filepath.Base(stray)) {
+		t.Errorf("reap: %q; want the stray snapshot named", out)
+	}
+	if _, err := os.Stat(stray); !os.IsNotExist(err) {
+		t.Errorf("reap left a snapshot no template names: %v", err)
+	}
+}
+
+func counts(m map[string]map[string]string) map[string]int {
+	out := map[string]int{}
+	for k, v := range m {
+		out[k] = len(v)
+	}
+	return out
+}
+
+// A template under runc, or on the docker engine, takes no --warm: it is
+// refused before anything is made, naming the fix.
+func TestTemplateSnapshotRefused(t *testing.T) {
+	root := pauseRoot(t)
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"--engine", "oci", "--isolation", "seccomp"}, "gvisor"},
+		{[]string{"--engine", "docker"}, "engine oci"},
+	} {
+		args := append(append([]string{"template", "create", "snap-refused"}, c.args...), "--warm", "--", "true")
+		r := in(root, args...)
+		if r.code == 0 || !strings.Contains(r.stderr, c.says) {
+			t.Errorf("%v: exit %d: %s; want a refusal naming %q", c.args, r.code, r.stderr, c.says)
+		}
+		if r := in(root, "template", "inspect", "snap-refused"); r.code == 0 {
+			t.Errorf("%v: the refused template was stored", c.args)
+		}
+	}
+	if ents, _ := os.ReadDir(filepath.Join(root, "oci", "snapshots")); len(ents) > 0 {
+		t.Errorf("a refusal left a snapshot: %v", ents)
+	}
+	if left := sandboxesIn(root); len(left) > 0 {
+		t.Errorf("a refusal left sandboxes: %v", left)
+	}
+}
+
+// sandboxesIn lists the sandboxes' records under root.
+func sandboxesIn(root string) []string {
+	ents, _ := os.ReadDir(filepath.Join(root, "sandboxes"))
+	var out []string
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "sb-") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}

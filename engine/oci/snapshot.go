@@ -1,0 +1,134 @@
+package oci
+
+// Snapshots (engine.Snapshotter): a warmed gVisor sandbox checkpointed
+// into <root>/oci/snapshots/<name>, from which new sandboxes are restored
+// instead of booted. This file holds the pure part: the manifest, its
+// name, and the check that a snapshot fits the sandbox asked of it.
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
+
+	"github.com/airlock-sandbox/airlock/isolation"
+)
+
+// manifestFile, in a snapshot's directory, is its manifest; the
+// directory's name is the sha256 of the file's bytes.
+const manifestFile = "manifest.json"
+
+// manifestVersion is the manifest's format.
+const manifestVersion = 1
+
+// snapshotManifest is what a snapshot was taken under, and its content.
+type snapshotManifest struct {
+	Version int `json:"version"`
+	// Image is the image ID the sandbox ran.
+	Image digest.Digest `json:"image"`
+	// Policy is policyDigest of the sandbox's policy.
+	Policy string `json:"policy_sha256"`
+	// Runtime is runsc's version, as it prints it.
+	Runtime string `json:"runtime"`
+	// Agent says the exec agent was bound into the sandbox: a sandbox
+	// restored from it has the same mounts.
+	Agent bool `json:"agent"`
+	// Files are the checkpoint's files by name, each with its sha256.
+	Files     map[string]string `json:"files"`
+	CreatedAt time.Time         `json:"created_at"`
+}
+
+// encode returns the manifest's bytes and the snapshot's name, their
+// sha256 in hex. encoding/json sorts the files' keys, so one manifest
+// has one name.
+func (m *snapshotManifest) encode() ([]byte, string) {
+	b, err := json.Marshal(m)
+	if err != nil {
+		// Strings, a bool, an int, a map of strings and a time.
+		panic(fmt.Sprintf("oci: encoding a snapshot manifest: %v", err))
+	}
+	sum := sha256.Sum256(b)
+	return b, hex.EncodeToString(sum[:])
+}
+
+var snapshotName = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// checkSnapshotName refuses what cannot be a snapshot's name (it becomes
+// a path).
+func checkSnapshotName(name string) error {
+	if !snapshotName.MatchString(name) {
+		return fmt.Errorf("%w: snapshot name %q is not 64 lower-case hex digits", errdefs.ErrInvalidArgument, name)
+	}
+	return nil
+}
+
+// decodeManifest reads snapshot name's manifest from b, which must hash
+// to the name.
+func decodeManifest(name string, b []byte) (*snapshotManifest, error) {
+	sum := sha256.Sum256(b)
+	if hex.EncodeToString(sum[:]) != name {
+		return nil, fmt.Errorf("%w: snapshot %s: its manifest does not hash to its name; remove the template it belongs to and create it again", errdefs.ErrDataLoss, name)
+	}
+	var m snapshotManifest
+	if err := json.Unmarshal(b, &m); err != nil || m.Version != manifestVersion {
+		return nil, fmt.Errorf("%w: snapshot %s: unreadable manifest (version %d, %v); create its template again", errdefs.ErrDataLoss, name, m.Version, err)
+	}
+	return &m, nil
+}
+
+// policyDigest is the hex sha256 of everything in p that shapes a
+// sandbox; a snapshot is restored only under the policy it was taken
+// under.
+func policyDigest(p isolation.Policy) string {
+	w := struct {
+		Isolation isolation.Mode
+		Limits    isolation.Limits
+		UID, GID  uint32
+		Hostname  string
+		Seccomp   string
+		Egress    isolation.Egress
+	}{p.Isolation, p.Limits, p.UID, p.GID, p.Hostname, "", p.Egress}
+	if p.Seccomp != nil {
+		w.Seccomp = p.Seccomp.SHA256
+	}
+	b, err := json.Marshal(w)
+	if err != nil {
+		panic(fmt.Sprintf("oci: encoding a policy: %v", err))
+	}
+	sum := sha256.Sum256(append([]byte("airlock-snapshot-policy-v1\n"), b...))
+	return hex.EncodeToString(sum[:])
+}
+
+// snapshotWant is what a new sandbox asks of the snapshot it is restored
+// from.
+type snapshotWant struct {
+	Image   digest.Digest
+	Policy  string
+	Runtime string
+	Agent   bool
+}
+
+// fits refuses snapshot name, described by m, for a sandbox that wants w:
+// each difference is named, with the fix. A snapshot that does not fit is
+// never used, nor rebuilt here: only its template knows its warm program.
+func (m *snapshotManifest) fits(name string, w snapshotWant) error {
+	var why string
+	switch {
+	case m.Image != w.Image:
+		why = fmt.Sprintf("it was taken of image %s, and the sandbox runs %s", m.Image, w.Image)
+	case m.Policy != w.Policy:
+		why = "it was taken under another policy (isolation, limits, seccomp profile, identity or egress): a template's snapshot serves only sandboxes with the template's exact policy, so leave out flags that narrow it"
+	case m.Runtime != w.Runtime:
+		why = fmt.Sprintf("it was taken under runsc %q, and this is runsc %q", m.Runtime, w.Runtime)
+	case m.Agent != w.Agent:
+		why = fmt.Sprintf("it was taken with the exec agent bound %v, and the sandbox would have it %v (is %s installed?)", m.Agent, w.Agent, "airlock-agent")
+	default:
+		return nil
+	}
+	return fmt.Errorf("%w: snapshot %s does not fit: %s; create the template again with `airlock template create NAME --replace --warm ...`", errdefs.ErrInvalidArgument, name, why)
+}

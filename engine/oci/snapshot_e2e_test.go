@@ -1,0 +1,218 @@
+//go:build e2e
+
+package oci
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/images"
+	"github.com/airlock-sandbox/airlock/isolation"
+)
+
+// hostTmp is a nosuid,nodev tmpfs of the test's own, a sandbox's /tmp
+// (engine.SandboxSpec.TmpSource), unmounted when the test ends.
+func hostTmp(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=8m,mode=1777"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	return dir
+}
+
+// counter counts in /tmp/n every 20 ms, from where it was: the process
+// holds its count in memory, and a restored copy goes on from it.
+const counter = `
+import os, time
+n = 0
+open("/tmp/airlock-ready", "w").close()
+while True:
+    n += 1
+    with open("/tmp/n.new", "w") as f:
+        f.write("%d %d" % (os.getpid(), n))
+    os.rename("/tmp/n.new", "/tmp/n")
+    time.sleep(0.02)
+`
+
+// readCount reads the counter's pid and count from a sandbox's /tmp
+// source; 0, 0 while there is none.
+func readCount(dir string) (pid, n int) {
+	b, err := os.ReadFile(filepath.Join(dir, "n"))
+	if err != nil {
+		return 0, 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, 0
+	}
+	pid, _ = strconv.Atoi(f[0])
+	n, _ = strconv.Atoi(f[1])
+	return pid, n
+}
+
+// waitFor polls cond for up to 20 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// A warmed Python sandbox holding a counter is snapshotted; two new
+// sandboxes, each with its own id, bundle, cgroup and /tmp, are restored
+// from it, and in each the same process counts on from where the
+// snapshot stopped it, into its own fresh /tmp. A snapshot that does not
+// fit, and runc's isolation, are refused; nothing is left behind.
+func TestSnapshotRestore(t *testing.T) {
+	root, _ := testRoot(t)
+	_, ref, err := images.OpenIndex(filepath.Join(sysRoot(), "images")).Default()
+	if err != nil {
+		t.Fatalf("no default image (`make setup` builds it): %v", err)
+	}
+	e, err := New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	pol := isolation.Default()
+	pol.Seccomp = profile(t, isolation.GVisor)
+	spec := func(id string) *engine.SandboxSpec {
+		return &engine.SandboxSpec{ID: id, Image: ref.ID, Policy: pol, TmpSource: hostTmp(t), Workdir: "/"}
+	}
+	freed := func(id string) {
+		t.Helper()
+		if left := leftovers(t, e, id); len(left) > 0 {
+			t.Errorf("left of %s: %v", id, left)
+		}
+	}
+
+	warm := spec("snap-warm")
+	sb, err := e.Create(ctx, warm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.Exec(ctx, &engine.Process{Argv: []string{"python3", "-c", counter}, Detach: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the counter", func() bool { _, n := readCount(warm.TmpSource); return n > 5 })
+	snap, err := e.Snapshot(ctx, sb.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	warmPid, atSnapshot := readCount(warm.TmpSource)
+	if err := sb.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	freed(sb.ID())
+
+	// Root's alone, named by its manifest.
+	dir := e.snapshotDir(snap)
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("snapshot directory: %v, %v; want mode 0700", fi.Mode(), err)
+	}
+	ents, _ := os.ReadDir(dir)
+	for _, ent := range ents {
+		if fi, _ := ent.Info(); fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %v; want 0600", ent.Name(), fi.Mode().Perm())
+		}
+	}
+	if m, err := e.readSnapshot(snap); err != nil || m.Image != ref.ID || m.Policy != policyDigest(pol) || len(m.Files) == 0 {
+		t.Fatalf("manifest %+v, %v", m, err)
+	}
+	if list, err := e.Snapshots(ctx); err != nil || len(list) != 1 {
+		t.Fatalf("Snapshots = %v, %v; want only %s", list, err, snap)
+	}
+
+	var clones []*engine.SandboxSpec
+	for _, id := range []string{"snap-a", "snap-b"} {
+		s := spec(id)
+		begin := time.Now()
+		csb, err := e.Restore(ctx, s, snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s restored in %v", id, time.Since(begin))
+		t.Cleanup(func() {
+			if err := csb.Destroy(ctx); err != nil {
+				t.Error(err)
+			}
+			freed(id)
+		})
+		clones = append(clones, s)
+		// The same process, counting on from the snapshot, into this
+		// sandbox's own /tmp: the warm sandbox's was never seen here.
+		waitFor(t, id+"'s counter", func() bool { _, n := readCount(s.TmpSource); return n > atSnapshot+3 })
+		pid, _ := readCount(s.TmpSource)
+		if pid != warmPid {
+			t.Errorf("%s: the counter runs as pid %d; want the snapshot's %d", id, pid, warmPid)
+		}
+		if _, err := os.Stat(filepath.Join(s.TmpSource, "airlock-ready")); err == nil {
+			t.Errorf("%s: the warm sandbox's /tmp came along", id)
+		}
+		var out strings.Builder
+		x, err := csb.Exec(ctx, &engine.Process{Argv: []string{"cat", "/proc/1/cmdline"}, Stdout: &out, Timeout: 10 * time.Second})
+		if err != nil || x.Code != 0 {
+			t.Fatalf("%s: exec after restore: %+v, %v", id, x, err)
+		}
+	}
+	if clones[0].TmpSource == clones[1].TmpSource || e.bundleDir("snap-a") == e.bundleDir("snap-b") {
+		t.Fatal("the clones share a mount")
+	}
+	if _, n := readCount(warm.TmpSource); n != atSnapshot {
+		t.Errorf("the warm sandbox's /tmp moved on from %d to %d after its snapshot", atSnapshot, n)
+	}
+
+	// Refusals, before anything is made.
+	narrowed := spec("snap-narrow")
+	narrowed.Policy.Limits.Memory /= 2
+	if _, err := e.Restore(ctx, narrowed, snap); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("restore under another policy: %v; want invalid input", err)
+	}
+	freed("snap-narrow")
+	native := spec("snap-runc")
+	native.Policy.Isolation = isolation.Seccomp
+	native.Policy.Seccomp = profile(t, isolation.Seccomp)
+	if _, err := e.Restore(ctx, native, snap); !errors.Is(err, errdefs.ErrNotImplemented) || !strings.Contains(err.Error(), "gvisor") {
+		t.Errorf("restore under runc: %v; want not implemented, naming gvisor", err)
+	}
+	freed("snap-runc")
+	nsb, err := e.Create(ctx, native)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Snapshot(ctx, nsb.ID()); !errors.Is(err, errdefs.ErrNotImplemented) {
+		t.Errorf("snapshot under runc: %v; want not implemented", err)
+	}
+	if err := nsb.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	freed("snap-runc")
+	if _, err := e.Restore(ctx, spec("snap-gone"), strings.Repeat("0", 64)); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("restore from no snapshot: %v; want not found", err)
+	}
+	freed("snap-gone")
+
+	if err := e.RemoveSnapshot(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("snapshot still there after RemoveSnapshot: %v", err)
+	}
+	// The clones run on without it.
+	_, n := readCount(clones[0].TmpSource)
+	waitFor(t, "snap-a's counter after the snapshot's removal", func() bool { _, m := readCount(clones[0].TmpSource); return m > n })
+}

@@ -1,0 +1,113 @@
+package oci
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
+
+	"github.com/airlock-sandbox/airlock/isolation"
+)
+
+func testManifest() *snapshotManifest {
+	p := isolation.Default()
+	return &snapshotManifest{
+		Version: manifestVersion, Image: digest.FromString("image"), Policy: policyDigest(p), Runtime: "runsc version 1",
+		Agent: true, Files: map[string]string{"checkpoint.img": strings.Repeat("a", 64), "pages.img": strings.Repeat("b", 64)},
+		CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+	}
+}
+
+// A manifest is named by its bytes' hash; a manifest whose bytes change,
+// or that is not one, is data loss, never used.
+func TestSnapshotManifestName(t *testing.T) {
+	m := testManifest()
+	b, name := m.encode()
+	if err := checkSnapshotName(name); err != nil {
+		t.Fatal(err)
+	}
+	if b2, name2 := testManifest().encode(); name2 != name || string(b2) != string(b) {
+		t.Fatalf("one manifest, two names: %s, %s", name, name2)
+	}
+	got, err := decodeManifest(name, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, again := got.encode(); again != name {
+		t.Fatalf("decoded manifest encodes to %s, not %s", again, name)
+	}
+	m.Files["pages.img"] = strings.Repeat("c", 64)
+	if _, other := m.encode(); other == name {
+		t.Fatal("a file's hash changed and the name did not")
+	}
+	for _, c := range []struct {
+		name string
+		b    string
+	}{
+		{"tampered", strings.Replace(string(b), "runsc version 1", "runsc version 2", 1)},
+		{"empty", ""},
+	} {
+		if _, err := decodeManifest(name, []byte(c.b)); !errors.Is(err, errdefs.ErrDataLoss) {
+			t.Errorf("%s: decodeManifest = %v; want data loss", c.name, err)
+		}
+	}
+	// Bytes that hash to their name but are no manifest of this version.
+	junk := []byte(`{"version":99}`)
+	sum := sha256.Sum256(junk)
+	if _, err := decodeManifest(hex.EncodeToString(sum[:]), junk); !errors.Is(err, errdefs.ErrDataLoss) {
+		t.Errorf("version 99: %v; want data loss", err)
+	}
+	for _, bad := range []string{"", "../x", strings.Repeat("A", 64), strings.Repeat("a", 63)} {
+		if err := checkSnapshotName(bad); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("checkSnapshotName(%q) = %v", bad, err)
+		}
+	}
+}
+
+// A snapshot serves only a sandbox of its image, exact policy, runsc and
+// mounts; each mismatch is refused as invalid input naming it and
+// the fix.
+func TestSnapshotFits(t *testing.T) {
+	m := testManifest()
+	want := snapshotWant{Image: m.Image, Policy: m.Policy, Runtime: m.Runtime, Agent: true}
+	if err := m.fits("x", want); err != nil {
+		t.Fatalf("the snapshot's own settings: %v", err)
+	}
+	narrowed := isolation.Default()
+	narrowed.Limits.Memory /= 2
+	seccompOnly := isolation.Default()
+	seccompOnly.Isolation = isolation.Seccomp
+	withProfile := isolation.Default()
+	withProfile.Seccomp = &isolation.SeccompProfile{SHA256: strings.Repeat("f", 64)}
+	for _, c := range []struct {
+		name   string
+		change func(*snapshotWant)
+		says   string
+	}{
+		{"image", func(w *snapshotWant) { w.Image = digest.FromString("other") }, "image"},
+		{"narrowed memory", func(w *snapshotWant) { w.Policy = policyDigest(narrowed) }, "policy"},
+		{"isolation", func(w *snapshotWant) { w.Policy = policyDigest(seccompOnly) }, "policy"},
+		{"seccomp profile", func(w *snapshotWant) { w.Policy = policyDigest(withProfile) }, "policy"},
+		{"runsc", func(w *snapshotWant) { w.Runtime = "runsc version 2" }, "runsc"},
+		{"agent", func(w *snapshotWant) { w.Agent = false }, "agent"},
+	} {
+		w := want
+		c.change(&w)
+		err := m.fits("x", w)
+		if !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("%s: fits = %v; want invalid input", c.name, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.says) || !strings.Contains(err.Error(), "template create") {
+			t.Errorf("%s: %q does not name %q and the fix", c.name, err, c.says)
+		}
+	}
+	if policyDigest(isolation.Default()) != policyDigest(isolation.Default()) {
+		t.Error("one policy, two digests")
+	}
+}

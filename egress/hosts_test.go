@@ -2,21 +2,16 @@ package egress
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/pkitest"
 )
 
 func TestParseHosts(t *testing.T) {
@@ -102,32 +97,10 @@ func TestLoadHosts(t *testing.T) {
 	}
 }
 
-// testCA is a CA certificate, in PEM, with its key, for tests.
-func testCA(t *testing.T) (*x509.Certificate, *ecdsa.PrivateKey, []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "airlock test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert, key, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-}
-
 func TestLoadRoots(t *testing.T) {
 	dir := t.TempDir()
-	ca, _, caPEM := testCA(t)
+	pki := pkitest.New(t, "mirror.lab")
+	ca, caPEM := pki.CA, pki.CAPEM
 	path := filepath.Join(dir, "ca.pem")
 	if err := os.WriteFile(path, caPEM, 0o600); err != nil {
 		t.Fatal(err)

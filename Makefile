@@ -188,7 +188,7 @@ bench-server: setup ## airlock serve beside the CLI: run and exec p50/p99 (30 ea
 	$(GO) run ./bench/server -n 30
 
 .PHONY: bench-egress
-bench-egress: ## The egress proxy on loopback beside direct connections: throughput and per-request cost
+bench-egress: ## The egress proxy beside direct connections, on loopback and in a sandbox's namespaces: throughput, per-request cost
 	$(GO) run ./bench/egress -n 20
 
 .PHONY: load-server

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -20,7 +22,8 @@ import (
 // namespaces made as the oci engine makes them: the client in the
 // sandbox's, a server in the proxy's (direct: the one hop a sandbox
 // could make, over the veth pair), and the proxy at 169.254.0.1 in the
-// proxy's, forwarding to the same server's twin on the host's loopback.
+// proxy's, forwarding to the same server's twin on the host's loopback;
+// over plain HTTP and over HTTPS (through CONNECT).
 // stop removes the namespaces. Root only.
 func inNamespaces(h http.Handler, size int) (_ []*scenario, stop func(), err error) {
 	if os.Geteuid() != 0 {
@@ -61,7 +64,17 @@ func inNamespaces(h http.Handler, size int) (_ []*scenario, stop func(), err err
 	srv := &http.Server{Handler: h}
 	go srv.Serve(ln)
 	closers = append(closers, func() { srv.Close() })
-	// The host's twin, for the proxy.
+	// The same over TLS, with httptest's certificate (for example.com).
+	tln, err := n.Listen(ctx, 8443)
+	if err != nil {
+		return nil, nil, err
+	}
+	secure := httptest.NewUnstartedServer(h)
+	secure.Listener.Close()
+	secure.Listener = tln
+	secure.StartTLS()
+	closers = append(closers, secure.Close)
+	// The host's twins, for the proxy.
 	twin, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		return nil, nil, err
@@ -69,8 +82,11 @@ func inNamespaces(h http.Handler, size int) (_ []*scenario, stop func(), err err
 	tsrv := &http.Server{Handler: h}
 	go tsrv.Serve(twin)
 	closers = append(closers, func() { tsrv.Close() })
+	stwin := httptest.NewTLSServer(h)
+	closers = append(closers, stwin.Close)
+	stwinAddr := strings.TrimPrefix(stwin.URL, "https://")
 
-	list, err := egress.ParseAllowlist([]string{twin.Addr().String()})
+	list, err := egress.ParseAllowlist([]string{twin.Addr().String(), stwinAddr})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -113,8 +129,10 @@ func inNamespaces(h http.Handler, size int) (_ []*scenario, stop func(), err err
 		r := <-ch
 		return r.c, r.err
 	}
+	tlsConf := secure.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+	tlsConf.ServerName = "example.com"
 	client := func(proxied bool) *http.Client {
-		tr := &http.Transport{DialContext: dial, DisableCompression: true}
+		tr := &http.Transport{DialContext: dial, DisableCompression: true, TLSClientConfig: tlsConf}
 		if proxied {
 			tr.Proxy = http.ProxyURL(&url.URL{Scheme: "http", Host: net.JoinHostPort(netns.ProxyAddr, "3128")})
 		}
@@ -124,5 +142,7 @@ func inNamespaces(h http.Handler, size int) (_ []*scenario, stop func(), err err
 	return []*scenario{
 		{name: fmt.Sprintf("%d MiB http GET, in the namespaces, direct", size>>20), bytes: size, fn: get(client(false), direct+"/blob", 1)},
 		{name: fmt.Sprintf("%d MiB http GET, in the namespaces, proxy", size>>20), bytes: size, fn: get(client(true), "http://"+twin.Addr().String()+"/blob", 1)},
+		{name: fmt.Sprintf("%d MiB https GET, in the namespaces, direct", size>>20), bytes: size, fn: get(client(false), "https://"+net.JoinHostPort(netns.ProxyAddr, "8443")+"/blob", 1)},
+		{name: fmt.Sprintf("%d MiB https GET, in the namespaces, CONNECT", size>>20), bytes: size, fn: get(client(true), stwin.URL+"/blob", 1)},
 	}, stop, nil
 }

@@ -2,12 +2,11 @@ package egress
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"net"
 	"strings"
 	"time"
-
-	"golang.org/x/net/dns/dnsmessage"
 )
 
 // KindDNS is a DNS query the sandbox sent to the proxy's address.
@@ -50,36 +49,50 @@ func (p *Proxy) ServeDNS(ctx context.Context, pc net.PacketConn) error {
 
 // refuseQuery is the REFUSED answer to the DNS query q, with its question,
 // and the name it asks for when that is a valid host name. ok is false
-// when q is not a query.
+// when q is not a query: shorter than a header, a response, more than one
+// question, or a question that does not parse (a compressed name
+// included: a query has nothing to point back to).
 func refuseQuery(q []byte) (answer []byte, host string, ok bool) {
-	var parser dnsmessage.Parser
-	h, err := parser.Start(q)
-	if err != nil || h.Response {
+	const headerLen = 12
+	if len(q) < headerLen {
 		return nil, "", false
 	}
-	qs, err := parser.AllQuestions()
-	if err != nil || len(qs) > 1 {
+	flags := binary.BigEndian.Uint16(q[2:4])
+	qdcount := binary.BigEndian.Uint16(q[4:6])
+	if flags&0x8000 != 0 || qdcount > 1 {
 		return nil, "", false
 	}
-	if len(qs) == 1 {
-		if name, err := normalizeName(strings.TrimSuffix(qs[0].Name.String(), ".")); err == nil {
+	end := headerLen
+	if qdcount == 1 {
+		var labels []string
+		for {
+			if end >= len(q) {
+				return nil, "", false
+			}
+			n := int(q[end])
+			end++
+			if n == 0 {
+				break
+			}
+			if n > 63 || end+n > len(q) || end-headerLen > 255 {
+				return nil, "", false
+			}
+			labels = append(labels, string(q[end:end+n]))
+			end += n
+		}
+		if end+4 > len(q) { // type and class
+			return nil, "", false
+		}
+		end += 4
+		if name, err := normalizeName(strings.Join(labels, ".")); err == nil {
 			host = name
 		}
 	}
-	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{
-		ID: h.ID, Response: true, OpCode: h.OpCode, RecursionDesired: h.RecursionDesired, RCode: dnsmessage.RCodeRefused,
-	})
-	if err := b.StartQuestions(); err != nil {
-		return nil, "", false
-	}
-	for _, question := range qs {
-		if err := b.Question(question); err != nil {
-			return nil, "", false
-		}
-	}
-	answer, err = b.Finish()
-	if err != nil {
-		return nil, "", false
-	}
+	answer = make([]byte, end)
+	copy(answer, q[:end])
+	// QR, the query's opcode and RD, RCODE 5 (REFUSED); its questions,
+	// no other records.
+	binary.BigEndian.PutUint16(answer[2:4], 0x8000|flags&0x7800|flags&0x0100|5)
+	clear(answer[6:12])
 	return answer, host, true
 }

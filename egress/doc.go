@@ -1,7 +1,7 @@
 // Package egress is a sandbox's way out to the network when it asks for
 // one: an allowlist of hosts and ports, and a proxy that enforces it for
-// one sandbox on a listener it is given. It is not yet wired to sandboxes
-// (docs/egress.md).
+// one sandbox on a listener it is given. The oci engine serves one per
+// sandbox that asks for egress (docs/egress.md).
 //
 // The rules:
 //   - Everything that arrives on the proxy's listener is hostile: request
@@ -38,6 +38,8 @@
 //     or a Route's printed form. An upstream that echoes the header back
 //     hands it to the sandbox: trusting a host with a credential includes
 //     trusting it not to do that.
+//   - The proxy resolves nothing for the sandbox: a DNS query it is sent
+//     (ServeDNS) is answered REFUSED and recorded.
 //   - Parse errors are *Error (invalid input, errdefs.IsInvalidArgument)
 //     and say what to give instead.
 package egress

@@ -18,6 +18,11 @@ import (
 // the host's resolver (net.DefaultResolver).
 type Resolver func(ctx context.Context, host string) ([]netip.Addr, error)
 
+// systemResolver is the host's resolver.
+func systemResolver(ctx context.Context, host string) ([]netip.Addr, error) {
+	return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+}
+
 // Limits bound one sandbox's egress. A zero field takes its default.
 type Limits struct {
 	// Bytes caps the bytes through the proxy, both ways, every
@@ -142,6 +147,20 @@ type Stats struct {
 	Bytes int64
 	// Open is the connections open now.
 	Open int
+	// Totals are the records given to the audit sink so far.
+	Totals Totals
+}
+
+// Totals sum a sandbox's audit records: one connection, forwarded
+// request or DNS query each.
+type Totals struct {
+	// Allowed and Refused count records by their Allowed.
+	Allowed int64 `json:"allowed"`
+	Refused int64 `json:"refused"`
+	// BytesUp went from the sandbox to its hosts, BytesDown back, over
+	// the records so far.
+	BytesUp   int64 `json:"bytes_up"`
+	BytesDown int64 `json:"bytes_down"`
 }
 
 // Option configures a Proxy.
@@ -188,6 +207,8 @@ type Proxy struct {
 	stopped context.CancelCauseFunc
 
 	auditOnce sync.Once
+
+	allowed, refused, up, down atomic.Int64
 }
 
 // auditFailed is the cause a failed audit sink stops the proxy with.
@@ -210,9 +231,7 @@ func New(id string, allow Allowlist, audit func(Record) error, opts ...Option) (
 		p.log = slog.New(slog.DiscardHandler)
 	}
 	if p.resolve == nil {
-		p.resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
-			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-		}
+		p.resolve = systemResolver
 	}
 	var err error
 	if p.limits, err = p.limits.withDefaults(); err != nil {
@@ -259,7 +278,9 @@ func localAddrs() (map[netip.Addr]bool, error) {
 
 // Stats are p's totals so far.
 func (p *Proxy) Stats() Stats {
-	return Stats{Bytes: p.budget.used.Load(), Open: len(p.slots)}
+	return Stats{Bytes: p.budget.used.Load(), Open: len(p.slots), Totals: Totals{
+		Allowed: p.allowed.Load(), Refused: p.refused.Load(), BytesUp: p.up.Load(), BytesDown: p.down.Load(),
+	}}
 }
 
 // Serve answers the sandbox's connections on ln until ctx is done or the
@@ -333,6 +354,13 @@ func (p *Proxy) refuseConn(c net.Conn) {
 func (p *Proxy) record(r Record) {
 	r.SandboxID = p.id
 	r.Duration = time.Since(r.Time)
+	if r.Allowed {
+		p.allowed.Add(1)
+	} else {
+		p.refused.Add(1)
+	}
+	p.up.Add(r.BytesUp)
+	p.down.Add(r.BytesDown)
 	if err := p.audit(r); err != nil {
 		p.auditOnce.Do(func() {
 			p.log.Error("egress audit failed: stopping the proxy", "sandbox_id", p.id, "err", err)

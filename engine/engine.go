@@ -17,6 +17,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/isolation"
 )
 
@@ -44,6 +45,10 @@ type Exit struct {
 	Usage Usage
 	// Started and Finished bound the program's wall-clock run.
 	Started, Finished time.Time
+	// Egress sums the audit records of the sandbox's egress proxy, for a
+	// run whose policy has egress and whose engine serves its proxy; nil
+	// otherwise.
+	Egress *egress.Totals
 }
 
 // Usage is what a sandbox consumed, from its cgroup.

@@ -26,6 +26,8 @@ type Host struct {
 	log    *slog.Logger
 	opts   []runner.Option
 	shared bool
+	// egressHosts and egressCA are the oci engine's (WithEgressFiles).
+	egressHosts, egressCA string
 
 	mu      sync.Mutex
 	runners map[string]*runner.Runner
@@ -42,6 +44,14 @@ func WithLogger(l *slog.Logger) Option { return func(h *Host) { h.log = l } }
 // the engine and the logger).
 func WithRunnerOptions(opts ...runner.Option) Option {
 	return func(h *Host) { h.opts = append(h.opts, opts...) }
+}
+
+// WithEgressFiles gives the oci engine's egress proxies a hosts file that
+// pins names for their resolver and a CA bundle added to the roots they
+// verify credential routes' hosts against (oci.WithEgressHosts,
+// oci.WithEgressCA); "" leaves either out.
+func WithEgressFiles(hosts, ca string) Option {
+	return func(h *Host) { h.egressHosts, h.egressCA = hosts, ca }
 }
 
 // Shared keeps one runner per engine, made on first use, until Close: a
@@ -73,7 +83,7 @@ func (h *Host) Engine(name string) (engine.Engine, func(), error) {
 		}
 		return e, func() { e.Close() }, nil
 	case "oci":
-		e, err := oci.New(h.root, oci.WithLogger(h.log))
+		e, err := oci.New(h.root, oci.WithLogger(h.log), oci.WithEgressHosts(h.egressHosts), oci.WithEgressCA(h.egressCA))
 		if err != nil {
 			return nil, nil, err
 		}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/artifacts"
+	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/receipt"
@@ -61,6 +62,11 @@ type Result struct {
 	Limits     isolation.LimitsRecord `json:"limits,omitzero"`
 	// Usage is what the sandbox consumed, read from its cgroup.
 	Usage Usage `json:"usage,omitzero"`
+	// Egress sums the audit records of the run's egress proxy: connections
+	// (and DNS queries) allowed and refused, bytes each way. Absent for a
+	// run without egress, and for an exec in a long-lived sandbox, whose
+	// proxy serves every exec (the audit log has each record).
+	Egress *egress.Totals `json:"egress,omitempty"`
 	// Artifacts and Rejected are every decision about the output
 	// directory's files; absent when the output directory is off or the
 	// run never got that far.
@@ -89,6 +95,7 @@ func (res *Result) exited(exit engine.Exit, cause error) {
 	res.ExitCode = exit.Code
 	res.Reason = reasonOf(exit, cause)
 	res.Usage = Usage{CPUMS: exit.Usage.CPU.Milliseconds(), MemoryPeakBytes: exit.Usage.MemoryPeak, PidsPeak: exit.Usage.PidsPeak}
+	res.Egress = exit.Egress
 	res.StartedAt, res.FinishedAt = exit.Started, exit.Finished
 	if !exit.Started.IsZero() && !exit.Finished.IsZero() {
 		res.DurationMS = exit.Finished.Sub(exit.Started).Milliseconds()

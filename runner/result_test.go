@@ -2,9 +2,12 @@ package runner
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/artifacts"
+	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/engine"
 )
 
 // A run refused before it had an id carries only what is known.
@@ -30,6 +33,29 @@ func TestEndedResultKeepsZeroValues(t *testing.T) {
 	for k, want := range map[string]string{"exit_code": "0", "artifacts": "[]", "rejected": "[]"} {
 		if string(m[k]) != want {
 			t.Errorf("%s = %s, want %s (in %s)", k, m[k], want, b)
+		}
+	}
+}
+
+// A run with egress carries its proxy's totals, zeros included; one
+// without has no egress key.
+func TestResultEgressTotals(t *testing.T) {
+	var with, without Result
+	with.exited(engine.Exit{Egress: &egress.Totals{Refused: 3}}, nil)
+	without.exited(engine.Exit{}, nil)
+	for _, tc := range []struct {
+		res  Result
+		want string
+	}{
+		{with, `"egress":{"allowed":0,"refused":3,"bytes_up":0,"bytes_down":0}`},
+		{without, ""},
+	} {
+		b, err := json.Marshal(tc.res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := string(b); tc.want == "" && strings.Contains(got, `"egress"`) || tc.want != "" && !strings.Contains(got, tc.want) {
+			t.Errorf("%s; want %q", got, tc.want)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/artifacts"
+	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/errkind"
 	"github.com/airlock-sandbox/airlock/internal/openapi"
 	"github.com/airlock-sandbox/airlock/isolation"
@@ -81,6 +82,7 @@ func openapiDocument(t *testing.T) []byte {
 	b.Name("Limits", reflect.TypeFor[isolation.LimitsRecord](), false)
 	b.Name("Policy", reflect.TypeFor[isolation.Record](), false)
 	b.Name("Usage", reflect.TypeFor[runner.Usage](), false)
+	b.Name("EgressTotals", reflect.TypeFor[egress.Totals](), false)
 	b.Name("Artifact", reflect.TypeFor[artifacts.Artifact](), false)
 	b.Name("Rejection", reflect.TypeFor[artifacts.Rejection](), false)
 	b.Name("ErrorDetail", reflect.TypeFor[ErrorDetail](), false)

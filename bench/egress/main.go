@@ -6,10 +6,15 @@
 //   - the same over HTTPS: direct, and through a CONNECT tunnel;
 //   - a 1 KiB GET on a kept connection, plain HTTP (the proxy opens a
 //     connection to the host per request), and over HTTPS on a new
-//     connection each time (CONNECT and a TLS handshake per request).
+//     connection each time (CONNECT and a TLS handshake per request);
+//   - as root, a large GET (100 MiB) from inside a pair of namespaces
+//     made as the oci engine makes a sandbox's: direct to a server in the
+//     proxy's namespace over the veth pair, and through the proxy there
+//     to a server on the host's loopback (netns_linux.go).
 //
 // Nothing leaves the machine: the servers, the proxy and the clients are
-// all on 127.0.0.1. `make bench-egress` runs it.
+// on 127.0.0.1, or in the namespaces it makes and removes. `make
+// bench-egress` runs it.
 package main
 
 import (
@@ -34,12 +39,31 @@ import (
 
 func main() {
 	n := flag.Int("n", 20, "rounds of each scenario")
+	nsSize := flag.Int("ns-size", 100, "MiB per large GET in the namespaces (0: none; root only)")
 	size := flag.Int("size", 64, "MiB per large GET")
 	small := flag.Int("small", 200, "1 KiB GETs per round of the small scenarios")
 	flag.Parse()
-	if err := run(*n, *size<<20, *small); err != nil {
+	if err := run(*n, *size<<20, *small, *nsSize<<20); err != nil {
 		fmt.Fprintf(os.Stderr, "bench-egress: %v\n", err)
 		os.Exit(1)
+	}
+}
+
+// get is a scenario's work: times GETs of u, each read to the end.
+func get(c *http.Client, u string, times int) func() error {
+	return func() error {
+		for range times {
+			resp, err := c.Get(u)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 }
 
@@ -51,7 +75,7 @@ type scenario struct {
 	took  []time.Duration
 }
 
-func run(n, size, small int) error {
+func run(n, size, small, nsSize int) error {
 	blob := bytes.Repeat([]byte("airlock egress "), size/15+1)[:size]
 	kib := blob[:1024]
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -100,22 +124,6 @@ func run(n, size, small int) error {
 		}
 		return &http.Client{Transport: tr}
 	}
-	get := func(c *http.Client, u string, times int) func() error {
-		return func() error {
-			for range times {
-				resp, err := c.Get(u)
-				if err != nil {
-					return err
-				}
-				_, err = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-	}
 	scenarios := []*scenario{
 		{name: "http GET, direct", bytes: size, fn: get(client(false, true), plain.URL+"/blob", 1)},
 		{name: "http GET, proxy", bytes: size, fn: get(client(true, true), plain.URL+"/blob", 1)},
@@ -125,6 +133,18 @@ func run(n, size, small int) error {
 		{name: "1 KiB http, kept, proxy", reqs: small, fn: get(client(true, true), plain.URL+"/kib", small)},
 		{name: "1 KiB https, new conn, direct", reqs: small, fn: get(client(false, false), secure.URL+"/kib", small)},
 		{name: "1 KiB https, new conn, CONNECT", reqs: small, fn: get(client(true, false), secure.URL+"/kib", small)},
+	}
+	if nsSize > 0 {
+		nsBlob := bytes.Repeat([]byte("airlock egress "), nsSize/15+1)[:nsSize]
+		ns, stop, err := inNamespaces(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", strconv.Itoa(len(nsBlob)))
+			w.Write(nsBlob)
+		}), nsSize)
+		if err != nil {
+			return fmt.Errorf("the namespaces' scenarios (-ns-size 0 leaves them out): %w", err)
+		}
+		defer stop()
+		scenarios = append(scenarios, ns...)
 	}
 	for _, s := range scenarios { // warm up
 		if err := s.fn(); err != nil {
@@ -150,7 +170,7 @@ func run(n, size, small int) error {
 		if s.bytes > 0 {
 			per = fmt.Sprintf("%.0f MiB/s", float64(s.bytes)/(1<<20)/p50.Seconds())
 		} else {
-			per = fmt.Sprintf("%.0f µs", float64(p50.Microseconds())/float64(s.reqs))
+			per = fmt.Sprintf("%.0f µs, %.0f/s", float64(p50.Microseconds())/float64(s.reqs), float64(s.reqs)/p50.Seconds())
 		}
 		ratio := ""
 		if i%2 == 0 {

@@ -32,6 +32,7 @@ func (g *globals) logger() *slog.Logger {
 // add to its options.
 func (g *globals) host(opts ...engines.Option) *engines.Host {
 	return engines.New(g.root, append([]engines.Option{engines.WithLogger(g.logger()),
+		engines.WithEgressFiles(os.Getenv("AIRLOCK_EGRESS_HOSTS"), os.Getenv("AIRLOCK_EGRESS_CA")),
 		engines.WithRunnerOptions(runner.WithVersion(version), runner.WithSupervisor(func(id string) []string {
 			return []string{"/proc/self/exe", "--root", g.root, "sandbox", "supervise", id}
 		}))}, opts...)...)

@@ -17,6 +17,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -31,6 +32,10 @@ import (
 // holding its listener alone, so every sandbox's proxy is at the same
 // address.
 const egressPort = 3128
+
+// dnsPort is where the proxy's namespace answers DNS queries: refused,
+// and recorded.
+const dnsPort = 53
 
 // proxyWait bounds how long a long-lived sandbox's Create waits for its
 // supervisor's proxy to listen.
@@ -62,9 +67,23 @@ func (e *Engine) newProxy(id string, eg isolation.Egress) (*egress.Proxy, error)
 		}
 		routes = append(routes, r)
 	}
+	opts := []egress.Option{egress.WithRoutes(routes...), egress.WithLogger(e.log)}
+	if e.egressHosts != "" {
+		h, err := egress.LoadHosts(e.egressHosts)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
+		}
+		opts = append(opts, egress.WithResolver(h.Resolver(nil)))
+	}
+	if e.egressCA != "" {
+		pool, err := egress.LoadRoots(e.egressCA)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
+		}
+		opts = append(opts, egress.WithRootCAs(pool))
+	}
 	audit := lifecycle.OpenAudit(lifecycle.AuditPath(e.root))
-	p, err := egress.New(id, eg.Allow, func(r egress.Record) error { return audit.Append(r.Event()) },
-		egress.WithRoutes(routes...), egress.WithLogger(e.log))
+	p, err := egress.New(id, eg.Allow, func(r egress.Record) error { return audit.Append(r.Event()) }, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: making the egress proxy of %q: %w", errdefs.ErrUnavailable, id, err)
 	}
@@ -84,8 +103,13 @@ func (e *Engine) makeNet(ctx context.Context, id string) (*netns.Net, error) {
 type proxied struct {
 	id   string
 	dir  string
+	p    *egress.Proxy
 	stop context.CancelFunc
 	done chan error
+
+	haltOnce sync.Once
+	totals   egress.Totals
+	err      error
 }
 
 // serveEgress makes sandbox id's namespaces and serves its proxy there
@@ -99,25 +123,60 @@ func (e *Engine) serveEgress(ctx context.Context, id string, eg isolation.Egress
 	if err != nil {
 		return nil, err
 	}
-	ln, err := n.Listen(ctx, egressPort)
+	ln, pc, err := listen(ctx, n)
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err), netns.Remove(e.netnsDir(), id))
+		return nil, errors.Join(err, netns.Remove(e.netnsDir(), id))
 	}
 	pctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	px := &proxied{id: id, dir: e.netnsDir(), stop: stop, done: make(chan error, 1)}
-	go func() { px.done <- p.Serve(pctx, ln) }()
+	px := &proxied{id: id, dir: e.netnsDir(), p: p, stop: stop, done: make(chan error, 1)}
+	go func() { px.done <- serve(pctx, p, ln, pc) }()
 	return px, nil
 }
 
-// close stops the proxy, cutting its connections, and removes the
-// namespaces. Its error includes the proxy's own failure: an audit log it
-// could not write, which stopped it.
-func (px *proxied) close() error {
-	px.stop()
-	err := <-px.done
+// listen opens the proxy's listeners in n's proxy namespace: TCP for the
+// proxy, UDP 53 for DNS queries, which it refuses and records.
+func listen(ctx context.Context, n *netns.Net) (net.Listener, net.PacketConn, error) {
+	ln, err := n.Listen(ctx, egressPort)
 	if err != nil {
-		err = fmt.Errorf("%w: the egress proxy of %q: %w", errdefs.ErrUnavailable, px.id, err)
+		return nil, nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
+	pc, err := n.ListenPacket(ctx, dnsPort)
+	if err != nil {
+		ln.Close()
+		return nil, nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
+	return ln, pc, nil
+}
+
+// serve serves p on ln and its DNS refusals on pc until ctx is done or
+// the proxy stops (its audit log failed), and returns once both have.
+func serve(ctx context.Context, p *egress.Proxy, ln net.Listener, pc net.PacketConn) error {
+	ctx, cancel := context.WithCancel(ctx)
+	dns := make(chan error, 1)
+	go func() { dns <- p.ServeDNS(ctx, pc) }()
+	err := p.Serve(ctx, ln)
+	cancel()
+	return errors.Join(err, <-dns)
+}
+
+// halt stops the proxy, cutting its connections, once, and returns its
+// totals and its own failure: an audit log it could not write, which
+// stopped it.
+func (px *proxied) halt() (egress.Totals, error) {
+	px.haltOnce.Do(func() {
+		px.stop()
+		if err := <-px.done; err != nil {
+			px.err = fmt.Errorf("%w: the egress proxy of %q: %w", errdefs.ErrUnavailable, px.id, err)
+		}
+		px.totals = px.p.Stats().Totals
+	})
+	return px.totals, px.err
+}
+
+// close halts the proxy and removes the namespaces. Its error includes
+// the proxy's own failure.
+func (px *proxied) close() error {
+	_, err := px.halt()
 	return errors.Join(err, netns.Remove(px.dir, px.id))
 }
 
@@ -181,11 +240,11 @@ func (s *sandbox) serveProxy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ln, err := netns.At(s.e.netnsDir(), s.st.ID).Listen(ctx, egressPort)
+	ln, pc, err := listen(ctx, netns.At(s.e.netnsDir(), s.st.ID))
 	if err != nil {
-		return fmt.Errorf("%w: serving the egress proxy of %q: %v", errdefs.ErrUnavailable, s.st.ID, err)
+		return fmt.Errorf("serving the egress proxy of %q: %w", s.st.ID, err)
 	}
-	return p.Serve(ctx, ln)
+	return serve(ctx, p, ln, pc)
 }
 
 // awaitProxy waits for sandbox id's supervisor to serve its proxy.

@@ -54,6 +54,9 @@ type Engine struct {
 	runtimeExec bool
 	// agent is the exec agent bound into new gVisor sandboxes.
 	agent string
+	// egressHosts and egressCA are files the egress proxies read
+	// (WithEgressHosts, WithEgressCA).
+	egressHosts, egressCA string
 }
 
 // Option configures an Engine.
@@ -77,6 +80,17 @@ func WithAgent(path string) Option { return func(e *Engine) { e.agent = path } }
 
 // WithRunc sets the runc binary; the default is runc on PATH.
 func WithRunc(path string) Option { return func(e *Engine) { e.runc = path } }
+
+// WithEgressHosts pins names for the egress proxies' resolver: a file in
+// the form of /etc/hosts (egress.ParseHosts), read by each proxy when it
+// is made. Names not in it go to the host's resolver. The allowlist and
+// the address rules apply to a pinned name as to any.
+func WithEgressHosts(path string) Option { return func(e *Engine) { e.egressHosts = path } }
+
+// WithEgressCA adds the PEM certificates of a file to the roots the egress
+// proxies verify credential routes' hosts against (egress.LoadRoots),
+// read by each proxy when it is made: a lab's internal CA.
+func WithEgressCA(path string) Option { return func(e *Engine) { e.egressCA = path } }
 
 // RunscPath is where setup installs airlock's pinned runsc under root.
 func RunscPath(root string) string { return filepath.Join(root, "tools", "runsc") }

@@ -180,6 +180,13 @@ func (r *oneShot) Wait(ctx context.Context) (engine.Exit, error) {
 	// for runc is its own child; reaching airlock's limit is what stays.
 	exit.PidsLimited = st.PidsLimitHits > 0 || st.PidsPeak >= r.p.hostPids
 	exit.Usage = engine.Usage{CPU: st.CPU, MemoryPeak: st.MemoryPeak, PidsPeak: st.PidsPeak}
+	if r.px != nil {
+		// Nothing of the sandbox is left to use its proxy: stopping it
+		// now closes every connection, so the totals count them all. Its
+		// own failure is the destroy's.
+		t, _ := r.px.halt()
+		exit.Egress = &t
+	}
 	if !exit.TimedOut && !exit.Killed && !exit.OOMKilled && !exit.PidsLimited && st.MemoryPeak < int64(l.Memory) {
 		if err := lost(r.cmd, r.p.native, r.runLogs); err != nil {
 			return engine.Exit{}, err

@@ -17,6 +17,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/internal/pkitest"
 	"github.com/airlock-sandbox/airlock/internal/proc/proctest"
 )
 
@@ -145,6 +146,48 @@ func TestEgressState(t *testing.T) {
 	}
 	if egressStateOf(isolation.Egress{}) != nil || e.ociNetwork("sb-1", isolation.Egress{}) != nil {
 		t.Error("a policy without egress has a network")
+	}
+}
+
+// A proxy reads the engine's egress hosts file and CA bundle when it is
+// made; one that cannot be read or parsed fails it, as invalid input,
+// never a proxy without it.
+func TestEgressFiles(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	hosts, badHosts := write("hosts", "127.0.0.1 mirror.lab\n"), write("bad-hosts", "mirror.lab\n")
+	ca, badCA := write("ca.pem", string(pkitest.New(t, "mirror.lab").CAPEM)), write("bad-ca.pem", "no certificate\n")
+	allow, err := egress.ParseAllowlist([]string{"mirror.lab"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name      string
+		hosts, ca string
+		ok        bool
+	}{
+		{"none", "", "", true},
+		{"both", hosts, ca, true},
+		{"bad hosts", badHosts, ca, false},
+		{"missing hosts", filepath.Join(dir, "missing"), "", false},
+		{"bad CA", hosts, badCA, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, err := New(t.TempDir(), WithEgressHosts(tc.hosts), WithEgressCA(tc.ca))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = e.newProxy("sb-1", isolation.Egress{Allow: allow})
+			if tc.ok != (err == nil) || err != nil && !errdefs.IsInvalidArgument(err) {
+				t.Errorf("newProxy: %v; want ok %v, else invalid input", err, tc.ok)
+			}
+		})
 	}
 }
 

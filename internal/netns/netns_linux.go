@@ -334,3 +334,18 @@ func nativeUint32(v uint32) []byte { return binary.NativeEndian.AppendUint32(nil
 // nativeUint32Of is the IPv4 address b as the kernel's tables print it:
 // its bytes read as a number in the host's order.
 func nativeUint32Of(b []byte) uint32 { return binary.NativeEndian.Uint32(b) }
+
+// ListenPacket opens a UDP socket on ProxyAddr:port in the proxy's
+// namespace. Its socket keeps that namespace alive until it is closed.
+func (n *Net) ListenPacket(ctx context.Context, port int) (net.PacketConn, error) {
+	var pc net.PacketConn
+	err := inNS(n.ProxyPath(), func() (err error) {
+		var lc net.ListenConfig
+		pc, err = lc.ListenPacket(ctx, "udp4", net.JoinHostPort(ProxyAddr, strconv.Itoa(port)))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listening for UDP in %s: %w", n.ProxyPath(), err)
+	}
+	return pc, nil
+}

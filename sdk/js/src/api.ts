@@ -1462,6 +1462,12 @@ export interface components {
             sha256: string;
             size: number;
         };
+        EgressTotals: {
+            allowed: number;
+            bytes_down: number;
+            bytes_up: number;
+            refused: number;
+        };
         /** @description ErrorBody is the one error shape of the API. */
         Error: {
             error: components["schemas"]["ErrorDetail"];
@@ -1754,6 +1760,8 @@ export interface components {
             /** @description Artifacts and Rejected are every decision about the output directory's files; absent when the output directory is off or the run never got that far. */
             artifacts?: components["schemas"]["Artifact"][];
             duration_ms?: number;
+            /** @description Egress sums the audit records of the run's egress proxy: connections (and DNS queries) allowed and refused, bytes each way. Absent for a run without egress, and for an exec in a long-lived sandbox, whose proxy serves every exec (the audit log has each record). */
+            egress?: components["schemas"]["EgressTotals"];
             engine?: string;
             /** @description Error is the failure, with Reason "error". */
             error?: string;

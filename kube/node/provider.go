@@ -175,7 +175,7 @@ func (p *Provider) CreatePod(ctx context.Context, in *corev1.Pod) error {
 	pd.execLimit = w.ExecTimeout
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
 	defer cancel()
-	sb, err := p.svc.Create(cctx, p.engine, "", w.Sandbox)
+	sb, err := p.create(cctx, k, w)
 	if err != nil {
 		p.log.Warn("pod's sandbox not made", "pod", k, "error", err)
 		return p.fail(pd, ReasonCreateFailed, fmt.Sprintf("%s: %v", errkind.Of(err), err))
@@ -209,6 +209,26 @@ func (p *Provider) CreatePod(ctx context.Context, in *corev1.Pod) error {
 
 	go p.run(runCtx, pd, sb, w, logf)
 	return nil
+}
+
+// create makes the pod's sandbox. The scheduler counts only this node's
+// pods, the node's admission every sandbox and run on its root (airlock
+// serve's and the CLI's too, and a pod's sandbox until it is destroyed), so
+// a pod the scheduler placed may find the node full for a while: it stays
+// Pending and is tried again until ctx ends.
+func (p *Provider) create(ctx context.Context, k string, w Work) (*runner.Sandbox, error) {
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		sb, err := p.svc.Create(ctx, p.engine, "", w.Sandbox)
+		if err == nil || !errdefs.IsResourceExhausted(err) {
+			return sb, err
+		}
+		p.log.Info("node full; the pod waits", "pod", k, "error", err)
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+	}
 }
 
 // run runs the pod's program to its end, then records the pod's end and

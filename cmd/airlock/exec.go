@@ -109,6 +109,12 @@ func execOnce(cmd *cobra.Command, g *globals, f *execFlags, id string, argv []st
 	}
 	defer closeIn()
 	spec.Stdin = in
+	if _, kube, err := g.service("").KubeSandbox(id); kube {
+		if err != nil {
+			return runner.Result{}, err
+		}
+		return execKube(cmd, g, f, id, spec)
+	}
 	r, done, err := g.sandboxRunner(id)
 	if err != nil {
 		return runner.Result{}, err
@@ -125,4 +131,15 @@ func execOnce(cmd *cobra.Command, g *globals, f *execFlags, id string, argv []st
 		defer flush(errw)
 	}
 	return sb.Exec(cmd.Context(), spec)
+}
+
+// execKube runs spec in a sandbox on a cluster, through its pod's exec.
+func execKube(cmd *cobra.Command, g *globals, f *execFlags, id string, spec runner.ExecSpec) (runner.Result, error) {
+	if !f.json {
+		out, errw := liveWriter(cmd.OutOrStdout()), liveWriter(cmd.ErrOrStderr())
+		spec.Stdout, spec.Stderr = out, errw
+		defer flush(out)
+		defer flush(errw)
+	}
+	return g.service("").ExecKube(cmd.Context(), id, spec)
 }

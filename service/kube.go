@@ -6,8 +6,10 @@ package service
 // engine.Engine: the cluster makes, isolates and ends them, and the node
 // enforces the policy, so nothing of an engine's contract (mounts, a
 // policy to apply, reaping on this host) is this host's to do. The
-// service dispatches by id: ls, inspect, exec and rm reach them; what
-// needs this host's areas (cp, pause, a supervisor) refuses, saying so.
+// service dispatches by id: ls, inspect, exec, rm and one-file transfers
+// (kube_transfer_linux.go) reach them; the rest (pause, trees, a
+// supervisor, the API's and MCP's sandbox calls, which take a
+// runner.Sandbox) refuses, saying so.
 
 import (
 	"bytes"
@@ -62,7 +64,7 @@ func (s *Service) onCluster(id string) error {
 	if err != nil {
 		return err
 	}
-	return fmt.Errorf("%w: sandbox %q runs on Kubernetes (SandboxClaim %s/%s on %s): airlock exec, sandbox ls, inspect and rm reach it, nothing else yet",
+	return fmt.Errorf("%w: sandbox %q runs on Kubernetes (SandboxClaim %s/%s on %s): airlock exec, cp (one file at a time), sandbox ls, inspect and rm reach it, nothing else yet",
 		errdefs.ErrNotImplemented, id, r.Namespace, r.Claim, r.Server)
 }
 

@@ -42,7 +42,7 @@ func TestParse(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "token"), []byte("from-file\n"), 0o600)
 	for _, tc := range []struct {
 		name, cluster, user, context string
-		token, refused                string // refused: a word the error must hold
+		token, refused               string // refused: a word the error must hold
 	}{
 		{name: "token", user: "    token: abc", token: "abc"},
 		{name: "token file, relative to the kubeconfig", user: "    tokenFile: token", token: "from-file"},

@@ -178,6 +178,14 @@ const DefaultTimeout = 2 * time.Minute
 // poll is how often a wait asks the API server.
 const poll = 250 * time.Millisecond
 
+// podFailed is the reason of a claim's Ready condition when the pod of
+// the sandbox it was given has failed; maxClaims bounds the claims made
+// in one create for that reason.
+const (
+	podFailed = "PodFailed"
+	maxClaims = 3
+)
+
 // Create claims a sandbox from o's warm pool and waits until its pod
 // runs. On any error nothing it made is left.
 func (s *Store) Create(ctx context.Context, o CreateOptions) (rec Record, err error) {
@@ -224,14 +232,21 @@ func (s *Store) Create(ctx context.Context, o CreateOptions) (rec Record, err er
 		}
 	}()
 	start := time.Now()
-	labels := map[string]string{"app.kubernetes.io/managed-by": "airlock"}
-	if _, err := c.CreateClaim(ctx, ns, rec.Claim, o.WarmPool, labels); err != nil {
-		return rec, fmt.Errorf("creating SandboxClaim %s/%s: %w", ns, rec.Claim, err)
-	}
-	progress(fmt.Sprintf("claimed %s/%s from warm pool %q on %s; waiting for it to be ready", ns, rec.Claim, o.WarmPool, o.Config.Server))
 	wctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
+	claim := func() error {
+		labels := map[string]string{"app.kubernetes.io/managed-by": "airlock"}
+		if _, err := c.CreateClaim(wctx, ns, rec.Claim, o.WarmPool, labels); err != nil {
+			return fmt.Errorf("creating SandboxClaim %s/%s: %w", ns, rec.Claim, err)
+		}
+		progress(fmt.Sprintf("claimed %s/%s from warm pool %q on %s; waiting for it to be ready", ns, rec.Claim, o.WarmPool, o.Config.Server))
+		return nil
+	}
+	if err := claim(); err != nil {
+		return rec, err
+	}
 	var last string
+	failed := 0
 	for {
 		cl, err := c.Claim(wctx, ns, rec.Claim)
 		if err == nil {
@@ -243,6 +258,23 @@ func (s *Store) Create(ctx context.Context, o CreateOptions) (rec Record, err er
 			if now := fmt.Sprintf("Ready=%s %s %s", cond.Status, cond.Reason, cond.Message); now != last {
 				last = now
 				progress("waiting: " + strings.TrimSpace(now))
+			}
+			// agent-sandbox may hand a claim a warm sandbox whose pod has
+			// failed (its node restarted); that claim never becomes
+			// ready. Give it back and claim again, a few times.
+			if cond.Reason == podFailed {
+				if failed++; failed == maxClaims {
+					return rec, fmt.Errorf("%w: warm pool %s/%s gave %d sandboxes whose pods had failed; see `kubectl get pods -n %s -l airlock.dev/template`",
+						errdefs.ErrUnavailable, ns, o.WarmPool, failed, ns)
+				}
+				progress(fmt.Sprintf("the warm pool's sandbox %q had failed; claiming again", cl.Status.Sandbox.Name))
+				if err := deleteClaim(wctx, c, ns, rec.Claim, cl.Status.Sandbox.Name); err != nil {
+					return rec, err
+				}
+				if err := claim(); err != nil {
+					return rec, err
+				}
+				last = ""
 			}
 		} else if wctx.Err() == nil && !errdefs.IsUnavailable(err) {
 			return rec, fmt.Errorf("reading SandboxClaim %s/%s: %w", ns, rec.Claim, err)
@@ -339,22 +371,30 @@ func (s *Store) Destroy(ctx context.Context, id string) error {
 const destroyWait = 2 * time.Minute
 
 func (s *Store) destroy(ctx context.Context, c *cluster.Client, r Record) error {
-	if err := c.DeleteClaim(ctx, r.Namespace, r.Claim); err != nil {
-		return fmt.Errorf("deleting SandboxClaim %s/%s: %w", r.Namespace, r.Claim, err)
+	if err := deleteClaim(ctx, c, r.Namespace, r.Claim, r.Pod); err != nil {
+		return err
+	}
+	return s.remove(r.ID)
+}
+
+// deleteClaim deletes claim ns/name and waits until it is gone, with what
+// it owns (pod names its pod, for the error).
+func deleteClaim(ctx context.Context, c *cluster.Client, ns, name, pod string) error {
+	if err := c.DeleteClaim(ctx, ns, name); err != nil {
+		return fmt.Errorf("deleting SandboxClaim %s/%s: %w", ns, name, err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, destroyWait)
 	defer cancel()
 	for {
-		_, err := c.Claim(wctx, r.Namespace, r.Claim)
+		_, err := c.Claim(wctx, ns, name)
 		if errdefs.IsNotFound(err) {
-			break
+			return nil
 		}
 		select {
 		case <-wctx.Done():
 			return fmt.Errorf("%w: SandboxClaim %s/%s is still being deleted after %v (its pod's node must confirm the pod's end): `kubectl get pod -n %s %s` shows it; run rm again",
-				errdefs.ErrUnavailable, r.Namespace, r.Claim, destroyWait, r.Namespace, r.Pod)
+				errdefs.ErrUnavailable, ns, name, destroyWait, ns, pod)
 		case <-time.After(poll):
 		}
 	}
-	return s.remove(r.ID)
 }

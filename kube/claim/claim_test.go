@@ -27,6 +27,7 @@ type apiServer struct {
 	mu      sync.Mutex
 	claims  map[string]int // reads since creation; -1 once deleted
 	never   bool           // claims never become ready
+	failed  int            // the first claims get a sandbox whose pod failed
 	deletes int
 }
 
@@ -68,7 +69,9 @@ func (a *apiServer) handler() http.Handler {
 		}
 		a.claims[r.PathValue("name")] = n + 1
 		status := `{"conditions":[{"type":"Ready","status":"False","reason":"SandboxNotReady"}]}`
-		if n >= 2 && !a.never {
+		if a.deletes < a.failed {
+			status = `{"conditions":[{"type":"Ready","status":"False","reason":"PodFailed","message":"Pod failed"}],"sandbox":{"name":"py-dead"}}`
+		} else if n >= 2 && !a.never {
 			status = `{"conditions":[{"type":"Ready","status":"True"}],"sandbox":{"name":"py-abcde"}}`
 		}
 		fmt.Fprintf(w, `{"metadata":{"name":%q},"spec":{"warmPoolRef":{"name":"py"}},"status":%s}`, r.PathValue("name"), status)
@@ -140,6 +143,26 @@ func TestCreateAndDestroy(t *testing.T) {
 	}
 	if _, err := s.Get(id); !errdefs.IsNotFound(err) || len(a.claims) != 0 {
 		t.Errorf("after destroy: %v, claims %v", err, a.claims)
+	}
+}
+
+// A warm sandbox whose pod had failed is given back, and claimed again.
+func TestCreateClaimsAgainAfterAFailedPod(t *testing.T) {
+	a := &apiServer{failed: 1}
+	cfg, s := setup(t, a)
+	id, _ := NewID()
+	var progress []string
+	rec, err := s.Create(context.Background(), CreateOptions{ID: id, Config: cfg, WarmPool: "py", Progress: func(p string) { progress = append(progress, p) }})
+	if err != nil || rec.Pod != "py-abcde" || a.deletes != 1 {
+		t.Fatalf("%+v, %v; %d deletes; progress %q", rec, err, a.deletes, progress)
+	}
+	a.failed = 10
+	id, _ = NewID()
+	if _, err := s.Create(context.Background(), CreateOptions{ID: id, Config: cfg, WarmPool: "py"}); !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "pods had failed") {
+		t.Errorf("every sandbox failed: %v", err)
+	}
+	if _, err := s.Get(id); !errdefs.IsNotFound(err) {
+		t.Errorf("the record of a failed create: %v", err)
 	}
 }
 

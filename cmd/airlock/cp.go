@@ -58,7 +58,13 @@ is_directory, too_large, too_many, type_not_allowed, hidden_name, exists,
 no_space, …); --json prints the decision as one JSON object: for a file,
 the transfer record with its size, sha256 and type, or the refusal with
 its reason; for a tree, {"transfers": [one record per entry],
-"summary": {"files", "dirs", "refused", "bytes"}}.`,
+"summary": {"files", "dirs", "refused", "bytes"}}.
+
+A sandbox on Kubernetes (sandbox create --engine kube) takes one file at
+a time, each through one exec of its image's sh and cat: under
+/home/user or /tmp, symlinks and non-regular files refused inside the
+sandbox, and a download's content checked here by the same scanner
+before it reaches the host file.`,
 		Example: `  airlock cp data.csv sb-0804d69789f28334e665:/home/user/data.csv
   airlock cp sb-0804d69789f28334e665:/home/user/out/result.csv ./result.csv
   airlock cp --json sb-0804d69789f28334e665:/tmp/report.json . | jq .sha256

@@ -36,7 +36,14 @@ stays usable.
 
 --detach starts a background process (a server, a watcher) that lives
 until the sandbox ends; its output is discarded. An exec into a sandbox
-that is gone exits 66; an id that is not a sandbox id exits 64.`,
+that is gone exits 66; an id that is not a sandbox id exits 64.
+
+In a sandbox on Kubernetes (sandbox create --engine kube) the exec goes
+through the API server to the pod, as kubectl exec -i does: stdin, live
+output and the exit code. The node applies the pod's exec timeout and
+output cap; --env, --workdir, --detach, --timeout and --output-limit
+cannot travel there and are refused (wrap the command instead: env
+NAME=VALUE CMD, sh -c 'cd DIR && CMD').`,
 		Example: `  airlock exec sb-0804d69789f28334e665 -- python3 -c 'print(6*7)'
   airlock exec --json --timeout 5s sb-0804d69789f28334e665 -- sh -c 'ls -l'
   airlock exec --detach sb-0804d69789f28334e665 -- python3 -m http.server --bind 127.0.0.1 8000

@@ -179,11 +179,12 @@ const DefaultTimeout = 2 * time.Minute
 const poll = 250 * time.Millisecond
 
 // podFailed is the reason of a claim's Ready condition when the pod of
-// the sandbox it was given has failed; maxClaims bounds the claims made
-// in one create for that reason.
+// the sandbox it was given has failed; a create claims again past such
+// sandboxes, up to the warm pool's size plus two claims, and at least
+// minClaims.
 const (
 	podFailed = "PodFailed"
-	maxClaims = 3
+	minClaims = 3
 )
 
 // Create claims a sandbox from o's warm pool and waits until its pod
@@ -193,18 +194,13 @@ func (s *Store) Create(ctx context.Context, o CreateOptions) (rec Record, err er
 	if progress == nil {
 		progress = func(string) {}
 	}
-	ns := o.Namespace
-	if ns == "" {
-		ns = o.Config.Namespace
-	}
-	if ns == "" {
-		ns = "default"
-	}
+	ns := o.Config.NamespaceOr(o.Namespace)
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
 	}
 	c := cluster.New(o.Config)
-	if _, err := c.WarmPool(ctx, ns, o.WarmPool); err != nil {
+	pool, err := c.WarmPool(ctx, ns, o.WarmPool)
+	if err != nil {
 		if errdefs.IsNotFound(err) {
 			return rec, fmt.Errorf("%w: no SandboxWarmPool %q in namespace %q on %s: make one with `airlock kube render --template %s --warm 2 | kubectl apply -f -`",
 				errdefs.ErrNotFound, o.WarmPool, ns, o.Config.Server, o.WarmPool)
@@ -247,6 +243,12 @@ func (s *Store) Create(ctx context.Context, o CreateOptions) (rec Record, err er
 	}
 	var last string
 	failed := 0
+	// Every warm sandbox may have failed at once (their node restarted):
+	// claim past them all.
+	maxClaims := minClaims
+	if r := pool.Spec.Replicas; r != nil {
+		maxClaims = max(minClaims, int(*r)+2)
+	}
 	for {
 		cl, err := c.Claim(wctx, ns, rec.Claim)
 		if err == nil {
@@ -261,7 +263,7 @@ func (s *Store) Create(ctx context.Context, o CreateOptions) (rec Record, err er
 			}
 			// agent-sandbox may hand a claim a warm sandbox whose pod has
 			// failed (its node restarted); that claim never becomes
-			// ready. Give it back and claim again, a few times.
+			// ready. Give it back and claim again.
 			if cond.Reason == podFailed {
 				if failed++; failed == maxClaims {
 					return rec, fmt.Errorf("%w: warm pool %s/%s gave %d sandboxes whose pods had failed; see `kubectl get pods -n %s -l airlock.dev/template`",

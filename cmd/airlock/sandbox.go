@@ -57,7 +57,6 @@ type sandboxCreateFlags struct {
 	runFlags
 	idle, ttl, workspace, downloadTypes string
 	labels                              []string
-	kube                                kubeFlags
 }
 
 func newSandboxCreateCmd(g *globals) *cobra.Command {
@@ -103,7 +102,7 @@ commands load again.`,
 	f.addFlags(cmd)
 	fl := cmd.Flags()
 	fl.BoolVar(&f.json, "json", false, "print the sandbox as one JSON object instead of its id")
-	f.kube.add(fl)
+	f.kube.add(fl, "how long to wait for the claim to be ready")
 	fl.Lookup("engine").Usage = "engine: oci (daemonless runsc), docker (Docker Engine API), auto (oci where root and setup's runsc are available, else docker), or kube (a SandboxClaim on --template's warm pool on a Kubernetes cluster)"
 	fl.SortFlags = false
 	return cmd

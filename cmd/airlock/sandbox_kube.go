@@ -10,6 +10,8 @@ import (
 
 	"github.com/airlock-sandbox/airlock/kube/claim"
 	"github.com/airlock-sandbox/airlock/kube/cluster"
+	"github.com/airlock-sandbox/airlock/runner"
+	"github.com/airlock-sandbox/airlock/service"
 	"github.com/airlock-sandbox/airlock/wire"
 )
 
@@ -18,11 +20,11 @@ type kubeFlags struct {
 	kubeconfig, context, namespace, readyTimeout string
 }
 
-func (k *kubeFlags) add(fl *pflag.FlagSet) {
+func (k *kubeFlags) add(fl *pflag.FlagSet, wait string) {
 	fl.StringVar(&k.kubeconfig, "kubeconfig", "", "with --engine kube: the cluster's kubeconfig (default $KUBECONFIG)")
 	fl.StringVar(&k.context, "context", "", "with --engine kube: the kubeconfig's context (default its current-context)")
 	fl.StringVar(&k.namespace, "namespace", "", "with --engine kube: the warm pool's namespace (default the context's, else default)")
-	fl.StringVar(&k.readyTimeout, "ready-timeout", claim.DefaultTimeout.String(), "with --engine kube: how long to wait for the claim to be ready")
+	fl.StringVar(&k.readyTimeout, "ready-timeout", claim.DefaultTimeout.String(), "with --engine kube: "+wait)
 }
 
 // kubeOnly are the flags that only --engine kube takes; kubeAllowed the
@@ -42,7 +44,7 @@ func checkKubeFlags(cmd *cobra.Command, kube bool) error {
 		case !kube && slices.Contains(kubeOnly, f.Name):
 			err = usageError{fmt.Errorf("--%s applies only with --engine kube", f.Name)}
 		case kube && !slices.Contains(kubeOnly, f.Name) && !slices.Contains(kubeAllowed, f.Name):
-			err = usageError{fmt.Errorf("--%s does not apply with --engine kube: the warm pool's template is the sandbox's policy; render one with the policy wanted (airlock template create, airlock kube render)", f.Name)}
+			err = usageError{fmt.Errorf("--%s does not apply with --engine kube: the cluster's SandboxTemplate is the policy; render one with the policy wanted (airlock template create, airlock kube render)", f.Name)}
 		}
 	})
 	return err
@@ -58,6 +60,10 @@ func runKubeCreate(cmd *cobra.Command, g *globals, f *sandboxCreateFlags) error 
 	if err != nil {
 		return asFlag(err)
 	}
+	cfg, err := cluster.Load(f.kube.kubeconfig, f.kube.context)
+	if err != nil {
+		return asFlag(err)
+	}
 	labels := map[string]string{}
 	for _, l := range f.labels {
 		k, v, ok := strings.Cut(l, "=")
@@ -65,10 +71,6 @@ func runKubeCreate(cmd *cobra.Command, g *globals, f *sandboxCreateFlags) error 
 			return usageError{fmt.Errorf("--label %q: use KEY=VALUE", l)}
 		}
 		labels[k] = v
-	}
-	cfg, err := cluster.Load(f.kube.kubeconfig, f.kube.context)
-	if err != nil {
-		return err
 	}
 	stderr := cmd.ErrOrStderr()
 	rec, err := g.service("").CreateKube(cmd.Context(), claim.CreateOptions{Config: cfg, Namespace: f.kube.namespace, WarmPool: f.template,
@@ -81,4 +83,35 @@ func runKubeCreate(cmd *cobra.Command, g *globals, f *sandboxCreateFlags) error 
 	}
 	_, err = fmt.Fprintln(cmd.OutOrStdout(), rec.ID)
 	return err
+}
+
+// runKube runs argv once in a pod of --template's SandboxTemplate.
+func runKube(cmd *cobra.Command, g *globals, f *runFlags, argv []string) (runner.Result, error) {
+	if err := checkKubeFlags(cmd, true); err != nil {
+		return runner.Result{}, err
+	}
+	if f.template == "" {
+		return runner.Result{}, usageError{fmt.Errorf("--engine kube needs --template NAME: the SandboxTemplate `airlock kube render --template NAME | kubectl apply -f -` made")}
+	}
+	start, err := wire.Duration("ready_timeout", f.kube.readyTimeout)
+	if err != nil {
+		return runner.Result{}, asFlag(err)
+	}
+	cfg, err := cluster.Load(f.kube.kubeconfig, f.kube.context)
+	if err != nil {
+		return runner.Result{}, err
+	}
+	stderr := cmd.ErrOrStderr()
+	res, err := g.service("").RunKube(cmd.Context(), service.KubeRun{Config: cfg, Namespace: f.kube.namespace, Template: f.template, Argv: argv,
+		Start: start, Progress: func(s string) {
+			if !f.json {
+				fmt.Fprintf(stderr, "airlock: %s\n", s)
+			}
+		}})
+	if err == nil && !f.json {
+		w := liveWriter(cmd.OutOrStdout())
+		w.Write(res.Stdout.Head)
+		flush(w)
+	}
+	return res, err
 }

@@ -660,6 +660,23 @@ func engineKube(t *testing.T, cs *kubernetes.Clientset, nodes map[string]*node) 
 		t.Errorf("pod %s has no gVisor sandbox on %s: %+v", p.Name, on.name, si)
 	}
 
+	// run --engine kube: one pod of the template, its end and log the
+	// result, deleted after.
+	if out, errs, code := run("", "run", "--engine", "kube", "--template", "kt", "--", "sh", "-c", "echo hi; id -u; exit 3"); code != 3 || out != "hi\n65534\n" {
+		t.Errorf("run --engine kube: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if out, errs, code := run("", "run", "--json", "--engine", "kube", "--template", "kt", "--", "sh", "-c", "echo ok"); code != 0 ||
+		!strings.Contains(out, `"reason":"exited"`) || !strings.Contains(out, `"engine":"kube"`) || !strings.Contains(out, `"exit_code":0`) {
+		t.Errorf("run --json --engine kube: exit %d, %s %s", code, out, errs)
+	}
+	if _, errs, code := run("", "run", "--engine", "kube", "--template", "nope", "--", "true"); code != 66 || !strings.Contains(errs, "airlock kube render --template nope") {
+		t.Errorf("run --engine kube on no template: exit %d, %s", code, errs)
+	}
+	waitFor(t, time.Minute, "no one-shot pod left", func() (bool, string) {
+		list, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "airlock.dev/run=true"})
+		return err == nil && len(list.Items) == 0, fmt.Sprintf("%v %d pods", err, len(list.Items))
+	})
+
 	// rm deletes the claim, and with it the pod and its sandbox.
 	if out, errs, code := run("", "sandbox", "rm", id); code != 0 || strings.TrimSpace(out) != id {
 		t.Fatalf("sandbox rm: exit %d, %s %s", code, out, errs)

@@ -84,11 +84,18 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	if out == nil {
 		return nil
 	}
+	if raw, ok := out.(*rawBody); ok {
+		*raw = b
+		return nil
+	}
 	if err := json.Unmarshal(b, out); err != nil {
 		return fmt.Errorf("%w: %s %s: the answer is not the JSON expected: %v", errdefs.ErrUnavailable, method, path, err)
 	}
 	return nil
 }
+
+// rawBody takes a response that is not JSON (a log) as it is.
+type rawBody []byte
 
 func (c *Client) auth(h http.Header) {
 	if c.cfg.Token != "" {

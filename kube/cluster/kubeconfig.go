@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
@@ -28,6 +29,12 @@ type Config struct {
 	TLS *tls.Config
 	// Token is a bearer token, "" for none.
 	Token string
+}
+
+// NamespaceOr is ns, else the context's namespace, else "default", as
+// kubectl takes one.
+func (c *Config) NamespaceOr(ns string) string {
+	return cmp.Or(ns, c.Namespace, "default")
 }
 
 // The kubeconfig file, as far as the client reads it. Fields it cannot

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"net/url"
+	"strconv"
 	"time"
 )
 
@@ -83,10 +84,22 @@ type Pod struct {
 		} `json:"containers"`
 	} `json:"spec"`
 	Status struct {
-		Phase     string     `json:"phase"`
-		Reason    string     `json:"reason"`
-		Message   string     `json:"message"`
-		StartTime *time.Time `json:"startTime"`
+		Phase             string     `json:"phase"`
+		Reason            string     `json:"reason"`
+		Message           string     `json:"message"`
+		StartTime         *time.Time `json:"startTime"`
+		ContainerStatuses []struct {
+			Name  string `json:"name"`
+			State struct {
+				Terminated *struct {
+					ExitCode   int        `json:"exitCode"`
+					Reason     string     `json:"reason"`
+					Message    string     `json:"message"`
+					StartedAt  *time.Time `json:"startedAt"`
+					FinishedAt *time.Time `json:"finishedAt"`
+				} `json:"terminated"`
+			} `json:"state"`
+		} `json:"containerStatuses"`
 	} `json:"status"`
 }
 
@@ -133,4 +146,40 @@ func (c *Client) WarmPool(ctx context.Context, ns, name string) (*SandboxWarmPoo
 func (c *Client) Pod(ctx context.Context, ns, name string) (*Pod, error) {
 	out := &Pod{}
 	return out, c.do(ctx, "GET", "/api/v1/namespaces/"+url.PathEscape(ns)+"/pods/"+url.PathEscape(name), nil, nil, out)
+}
+
+// SandboxTemplatePod reads SandboxTemplate ns/name's pod template
+// (spec.podTemplate: metadata and spec), as the API server has it.
+func (c *Client) SandboxTemplatePod(ctx context.Context, ns, name string) (map[string]any, error) {
+	var t struct {
+		Spec struct {
+			PodTemplate map[string]any `json:"podTemplate"`
+		} `json:"spec"`
+	}
+	err := c.do(ctx, "GET", "/apis/"+extensions+"/namespaces/"+url.PathEscape(ns)+"/sandboxtemplates/"+url.PathEscape(name), nil, nil, &t)
+	return t.Spec.PodTemplate, err
+}
+
+// CreatePod creates pod (a Pod object as JSON-shaped values) in ns.
+func (c *Client) CreatePod(ctx context.Context, ns string, pod map[string]any) (*Pod, error) {
+	out := &Pod{}
+	return out, c.do(ctx, "POST", "/api/v1/namespaces/"+url.PathEscape(ns)+"/pods", nil, pod, out)
+}
+
+// DeletePod deletes pod ns/name at once; one already gone succeeds.
+func (c *Client) DeletePod(ctx context.Context, ns, name string) error {
+	err := c.do(ctx, "DELETE", "/api/v1/namespaces/"+url.PathEscape(ns)+"/pods/"+url.PathEscape(name), nil,
+		map[string]any{"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}, nil)
+	if isNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// PodLog reads up to limit bytes of container's log in pod ns/name.
+func (c *Client) PodLog(ctx context.Context, ns, name, container string, limit int64) ([]byte, error) {
+	q := url.Values{"container": {container}, "limitBytes": {strconv.FormatInt(limit, 10)}}
+	var raw rawBody
+	err := c.do(ctx, "GET", "/api/v1/namespaces/"+url.PathEscape(ns)+"/pods/"+url.PathEscape(name)+"/log", q, nil, &raw)
+	return raw, err
 }

@@ -667,9 +667,11 @@ func engineKube(t *testing.T, cs *kubernetes.Clientset, nodes map[string]*node) 
 
 	// run --engine kube: one pod of the template, its end and log the
 	// result, deleted after.
+	start = time.Now()
 	if out, errs, code := run("", "run", "--engine", "kube", "--template", "kt", "--", "sh", "-c", "echo hi; id -u; exit 3"); code != 3 || out != "hi\n65534\n" {
 		t.Errorf("run --engine kube: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
+	t.Logf("run --engine kube: %v from the command's start to its end, the pod deleted", time.Since(start).Round(time.Millisecond))
 	if out, errs, code := run("", "run", "--json", "--engine", "kube", "--template", "kt", "--", "sh", "-c", "echo ok"); code != 0 ||
 		!strings.Contains(out, `"reason":"exited"`) || !strings.Contains(out, `"engine":"kube"`) || !strings.Contains(out, `"exit_code":0`) {
 		t.Errorf("run --json --engine kube: exit %d, %s %s", code, out, errs)

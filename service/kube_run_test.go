@@ -3,8 +3,11 @@ package service
 import (
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/kube/claim"
 )
 
 func TestOneShotPod(t *testing.T) {
@@ -27,5 +30,14 @@ func TestOneShotPod(t *testing.T) {
 		if _, err := oneShotPod(tpl, "py", []string{"true"}); !errdefs.IsInvalidArgument(err) {
 			t.Errorf("%s: err = %v", bad, err)
 		}
+	}
+}
+
+// sandbox ls's ENDS column is a cluster sandbox's pod deadline.
+func TestKubeInfoDeadline(t *testing.T) {
+	end := time.Date(2026, 1, 2, 3, 14, 5, 0, time.UTC)
+	si := kubeInfo(claim.Record{ID: "sb-0123456789abcdef0123", State: claim.Ready, RuntimeClass: "gvisor", CreatedAt: end.Add(-time.Hour), ExpiresAt: end})
+	if got := si.Deadline(end.Add(-time.Minute)); !got.Equal(end) || si.Isolation != "gvisor" || si.Engine != "kube" {
+		t.Errorf("deadline %v, want %v; %+v", got, end, si)
 	}
 }

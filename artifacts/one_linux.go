@@ -117,6 +117,37 @@ func CopyFile(ctx context.Context, dirfd int, name, shown string, w io.Writer, o
 	if fst.Size > opt.MaxBytes {
 		return reject(ReasonTooLarge, fmt.Sprintf("%d bytes, over the %d-byte file cap", fst.Size, opt.MaxBytes))
 	}
+	return copyChecked(ctx, f, name, shown, w, opt, fst.Size < smallFile)
+}
+
+// CheckStream applies CopyFile's checks that do not need a file (the name,
+// the type detected from the head, the extension, the cap) to r, the
+// content of a file named name that was read elsewhere (inside a remote
+// sandbox), and writes it to w when the head passes. The type is decided
+// before any byte reaches w; a stream past opt.MaxBytes is refused as
+// too large once w has had MaxBytes bytes, and w must then be discarded.
+func CheckStream(ctx context.Context, r io.Reader, name, shown string, w io.Writer, opt FileOptions) (Artifact, *Rejection, error) {
+	if opt.MaxBytes <= 0 {
+		return Artifact{}, nil, fmt.Errorf("%w: the file cap must be positive", ErrOptions)
+	}
+	if why := checkName(name); why != "" {
+		return Artifact{}, &Rejection{Path: shown, Reason: ReasonBadName, Detail: why}, nil
+	}
+	if name[0] == '.' && !opt.AllowDotfiles {
+		return Artifact{}, &Rejection{Path: shown, Reason: ReasonHiddenName, Detail: fmt.Sprintf("%q starts with '.', and tools act on dotfiles by themselves (.git, .ssh, .bashrc)", Escape(name))}, nil
+	}
+	a, rej, err := copyChecked(ctx, r, name, shown, w, opt, false)
+	if errors.Is(err, ErrGrew) {
+		return Artifact{}, &Rejection{Path: shown, Reason: ReasonTooLarge, Detail: fmt.Sprintf("over the %d-byte file cap", opt.MaxBytes)}, nil
+	}
+	return a, rej, err
+}
+
+// copyChecked decides f's type from its head and copies it to w, capped.
+func copyChecked(ctx context.Context, f io.Reader, name, shown string, w io.Writer, opt FileOptions, small bool) (Artifact, *Rejection, error) {
+	reject := func(r Reason, detail string) (Artifact, *Rejection, error) {
+		return Artifact{}, &Rejection{Path: shown, Reason: r, Detail: detail}, nil
+	}
 	// The type comes from the head, and the head read is the one sent.
 	head := make([]byte, sniffLen)
 	k, err := io.ReadFull(ctxReader{ctx, f}, head)
@@ -137,7 +168,7 @@ func CopyFile(ctx context.Context, dirfd int, name, shown string, w io.Writer, o
 	r := io.MultiReader(bytes.NewReader(head), io.LimitReader(ctxReader{ctx, f}, opt.MaxBytes+1-int64(k)))
 	var n int64
 	var sum []byte
-	if fst.Size < smallFile {
+	if small {
 		// Hashing beside the copy costs more than it saves here.
 		buf := copyBufs.Get().(*[]byte)
 		h := sha256.New()

@@ -27,8 +27,10 @@ import (
 // earlier of its TTL and its idle timeout, counting an exec in progress
 // (whose airlock process is alive) as activity now. A paused sandbox
 // (si.State) has only its TTL: its idle timeout starts again at resume.
+// One with no idle timeout recorded (a sandbox on a cluster, whose pod's
+// deadline is its end) has only its ExpiresAt.
 func (si *SandboxInfo) Deadline(now time.Time) time.Time {
-	if si.State == lifecycle.Paused {
+	if si.State == lifecycle.Paused || si.IdleTimeoutMS <= 0 {
 		return si.ExpiresAt
 	}
 	last := si.LastActivity

@@ -93,18 +93,33 @@ func (s *Service) ForNew(ctx context.Context, engineName string) (*runner.Runner
 
 // Sandbox reads sandbox id's record, even one mid-way gone.
 func (s *Service) Sandbox(id string) (runner.SandboxInfo, error) {
+	if r, ok, err := s.KubeSandbox(id); ok {
+		return kubeInfo(r), err
+	}
 	return runner.ReadSandbox(s.root, id)
 }
 
-// Sandboxes lists the sandboxes recorded under the root.
+// Sandboxes lists the sandboxes recorded under the root, those on a
+// cluster last.
 func (s *Service) Sandboxes() ([]runner.SandboxInfo, error) {
-	return runner.ListSandboxes(s.root)
+	list, err := runner.ListSandboxes(s.root)
+	if err != nil {
+		return nil, err
+	}
+	kube, err := s.claims().List()
+	for _, r := range kube {
+		list = append(list, kubeInfo(r))
+	}
+	return list, err
 }
 
 // ForSandbox returns the runner on the engine sandbox id was made with.
 // A malformed id is invalid input, an unknown one not found.
 func (s *Service) ForSandbox(ctx context.Context, id string) (*runner.Runner, func(), error) {
 	if err := runner.CheckSandboxID(id); err != nil {
+		return nil, nil, err
+	}
+	if err := s.onCluster(id); err != nil {
 		return nil, nil, err
 	}
 	si, err := runner.ReadSandbox(s.root, id)
@@ -117,6 +132,9 @@ func (s *Service) ForSandbox(ctx context.Context, id string) (*runner.Runner, fu
 // Open reconnects to live sandbox id on its engine; done releases the
 // runner once the caller is through with the sandbox.
 func (s *Service) Open(ctx context.Context, id string) (sb *runner.Sandbox, done func(), err error) {
+	if err := s.onCluster(id); err != nil {
+		return nil, nil, err
+	}
 	si, err := runner.ReadSandbox(s.root, id)
 	if err != nil {
 		return nil, nil, err
@@ -132,10 +150,13 @@ func (s *Service) Open(ctx context.Context, id string) (sb *runner.Sandbox, done
 	return sb, done, nil
 }
 
-// Destroy ends sandbox id and frees all it held; an id already gone
-// succeeds. A sandbox whose record no longer says its engine (a create
+// Destroy ends sandbox id and frees all it held (one on a cluster: its
+// claim, and so its pod); an id already gone succeeds. A sandbox whose record no longer says its engine (a create
 // cut short, a record removed by hand) is freed by every engine's reaper.
 func (s *Service) Destroy(ctx context.Context, id string) error {
+	if _, ok, _ := s.KubeSandbox(id); ok {
+		return s.claims().Destroy(ctx, id)
+	}
 	rn, done, err := s.ForSandbox(ctx, id)
 	if err == nil {
 		defer done()

@@ -58,7 +58,13 @@ is_directory, too_large, too_many, type_not_allowed, hidden_name, exists,
 no_space, …); --json prints the decision as one JSON object: for a file,
 the transfer record with its size, sha256 and type, or the refusal with
 its reason; for a tree, {"transfers": [one record per entry],
-"summary": {"files", "dirs", "refused", "bytes"}}.`,
+"summary": {"files", "dirs", "refused", "bytes"}}.
+
+A sandbox on Kubernetes (sandbox create --engine kube) takes one file at
+a time, each through one exec of its image's sh and cat: under
+/home/user or /tmp, symlinks and non-regular files refused inside the
+sandbox, and a download's content checked here by the same scanner
+before it reaches the host file.`,
 		Example: `  airlock cp data.csv sb-0804d69789f28334e665:/home/user/data.csv
   airlock cp sb-0804d69789f28334e665:/home/user/out/result.csv ./result.csv
   airlock cp --json sb-0804d69789f28334e665:/tmp/report.json . | jq .sha256
@@ -100,6 +106,12 @@ func runCp(cmd *cobra.Command, g *globals, src, dst string, fl cpFlags) error {
 	if err := runner.CheckSandboxID(id); err != nil {
 		return err
 	}
+	if _, kube, err := g.service("").KubeSandbox(id); kube {
+		if err != nil {
+			return err
+		}
+		return cpKube(cmd, g, id, src, dst, spath, dpath, dok, fl)
+	}
 	r, done, err := g.sandboxRunner(id)
 	if err != nil {
 		return err
@@ -122,6 +134,12 @@ func runCp(cmd *cobra.Command, g *globals, src, dst string, fl cpFlags) error {
 	} else {
 		tr, err = download(cmd, sb, spath, dst)
 	}
+	return reportTransfer(cmd, tr, err, fl)
+}
+
+// reportTransfer prints a one-file transfer's decision and turns a
+// refusal into exit 65.
+func reportTransfer(cmd *cobra.Command, tr runner.Transfer, err error, fl cpFlags) error {
 	var te *runner.TransferError
 	refused := errors.As(err, &te)
 	if fl.json && (err == nil || refused) {
@@ -282,30 +300,49 @@ func downloadTree(ctx context.Context, sb *runner.Sandbox, p, host string, dotfi
 }
 
 func upload(cmd *cobra.Command, sb *runner.Sandbox, host, p string) (runner.Transfer, error) {
+	f, p, size, err := openUpload(host, p)
+	if err != nil {
+		return runner.Transfer{}, err
+	}
+	defer f.Close()
+	return sb.Upload(cmd.Context(), p, f, size)
+}
+
+// openUpload opens host, a regular file never reached through a symlink,
+// and returns the sandbox path (p, or in p when p ends in '/') and the
+// cap: one byte more than the file, so that a file growing while read is
+// refused rather than cut.
+func openUpload(host, p string) (*os.File, string, int64, error) {
 	f, err := os.OpenFile(host, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		if errors.Is(err, unix.ELOOP) {
-			return runner.Transfer{}, fmt.Errorf("%w: %s is a symlink; airlock never follows one: name its target", errdefs.ErrInvalidArgument, host)
+			return nil, "", 0, fmt.Errorf("%w: %s is a symlink; airlock never follows one: name its target", errdefs.ErrInvalidArgument, host)
 		}
-		return runner.Transfer{}, fmt.Errorf("%w: opening %s: %v", errdefs.ErrNotFound, host, err)
+		return nil, "", 0, fmt.Errorf("%w: opening %s: %v", errdefs.ErrNotFound, host, err)
 	}
-	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return runner.Transfer{}, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+		f.Close()
+		return nil, "", 0, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
 	if !fi.Mode().IsRegular() {
-		return runner.Transfer{}, fmt.Errorf("%w: %s is not a regular file (%s); airlock cp copies one file", errdefs.ErrInvalidArgument, host, fi.Mode().Type())
+		f.Close()
+		return nil, "", 0, fmt.Errorf("%w: %s is not a regular file (%s); airlock cp copies one file", errdefs.ErrInvalidArgument, host, fi.Mode().Type())
 	}
 	if strings.HasSuffix(p, "/") {
 		p += filepath.Base(host)
 	}
-	// One byte more than the file, so that a file growing while read is
-	// refused rather than cut.
-	return sb.Upload(cmd.Context(), p, f, fi.Size()+1)
+	return f, p, fi.Size() + 1, nil
 }
 
 func download(cmd *cobra.Command, sb *runner.Sandbox, p, host string) (runner.Transfer, error) {
+	return downloadTo(host, p, func(w io.Writer) (runner.Transfer, error) { return sb.Download(cmd.Context(), p, w) })
+}
+
+// downloadTo creates host new (in it, when it is a directory), never
+// through a symlink, has fetch write sandbox path p into it, and removes
+// it when fetch fails.
+func downloadTo(host, p string, fetch func(io.Writer) (runner.Transfer, error)) (runner.Transfer, error) {
 	if fi, err := os.Stat(host); err == nil && fi.IsDir() {
 		host = filepath.Join(host, path.Base(p))
 	}
@@ -316,7 +353,7 @@ func download(cmd *cobra.Command, sb *runner.Sandbox, p, host string) (runner.Tr
 		}
 		return runner.Transfer{}, fmt.Errorf("%w: creating %s: %v", errdefs.ErrUnavailable, host, err)
 	}
-	tr, err := sb.Download(cmd.Context(), p, f)
+	tr, err := fetch(f)
 	if cerr := f.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("%w: writing %s: %v", errdefs.ErrUnavailable, host, cerr)
 	}
@@ -324,4 +361,31 @@ func download(cmd *cobra.Command, sb *runner.Sandbox, p, host string) (runner.Tr
 		os.Remove(host)
 	}
 	return tr, err
+}
+
+// cpKube copies one file into or out of a sandbox on a cluster, through
+// its pod's exec (service.UploadKube, DownloadKube).
+func cpKube(cmd *cobra.Command, g *globals, id, src, dst, spath, dpath string, up bool, fl cpFlags) error {
+	tree := strings.HasSuffix(spath, "/.") || strings.HasSuffix(src, "/.")
+	if fi, err := os.Lstat(src); up && err == nil && fi.IsDir() {
+		tree = true
+	}
+	if tree {
+		return usageError{fmt.Errorf("sandbox %s runs on Kubernetes, where airlock cp copies one file at a time; directories are not supported there yet", id)}
+	}
+	svc := g.service("")
+	var tr runner.Transfer
+	var err error
+	if up {
+		var f *os.File
+		var size int64
+		if f, dpath, size, err = openUpload(src, dpath); err != nil {
+			return err
+		}
+		defer f.Close()
+		tr, err = svc.UploadKube(cmd.Context(), id, dpath, f, size)
+	} else {
+		tr, err = downloadTo(dst, spath, func(w io.Writer) (runner.Transfer, error) { return svc.DownloadKube(cmd.Context(), id, spath, w) })
+	}
+	return reportTransfer(cmd, tr, err, fl)
 }

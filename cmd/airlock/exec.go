@@ -36,7 +36,14 @@ stays usable.
 
 --detach starts a background process (a server, a watcher) that lives
 until the sandbox ends; its output is discarded. An exec into a sandbox
-that is gone exits 66; an id that is not a sandbox id exits 64.`,
+that is gone exits 66; an id that is not a sandbox id exits 64.
+
+In a sandbox on Kubernetes (sandbox create --engine kube) the exec goes
+through the API server to the pod, as kubectl exec -i does: stdin, live
+output and the exit code. The node applies the pod's exec timeout and
+output cap; --env, --workdir, --detach, --timeout and --output-limit
+cannot travel there and are refused (wrap the command instead: env
+NAME=VALUE CMD, sh -c 'cd DIR && CMD').`,
 		Example: `  airlock exec sb-0804d69789f28334e665 -- python3 -c 'print(6*7)'
   airlock exec --json --timeout 5s sb-0804d69789f28334e665 -- sh -c 'ls -l'
   airlock exec --detach sb-0804d69789f28334e665 -- python3 -m http.server --bind 127.0.0.1 8000
@@ -109,6 +116,12 @@ func execOnce(cmd *cobra.Command, g *globals, f *execFlags, id string, argv []st
 	}
 	defer closeIn()
 	spec.Stdin = in
+	if _, kube, err := g.service("").KubeSandbox(id); kube {
+		if err != nil {
+			return runner.Result{}, err
+		}
+		return execKube(cmd, g, f, id, spec)
+	}
 	r, done, err := g.sandboxRunner(id)
 	if err != nil {
 		return runner.Result{}, err
@@ -125,4 +138,15 @@ func execOnce(cmd *cobra.Command, g *globals, f *execFlags, id string, argv []st
 		defer flush(errw)
 	}
 	return sb.Exec(cmd.Context(), spec)
+}
+
+// execKube runs spec in a sandbox on a cluster, through its pod's exec.
+func execKube(cmd *cobra.Command, g *globals, f *execFlags, id string, spec runner.ExecSpec) (runner.Result, error) {
+	if !f.json {
+		out, errw := liveWriter(cmd.OutOrStdout()), liveWriter(cmd.ErrOrStderr())
+		spec.Stdout, spec.Stderr = out, errw
+		defer flush(out)
+		defer flush(errw)
+	}
+	return g.service("").ExecKube(cmd.Context(), id, spec)
 }

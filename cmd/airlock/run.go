@@ -35,6 +35,8 @@ type runFlags struct {
 	outDir, outLimit, maxArtifact, types, dest, quarantine string
 	outFiles                                               int
 	allowDotfiles                                          bool
+	// kube is where --engine kube runs.
+	kube kubeFlags
 }
 
 func newRunCmd(g *globals) *cobra.Command {
@@ -60,7 +62,16 @@ the error and the same one-line message goes to stderr.
 isolation, limits, env and output settings, which the flags given may
 narrow but never widen (a wider flag is refused, exit 64).
 
-Sizes take units (512MiB, 1.5GiB, 100MB); durations too (30s, 1m, 500ms).`,
+Sizes take units (512MiB, 1.5GiB, 100MB); durations too (30s, 1m, 500ms).
+
+--engine kube --template NAME runs COMMAND once on a Kubernetes cluster
+instead: in a pod of its own made from the SandboxTemplate NAME that
+airlock kube render made (its policy; policy flags are refused), on an
+airlock node (docs/kubernetes.md). airlock waits for the pod's end
+(--ready-timeout bounds its start, the template's TTL its run), prints its
+log (stdout and stderr as one stream), exits with its exit code or
+airlock's code for the node's reason (timeout, oom…), and deletes the pod.
+--kubeconfig (default $KUBECONFIG), --context and --namespace say where.`,
 		Example: `  airlock run -- python3 -c 'print(6*7)'
   airlock run --json --timeout 5s -- python3 -c 'while True: pass'
   airlock run --template py --memory 128MiB -- python3 -c 'print(6*7)'
@@ -76,6 +87,8 @@ Sizes take units (512MiB, 1.5GiB, 100MB); durations too (30s, 1m, 500ms).`,
 		RunE: func(cmd *cobra.Command, args []string) error { return runRun(cmd, g, f, args) },
 	}
 	addRunFlags(cmd, f)
+	f.kube.add(cmd.Flags(), "how long to wait for the pod to start")
+	cmd.Flags().Lookup("engine").Usage = "engine: oci (daemonless runsc), docker (Docker Engine API), auto (oci where root and setup's runsc are available, else docker), or kube (a pod of --template's SandboxTemplate on a Kubernetes cluster)"
 	cmd.Flags().BoolVar(&f.json, "json", false, "print one JSON result object on stdout instead of streaming output")
 	cmd.Flags().SortFlags = false
 	return cmd
@@ -204,6 +217,12 @@ func runRun(cmd *cobra.Command, g *globals, f *runFlags, argv []string) error {
 }
 
 func runOnce(cmd *cobra.Command, g *globals, f *runFlags, argv []string) (runner.Result, error) {
+	if f.engine == "kube" {
+		return runKube(cmd, g, f, argv)
+	}
+	if err := checkKubeFlags(cmd, false); err != nil {
+		return runner.Result{}, err
+	}
 	pol, err := f.policy()
 	if err != nil {
 		return runner.Result{}, err

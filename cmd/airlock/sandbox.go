@@ -77,12 +77,24 @@ output settings from a template (airlock template ls): the policy flags
 given may narrow it, never widen it. --download-types is the allowlist of airlock cp
 downloads (default: the artifact types plus source code as text).
 --input copies host files or directories in, read-only, as airlock run does
-(under /work by default), once, when the sandbox is made.`,
+(under /work by default), once, when the sandbox is made.
+
+--engine kube --template NAME makes the sandbox on a Kubernetes cluster
+instead: a SandboxClaim (named by the sandbox's id) on the warm pool NAME
+that ` + "`airlock kube render --template NAME --warm N | kubectl apply -f -`" + `
+made, on airlock nodes (docs/kubernetes.md). It waits until the claim is
+ready (progress on stderr; --ready-timeout), then prints the id; airlock
+exec, cp (one file at a time), sandbox ls, inspect and rm reach it. The
+warm pool's template is the policy, so policy flags are refused.
+--kubeconfig (default $KUBECONFIG), --context and --namespace say where;
+the record under airlock's root names the kubeconfig, which later
+commands load again.`,
 		Example: `  airlock sandbox create
   airlock sandbox create --template py --idle-timeout 2m
   airlock sandbox create --json --idle-timeout 2m --ttl 30m --workspace-size 256MiB --label agent=demo
   airlock sandbox create --engine oci --isolation seccomp --memory 1GiB
-  airlock sandbox create --input data.csv --input src/:/work/src`,
+  airlock sandbox create --input data.csv --input src/:/work/src
+  airlock sandbox create --engine kube --template py --kubeconfig ~/.kube/config`,
 		Args: exactArgs(0, "options only; run commands in it with airlock exec"),
 		RunE: func(cmd *cobra.Command, _ []string) error { return runSandboxCreate(cmd, g, f) },
 	}
@@ -90,6 +102,8 @@ downloads (default: the artifact types plus source code as text).
 	f.addFlags(cmd)
 	fl := cmd.Flags()
 	fl.BoolVar(&f.json, "json", false, "print the sandbox as one JSON object instead of its id")
+	f.kube.add(fl, "how long to wait for the claim to be ready")
+	fl.Lookup("engine").Usage = "engine: oci (daemonless runsc), docker (Docker Engine API), auto (oci where root and setup's runsc are available, else docker), or kube (a SandboxClaim on --template's warm pool on a Kubernetes cluster)"
 	fl.SortFlags = false
 	return cmd
 }
@@ -160,6 +174,13 @@ func (f *sandboxCreateFlags) spec(cmd *cobra.Command, g *globals) (runner.Sandbo
 }
 
 func runSandboxCreate(cmd *cobra.Command, g *globals, f *sandboxCreateFlags) error {
+	kube := f.engine == "kube"
+	if err := checkKubeFlags(cmd, kube); err != nil {
+		return err
+	}
+	if kube {
+		return runKubeCreate(cmd, g, f)
+	}
 	s, err := f.spec(cmd, g)
 	if err != nil {
 		return err
@@ -214,12 +235,20 @@ expires (the earlier of its TTL and its idle timeout), and its labels.`,
 
 func newSandboxInspectCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
-		Use:     "inspect ID",
-		Short:   "Print a sandbox's record as JSON",
-		Long:    `Print everything airlock keeps of sandbox ID as one JSON object: state, image, engine, isolation, limits, workspace, deadlines, labels, execs in progress and its areas on the host. A sandbox that is gone exits 66.`,
+		Use:   "inspect ID",
+		Short: "Print a sandbox's record as JSON",
+		Long: `Print everything airlock keeps of sandbox ID as one JSON object: state, image, engine, isolation, limits, workspace, deadlines, labels, execs in progress and its areas on the host. A sandbox that is gone exits 66.
+
+For a sandbox on Kubernetes (--engine kube) it prints where it is instead: the kubeconfig and context it was made with, the API server, the namespace, the SandboxClaim, the warm pool, the pod and its node, the image and runtime class, labels, and when the pod's deadline ends it. That is the record, not the cluster's live state: kubectl get sandboxclaim -n NAMESPACE ID shows that.`,
 		Example: `  airlock sandbox inspect sb-0804d69789f28334e665 | jq .expires_at`,
 		Args:    exactArgs(1, "give one sandbox id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if r, kube, err := g.service("").KubeSandbox(args[0]); kube {
+				if err != nil {
+					return err
+				}
+				return writeJSON(cmd.OutOrStdout(), r)
+			}
 			si, err := g.service("").Sandbox(args[0])
 			if err != nil {
 				return err

@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -476,8 +477,14 @@ func TestNodes(t *testing.T) {
 		t.Errorf("kubectl logs exit3 = %q, want %q", got, "bye\n")
 	}
 	warm := pods[0].Name
-	if got := kubectl(t, []byte("from stdin"), "exec", "-i", warm, "--", "sh", "-c", "cat; echo; id -u; echo err >&2"); got != "from stdin\n65534\nerr\n" {
-		t.Errorf("kubectl exec -i %s = %q", warm, got)
+	// stdout and stderr are separate streams, merged here by kubectl in
+	// the order they arrive: stderr's line may come before stdout's last.
+	// kubectl 1.32 may log a line of its own there too (klog's "E1205
+	// 04:30:57.011786 … websocket.go:296] Unknown stream id 1, discarding
+	// message", seen with the 1.37 API server): not the program's.
+	execOut := klogLine.ReplaceAllString(kubectl(t, []byte("from stdin"), "exec", "-i", warm, "--", "sh", "-c", "cat; echo; id -u; echo err >&2"), "")
+	if strings.Replace(execOut, "err\n", "", 1) != "from stdin\n65534\n" || !strings.Contains(execOut, "err\n") {
+		t.Errorf("kubectl exec -i %s = %q", warm, execOut)
 	}
 	if out, code := kubectlCode(t, "exec", warm, "--", "sh", "-c", "echo four; exit 4"); code != 4 || !strings.Contains(out, "four") {
 		t.Errorf("kubectl exec exiting 4: exit %d, %q", code, out)
@@ -543,6 +550,8 @@ func TestNodes(t *testing.T) {
 	}
 	a = nodes["airlock-a"]
 
+	engineKube(t, cs, nodes)
+
 	// Deleting every pod leaves no sandbox on either node.
 	kubectl(t, nil, "delete", "sandboxclaim", "kt-claim", "--wait=true")
 	kubectl(t, yaml, "delete", "-f", "-", "--wait=true")
@@ -559,6 +568,143 @@ func TestNodes(t *testing.T) {
 		left := len(a.sandboxes(t)) + len(nodes["airlock-b"].sandboxes(t))
 		return len(list.Items) == 0 && left == 0, fmt.Sprintf("%d pods, %d sandboxes", len(list.Items), left)
 	})
+}
+
+// engineKube: `airlock sandbox create --engine kube` claims a sandbox
+// from the warm pool kt through the airlock binary's own client (from a
+// root of its own, standing for a laptop), airlock exec reaches it with
+// stdin and exit codes, ls and inspect show it, what cannot reach it says
+// so, and rm leaves no claim, pod or sandbox.
+func engineKube(t *testing.T, cs *kubernetes.Clientset, nodes map[string]*node) {
+	ctx := context.Background()
+	client := filepath.Join(tmp, "client")
+	if err := os.MkdirAll(client, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	run := func(stdin string, args ...string) (string, string, int) {
+		c := exec.Command(airlockBin, append([]string{"--root", client}, args...)...)
+		c.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+		c.Stdin = strings.NewReader(stdin)
+		var out, errb bytes.Buffer
+		c.Stdout, c.Stderr = &out, &errb
+		err := c.Run()
+		if _, ok := err.(*exec.ExitError); err != nil && !ok {
+			t.Fatalf("airlock %v: %v", args, err)
+		}
+		return out.String(), errb.String(), c.ProcessState.ExitCode()
+	}
+	start := time.Now()
+	out, progress, code := run("", "sandbox", "create", "--engine", "kube", "--template", "kt", "--label", "agent=e2e")
+	id := strings.TrimSpace(out)
+	if code != 0 || !strings.HasPrefix(id, "sb-") {
+		t.Fatalf("sandbox create --engine kube: exit %d, %q\n%s", code, out, progress)
+	}
+	created := time.Since(start)
+	if out, errs, code := run("", "exec", id, "--", "sh", "-c", "id -u; echo err >&2"); code != 0 || out != "65534\n" || errs != "err\n" {
+		t.Errorf("exec id -u: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	t.Logf("--engine kube: created in %v, first exec done %v after create began", created.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	t.Logf("create's progress:\n%s", progress)
+	if out, errs, code := run("", "exec", id, "--", "sh", "-c", "echo three; exit 3"); code != 3 || out != "three\n" {
+		t.Errorf("exec exiting 3: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if out, errs, code := run("from stdin", "exec", "--stdin", "-", id, "--", "sh", "-c", "cat; echo; wc -c </dev/null"); code != 0 || out != "from stdin\n0\n" {
+		t.Errorf("exec with stdin: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if out, _, code := run("", "exec", "--json", id, "--", "sh", "-c", "echo j; exit 5"); code != 5 || !strings.Contains(out, `"exit_code":5`) || !strings.Contains(out, `"engine":"kube"`) {
+		t.Errorf("exec --json exiting 5: exit %d, %s", code, out)
+	}
+	if _, errs, code := run("", "exec", "--env", "A=1", id, "--", "true"); code != 64 || !strings.Contains(errs, "--env") {
+		t.Errorf("exec --env on a cluster sandbox: exit %d, %s", code, errs)
+	}
+	if _, errs, code := run("", "sandbox", "pause", id); code == 0 || !strings.Contains(errs, "runs on Kubernetes") {
+		t.Errorf("pause of a cluster sandbox: exit %d, %s", code, errs)
+	}
+
+	// cp, one file each way through the pod's exec; the scanner judges
+	// what comes out.
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "in.csv"), []byte("a,b\n1,2\n"), 0o600)
+	if out, errs, code := run("", "cp", "--json", filepath.Join(dir, "in.csv"), id+":/home/user/data.csv"); code != 0 || !strings.Contains(out, `"decision":"accepted"`) {
+		t.Errorf("cp up: exit %d, %s %s", code, out, errs)
+	}
+	if out, _, code := run("", "exec", id, "--", "sh", "-c", "cat data.csv; ln -s /etc/passwd link; cp /bin/sh prog; mkdir d"); code != 0 || out != "a,b\n1,2\n" {
+		t.Errorf("the uploaded file: exit %d, %q", code, out)
+	}
+	if out, errs, code := run("", "cp", "--json", id+":/home/user/data.csv", dir+"/"); code != 0 || !strings.Contains(out, `"mime":"text/csv"`) {
+		t.Errorf("cp down: exit %d, %s %s", code, out, errs)
+	} else if b, _ := os.ReadFile(filepath.Join(dir, "data.csv")); string(b) != "a,b\n1,2\n" {
+		t.Errorf("the downloaded file: %q", b)
+	}
+	for name, reason := range map[string]string{"link": "symlink", "prog": "type_not_allowed", "d": "not_regular", "none": "not_found"} {
+		out, errs, code := run("", "cp", "--json", id+":/home/user/"+name, filepath.Join(dir, name))
+		if _, err := os.Lstat(filepath.Join(dir, name)); code != 65 || !strings.Contains(out, `"reason":"`+reason+`"`) || err == nil {
+			t.Errorf("cp down of %s: exit %d, %s %s; want 65, %s, and no file left", name, code, out, errs, reason)
+		}
+	}
+
+	// ls and inspect show it, and where it runs: a pod on an airlock node,
+	// a gVisor sandbox there.
+	out, _, _ = run("", "sandbox", "ls", "--json")
+	var list []runner.SandboxInfo
+	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list) != 1 || list[0].ID != id || list[0].Engine != "kube" || list[0].State != "ready" ||
+		list[0].Isolation != "gvisor" || list[0].Labels["agent"] != "e2e" {
+		t.Errorf("sandbox ls --json: %v: %s", err, out)
+	}
+	out, _, _ = run("", "sandbox", "inspect", id)
+	var rec struct{ Namespace, Claim, Pod, Node, Server string }
+	if err := json.Unmarshal([]byte(out), &rec); err != nil || rec.Claim != id || nodes[rec.Node] == nil {
+		t.Fatalf("sandbox inspect: %v: %s", err, out)
+	}
+	p, err := cs.CoreV1().Pods(rec.Namespace).Get(ctx, rec.Pod, metav1.GetOptions{})
+	if err != nil || p.Spec.NodeName != rec.Node {
+		t.Fatalf("the claim's pod %s: %v", rec.Pod, err)
+	}
+	on := nodes[rec.Node]
+	if si, ok := on.sandboxes(t)[string(p.UID)]; !ok || si.Isolation != "gvisor" {
+		t.Errorf("pod %s has no gVisor sandbox on %s: %+v", p.Name, on.name, si)
+	}
+
+	// run --engine kube: one pod of the template, its end and log the
+	// result, deleted after.
+	start = time.Now()
+	if out, errs, code := run("", "run", "--engine", "kube", "--template", "kt", "--", "sh", "-c", "echo hi; id -u; exit 3"); code != 3 || out != "hi\n65534\n" {
+		t.Errorf("run --engine kube: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	t.Logf("run --engine kube: %v from the command's start to its end, the pod deleted", time.Since(start).Round(time.Millisecond))
+	if out, errs, code := run("", "run", "--json", "--engine", "kube", "--template", "kt", "--", "sh", "-c", "echo ok"); code != 0 ||
+		!strings.Contains(out, `"reason":"exited"`) || !strings.Contains(out, `"engine":"kube"`) || !strings.Contains(out, `"exit_code":0`) {
+		t.Errorf("run --json --engine kube: exit %d, %s %s", code, out, errs)
+	}
+	if _, errs, code := run("", "run", "--engine", "kube", "--template", "nope", "--", "true"); code != 66 || !strings.Contains(errs, "airlock kube render --template nope") {
+		t.Errorf("run --engine kube on no template: exit %d, %s", code, errs)
+	}
+	waitFor(t, time.Minute, "no one-shot pod left", func() (bool, string) {
+		list, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "airlock.dev/run=true"})
+		return err == nil && len(list.Items) == 0, fmt.Sprintf("%v %d pods", err, len(list.Items))
+	})
+
+	// rm deletes the claim, and with it the pod and its sandbox.
+	if out, errs, code := run("", "sandbox", "rm", id); code != 0 || strings.TrimSpace(out) != id {
+		t.Fatalf("sandbox rm: exit %d, %s %s", code, out, errs)
+	}
+	if out := kubectlOut(t, "get", "sandboxclaim", id); !strings.Contains(out, "NotFound") {
+		t.Errorf("the claim after rm: %s", out)
+	}
+	waitFor(t, time.Minute, "the claim's pod and its sandbox gone", func() (bool, string) {
+		_, err := cs.CoreV1().Pods(rec.Namespace).Get(ctx, rec.Pod, metav1.GetOptions{})
+		_, left := on.sandboxes(t)[string(p.UID)]
+		return err != nil && strings.Contains(err.Error(), "not found") && !left, fmt.Sprintf("pod: %v, sandbox left: %v", err, left)
+	})
+	if out, _, _ := run("", "sandbox", "ls", "--json"); strings.TrimSpace(out) != "[]" {
+		t.Errorf("sandbox ls after rm: %s", out)
+	}
+	if _, _, code := run("", "sandbox", "rm", id); code != 0 {
+		t.Errorf("a second rm: exit %d", code)
+	}
+	if _, errs, code := run("", "exec", id, "--", "true"); code != 66 {
+		t.Errorf("exec after rm: exit %d, %s", code, errs)
+	}
 }
 
 // pod is a pod for node, valid for an airlock node but for what mutate
@@ -600,3 +746,7 @@ func waitPhase(t testing.TB, cs *kubernetes.Clientset, name string, phases ...co
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// klogLine is a line kubectl logs of its own (klog's header: severity,
+// date, time, pid, file:line]).
+var klogLine = regexp.MustCompile(`(?m)^[EWI]\d{4} \d{2}:\d{2}:\d{2}\.\d+ +\d+ [^ \]]+\] .*\n`)

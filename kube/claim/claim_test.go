@@ -1,0 +1,192 @@
+package claim
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/kube/cluster"
+)
+
+// apiServer is the part of an API server with agent-sandbox that a claim
+// meets: warm pool "py", claims that become ready after a few reads (or
+// never), and their pods.
+type apiServer struct {
+	mu      sync.Mutex
+	claims  map[string]int // reads since creation; -1 once deleted
+	never   bool           // claims never become ready
+	failed  int            // the first claims get a sandbox whose pod failed
+	deletes int
+}
+
+func (a *apiServer) handler() http.Handler {
+	const base = "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/team"
+	m := http.NewServeMux()
+	notFound := func(w http.ResponseWriter, what string) {
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprintf(w, `{"kind":"Status","status":"Failure","message":%q,"reason":"NotFound","code":404}`, what+" not found")
+	}
+	m.HandleFunc("GET "+base+"/sandboxwarmpools/{name}", func(w http.ResponseWriter, r *http.Request) {
+		if r.PathValue("name") != "py" {
+			notFound(w, "sandboxwarmpools "+r.PathValue("name"))
+			return
+		}
+		fmt.Fprint(w, `{"metadata":{"name":"py"},"spec":{"replicas":2}}`)
+	})
+	m.HandleFunc("POST "+base+"/sandboxclaims", func(w http.ResponseWriter, r *http.Request) {
+		var c cluster.SandboxClaim
+		json.NewDecoder(r.Body).Decode(&c)
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if c.Spec.WarmPoolRef.Name != "py" || c.Metadata.Namespace != "team" {
+			http.Error(w, "bad claim", http.StatusUnprocessableEntity)
+			return
+		}
+		a.claims[c.Metadata.Name] = 0
+		w.WriteHeader(http.StatusCreated)
+		json.NewEncoder(w).Encode(c)
+	})
+	m.HandleFunc("GET "+base+"/sandboxclaims/{name}", func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		n, ok := a.claims[r.PathValue("name")]
+		if !ok || n < 0 {
+			delete(a.claims, r.PathValue("name"))
+			notFound(w, "sandboxclaims "+r.PathValue("name"))
+			return
+		}
+		a.claims[r.PathValue("name")] = n + 1
+		status := `{"conditions":[{"type":"Ready","status":"False","reason":"SandboxNotReady"}]}`
+		if a.deletes < a.failed {
+			status = `{"conditions":[{"type":"Ready","status":"False","reason":"PodFailed","message":"Pod failed"}],"sandbox":{"name":"py-dead"}}`
+		} else if n >= 2 && !a.never {
+			status = `{"conditions":[{"type":"Ready","status":"True"}],"sandbox":{"name":"py-abcde"}}`
+		}
+		fmt.Fprintf(w, `{"metadata":{"name":%q},"spec":{"warmPoolRef":{"name":"py"}},"status":%s}`, r.PathValue("name"), status)
+	})
+	m.HandleFunc("DELETE "+base+"/sandboxclaims/{name}", func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.deletes++
+		if _, ok := a.claims[r.PathValue("name")]; !ok {
+			notFound(w, "sandboxclaims "+r.PathValue("name"))
+			return
+		}
+		a.claims[r.PathValue("name")] = -1
+		fmt.Fprint(w, `{"kind":"Status","status":"Success"}`)
+	})
+	m.HandleFunc("GET /api/v1/namespaces/team/pods/py-abcde", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `{"metadata":{"name":"py-abcde"},"spec":{"nodeName":"airlock-a","runtimeClassName":"gvisor","activeDeadlineSeconds":600,
+ "containers":[{"name":"sandbox","image":"airlock/py@sha256:0123"}]},"status":{"phase":"Running","startTime":"2026-01-02T03:04:05Z"}}`)
+	})
+	return m
+}
+
+// setup serves a and writes a kubeconfig for it.
+func setup(t *testing.T, a *apiServer) (*cluster.Config, *Store) {
+	t.Helper()
+	a.claims = map[string]int{}
+	srv := httptest.NewTLSServer(a.handler())
+	t.Cleanup(srv.Close)
+	ca := base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	os.WriteFile(kc, []byte(`current-context: c
+contexts: [{name: c, context: {cluster: k, user: u, namespace: team}}]
+clusters: [{name: k, cluster: {server: `+srv.URL+`, certificate-authority-data: `+ca+`}}]
+users: [{name: u, user: {token: tok}}]
+`), 0o600)
+	cfg, err := cluster.Load(kc, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, Open(t.TempDir())
+}
+
+func TestCreateAndDestroy(t *testing.T) {
+	a := &apiServer{}
+	cfg, s := setup(t, a)
+	id, _ := NewID()
+	var progress []string
+	rec, err := s.Create(context.Background(), CreateOptions{ID: id, Config: cfg, WarmPool: "py", Labels: map[string]string{"agent": "x"},
+		Progress: func(p string) { progress = append(progress, p) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Record{ID: id, State: Ready, Engine: "kube", Kubeconfig: cfg.Path, Context: "c", Server: cfg.Server, Namespace: "team", Claim: id, WarmPool: "py",
+		Pod: "py-abcde", Node: "airlock-a", Image: "airlock/py@sha256:0123", RuntimeClass: "gvisor", Labels: map[string]string{"agent": "x"},
+		CreatedAt: rec.CreatedAt, ExpiresAt: time.Date(2026, 1, 2, 3, 14, 5, 0, time.UTC)}
+	if b, w := fmt.Sprint(rec), fmt.Sprint(want); b != w {
+		t.Errorf("record\n%s\nwant\n%s", b, w)
+	}
+	if got, err := s.Get(id); err != nil || fmt.Sprint(got) != fmt.Sprint(rec) {
+		t.Errorf("the stored record: %+v, %v", got, err)
+	}
+	if len(progress) < 3 || !strings.HasPrefix(progress[len(progress)-1], "ready in") {
+		t.Errorf("progress: %q", progress)
+	}
+	for range 2 { // idempotent
+		if err := s.Destroy(context.Background(), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Get(id); !errdefs.IsNotFound(err) || len(a.claims) != 0 {
+		t.Errorf("after destroy: %v, claims %v", err, a.claims)
+	}
+}
+
+// A warm sandbox whose pod had failed is given back, and claimed again.
+func TestCreateClaimsAgainAfterAFailedPod(t *testing.T) {
+	a := &apiServer{failed: 1}
+	cfg, s := setup(t, a)
+	id, _ := NewID()
+	var progress []string
+	rec, err := s.Create(context.Background(), CreateOptions{ID: id, Config: cfg, WarmPool: "py", Progress: func(p string) { progress = append(progress, p) }})
+	if err != nil || rec.Pod != "py-abcde" || a.deletes != 1 {
+		t.Fatalf("%+v, %v; %d deletes; progress %q", rec, err, a.deletes, progress)
+	}
+	a.failed = 10
+	id, _ = NewID()
+	if _, err := s.Create(context.Background(), CreateOptions{ID: id, Config: cfg, WarmPool: "py"}); !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "pods had failed") {
+		t.Errorf("every sandbox failed: %v", err)
+	}
+	if _, err := s.Get(id); !errdefs.IsNotFound(err) {
+		t.Errorf("the record of a failed create: %v", err)
+	}
+}
+
+func TestCreateFailuresLeaveNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name, pool string
+		never      bool
+		is         func(error) bool
+		says       string
+	}{
+		{"no warm pool", "nope", false, errdefs.IsNotFound, "airlock kube render --template nope"},
+		{"never ready", "py", true, errdefs.IsUnavailable, "not ready within"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := &apiServer{never: tc.never}
+			cfg, s := setup(t, a)
+			id, _ := NewID()
+			_, err := s.Create(context.Background(), CreateOptions{ID: id, Config: cfg, WarmPool: tc.pool, Timeout: time.Second})
+			if !tc.is(err) || !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("err = %v", err)
+			}
+			if list, _ := s.List(); len(list) != 0 || len(a.claims) != 0 {
+				t.Errorf("left: records %v, claims %v", list, a.claims)
+			}
+		})
+	}
+}

@@ -1,0 +1,185 @@
+package cluster
+
+import (
+	"context"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// The agent-sandbox API group of claims and warm pools.
+const extensions = "extensions.agents.x-k8s.io/v1beta1"
+
+// ObjectMeta is the part of an object's metadata the client uses.
+type ObjectMeta struct {
+	Name              string            `json:"name"`
+	Namespace         string            `json:"namespace,omitempty"`
+	UID               string            `json:"uid,omitempty"`
+	Labels            map[string]string `json:"labels,omitempty"`
+	Annotations       map[string]string `json:"annotations,omitempty"`
+	CreationTimestamp *time.Time        `json:"creationTimestamp,omitempty"`
+	DeletionTimestamp *time.Time        `json:"deletionTimestamp,omitempty"`
+}
+
+// NameRef names an object in the same namespace.
+type NameRef struct {
+	Name string `json:"name"`
+}
+
+// Condition is one of an object's status conditions.
+type Condition struct {
+	Type    string `json:"type"`
+	Status  string `json:"status"`
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// SandboxClaim is agent-sandbox's claim of a sandbox from a warm pool.
+type SandboxClaim struct {
+	APIVersion string     `json:"apiVersion"`
+	Kind       string     `json:"kind"`
+	Metadata   ObjectMeta `json:"metadata"`
+	Spec       struct {
+		WarmPoolRef NameRef `json:"warmPoolRef"`
+	} `json:"spec"`
+	Status struct {
+		Conditions []Condition `json:"conditions,omitempty"`
+		// Sandbox names the Sandbox bound to the claim, and so its pod.
+		Sandbox NameRef `json:"sandbox,omitzero"`
+	} `json:"status,omitzero"`
+}
+
+// Ready is the claim's Ready condition, if it has one.
+func (c *SandboxClaim) Ready() (Condition, bool) {
+	for _, cd := range c.Status.Conditions {
+		if cd.Type == "Ready" {
+			return cd, true
+		}
+	}
+	return Condition{}, false
+}
+
+// SandboxWarmPool is agent-sandbox's pool of ready sandboxes.
+type SandboxWarmPool struct {
+	Metadata ObjectMeta `json:"metadata"`
+	Spec     struct {
+		Replicas           *int32  `json:"replicas"`
+		SandboxTemplateRef NameRef `json:"sandboxTemplateRef"`
+	} `json:"spec"`
+	Status struct {
+		ReadyReplicas int32 `json:"readyReplicas"`
+	} `json:"status"`
+}
+
+// Pod is the part of a pod the client uses.
+type Pod struct {
+	Metadata ObjectMeta `json:"metadata"`
+	Spec     struct {
+		NodeName              string `json:"nodeName"`
+		RuntimeClassName      string `json:"runtimeClassName"`
+		ActiveDeadlineSeconds *int64 `json:"activeDeadlineSeconds"`
+		Containers            []struct {
+			Name  string `json:"name"`
+			Image string `json:"image"`
+		} `json:"containers"`
+	} `json:"spec"`
+	Status struct {
+		Phase             string     `json:"phase"`
+		Reason            string     `json:"reason"`
+		Message           string     `json:"message"`
+		StartTime         *time.Time `json:"startTime"`
+		ContainerStatuses []struct {
+			Name  string `json:"name"`
+			State struct {
+				Terminated *struct {
+					ExitCode   int        `json:"exitCode"`
+					Reason     string     `json:"reason"`
+					Message    string     `json:"message"`
+					StartedAt  *time.Time `json:"startedAt"`
+					FinishedAt *time.Time `json:"finishedAt"`
+				} `json:"terminated"`
+			} `json:"state"`
+		} `json:"containerStatuses"`
+	} `json:"status"`
+}
+
+func claimPath(ns, name string) string {
+	p := "/apis/" + extensions + "/namespaces/" + url.PathEscape(ns) + "/sandboxclaims"
+	if name != "" {
+		p += "/" + url.PathEscape(name)
+	}
+	return p
+}
+
+// CreateClaim creates a SandboxClaim named name on warm pool pool.
+func (c *Client) CreateClaim(ctx context.Context, ns, name, pool string, labels map[string]string) (*SandboxClaim, error) {
+	in := &SandboxClaim{APIVersion: extensions, Kind: "SandboxClaim", Metadata: ObjectMeta{Name: name, Namespace: ns, Labels: labels}}
+	in.Spec.WarmPoolRef.Name = pool
+	out := &SandboxClaim{}
+	return out, c.do(ctx, "POST", claimPath(ns, ""), nil, in, out)
+}
+
+// Claim reads SandboxClaim ns/name.
+func (c *Client) Claim(ctx context.Context, ns, name string) (*SandboxClaim, error) {
+	out := &SandboxClaim{}
+	return out, c.do(ctx, "GET", claimPath(ns, name), nil, nil, out)
+}
+
+// DeleteClaim deletes SandboxClaim ns/name and, in the background, what
+// it owns (its Sandbox and pod). Deleting one that is gone succeeds.
+func (c *Client) DeleteClaim(ctx context.Context, ns, name string) error {
+	body := map[string]any{"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Foreground"}
+	err := c.do(ctx, "DELETE", claimPath(ns, name), nil, body, nil)
+	if isNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// WarmPool reads SandboxWarmPool ns/name.
+func (c *Client) WarmPool(ctx context.Context, ns, name string) (*SandboxWarmPool, error) {
+	out := &SandboxWarmPool{}
+	return out, c.do(ctx, "GET", "/apis/"+extensions+"/namespaces/"+url.PathEscape(ns)+"/sandboxwarmpools/"+url.PathEscape(name), nil, nil, out)
+}
+
+// Pod reads pod ns/name.
+func (c *Client) Pod(ctx context.Context, ns, name string) (*Pod, error) {
+	out := &Pod{}
+	return out, c.do(ctx, "GET", "/api/v1/namespaces/"+url.PathEscape(ns)+"/pods/"+url.PathEscape(name), nil, nil, out)
+}
+
+// SandboxTemplatePod reads SandboxTemplate ns/name's pod template
+// (spec.podTemplate: metadata and spec), as the API server has it.
+func (c *Client) SandboxTemplatePod(ctx context.Context, ns, name string) (map[string]any, error) {
+	var t struct {
+		Spec struct {
+			PodTemplate map[string]any `json:"podTemplate"`
+		} `json:"spec"`
+	}
+	err := c.do(ctx, "GET", "/apis/"+extensions+"/namespaces/"+url.PathEscape(ns)+"/sandboxtemplates/"+url.PathEscape(name), nil, nil, &t)
+	return t.Spec.PodTemplate, err
+}
+
+// CreatePod creates pod (a Pod object as JSON-shaped values) in ns.
+func (c *Client) CreatePod(ctx context.Context, ns string, pod map[string]any) (*Pod, error) {
+	out := &Pod{}
+	return out, c.do(ctx, "POST", "/api/v1/namespaces/"+url.PathEscape(ns)+"/pods", nil, pod, out)
+}
+
+// DeletePod deletes pod ns/name at once; one already gone succeeds.
+func (c *Client) DeletePod(ctx context.Context, ns, name string) error {
+	err := c.do(ctx, "DELETE", "/api/v1/namespaces/"+url.PathEscape(ns)+"/pods/"+url.PathEscape(name), nil,
+		map[string]any{"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}, nil)
+	if isNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// PodLog reads up to limit bytes of container's log in pod ns/name.
+func (c *Client) PodLog(ctx context.Context, ns, name, container string, limit int64) ([]byte, error) {
+	q := url.Values{"container": {container}, "limitBytes": {strconv.FormatInt(limit, 10)}}
+	var raw rawBody
+	err := c.do(ctx, "GET", "/api/v1/namespaces/"+url.PathEscape(ns)+"/pods/"+url.PathEscape(name)+"/log", q, nil, &raw)
+	return raw, err
+}

@@ -1,0 +1,172 @@
+package service
+
+// File transfer with a sandbox on a cluster: there are no host-side areas
+// to open, so each file goes through one pod exec of the image's sh and
+// cat. What the rules of a local transfer check on the host side is split:
+// the sandbox path is checked here (absolute, clean, under /home/user or
+// /tmp); the file type and symlink checks run inside the sandbox, where a
+// link can only reach the sandbox's own files; and a download's content
+// passes the artifact scanner's one-file checks here, on the stream
+// (artifacts.CheckStream: name, type from the content, extension, cap),
+// before a byte reaches the host file.
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/artifacts"
+	"github.com/airlock-sandbox/airlock/kube/cluster"
+	"github.com/airlock-sandbox/airlock/runner"
+	"github.com/airlock-sandbox/airlock/units"
+)
+
+// kubeDownloadCap caps one download, as the default workspace does; the
+// node's exec output cap may be lower, and then ends the exec first.
+const kubeDownloadCap = units.Bytes(1 << 30)
+
+// Exit codes of the transfer scripts, for a path that cannot be used.
+const (
+	cpNotRegular = 65
+	cpNotFound   = 66
+	cpSymlink    = 67
+)
+
+const (
+	downloadScript = `[ -L "$1" ] && exit 67; [ -e "$1" ] || exit 66; [ -f "$1" ] || exit 65; exec cat -- "$1"`
+	uploadScript   = `[ -L "$1" ] && exit 67; [ -e "$1" ] && [ ! -f "$1" ] && exit 65; [ -d "${1%/*}" ] || exit 66; exec cat > "$1"`
+)
+
+// kubePath checks a sandbox path of a transfer.
+func kubePath(dir, p string) error {
+	refuse := func(detail string) error {
+		return &runner.TransferError{Direction: dir, Path: p, Reason: runner.ReasonInvalidPath, Detail: detail, Err: errdefs.ErrInvalidArgument}
+	}
+	switch {
+	case !path.IsAbs(p) || path.Clean(p) != p || strings.ContainsAny(p, "\x00\n"):
+		return refuse("give an absolute, clean path")
+	case !strings.HasPrefix(p, runner.WorkspaceDir+"/") && !strings.HasPrefix(p, "/tmp/"):
+		return refuse("a sandbox on Kubernetes moves files in and out of " + runner.WorkspaceDir + " and /tmp only")
+	}
+	return nil
+}
+
+// scriptRefusal is the refusal a transfer script's exit code stands for,
+// nil for any other code.
+func scriptRefusal(dir, p string, code int) error {
+	var r artifacts.Reason
+	var class error = errdefs.ErrInvalidArgument
+	switch code {
+	case cpNotRegular:
+		r = artifacts.ReasonNotRegular
+	case cpSymlink:
+		r = runner.ReasonSymlink
+	case cpNotFound:
+		r, class = runner.ReasonNotFound, errdefs.ErrNotFound
+	default:
+		return nil
+	}
+	return &runner.TransferError{Direction: dir, Path: p, Reason: r, Err: class}
+}
+
+// UploadKube writes r, at most max bytes, to sandboxPath in sandbox id on
+// its cluster. It may replace a regular file there, never anything else.
+func (s *Service) UploadKube(ctx context.Context, id, sandboxPath string, r io.Reader, max int64) (runner.Transfer, error) {
+	tr := runner.Transfer{Direction: runner.DirectionUpload, Path: sandboxPath, Decision: runner.DecisionRefused}
+	if err := kubePath(tr.Direction, sandboxPath); err != nil {
+		return refused(tr, err)
+	}
+	h := sha256.New()
+	counted := &countReader{r: io.TeeReader(io.LimitReader(r, max+1), h)}
+	var stderr strings.Builder
+	code, err := s.claims().Exec(ctx, id, cluster.Exec{Argv: []string{"sh", "-c", uploadScript, "airlock-cp", sandboxPath}, Stdin: counted, Stderr: &stderr})
+	if err != nil {
+		return tr, err
+	}
+	if counted.n > max {
+		return refused(tr, &runner.TransferError{Direction: tr.Direction, Path: sandboxPath, Reason: runner.ReasonTooLarge, Detail: fmt.Sprintf("over %d bytes (it grew while read)", max), Err: errdefs.ErrInvalidArgument})
+	}
+	if rerr := scriptRefusal(tr.Direction, sandboxPath, code); rerr != nil {
+		return refused(tr, rerr)
+	}
+	if code != 0 {
+		return tr, fmt.Errorf("%w: upload to %q in sandbox %q: cat exited %d: %s", errdefs.ErrUnavailable, sandboxPath, id, code, strings.TrimSpace(stderr.String()))
+	}
+	tr.Decision, tr.Size, tr.SHA256 = runner.DecisionAccepted, counted.n, hex.EncodeToString(h.Sum(nil))
+	return tr, nil
+}
+
+// DownloadKube writes sandboxPath of sandbox id on its cluster to w, if
+// the scanner's one-file checks pass; on a refusal or error w may hold a
+// part, and must be discarded.
+func (s *Service) DownloadKube(ctx context.Context, id, sandboxPath string, w io.Writer) (runner.Transfer, error) {
+	tr := runner.Transfer{Direction: runner.DirectionDownload, Path: sandboxPath, Decision: runner.DecisionRefused}
+	if err := kubePath(tr.Direction, sandboxPath); err != nil {
+		return refused(tr, err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pr, pw := io.Pipe()
+	type ended struct {
+		code int
+		err  error
+	}
+	done := make(chan ended, 1)
+	var stderr strings.Builder
+	go func() {
+		code, err := s.claims().Exec(ctx, id, cluster.Exec{Argv: []string{"sh", "-c", downloadScript, "airlock-cp", sandboxPath}, Stdout: pw, Stderr: &stderr})
+		pw.Close()
+		done <- ended{code, err}
+	}()
+	a, rej, cerr := artifacts.CheckStream(ctx, pr, path.Base(sandboxPath), sandboxPath, w,
+		artifacts.FileOptions{MaxBytes: int64(kubeDownloadCap), Types: artifacts.SessionTypes, SourceText: true})
+	if rej != nil || cerr != nil {
+		cancel() // the exec ends once its output has nowhere to go
+	}
+	pr.CloseWithError(errors.New("download ended"))
+	end := <-done
+	if rej != nil {
+		return refused(tr, &runner.TransferError{Direction: tr.Direction, Path: sandboxPath, Reason: rej.Reason, Detail: rej.Detail, Err: errdefs.ErrInvalidArgument})
+	}
+	if end.err != nil {
+		return tr, end.err
+	}
+	if rerr := scriptRefusal(tr.Direction, sandboxPath, end.code); rerr != nil {
+		return refused(tr, rerr)
+	}
+	if end.code != 0 {
+		return tr, fmt.Errorf("%w: download of %q from sandbox %q: cat exited %d (the node's exec output cap ends an exec with a larger output): %s",
+			errdefs.ErrUnavailable, sandboxPath, id, end.code, strings.TrimSpace(stderr.String()))
+	}
+	if cerr != nil {
+		return tr, cerr
+	}
+	tr.Decision, tr.Size, tr.SHA256, tr.MIME = runner.DecisionAccepted, a.Size, a.SHA256, a.MIME
+	return tr, nil
+}
+
+func refused(tr runner.Transfer, err error) (runner.Transfer, error) {
+	var te *runner.TransferError
+	if errors.As(err, &te) {
+		tr.Reason, tr.Detail = te.Reason, te.Detail
+	}
+	return tr, err
+}
+
+type countReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}

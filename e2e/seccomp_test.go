@@ -46,6 +46,23 @@ func TestProbeDeniesEverything(t *testing.T) {
 		t.Fatalf("probe: reason %s exit %d\n%s\n%s", res.Reason, res.ExitCode, out, res.Stderr.Head)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
+	// A host kernel without 32-bit system call entry (IA32 emulation off,
+	// as some kernels are built or booted, e.g. ia32_emulation=0) answers
+	// every int 0x80 with SIGSEGV before any filter: the call is never
+	// made. That counts only when every int 0x80 attempt says so.
+	int80, segv := 0, 0
+	for _, line := range lines[1 : len(lines)-1] {
+		if f := strings.Fields(line); len(f) == 3 && strings.HasPrefix(f[0], "int80_") {
+			int80++
+			if f[1] == "-11" {
+				segv++
+			}
+		}
+	}
+	noIA32 := int80 > 0 && segv == int80
+	if noIA32 {
+		t.Logf("every int 0x80 attempt (%d) got SIGSEGV: this kernel has no 32-bit system call entry", int80)
+	}
 	var attempts int
 	for _, line := range lines[1 : len(lines)-1] {
 		f := strings.Fields(line)
@@ -59,6 +76,8 @@ func TestProbeDeniesEverything(t *testing.T) {
 		switch {
 		case name == "socket_unix":
 			want = "0" // allowed
+		case noIA32 && strings.HasPrefix(name, "int80_"):
+			want = "-11"
 		case name == "clone3" && isolationName == "seccomp":
 			want = "38" // ENOSYS, so that libc falls back to clone
 		case name == "clone3":

@@ -1,8 +1,6 @@
 package egress
 
 import (
-	"context"
-	"net"
 	"testing"
 	"time"
 )
@@ -59,18 +57,7 @@ func TestSampler(t *testing.T) {
 // the proxy writes at its end.
 func TestRefusalFloodAccounted(t *testing.T) {
 	h := newHarness(t, []string{"pypi.org"})
-	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- h.p.ServeDNS(ctx, pc) }()
-	c, err := net.Dial("udp4", pc.LocalAddr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, stop := h.serveDNS()
 	const sent = 4 * refusedBurst
 	for range sent {
 		c.Write([]byte("x"))
@@ -84,8 +71,7 @@ func TestRefusalFloodAccounted(t *testing.T) {
 		}
 		prev = n
 	}
-	cancel()
-	if err := <-served; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("ServeDNS: %v", err)
 	}
 	refused := h.p.Stats().Totals.Refused

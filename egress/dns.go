@@ -23,6 +23,7 @@ const ReasonDNS = "dns_refused"
 // once and audited rather than lost. A packet that is not a query is
 // dropped unanswered, and recorded as a bad request.
 func (p *Proxy) ServeDNS(ctx context.Context, pc net.PacketConn) error {
+	defer p.flushRefusals()
 	defer context.AfterFunc(ctx, func() { pc.Close() })()
 	buf := make([]byte, 1500)
 	for {

@@ -32,18 +32,7 @@ func dnsQuery(id uint16, name string, response bool) []byte {
 // answer and is recorded as a bad request. Nothing is resolved.
 func TestServeDNS(t *testing.T) {
 	h := newHarness(t, []string{"pypi.org"})
-	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- h.p.ServeDNS(ctx, pc) }()
-	c, err := net.Dial("udp4", pc.LocalAddr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, stop := h.serveDNS()
 
 	for i, name := range []string{"pypi.org", "secret-data.attacker.example"} {
 		id := uint16(0x1234 + i)
@@ -86,10 +75,29 @@ func TestServeDNS(t *testing.T) {
 	if got := h.p.Stats().Totals; got != (Totals{Refused: 4}) {
 		t.Errorf("totals %+v; want 4 refused", got)
 	}
-	cancel()
-	if err := <-served; err != nil {
+	if err := stop(); err != nil {
 		t.Errorf("ServeDNS: %v", err)
 	}
+}
+
+// serveDNS serves h's proxy's DNS on loopback; it returns a client
+// connected to it, and stop, which ends ServeDNS and returns its error.
+func (h *harness) serveDNS() (net.Conn, func() error) {
+	h.t.Helper()
+	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- h.p.ServeDNS(ctx, pc) }()
+	c, err := net.Dial("udp4", pc.LocalAddr().String())
+	if err != nil {
+		cancel()
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { c.Close() })
+	return c, func() error { cancel(); return <-served }
 }
 
 // The totals sum the records: allowed and refused, bytes each way.

@@ -121,6 +121,10 @@ type Record struct {
 	// Status is the upstream's HTTP status, for forwarded requests.
 	Status   int           `json:"status,omitempty"`
 	Duration time.Duration `json:"duration_ns"`
+	// Suppressed counts the refusals not written before this record,
+	// because they came faster than the proxy writes them (see
+	// refusedBurst); they are in the proxy's Totals all the same.
+	Suppressed int64 `json:"suppressed,omitempty"`
 }
 
 // Event is r as an event of airlock's audit log (lifecycle.Audit.Append,
@@ -137,6 +141,9 @@ func (r Record) Event() map[string]any {
 	}
 	if r.Status != 0 {
 		ev["status"] = r.Status
+	}
+	if r.Suppressed != 0 {
+		ev["suppressed"] = r.Suppressed
 	}
 	return ev
 }
@@ -207,6 +214,7 @@ type Proxy struct {
 	stopped context.CancelCauseFunc
 
 	auditOnce sync.Once
+	refusals  sampler
 
 	allowed, refused, up, down atomic.Int64
 }
@@ -293,6 +301,7 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	// On return, every connection is closed (cancel) before the wait for
 	// their handlers.
+	defer p.flushRefusals()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -361,6 +370,26 @@ func (p *Proxy) record(r Record) {
 	}
 	p.up.Add(r.BytesUp)
 	p.down.Add(r.BytesDown)
+	if !r.Allowed {
+		write, skipped := p.refusals.take(time.Now())
+		if !write {
+			return
+		}
+		r.Suppressed = skipped
+	}
+	p.write(r)
+}
+
+// flushRefusals writes the count of refusals left out and not yet
+// reported, if any.
+func (p *Proxy) flushRefusals() {
+	if n := p.refusals.drain(); n > 0 {
+		p.write(Record{Time: time.Now(), SandboxID: p.id, Reason: ReasonSuppressed, Suppressed: n})
+	}
+}
+
+// write hands r to the audit sink; a sink's failure stops the proxy.
+func (p *Proxy) write(r Record) {
 	if err := p.audit(r); err != nil {
 		p.auditOnce.Do(func() {
 			p.log.Error("egress audit failed: stopping the proxy", "sandbox_id", p.id, "err", err)

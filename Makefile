@@ -212,8 +212,13 @@ load-server: setup ## airlock serve under load: 1,000 one-shot runs at concurren
 SOAK_OPS ?= 10000
 
 .PHONY: soak
-soak: setup ## airlock serve soaked: 10,000 mixed operations at concurrency 4; p50/p99, RSS, fds, goroutines per 1,000; fails unless flat
+soak: setup ## airlock serve soaked: 10,000 mixed operations at concurrency 4, fails unless flat; then 500 one-shot runs on each engine and isolation pair, nothing leaked
 	AIRLOCK_SOAK_OPS=$(SOAK_OPS) AIRLOCK_E2E_ENGINE=oci AIRLOCK_E2E_ISOLATION=gvisor $(GO) test -count=1 -tags e2e -timeout 180m -run TestServeSoak -v ./e2e/serve/ 2>&1 | tee soak.log; exit $${PIPESTATUS[0]}
+	@for pair in "docker gvisor" "oci gvisor" "docker seccomp" "oci seccomp"; do \
+		set -- $$pair; \
+		AIRLOCK_SOAK_RUNS=500 AIRLOCK_E2E_ENGINE=$$1 AIRLOCK_E2E_ISOLATION=$$2 $(GO) test -count=1 -tags e2e -timeout 30m -run TestSoakNoLeaks -v ./e2e/ 2>&1 | tee -a soak.log | grep -E '^(---|ok|FAIL)|runs in'; \
+		[ $${PIPESTATUS[0]} = 0 ] || exit 1; \
+	done
 
 .PHONY: bench-artifacts
 bench-artifacts: ## Artifact copy-out throughput beside `cp -r` of the same tree

@@ -792,12 +792,13 @@ func advCases(h *advHost, r *advRuns) []advCase {
 		// In a live sandbox pid 1 is airlock's init, and the probe is an
 		// exec beside it: nothing else, and nothing of the host or of the
 		// other sandbox, whose listener runs meanwhile. The oci engine's
-		// gVisor sandboxes also hold airlock's exec agent, the probe's
-		// parent.
+		// gVisor sandboxes also hold two of airlock's agent processes: the
+		// exec agent, the probe's parent, and the spawner the init starts
+		// (internal/agent/spawner.go).
 		withAgent := engineName == "oci" && isolationName == "gvisor"
 		want, agentsWanted := "only its own and the init's", 0
 		if withAgent {
-			want, agentsWanted = "only its own, the init's and the exec agent's", 1
+			want, agentsWanted = "only its own, the init's, the exec agent's and the spawner's", 2
 		}
 		add("privilege", "pids_visible", want, layerConfig, func() error {
 			_, detail, err := r.line("pid_programs")

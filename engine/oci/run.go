@@ -127,6 +127,10 @@ func (r *oneShot) start(cmd *exec.Cmd) error {
 
 func (r *oneShot) ID() string { return r.id }
 
+// runscSandboxGone is what `runsc run` exits with when its sandbox was
+// killed under it and it has no status of the program's.
+const runscSandboxGone = 128
+
 // Wait implements engine.Task.
 func (r *oneShot) Wait(ctx context.Context) (engine.Exit, error) {
 	if r.cmd == nil {
@@ -153,6 +157,12 @@ func (r *oneShot) Wait(ctx context.Context) (engine.Exit, error) {
 	exit.Started, exit.Finished = r.started, time.Now()
 	defer func() { r.log.Debug("counted", "took", time.Since(exit.Finished).Round(10*time.Microsecond).String()) }()
 	exit.Code = exitCode(r.cmd.ProcessState)
+	if (exit.TimedOut || exit.Killed) && exit.Code == runscSandboxGone {
+		// The kill reached the sandbox before runsc itself, which then
+		// reports the sandbox gone rather than the program's status: the
+		// program died of airlock's SIGKILL all the same.
+		exit.Code = 128 + int(syscall.SIGKILL)
+	}
 	if waitErr != nil && r.cmd.ProcessState == nil {
 		return engine.Exit{}, fmt.Errorf("%w: waiting for %s: %v", errdefs.ErrInternal, filepath.Base(r.runtime), waitErr)
 	}

@@ -113,6 +113,14 @@ func newID() (string, error) {
 	return hex.EncodeToString(b[:]), nil
 }
 
+// NewSandboxID returns a new sandbox id: "sb-" and a run ID, the form of
+// every sandbox airlock names, local or on a cluster (where it is also a
+// valid Kubernetes name).
+func NewSandboxID() (string, error) {
+	id, err := newID()
+	return "sb-" + id, err
+}
+
 // checkFiles validates inputs, the working directory and the output
 // directory: sandbox paths must be absolute, clean, off the system's
 // directories, and distinct.

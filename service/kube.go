@@ -39,7 +39,7 @@ func (s *Service) CreateKube(ctx context.Context, o claim.CreateOptions) (claim.
 		return claim.Record{}, err
 	}
 	defer release()
-	if o.ID, err = claim.NewID(); err != nil {
+	if o.ID, err = runner.NewSandboxID(); err != nil {
 		return claim.Record{}, err
 	}
 	return s.claims().Create(ctx, o)

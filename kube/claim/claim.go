@@ -19,8 +19,6 @@ package claim
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -144,19 +142,9 @@ func (s *Store) remove(id string) error {
 	return nil
 }
 
-// NewID returns a new sandbox id, in the form of airlock's local ones
-// (sb- and 20 hex digits), which is also a valid Kubernetes name.
-func NewID() (string, error) {
-	var b [10]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("%w: generating a sandbox id: %v", errdefs.ErrInternal, err)
-	}
-	return "sb-" + hex.EncodeToString(b[:]), nil
-}
-
 // CreateOptions is a sandbox to claim.
 type CreateOptions struct {
-	// ID is the new sandbox's id (NewID).
+	// ID is the new sandbox's id (runner.NewSandboxID).
 	ID string
 	// Config is the kubeconfig context to claim with.
 	Config *cluster.Config

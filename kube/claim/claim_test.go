@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"github.com/airlock-sandbox/airlock/runner"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -117,7 +118,7 @@ users: [{name: u, user: {token: tok}}]
 func TestCreateAndDestroy(t *testing.T) {
 	a := &apiServer{}
 	cfg, s := setup(t, a)
-	id, _ := NewID()
+	id, _ := runner.NewSandboxID()
 	var progress []string
 	rec, err := s.Create(context.Background(), CreateOptions{ID: id, Config: cfg, WarmPool: "py", Labels: map[string]string{"agent": "x"},
 		Progress: func(p string) { progress = append(progress, p) }})
@@ -150,14 +151,14 @@ func TestCreateAndDestroy(t *testing.T) {
 func TestCreateClaimsAgainAfterAFailedPod(t *testing.T) {
 	a := &apiServer{failed: 1}
 	cfg, s := setup(t, a)
-	id, _ := NewID()
+	id, _ := runner.NewSandboxID()
 	var progress []string
 	rec, err := s.Create(context.Background(), CreateOptions{ID: id, Config: cfg, WarmPool: "py", Progress: func(p string) { progress = append(progress, p) }})
 	if err != nil || rec.Pod != "py-abcde" || a.deletes != 1 {
 		t.Fatalf("%+v, %v; %d deletes; progress %q", rec, err, a.deletes, progress)
 	}
 	a.failed = 10
-	id, _ = NewID()
+	id, _ = runner.NewSandboxID()
 	if _, err := s.Create(context.Background(), CreateOptions{ID: id, Config: cfg, WarmPool: "py"}); !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "pods had failed") {
 		t.Errorf("every sandbox failed: %v", err)
 	}
@@ -179,7 +180,7 @@ func TestCreateFailuresLeaveNothing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			a := &apiServer{never: tc.never}
 			cfg, s := setup(t, a)
-			id, _ := NewID()
+			id, _ := runner.NewSandboxID()
 			_, err := s.Create(context.Background(), CreateOptions{ID: id, Config: cfg, WarmPool: tc.pool, Timeout: time.Second})
 			if !tc.is(err) || !strings.Contains(err.Error(), tc.says) {
 				t.Errorf("err = %v", err)

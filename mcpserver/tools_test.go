@@ -242,6 +242,9 @@ func callError(t *testing.T, cs *mcp.ClientSession, name string, args map[string
 	return strings.Join(texts, "\n")
 }
 
+// toolNames is every tool the server lists, sorted.
+var toolNames = []string{"run_code", "sandbox_create", "sandbox_destroy", "sandbox_exec", "sandbox_list", "sandbox_pause", "sandbox_read_file", "sandbox_resume", "sandbox_write_file"}
+
 func TestToolsOverMCP(t *testing.T) {
 	rs := &fuzztest.NoEngines{}
 	cs := connect(t, testRoot(t), rs)
@@ -257,9 +260,8 @@ func TestToolsOverMCP(t *testing.T) {
 		}
 	}
 	slices.Sort(names)
-	want := []string{"run_code", "sandbox_create", "sandbox_destroy", "sandbox_exec", "sandbox_list", "sandbox_pause", "sandbox_read_file", "sandbox_resume", "sandbox_write_file"}
-	if !slices.Equal(names, want) {
-		t.Errorf("tools %v, want %v", names, want)
+	if !slices.Equal(names, toolNames) {
+		t.Errorf("tools %v, want %v", names, toolNames)
 	}
 
 	// Refused before any runner is asked.

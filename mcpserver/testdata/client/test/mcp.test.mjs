@@ -37,7 +37,9 @@ const TOOLS = [
   "sandbox_destroy",
   "sandbox_exec",
   "sandbox_list",
+  "sandbox_pause",
   "sandbox_read_file",
+  "sandbox_resume",
   "sandbox_write_file",
 ];
 

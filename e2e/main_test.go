@@ -2,8 +2,10 @@
 
 // Package e2e runs airlock end to end against the real thing: the airlock
 // binary, a real dockerd, airlock's pinned runsc, and real images. `make
-// test` installs and starts all of it first; nothing here is mocked, and
-// nothing is skipped.
+// test` installs and starts all of it first; nothing here is mocked.
+// `make test` runs the package once per engine and isolation pair; a test
+// whose subject one of the two does not enter runs on one pair only
+// (onlyPair), and egress tests skip the docker engine, which refuses egress.
 package e2e
 
 import (
@@ -190,6 +192,23 @@ func sandboxes() []string {
 		names = append(names, "bundle "+b.Name())
 	}
 	return names
+}
+
+// onlyPair runs t only when the pair under test is engine/isolation ("" is
+// either): for a test whose subject the other pairs would only repeat.
+// `make test` runs every pair, so each such test still runs once there.
+func onlyPair(t *testing.T, engine, isolation string) {
+	t.Helper()
+	if (engine != "" && engine != engineName) || (isolation != "" && isolation != isolationName) {
+		t.Skipf("runs on the pair engine=%s isolation=%s only (%s/%s repeats it)", or(engine, "any"), or(isolation, "any"), engineName, isolationName)
+	}
+}
+
+func or(s, dflt string) string {
+	if s == "" {
+		return dflt
+	}
+	return s
 }
 
 func noSandboxLeft(t *testing.T) {

@@ -148,6 +148,8 @@ func TestBadSeccompProfilesAreRefused(t *testing.T) {
 // Without cgo there is no libseccomp: the seccomp mode refuses to run
 // rather than run unfiltered.
 func TestSeccompModeNeedsCgo(t *testing.T) {
+	// Refused before any engine is asked.
+	onlyPair(t, "oci", "seccomp")
 	bin := filepath.Join(t.TempDir(), "airlock-nocgo")
 	build := exec.Command("go", "build", "-o", bin, "../cmd/airlock")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")

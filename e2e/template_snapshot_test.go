@@ -130,6 +130,23 @@ func TestTemplateSnapshot(t *testing.T) {
 		}
 	}
 	t.Logf("reseeded: %d clones, distinct values per generator: %v; boot_ids: %d", n, counts(seen), len(boot))
+
+	// An exec's result, and its signed receipt, name the snapshot.
+	out := mustIn(t, root, "exec", "--json", ids[0], "--", "true")
+	var res runner.Result
+	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Snapshot != tpl.Snapshot || res.Receipt == nil || res.Receipt.Receipt.Snapshot != tpl.Snapshot {
+		t.Errorf("exec in a restored sandbox: snapshot %q (%v); want the template's %s in the result and its receipt", res.Snapshot, err, tpl.Snapshot)
+	}
+	resFile := filepath.Join(t.TempDir(), "result.json")
+	os.WriteFile(resFile, []byte(out), 0o600)
+	if v := in(root, "receipt", "verify", resFile); v.code != 0 || !strings.Contains(v.stdout, "restored from snapshot sha256:"+tpl.Snapshot) {
+		t.Errorf("receipt verify: exit %d %s%s", v.code, v.stdout, v.stderr)
+	}
+	forged := strings.Replace(out, tpl.Snapshot, strings.Repeat("0", 64), 1)
+	os.WriteFile(resFile, []byte(forged), 0o600)
+	if v := in(root, "receipt", "verify", resFile); v.code != 65 || !strings.Contains(v.stderr, "snapshot") {
+		t.Errorf("receipt verify of a result naming another snapshot: exit %d %s", v.code, v.stderr)
+	}
 	if len(boot) != 1 {
 		t.Logf("boot_id differs between clones (%d values): gVisor now makes it at restore", len(boot))
 	}

@@ -45,6 +45,11 @@ type Receipt struct {
 	// Pass is the expected-stdout verdict, when the job gave one: the
 	// program exited 0 and printed exactly the expected bytes.
 	Pass *bool `json:"pass,omitempty"`
+	// Snapshot is the snapshot the exec's sandbox was restored from: the
+	// sha256 of its manifest, which names the image, the policy, the
+	// runtime and the hash of every file of the checkpoint. "" for a
+	// sandbox that booted.
+	Snapshot string `json:"snapshot,omitempty"`
 	// Image is the image ID that ran ("sha256:…").
 	Image string `json:"image"`
 	// ImageManifest is the manifest digest ("sha256:…"), when known.

@@ -354,6 +354,7 @@ func TestReadWrite(t *testing.T) {
 func TestExplain(t *testing.T) {
 	r := sample()
 	r.Artifacts[0].Path = "evil\x1b[2J.txt"
+	r.Snapshot = hash("manifest")
 	s, err := Sign(newKey(t), r)
 	if err != nil {
 		t.Fatal(err)
@@ -363,6 +364,7 @@ func TestExplain(t *testing.T) {
 		"run run-1 ran image " + r.Image,
 		"gvisor (runsc release-20250512.0, flags --network=none --oci-seccomp)",
 		"policy sha256:" + r.PolicySHA256,
+		"in a sandbox restored from snapshot sha256:" + r.Snapshot,
 		"seccomp profile sha256:" + r.SeccompSHA256,
 		"argv sha256:" + r.ArgvSHA256,
 		"1 input\n",

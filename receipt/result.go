@@ -70,6 +70,7 @@ type resultJSON struct {
 	Pass       *bool           `json:"pass"`
 	ID         string          `json:"id"`
 	SandboxID  string          `json:"sandbox_id"`
+	Snapshot   string          `json:"snapshot"`
 	Image      string          `json:"image"`
 	Engine     string          `json:"engine"`
 	Isolation  string          `json:"isolation"`
@@ -139,6 +140,7 @@ func CheckResult(b []byte) error {
 	}
 	same("id", res.ID, r.RunID)
 	same("sandbox_id", res.SandboxID, r.SandboxID)
+	same("snapshot", res.Snapshot, r.Snapshot)
 	same("image", res.Image, r.Image)
 	same("engine", res.Engine, r.Engine)
 	same("isolation", res.Isolation, r.Isolation)

@@ -20,6 +20,7 @@ func resultSample() Receipt {
 	r.Stdout = StreamOf(hash("all of stdout"), 100, true, []byte("ab\xc3"), []byte("\xa9cd"))
 	r.Stderr = StreamOf(hash("err\xff\n"), 5, false, []byte("err\xff\n"), nil)
 	r.Rejected = []Rejection{{Path: "x.sh", Reason: "type_not_allowed", Detail: "text/x-shellscript"}}
+	r.Snapshot = hash("a snapshot's manifest")
 	return r
 }
 
@@ -34,7 +35,7 @@ func resultOf(t *testing.T, s Signed) []byte {
 	}
 	res := map[string]any{
 		"job_id": r.JobID, "pass": r.Pass,
-		"id": r.RunID, "image": r.Image, "image_ref": "busybox@" + r.Image, "engine": r.Engine, "isolation": r.Isolation,
+		"id": r.RunID, "snapshot": r.Snapshot, "image": r.Image, "image_ref": "busybox@" + r.Image, "engine": r.Engine, "isolation": r.Isolation,
 		"seccomp_profile_sha256": r.SeccompSHA256, "reason": r.Reason, "exit_code": r.ExitCode,
 		"duration_ms": r.FinishedAt.Sub(r.StartedAt).Milliseconds(),
 		"stdout": map[string]any{
@@ -101,6 +102,8 @@ func TestCheckResult(t *testing.T) {
 		{"reason", `reason: the result says "timeout", the receipt "exited"`, func(m map[string]any) { m["reason"] = "timeout" }},
 		{"image", "image:", func(m map[string]any) { m["image"] = "sha256:" + hash("other") }},
 		{"engine", "engine:", func(m map[string]any) { m["engine"] = "docker" }},
+		{"snapshot", "snapshot:", func(m map[string]any) { m["snapshot"] = hash("another snapshot") }},
+		{"snapshot removed", "snapshot:", func(m map[string]any) { delete(m, "snapshot") }},
 		{"isolation", "isolation:", func(m map[string]any) { m["isolation"] = "seccomp" }},
 		{"seccomp", "seccomp_profile_sha256:", func(m map[string]any) { m["seccomp_profile_sha256"] = hash("x") }},
 		{"error added", "error:", func(m map[string]any) { m["error"] = "boom" }},

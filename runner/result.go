@@ -44,6 +44,9 @@ type Result struct {
 	// Pool names the warm pool whose sandbox ran the program; empty for a
 	// cold start. A pooled sandbox is used by this run alone.
 	Pool string `json:"pool,omitempty"`
+	// Snapshot names the snapshot (the sha256 of its manifest) the
+	// sandbox an exec ran in was restored from; empty for one that booted.
+	Snapshot string `json:"snapshot,omitempty"`
 	// Image is the image ID that ran ("sha256:…").
 	Image string `json:"image,omitempty"`
 	// ImageRef is the reference as given, when it carried a name.

@@ -480,7 +480,7 @@ func (sb *Sandbox) Exec(ctx context.Context, p ExecSpec) (Result, error) {
 	stdout := newCapture(limits.OutputBytes, p.Stdout, func() { kill(errOutputLimit) })
 	stderr := newCapture(limits.OutputBytes, p.Stderr, func() { kill(errOutputLimit) })
 	res := Result{
-		ID: execID, SandboxID: sb.id, Image: si.Image, ImageRef: si.ImageRef, Engine: si.Engine,
+		ID: execID, SandboxID: sb.id, Snapshot: si.Snapshot, Image: si.Image, ImageRef: si.ImageRef, Engine: si.Engine,
 		Isolation: si.Isolation, Seccomp: si.Seccomp, Limits: limits,
 	}
 	begin := time.Now()

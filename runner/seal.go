@@ -88,6 +88,7 @@ func resultReceipt(res Result, pol isolation.Record, argv []string, runtimeVersi
 	return receipt.Receipt{
 		RunID:          res.ID,
 		SandboxID:      res.SandboxID,
+		Snapshot:       res.Snapshot,
 		Image:          res.Image,
 		Engine:         res.Engine,
 		Runtime:        pol.Runtime.Name,

@@ -1715,6 +1715,8 @@ export interface components {
             sandbox_id?: string;
             /** @description SeccompSHA256 is the hex sha256 of the seccomp profile applied. */
             seccomp_profile_sha256: string;
+            /** @description Snapshot is the snapshot the exec's sandbox was restored from: the sha256 of its manifest, which names the image, the policy, the runtime and the hash of every file of the checkpoint. "" for a sandbox that booted. */
+            snapshot?: string;
             /** Format: date-time */
             started_at: string;
             /** @description Stream is what the program wrote to stdout or stderr, and what of it the Result carries: the head (its "text" or "base64") and, once the stream passed its cap, the tail (its "tail" or "tail_base64"). */
@@ -1794,6 +1796,8 @@ export interface components {
             sandbox_id?: string;
             /** @description Seccomp is the sha256 of the seccomp profile that was applied. */
             seccomp_profile_sha256?: string;
+            /** @description Snapshot names the snapshot (the sha256 of its manifest) the sandbox an exec ran in was restored from; empty for one that booted. */
+            snapshot?: string;
             /** Format: date-time */
             started_at?: string;
             stderr?: components["schemas"]["Stream"];

@@ -83,6 +83,10 @@ func TestBatch(t *testing.T) {
 		t.Fatalf("only %d jobs", len(expect))
 	}
 
+	// Results appended to the jobs file itself are refused before a job runs.
+	if c := airlock(nil, "batch", jobsPath, "--out", jobsPath, "--image", busybox); c.code != 64 || !strings.Contains(c.stderr, "is the jobs file") {
+		t.Errorf("batch --out JOBS: exit %d %s", c.code, c.stderr)
+	}
 	c := airlock(nil, "batch", jobsPath, "--out", outPath, "--parallel", "4", "--image", busybox, "--engine", engineName, "--isolation", isolationName)
 	if c.code != 0 {
 		t.Fatalf("batch: exit %d\n%s", c.code, c.stderr)

@@ -279,29 +279,36 @@ func jobInput(root string, in JobInput) (Input, error) {
 // finishes (never concurrently). A job's failure, even an engine error, is
 // its own result; RunBatch stops early only when ctx is done.
 func (r *Runner) RunBatch(ctx context.Context, jobs []Job, opt BatchOptions, emit func(BatchResult)) error {
-	par := max(opt.Parallel, 1)
+	return EachJob(ctx, jobs, opt.Parallel, opt.Skip, func(j Job) BatchResult {
+		j.inputRoot = opt.InputRoot
+		return r.runJob(ctx, j, opt)
+	}, emit)
+}
+
+// EachJob calls run for every job not in skip, parallel at a time, and
+// emit with each result as it comes (never concurrently). It stops
+// feeding jobs once ctx is done, waits for those started, and returns
+// ctx's error then.
+func EachJob(ctx context.Context, jobs []Job, parallel int, skip map[string]bool, run func(Job) BatchResult, emit func(BatchResult)) error {
 	todo := make(chan Job)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for range par {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for range max(parallel, 1) {
+		wg.Go(func() {
 			for j := range todo {
-				br := r.runJob(ctx, j, opt)
+				br := run(j)
 				mu.Lock()
 				emit(br)
 				mu.Unlock()
 			}
-		}()
+		})
 	}
 	var err error
 feed:
 	for _, j := range jobs {
-		if opt.Skip[j.ID] {
+		if skip[j.ID] {
 			continue
 		}
-		j.inputRoot = opt.InputRoot
 		select {
 		case todo <- j:
 		case <-ctx.Done():

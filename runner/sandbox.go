@@ -92,6 +92,11 @@ type ExecSpec struct {
 	// Detach starts the program in the background, where it lives until
 	// the sandbox ends; its output is discarded.
 	Detach bool
+	// JobID and ExpectedStdout, when set, go into the exec's receipt as a
+	// batch job's do (see Spec): an exec that runs a job for a client
+	// elsewhere, such as an airlock node's one-shot pod.
+	JobID          string
+	ExpectedStdout *string
 }
 
 // SandboxInfo is a sandbox's reconnect record, as `airlock sandbox
@@ -509,6 +514,7 @@ func (sb *Sandbox) Exec(ctx context.Context, p ExecSpec) (Result, error) {
 		rec, serr := resultReceipt(res, pol, p.Argv, si.RuntimeVersion)
 		if serr == nil {
 			rec.ImageManifest = si.ImageManifest
+			rec.JobID, rec.Pass = p.JobID, passOf(res, p.ExpectedStdout)
 			serr = sb.r.seal(rec, &res)
 		}
 		if serr != nil {

@@ -2,6 +2,8 @@ package service
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -27,7 +29,21 @@ type KubeRun struct {
 	Start time.Duration
 	// Progress, when set, is told what the run waits for.
 	Progress func(string)
+	// JobID and ExpectedStdout make the run a batch job's: the node signs
+	// them into the run's receipt (see runner.Job).
+	JobID          string
+	ExpectedStdout *string
 }
+
+// ErrNodeLost is wrapped (with errdefs.ErrUnavailable) when the node a
+// run's pod was on stopped answering before the pod ended: the node
+// controller found its lease expired. The pod is deleted; the run may be
+// tried again, on another node.
+var ErrNodeLost = errors.New("the pod's node was lost")
+
+// nodeCheck is how often a waiting run asks whether its pod's node is
+// still Ready.
+const nodeCheck = 2 * time.Second
 
 // kubeLogCap is how much of a one-shot pod's log a result keeps.
 const kubeLogCap = 16 << 20
@@ -62,7 +78,7 @@ func (s *Service) RunKube(ctx context.Context, o KubeRun) (res runner.Result, er
 	if err != nil {
 		return res, fmt.Errorf("reading SandboxTemplate %s/%s: %w", ns, o.Template, err)
 	}
-	pod, err := oneShotPod(tpl, o.Template, o.Argv)
+	pod, err := oneShotPod(tpl, o)
 	if err != nil {
 		return res, err
 	}
@@ -83,6 +99,7 @@ func (s *Service) RunKube(ctx context.Context, o KubeRun) (res runner.Result, er
 	progress(fmt.Sprintf("pod %s/%s made from SandboxTemplate %q on %s; waiting for its end", ns, name, o.Template, o.Config.Server))
 	started := time.Now()
 	deadline := started.Add(o.Start)
+	var checked time.Time
 	for {
 		p, err := c.Pod(ctx, ns, name)
 		if err != nil && !errdefs.IsUnavailable(err) {
@@ -97,6 +114,14 @@ func (s *Service) RunKube(ctx context.Context, o KubeRun) (res runner.Result, er
 			}
 			if ended(p) {
 				return kubeResult(ctx, c, res, p)
+			}
+			if n := p.Spec.NodeName; n != "" && time.Since(checked) >= nodeCheck {
+				checked = time.Now()
+				node, err := c.Node(ctx, n)
+				if err == nil && !node.Ready() {
+					return res, fmt.Errorf("%w: %w: node %s is not Ready (its lease expired, or it said so) while pod %s/%s was on it; the pod is deleted, and the run can be tried again",
+						errdefs.ErrUnavailable, ErrNodeLost, n, ns, name)
+				}
 			}
 		}
 		if !deadline.IsZero() && time.Now().After(deadline) {
@@ -120,8 +145,18 @@ func ended(p *cluster.Pod) bool {
 	return len(cs) == 1 && cs[0].State.Terminated != nil
 }
 
-// kubeResult reads an ended pod's outcome and log.
+// kubeResult reads an ended pod's outcome: the Result its airlock node
+// gave, receipt and separate streams included, or else its terminated
+// state and log.
 func kubeResult(ctx context.Context, c *cluster.Client, res runner.Result, p *cluster.Pod) (runner.Result, error) {
+	if cd := p.Condition(cluster.ResultCondition); cd != nil {
+		var nr runner.Result
+		if err := json.Unmarshal([]byte(cd.Message), &nr); err != nil || nr.Receipt == nil {
+			return res, fmt.Errorf("%w: pod %s/%s's %s condition, from node %s, is not a Result with a receipt (%v)",
+				errdefs.ErrDataLoss, p.Metadata.Namespace, p.Metadata.Name, cluster.ResultCondition, p.Spec.NodeName, err)
+		}
+		return nr, nil
+	}
 	term := p.Status.ContainerStatuses[0].State.Terminated
 	log, err := c.PodLog(ctx, p.Metadata.Namespace, p.Metadata.Name, claim.Container, kubeLogCap)
 	if err != nil {
@@ -146,10 +181,12 @@ func kubeResult(ctx context.Context, c *cluster.Client, res runner.Result, p *cl
 // takes as they are.
 var kubeReasons = []runner.Reason{runner.ReasonExited, runner.ReasonTimeout, runner.ReasonOOM, runner.ReasonOutputLimit, runner.ReasonPidsLimit, runner.ReasonKilled}
 
-// oneShotPod is the template's pod running argv once: a name generated
+// oneShotPod is the template's pod running o.Argv once: a name generated
 // from the template's, restartPolicy Never, the one container's command
-// argv. Everything else, the policy included, is the template's.
-func oneShotPod(tpl map[string]any, template string, argv []string) (map[string]any, error) {
+// argv, and o's job in annotations. Everything else, the policy included,
+// is the template's.
+func oneShotPod(tpl map[string]any, o KubeRun) (map[string]any, error) {
+	template, argv := o.Template, o.Argv
 	spec, _ := tpl["spec"].(map[string]any)
 	meta, _ := tpl["metadata"].(map[string]any)
 	if spec == nil {
@@ -175,6 +212,19 @@ func oneShotPod(tpl map[string]any, template string, argv []string) (map[string]
 	}
 	labels["airlock.dev/run"] = "true"
 	meta["labels"] = labels
+	if o.JobID != "" || o.ExpectedStdout != nil {
+		ann, _ := meta["annotations"].(map[string]any)
+		if ann == nil {
+			ann = map[string]any{}
+		}
+		if o.JobID != "" {
+			ann[cluster.AnnotationJobID] = o.JobID
+		}
+		if o.ExpectedStdout != nil {
+			ann[cluster.AnnotationExpectedStdout] = *o.ExpectedStdout
+		}
+		meta["annotations"] = ann
+	}
 	meta["generateName"] = template + "-run-"
 	delete(meta, "name")
 	return map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}, nil

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 	"time"
@@ -8,13 +9,16 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/kube/claim"
+	"github.com/airlock-sandbox/airlock/kube/cluster"
+	"github.com/airlock-sandbox/airlock/receipt"
+	"github.com/airlock-sandbox/airlock/runner"
 )
 
 func TestOneShotPod(t *testing.T) {
 	var tpl map[string]any
 	json.Unmarshal([]byte(`{"metadata":{"labels":{"airlock.dev/template":"py"},"annotations":{"airlock.dev/timeout":"10s"}},
  "spec":{"runtimeClassName":"gvisor","activeDeadlineSeconds":600,"containers":[{"name":"sandbox","image":"py@sha256:01","command":["sleep","infinity"],"args":["x"]}]}}`), &tpl)
-	pod, err := oneShotPod(tpl, "py", []string{"python3", "-c", "print(1)"})
+	pod, err := oneShotPod(tpl, KubeRun{Template: "py", Argv: []string{"python3", "-c", "print(1)"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,8 +31,42 @@ func TestOneShotPod(t *testing.T) {
 	for _, bad := range []string{`{}`, `{"spec":{"containers":[]}}`, `{"spec":{"containers":[{},{}]}}`} {
 		var tpl map[string]any
 		json.Unmarshal([]byte(bad), &tpl)
-		if _, err := oneShotPod(tpl, "py", []string{"true"}); !errdefs.IsInvalidArgument(err) {
+		if _, err := oneShotPod(tpl, KubeRun{Template: "py", Argv: []string{"true"}}); !errdefs.IsInvalidArgument(err) {
 			t.Errorf("%s: err = %v", bad, err)
+		}
+	}
+
+	// A batch job's pod carries its id and expected stdout for the node.
+	want42 := "42\n"
+	json.Unmarshal([]byte(`{"metadata":{"annotations":{"airlock.dev/timeout":"10s"}},"spec":{"containers":[{"name":"sandbox"}]}}`), &tpl)
+	pod, err = oneShotPod(tpl, KubeRun{Template: "py", Argv: []string{"true"}, JobID: "j1", ExpectedStdout: &want42})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ann := pod["metadata"].(map[string]any)["annotations"].(map[string]any)
+	if ann["airlock.dev/job-id"] != "j1" || ann["airlock.dev/expected-stdout"] != "42\n" || ann["airlock.dev/timeout"] != "10s" {
+		t.Errorf("annotations %v", ann)
+	}
+}
+
+// An ended pod's Result is the node's, when it gave one; a condition that
+// is not a Result with a receipt is refused, not taken.
+func TestKubeResultFromNode(t *testing.T) {
+	nr := runner.Result{ID: "e1", SandboxID: "sb1", Engine: "oci", Reason: runner.ReasonExited, ExitCode: 3, Receipt: &receipt.Signed{KeyID: "k"}}
+	b, _ := json.Marshal(nr)
+	pod := func(msg string) *cluster.Pod {
+		p := &cluster.Pod{}
+		p.Status.Phase = "Failed"
+		p.Status.Conditions = []cluster.Condition{{Type: "Ready", Status: "False"}, {Type: cluster.ResultCondition, Status: "True", Message: msg}}
+		return p
+	}
+	got, err := kubeResult(context.Background(), nil, runner.Result{}, pod(string(b)))
+	if err != nil || got.ID != "e1" || got.ExitCode != 3 || got.Receipt == nil {
+		t.Errorf("result from the node: %+v, %v", got, err)
+	}
+	for _, bad := range []string{"not json", `{"id":"e1","exit_code":0}`, `[]`} {
+		if _, err := kubeResult(context.Background(), nil, runner.Result{}, pod(bad)); !errdefs.IsDataLoss(err) {
+			t.Errorf("%q: err = %v, want data loss", bad, err)
 		}
 	}
 }

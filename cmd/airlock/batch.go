@@ -68,11 +68,22 @@ result, whatever the jobs did; 130 when interrupted (run it again to resume).
 ahead of the jobs that take them (oci engine). Each pooled sandbox runs one
 job and is destroyed after it. A job with settings of its own (image,
 limits, inputs) starts cold; results are the same either way, and a pooled
-job's result names the pool in "pool".`,
+job's result names the pool in "pool".
+
+--engine kube --template NAME runs each job as a one-shot pod of the
+SandboxTemplate NAME on a Kubernetes cluster's airlock nodes
+(docs/kubernetes.md). A job there takes id, argv and expected_stdout; the
+template is the policy, and a job with settings of its own is refused.
+Each result is the Result the node signed, job id and verdict included,
+so 'airlock receipt verify --trust NODES' verifies it. A job whose node is
+lost under it (the node controller marks it not Ready once its lease
+expires) is run again on another node, up to 3 pods in all; it may then
+have run twice, so jobs should be safe to repeat.`,
 		Example: `  airlock batch jobs.jsonl --out results.jsonl --parallel 4
   airlock batch jobs.jsonl --out results.jsonl --template py
   airlock batch jobs.jsonl --out results.jsonl --parallel 4 --warm 4 --engine oci
-  airlock batch jobs.jsonl --out results.jsonl --parallel 4 --timeout 10s --memory 256MiB`,
+  airlock batch jobs.jsonl --out results.jsonl --parallel 4 --timeout 10s --memory 256MiB
+  airlock batch jobs.jsonl --out results.jsonl --parallel 8 --engine kube --template py`,
 		Args: exactArgs(1, "give the jobs file"),
 		RunE: func(cmd *cobra.Command, args []string) error { return runBatch(cmd, g, f, args[0]) },
 	}
@@ -83,6 +94,7 @@ job's result names the pool in "pool".`,
 	fl.StringVar(&f.inputRoot, "input-root", "", "directory every job input must be beneath (default: the jobs file's directory)")
 	cmd.MarkFlagRequired("out")
 	addRunFlags(cmd, &f.run)
+	f.run.kube.add(fl, "how long to wait for each job's pod to start")
 	return cmd
 }
 
@@ -93,11 +105,15 @@ func runBatch(cmd *cobra.Command, g *globals, f *batchFlags, path string) error 
 	if f.warm < 0 || f.warm > 256 {
 		return usageError{fmt.Errorf("--warm %d: use 0 (no pool) to 256", f.warm)}
 	}
+	if err := checkKubeFlags(cmd, f.run.engine == "kube", "out", "parallel"); err != nil {
+		return err
+	}
 	in, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errdefs.ErrNotFound, err)
 	}
 	jobs, bad, err := runner.ParseJobs(in)
+	jobsInfo, serr := in.Stat()
 	in.Close()
 	if err != nil {
 		return fmt.Errorf("%w: reading %s: %v", errdefs.ErrInvalidArgument, path, err)
@@ -115,21 +131,31 @@ func runBatch(cmd *cobra.Command, g *globals, f *batchFlags, path string) error 
 		return fmt.Errorf("%w: opening --out: %v", errdefs.ErrInvalidArgument, err)
 	}
 	defer out.Close()
+	if outInfo, err := out.Stat(); serr == nil && err == nil && os.SameFile(jobsInfo, outInfo) {
+		return usageError{fmt.Errorf("--out %s is the jobs file: results would be appended to the jobs; give another file", f.out)}
+	}
 	// Resume reads the results through the file just checked, never by
 	// its name again.
 	done, err := doneIDs(fmt.Sprintf("/proc/self/fd/%d", out.Fd()))
 	if err != nil {
 		return err
 	}
-	tmpl, engineName, err := g.batchTemplates(cmd, &f.run, base)
-	if err != nil {
-		return err
+	var (
+		r    *runner.Runner
+		tmpl *runner.BatchTemplate
+	)
+	if f.run.engine != "kube" {
+		var engineName string
+		if tmpl, engineName, err = g.batchTemplates(cmd, &f.run, base); err != nil {
+			return err
+		}
+		rn, closeRunner, err := g.service(engineName).ForNew(cmd.Context(), "")
+		if err != nil {
+			return err
+		}
+		defer closeRunner()
+		r = rn
 	}
-	r, closeRunner, err := g.service(engineName).ForNew(cmd.Context(), "")
-	if err != nil {
-		return err
-	}
-	defer closeRunner()
 
 	w := bufio.NewWriter(out)
 	total := len(jobs) + len(bad)
@@ -153,14 +179,19 @@ func runBatch(cmd *cobra.Command, g *globals, f *batchFlags, path string) error 
 		}
 	}
 	start := time.Now()
-	opt := runner.BatchOptions{Parallel: f.parallel, Base: base, Skip: done, InputRoot: cmp.Or(f.inputRoot, filepath.Dir(path)), Template: tmpl}
-	if f.warm > 0 && total > countDone(jobs, bad, done) {
-		if opt.Pool, err = newBatchPool(cmd, r, opt, f.warm); err != nil {
-			return err
+	var runErr error
+	if f.run.engine == "kube" {
+		runErr = batchKube(cmd, g, f, jobs, done, emit)
+	} else {
+		opt := runner.BatchOptions{Parallel: f.parallel, Base: base, Skip: done, InputRoot: cmp.Or(f.inputRoot, filepath.Dir(path)), Template: tmpl}
+		if f.warm > 0 && total > countDone(jobs, bad, done) {
+			if opt.Pool, err = newBatchPool(cmd, r, opt, f.warm); err != nil {
+				return err
+			}
+			defer opt.Pool.Close(context.WithoutCancel(cmd.Context()))
 		}
-		defer opt.Pool.Close(context.WithoutCancel(cmd.Context()))
+		runErr = r.RunBatch(cmd.Context(), jobs, opt, emit)
 	}
-	runErr := r.RunBatch(cmd.Context(), jobs, opt, emit)
 	bar.Finish()
 	if err := w.Flush(); err != nil {
 		return fmt.Errorf("writing results: %w", err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 
@@ -35,15 +36,16 @@ var (
 )
 
 // checkKubeFlags refuses kube's flags without --engine kube, and, with
-// it, every policy flag: the warm pool's template is the policy.
-func checkKubeFlags(cmd *cobra.Command, kube bool) error {
+// it, every policy flag: the warm pool's template is the policy. also are
+// the command's own flags that --engine kube takes too.
+func checkKubeFlags(cmd *cobra.Command, kube bool, also ...string) error {
 	var err error
 	cmd.Flags().Visit(func(f *pflag.Flag) {
 		switch {
 		case err != nil, cmd.InheritedFlags().Lookup(f.Name) != nil: // airlock's own: --root, --debug
 		case !kube && slices.Contains(kubeOnly, f.Name):
 			err = usageError{fmt.Errorf("--%s applies only with --engine kube", f.Name)}
-		case kube && !slices.Contains(kubeOnly, f.Name) && !slices.Contains(kubeAllowed, f.Name):
+		case kube && !slices.Contains(kubeOnly, f.Name) && !slices.Contains(kubeAllowed, f.Name) && !slices.Contains(also, f.Name):
 			err = usageError{fmt.Errorf("--%s does not apply with --engine kube: the cluster's SandboxTemplate is the policy; render one with the policy wanted (airlock template create, airlock kube render)", f.Name)}
 		}
 	})
@@ -109,9 +111,14 @@ func runKube(cmd *cobra.Command, g *globals, f *runFlags, argv []string) (runner
 			}
 		}})
 	if err == nil && !f.json {
-		w := liveWriter(cmd.OutOrStdout())
-		w.Write(res.Stdout.Head)
-		flush(w)
+		for _, s := range []struct {
+			w io.Writer
+			b []byte
+		}{{cmd.OutOrStdout(), res.Stdout.Head}, {stderr, res.Stderr.Head}} {
+			w := liveWriter(s.w)
+			w.Write(s.b)
+			flush(w)
+		}
 	}
 	return res, err
 }

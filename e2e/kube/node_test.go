@@ -568,6 +568,126 @@ func TestNodes(t *testing.T) {
 		left := len(a.sandboxes(t)) + len(nodes["airlock-b"].sandboxes(t))
 		return len(list.Items) == 0 && left == 0, fmt.Sprintf("%d pods, %d sandboxes", len(list.Items), left)
 	})
+
+	batchKube(t, cs, nodes, all)
+}
+
+// batchKube: `airlock batch --engine kube` runs 40 jobs over both nodes,
+// each result verifying against the nodes' published keys; then a batch
+// during which one node is killed with SIGKILL completes every job, those
+// the lost node held run again on the other.
+func batchKube(t *testing.T, cs *kubernetes.Clientset, nodes map[string]*node, trust string) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	client := filepath.Join(tmp, "client")
+	yaml := airlock(t, nodes["airlock-a"].root, "kube", "render", "--template", "kt")
+	kubectl(t, yaml, "apply", "-f", "-")
+	defer kubectl(t, yaml, "delete", "-f", "-", "--wait=true")
+	jobsFile := func(name string, n int, sleep string) string {
+		var b strings.Builder
+		for i := range n {
+			id := fmt.Sprintf("%s-%02d", name, i)
+			j, _ := json.Marshal(map[string]any{"id": id, "argv": []string{"sh", "-c", "sleep " + sleep + "; echo " + id}, "expected_stdout": id + "\n"})
+			b.Write(append(j, '\n'))
+		}
+		p := filepath.Join(dir, name+"-jobs.jsonl")
+		os.WriteFile(p, []byte(b.String()), 0o600)
+		return p
+	}
+	batch := func(jobs, out string) *exec.Cmd {
+		c := exec.Command(airlockBin, "--root", client, "batch", jobs, "--out", out, "--engine", "kube", "--template", "kt", "--parallel", "6")
+		c.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+		return c
+	}
+	// results reads out's lines, checks each passed and verifies against
+	// trust, and counts them by signing node.
+	results := func(out string, want int) map[string]int {
+		b, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		if len(lines) != want {
+			t.Fatalf("%s: %d results, want %d:\n%s", out, len(lines), want, b)
+		}
+		by := map[string]int{}
+		for i, line := range lines {
+			var br runner.BatchResult
+			if err := json.Unmarshal([]byte(line), &br); err != nil || br.Pass == nil || !*br.Pass || br.Receipt == nil || br.Receipt.Receipt.JobID != br.JobID {
+				t.Errorf("result %d: %v: %.400s", i, err, line)
+				continue
+			}
+			f := filepath.Join(dir, "line.json")
+			os.WriteFile(f, []byte(line), 0o600)
+			v := exec.Command(airlockBin, "--root", client, "receipt", "verify", "--trust", trust, f)
+			vo, err := v.CombinedOutput()
+			signer, _, _ := strings.Cut(strings.TrimPrefix(string(vo), "Signed by "), ",")
+			if err != nil || nodes[signer] == nil {
+				t.Errorf("receipt verify of job %s: %v\n%s", br.JobID, err, vo)
+			}
+			by[signer]++
+		}
+		return by
+	}
+
+	start := time.Now()
+	out := filepath.Join(dir, "spread.jsonl")
+	if b, err := batch(jobsFile("spread", 40, "1"), out).CombinedOutput(); err != nil {
+		t.Fatalf("batch --engine kube: %v\n%s", err, b)
+	}
+	by := results(out, 40)
+	t.Logf("40 jobs in %v, by node: %v", time.Since(start).Round(time.Millisecond), by)
+	for name := range nodes {
+		if by[name] < 10 {
+			t.Errorf("node %s ran %d of the 40 jobs; want at least 10 each: %v", name, by[name], by)
+		}
+	}
+
+	// A node lost mid-batch: its jobs run again on the other.
+	out = filepath.Join(dir, "lost.jsonl")
+	c := batch(jobsFile("lost", 20, "3"), out)
+	var progress bytes.Buffer
+	c.Stderr = &progress
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	victim := nodes["airlock-b"]
+	waitFor(t, 2*time.Minute, "a batch pod running on "+victim.name, func() (bool, string) {
+		list, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "airlock.dev/run=true", FieldSelector: "spec.nodeName=" + victim.name + ",status.phase=Running"})
+		return err == nil && len(list.Items) > 0, fmt.Sprint(err)
+	})
+	killed := time.Now()
+	victim.cmd.Process.Kill()
+	victim.cmd.Wait()
+	done := make(chan error, 1)
+	go func() { done <- c.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("batch with a node lost: %v\n%s", err, progress.String())
+		}
+	case <-time.After(5 * time.Minute):
+		c.Process.Kill()
+		t.Fatalf("batch with a node lost did not end:\n%s", progress.String())
+	}
+	by = results(out, 20)
+	t.Logf("20 jobs, node %s killed mid-batch: done %v after the kill, by node: %v", victim.name, time.Since(killed).Round(time.Millisecond), by)
+	if !strings.Contains(progress.String(), "running it again") {
+		t.Errorf("no job was run again after its node was lost:\n%s", progress.String())
+	}
+	// The node's restart ends the sandboxes its killed process left.
+	nodes[victim.name] = runNode(t, victim.name, victim.root)
+	waitFor(t, 2*time.Minute, "no batch pod and no sandbox left", func() (bool, string) {
+		list, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "airlock.dev/run=true"})
+		if err != nil {
+			return false, err.Error()
+		}
+		left := 0
+		for _, n := range nodes {
+			left += len(n.sandboxes(t))
+		}
+		return len(list.Items) == 0 && left == 0, fmt.Sprintf("%d pods, %d sandboxes", len(list.Items), left)
+	})
 }
 
 // engineKube: `airlock sandbox create --engine kube` claims a sandbox
@@ -668,12 +788,14 @@ func engineKube(t *testing.T, cs *kubernetes.Clientset, nodes map[string]*node) 
 	// run --engine kube: one pod of the template, its end and log the
 	// result, deleted after.
 	start = time.Now()
-	if out, errs, code := run("", "run", "--engine", "kube", "--template", "kt", "--", "sh", "-c", "echo hi; id -u; exit 3"); code != 3 || out != "hi\n65534\n" {
+	if out, errs, code := run("", "run", "--engine", "kube", "--template", "kt", "--", "sh", "-c", "echo hi; id -u; echo oops >&2; exit 3"); code != 3 || out != "hi\n65534\n" || !strings.HasSuffix(errs, "oops\n") {
 		t.Errorf("run --engine kube: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 	t.Logf("run --engine kube: %v from the command's start to its end, the pod deleted", time.Since(start).Round(time.Millisecond))
+	// Its result is the one the node signed: the node's engine, separate
+	// streams, and a receipt.
 	if out, errs, code := run("", "run", "--json", "--engine", "kube", "--template", "kt", "--", "sh", "-c", "echo ok"); code != 0 ||
-		!strings.Contains(out, `"reason":"exited"`) || !strings.Contains(out, `"engine":"kube"`) || !strings.Contains(out, `"exit_code":0`) {
+		!strings.Contains(out, `"reason":"exited"`) || !strings.Contains(out, `"engine":"oci"`) || !strings.Contains(out, `"exit_code":0`) || !strings.Contains(out, `"receipt":`) {
 		t.Errorf("run --json --engine kube: exit %d, %s %s", code, out, errs)
 	}
 	if _, errs, code := run("", "run", "--engine", "kube", "--template", "nope", "--", "true"); code != 66 || !strings.Contains(errs, "airlock kube render --template nope") {

@@ -21,6 +21,20 @@ type ObjectMeta struct {
 	DeletionTimestamp *time.Time        `json:"deletionTimestamp,omitempty"`
 }
 
+// What a client and an airlock node exchange on a one-shot pod.
+const (
+	// AnnotationJobID and AnnotationExpectedStdout make a one-shot pod a
+	// batch job: the node signs the job's id, and its verdict against the
+	// expected stdout, into the run's receipt.
+	AnnotationJobID          = "airlock.dev/job-id"
+	AnnotationExpectedStdout = "airlock.dev/expected-stdout"
+	// ResultCondition is the pod condition in which an airlock node gives
+	// an ended pod's Result, receipt included, as JSON (its message), when
+	// it is at most MaxResultBytes.
+	ResultCondition = "airlock.dev/result"
+	MaxResultBytes  = 512 << 10
+)
+
 // NameRef names an object in the same namespace.
 type NameRef struct {
 	Name string `json:"name"`
@@ -84,10 +98,11 @@ type Pod struct {
 		} `json:"containers"`
 	} `json:"spec"`
 	Status struct {
-		Phase             string     `json:"phase"`
-		Reason            string     `json:"reason"`
-		Message           string     `json:"message"`
-		StartTime         *time.Time `json:"startTime"`
+		Phase             string      `json:"phase"`
+		Reason            string      `json:"reason"`
+		Message           string      `json:"message"`
+		StartTime         *time.Time  `json:"startTime"`
+		Conditions        []Condition `json:"conditions"`
 		ContainerStatuses []struct {
 			Name  string `json:"name"`
 			State struct {
@@ -101,6 +116,40 @@ type Pod struct {
 			} `json:"state"`
 		} `json:"containerStatuses"`
 	} `json:"status"`
+}
+
+// Condition returns p's condition of type t, or nil.
+func (p *Pod) Condition(t string) *Condition { return find(p.Status.Conditions, t) }
+
+// Node is the part of a node the client uses.
+type Node struct {
+	Metadata ObjectMeta `json:"metadata"`
+	Status   struct {
+		Conditions []Condition `json:"conditions"`
+	} `json:"status"`
+}
+
+// Ready says whether the node's Ready condition is True: false once the
+// node controller has found its lease expired (Unknown), or the node said
+// it is not (False).
+func (n *Node) Ready() bool {
+	c := find(n.Status.Conditions, "Ready")
+	return c != nil && c.Status == "True"
+}
+
+func find(cs []Condition, t string) *Condition {
+	for i := range cs {
+		if cs[i].Type == t {
+			return &cs[i]
+		}
+	}
+	return nil
+}
+
+// Node reads node name.
+func (c *Client) Node(ctx context.Context, name string) (*Node, error) {
+	out := &Node{}
+	return out, c.do(ctx, "GET", "/api/v1/nodes/"+url.PathEscape(name), nil, nil, out)
 }
 
 func claimPath(ns, name string) string {

@@ -35,6 +35,10 @@ type Work struct {
 	Sandbox runner.SandboxSpec
 	Argv    []string
 	Workdir string
+	// JobID and ExpectedStdout are a batch job's (kube.AnnotationJobID,
+	// kube.AnnotationExpectedStdout), for the run's receipt.
+	JobID          string
+	ExpectedStdout *string
 	// ExecTimeout bounds each `kubectl exec`; the container's program
 	// runs until the pod's deadline.
 	ExecTimeout time.Duration
@@ -118,6 +122,7 @@ func Admit(pod *corev1.Pod, defaultProfile string) (Work, error) {
 			return w, podField(err)
 		}
 	}
+	w.JobID, w.ExpectedStdout = ann.jobID, ann.expected
 	w.Argv = append(append([]string{}, c.Command...), c.Args...)
 	w.Workdir = c.WorkingDir
 	return w, nil
@@ -360,7 +365,13 @@ func resources(c *corev1.Container, p *wire.Policy) error {
 // annotations (those kube.Render writes).
 type nodeAnnotations struct {
 	openFiles int64
+	jobID     string
+	expected  *string
 }
+
+// maxJobID caps a job id from a pod's annotation, as a batch file's are
+// shown: one short printable line.
+const maxJobID = 256
 
 // annotations reads the limits Kubernetes has no field for into p.
 func annotations(a map[string]string, mode isolation.Mode, p *wire.Policy) (nodeAnnotations, error) {
@@ -371,6 +382,15 @@ func annotations(a map[string]string, mode isolation.Mode, p *wire.Policy) (node
 	}
 	if v, field, ok := get("isolation"); ok && v != string(mode) {
 		return n, refuse(field, "%q does not match the runtime class's isolation %q", v, mode)
+	}
+	if v, field, ok := get("job-id"); ok {
+		if v == "" || len(v) > maxJobID || strings.IndexFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0 {
+			return n, refuse(field, "give a job id of 1 to %d printable characters", maxJobID)
+		}
+		n.jobID = v
+	}
+	if v, _, ok := get("expected-stdout"); ok {
+		n.expected = &v
 	}
 	p.Timeout, _, _ = get("timeout")
 	p.OutputLimit, _, _ = get("output-limit")

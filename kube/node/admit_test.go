@@ -14,6 +14,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/fuzztest"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/kube"
+	"github.com/airlock-sandbox/airlock/kube/cluster"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/seccomp"
 )
@@ -72,6 +73,14 @@ func TestAdmitRendered(t *testing.T) {
 		t.Errorf("argv %v, env %v", w.Argv, w.Sandbox.Env)
 	case w.Sandbox.Labels["k8s-uid"] != "uid-1" || w.Sandbox.Labels["k8s-pod"] != "py-abc":
 		t.Errorf("labels %v", w.Sandbox.Labels)
+	case w.JobID != "" || w.ExpectedStdout != nil:
+		t.Errorf("a pod of no batch has job %q, expected stdout %v", w.JobID, w.ExpectedStdout)
+	}
+
+	// A batch job's pod: its id and expected stdout reach the receipt.
+	pod.Annotations[cluster.AnnotationJobID], pod.Annotations[cluster.AnnotationExpectedStdout] = "job-7", "42\n"
+	if w, err = Admit(pod, profile); err != nil || w.JobID != "job-7" || w.ExpectedStdout == nil || *w.ExpectedStdout != "42\n" {
+		t.Errorf("batch job pod: job %q, expected %v, %v", w.JobID, w.ExpectedStdout, err)
 	}
 }
 
@@ -126,6 +135,9 @@ func TestAdmitRefuses(t *testing.T) {
 		{"metadata.annotations[airlock.dev/timeout]", func(p *corev1.Pod) { p.Annotations["airlock.dev/timeout"] = "soon" }},
 		{"metadata.annotations[airlock.dev/pids]", func(p *corev1.Pod) { p.Annotations["airlock.dev/pids"] = "-1" }},
 		{"metadata.annotations[airlock.dev/isolation]", func(p *corev1.Pod) { p.Annotations["airlock.dev/isolation"] = "seccomp" }},
+		{"metadata.annotations[airlock.dev/job-id]", func(p *corev1.Pod) { p.Annotations["airlock.dev/job-id"] = "j\x1b[2J" }},
+		{"metadata.annotations[airlock.dev/job-id]", func(p *corev1.Pod) { p.Annotations["airlock.dev/job-id"] = strings.Repeat("j", 257) }},
+		{"metadata.annotations[airlock.dev/job-id]", func(p *corev1.Pod) { p.Annotations["airlock.dev/job-id"] = "" }},
 		{"spec.activeDeadlineSeconds", func(p *corev1.Pod) { p.Spec.ActiveDeadlineSeconds = ptr(int64(1 << 40)) }},
 	} {
 		pod, profile := rendered(t)

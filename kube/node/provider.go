@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,6 +22,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/errkind"
+	"github.com/airlock-sandbox/airlock/kube/cluster"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/service"
 )
@@ -82,6 +84,9 @@ type pod struct {
 	execLimit time.Duration
 	cancel    context.CancelFunc
 	deleted   bool
+	// result is the ended program's Result as JSON, for the pod's
+	// cluster.ResultCondition; "" when there is none to give.
+	result string
 }
 
 // ProviderConfig configures a Provider.
@@ -236,7 +241,8 @@ func (p *Provider) create(ctx context.Context, k string, w Work) (*runner.Sandbo
 func (p *Provider) run(ctx context.Context, pd *pod, sb *runner.Sandbox, w Work, logf *os.File) {
 	defer logf.Close()
 	out := &lockedWriter{w: logf}
-	res, err := sb.Exec(ctx, runner.ExecSpec{Argv: w.Argv, Workdir: w.Workdir, Stdout: out, Stderr: out, Timeout: w.Sandbox.TTL})
+	res, err := sb.Exec(ctx, runner.ExecSpec{Argv: w.Argv, Workdir: w.Workdir, Stdout: out, Stderr: out, Timeout: w.Sandbox.TTL,
+		JobID: w.JobID, ExpectedStdout: w.ExpectedStdout})
 	term := &corev1.ContainerStateTerminated{ExitCode: int32(res.ExitCode), Reason: string(res.Reason), Message: res.Error,
 		StartedAt: metav1.NewTime(res.StartedAt), FinishedAt: metav1.Now(), ContainerID: "airlock://" + sb.ID()}
 	if err != nil {
@@ -253,6 +259,13 @@ func (p *Provider) run(ctx context.Context, pd *pod, sb *runner.Sandbox, w Work,
 	if term.ExitCode != 0 || term.Reason != string(runner.ReasonExited) {
 		phase = corev1.PodFailed
 	}
+	if err == nil && res.Receipt != nil {
+		if b, jerr := json.Marshal(res); jerr == nil && len(b) <= cluster.MaxResultBytes {
+			pd.result = string(b)
+		} else {
+			p.log.Warn("pod's result not published", "pod", key(pd.obj.Namespace, pd.obj.Name), "bytes", len(b), "error", jerr)
+		}
+	}
 	p.terminate(pd, phase, term)
 	p.log.Info("pod ended", "pod", key(pd.obj.Namespace, pd.obj.Name), "reason", term.Reason, "exit_code", term.ExitCode)
 }
@@ -262,6 +275,10 @@ func (p *Provider) terminate(pd *pod, phase corev1.PodPhase, term *corev1.Contai
 	st := &pd.obj.Status
 	st.Phase, st.Reason, st.Message = phase, term.Reason, term.Message
 	st.Conditions = conditions(false)
+	if pd.result != "" {
+		st.Conditions = append(st.Conditions, corev1.PodCondition{Type: cluster.ResultCondition, Status: corev1.ConditionTrue,
+			LastTransitionTime: metav1.Now(), Reason: "Ended", Message: pd.result})
+	}
 	c := pd.obj.Spec.Containers
 	if len(st.ContainerStatuses) == 0 && len(c) > 0 {
 		st.ContainerStatuses = []corev1.ContainerStatus{{Name: c[0].Name, Image: c[0].Image}}

@@ -211,16 +211,29 @@ func TestSuperviseEndsAnIdleSandbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// An exec in progress keeps it alive past its idle timeout.
+	// An exec in progress keeps it alive past its idle timeout. The
+	// supervisor starts once the exec is recorded, so that a slow host
+	// cannot let the idle timeout pass before the exec begins.
+	started := make(chan time.Time, 1)
 	f.exec = func(context.Context, *engine.Process) (engine.Exit, error) {
+		started <- time.Now()
 		time.Sleep(time.Second)
 		return engine.Exit{}, nil
 	}
+	type execEnd struct {
+		res Result
+		err error
+	}
+	execDone := make(chan execEnd, 1)
+	go func() {
+		res, err := sb.Exec(ctx, ExecSpec{Argv: []string{"true"}})
+		execDone <- execEnd{res, err}
+	}()
+	begin := <-started
 	done := make(chan error, 1)
-	start := time.Now()
 	go func() { done <- r.Supervise(ctx, sb.ID()) }()
-	if res, err := sb.Exec(ctx, ExecSpec{Argv: []string{"true"}}); err != nil || res.Reason != ReasonExited {
-		t.Fatalf("an exec longer than the idle timeout: %+v, %v", res, err)
+	if e := <-execDone; e.err != nil || e.res.Reason != ReasonExited || f.destroyed.Load() != 0 {
+		t.Fatalf("an exec longer than the idle timeout: %+v, %v; freed %d times during it", e.res, e.err, f.destroyed.Load())
 	}
 	select {
 	case err := <-done:
@@ -230,8 +243,9 @@ func TestSuperviseEndsAnIdleSandbox(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the supervisor did not end the idle sandbox")
 	}
-	if d := time.Since(start); d < time.Second+300*time.Millisecond {
-		t.Fatalf("ended %v after start, before the exec's end plus the idle timeout", d)
+	// The exec's end, a second after its start, is its last activity.
+	if d := time.Since(begin); d < time.Second+300*time.Millisecond {
+		t.Fatalf("ended %v after the exec began, before its end plus the idle timeout", d)
 	}
 	if f.destroyed.Load() != 1 {
 		t.Fatalf("freed %d times", f.destroyed.Load())

@@ -81,6 +81,9 @@ func (w *warm) current() *runner.Pool {
 // StartPools makes every configured pool; one that cannot be made frees
 // the others and is the error. ClosePools frees them.
 func (s *Service) StartPools(ctx context.Context) error {
+	if err := s.checkRunCode(); err != nil {
+		return err
+	}
 	total := 0
 	for _, c := range s.pools.cfgs {
 		total += c.Size

@@ -12,6 +12,8 @@ import (
 	"regexp"
 
 	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/internal/agent"
 )
 
 // Script is the fork server, run as `python3 -c Script MODULE...`.
@@ -63,6 +65,12 @@ func Argv(lang string, modules []string) ([]string, error) {
 		argv = append(argv, m)
 	}
 	return argv, nil
+}
+
+// ClientArgv is the exec that runs Python file with args as one job of
+// the sandbox's fork server: `/.airlock-agent run-code -- FILE ARGS...`.
+func ClientArgv(file string, args ...string) []string {
+	return append([]string{agent.Path, "run-code", "--", file}, args...)
 }
 
 // Is reports whether warm, a template's warm argv, is this airlock's fork

@@ -58,8 +58,10 @@ type Code struct {
 // CodeRun is what RunCode did.
 type CodeRun struct {
 	Result runner.Result
-	// Create is how long the sandbox took to make, Exec the run.
-	Create, Exec time.Duration
+	// Create is how long the sandbox took to make (or to claim from a
+	// pool), Upload the files' writing, Exec the run, Fetch the fetching
+	// of files, Close the destroy.
+	Create, Upload, Exec, Fetch, Close time.Duration
 	// Destroy is the sandbox's destroy failing; its TTL frees it then.
 	Destroy error
 	// SandboxID is the sandbox the code ran in.
@@ -109,10 +111,15 @@ func (s *Service) RunCode(ctx context.Context, c Code) (run CodeRun, err error) 
 	}
 	run.Create, run.SandboxID = time.Since(begin), sb.ID()
 	defer func() {
+		begin := time.Now()
 		if run.Destroy = sb.Close(context.WithoutCancel(ctx)); run.Destroy != nil {
 			s.log.Warn("destroying a run_code sandbox", "sandbox_id", sb.ID(), "err", run.Destroy)
 		}
+		run.Close = time.Since(begin)
+		s.log.Debug("run_code", "sandbox_id", sb.ID(), "template", run.Template, "create_ms", ms(run.Create), "upload_ms", ms(run.Upload),
+			"exec_ms", ms(run.Exec), "fetch_ms", ms(run.Fetch), "destroy_ms", ms(run.Close))
 	}()
+	begin = time.Now()
 	// In order of path, so that the same request fails the same way.
 	for _, p := range slices.Sorted(maps.Keys(c.Files)) {
 		b := c.Files[p]
@@ -120,6 +127,7 @@ func (s *Service) RunCode(ctx context.Context, c Code) (run CodeRun, err error) 
 			return run, fmt.Errorf("writing %s: %w", p, err)
 		}
 	}
+	run.Upload = time.Since(begin)
 	begin = time.Now()
 	run.Result, err = sb.Exec(ctx, runner.ExecSpec{Argv: argv, Timeout: c.Policy.Limits.Timeout, Stdin: c.Stdin})
 	run.Exec = time.Since(begin)
@@ -130,9 +138,15 @@ func (s *Service) RunCode(ctx context.Context, c Code) (run CodeRun, err error) 
 		return run, fmt.Errorf("running the code: %w", err)
 	}
 	if c.Fetch != nil {
-		if err := c.Fetch(ctx, sb); err != nil {
+		begin = time.Now()
+		err := c.Fetch(ctx, sb)
+		run.Fetch = time.Since(begin)
+		if err != nil {
 			return run, fmt.Errorf("fetching files: %w", err)
 		}
 	}
 	return run, nil
 }
+
+// ms is d in milliseconds, for logs.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -11,8 +11,6 @@ import (
 	"fmt"
 	"regexp"
 
-	"github.com/containerd/errdefs"
-
 	"github.com/airlock-sandbox/airlock/internal/agent"
 )
 
@@ -52,15 +50,16 @@ var moduleRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9
 // Argv is the warm argv of a run-code template for language lang whose
 // server imports modules before its snapshot. A language other than
 // python, or a module name that is not a dotted Python identifier, is
-// invalid input.
+// an error of invalid input, which the caller classifies (the package
+// stays on the standard library, as the agent that imports it does).
 func Argv(lang string, modules []string) ([]string, error) {
 	if lang != Language {
-		return nil, fmt.Errorf("%w: --run-code %q: only python has a fork server; give --run-code python", errdefs.ErrInvalidArgument, lang)
+		return nil, fmt.Errorf("--run-code %q: only python has a fork server; give --run-code python", lang)
 	}
 	argv := []string{Interpreter, "-c", Script}
 	for _, m := range modules {
 		if !moduleRE.MatchString(m) || len(m) > 256 {
-			return nil, fmt.Errorf("%w: --import %q is not a Python module name: give one such as numpy or os.path", errdefs.ErrInvalidArgument, m)
+			return nil, fmt.Errorf("--import %q is not a Python module name: give one such as numpy or os.path", m)
 		}
 		argv = append(argv, m)
 	}

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-
-	"github.com/containerd/errdefs"
 )
 
 func TestArgv(t *testing.T) {
@@ -30,8 +28,8 @@ func TestArgv(t *testing.T) {
 		{"python", []string{"1abc"}, "not a Python module name"},
 	} {
 		_, err := Argv(c.lang, c.modules)
-		if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("Argv(%q, %q) = %v, want invalid input saying %q", c.lang, c.modules, err, c.want)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Argv(%q, %q) = %v, want an error saying %q", c.lang, c.modules, err, c.want)
 		}
 	}
 }
@@ -87,7 +85,7 @@ func TestReadStatus(t *testing.T) {
 			t.Errorf("readStatus(%.40q) = %d, %v; want an error saying %q", c.reply, code, err, c.bad)
 		}
 	}
-	if _, err := readStatus(errReader{}); err == nil || errors.Is(err, errdefs.ErrInvalidArgument) {
+	if _, err := readStatus(errReader{}); err == nil || !strings.Contains(err.Error(), "reset") {
 		t.Errorf("a broken connection: %v", err)
 	}
 }

@@ -56,7 +56,8 @@ type pools struct {
 	cfgs []PoolConfig
 	opt  PoolOptions
 	m    map[string]*warm
-	// retiring are the pools a template change replaced, still closing;
+	// retiring are the pools a template change replaced, still closing,
+	// and the sandboxes of pooled /run_code requests, still being destroyed;
 	// releases free the runners the pools hold, once all are closed.
 	retiring sync.WaitGroup
 	relMu    sync.Mutex

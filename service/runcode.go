@@ -63,6 +63,8 @@ type CodeRun struct {
 	// of files, Close the destroy.
 	Create, Upload, Exec, Fetch, Close time.Duration
 	// Destroy is the sandbox's destroy failing; its TTL frees it then.
+	// A pooled run's sandbox is destroyed after RunCode returns, and its
+	// failure only logged.
 	Destroy error
 	// SandboxID is the sandbox the code ran in.
 	SandboxID string
@@ -111,13 +113,15 @@ func (s *Service) RunCode(ctx context.Context, c Code) (run CodeRun, err error) 
 	}
 	run.Create, run.SandboxID = time.Since(begin), sb.ID()
 	defer func() {
-		begin := time.Now()
-		if run.Destroy = sb.Close(context.WithoutCancel(ctx)); run.Destroy != nil {
-			s.log.Warn("destroying a run_code sandbox", "sandbox_id", sb.ID(), "err", run.Destroy)
+		// A pooled sandbox is destroyed after the answer, as a pooled
+		// run's is: its record counts it against the admission until
+		// then, and ClosePools waits for it. A cold one before, as ever.
+		if t == nil {
+			s.closeCode(ctx, sb, &run)
+			return
 		}
-		run.Close = time.Since(begin)
-		s.log.Debug("run_code", "sandbox_id", sb.ID(), "template", run.Template, "create_ms", ms(run.Create), "upload_ms", ms(run.Upload),
-			"exec_ms", ms(run.Exec), "fetch_ms", ms(run.Fetch), "destroy_ms", ms(run.Close))
+		r := run
+		s.pools.retiring.Go(func() { s.closeCode(ctx, sb, &r) })
 	}()
 	begin = time.Now()
 	// In order of path, so that the same request fails the same way.
@@ -146,6 +150,17 @@ func (s *Service) RunCode(ctx context.Context, c Code) (run CodeRun, err error) 
 		}
 	}
 	return run, nil
+}
+
+// closeCode destroys a /run_code sandbox, and logs the run's steps.
+func (s *Service) closeCode(ctx context.Context, sb *runner.Sandbox, run *CodeRun) {
+	begin := time.Now()
+	if run.Destroy = sb.Close(context.WithoutCancel(ctx)); run.Destroy != nil {
+		s.log.Warn("destroying a run_code sandbox", "sandbox_id", sb.ID(), "err", run.Destroy)
+	}
+	run.Close = time.Since(begin)
+	s.log.Debug("run_code", "sandbox_id", sb.ID(), "template", run.Template, "create_ms", ms(run.Create), "upload_ms", ms(run.Upload),
+		"exec_ms", ms(run.Exec), "fetch_ms", ms(run.Fetch), "destroy_ms", ms(run.Close))
 }
 
 // ms is d in milliseconds, for logs.

@@ -92,9 +92,9 @@ func (s *server) runCode(code, want string) (string, error) {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	var r struct {
-		Status    string `json:"status"`
-		Executor  string `json:"executor_pod_name"`
-		RunResult struct{ Stdout, Stderr string }
+		Status    string                          `json:"status"`
+		Executor  string                          `json:"executor_pod_name"`
+		RunResult struct{ Stdout, Stderr string } `json:"run_result"`
 	}
 	if err := json.Unmarshal(body, &r); err != nil || r.Status != "Success" || r.RunResult.Stdout != want {
 		return "", fmt.Errorf("/run_code %q: %d %s", code, resp.StatusCode, body)

@@ -9,12 +9,15 @@ package service
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/containerd/errdefs"
 
+	"github.com/airlock-sandbox/airlock/internal/forkserver"
 	"github.com/airlock-sandbox/airlock/runner"
 )
 
@@ -132,6 +135,12 @@ func (s *Service) refresh(ctx context.Context, w *warm) error {
 	s.pools.releases = append(s.pools.releases, done)
 	s.pools.relMu.Unlock()
 	o := runner.PoolOptions{Name: w.cfg.Template, Size: w.cfg.Size, MaxAge: s.pools.opt.MaxAge, FailWhenEmpty: s.pools.opt.FailWhenEmpty, Room: s.Room}
+	if w.cfg.Sandboxes && slices.Contains(slices.Collect(maps.Values(s.runCode)), w.cfg.Template) {
+		// A run-code pool's sandboxes start their exec agent before a
+		// claim: the job's one exec then finds it running. The template's
+		// image has python3, if nothing else.
+		o.Prime = []string{forkserver.Interpreter, "-c", ""}
+	}
 	var p *runner.Pool
 	if w.cfg.Sandboxes {
 		var base runner.SandboxSpec

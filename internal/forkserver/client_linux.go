@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"syscall"
+	"time"
 )
 
 // Job is what the client sends: the program (argv[0] is the Python file
@@ -45,7 +46,7 @@ func Run(addr string, job Job, stdio [3]*os.File) (int, error) {
 	if len(body) > MaxJob {
 		return 0, fmt.Errorf("the job is %d bytes, over the server's %d (a large environment?)", len(body), MaxJob)
 	}
-	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: addr, Net: "unix"})
+	c, err := dial(addr)
 	if err != nil {
 		return 0, fmt.Errorf("connecting to the fork server: %w", err)
 	}
@@ -62,6 +63,23 @@ func Run(addr string, job Job, stdio [3]*os.File) (int, error) {
 		return 0, fmt.Errorf("handing the job to the fork server: %w", err)
 	}
 	return readStatus(c)
+}
+
+// DialWait bounds how long the client retries a socket that refuses it
+// (no listener yet, or none at all).
+const DialWait = 2 * time.Second
+
+// dial connects to addr, retrying while nothing listens there, up to
+// DialWait: no job has been handed over then, so nothing runs twice.
+func dial(addr string) (*net.UnixConn, error) {
+	deadline := time.Now().Add(DialWait)
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: addr, Net: "unix"})
+		if err == nil || !(errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.EAGAIN)) || time.Now().After(deadline) {
+			return c, err
+		}
+		time.Sleep(wait)
+	}
 }
 
 // readStatus reads and checks the server's one reply line.

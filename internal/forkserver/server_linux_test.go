@@ -162,3 +162,15 @@ func TestServerKillsAbandonedJob(t *testing.T) {
 }
 
 func unixRights(fds ...int) []byte { return syscall.UnixRights(fds...) }
+
+// TestRunNoServer: a socket nobody listens on is an error after DialWait,
+// not a hang, and no job is handed over.
+func TestRunNoServer(t *testing.T) {
+	null, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	defer null.Close()
+	begin := time.Now()
+	_, err := Run(fmt.Sprintf("@airlock-run-code-none-%d", time.Now().UnixNano()), Job{Argv: []string{"/x.py"}}, [3]*os.File{null, null, null})
+	if err == nil || !strings.Contains(err.Error(), "connecting to the fork server") || time.Since(begin) < DialWait || time.Since(begin) > DialWait+time.Second {
+		t.Errorf("Run with no server: %v after %v", err, time.Since(begin))
+	}
+}

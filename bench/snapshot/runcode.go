@@ -228,5 +228,61 @@ func benchRunCode(root, tmp string, n int) error {
 	for _, v := range vs {
 		fmt.Printf("  %s: %s\n", v.name, v.srv.steps(v.ids))
 	}
-	return nil
+	return execSplit(bin, root, n)
+}
+
+// execSplit times, in one sandbox restored from the plain run-code
+// template, the exec of `true` (the exec's floor), of a job through the
+// fork server's client, and of python3 running the same file: each
+// exec's own duration_ms, interleaved (the fork server serves jobs one
+// after another for as long as its sandbox lives).
+func execSplit(bin, root string, n int) error {
+	airlock := func(args ...string) ([]byte, error) {
+		out, err := exec.Command(bin, append([]string{"--root", root}, args...)...).Output()
+		if ee, ok := err.(*exec.ExitError); ok {
+			err = fmt.Errorf("airlock %v: %v: %s", args, err, ee.Stderr)
+		}
+		return out, err
+	}
+	out, err := airlock("sandbox", "create", "--template", "bench-rc-py")
+	if err != nil {
+		return err
+	}
+	id := strings.TrimSpace(string(out))
+	defer airlock("sandbox", "rm", id)
+	if _, err := airlock("exec", id, "--", "sh", "-c", "echo 'print(1)' >/home/user/p.py"); err != nil {
+		return err
+	}
+	cases := []struct {
+		name string
+		argv []string
+		took []time.Duration
+	}{
+		{name: "exec: true", argv: []string{"true"}},
+		{name: "exec: the client, print(1) through the fork server", argv: []string{"/.airlock-agent", "run-code", "--", "/home/user/p.py"}},
+		{name: "exec: python3 p.py (print(1))", argv: []string{"python3", "/home/user/p.py"}},
+	}
+	for i := 0; i < n; i++ {
+		for j := range cases {
+			c := &cases[(i+j)%len(cases)]
+			out, err := airlock(append([]string{"exec", "--json", id, "--"}, c.argv...)...)
+			if err != nil {
+				return err
+			}
+			var res struct {
+				DurationMS int64 `json:"duration_ms"`
+				ExitCode   int   `json:"exit_code"`
+			}
+			if err := json.Unmarshal(out, &res); err != nil || res.ExitCode != 0 {
+				return fmt.Errorf("exec %v: %s (%v)", c.argv, out, err)
+			}
+			c.took = append(c.took, time.Duration(res.DurationMS)*time.Millisecond)
+		}
+	}
+	var rows []timing.Row
+	for _, c := range cases {
+		rows = append(rows, timing.Row{Name: c.name, Took: c.took})
+	}
+	fmt.Println()
+	return timing.Table(os.Stdout, "one restored run-code sandbox (exec's duration_ms)", rows)
 }

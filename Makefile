@@ -186,7 +186,7 @@ bench-pause: setup ## Pause and resume of a sandbox holding a 100 MiB Python hea
 	$(GO) run ./bench/pause
 
 .PHONY: bench-snapshot
-bench-snapshot: setup ## A numpy-ready Python sandbox restored from a template's snapshot beside booted and imported, interleaved
+bench-snapshot: setup ## A numpy-ready Python sandbox restored from a template's snapshot beside booted and imported; /run_code from run-code pools beside cold; interleaved
 	$(GO) run ./bench/snapshot
 
 .PHONY: bench-pool

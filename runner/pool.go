@@ -48,6 +48,12 @@ type PoolOptions struct {
 	Room func() bool
 	// Fillers is how many sandboxes are made at once (default 2).
 	Fillers int
+	// Prime, for a pool of long-lived sandboxes, is an exec of airlock's
+	// own run in each sandbox once it is made, before it is pooled (so
+	// that its exec agent runs before a claim's first exec); it must exit
+	// 0, or the sandbox is destroyed. Never user code: a pooled sandbox
+	// is no client's until claimed.
+	Prime []string
 }
 
 // PoolStats is a pool's state and counters.

@@ -6,8 +6,10 @@ package runner
 // idle timeout and download allowlist (all host-side) and makes it ready.
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"time"
@@ -51,6 +53,21 @@ func (p *Pool) fillSandbox(ctx context.Context) (*pooled, error) {
 	sb, err := p.r.Create(ctx, p.sbase)
 	if err != nil {
 		return nil, err
+	}
+	if len(p.opt.Prime) > 0 {
+		// The engine's exec, unrecorded: the sandbox stays created, no
+		// client's, until the filler pools it.
+		var stderr bytes.Buffer
+		ex, err := sb.eng.Exec(ctx, &engine.Process{Argv: p.opt.Prime, Timeout: time.Minute, Stdout: io.Discard, Stderr: &capped{&stderr, 4096}})
+		if err == nil && (ex.Code != 0 || ex.TimedOut || ex.Killed || ex.OOMKilled) {
+			err = fmt.Errorf("priming a pooled sandbox with %q: exit %d: %q", p.opt.Prime, ex.Code, stderr.Bytes())
+		}
+		if err != nil {
+			if derr := p.r.Destroy(context.WithoutCancel(ctx), sb.ID()); derr != nil {
+				err = also(err, derr)
+			}
+			return nil, err
+		}
 	}
 	return &pooled{id: sb.ID(), born: time.Now()}, nil
 }
@@ -142,4 +159,17 @@ func (r *Runner) claimSandbox(ctx context.Context, id, pool string, s SandboxSpe
 		return nil, err
 	}
 	return r.Open(ctx, id)
+}
+
+// capped writes to w up to n bytes and drops the rest.
+type capped struct {
+	w *bytes.Buffer
+	n int
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if room := c.n - c.w.Len(); room > 0 {
+		c.w.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
 }

@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -269,5 +270,52 @@ func TestSandboxPool(t *testing.T) {
 	}
 	if left := sandboxLeftovers(root); len(left) > 0 {
 		t.Errorf("left: %v", left)
+	}
+}
+
+// TestSandboxPoolPrime: a pool's Prime runs in each sandbox before it is
+// pooled; a sandbox whose prime fails is destroyed, never pooled.
+func TestSandboxPoolPrime(t *testing.T) {
+	for _, code := range []int{0, 1} {
+		var mu sync.Mutex
+		var primed []string
+		f := &fakeSandboxer{exec: func(_ context.Context, p *engine.Process) (engine.Exit, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			primed = append(primed, strings.Join(p.Argv, " "))
+			return engine.Exit{Code: code}, nil
+		}}
+		r, root := newSandboxRunner(t, f)
+		ctx := context.Background()
+		p, err := r.NewSandboxPool(ctx, fakeSandboxSpec(), PoolOptions{Name: "t", Size: 1, Prime: []string{"prime", "me"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			st := p.Stats()
+			if code == 0 && st.Ready == 1 || code != 0 && st.RefillFailures > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("prime exit %d: stats %+v", code, st)
+			}
+		}
+		mu.Lock()
+		if len(primed) == 0 || primed[0] != "prime me" {
+			t.Errorf("prime exit %d: execs %q", code, primed)
+		}
+		mu.Unlock()
+		if code != 0 {
+			if f.destroyed.Load() == 0 {
+				t.Errorf("a sandbox whose prime failed was not destroyed")
+			}
+			list, _ := ListSandboxes(root)
+			for _, si := range list {
+				if si.State == "pooled" {
+					t.Errorf("a sandbox whose prime failed is pooled: %+v", si)
+				}
+			}
+		}
+		p.Close(ctx)
 	}
 }

@@ -153,7 +153,7 @@ func (s *Server) fusion(ctx context.Context, q *FusionRequest) (FusionResponse, 
 	if _, err := fusionSeconds("compile_timeout", q.CompileTimeout); err != nil {
 		return sandboxError("%v", err)
 	}
-	c := service.Code{Policy: isolation.Default(), Files: map[string][]byte{}}
+	c := service.Code{Language: strings.ToLower(q.Language), Policy: isolation.Default(), Files: map[string][]byte{}}
 	c.Policy.Limits.Timeout = timeout
 	// -1 is SandboxFusion's default, which its clients send. Any other
 	// value is a limit: zero, a negative, under a byte (which would read
@@ -204,7 +204,7 @@ func (s *Server) fusion(ctx context.Context, q *FusionRequest) (FusionResponse, 
 		return sandboxError("%v", err)
 	}
 	s.metrics.result(run.Result)
-	out := FusionResponse{Status: fusionFailed, RunResult: fusionRun(run.Result)}
+	out := FusionResponse{Status: fusionFailed, RunResult: fusionRun(run.Result), ExecutorPodName: &run.SandboxID}
 	if run.Result.Reason == runner.ReasonExited && run.Result.ExitCode == 0 {
 		out.Status = fusionSuccess
 	}

@@ -9,12 +9,15 @@ package service
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/containerd/errdefs"
 
+	"github.com/airlock-sandbox/airlock/internal/forkserver"
 	"github.com/airlock-sandbox/airlock/runner"
 )
 
@@ -56,7 +59,8 @@ type pools struct {
 	cfgs []PoolConfig
 	opt  PoolOptions
 	m    map[string]*warm
-	// retiring are the pools a template change replaced, still closing;
+	// retiring are the pools a template change replaced, still closing,
+	// and the sandboxes of pooled /run_code requests, still being destroyed;
 	// releases free the runners the pools hold, once all are closed.
 	retiring sync.WaitGroup
 	relMu    sync.Mutex
@@ -81,6 +85,9 @@ func (w *warm) current() *runner.Pool {
 // StartPools makes every configured pool; one that cannot be made frees
 // the others and is the error. ClosePools frees them.
 func (s *Service) StartPools(ctx context.Context) error {
+	if err := s.checkRunCode(); err != nil {
+		return err
+	}
 	total := 0
 	for _, c := range s.pools.cfgs {
 		total += c.Size
@@ -128,6 +135,12 @@ func (s *Service) refresh(ctx context.Context, w *warm) error {
 	s.pools.releases = append(s.pools.releases, done)
 	s.pools.relMu.Unlock()
 	o := runner.PoolOptions{Name: w.cfg.Template, Size: w.cfg.Size, MaxAge: s.pools.opt.MaxAge, FailWhenEmpty: s.pools.opt.FailWhenEmpty, Room: s.Room}
+	if w.cfg.Sandboxes && slices.Contains(slices.Collect(maps.Values(s.runCode)), w.cfg.Template) {
+		// A run-code pool's sandboxes start their exec agent before a
+		// claim: the job's one exec then finds it running. The template's
+		// image has python3, if nothing else.
+		o.Prime = []string{forkserver.Interpreter, "-c", ""}
+	}
 	var p *runner.Pool
 	if w.cfg.Sandboxes {
 		var base runner.SandboxSpec

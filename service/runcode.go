@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/forkserver"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
 )
@@ -38,10 +39,15 @@ func CodeSandbox(pol isolation.Policy) runner.SandboxSpec {
 
 // Code is the work of one /run_code request.
 type Code struct {
+	// Language is the code's, which picks its run-code template
+	// (WithRunCodeTemplates), if any.
+	Language string
 	// Policy is the sandbox's; its timeout is the run's.
 	Policy isolation.Policy
 	// Files are written before the run, by absolute path in the sandbox.
 	Files map[string][]byte
+	// Argv runs the code: the interpreter, then the code's file. From a
+	// run-code template's pool the fork server runs the file instead.
 	Argv  []string
 	Stdin io.Reader
 	// Fetch, when set, reads what the run left, before the sandbox is
@@ -52,34 +58,72 @@ type Code struct {
 // CodeRun is what RunCode did.
 type CodeRun struct {
 	Result runner.Result
-	// Create is how long the sandbox took to make, Exec the run.
-	Create, Exec time.Duration
+	// Create is how long the sandbox took to make (or to claim from a
+	// pool), Upload the files' writing, Exec the run, Fetch the fetching
+	// of files, Close the destroy.
+	Create, Upload, Exec, Fetch, Close time.Duration
 	// Destroy is the sandbox's destroy failing; its TTL frees it then.
+	// A pooled run's sandbox is destroyed after RunCode returns, and its
+	// failure only logged.
 	Destroy error
+	// SandboxID is the sandbox the code ran in.
+	SandboxID string
+	// Template is the run-code template whose pool served the run, ""
+	// when it started cold; Cold then says why, for a language that has
+	// a run-code template.
+	Template, Cold string
 }
 
-// RunCode runs c in a sandbox made for it on the service's engine, once
-// admitted, and destroys the sandbox. An error names the step that
-// failed: creating the sandbox, writing a file, running the code or
-// fetching files.
+// RunCode runs c in a sandbox made for it, once admitted, and destroys
+// the sandbox: one from the pool of c's language's run-code template when
+// it has one and c fits its policy (the job then runs through the
+// sandbox's fork server), else one made cold on the service's engine. An
+// error names the step that failed: creating the sandbox, writing a
+// file, running the code or fetching files.
 func (s *Service) RunCode(ctx context.Context, c Code) (run CodeRun, err error) {
-	rn, done, release, err := s.admitted(ctx, "")
-	if err != nil {
-		return run, err
+	argv := c.Argv
+	var create func() (*runner.Sandbox, error)
+	t, why := s.codeTemplate(c)
+	if t != nil {
+		run.Template, argv = t.Name, forkserver.ClientArgv(c.Argv[1], c.Argv[2:]...)
+		create = func() (*runner.Sandbox, error) {
+			spec, eng, err := s.SandboxSpec(t.Name, "", runner.SandboxSpec{TTL: c.Policy.Limits.Timeout + codeGrace, IdleTimeout: codeGrace})
+			if err != nil {
+				return nil, err
+			}
+			return s.Create(ctx, eng, t.Name, spec)
+		}
+	} else {
+		if _, ok := s.runCode[c.Language]; ok {
+			run.Cold = why
+			s.log.Debug("run_code starts cold", "language", c.Language, "why", why)
+		}
+		rn, done, release, err := s.admitted(ctx, "")
+		if err != nil {
+			return run, err
+		}
+		defer done()
+		defer release()
+		create = func() (*runner.Sandbox, error) { return rn.Create(ctx, CodeSandbox(c.Policy)) }
 	}
-	defer done()
-	defer release()
 	begin := time.Now()
-	sb, err := rn.Create(ctx, CodeSandbox(c.Policy))
+	sb, err := create()
 	if err != nil {
 		return run, fmt.Errorf("creating the sandbox: %w", err)
 	}
-	run.Create = time.Since(begin)
+	run.Create, run.SandboxID = time.Since(begin), sb.ID()
 	defer func() {
-		if run.Destroy = sb.Close(context.WithoutCancel(ctx)); run.Destroy != nil {
-			s.log.Warn("destroying a run_code sandbox", "sandbox_id", sb.ID(), "err", run.Destroy)
+		// A pooled sandbox is destroyed after the answer, as a pooled
+		// run's is: its record counts it against the admission until
+		// then, and ClosePools waits for it. A cold one before, as ever.
+		if t == nil {
+			s.closeCode(ctx, sb, &run)
+			return
 		}
+		r := run
+		s.pools.retiring.Go(func() { s.closeCode(ctx, sb, &r) })
 	}()
+	begin = time.Now()
 	// In order of path, so that the same request fails the same way.
 	for _, p := range slices.Sorted(maps.Keys(c.Files)) {
 		b := c.Files[p]
@@ -87,16 +131,37 @@ func (s *Service) RunCode(ctx context.Context, c Code) (run CodeRun, err error) 
 			return run, fmt.Errorf("writing %s: %w", p, err)
 		}
 	}
+	run.Upload = time.Since(begin)
 	begin = time.Now()
-	run.Result, err = sb.Exec(ctx, runner.ExecSpec{Argv: c.Argv, Timeout: c.Policy.Limits.Timeout, Stdin: c.Stdin})
+	run.Result, err = sb.Exec(ctx, runner.ExecSpec{Argv: argv, Timeout: c.Policy.Limits.Timeout, Stdin: c.Stdin})
 	run.Exec = time.Since(begin)
+	if err == nil && t != nil {
+		err = forkServerFailed(sb, run.Result)
+	}
 	if err != nil {
 		return run, fmt.Errorf("running the code: %w", err)
 	}
 	if c.Fetch != nil {
-		if err := c.Fetch(ctx, sb); err != nil {
+		begin = time.Now()
+		err := c.Fetch(ctx, sb)
+		run.Fetch = time.Since(begin)
+		if err != nil {
 			return run, fmt.Errorf("fetching files: %w", err)
 		}
 	}
 	return run, nil
 }
+
+// closeCode destroys a /run_code sandbox, and logs the run's steps.
+func (s *Service) closeCode(ctx context.Context, sb *runner.Sandbox, run *CodeRun) {
+	begin := time.Now()
+	if run.Destroy = sb.Close(context.WithoutCancel(ctx)); run.Destroy != nil {
+		s.log.Warn("destroying a run_code sandbox", "sandbox_id", sb.ID(), "err", run.Destroy)
+	}
+	run.Close = time.Since(begin)
+	s.log.Debug("run_code", "sandbox_id", sb.ID(), "template", run.Template, "create_ms", ms(run.Create), "upload_ms", ms(run.Upload),
+		"exec_ms", ms(run.Exec), "fetch_ms", ms(run.Fetch), "destroy_ms", ms(run.Close))
+}
+
+// ms is d in milliseconds, for logs.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -40,7 +40,9 @@ type Service struct {
 	gate      *admission.Gate
 	templates *templates.Store
 	pools     pools
-	log       *slog.Logger
+	// runCode maps a /run_code language to its run-code template.
+	runCode map[string]string
+	log     *slog.Logger
 }
 
 // Option configures a Service.

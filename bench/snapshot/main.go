@@ -6,7 +6,9 @@
 // point, a numpy-ready Python process in a new sandbox, and again to the
 // end of a first job (a host-side file in /tmp the program answers with
 // a numpy value, no exec), and the p50 ratio is printed. The engine's own
-// steps (its debug log) show where the milliseconds go.
+// steps (its debug log) show where the milliseconds go. Then
+// /run_code, from pools of run-code templates beside a cold sandbox per
+// request (runcode.go).
 //
 // It runs on a root of its own over setup's store and runsc, with this
 // tree's exec agent (whose spawner keeps the warm program across the
@@ -32,8 +34,11 @@ import (
 	"github.com/airlock-sandbox/airlock/runner"
 )
 
+var runCodeRounds *int
+
 func main() {
-	n := flag.Int("n", 10, "rounds of each start, interleaved")
+	n := flag.Int("n", 10, "rounds of each start, interleaved (0: measure /run_code only)")
+	runCodeRounds = flag.Int("run-code-n", 30, "rounds of each /run_code request, interleaved")
 	flag.Parse()
 	if err := run(*n); err != nil {
 		fmt.Fprintf(os.Stderr, "bench-snapshot: %v\n", err)
@@ -108,6 +113,9 @@ func run(n int) error {
 	rn, err := runner.New(runner.WithRoot(root), runner.WithEngine(eng))
 	if err != nil {
 		return err
+	}
+	if n == 0 {
+		return benchRunCode(root, tmp, *runCodeRounds)
 	}
 	spec := runner.SandboxSpec{TTL: 10 * time.Minute}
 	argv := []string{"python3", "-c", warm}
@@ -197,7 +205,7 @@ func run(n int) error {
 	}{{"booted", bootIDs}, {"restored", snapIDs}} {
 		fmt.Printf("  %s: %s\n", c.name, st.median(c.ids))
 	}
-	return nil
+	return benchRunCode(root, tmp, *runCodeRounds)
 }
 
 // await polls for path, a file in a sandbox's /tmp area.

@@ -4,7 +4,9 @@
 // own: the host starts it as it starts any exec, and it exits when the
 // host closes its stdin. As `airlock-agent spawner` (started by the
 // sandbox's init) and `airlock-agent spawn -- ARGV…` it starts detached
-// programs that survive a pause (internal/agent/spawner.go).
+// programs that survive a pause (internal/agent/spawner.go). As
+// `airlock-agent run-code -- FILE ARGS…` it runs one job through a
+// run-code template's fork server (internal/forkserver).
 package main
 
 import (
@@ -33,6 +35,12 @@ func main() {
 				args = args[1:]
 			}
 			runSpawn(args)
+		case "run-code":
+			args := os.Args[2:]
+			if len(args) > 0 && args[0] == "--" {
+				args = args[1:]
+			}
+			runRunCode(args)
 		}
 		os.Exit(2)
 	}

@@ -21,13 +21,14 @@ import (
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/server"
 	"github.com/airlock-sandbox/airlock/service"
+	"github.com/airlock-sandbox/airlock/templates"
 	"github.com/airlock-sandbox/airlock/units"
 )
 
 type serveFlags struct {
 	socket, listen, tokenFile, tlsCert, tlsKey, maxBody, addrFile string
 	maxSandboxes, maxConnections                                  int
-	pools, sandboxPools                                           []string
+	pools, sandboxPools, runCode                                  []string
 	poolExhausted                                                 string
 	poolMaxAge                                                    time.Duration
 	// The ceilings every face's requests are held to.
@@ -88,12 +89,25 @@ refused as invalid_input, naming the ceiling.
 long-lived sandboxes of the template, started and idle, each taken by one
 create that names the template and fits it (the template's policy, env,
 workspace size and output directory); the create's labels, TTL, idle
-timeout and download types are given to it as it is taken. Any engine.`,
+timeout and download types are given to it as it is taken. Any engine.
+
+--run-code-template python=TEMPLATE serves /run_code's python from a pool
+of sandboxes restored from TEMPLATE, a run-code template (airlock template
+create TEMPLATE --run-code python --import numpy): each holds a Python
+with the template's modules imported, waiting for one job. A request
+claims one, its files are written, its code runs as __main__ in a fresh
+child of that Python (reseeded), and the sandbox is fetched and destroyed:
+one job per sandbox, as without the flag. The pool holds N sandboxes for
+--pool-sandboxes TEMPLATE=N, else 2. A request asking more than the
+template gives (a run_timeout over its timeout, a memory_limit_MB other
+than its memory) starts cold, as without the flag. serve refuses to start
+when TEMPLATE does not exist or is no run-code template of this airlock.`,
 		Example: `  airlock serve
   airlock serve --listen 127.0.0.1:8787
   curl --unix-socket /run/airlock/airlock.sock -d '{"argv":["python3","-c","print(6*7)"]}' http://airlock/v1/runs
   airlock template create py --engine oci && airlock serve --pool py=4
-  curl --unix-socket /run/airlock/airlock.sock -d '{"template":"py","argv":["python3","-c","print(6*7)"]}' http://airlock/v1/runs`,
+  curl --unix-socket /run/airlock/airlock.sock -d '{"template":"py","argv":["python3","-c","print(6*7)"]}' http://airlock/v1/runs
+  airlock template create py-np --run-code python --import numpy && airlock serve --run-code-template python=py-np --pool-sandboxes py-np=4`,
 		Args: exactArgs(0, "serve takes flags only"),
 		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd, g, f) },
 	}
@@ -109,6 +123,7 @@ timeout and download types are given to it as it is taken. Any engine.`,
 	fl.StringVar(&f.addrFile, "addr-file", "", "write the TCP address here once listening (for --listen 127.0.0.1:0)")
 	fl.StringArrayVar(&f.pools, "pool", nil, "keep a warm pool of N sandboxes of a template: TEMPLATE=N (repeatable; oci engine)")
 	fl.StringArrayVar(&f.sandboxPools, "pool-sandboxes", nil, "keep a warm pool of N long-lived sandboxes of a template for sandbox creates: TEMPLATE=N (repeatable)")
+	fl.StringArrayVar(&f.runCode, "run-code-template", nil, "serve /run_code's code of a language from a pool of a run-code template: LANG=TEMPLATE (repeatable; python)")
 	fl.StringVar(&f.poolExhausted, "pool-exhausted", "cold", "when a template's pool is empty: cold (start one) or fail (429 over_limit)")
 	fl.DurationVar(&f.poolMaxAge, "pool-max-age", runner.DefaultPoolMaxAge, "replace pooled sandboxes older than this")
 	fl.StringVar(&f.maxMemory, "max-memory", units.Bytes(hostMemory()).String(), "ceiling on the memory a run or sandbox may ask for (the host's memory by default)")
@@ -138,6 +153,10 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 		return err
 	}
 	pools = append(pools, sbPools...)
+	runCode, err := parseRunCode(f.runCode)
+	if err != nil {
+		return err
+	}
 	if f.poolExhausted != "cold" && f.poolExhausted != "fail" {
 		return usageError{fmt.Errorf("--pool-exhausted %q: give cold or fail", f.poolExhausted)}
 	}
@@ -192,7 +211,8 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 	host := g.host(engines.Shared(), engines.WithRunnerOptions(runner.WithCeilings(ceil)))
 	defer host.Close()
 	svc := service.New(g.root, host, service.WithAdmission(admission.New(g.root, f.maxSandboxes)), service.WithLogger(g.serverLogger()),
-		service.WithPools(pools, service.PoolOptions{MaxAge: f.poolMaxAge, FailWhenEmpty: f.poolExhausted == "fail"}))
+		service.WithPools(pools, service.PoolOptions{MaxAge: f.poolMaxAge, FailWhenEmpty: f.poolExhausted == "fail"}),
+		service.WithRunCodeTemplates(runCode))
 	srv, err := server.New(server.Options{
 		Service: svc, Token: token, MaxBody: int64(maxBody), MaxConnections: f.maxConnections,
 		Sweep: true,
@@ -274,6 +294,26 @@ func parsePools(vals []string, sandboxes bool) ([]service.PoolConfig, error) {
 			return nil, usageError{fmt.Errorf("%s %q: give TEMPLATE=N with N from 1 to 256, such as %s py=4", flag, v, flag)}
 		}
 		out = append(out, service.PoolConfig{Template: name, Size: n, Sandboxes: sandboxes})
+	}
+	return out, nil
+}
+
+// parseRunCode parses --run-code-template LANG=TEMPLATE values; the
+// service checks the templates when it starts its pools.
+func parseRunCode(vals []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, v := range vals {
+		lang, name, ok := strings.Cut(v, "=")
+		if !ok || lang == "" || name == "" {
+			return nil, usageError{fmt.Errorf("--run-code-template %q: give LANG=TEMPLATE, such as python=py-np", v)}
+		}
+		if err := templates.CheckName(name); err != nil {
+			return nil, usageError{fmt.Errorf("--run-code-template %q: %w", v, err)}
+		}
+		if _, dup := out[lang]; dup {
+			return nil, usageError{fmt.Errorf("--run-code-template names language %q twice; give one template per language", lang)}
+		}
+		out[lang] = name
 	}
 	return out, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/airlock-sandbox/airlock/images"
+	"github.com/airlock-sandbox/airlock/internal/forkserver"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/templates"
@@ -49,6 +50,8 @@ type templateCreateFlags struct {
 	replace     bool
 	warm        bool
 	warmTimeout string
+	runCode     string
+	imports     []string
 }
 
 func newTemplateCreateCmd(g *globals) *cobra.Command {
@@ -74,12 +77,29 @@ airlock sandbox create --template NAME then restores its sandboxes from the
 snapshot, ARGV running on where it was, instead of booting them. The
 program is warmed before any job exists: put no secret in it. Progress goes
 to stderr; --warm-timeout bounds the wait for the ready file. airlock
-template rm removes the snapshot with the template.`,
+template rm removes the snapshot with the template.
+
+--run-code python makes a run-code template: --warm with airlock's own
+fork server as the program. The server imports every --import MODULE,
+then waits in the snapshot for jobs; airlock serve --run-code-template
+python=NAME serves SandboxFusion's /run_code from a pool of sandboxes
+restored from it, one job each (docs/snapshots.md). Give the modules your
+jobs import (numpy, pandas): they are imported once, before the snapshot.`,
 		Example: `  airlock template create py --memory 256MiB --cpus 0.5 --timeout 10s
   airlock template create py --memory 512MiB --replace
   airlock template create calc --isolation seccomp --pids 32 --out-dir none --json
-  airlock template create np --engine oci --warm -- python3 -c 'import numpy, os; open(os.environ["AIRLOCK_READY_FILE"], "w").close(); import time; time.sleep(1e9)'`,
+  airlock template create np --engine oci --warm -- python3 -c 'import numpy, os; open(os.environ["AIRLOCK_READY_FILE"], "w").close(); import time; time.sleep(1e9)'
+  airlock template create py-np --run-code python --import numpy --timeout 10s
+  airlock serve --run-code-template python=py-np`,
 		Args: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case f.runCode != "" && f.warm:
+				return usageError{errors.New("--run-code is --warm with airlock's fork server as the program: give one of them")}
+			case f.runCode == "" && len(f.imports) > 0:
+				return usageError{errors.New("--import names a module for --run-code's fork server to import: give --run-code python with it")}
+			case f.runCode != "":
+				return exactArgs(1, "--run-code takes the template's name and no program: airlock template create NAME --run-code python [--import MODULE]...")(cmd, args)
+			}
 			if f.warm {
 				if d := cmd.ArgsLenAtDash(); d != 1 || len(args) < 2 {
 					return usageError{errors.New("--warm takes the template's name, then -- and the warm program's argv: airlock template create NAME --warm -- ARGV...")}
@@ -93,15 +113,22 @@ template rm removes the snapshot with the template.`,
 	addPolicyFlags(cmd, &f.runFlags)
 	cmd.Flags().BoolVar(&f.replace, "replace", false, "replace a template of the same name")
 	cmd.Flags().BoolVar(&f.warm, "warm", false, "snapshot a warm program (the argv after --) for the template's sandboxes to start from")
-	cmd.Flags().StringVar(&f.warmTimeout, "warm-timeout", "2m", "with --warm, how long to wait for the program's ready file")
+	cmd.Flags().StringVar(&f.warmTimeout, "warm-timeout", "2m", "with --warm or --run-code, how long to wait for the program's ready file")
+	cmd.Flags().StringVar(&f.runCode, "run-code", "", "make a run-code template for this language (python): a snapshot of airlock's fork server, for airlock serve --run-code-template")
+	cmd.Flags().StringArrayVar(&f.imports, "import", nil, "with --run-code, a module the fork server imports before its snapshot (repeatable)")
 	cmd.Flags().BoolVar(&f.json, "json", false, "print the template as one JSON object instead of its name")
 	cmd.Flags().SortFlags = false
 	return cmd
 }
 
-func runTemplateCreate(cmd *cobra.Command, g *globals, f *templateCreateFlags, name string, warm []string) error {
+func runTemplateCreate(cmd *cobra.Command, g *globals, f *templateCreateFlags, name string, warm []string) (err error) {
 	if err := templates.CheckName(name); err != nil {
 		return err
+	}
+	if f.runCode != "" {
+		if warm, err = forkserver.Argv(f.runCode, f.imports); err != nil {
+			return usageError{err}
+		}
 	}
 	switch f.engine {
 	case templates.EngineAuto, templates.EngineOCI, templates.EngineDocker:
@@ -120,7 +147,7 @@ func runTemplateCreate(cmd *cobra.Command, g *globals, f *templateCreateFlags, n
 	if err != nil {
 		return err
 	}
-	if f.warm {
+	if f.warm || f.runCode != "" {
 		timeout, err := wire.Duration("warm_timeout", f.warmTimeout)
 		if err != nil {
 			return asFlag(err)

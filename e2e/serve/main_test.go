@@ -55,8 +55,9 @@ func setup(m *testing.M) (int, error) {
 	}
 	engineName, isolationName = e2etest.Pair("oci")
 	fmt.Fprintf(os.Stderr, "serve e2e: engine %s, isolation %s\n", engineName, isolationName)
-	// A root of the tests' own, sharing setup's store and runsc.
-	if rootDir, err = e2etest.Root(tmp, e2etest.SysRoot()); err != nil {
+	// A root of the tests' own, sharing setup's store and runsc, with this
+	// tree's exec agent (whose run-code client the run-code pools use).
+	if rootDir, err = e2etest.AgentRoot(tmp, e2etest.SysRoot(), "../../cmd/airlock-agent"); err != nil {
 		return 0, err
 	}
 	for _, c := range cgroups() {

@@ -34,7 +34,7 @@ import (
 const (
 	// agentPath is where the agent is bound, read-only, in a gVisor
 	// sandbox's root.
-	agentPath = "/.airlock-agent"
+	agentPath = agent.Path
 	// agentSocket, in the bundle, is where the relay takes execs.
 	agentSocket = "agent.sock"
 	// agentTimeout bounds the agent's start, its answer to a spawn, and

@@ -18,6 +18,10 @@ package agent
 // process of the sandbox that connects to it gains only a way to start a
 // process it could have started itself.
 
+// Path is where a gVisor sandbox of the oci engine has the agent's
+// program, bound read-only in its root.
+const Path = "/.airlock-agent"
+
 // SpawnerSocket is the spawner's abstract socket name (Go's "@" prefix).
 const SpawnerSocket = "@airlock-spawner"
 

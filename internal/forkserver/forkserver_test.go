@@ -1,0 +1,95 @@
+package forkserver
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestArgv(t *testing.T) {
+	argv, err := Argv("python", []string{"numpy", "os.path", "_x1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !Is(argv) || len(argv) != 6 || argv[3] != "numpy" || strings.Join(Modules(argv), ",") != "numpy,os.path,_x1" {
+		t.Errorf("Argv = %q", argv[3:])
+	}
+	for _, c := range []struct {
+		lang    string
+		modules []string
+		want    string
+	}{
+		{"bash", nil, "only python has a fork server"},
+		{"Python", nil, "only python"},
+		{"python", []string{"numpy; import os"}, "not a Python module name"},
+		{"python", []string{"-c"}, "not a Python module name"},
+		{"python", []string{""}, "not a Python module name"},
+		{"python", []string{"a..b"}, "not a Python module name"},
+		{"python", []string{"1abc"}, "not a Python module name"},
+	} {
+		_, err := Argv(c.lang, c.modules)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Argv(%q, %q) = %v, want an error saying %q", c.lang, c.modules, err, c.want)
+		}
+	}
+}
+
+func TestIs(t *testing.T) {
+	for _, warm := range [][]string{
+		nil,
+		{"python3", "-c", "import time; time.sleep(9)"},
+		{"python3", "-c", Script + " "},
+		{"python", "-c", Script},
+		{"python3", "-B", Script},
+	} {
+		if Is(warm) || Modules(warm) != nil {
+			t.Errorf("Is(%.40q) = true", warm)
+		}
+	}
+}
+
+// TestReadStatus feeds the client hostile and broken replies: only one
+// well-formed status in range is taken.
+func TestReadStatus(t *testing.T) {
+	for _, c := range []struct {
+		reply string
+		code  int
+		bad   string
+	}{
+		{`{"exit":0}` + "\n", 0, ""},
+		{`{"exit":3}` + "\n", 3, ""},
+		{`{"exit":255}` + "\n", 255, ""},
+		{`{"signal":9}` + "\n", 137, ""},
+		{`{"signal":64}` + "\n", 192, ""},
+		{"", 0, "without the job's status"},
+		{`{"exit":0}`, 0, "without the job's status"},
+		{`{"exit":256}` + "\n", 0, "no exit status"},
+		{`{"exit":-1}` + "\n", 0, "no exit status"},
+		{`{"signal":0}` + "\n", 0, "no exit status"},
+		{`{"signal":65}` + "\n", 0, "no exit status"},
+		{`{"exit":1,"signal":9}` + "\n", 0, "no exit status"},
+		{`{}` + "\n", 0, "no exit status"},
+		{`{"exit":1e9999}` + "\n", 0, "malformed"},
+		{`{"exit":"1"}` + "\n", 0, "malformed"},
+		{`{"exit":1,"x":2}` + "\n", 0, "malformed"},
+		{`[1]` + "\n", 0, "malformed"},
+		{`{"exit":1}{"exit":2}` + "\n", 0, "more than one"},
+		{strings.Repeat(" ", MaxReply) + `{"exit":1}` + "\n", 0, "reading"},
+		{strings.Repeat("x", 1<<20), 0, "reading"},
+	} {
+		code, err := readStatus(strings.NewReader(c.reply))
+		switch {
+		case c.bad == "" && (err != nil || code != c.code):
+			t.Errorf("readStatus(%.40q) = %d, %v; want %d", c.reply, code, err, c.code)
+		case c.bad != "" && (err == nil || !strings.Contains(err.Error(), c.bad)):
+			t.Errorf("readStatus(%.40q) = %d, %v; want an error saying %q", c.reply, code, err, c.bad)
+		}
+	}
+	if _, err := readStatus(errReader{}); err == nil || !strings.Contains(err.Error(), "reset") {
+		t.Errorf("a broken connection: %v", err)
+	}
+}
+
+type errReader struct{}
+
+func (errReader) Read([]byte) (int, error) { return 0, errors.New("reset") }

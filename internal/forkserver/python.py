@@ -1,0 +1,172 @@
+# airlock's run-code fork server (airlock template create NAME --run-code
+# python; see docs/snapshots.md). It imports the modules named by its
+# arguments, listens on the sandbox's abstract unix socket
+# "airlock-run-code", creates $AIRLOCK_READY_FILE and is snapshotted there.
+# A job is one connection of `/.airlock-agent run-code`: a 4-byte length,
+# then a JSON object {argv, dir, env}, with the client's stdin, stdout and
+# stderr passed as SCM_RIGHTS. The server forks; the child takes the three
+# descriptors, reseeds what every clone of the snapshot shares, and runs
+# argv[0] as __main__. The exit status goes back as one JSON line,
+# {"exit": N} or {"signal": N}. A client that goes away (its exec timed
+# out) takes its job with it: the job's process group is killed.
+import importlib, json, os, select, signal, socket, struct, sys
+
+# The socket's name may be overridden for tests on the host.
+SOCKET = "\0" + os.environ.get("AIRLOCK_RUN_CODE_SOCKET", "airlock-run-code")
+MAX_JOB = 1 << 20
+
+
+def receive(conn):
+    head, anc, flags, _ = conn.recvmsg(4, socket.CMSG_SPACE(3 * 4))
+    fds = []
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            n = len(data) // 4
+            fds += struct.unpack("%di" % n, data[: n * 4])
+    try:
+        if len(fds) != 3 or flags & socket.MSG_CTRUNC:
+            raise ValueError("a job passes three descriptors")
+        while len(head) < 4:
+            more = conn.recv(4 - len(head))
+            if not more:
+                raise ValueError("torn job")
+            head += more
+        (size,) = struct.unpack(">I", head)
+        if size > MAX_JOB:
+            raise ValueError("job too large")
+        body = b""
+        while len(body) < size:
+            more = conn.recv(min(size - len(body), 65536))
+            if not more:
+                raise ValueError("torn job")
+            body += more
+        job = json.loads(body)
+        argv, wd, env = job["argv"], job["dir"], job["env"]
+        if not argv or not all(isinstance(s, str) for s in argv + env + [wd]):
+            raise ValueError("malformed job")
+        return fds, job
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+
+
+def relay(conn, pid, wake):
+    """Waits for job pid, or for its client to go away, which kills it."""
+    while True:
+        ready, _, _ = select.select([conn, wake], [], [])
+        if wake in ready:
+            try:
+                while os.read(wake, 512):
+                    pass
+            except BlockingIOError:
+                pass
+        got, status = os.waitpid(pid, os.WNOHANG)
+        if got == pid:
+            if os.WIFSIGNALED(status):
+                reply = {"signal": os.WTERMSIG(status)}
+            else:
+                reply = {"exit": os.WEXITSTATUS(status)}
+            conn.sendall(json.dumps(reply).encode() + b"\n")
+            return
+        if conn in ready:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            os.waitpid(pid, 0)
+            return
+
+
+def reseed():
+    # Clones of one snapshot share this memory: draw anew from the OS.
+    import random, tempfile
+    random.seed()
+    tempfile._name_sequence = None
+    np = sys.modules.get("numpy")
+    if np is not None:
+        np.random.seed()
+
+
+def run(fds, job):
+    """The child: becomes the job, never returns to the server."""
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.setsid()
+        for i, fd in enumerate(fds):
+            os.dup2(fd, i)
+        for fd in fds:
+            if fd > 2:
+                os.close(fd)
+        os.chdir(job["dir"])
+        os.environ.clear()
+        for kv in job["env"]:
+            k, sep, v = kv.partition("=")
+            if sep and k:
+                os.environ[k] = v
+        reseed()
+        path = job["argv"][0]
+        sys.argv = list(job["argv"])
+        sys.path[0] = os.path.dirname(os.path.abspath(path))
+    except BaseException as e:
+        try:
+            os.write(2, ("airlock run-code: setting up the job: %s\n" % e).encode())
+        finally:
+            os._exit(126)
+
+    def hook(kind, value, tb):
+        # The job's traceback starts at its own file, as python3 FILE's does.
+        while tb is not None and tb.tb_frame.f_code.co_filename != path:
+            tb = tb.tb_next
+        if value is not None:
+            value.__traceback__ = tb
+        sys.__excepthook__(kind, value, tb)
+
+    sys.excepthook = hook
+    import runpy
+    runpy.run_path(path, run_name="__main__")
+
+
+def main():
+    for name in sys.argv[1:]:
+        importlib.import_module(name)
+    ln = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    ln.bind(SOCKET)
+    ln.listen(16)
+    wake, poke = os.pipe()
+    os.set_blocking(wake, False)
+    os.set_blocking(poke, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(poke)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    open(os.environ["AIRLOCK_READY_FILE"], "w").close()
+    while True:
+        conn, _ = ln.accept()
+        with conn:
+            try:
+                fds, job = receive(conn)
+            except Exception:
+                continue
+            try:
+                pid = os.fork()
+            except OSError:
+                for fd in fds:
+                    os.close(fd)
+                continue
+            if pid == 0:
+                ln.close()
+                os.close(wake)
+                os.close(poke)
+                break
+            for fd in fds:
+                os.close(fd)
+            try:
+                relay(conn, pid, wake)
+            except Exception:
+                pass
+    run(fds, job)
+
+
+main()

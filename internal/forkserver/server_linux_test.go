@@ -1,0 +1,176 @@
+package forkserver
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// startServer runs Script on the host with python3, on a socket of the
+// test's own, and waits for its ready file.
+func startServer(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath(Interpreter); err != nil {
+		t.Skip("no python3 on the host")
+	}
+	dir := t.TempDir()
+	name := fmt.Sprintf("airlock-run-code-test-%d-%d", os.Getpid(), time.Now().UnixNano())
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, Interpreter, "-c", Script, "json")
+	cmd.Env = append(os.Environ(), "AIRLOCK_READY_FILE="+filepath.Join(dir, "ready"), "AIRLOCK_RUN_CODE_SOCKET="+name)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); cmd.Wait() })
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(dir, "ready")); err == nil {
+			return "@" + name
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the fork server never became ready")
+		}
+	}
+}
+
+type job struct {
+	code, stdout, stderr string
+	exit                 int
+}
+
+func runJob(t *testing.T, addr, code string, stdin string, args ...string) job {
+	t.Helper()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "main.py")
+	if err := os.WriteFile(file, []byte(code), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var pipes [3][2]*os.File
+	for i := range pipes {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pipes[i] = [2]*os.File{r, w}
+	}
+	go func() { io.WriteString(pipes[0][1], stdin); pipes[0][1].Close() }()
+	outs := make([]chan string, 2)
+	for i := range outs {
+		outs[i] = make(chan string, 1)
+		go func() { b, _ := io.ReadAll(pipes[i+1][0]); outs[i] <- string(b) }()
+	}
+	exit, err := Run(addr, Job{Argv: append([]string{file}, args...), Dir: dir, Env: []string{"JOBVAR=yes", "PATH=/usr/bin:/bin"}}, [3]*os.File{pipes[0][0], pipes[1][1], pipes[2][1]})
+	for _, p := range pipes {
+		p[0].Close()
+		p[1].Close()
+	}
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	return job{code: code, stdout: <-outs[0], stderr: <-outs[1], exit: exit}
+}
+
+// TestServer runs jobs through the real fork server: stdio, argv, cwd
+// and env arrive; exit codes, SystemExit, exceptions and signals come
+// back; every job reseeds.
+func TestServer(t *testing.T) {
+	addr := startServer(t)
+	for _, c := range []struct {
+		code, stdin string
+		args        []string
+		exit        int
+		stdout      string
+		stderr      string
+	}{
+		{code: "print(1)", stdout: "1\n"},
+		{code: "import sys, os\nprint(sys.argv[1:], os.environ['JOBVAR'], os.getcwd() == os.path.dirname(__file__), __name__)\nprint(input())", stdin: "in\n", args: []string{"a", "b"}, stdout: "['a', 'b'] yes True __main__\nin\n"},
+		{code: "import sys\nprint('x', file=sys.stderr)\nsys.exit(3)", exit: 3, stderr: "x\n"},
+		{code: "raise SystemExit('bye')", exit: 1, stderr: "bye\n"},
+		{code: "import sys\nsys.exit()", exit: 0},
+		{code: "def f():\n  1/0\nf()", exit: 1, stderr: "ZeroDivisionError"},
+		{code: "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", exit: 137},
+		{code: "import atexit\natexit.register(print, 'atexit')\nprint('main')", stdout: "main\natexit\n"},
+		{code: "import json, sys\nprint('json' in sys.modules)", stdout: "True\n"},
+	} {
+		got := runJob(t, addr, c.code, c.stdin, c.args...)
+		if got.exit != c.exit || got.stdout != c.stdout || !strings.Contains(got.stderr, c.stderr) || (c.stderr == "" && got.stderr != "") {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want %d, %q, %q", c.code, got.exit, got.stdout, got.stderr, c.exit, c.stdout, c.stderr)
+		}
+		if strings.Contains(got.stderr, "runpy") || strings.Contains(got.stderr, "<string>") {
+			t.Errorf("%q: the traceback shows the server's frames: %s", c.code, got.stderr)
+		}
+	}
+	seen := map[string]bool{}
+	for range 5 {
+		got := runJob(t, addr, "import random, tempfile, os\nprint(random.random(), tempfile.mktemp(), os.getpid())", "")
+		if seen[got.stdout] {
+			t.Errorf("two jobs printed %q", got.stdout)
+		}
+		seen[got.stdout] = true
+	}
+}
+
+// TestServerKillsAbandonedJob closes a client's connection while its job
+// runs: the server kills the job (and its process group) and serves the
+// next one.
+func TestServerKillsAbandonedJob(t *testing.T) {
+	addr := startServer(t)
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	file := filepath.Join(dir, "main.py")
+	os.WriteFile(file, []byte(fmt.Sprintf("import os, time\nopen(%q, 'w').write(str(os.getpid()))\ntime.sleep(60)", pidFile)), 0o644)
+	null, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	defer null.Close()
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: addr, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := fmt.Sprintf(`{"argv":[%q],"dir":%q,"env":[]}`, file, dir)
+	msg := append([]byte{0, 0, 0, byte(len(body))}, body...)
+	fd := int(null.Fd())
+	if _, _, err := c.WriteMsgUnix(msg, unixRights(fd, fd, fd), nil); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	for deadline := time.Now().Add(10 * time.Second); pid == 0; time.Sleep(10 * time.Millisecond) {
+		b, _ := os.ReadFile(pidFile)
+		fmt.Sscan(string(b), &pid)
+		if time.Now().After(deadline) {
+			t.Fatal("the job never started")
+		}
+	}
+	c.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err != nil || strings.Contains(string(b), ") Z ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the abandoned job still runs")
+		}
+	}
+	if got := runJob(t, addr, "print('next')", ""); got.stdout != "next\n" {
+		t.Errorf("the next job: %+v", got)
+	}
+}
+
+func unixRights(fds ...int) []byte { return syscall.UnixRights(fds...) }
+
+// TestRunNoServer: a socket nobody listens on is an error after DialWait,
+// not a hang, and no job is handed over.
+func TestRunNoServer(t *testing.T) {
+	null, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	defer null.Close()
+	begin := time.Now()
+	_, err := Run(fmt.Sprintf("@airlock-run-code-none-%d", time.Now().UnixNano()), Job{Argv: []string{"/x.py"}}, [3]*os.File{null, null, null})
+	if err == nil || !strings.Contains(err.Error(), "connecting to the fork server") || time.Since(begin) < DialWait || time.Since(begin) > DialWait+time.Second {
+		t.Errorf("Run with no server: %v after %v", err, time.Since(begin))
+	}
+}

@@ -181,10 +181,14 @@ func (p *Proxy) tunnel(ctx context.Context, client activeConn, br *bufio.Reader,
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		io.Copy(up, br) // what the client sent after its header is in br
+		// What the client sent after its header is in br.
+		b, _ := br.Peek(br.Buffered())
+		if _, err := up.Write(b); err == nil {
+			up.relay(up, client, false, -1)
+		}
 		end(up.Conn)
 	}()
-	io.Copy(client, up)
+	up.relay(client, up, true, -1)
 	end(client.Conn)
 	<-done
 	rec.BytesUp, rec.BytesDown = up.up.Load(), up.down.Load()

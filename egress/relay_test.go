@@ -1,0 +1,155 @@
+package egress
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+)
+
+// tunnelTo opens a CONNECT tunnel through h to addr and returns the
+// connection and a reader past the proxy's answer.
+func (h *harness) tunnelTo(addr string) (net.Conn, *bufio.Reader) {
+	h.t.Helper()
+	conn := dialRaw(h.t, h.addr)
+	fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\n\r\n", addr)
+	br := bufio.NewReader(conn)
+	if resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"}); err != nil || resp.StatusCode != 200 {
+		h.t.Fatalf("CONNECT %s: %v", addr, err)
+	}
+	return conn, br
+}
+
+// TestByteLimitExact: a cap that is no multiple of a read or a move, on
+// either side of a pipe's worth, passes exactly its bytes and no more:
+// the last move is cut to what the budget has left.
+func TestByteLimitExact(t *testing.T) {
+	for _, max := range []int64{1, 4096 + 3, pipeSize - 1, pipeSize + 1, 3*pipeSize + 17} {
+		t.Run(fmt.Sprint(max), func(t *testing.T) {
+			ln := tcpServer(t, func(c net.Conn) { c.Write(bytes.Repeat([]byte("d"), int(max)+4*pipeSize)) })
+			h := newHarness(t, []string{ln.Addr().String()}, WithLimits(Limits{Bytes: max}))
+			_, br := h.tunnelTo(ln.Addr().String())
+			n, _ := io.Copy(io.Discard, br)
+			if n != max {
+				t.Errorf("read %d bytes through a cap of %d", n, max)
+			}
+			if r := h.last(); r.Reason != ReasonByteLimit || r.BytesDown != n || r.BytesUp != 0 {
+				t.Errorf("record %+v, read %d", r, n)
+			}
+			if got := h.p.Stats().Bytes; got != max {
+				t.Errorf("budget used %d, want %d", got, max)
+			}
+		})
+	}
+}
+
+// TestByteLimitShared: connections of one sandbox, both ways at once,
+// share one budget: together they pass exactly the cap, the records add
+// up to it, and none holds back budget it did not use.
+func TestByteLimitShared(t *testing.T) {
+	const max = 2*pipeSize + 12345
+	var mu sync.Mutex
+	got := 0 // bytes the host received
+	start := make(chan struct{})
+	ln := tcpServer(t, func(c net.Conn) {
+		<-start // all tunnels are open
+		go c.Write(bytes.Repeat([]byte("d"), 2*max))
+		n, _ := io.Copy(io.Discard, c)
+		mu.Lock()
+		got += int(n)
+		mu.Unlock()
+	})
+	h := newHarness(t, []string{ln.Addr().String()}, WithLimits(Limits{Bytes: max}))
+	var wg sync.WaitGroup
+	var down [3]int64
+	for i := range down {
+		conn, br := h.tunnelTo(ln.Addr().String())
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			<-start
+			conn.Write(bytes.Repeat([]byte("u"), max))
+		}()
+		go func() {
+			defer wg.Done()
+			down[i], _ = io.Copy(io.Discard, br)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	recs := h.records(len(down))
+	var sum, read int64
+	for i, r := range recs {
+		if r.Reason != ReasonByteLimit {
+			t.Errorf("record %+v", r)
+		}
+		sum += r.BytesUp + r.BytesDown
+		read += down[i]
+	}
+	if sum != max || h.p.Stats().Bytes != max {
+		t.Errorf("records add up to %d, budget used %d: want %d", sum, h.p.Stats().Bytes, max)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		up := int64(got)
+		mu.Unlock()
+		if up+read == max {
+			break
+		}
+		if up+read > max || time.Now().After(deadline) {
+			t.Fatalf("%d bytes up and %d down passed a cap of %d", up, read, max)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestIdleTrickle: a tunnel whose bytes come slower than a move fills
+// but faster than the idle timeout is not idle: each byte moved resets
+// the timer.
+func TestIdleTrickle(t *testing.T) {
+	const bytes = 12
+	ln := tcpServer(t, func(c net.Conn) {
+		for range bytes {
+			c.Write([]byte("t"))
+			time.Sleep(50 * time.Millisecond)
+		}
+		c.Close()
+	})
+	h := newHarness(t, []string{ln.Addr().String()}, WithLimits(Limits{Idle: 250 * time.Millisecond}))
+	conn, br := h.tunnelTo(ln.Addr().String())
+	n, _ := io.Copy(io.Discard, br)
+	conn.Close()
+	if n != bytes {
+		t.Errorf("read %d bytes, want %d", n, bytes)
+	}
+	if r := h.last(); r.Reason != ReasonClosed || r.BytesDown != bytes {
+		t.Errorf("record %+v", r)
+	}
+}
+
+// TestTunnelHalfClose: the sandbox's end of sending reaches the host as
+// a half-close, and the host's answer after it still comes back.
+func TestTunnelHalfClose(t *testing.T) {
+	ln := tcpServer(t, func(c net.Conn) {
+		b, _ := io.ReadAll(c) // to the sandbox's half-close
+		c.Write(append([]byte("got "), b...))
+		c.Close()
+	})
+	h := newHarness(t, []string{ln.Addr().String()})
+	conn, br := h.tunnelTo(ln.Addr().String())
+	io.WriteString(conn, "ping")
+	conn.(*net.TCPConn).CloseWrite()
+	b, err := io.ReadAll(br)
+	if err != nil || string(b) != "got ping" {
+		t.Fatalf("read %q, %v", b, err)
+	}
+	if r := h.last(); r.Reason != ReasonClosed || r.BytesUp != 4 || r.BytesDown != 8 {
+		t.Errorf("record %+v", r)
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -49,12 +51,12 @@ func TestByteLimitExact(t *testing.T) {
 }
 
 // TestByteLimitShared: connections of one sandbox, both ways at once,
-// share one budget: together they pass exactly the cap, the records add
-// up to it, and none holds back budget it did not use.
+// share one budget: the records add up to exactly the cap (none holds
+// back budget it did not use), and no more than the cap passes.
 func TestByteLimitShared(t *testing.T) {
 	const max = 2*pipeSize + 12345
 	var mu sync.Mutex
-	got := 0 // bytes the host received
+	got, ended := 0, 0 // bytes the host received, connections it saw end
 	start := make(chan struct{})
 	ln := tcpServer(t, func(c net.Conn) {
 		<-start // all tunnels are open
@@ -62,6 +64,7 @@ func TestByteLimitShared(t *testing.T) {
 		n, _ := io.Copy(io.Discard, c)
 		mu.Lock()
 		got += int(n)
+		ended++
 		mu.Unlock()
 	})
 	h := newHarness(t, []string{ln.Addr().String()}, WithLimits(Limits{Bytes: max}))
@@ -94,16 +97,21 @@ func TestByteLimitShared(t *testing.T) {
 	if sum != max || h.p.Stats().Bytes != max {
 		t.Errorf("records add up to %d, budget used %d: want %d", sum, h.p.Stats().Bytes, max)
 	}
+	// What passed: a cut connection may lose what its sockets still held
+	// (a close with bytes unread is a reset), never pass more.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		mu.Lock()
-		up := int64(got)
+		up, n := int64(got), ended
 		mu.Unlock()
-		if up+read == max {
+		if n == len(down) {
+			if up+read > max {
+				t.Errorf("%d bytes up and %d down passed a cap of %d", up, read, max)
+			}
 			break
 		}
-		if up+read > max || time.Now().After(deadline) {
-			t.Fatalf("%d bytes up and %d down passed a cap of %d", up, read, max)
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the host's connections ended", n)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -150,6 +158,90 @@ func TestTunnelHalfClose(t *testing.T) {
 		t.Fatalf("read %q, %v", b, err)
 	}
 	if r := h.last(); r.Reason != ReasonClosed || r.BytesUp != 4 || r.BytesDown != 8 {
+		t.Errorf("record %+v", r)
+	}
+}
+
+// pattern is n bytes that do not repeat in short runs, so that a byte
+// out of place shows.
+func pattern(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7 + i/251)
+	}
+	return b
+}
+
+// TestForwardRelay: a forwarded response with a Content-Length arrives
+// whole and in order, part from the proxy's read buffer and the rest
+// relayed, on a connection kept for the next request; the record counts
+// every byte the host sent.
+func TestForwardRelay(t *testing.T) {
+	body := pattern(3*pipeSize + 333)
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		w.Write(body)
+	}))
+	defer s.Close()
+	h := newHarness(t, []string{s.Listener.Addr().String()})
+	cl := h.client(nil)
+	for i := range 2 {
+		code, got := get(t, cl, s.URL)
+		if code != 200 || got != string(body) {
+			t.Fatalf("request %d: %d, %d bytes, body intact %v", i, code, len(got), got == string(body))
+		}
+		if r := h.last(); r.Reason != ReasonClosed || r.BytesDown < int64(len(body)) || r.BytesDown > int64(len(body))+512 {
+			t.Errorf("record %+v", r)
+		}
+	}
+}
+
+// TestForwardRelayByteLimit: a cap in the middle of a relayed body
+// passes exactly the cap, both ways together.
+func TestForwardRelayByteLimit(t *testing.T) {
+	const max = pipeSize + 4321
+	body := pattern(4 * pipeSize)
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		w.Write(body)
+	}))
+	defer s.Close()
+	h := newHarness(t, []string{s.Listener.Addr().String()}, WithLimits(Limits{Bytes: max}))
+	resp, err := h.client(nil).Get(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if n >= int64(len(body)) {
+		t.Fatalf("read all %d bytes through a cap of %d", n, max)
+	}
+	r := h.last()
+	if r.Reason != ReasonByteLimit || r.BytesUp+r.BytesDown != max || h.p.Stats().Bytes != max {
+		t.Errorf("record %+v, budget used %d, want %d", r, h.p.Stats().Bytes, max)
+	}
+}
+
+// TestForwardRelayShort: a host that ends before its Content-Length
+// leaves the sandbox a short body and an error, not a kept connection.
+func TestForwardRelayShort(t *testing.T) {
+	ln := tcpServer(t, func(c net.Conn) {
+		bufio.NewReader(c).ReadString('\n')
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", 2*pipeSize)
+		c.Write(pattern(pipeSize))
+		c.Close()
+	})
+	h := newHarness(t, []string{ln.Addr().String()})
+	resp, err := h.client(nil).Get("http://" + ln.Addr().String() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err == nil || n != pipeSize {
+		t.Errorf("read %d bytes, %v; want %d and an error", n, err, pipeSize)
+	}
+	if r := h.last(); r.Reason != ReasonUpstream || r.BytesDown < pipeSize {
 		t.Errorf("record %+v", r)
 	}
 }

@@ -182,8 +182,11 @@ func (p *Proxy) tunnel(ctx context.Context, client activeConn, br *bufio.Reader,
 	go func() {
 		defer close(done)
 		// What the client sent after its header is in br.
-		b, _ := br.Peek(br.Buffered())
-		if _, err := up.Write(b); err == nil {
+		var err error
+		if b, _ := br.Peek(br.Buffered()); len(b) > 0 {
+			_, err = up.Write(b)
+		}
+		if err == nil {
 			up.relay(up, client, false, -1)
 		}
 		end(up.Conn)

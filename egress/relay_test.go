@@ -245,3 +245,28 @@ func TestForwardRelayShort(t *testing.T) {
 		t.Errorf("record %+v", r)
 	}
 }
+
+// TestTunnelPipelined: bytes the sandbox sent in the same write as its
+// CONNECT (read with the header) reach the host before the rest.
+func TestTunnelPipelined(t *testing.T) {
+	ln := tcpServer(t, func(c net.Conn) {
+		b, _ := io.ReadAll(c)
+		c.Write(b)
+		c.Close()
+	})
+	h := newHarness(t, []string{ln.Addr().String()})
+	conn := dialRaw(t, h.addr)
+	fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\n\r\nfirst ", ln.Addr())
+	br := bufio.NewReader(conn)
+	if resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"}); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v", err)
+	}
+	io.WriteString(conn, "second")
+	conn.(*net.TCPConn).CloseWrite()
+	if b, err := io.ReadAll(br); err != nil || string(b) != "first second" {
+		t.Fatalf("read %q, %v", b, err)
+	}
+	if r := h.last(); r.BytesUp != 12 || r.BytesDown != 12 {
+		t.Errorf("record %+v", r)
+	}
+}

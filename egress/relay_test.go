@@ -119,17 +119,18 @@ func TestByteLimitShared(t *testing.T) {
 
 // TestIdleTrickle: a tunnel whose bytes come slower than a move fills
 // but faster than the idle timeout is not idle: each byte moved resets
-// the timer.
+// the timer, so it lives longer than the timeout (a byte every 100 ms
+// for a second, against 600 ms: room for a loaded machine).
 func TestIdleTrickle(t *testing.T) {
-	const bytes = 12
+	const bytes = 10
 	ln := tcpServer(t, func(c net.Conn) {
 		for range bytes {
 			c.Write([]byte("t"))
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond)
 		}
 		c.Close()
 	})
-	h := newHarness(t, []string{ln.Addr().String()}, WithLimits(Limits{Idle: 250 * time.Millisecond}))
+	h := newHarness(t, []string{ln.Addr().String()}, WithLimits(Limits{Idle: 600 * time.Millisecond}))
 	conn, br := h.tunnelTo(ln.Addr().String())
 	n, _ := io.Copy(io.Discard, br)
 	conn.Close()

@@ -181,10 +181,17 @@ func (p *Proxy) tunnel(ctx context.Context, client activeConn, br *bufio.Reader,
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		io.Copy(up, br) // what the client sent after its header is in br
+		// What the client sent after its header is in br.
+		var err error
+		if b, _ := br.Peek(br.Buffered()); len(b) > 0 {
+			_, err = up.Write(b)
+		}
+		if err == nil {
+			up.relay(up, client, false, -1)
+		}
 		end(up.Conn)
 	}()
-	io.Copy(client, up)
+	up.relay(client, up, true, -1)
 	end(client.Conn)
 	<-done
 	rec.BytesUp, rec.BytesDown = up.up.Load(), up.down.Load()
@@ -368,7 +375,57 @@ func (p *Proxy) exchange(up net.Conn, client net.Conn, out *http.Request, keep b
 		}
 		kept = keep && (resp.ContentLength >= 0 || len(resp.TransferEncoding) > 0)
 		resp.Close = !kept
-		return resp.StatusCode, kept, resp.Write(client)
+		w := io.Writer(client)
+		if m, ok := up.(*meterConn); ok && resp.Body != http.NoBody && resp.ContentLength > 0 && len(resp.TransferEncoding) == 0 {
+			b := &bodyRelay{Conn: client, m: m, ubr: ubr, body: io.LimitedReader{R: ubr, N: resp.ContentLength}}
+			resp.Body, w = b, b
+		}
+		return resp.StatusCode, kept, resp.Write(w)
 	}
 	return 0, false, &refusal{ReasonUpstreamHeader, "the host sent too many interim responses"}
+}
+
+// bodyRelay is a response body of known length from the upstream m, and
+// the client's connection it is written to. Read reads the body through
+// ubr, as http.ReadResponse's would. When Response.Write copies the body
+// to it whole (ReadFrom), it writes out what ubr holds and relays the
+// rest from m (spliced, on Linux), metered as the tunnel's bytes are.
+type bodyRelay struct {
+	net.Conn // the client's
+	m        *meterConn
+	ubr      *bufio.Reader
+	body     io.LimitedReader // over ubr
+}
+
+func (b *bodyRelay) Read(p []byte) (int, error) { return b.body.Read(p) }
+
+func (b *bodyRelay) Close() error { return nil }
+
+// ReadFrom relays the body when r is all of it, as Response.Write hands
+// it over (an io.LimitedReader of its length); anything else is copied.
+func (b *bodyRelay) ReadFrom(r io.Reader) (int64, error) {
+	lr, ok := r.(*io.LimitedReader)
+	if !ok || lr.R != io.Reader(b) || lr.N != b.body.N {
+		return io.Copy(struct{ io.Writer }{b.Conn}, r)
+	}
+	var n int64
+	if k := min(int64(b.ubr.Buffered()), b.body.N); k > 0 {
+		w, err := io.CopyN(b.Conn, b.ubr, k)
+		n += w
+		b.body.N -= w
+		if err != nil {
+			lr.N -= n
+			return n, err
+		}
+	}
+	before := b.m.down.Load()
+	err := b.m.relay(b.Conn, b.m, true, b.body.N)
+	moved := b.m.down.Load() - before
+	n += moved
+	b.body.N -= moved
+	lr.N -= n
+	if err == nil && b.body.N > 0 {
+		err = io.ErrUnexpectedEOF // the host ended before its Content-Length
+	}
+	return n, err
 }

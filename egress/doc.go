@@ -22,6 +22,9 @@
 //   - Per sandbox, the bytes through the proxy (both ways, every
 //     connection) and the connections open at once are capped, and a
 //     connection with no traffic either way for the idle timeout is closed.
+//     A byte is taken from the budget before it passes, never after, so
+//     no more than the cap passes; a tunnel's bytes, spliced on Linux,
+//     are taken per move, only as many as have arrived.
 //   - Every connection the sandbox opens (a CONNECT tunnel, or one
 //     forwarded HTTP request) is one audit Record: host, port, the address
 //     dialled, bytes each way, allowed or refused and why. A Record never

@@ -26,7 +26,7 @@ import (
 // harness is a proxy on loopback with a fake resolver and the records it
 // wrote.
 type harness struct {
-	t     *testing.T
+	t     testing.TB
 	p     *Proxy
 	addr  string
 	mu    sync.Mutex
@@ -39,7 +39,7 @@ type harness struct {
 	stop    context.CancelFunc
 }
 
-func newHarness(t *testing.T, allow []string, opts ...Option) *harness {
+func newHarness(t testing.TB, allow []string, opts ...Option) *harness {
 	t.Helper()
 	h := &harness{t: t, names: map[string][]netip.Addr{}, done: make(chan error, 1)}
 	resolve := func(ctx context.Context, host string) ([]netip.Addr, error) {
@@ -344,7 +344,7 @@ func TestRebinding(t *testing.T) {
 	}
 }
 
-func dialRaw(t *testing.T, addr string) net.Conn {
+func dialRaw(t testing.TB, addr string) net.Conn {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -364,7 +364,7 @@ func (h *harness) connect(target string) int {
 	return status(h.t, conn)
 }
 
-func status(t *testing.T, c net.Conn) int {
+func status(t testing.TB, c net.Conn) int {
 	t.Helper()
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {

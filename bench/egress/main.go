@@ -28,6 +28,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"sync/atomic"
 	"text/tabwriter"
@@ -42,9 +43,22 @@ func main() {
 	nsSize := flag.Int("ns-size", 100, "MiB per large GET in the namespaces (0: none; root only)")
 	size := flag.Int("size", 64, "MiB per large GET")
 	small := flag.Int("small", 200, "1 KiB GETs per round of the small scenarios")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (servers, proxy and clients) to this file")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench-egress: %v\n", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(*n, *size<<20, *small, *nsSize<<20); err != nil {
 		fmt.Fprintf(os.Stderr, "bench-egress: %v\n", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }

@@ -675,9 +675,22 @@ func batchKube(t *testing.T, cs *kubernetes.Clientset, nodes map[string]*node, t
 	if !strings.Contains(progress.String(), "running it again") {
 		t.Errorf("no job was run again after its node was lost:\n%s", progress.String())
 	}
-	// The node's restart ends the sandboxes its killed process left.
+	// The node's restart ends the sandboxes its killed process left, and
+	// `airlock reap` what a sandbox half made at the kill left (its cgroup).
 	nodes[victim.name] = runNode(t, victim.name, victim.root)
-	waitFor(t, 2*time.Minute, "no batch pod and no sandbox left", func() (bool, string) {
+	waitFor(t, 2*time.Minute, "no batch pod and no sandbox record left", func() (bool, string) {
+		list, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "airlock.dev/run=true"})
+		left := 0
+		for _, n := range nodes {
+			left += len(n.sandboxes(t))
+		}
+		return err == nil && len(list.Items) == 0 && left == 0, fmt.Sprintf("%v, %d pods, %d sandboxes", err, len(list.Items), left)
+	})
+	if before := e2etest.Cgroups(); len(before) > 0 {
+		t.Logf("cgroups left after the restart, before reap: %v", before)
+	}
+	airlock(t, victim.root, "reap")
+	waitFor(t, time.Minute, "no batch pod, sandbox or cgroup left", func() (bool, string) {
 		list, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "airlock.dev/run=true"})
 		if err != nil {
 			return false, err.Error()
@@ -686,7 +699,8 @@ func batchKube(t *testing.T, cs *kubernetes.Clientset, nodes map[string]*node, t
 		for _, n := range nodes {
 			left += len(n.sandboxes(t))
 		}
-		return len(list.Items) == 0 && left == 0, fmt.Sprintf("%d pods, %d sandboxes", len(list.Items), left)
+		cgroups := e2etest.Cgroups()
+		return len(list.Items) == 0 && left == 0 && len(cgroups) == 0, fmt.Sprintf("%d pods, %d sandboxes, cgroups %v", len(list.Items), left, cgroups)
 	})
 }
 

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -33,6 +34,16 @@ func TestFiftyConcurrentRuns(t *testing.T) {
 		"--engine", engineName, "--isolation", isolationName, "--out-dir", "none", "--timeout", "120s")
 	if c.code != 0 || !strings.Contains(c.stderr, "expected stdout: 50 pass, 0 fail") {
 		t.Errorf("50 at once: exit %d\n%s", c.code, c.stderr)
+		b, _ := os.ReadFile(out)
+		for line := range strings.SplitSeq(string(b), "\n") {
+			var r struct {
+				JobID string `json:"job_id"`
+				Error string `json:"error"`
+			}
+			if json.Unmarshal([]byte(line), &r) == nil && r.Error != "" {
+				t.Logf("job %s: %s", r.JobID, r.Error)
+			}
+		}
 	}
 	noSandboxLeft(t)
 }

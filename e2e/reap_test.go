@@ -42,7 +42,11 @@ func TestReapAfterSIGKILL(t *testing.T) {
 		}
 		cmds = append(cmds, cmd)
 	}
-	deadline := time.Now().Add(60 * time.Second)
+	// Every run must have its sandbox and have written its owner file: a
+	// run directory with no owner file is left alone by reap for a minute
+	// (its creator may still be writing it), so a run killed before it
+	// would stay. On a loaded host 20 starts take a while.
+	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
 		running := 0
 		for _, s := range sandboxes() {
@@ -50,7 +54,8 @@ func TestReapAfterSIGKILL(t *testing.T) {
 				running++
 			}
 		}
-		if running >= runs {
+		owned, _ := filepath.Glob(filepath.Join(rootDir, "runs", "*", "owner.json"))
+		if running >= runs && len(owned) >= runs {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)

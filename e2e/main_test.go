@@ -10,6 +10,7 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -200,15 +201,8 @@ func sandboxes() []string {
 func onlyPair(t *testing.T, engine, isolation string) {
 	t.Helper()
 	if (engine != "" && engine != engineName) || (isolation != "" && isolation != isolationName) {
-		t.Skipf("runs on the pair engine=%s isolation=%s only (%s/%s repeats it)", or(engine, "any"), or(isolation, "any"), engineName, isolationName)
+		t.Skipf("runs on the pair engine=%s isolation=%s only (%s/%s repeats it)", cmp.Or(engine, "any"), cmp.Or(isolation, "any"), engineName, isolationName)
 	}
-}
-
-func or(s, dflt string) string {
-	if s == "" {
-		return dflt
-	}
-	return s
 }
 
 func noSandboxLeft(t *testing.T) {

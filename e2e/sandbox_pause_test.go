@@ -187,6 +187,7 @@ func pauseLeftOf(root, id string) []string {
 // goes on with its count, the files are byte-identical, and nothing of
 // the sandbox ran while it was paused.
 func TestSandboxPauseResume(t *testing.T) {
+	onlyPair(t, "oci", "gvisor") // it names its engine and isolation
 	root := pauseRoot(t)
 	id := mustIn(t, root, "sandbox", "create", "--engine", "oci", "--isolation", "gvisor", "--ttl", "10m")
 	defer func() {
@@ -275,6 +276,7 @@ func TestSandboxPauseResume(t *testing.T) {
 
 // runc cannot checkpoint: its refusal says so and changes nothing.
 func TestSandboxPauseRefusedUnderRunc(t *testing.T) {
+	onlyPair(t, "oci", "seccomp") // it names its engine and isolation
 	root := pauseRoot(t)
 	id := mustIn(t, root, "sandbox", "create", "--engine", "oci", "--isolation", "seccomp")
 	defer in(root, "sandbox", "rm", id)
@@ -291,6 +293,7 @@ func TestSandboxPauseRefusedUnderRunc(t *testing.T) {
 // a sandbox that a later resume brings back, and rm then reap leave
 // nothing of it: runtime sandbox, cgroups, mounts, checkpoint.
 func TestSandboxPauseKilled(t *testing.T) {
+	onlyPair(t, "oci", "gvisor") // it names its engine and isolation
 	root := pauseRoot(t)
 	id := mustIn(t, root, "sandbox", "create", "--engine", "oci", "--isolation", "gvisor", "--ttl", "10m")
 	defer func() {
@@ -333,6 +336,7 @@ func TestSandboxPauseKilled(t *testing.T) {
 // A paused sandbox's TTL still counts: its supervisor ends it there, and
 // its checkpoint with it.
 func TestSandboxPausedTTL(t *testing.T) {
+	onlyPair(t, "oci", "gvisor") // it names its engine and isolation
 	root := pauseRoot(t)
 	id := mustIn(t, root, "sandbox", "create", "--engine", "oci", "--isolation", "gvisor", "--ttl", "4s")
 	defer in(root, "sandbox", "rm", id)

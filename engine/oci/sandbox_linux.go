@@ -70,6 +70,9 @@ type sandboxState struct {
 	// Snapshot names the snapshot the sandbox was restored from; empty
 	// for one that booted.
 	Snapshot string `json:"snapshot,omitempty"`
+	// BootID says the sandbox's boot id is a file of its own, bound over
+	// the sentry's (isolation.BootIDPath), which a snapshot of it records.
+	BootID bool `json:"boot_id,omitempty"`
 }
 
 var sandboxIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
@@ -180,7 +183,13 @@ func (e *Engine) create(ctx context.Context, s *engine.SandboxSpec, snap string)
 			return nil, err
 		}
 	}
-	p, err := e.prepare(ctx, s, []string{initPath}, binds...)
+	// A sandbox restored from a snapshot is named its own: the policy's
+	// name is its clones' too (engine.Snapshotter).
+	hostname := ""
+	if snap != "" {
+		hostname = isolation.RestoredHostname(s.Policy.Hostname, s.ID)
+	}
+	p, err := e.prepare(ctx, s, []string{initPath}, hostname, binds...)
 	defer p.release()
 	if err != nil {
 		return nil, err
@@ -230,7 +239,7 @@ func (e *Engine) create(ctx context.Context, s *engine.SandboxSpec, snap string)
 		return nil, engine.Lost("sandbox %q ended as it started", s.ID)
 	}
 	st := sandboxState{ID: s.ID, Image: s.Image, Mode: s.Policy.Isolation, Pid: pid, Start: start, Timeout: l.Timeout, Egress: egressStateOf(s.Policy.Egress),
-		Policy: policyDigest(s.Policy), Snapshot: snap}
+		Policy: policyDigest(s.Policy), Snapshot: snap, BootID: !native}
 	if !native && !e.runtimeExec {
 		if c, err := gvisor.Find(bg, state, name); err == nil {
 			st.Control, st.Agent = c.Socket, withAgent

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -41,9 +42,17 @@ var advTemplates = []struct {
 type advPool struct {
 	srv    *exec.Cmd
 	client *http.Client
-	mu     sync.Mutex
-	errs   []string
+	// snapshots, when set, are the templates' snapshots by name: each run
+	// is then an exec in a sandbox of its own taken from the template's
+	// sandbox pool, restored from the snapshot, and destroyed after it.
+	snapshots map[string]string
+	mu        sync.Mutex
+	errs      []string
 }
+
+// advWarm is the warm program of the suite's snapshot templates: it says
+// it is ready and sleeps, one process beside the sandbox's init.
+const advWarm = `touch "$AIRLOCK_READY_FILE" && exec sleep 1000000`
 
 // TestAdversarialPooled runs the adversarial suite's network, filesystem,
 // privilege, secrets and resources groups on pooled sandboxes: every run
@@ -64,8 +73,24 @@ func TestAdversarialPooled(t *testing.T) {
 		}
 		return
 	}
+	testAdversarialPooled(t, false)
+}
+
+// TestAdversarialRestored is TestAdversarialPooled in sandboxes restored
+// from snapshots: each template is made with --warm, and each run is an
+// exec in a sandbox of its own, taken from the template's sandbox pool
+// (restored from its snapshot) and destroyed after it. The outcomes are
+// TestAdversarialPooled's except where a restored sandbox differs by
+// design (advRuns.restored). Snapshots are gVisor's, on the oci engine.
+func TestAdversarialRestored(t *testing.T) {
+	onlyPair(t, "oci", "gvisor")
+	testAdversarialPooled(t, true)
+}
+
+func testAdversarialPooled(t *testing.T, restored bool) {
 	h := newAdvHost(t)
 	var pools []string
+	snapshots := map[string]string{}
 	for _, tp := range advTemplates {
 		args := []string{"template", "create", tp.name, "--replace", "--engine", "oci", "--isolation", isolationName, "--timeout", "60s"}
 		if tp.image == "busybox" {
@@ -77,15 +102,37 @@ func TestAdversarialPooled(t *testing.T) {
 		if tp.memory != "" {
 			args = append(args, "--memory", tp.memory)
 		}
-		if r := airlock(nil, args...); r.code != 0 {
+		pool := "--pool"
+		if restored {
+			args = append(args, "--json", "--warm", "--", "sh", "-c", advWarm)
+			pool = "--pool-sandboxes"
+		}
+		r := airlock(nil, args...)
+		if r.code != 0 {
 			t.Fatalf("template create %s: exit %d: %s", tp.name, r.code, r.stderr)
 		}
 		t.Cleanup(func() { airlock(nil, "template", "rm", tp.name) })
-		pools = append(pools, "--pool", fmt.Sprintf("%s=%d", tp.name, tp.size))
+		if restored {
+			var tpl struct{ Snapshot string }
+			if err := json.Unmarshal([]byte(r.stdout), &tpl); err != nil || tpl.Snapshot == "" {
+				t.Fatalf("template create %s --warm: no snapshot in %q (%v)", tp.name, r.stdout, err)
+			}
+			snapshots[tp.name] = tpl.Snapshot
+		}
+		pools = append(pools, pool, fmt.Sprintf("%s=%d", tp.name, tp.size))
 	}
 	p := startPooled(t, h.secret, pools)
+	how := " (pooled)"
+	if restored {
+		p.snapshots, how = snapshots, " (each in a sandbox restored from a snapshot)"
+	}
 	start := time.Now()
 	r := h.runAll(t, p.run)
+	r.restored = restored
+	if restored {
+		t.Logf("the fork bomb: %s %s %q; the memory hog: %s %s %q; the thread bomb: %s %d %q", r.forkBomb.res.Reason, r.forkBomb.res.ErrorKind, r.forkBomb.res.Error,
+			r.memory.res.Reason, r.memory.res.ErrorKind, r.memory.res.Error, r.threads.res.Reason, r.threads.res.ExitCode, r.threads.res.Error)
+	}
 	t.Logf("runs took %v", time.Since(start).Round(time.Millisecond))
 	p.mu.Lock()
 	for _, e := range p.errs {
@@ -96,7 +143,7 @@ func TestAdversarialPooled(t *testing.T) {
 		t.Error(err)
 	}
 	cases := advGroups(t, advCases(h, r), "network", "filesystem", "privilege", "secrets", "resources")
-	advReport(t, " (pooled)", cases)
+	advReport(t, how, cases)
 }
 
 // startPooled starts `airlock serve` with the pools, the secret in its
@@ -183,6 +230,9 @@ func (p *advPool) run(_ []string, args ...string) advRun {
 	if req["template"] == nil {
 		return advRun{err: fmt.Errorf("no pool for image %q pids %q memory %q", image, pids, memory)}
 	}
+	if p.snapshots != nil {
+		return p.restored(req)
+	}
 	body, _ := json.Marshal(req)
 	begin := time.Now()
 	for {
@@ -223,9 +273,77 @@ func (p *advPool) run(_ []string, args ...string) advRun {
 	}
 }
 
-// cliCode is the exit code `airlock run` gives a Result (README, "Exit
-// codes").
+// restored makes run req an exec in a sandbox of its own, taken from the
+// pool of req's template (restored from its snapshot), and destroys the
+// sandbox after it. A 429 (the pool is empty) is retried until a claim.
+func (p *advPool) restored(req map[string]any) advRun {
+	tpl := req["template"].(string)
+	begin := time.Now()
+	var si runner.SandboxInfo
+	for {
+		body, _ := json.Marshal(map[string]any{"template": tpl})
+		st, b, err := p.call("POST", "/v1/sandboxes", body)
+		if err != nil {
+			return advRun{err: err}
+		}
+		if st == http.StatusTooManyRequests {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		if err := json.Unmarshal(b, &si); err != nil || st != http.StatusCreated {
+			return advRun{err: fmt.Errorf("POST /v1/sandboxes: %d %s", st, b)}
+		}
+		break
+	}
+	delete(req, "template")
+	body, _ := json.Marshal(req)
+	var r advRun
+	st, b, err := p.call("POST", "/v1/sandboxes/"+si.ID+"/exec", body)
+	var e struct {
+		Error struct{ Kind, Message string }
+	}
+	switch {
+	case err != nil:
+	case st != http.StatusOK && json.Unmarshal(b, &e) == nil && e.Error.Kind == "sandbox_lost":
+		// As `airlock exec` reports an exec into a lost sandbox.
+		r.res = runner.Result{SandboxID: si.ID, Reason: runner.ReasonError, ErrorKind: e.Error.Kind, Error: e.Error.Message, Snapshot: si.Snapshot}
+	case st != http.StatusOK || json.Unmarshal(b, &r.res) != nil:
+		err = fmt.Errorf("POST /v1/sandboxes/%s/exec: %d %s", si.ID, st, b)
+	}
+	r.err = err
+	if st, b, err := p.call("DELETE", "/v1/sandboxes/"+si.ID, nil); err != nil || st != http.StatusNoContent {
+		r.err = errors.Join(r.err, fmt.Errorf("DELETE /v1/sandboxes/%s: %d %s (%v)", si.ID, st, b, err))
+	}
+	if r.err == nil && (r.res.Snapshot == "" || r.res.Snapshot != p.snapshots[tpl] || si.Snapshot != r.res.Snapshot) {
+		p.mu.Lock()
+		p.errs = append(p.errs, fmt.Sprintf("a run on %s was not in a sandbox restored from its snapshot %s: sandbox %s, result %q", tpl, p.snapshots[tpl], si.Snapshot, r.res.Snapshot))
+		p.mu.Unlock()
+	}
+	r.cli = cliResult{code: cliCode(r.res), stdout: string(b), wall: time.Since(begin), maxRSS: peakRSS(p.srv.Process.Pid)}
+	return r
+}
+
+// call makes one request of the server and reads its answer.
+func (p *advPool) call(method, path string, body []byte) (int, []byte, error) {
+	req, err := http.NewRequest(method, "http://airlock"+path, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// cliCode is the exit code `airlock run` or `airlock exec` gives a Result
+// (README, "Exit codes").
 func cliCode(res runner.Result) int {
+	if res.Reason == runner.ReasonError && res.ErrorKind == "sandbox_lost" {
+		return 69
+	}
 	switch res.Reason {
 	case runner.ReasonExited:
 		return res.ExitCode

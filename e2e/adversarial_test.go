@@ -372,6 +372,11 @@ type advRuns struct {
 	// that follows after in the probe's sandbox.
 	live        bool
 	other, next advRun
+	// restored is set when each run was an exec in a sandbox of its own,
+	// restored from a snapshot whose warm program (advWarm) runs on in it
+	// (TestAdversarialRestored): a live sandbox's working directory, HOME
+	// and pid 1, and a host name of its own, but no state shared by runs.
+	restored bool
 }
 
 // listScript prints what is in /tmp and /out.
@@ -727,7 +732,7 @@ func advCases(h *advHost, r *advRuns) []advCase {
 		func() error { return r.expect("setuid_files", "none") },
 		detailIs("no_new_privs", "value", "1")))
 	add("filesystem", "inherited_fds", "only 0, 1, 2", layerAirlock, func() error { return r.expect("inherited_fds", "none") })
-	if r.live {
+	if r.live || r.restored {
 		// A live sandbox's default working directory is its workspace.
 		add("filesystem", "cwd", "the workspace", layerAirlock, detailIs("cwd", "path", runner.WorkspaceDir))
 	} else {
@@ -788,34 +793,41 @@ func advCases(h *advHost, r *advRuns) []advCase {
 	add("privilege", "cgroup_release_agent", unix.ErrnoName(cgroupWrite)+"; no writable release_agent", layerConfig,
 		detailIs("cgroup_write", errnoIs(cgroupWrite), "writable release_agent: none"))
 	refused("privilege", "kill_host_pid", layerConfig, syscall.ESRCH)
-	if r.live {
+	if r.live || r.restored {
 		// In a live sandbox pid 1 is airlock's init, and the probe is an
 		// exec beside it: nothing else, and nothing of the host or of the
 		// other sandbox, whose listener runs meanwhile. The oci engine's
 		// gVisor sandboxes also hold two of airlock's agent processes: the
 		// exec agent, the probe's parent, and the spawner the init starts
-		// (internal/agent/spawner.go).
+		// (internal/agent/spawner.go). A restored sandbox also holds the
+		// warm program its snapshot holds, asleep.
 		withAgent := engineName == "oci" && isolationName == "gvisor"
-		want, agentsWanted := "only its own and the init's", 0
+		want, agentsWanted, programs := "only its own and the init's", 0, []string{"python3"}
 		if withAgent {
 			want, agentsWanted = "only its own, the init's, the exec agent's and the spawner's", 2
+		}
+		if r.restored {
+			want, programs = want+", and the warm program's", []string{"sleep", "python3"}
 		}
 		add("privilege", "pids_visible", want, layerConfig, func() error {
 			_, detail, err := r.line("pid_programs")
 			if err != nil {
 				return err
 			}
-			var pids []string
+			var progs []string
 			agents := 0
 			for _, e := range strings.Split(detail, ",") {
 				pid, prog, _ := strings.Cut(e, "=")
-				if withAgent && prog == "/.airlock-agent" {
+				switch {
+				case withAgent && prog == "/.airlock-agent":
 					agents++
-					continue
+				case pid != "1":
+					progs = append(progs, prog)
 				}
-				pids = append(pids, pid)
 			}
-			if len(pids) != 2 || pids[0] != "1" || agents != agentsWanted {
+			// A live sandbox's probe may be started through a wrapper of
+			// the engine's: its name is checked only in a restored one.
+			if !strings.HasPrefix(detail, "1=") || agents != agentsWanted || len(progs) != len(programs) || (r.restored && !slices.Equal(progs, programs)) {
 				return fmt.Errorf("processes %s; want %s", detail, want)
 			}
 			return nil
@@ -836,6 +848,17 @@ func advCases(h *advHost, r *advRuns) []advCase {
 	// (137) when the exec ends before the sandbox does.
 	killEnded := func() error { return r.after.ended(runner.ReasonExited, gvisorOr(137, 0)) }
 	killOutcome := gvisorOr("kills the sandbox's own init (exit 137)", "ignored")
+	if r.restored {
+		// The killer is an exec beside airlock's init: it ends its own
+		// sandbox, and is told so, or sees its own SIGKILL first.
+		killOutcome = "kills the sandbox's init: exit 137 or sandbox_lost"
+		killEnded = func() error {
+			if r.after.ended(runner.ReasonExited, 137) != nil && sandboxLost(r.after) != nil {
+				return fmt.Errorf("the killer's exec: %w; or %w", r.after.ended(runner.ReasonExited, 137), sandboxLost(r.after))
+			}
+			return nil
+		}
+	}
 	if r.live {
 		killOutcome = gvisorOr("kills the sandbox's init: sandbox_lost from the next exec on", "ignored; the next exec runs")
 		killEnded = func() error {
@@ -872,12 +895,41 @@ func advCases(h *advHost, r *advRuns) []advCase {
 		h.initUnchanged))
 
 	// Resources.
-	add("resources", "fork_bomb", "pids_limit", layerConfig, checkAll(
-		func() error { return r.forkBomb.ended(runner.ReasonPidsLimit, 0) },
-		func() error {
-			if r.forkBomb.cli.code != 122 {
-				return fmt.Errorf("airlock exit %d, want 122", r.forkBomb.cli.code)
+	// atLimit checks a run ended by reason, airlock exiting code.
+	atLimit := func(run *advRun, reason runner.Reason, code int) func() error {
+		return func() error {
+			if err := run.ended(reason, 0); err != nil {
+				return err
 			}
+			if run.cli.code != code {
+				return fmt.Errorf("airlock exit %d, want %d", run.cli.code, code)
+			}
+			return nil
+		}
+	}
+	forkBomb, forkBombEnded := "pids_limit", atLimit(&r.forkBomb, runner.ReasonPidsLimit, 122)
+	memoryHog, memoryHogEnded := "oom", atLimit(&r.memory, runner.ReasonOOM, 137)
+	if r.restored {
+		// An exec's program is not the sandbox's: under gVisor the
+		// sentry, whose threads and memory the cgroup counts, ends at
+		// the limit, and the whole sandbox with it.
+		lostAt := func(run *advRun, limit string) func() error {
+			return func() error {
+				if err := sandboxLost(*run); err != nil {
+					return err
+				}
+				if !strings.Contains(run.res.Error, limit) {
+					return fmt.Errorf("error %q does not name the %s", run.res.Error, limit)
+				}
+				return nil
+			}
+		}
+		forkBomb, forkBombEnded = "sandbox_lost (exit 69), naming the pids limit", lostAt(&r.forkBomb, "pids limit")
+		memoryHog, memoryHogEnded = "sandbox_lost (exit 69), naming the memory limit", lostAt(&r.memory, "memory limit")
+	}
+	add("resources", "fork_bomb", forkBomb, layerConfig, checkAll(
+		forkBombEnded,
+		func() error {
 			if r.hostTrue != nil {
 				return fmt.Errorf("the host could not run /bin/true during the fork bomb: %v", r.hostTrue)
 			}
@@ -900,14 +952,7 @@ func advCases(h *advHost, r *advRuns) []advCase {
 			}
 			return nil
 		}))
-	add("resources", "memory_hog", "oom", layerConfig, checkAll(
-		func() error { return r.memory.ended(runner.ReasonOOM, 0) },
-		func() error {
-			if r.memory.cli.code != 137 {
-				return fmt.Errorf("airlock exit %d, want 137", r.memory.cli.code)
-			}
-			return nil
-		}))
+	add("resources", "memory_hog", memoryHog, layerConfig, memoryHogEnded)
 	fillLine := func(prefix, want string) func() error {
 		return func() error {
 			if err := r.fill.ended(runner.ReasonExited, 0); err != nil {
@@ -1039,7 +1084,7 @@ func advCases(h *advHost, r *advRuns) []advCase {
 			return fmt.Errorf("environment %q", vars)
 		}
 		// A live sandbox's HOME is its workspace (the image sets HOME too).
-		if r.live && !slices.Contains(vars, "HOME="+runner.WorkspaceDir) {
+		if (r.live || r.restored) && !slices.Contains(vars, "HOME="+runner.WorkspaceDir) {
 			return fmt.Errorf("environment %q: HOME is not the workspace", vars)
 		}
 		return nil
@@ -1047,7 +1092,19 @@ func advCases(h *advHost, r *advRuns) []advCase {
 	refused("secrets", "docker_socket", layerConfig, syscall.ENOENT)
 	refused("secrets", "docker_socket_run", layerConfig, syscall.ENOENT)
 	refused("secrets", "containerd_socket", layerConfig, syscall.ENOENT)
-	add("secrets", "hostname", "sandbox", layerAirlock, detailIs("hostname", "names", "sandbox,sandbox"))
+	if r.restored {
+		// Its own name, as its record shows: sandboxes restored from one
+		// snapshot must differ (isolation.RestoredHostname).
+		add("secrets", "hostname", "sandbox-<12 hex digits>, the sandbox's own", layerAirlock, func() error {
+			pol := r.probe.res.Policy
+			if pol == nil || !regexp.MustCompile(`^sandbox-[0-9a-f]{12}$`).MatchString(pol.Hostname) {
+				return fmt.Errorf("the result's policy names host %+v", pol)
+			}
+			return detailIs("hostname", "names", pol.Hostname+","+pol.Hostname)()
+		})
+	} else {
+		add("secrets", "hostname", "sandbox", layerAirlock, detailIs("hostname", "names", "sandbox,sandbox"))
+	}
 	hexLine := func(name string) (string, error) {
 		got, detail, err := r.line(name)
 		if err != nil || got != "read" {

@@ -20,7 +20,7 @@ import (
 // one sandbox restored from the snapshot to the next. reseed is what a
 // warm program does on receiving its job (docs/snapshots.md).
 const zygote = `
-import json, os, random, sys, tempfile, time, uuid
+import json, os, random, socket, sys, tempfile, time, uuid
 import numpy
 
 def reseed():
@@ -41,6 +41,8 @@ out = {
     "tempfile.mktemp": tempfile.mktemp(),
     "numpy.random.random": repr(numpy.random.random()),
     "boot_id": open("/proc/sys/kernel/random/boot_id").read().strip(),
+    "hostname": socket.gethostname(),
+    "proc_hostname": open("/proc/sys/kernel/hostname").read().strip(),
 }
 with open("/tmp/out.new", "w") as f:
     json.dump(out, f)
@@ -55,7 +57,7 @@ func job(t *testing.T, root, id, kind string) map[string]string {
 	out := mustIn(t, root, "exec", id, "--", "sh", "-c",
 		"echo "+kind+" > /tmp/job.new && mv /tmp/job.new /tmp/job; i=0; while [ ! -e /tmp/out ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done; cat /tmp/out")
 	var m map[string]string
-	if err := json.Unmarshal([]byte(out), &m); err != nil || len(m) != 6 {
+	if err := json.Unmarshal([]byte(out), &m); err != nil || len(m) != 8 {
 		t.Fatalf("%s: the zygote answered %q (%v)", id, out, err)
 	}
 	return m
@@ -64,12 +66,12 @@ func job(t *testing.T, root, id, kind string) map[string]string {
 // The done-when case of templates with a snapshot: template create --warm
 // snapshots a numpy-ready Python zygote; 20 sandboxes restored from it
 // print distinct os.urandom, random.random, uuid4, mktemp and
-// numpy.random values once the zygote reseeds on its job. Without the
-// reseed, the values the clones share are logged (random's, numpy's and
-// tempfile's generators are in the snapshot). boot_id is gVisor's, fixed
-// when its kernel booted and saved in the checkpoint: the same in every
-// clone. template rm removes the snapshot; reap removes one no template
-// names; nothing is left of any sandbox.
+// numpy.random values once the zygote reseeds on its job, and distinct
+// boot ids and host names with or without it (airlock gives each its own:
+// the host name is the one its record shows). Without the reseed, the
+// values the clones share are logged (random's, numpy's and tempfile's
+// generators are in the snapshot). template rm removes the snapshot; reap
+// removes one no template names; nothing is left of any sandbox.
 func TestTemplateSnapshot(t *testing.T) {
 	root := pauseRoot(t)
 	c := in(root, "template", "create", "snap-py", "--engine", "oci", "--json", "--warm", "--", "python3", "-c", zygote)
@@ -100,7 +102,6 @@ func TestTemplateSnapshot(t *testing.T) {
 	const n = 20
 	var ids []string
 	seen := map[string]map[string]string{}
-	boot := map[string]bool{}
 	for i := 0; i < n; i++ {
 		begin := time.Now()
 		var si runner.SandboxInfo
@@ -115,11 +116,12 @@ func TestTemplateSnapshot(t *testing.T) {
 		if si.Snapshot != tpl.Snapshot {
 			t.Fatalf("sandbox %s: snapshot %q; want the template's %s", si.ID, si.Snapshot, tpl.Snapshot)
 		}
-		for k, v := range job(t, root, si.ID, "reseed") {
-			if k == "boot_id" {
-				boot[v] = true
-				continue
-			}
+		out := job(t, root, si.ID, "reseed")
+		if h := out["hostname"]; si.Policy == nil || h != si.Policy.Hostname || h != out["proc_hostname"] || !strings.HasPrefix(h, "sandbox-") {
+			t.Errorf("%s: host name %q, /proc's %q; want the one its record shows, sandbox-…", si.ID, h, out["proc_hostname"])
+		}
+		delete(out, "proc_hostname")
+		for k, v := range out {
 			if seen[k] == nil {
 				seen[k] = map[string]string{}
 			}
@@ -129,13 +131,21 @@ func TestTemplateSnapshot(t *testing.T) {
 			seen[k][v] = si.ID
 		}
 	}
-	t.Logf("reseeded: %d clones, distinct values per generator: %v; boot_ids: %d", n, counts(seen), len(boot))
+	t.Logf("reseeded: %d clones, distinct values of each: %v", n, counts(seen))
+	for k, vs := range seen {
+		if len(vs) != n {
+			t.Errorf("%s: %d distinct values in %d clones", k, len(vs), n)
+		}
+	}
 
 	// An exec's result, and its signed receipt, name the snapshot.
 	out := mustIn(t, root, "exec", "--json", ids[0], "--", "true")
 	var res runner.Result
 	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Snapshot != tpl.Snapshot || res.Receipt == nil || res.Receipt.Receipt.Snapshot != tpl.Snapshot {
 		t.Errorf("exec in a restored sandbox: snapshot %q (%v); want the template's %s in the result and its receipt", res.Snapshot, err, tpl.Snapshot)
+	}
+	if res.Policy == nil || res.Receipt == nil || res.Policy.Hostname != res.Receipt.Receipt.Policy.Hostname || !strings.HasPrefix(res.Policy.Hostname, "sandbox-") {
+		t.Errorf("exec in a restored sandbox: the result's policy names host %+v; want its own name, as its receipt", res.Policy)
 	}
 	resFile := filepath.Join(t.TempDir(), "result.json")
 	os.WriteFile(resFile, []byte(out), 0o600)
@@ -146,9 +156,6 @@ func TestTemplateSnapshot(t *testing.T) {
 	os.WriteFile(resFile, []byte(forged), 0o600)
 	if v := in(root, "receipt", "verify", resFile); v.code != 65 || !strings.Contains(v.stderr, "snapshot") {
 		t.Errorf("receipt verify of a result naming another snapshot: exit %d %s", v.code, v.stderr)
-	}
-	if len(boot) != 1 {
-		t.Logf("boot_id differs between clones (%d values): gVisor now makes it at restore", len(boot))
 	}
 
 	// A narrowed policy is not the snapshot's: refused, naming the fix,
@@ -180,8 +187,10 @@ func TestTemplateSnapshot(t *testing.T) {
 		}
 	}
 	t.Logf("without a reseed, 3 clones share: %v", shared)
-	if len(raw["os.urandom"]) != 3 || len(raw["uuid.uuid4"]) != 3 {
-		t.Errorf("os.urandom or uuid4 repeat across clones without help: %v", raw)
+	for _, k := range []string{"os.urandom", "uuid.uuid4", "boot_id", "hostname"} {
+		if len(raw[k]) != 3 {
+			t.Errorf("%s repeats across clones without help: %v", k, raw[k])
+		}
 	}
 
 	for _, id := range ids {

@@ -223,7 +223,10 @@ type Pauser interface {
 // snapshot; retrying cannot help), never used; one whose
 // manifest does not hash to its name is errdefs.ErrDataLoss. A sandbox
 // that cannot be snapshotted (runc's isolation, egress) is
-// errdefs.ErrNotImplemented, saying why.
+// errdefs.ErrNotImplemented, saying why. A restored sandbox differs from
+// its clones where programs look for what is the machine's own: its host
+// name is isolation.RestoredHostname(s.Policy.Hostname, s.ID), not the
+// policy's, and its boot id is its own.
 type Snapshotter interface {
 	Snapshot(ctx context.Context, id string) (name string, err error)
 	Restore(ctx context.Context, s *SandboxSpec, snapshot string) (Sandbox, error)

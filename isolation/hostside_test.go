@@ -69,7 +69,7 @@ func TestOCIWritableBindsNoexec(t *testing.T) {
 	}
 	i := slices.IndexFunc(s.Mounts, func(m specs.Mount) bool { return m.Destination == "/work/out" })
 	s.Mounts[i].Options = slices.DeleteFunc(s.Mounts[i].Options, func(o string) bool { return o == "noexec" })
-	if err := CheckOCISpec(s, "", "", j.Binds...); !errors.Is(err, ErrInvalid) {
+	if err := CheckOCISpec(s, "", "", "", j.Binds...); !errors.Is(err, ErrInvalid) {
 		t.Errorf("executable writable bind: err = %v, want ErrInvalid", err)
 	}
 }

@@ -28,6 +28,16 @@ type OCIJob struct {
 	// runtime's tmpfs. Empty keeps the tmpfs.
 	TmpSource string
 
+	// Hostname, when set, is the sandbox's host name in place of the
+	// policy's: a sandbox restored from a snapshot is named its own
+	// (RestoredHostname).
+	Hostname string
+
+	// BootID, when set, is the host file airlock wrote the sandbox's boot
+	// id in (NewBootID), bound read-only at BootIDPath. gVisor only: runc
+	// refuses a bind into /proc.
+	BootID string
+
 	// Network is the network airlock made for a policy with egress; it
 	// must be given for one, and never for a policy without (whose
 	// sandbox gets a new network namespace with loopback alone).
@@ -130,16 +140,21 @@ func OCISpec(p Policy, j OCIJob) (*specs.Spec, error) {
 	} else if !p.Egress.On() {
 		return nil, fmt.Errorf("%w: a network namespace given for a policy without egress", ErrInvalid)
 	}
+	if j.BootID != "" && p.Isolation != GVisor {
+		return nil, fmt.Errorf("%w: a boot id file is bound only under gVisor (runc refuses a bind into /proc)", ErrInvalid)
+	}
 	s := ociDefault()
 	for _, opt := range []OCIOpt{
 		withOCIIdentity(p),
+		withOCIHostname(j.Hostname),
 		withOCILimits(p.Isolation, p.Limits),
 		withOCITmp(p.Limits, j.TmpSource),
 		withOCIJob(j),
 		withOCINetwork(j.Network),
 		withOCIBinds(j.Binds),
+		withOCIBootID(j.BootID),
 		withOCISeccomp(p.Seccomp),
-		withOCICheck(j.Network, j.TmpSource, j.Binds),
+		withOCICheck(j.Network, j.TmpSource, j.BootID, j.Binds),
 	} {
 		if err := opt(s); err != nil {
 			return nil, err
@@ -251,6 +266,14 @@ func validateOCIJob(j OCIJob) error {
 	}
 	if err := checkTmpSource(j.TmpSource, j.Binds); err != nil {
 		errs = append(errs, err)
+	}
+	if j.Hostname != "" && !validHostname(j.Hostname) {
+		bad("hostname %q must be 1 to 63 letters, digits or '-'", j.Hostname)
+	}
+	if b := j.BootID; b != "" {
+		if !absClean(b) || b == "/" || b == j.TmpSource || slices.ContainsFunc(j.Binds, func(x Bind) bool { return x.Source == b }) {
+			bad("boot id file %q must be an absolute, clean path other than /, and no other mount's source", b)
+		}
 	}
 	if n := j.Network; n != nil {
 		if !absClean(n.NetNS) || n.NetNS == "/" {
@@ -441,12 +464,12 @@ func withOCIBinds(binds []Bind) OCIOpt {
 }
 
 // withOCICheck runs last, so a mistake in any earlier step fails closed.
-func withOCICheck(n *OCINetwork, tmpSource string, binds []Bind) OCIOpt {
+func withOCICheck(n *OCINetwork, tmpSource, bootID string, binds []Bind) OCIOpt {
 	netNS := ""
 	if n != nil {
 		netNS = n.NetNS
 	}
-	return func(s *specs.Spec) error { return CheckOCISpec(s, netNS, tmpSource, binds...) }
+	return func(s *specs.Spec) error { return CheckOCISpec(s, netNS, tmpSource, bootID, binds...) }
 }
 
 // CheckOCISpec reports every way s is wider than OCISpec ever makes it:
@@ -457,8 +480,9 @@ func withOCICheck(n *OCINetwork, tmpSource string, binds []Bind) OCIOpt {
 // one airlock made for a policy with egress ("" for none, when s must
 // join none). binds are the only host paths s may mount besides
 // tmpSource, the declared /tmp source ("" for none), which only /tmp may
-// bind. Errors wrap ErrInvalid.
-func CheckOCISpec(s *specs.Spec, netNS, tmpSource string, binds ...Bind) error {
+// bind, and bootID, the declared boot id file ("" for none), which only
+// BootIDPath may bind, read-only. Errors wrap ErrInvalid.
+func CheckOCISpec(s *specs.Spec, netNS, tmpSource, bootID string, binds ...Bind) error {
 	if s == nil || s.Process == nil || s.Root == nil || s.Linux == nil || s.Linux.Resources == nil {
 		return fmt.Errorf("%w: spec lacks process, root, linux or resources", ErrInvalid)
 	}
@@ -510,17 +534,27 @@ func CheckOCISpec(s *specs.Spec, netNS, tmpSource string, binds ...Bind) error {
 		bad("devices, network devices or sysctls")
 	}
 	checkPaths(l.MaskedPaths, l.ReadonlyPaths, bad)
-	tmps := 0
+	tmps, bootIDs := 0, 0
 	for _, m := range s.Mounts {
 		if m.Destination == TmpDir {
 			tmps++
 		}
-		if err := checkOCIMount(m, tmpSource, binds); err != "" {
-			bad("mount %q: %s", m.Destination, err)
+		why := ""
+		if m.Destination == BootIDPath {
+			bootIDs++
+			why = checkBootIDMount(m, bootID)
+		} else {
+			why = checkOCIMount(m, tmpSource, binds)
+		}
+		if why != "" {
+			bad("mount %q: %s", m.Destination, why)
 		}
 	}
 	if tmpSource != "" && tmps != 1 {
 		bad("/tmp is mounted %d times; a declared /tmp source is its one mount", tmps)
+	}
+	if bootID != "" && bootIDs != 1 {
+		bad("the boot id is mounted %d times; a declared boot id file is its one mount", bootIDs)
 	}
 	if s.Hooks != nil {
 		bad("hooks")

@@ -312,11 +312,11 @@ func TestCheckOCISpecCatchesWidening(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := CheckOCISpec(s, "", "", j.Binds...); err != nil {
+		if err := CheckOCISpec(s, "", "", "", j.Binds...); err != nil {
 			t.Fatalf("%s: valid spec refused: %v", name, err)
 		}
 		widen(s)
-		if err := CheckOCISpec(s, "", "", j.Binds...); !errors.Is(err, ErrInvalid) {
+		if err := CheckOCISpec(s, "", "", "", j.Binds...); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: err = %v, want ErrInvalid", name, err)
 		}
 	}
@@ -325,7 +325,7 @@ func TestCheckOCISpecCatchesWidening(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := CheckOCISpec(s, "", ""); !errors.Is(err, ErrInvalid) {
+	if err := CheckOCISpec(s, "", "", ""); !errors.Is(err, ErrInvalid) {
 		t.Errorf("binds not passed: err = %v, want ErrInvalid", err)
 	}
 }

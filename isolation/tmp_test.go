@@ -177,11 +177,11 @@ func TestCheckOCISpecTmp(t *testing.T) {
 			t.Fatal(err)
 		}
 		src := j.TmpSource
-		if err := CheckOCISpec(s, "", src, j.Binds...); err != nil {
+		if err := CheckOCISpec(s, "", src, "", j.Binds...); err != nil {
 			t.Fatalf("%s: valid spec refused: %v", name, err)
 		}
 		widen(s, &src)
-		if err := CheckOCISpec(s, "", src, j.Binds...); !errors.Is(err, ErrInvalid) {
+		if err := CheckOCISpec(s, "", src, "", j.Binds...); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: err = %v, want ErrInvalid", name, err)
 		}
 	}
@@ -190,7 +190,7 @@ func TestCheckOCISpecTmp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := CheckOCISpec(s, "", testTmpSource); !errors.Is(err, ErrInvalid) {
+	if err := CheckOCISpec(s, "", testTmpSource, ""); !errors.Is(err, ErrInvalid) {
 		t.Errorf("tmpfs where a source is declared: err = %v, want ErrInvalid", err)
 	}
 }

@@ -280,6 +280,10 @@ func (r *Runner) Create(ctx context.Context, s SandboxSpec) (_ *Sandbox, err err
 		return nil, err
 	}
 	pol := policyRecord(spec, Spec{Output: s.Output, InputLimit: s.InputLimit, Workdir: WorkspaceDir}, rt)
+	if snap != nil {
+		// The name the engine gives a restored sandbox (engine.Snapshotter).
+		pol.Hostname = isolation.RestoredHostname(spec.Policy.Hostname, id)
+	}
 	si.Policy, si.RuntimeVersion, si.ImageManifest = &pol, rt.Version, r.manifestOf(job.Image)
 	if err := writeInfo(r.root, &si); err != nil {
 		return nil, err

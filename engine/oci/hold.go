@@ -71,7 +71,7 @@ func (e *Engine) Hold(ctx context.Context, s *engine.SandboxSpec) (_ engine.Held
 		return nil, err
 	}
 	src := filepath.Join(e.bundleDir(s.ID), "start")
-	if r.p, err = e.prepare(ctx, s, []string{trampolinePath}, isolation.Bind{Source: src, Target: trampolinePath, ReadOnly: true}); err != nil {
+	if r.p, err = e.prepare(ctx, s, []string{trampolinePath}, "", isolation.Bind{Source: src, Target: trampolinePath, ReadOnly: true}); err != nil {
 		return nil, err
 	}
 	if err := os.WriteFile(src, elf, 0o555); err != nil {

@@ -183,10 +183,14 @@ type prepared struct {
 	release func()
 }
 
+// bootIDFile, in a gVisor sandbox's bundle, holds its boot id
+// (isolation.BootIDPath).
+const bootIDFile = "boot_id"
+
 // prepare makes what sandbox s needs before its runtime starts, its first
-// process running argv. It returns what it made even on error, for the
-// caller to free.
-func (e *Engine) prepare(ctx context.Context, s *engine.SandboxSpec, argv []string, extra ...isolation.Bind) (p *prepared, err error) {
+// process running argv, named hostname ("" for the policy's name). It
+// returns what it made even on error, for the caller to free.
+func (e *Engine) prepare(ctx context.Context, s *engine.SandboxSpec, argv []string, hostname string, extra ...isolation.Bind) (p *prepared, err error) {
 	p = &prepared{bundle: e.bundleDir(s.ID), native: s.Policy.Isolation == isolation.Seccomp, release: func() {}}
 	l := s.Policy.Limits
 	p.hostPids = isolation.GVisorHostPids(l.Pids)
@@ -222,6 +226,12 @@ func (e *Engine) prepare(ctx context.Context, s *engine.SandboxSpec, argv []stri
 		// runc removes the cgroup it runs in: give it a child of airlock's.
 		cgPath += "/ctr"
 	}
+	// Under gVisor the boot id is a file of the sandbox's own, so that
+	// sandboxes restored from one snapshot differ there too.
+	bootID := ""
+	if !p.native {
+		bootID = filepath.Join(p.bundle, bootIDFile)
+	}
 	p.spec, err = isolation.OCISpec(s.Policy, isolation.OCIJob{
 		Rootfs:      rootfs,
 		Argv:        argv,
@@ -231,6 +241,8 @@ func (e *Engine) prepare(ctx context.Context, s *engine.SandboxSpec, argv []stri
 		TmpSource:   s.TmpSource,
 		CgroupsPath: cgPath,
 		Network:     e.ociNetwork(s.ID, s.Policy.Egress),
+		Hostname:    hostname,
+		BootID:      bootID,
 		Annotations: map[string]string{"airlock.id": s.ID, "airlock.owner": s.Owner, "airlock.deadline": s.Deadline.UTC().Format(time.RFC3339)},
 	})
 	if err != nil {
@@ -251,6 +263,11 @@ func (e *Engine) prepare(ctx context.Context, s *engine.SandboxSpec, argv []stri
 	// The bundle's tmpfs must be there before the spec is written into it.
 	if err := rootErr(); err != nil {
 		return p, err
+	}
+	if bootID != "" {
+		if err := os.WriteFile(bootID, isolation.NewBootID(), 0o444); err != nil {
+			return p, fmt.Errorf("%w: writing the sandbox's boot id: %v", errdefs.ErrUnavailable, err)
+		}
 	}
 	if err := os.WriteFile(filepath.Join(p.bundle, "config.json"), b, 0o600); err != nil {
 		return p, fmt.Errorf("%w: writing bundle: %v", errdefs.ErrUnavailable, err)

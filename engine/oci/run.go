@@ -69,7 +69,7 @@ func (e *Engine) Run(ctx context.Context, s *engine.SandboxSpec) (_ engine.Task,
 	if err := r.serveEgress(ctx); err != nil {
 		return nil, err
 	}
-	if r.p, err = e.prepare(ctx, s, s.Init.Argv); err != nil {
+	if r.p, err = e.prepare(ctx, s, s.Init.Argv, ""); err != nil {
 		r.Destroy(ctx)
 		return nil, err
 	}

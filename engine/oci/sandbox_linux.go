@@ -70,6 +70,9 @@ type sandboxState struct {
 	// Snapshot names the snapshot the sandbox was restored from; empty
 	// for one that booted.
 	Snapshot string `json:"snapshot,omitempty"`
+	// BootID says the sandbox's boot id is a file of its own, bound over
+	// the sentry's (isolation.BootIDPath), which a snapshot of it records.
+	BootID bool `json:"boot_id,omitempty"`
 }
 
 var sandboxIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
@@ -180,7 +183,13 @@ func (e *Engine) create(ctx context.Context, s *engine.SandboxSpec, snap string)
 			return nil, err
 		}
 	}
-	p, err := e.prepare(ctx, s, []string{initPath}, binds...)
+	// A sandbox restored from a snapshot is named its own: the policy's
+	// name is its clones' too (engine.Snapshotter).
+	hostname := ""
+	if snap != "" {
+		hostname = isolation.RestoredHostname(s.Policy.Hostname, s.ID)
+	}
+	p, err := e.prepare(ctx, s, []string{initPath}, hostname, binds...)
 	defer p.release()
 	if err != nil {
 		return nil, err
@@ -230,7 +239,7 @@ func (e *Engine) create(ctx context.Context, s *engine.SandboxSpec, snap string)
 		return nil, engine.Lost("sandbox %q ended as it started", s.ID)
 	}
 	st := sandboxState{ID: s.ID, Image: s.Image, Mode: s.Policy.Isolation, Pid: pid, Start: start, Timeout: l.Timeout, Egress: egressStateOf(s.Policy.Egress),
-		Policy: policyDigest(s.Policy), Snapshot: snap}
+		Policy: policyDigest(s.Policy), Snapshot: snap, BootID: !native}
 	if !native && !e.runtimeExec {
 		if c, err := gvisor.Find(bg, state, name); err == nil {
 			st.Control, st.Agent = c.Socket, withAgent
@@ -412,7 +421,7 @@ func (s *sandbox) Exec(ctx context.Context, p *engine.Process) (engine.Exit, err
 	if timeout <= 0 {
 		timeout = s.st.Timeout
 	}
-	ooms := oomKills(s.st.ID)
+	ooms, pidsHits := oomKills(s.st.ID), pidsLimitHits(s.st.ID)
 	var exit engine.Exit
 	spawned := false
 	if p.Detach && s.st.Agent && s.st.Control != "" && noCapabilities(pr) {
@@ -428,7 +437,7 @@ func (s *sandbox) Exec(ctx context.Context, p *engine.Process) (engine.Exit, err
 		exit, err = s.execRuntime(ctx, p, pr, timeout)
 	}
 	if err != nil {
-		return engine.Exit{}, err
+		return engine.Exit{}, s.lostAtLimit(err, ooms, pidsHits)
 	}
 	if exit.Code != 0 {
 		err := s.alive()
@@ -439,10 +448,7 @@ func (s *sandbox) Exec(ctx context.Context, p *engine.Process) (engine.Exit, err
 			err = s.goneWithin(oomGoneWithin)
 		}
 		if err != nil {
-			if oomKills(s.st.ID) > ooms && errors.Is(err, engine.ErrSandboxLost) {
-				return engine.Exit{}, engine.Lost("sandbox %q reached its memory limit and the host's OOM killer ended it (under gVisor the limit is the whole sandbox's, and the OOM killer takes the sandbox)", s.st.ID)
-			}
-			return engine.Exit{}, err
+			return engine.Exit{}, s.lostAtLimit(err, ooms, pidsHits)
 		}
 		// A SIGKILL counted by the memory cgroup is the OOM killer's (a
 		// concurrent exec's kill -9 may be taken for one).
@@ -779,10 +785,40 @@ func cgroupPids(id string) map[int]bool {
 	return pids
 }
 
+// lostAtLimit says why sandbox s was lost (err) during an exec, when its
+// cgroup counted an OOM kill or a refused fork since the exec began (ooms
+// and pidsHits were the counts then): under gVisor the limits count the
+// sentry's own memory, threads and processes, and the sandbox ends with
+// it. Any other err is returned as it is.
+func (s *sandbox) lostAtLimit(err error, ooms, pidsHits uint64) error {
+	if !errors.Is(err, engine.ErrSandboxLost) {
+		return err
+	}
+	switch {
+	case oomKills(s.st.ID) > ooms:
+		return engine.Lost("sandbox %q reached its memory limit and the host's OOM killer ended it (under gVisor the limit is the whole sandbox's, and the OOM killer takes the sandbox)", s.st.ID)
+	case pidsLimitHits(s.st.ID) > pidsHits:
+		return engine.Lost("sandbox %q ended after reaching its pids limit (under gVisor the limit counts the sentry's own threads and processes, and the sandbox ends when it can start no more)", s.st.ID)
+	}
+	return err
+}
+
+// pidsLimitHits counts the forks refused at sandbox id's pids limit.
+func pidsLimitHits(id string) uint64 {
+	return cgroupCount(id, "pids", "pids.events", "pids.events", "max")
+}
+
 // oomKills counts the OOM kills in sandbox id's memory cgroup and below:
 // v1 counts a kill in the victim's own group, v2 in memory.events up the
 // tree.
 func oomKills(id string) uint64 {
+	return cgroupCount(id, "memory", "memory.oom_control", "memory.events", "oom_kill")
+}
+
+// cgroupCount sums key's counts in sandbox id's cgroup files: each named
+// v1 in its group of the v1 hierarchy hier and below, and v2 in its
+// unified group.
+func cgroupCount(id, hier, v1, v2, key string) uint64 {
 	var n uint64
 	count := func(path, key string) {
 		b, _ := os.ReadFile(path)
@@ -793,13 +829,13 @@ func oomKills(id string) uint64 {
 			}
 		}
 	}
-	filepath.WalkDir(filepath.Join("/sys/fs/cgroup/memory", cgroup.Parent, id), func(path string, d fs.DirEntry, err error) error {
-		if err == nil && d.Name() == "memory.oom_control" {
-			count(path, "oom_kill")
+	filepath.WalkDir(filepath.Join("/sys/fs/cgroup", hier, cgroup.Parent, id), func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.Name() == v1 {
+			count(path, key)
 		}
 		return nil
 	})
-	count(filepath.Join("/sys/fs/cgroup", cgroup.Parent, id, "memory.events"), "oom_kill")
+	count(filepath.Join("/sys/fs/cgroup", cgroup.Parent, id, v2), key)
 	return n
 }
 

@@ -38,6 +38,10 @@ type snapshotManifest struct {
 	// Agent says the exec agent was bound into the sandbox: a sandbox
 	// restored from it has the same mounts.
 	Agent bool `json:"agent"`
+	// BootID says the sandbox's boot id was a file of its own, bound over
+	// the sentry's: a sandbox restored from it has that mount too, with
+	// a boot id of its own.
+	BootID bool `json:"boot_id"`
 	// Files are the checkpoint's files by name, each with its sha256.
 	Files     map[string]string `json:"files"`
 	CreatedAt time.Time         `json:"created_at"`
@@ -111,6 +115,7 @@ type snapshotWant struct {
 	Policy  string
 	Runtime string
 	Agent   bool
+	BootID  bool
 }
 
 // fits refuses snapshot name, described by m, for a sandbox that wants w:
@@ -127,6 +132,8 @@ func (m *snapshotManifest) fits(name string, w snapshotWant) error {
 		why = fmt.Sprintf("it was taken under runsc %q, and this is runsc %q", m.Runtime, w.Runtime)
 	case m.Agent != w.Agent:
 		why = fmt.Sprintf("it was taken with the exec agent bound %v, and the sandbox would have it %v (is %s installed?)", m.Agent, w.Agent, "airlock-agent")
+	case m.BootID != w.BootID:
+		why = "it was taken before each sandbox had a boot id of its own (its mounts differ)"
 	default:
 		return nil
 	}

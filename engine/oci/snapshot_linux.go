@@ -109,7 +109,7 @@ func (e *Engine) Snapshot(ctx context.Context, id string) (_ string, err error) 
 	if err != nil {
 		return "", fmt.Errorf("%w: checkpointing sandbox %q for a snapshot: %v: %s", errdefs.ErrUnavailable, id, err, out)
 	}
-	m := &snapshotManifest{Version: manifestVersion, Image: sb.st.Image, Policy: sb.st.Policy, Runtime: rt, Agent: sb.st.Agent,
+	m := &snapshotManifest{Version: manifestVersion, Image: sb.st.Image, Policy: sb.st.Policy, Runtime: rt, Agent: sb.st.Agent, BootID: sb.st.BootID,
 		Files: map[string]string{}, CreatedAt: time.Now().UTC()}
 	ents, err := os.ReadDir(tmp)
 	if err != nil {
@@ -182,7 +182,7 @@ func (e *Engine) checkSnapshot(ctx context.Context, snap string, s *engine.Sandb
 	if err != nil {
 		return fmt.Errorf("%w: reading runsc's version: %v", errdefs.ErrUnavailable, err)
 	}
-	return m.fits(snap, snapshotWant{Image: s.Image, Policy: policyDigest(s.Policy), Runtime: rt, Agent: agent})
+	return m.fits(snap, snapshotWant{Image: s.Image, Policy: policyDigest(s.Policy), Runtime: rt, Agent: agent, BootID: true})
 }
 
 // readSnapshot reads snapshot snap's manifest, checked against its name.

@@ -18,7 +18,7 @@ func testManifest() *snapshotManifest {
 	p := isolation.Default()
 	return &snapshotManifest{
 		Version: manifestVersion, Image: digest.FromString("image"), Policy: policyDigest(p), Runtime: "runsc version 1",
-		Agent: true, Files: map[string]string{"checkpoint.img": strings.Repeat("a", 64), "pages.img": strings.Repeat("b", 64)},
+		Agent: true, BootID: true, Files: map[string]string{"checkpoint.img": strings.Repeat("a", 64), "pages.img": strings.Repeat("b", 64)},
 		CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
 	}
 }
@@ -74,7 +74,7 @@ func TestSnapshotManifestName(t *testing.T) {
 // the fix.
 func TestSnapshotFits(t *testing.T) {
 	m := testManifest()
-	want := snapshotWant{Image: m.Image, Policy: m.Policy, Runtime: m.Runtime, Agent: true}
+	want := snapshotWant{Image: m.Image, Policy: m.Policy, Runtime: m.Runtime, Agent: true, BootID: true}
 	if err := m.fits("x", want); err != nil {
 		t.Fatalf("the snapshot's own settings: %v", err)
 	}
@@ -95,6 +95,7 @@ func TestSnapshotFits(t *testing.T) {
 		{"seccomp profile", func(w *snapshotWant) { w.Policy = policyDigest(withProfile) }, "policy"},
 		{"runsc", func(w *snapshotWant) { w.Runtime = "runsc version 2" }, "runsc"},
 		{"agent", func(w *snapshotWant) { w.Agent = false }, "agent"},
+		{"boot id", func(w *snapshotWant) { w.BootID = false }, "boot id"},
 	} {
 		w := want
 		c.change(&w)
@@ -109,5 +110,17 @@ func TestSnapshotFits(t *testing.T) {
 	}
 	if policyDigest(isolation.Default()) != policyDigest(isolation.Default()) {
 		t.Error("one policy, two digests")
+	}
+	// A manifest from before boot ids were bound has no boot_id: its
+	// snapshot lacks the mount, and runsc would refuse it less clearly.
+	b, _ := m.encode()
+	old := strings.Replace(string(b), `"boot_id":true,`, "", 1)
+	sum := sha256.Sum256([]byte(old))
+	om, err := decodeManifest(hex.EncodeToString(sum[:]), []byte(old))
+	if err != nil || old == string(b) {
+		t.Fatalf("an older manifest: %v (%s)", err, old)
+	}
+	if err := om.fits("x", want); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "boot id") {
+		t.Errorf("a snapshot without its own boot id: fits = %v; want invalid input naming the boot id", err)
 	}
 }

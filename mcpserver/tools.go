@@ -382,11 +382,10 @@ func (s *Server) runCode(ctx context.Context, _ *mcp.CallToolRequest, in RunCode
 		return nil, ExecResult{}, toolError("starting the run", invalidArgs{err})
 	}
 	if in.Template == "" && in.Language == forkserver.Language && s.svc.RunCodeTemplate(in.Language) != "" {
+		// Without timeout_s, the template's timeout, as on a template.
 		c := service.Code{Language: in.Language, Policy: isolation.Default(), Files: map[string][]byte{codeFile: []byte(in.Code)},
 			Argv: []string{forkserver.Interpreter, codeFile}, Stdin: spec.Stdin}
-		if t := spec.Policy.Limits.Timeout; t != 0 {
-			c.Policy.Limits.Timeout = t
-		}
+		c.Policy.Limits.Timeout = spec.Policy.Limits.Timeout
 		run, err := s.svc.RunCode(ctx, c)
 		if err != nil {
 			return nil, ExecResult{}, toolError("running the code", err)

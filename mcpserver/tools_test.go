@@ -357,8 +357,8 @@ func TestToolsOverMCP(t *testing.T) {
 // TestRunCodeRunCodeTemplate: under --run-code-template python=rc,
 // run_code's python without a template of its own goes to rc's engine
 // through service.RunCode's pooled path (whose first step is creating
-// the sandbox), or cold to the service's engine when it asks for more
-// than rc gives; bash, and python on a template, are one-shot runs;
+// the sandbox), rc's timeout its own when it gives none, or cold to the
+// service's engine when it asks for more than rc gives; bash, and python on a template, are one-shot runs;
 // refusals come before any engine is asked.
 func TestRunCodeRunCodeTemplate(t *testing.T) {
 	root := testRoot(t)
@@ -366,7 +366,11 @@ func TestRunCodeRunCodeTemplate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tp := fuzztest.PutTemplate(t, root, "rc", runner.Spec{}, "oci")
+	// A timeout under run_code's default (30s): without timeout_s, the
+	// template's is the run's, so the pool serves it.
+	var spec runner.Spec
+	spec.Policy.Limits.Timeout = 10 * time.Second
+	tp := fuzztest.PutTemplate(t, root, "rc", spec, "oci")
 	tp.Warm, tp.Snapshot = argv, strings.Repeat("ab", 32)
 	if err := templates.Open(root).Replace(tp); err != nil {
 		t.Fatal(err)

@@ -15,8 +15,10 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-sandbox/airlock/internal/forkserver"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
+	"github.com/airlock-sandbox/airlock/service"
 	"github.com/airlock-sandbox/airlock/units"
 	"github.com/airlock-sandbox/airlock/wire"
 )
@@ -365,11 +367,34 @@ func (c *capped) Write(p []byte) (int, error) {
 	return c.buf.Write(p)
 }
 
-// runCode is run_code.
+// codeFile is where run_code's code is written for a run-code
+// template's fork server, which runs a file; /run_code writes its there.
+const codeFile = "/home/user/.airlock_main.py"
+
+// runCode is run_code. Code in a language that airlock serve has a
+// run-code template for (--run-code-template), with no template of its
+// own, goes to service.RunCode as /run_code's does: from that template's
+// pool of ready interpreters, one job per sandbox, or cold when it asks
+// for more than the template gives. Any other is a one-shot run.
 func (s *Server) runCode(ctx context.Context, _ *mcp.CallToolRequest, in RunCodeArgs) (*mcp.CallToolResult, ExecResult, error) {
 	spec, err := runSpec(in)
 	if err != nil {
 		return nil, ExecResult{}, toolError("starting the run", invalidArgs{err})
+	}
+	if in.Template == "" && in.Language == forkserver.Language && s.svc.RunCodeTemplate(in.Language) != "" {
+		// Without timeout_s, the template's timeout, as on a template.
+		c := service.Code{Language: in.Language, Policy: isolation.Default(), Files: map[string][]byte{codeFile: []byte(in.Code)},
+			Argv: []string{forkserver.Interpreter, codeFile}, Stdin: spec.Stdin}
+		c.Policy.Limits.Timeout = spec.Policy.Limits.Timeout
+		run, err := s.svc.RunCode(ctx, c)
+		if err != nil {
+			return nil, ExecResult{}, toolError("running the code", err)
+		}
+		s.log.Debug("run_code over MCP", "sandbox_id", run.SandboxID, "template", run.Template, "cold", run.Cold)
+		// The sandbox is gone with its one job: run_code names none.
+		res := execResult(run.Result)
+		res.SandboxID = ""
+		return nil, res, nil
 	}
 	spec, eng, err := s.svc.RunSpec(in.Template, "", spec)
 	if err != nil {

@@ -13,9 +13,11 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlock-sandbox/airlock/internal/forkserver"
 	"github.com/airlock-sandbox/airlock/internal/fuzztest"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/service"
+	"github.com/airlock-sandbox/airlock/templates"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -207,9 +209,14 @@ func testRoot(t *testing.T) string {
 
 func connect(t *testing.T, root string, rs service.Engines) *mcp.ClientSession {
 	t.Helper()
+	return connectService(t, service.New(root, rs))
+}
+
+func connectService(t *testing.T, svc *service.Service) *mcp.ClientSession {
+	t.Helper()
 	ctx := context.Background()
 	st, ct := mcp.NewInMemoryTransports()
-	ss, err := New(service.New(root, rs)).MCP().Connect(ctx, st, nil)
+	ss, err := New(svc).MCP().Connect(ctx, st, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,5 +351,60 @@ func TestToolsOverMCP(t *testing.T) {
 	}
 	if asked := rs.Asked(); len(asked) > 0 {
 		t.Errorf("sandbox_list asked engines %v", asked)
+	}
+}
+
+// TestRunCodeRunCodeTemplate: under --run-code-template python=rc,
+// run_code's python without a template of its own goes to rc's engine
+// through service.RunCode's pooled path (whose first step is creating
+// the sandbox), rc's timeout its own when it gives none, or cold to the
+// service's engine when it asks for more than rc gives; bash, and python on a template, are one-shot runs;
+// refusals come before any engine is asked.
+func TestRunCodeRunCodeTemplate(t *testing.T) {
+	root := testRoot(t)
+	argv, err := forkserver.Argv("python", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A timeout under run_code's default (30s): without timeout_s, the
+	// template's is the run's, so the pool serves it.
+	var spec runner.Spec
+	spec.Policy.Limits.Timeout = 10 * time.Second
+	tp := fuzztest.PutTemplate(t, root, "rc", spec, "oci")
+	tp.Warm, tp.Snapshot = argv, strings.Repeat("ab", 32)
+	if err := templates.Open(root).Replace(tp); err != nil {
+		t.Fatal(err)
+	}
+	rs := &fuzztest.NoEngines{}
+	cs := connectService(t, service.New(root, rs, service.WithEngine("docker"), service.WithRunCodeTemplates(map[string]string{"python": "rc"})))
+	over := tp.Limits.Timeout.Seconds() + 1
+	for _, c := range []struct {
+		args   map[string]any
+		engine string
+		pooled bool
+	}{
+		{map[string]any{"language": "python", "code": "print(1)"}, "oci", true},
+		{map[string]any{"language": "python", "code": "print(1)", "stdin": "x", "timeout_s": 2}, "oci", true},
+		{map[string]any{"language": "python", "code": "print(1)", "timeout_s": over}, "docker", false},
+		{map[string]any{"language": "bash", "code": "echo 1"}, "docker", false},
+		{map[string]any{"language": "python", "code": "print(1)", "template": "py"}, "oci", false},
+	} {
+		msg := callError(t, cs, "run_code", c.args)
+		if asked := rs.Asked(); !slices.Equal(asked, []string{c.engine}) || !strings.Contains(msg, "no engine in unit tests") {
+			t.Errorf("run_code %v: asked %v (%q), want %s", c.args, asked, msg, c.engine)
+		}
+		if got := strings.HasPrefix(msg, "running the code: unavailable: creating the sandbox:"); got != c.pooled {
+			t.Errorf("run_code %v: %q; from the pool: %v, want %v", c.args, msg, got, c.pooled)
+		}
+	}
+	for _, args := range []map[string]any{
+		{"language": "python", "code": ""},
+		{"language": "python", "code": "a\x00b"},
+		{"language": "python", "code": "1", "timeout_s": 0},
+	} {
+		callError(t, cs, "run_code", args)
+	}
+	if asked := rs.Asked(); len(asked) != 0 {
+		t.Errorf("refused run_code calls reached the engines %v", asked)
 	}
 }

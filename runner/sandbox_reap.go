@@ -56,8 +56,9 @@ func destroySandbox(ctx context.Context, lc *lifecycle.Store, root, id string, w
 }
 
 // reapSandboxes destroys every sandbox under root that is past its
-// deadline (expired), whose creator died mid-create or whose record is
-// missing or corrupt (orphaned), or, with full, that failed. extra holds
+// deadline (expired), whose creator died mid-create, whose destroy was cut
+// short or whose record is missing or corrupt (orphaned), or, with full,
+// that failed. extra holds
 // the engines' leftover ids; the other ids are those of sandbox records
 // and areas.
 func reapSandboxes(ctx context.Context, lc *lifecycle.Store, root string, reapers func() []engine.Reaper, full bool, extra map[string]bool, rep *ReapReport) error {
@@ -91,6 +92,11 @@ func reapSandboxes(ctx context.Context, lc *lifecycle.Store, root string, reaper
 		case err != nil, gerr != nil:
 			why = lifecycle.Orphaned
 		case rec.State == "" || rec.State == lifecycle.Terminated:
+			why = lifecycle.Orphaned
+		case rec.State == lifecycle.Terminating:
+			// A destroy its process did not finish (killed mid-way): the
+			// lifecycle's Destroy runs it again, once a live destroyer,
+			// which holds the lock, is done.
 			why = lifecycle.Orphaned
 		case (rec.State == lifecycle.Requested || rec.State == lifecycle.Created || rec.State == lifecycle.Pooled) && procStart(si.Creator.PID) != si.Creator.Start:
 			why = lifecycle.Orphaned // its creator (or its pool's server) died

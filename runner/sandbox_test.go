@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -335,6 +336,42 @@ func TestDestroyDuringExec(t *testing.T) {
 	o := <-got
 	if o.err != nil || o.res.Reason != ReasonDestroyed {
 		t.Fatalf("exec: %+v, %v", o.res, o.err)
+	}
+	if left := sandboxLeftovers(root); len(left) > 0 {
+		t.Fatalf("left behind: %v", left)
+	}
+}
+
+// A sandbox whose destroy was cut short (its destroyer killed once the
+// lifecycle recorded it terminating) is reaped, where it was left alone
+// as live: the engine is asked to free it and its records go.
+func TestReapFinishesCutShortDestroy(t *testing.T) {
+	f := &fakeSandboxer{}
+	r, root := newSandboxRunner(t, f)
+	ctx := context.Background()
+	sb, err := r.Create(ctx, fakeSandboxSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc, err := lifecycle.Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lc.Move(sb.ID(), lifecycle.Terminating, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Reap(ctx, root, func() []engine.Reaper { return []engine.Reaper{f} }, false)
+	if err != nil || !slices.Equal(rep.Reaped, []string{sb.ID()}) || rep.Live != 0 {
+		t.Fatalf("reap: reaped %v, live %d, %v; want %s reaped", rep.Reaped, rep.Live, err, sb.ID())
+	}
+	f.fakeEngine.mu.Lock()
+	reaped := slices.Clone(f.fakeEngine.reaped)
+	f.fakeEngine.mu.Unlock()
+	if !slices.Contains(reaped, sb.ID()) {
+		t.Errorf("the engine was asked to free %v, not %s", reaped, sb.ID())
+	}
+	if rec, err := lc.Get(sb.ID()); err != nil || (rec.State != "" && rec.State != lifecycle.Terminated) {
+		t.Errorf("after the reap: %+v, %v; want it terminated or forgotten", rec, err)
 	}
 	if left := sandboxLeftovers(root); len(left) > 0 {
 		t.Fatalf("left behind: %v", left)

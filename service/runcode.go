@@ -42,7 +42,9 @@ type Code struct {
 	// Language is the code's, which picks its run-code template
 	// (WithRunCodeTemplates), if any.
 	Language string
-	// Policy is the sandbox's; its timeout is the run's.
+	// Policy is the sandbox's; its timeout is the run's. A zero timeout
+	// is the run-code template's when its pool serves the code, else
+	// isolation.Default()'s (MCP's run_code without timeout_s).
 	Policy isolation.Policy
 	// Files are written before the run, by absolute path in the sandbox.
 	Files map[string][]byte
@@ -84,6 +86,12 @@ func (s *Service) RunCode(ctx context.Context, c Code) (run CodeRun, err error) 
 	argv := c.Argv
 	var create func() (*runner.Sandbox, error)
 	t, why := s.codeTemplate(c)
+	if c.Policy.Limits.Timeout == 0 {
+		c.Policy.Limits.Timeout = isolation.Default().Limits.Timeout
+		if t != nil {
+			c.Policy.Limits.Timeout = t.Limits.Timeout
+		}
+	}
 	if t != nil {
 		run.Template, argv = t.Name, forkserver.ClientArgv(c.Argv[1], c.Argv[2:]...)
 		create = func() (*runner.Sandbox, error) {

@@ -33,6 +33,10 @@ func WithRunCodeTemplates(templates map[string]string) Option {
 	return func(s *Service) { s.runCode = maps.Clone(templates) }
 }
 
+// RunCodeTemplate names the run-code template that serves code in
+// language (WithRunCodeTemplates), "" when none does.
+func (s *Service) RunCodeTemplate(language string) string { return s.runCode[language] }
+
 // checkRunCode refuses a run-code template that cannot serve: its
 // language has no fork server, it does not exist, or it holds no
 // snapshot of this airlock's fork server. It adds a sandbox pool for any

@@ -108,9 +108,13 @@ func leftovers() []string {
 		}
 		left = append(left, "cgroup "+c)
 	}
-	for _, glob := range []string{"oci/bundles/*", "sandboxes/sb-*", "runs/*"} {
+	// Checkpoints of paused sandboxes, and snapshots cut short.
+	for _, glob := range []string{"oci/bundles/*", "oci/checkpoints/*", "oci/snapshots/.new-*", "sandboxes/sb-*", "runs/*"} {
 		m, _ := filepath.Glob(filepath.Join(rootDir, glob))
 		left = append(left, m...)
+	}
+	for _, m := range mountsUnder(rootDir) {
+		left = append(left, "mount "+m)
 	}
 	return left
 }

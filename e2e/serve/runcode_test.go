@@ -154,3 +154,67 @@ func TestServeRunCodeRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestServeMCPRunCodePool: under --run-code-template, MCP's run_code of
+// python is served from the run-code template's pool as /run_code is:
+// each call's job is a child of the fork server, the template's modules
+// loaded, in a sandbox of its own (a claim each, no call sees another's
+// marker), with its stdin, exit code and timeout; one asking a longer
+// timeout than the template's starts cold. run_code's result keeps its
+// shape (no sandbox_id: the sandbox is gone with its job).
+func TestServeMCPRunCodePool(t *testing.T) {
+	gvisorOnly(t)
+	poolTemplate(t, "e2e-rc-mcp", "--run-code", "python", "--import", "decimal", "--timeout", "20s")
+	s := startServer(t, "--run-code-template", "python=e2e-rc-mcp", "--pool-sandboxes", "e2e-rc-mcp=2")
+	a := s.apis()[0]
+	cs := s.mcpClient(t)
+	const job = `import os, sys
+seen = os.path.exists("/tmp/marker")
+open("/tmp/marker", "w").write("x")
+server = open("/proc/%d/cmdline" % os.getppid(), "rb").read()
+print(b"airlock-run-code" in server, "decimal" in sys.modules, seen, sys.stdin.read().strip())
+`
+	claims := func(want int) {
+		t.Helper()
+		if st, _, b := a.do(t, "GET", "/metrics", nil); st != 200 || !strings.Contains(string(b), fmt.Sprintf(`airlock_pool_claims_total{template="sandboxes/e2e-rc-mcp"} %d`, want)) {
+			t.Fatalf("/metrics does not count %d claims: %s", want, grepLines(string(b), "airlock_pool_"))
+		}
+	}
+	call := func(args map[string]any) map[string]any {
+		t.Helper()
+		begin := time.Now()
+		res, text := tool(t, cs, "run_code", args)
+		out, _ := res.StructuredContent.(map[string]any)
+		if res.IsError || out == nil {
+			t.Fatalf("run_code %v: %s", args, text)
+		}
+		if _, ok := out["sandbox_id"]; ok {
+			t.Errorf("run_code names the sandbox it ran in: %v", out)
+		}
+		t.Logf("run_code took %v", time.Since(begin))
+		return out
+	}
+	for i := range 3 {
+		a.waitPooled(t, "refilled", atLeast(1))
+		out := call(map[string]any{"language": "python", "code": job, "stdin": fmt.Sprintf("call-%d\n", i)})
+		if out["reason"] != "exited" || out["exit_code"] != 0.0 || out["stdout"] != fmt.Sprintf("True True False call-%d\n", i) || out["stderr"] != "" {
+			t.Fatalf("call %d: %v; want it forked by the fork server, decimal loaded, no marker seen", i, out)
+		}
+	}
+	claims(3)
+	a.waitPooled(t, "refilled", atLeast(1))
+	if out := call(map[string]any{"language": "python", "code": "import sys\nprint('out')\nsys.exit(3)"}); out["reason"] != "exited" || out["exit_code"] != 3.0 || out["stdout"] != "out\n" {
+		t.Errorf("an exit code from the pool: %v", out)
+	}
+	a.waitPooled(t, "refilled", atLeast(1))
+	begin := time.Now()
+	if out := call(map[string]any{"language": "python", "code": "import time\ntime.sleep(60)", "timeout_s": 1}); out["reason"] != "timeout" || time.Since(begin) > 15*time.Second {
+		t.Errorf("a timeout from the pool: %v after %v", out, time.Since(begin))
+	}
+	claims(5)
+	// Over the template's 20s: cold, in the default policy, the same shape.
+	if out := call(map[string]any{"language": "python", "code": job, "stdin": "cold\n", "timeout_s": 30}); out["reason"] != "exited" || out["stdout"] != "False False False cold\n" {
+		t.Errorf("a call over the template's timeout: %v; want it served cold", out)
+	}
+	claims(5)
+}

@@ -3,6 +3,7 @@ package oci
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -82,7 +83,24 @@ func (e *Engine) netnsDir() string { return filepath.Join(e.root, "oci", "netns"
 // overlay and remove its bundle, any checkpoint and any snapshot of it
 // cut short. Whole snapshots belong to templates, not to a run: the
 // service removes those no template names (engine.Snapshotter).
+//
+// It first takes the sandbox's lock, waiting (at most cleanupTimeout) for
+// a create, pause or resume of it to end: the runsc that one started
+// holds the lock too, and outlives an airlock process killed meanwhile,
+// so freeing the sandbox under it would leave what it makes afterwards.
 func (e *Engine) Reap(ctx context.Context, id string) error {
+	lctx, cancel := context.WithTimeout(ctx, cleanupTimeout)
+	defer cancel()
+	lk, err := e.lock(lctx, id)
+	if err != nil {
+		return fmt.Errorf("reaping %q, whose create, pause or resume has not ended: %w", id, err)
+	}
+	defer lk.Release(true)
+	return e.reap(ctx, id)
+}
+
+// reap is Reap for a caller that holds the sandbox's lock.
+func (e *Engine) reap(ctx context.Context, id string) error {
 	var errs []error
 	if err := cgroup.Remove(ctx, id); err != nil {
 		errs = append(errs, err)

@@ -144,7 +144,7 @@ func (e *Engine) create(ctx context.Context, s *engine.SandboxSpec, snap string)
 		if err != nil {
 			rctx, cancel := context.WithTimeout(bg, cleanupTimeout)
 			defer cancel()
-			if rerr := e.Reap(rctx, s.ID); rerr != nil {
+			if rerr := e.reap(rctx, s.ID); rerr != nil {
 				err = fmt.Errorf("%w (and freeing what was made: %v)", err, rerr)
 			}
 		}
@@ -222,6 +222,13 @@ func (e *Engine) create(ctx context.Context, s *engine.SandboxSpec, snap string)
 	}
 	cmd := exec.Command(bin, append(append(args, verb...), "--detach", "--pid-file", pidFile, "--bundle", bundle, name)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if !native {
+		// runsc holds the sandbox's lock until it has made the sandbox,
+		// as at a pause or a resume: should this process die, a reap
+		// waits for it to end before it frees what it made. runsc sets
+		// what it inherits close-on-exec, so the sandbox does not hold it.
+		cmd.ExtraFiles = []*os.File{lk.File()}
+	}
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("%w: starting sandbox %q with %s %s: %v%s", errdefs.ErrUnavailable, s.ID, filepath.Base(bin), verb[0], err, runtimeLog(bundle))
 	}
@@ -872,7 +879,7 @@ func (e *Engine) destroy(ctx context.Context, id string) error {
 	}
 	rctx, cancel := context.WithTimeout(bg, cleanupTimeout)
 	defer cancel()
-	if err := e.Reap(rctx, id); err != nil {
+	if err := e.reap(rctx, id); err != nil {
 		return fmt.Errorf("%w: destroying sandbox %q: %v", errdefs.ErrUnavailable, id, err)
 	}
 	return nil

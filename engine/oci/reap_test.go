@@ -1,0 +1,71 @@
+package oci
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+)
+
+// TestReapWaitsForLock: Reap frees nothing of a sandbox whose lock
+// another holds (a runsc creating, checkpointing or restoring it, whose
+// airlock process died), until that one lets go; past its context it
+// fails and leaves the sandbox whole.
+func TestReapWaitsForLock(t *testing.T) {
+	root := t.TempDir()
+	e, err := New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "sb-0123456789abcdef0123"
+	for _, d := range []string{e.bundleDir(id), e.checkpointDir(id)} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	whole := func() bool {
+		_, berr := os.Stat(e.bundleDir(id))
+		_, cerr := os.Stat(e.checkpointDir(id))
+		return berr == nil && cerr == nil
+	}
+	held, err := e.lock(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := e.Reap(ctx, id); !errdefs.IsUnavailable(err) || !whole() {
+		t.Fatalf("Reap while the lock is held, past its context: %v, sandbox whole %v", err, whole())
+	}
+
+	done := make(chan error, 1)
+	go func() { done <- e.Reap(context.Background(), id) }()
+	select {
+	case err := <-done:
+		t.Fatalf("Reap returned (%v) while the lock was held", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if !whole() {
+		t.Fatal("Reap freed the sandbox while its lock was held")
+	}
+	// As a process that dies lets go: the file stays.
+	held.File().Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Reap did not go on once the lock was let go")
+	}
+	for _, p := range []string{e.bundleDir(id), e.checkpointDir(id), e.lockPath(id)} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s is left after Reap: %v", filepath.Base(filepath.Dir(p))+"/"+filepath.Base(p), err)
+		}
+	}
+}

@@ -73,6 +73,7 @@ func job(t *testing.T, root, id, kind string) map[string]string {
 // generators are in the snapshot). template rm removes the snapshot; reap
 // removes one no template names; nothing is left of any sandbox.
 func TestTemplateSnapshot(t *testing.T) {
+	onlyPair(t, "oci", "gvisor") // it names its engine and isolation
 	root := pauseRoot(t)
 	c := in(root, "template", "create", "snap-py", "--engine", "oci", "--json", "--warm", "--", "python3", "-c", zygote)
 	if c.code != 0 {
@@ -232,6 +233,7 @@ func counts(m map[string]map[string]string) map[string]int {
 // A template under runc, or on the docker engine, takes no --warm: it is
 // refused before anything is made, naming the fix.
 func TestTemplateSnapshotRefused(t *testing.T) {
+	onlyPair(t, "oci", "gvisor") // it names its engine and isolation
 	root := pauseRoot(t)
 	for _, c := range []struct {
 		args []string

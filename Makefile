@@ -32,9 +32,10 @@ run: setup ## Set up, then run a Python job on the default image
 
 .PHONY: test
 test: ## Set up (building the Kubernetes control plane beside it), then run unit and end-to-end tests against real dockerd and runsc
-	@# Cold, the control plane builds for about 12 min: setup, vet, the unit
-	@# tests and the fuzz targets run beside it.
+	@# Cold, the control plane builds for about 12 min: setup, vet and the
+	@# fuzz targets run beside it; the unit tests, some timed, after it.
 	@$(MAKE) --no-print-directory -j2 test-host kube-build
+	$(GO) test -count=1 ./...
 	@# The sandbox conformance suite (engine/enginetest) on both engines, both isolation modes.
 	$(GO) test -count=1 -p 1 -tags e2e -timeout 20m -run 'TestSandbox' -v ./engine/oci/ ./engine/docker/ > sandboxes-e2e.log 2>&1 || { grep -B2 -A20 -- '--- FAIL' sandboxes-e2e.log | head -80; exit 1; }; grep -E '^(ok|FAIL)' sandboxes-e2e.log
 	@# A sandbox's egress network: its two namespaces and their pair, from the sandbox's side.
@@ -59,9 +60,8 @@ test: ## Set up (building the Kubernetes control plane beside it), then run unit
 	@$(MAKE) --no-print-directory test-kube
 
 .PHONY: test-host
-test-host: setup ## Set up, then vet, the unit tests and every fuzz target briefly (from its committed corpus on)
+test-host: setup ## Set up, then vet and every fuzz target briefly (from its committed corpus on)
 	$(GO) vet ./...
-	$(GO) test -count=1 ./...
 	@$(MAKE) --no-print-directory fuzz-ci
 
 MCP_CLIENT := mcpserver/testdata/client

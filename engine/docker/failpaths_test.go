@@ -107,7 +107,9 @@ func startFake(t *testing.T, routes map[string]http.HandlerFunc) (*fakeDockerd, 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close() })
-	e.setupTimeout = 200 * time.Millisecond
+	// Long enough that an answering fake is never taken for a hung one on
+	// a loaded host (200 ms once was).
+	e.setupTimeout = time.Second
 	return f, e
 }
 

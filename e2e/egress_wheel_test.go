@@ -49,9 +49,9 @@ func wheel(t *testing.T, name string) []byte {
 	return buf.Bytes()
 }
 
-// The recipe docs/egress.md gives for an image without pip (the default
-// image has none): a pure-Python wheel fetched through the proxy, its
-// digest checked, imported from /tmp. The wheel is built here and served
+// The recipe docs/egress.md gives for an image without pip: a
+// pure-Python wheel fetched through the proxy, its digest checked,
+// imported from /tmp. The wheel is built here and served
 // on the host's loopback, named exactly on the allowlist.
 func TestEgressWheelWithoutPip(t *testing.T) {
 	if engineName == "docker" {

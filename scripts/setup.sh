@@ -7,7 +7,7 @@
 #   3. the airlock-runsc runtime registered in /etc/docker/daemon.json (merged, backed up)
 #   4. dockerd started if it is not answering
 #   5. the airlock binary
-#   6. the default image (python3, numpy, matplotlib), rebuilt only when its
+#   6. the default image (python3, numpy, matplotlib, pip), rebuilt only when its
 #      recipe changed or dockerd lost it
 #
 # Environment: AIRLOCK_ROOT (default /var/lib/airlock).
@@ -132,7 +132,7 @@ if ref=$("$bin" --root "$root" image default --recipe "$recipe" 2>/dev/null); th
 else
   work=$(mktemp -d "${TMPDIR:-/tmp}/airlock-image.XXXXXX")
   trap 'rm -rf "$work"' EXIT
-  step "building the default image with mmdebstrap (python3, numpy, matplotlib; about 2-3 minutes)"
+  step "building the default image with mmdebstrap (python3, numpy, matplotlib, pip; about 2-3 minutes)"
   heartbeat "mmdebstrap" "$work/build.log" "$here/images/default/build.sh" "$work/rootfs.tar" ||
     { tail -30 "$work/build.log" >&2; fail "building the default image failed (log above)"; }
   step "importing the default image"

@@ -12,6 +12,10 @@
 //     proxy's namespace over the veth pair, and through the proxy there
 //     to a server on the host's loopback (netns_linux.go).
 //
+// Each row has the wall time of a round and the CPU the whole process
+// used in it (servers, proxy and client, user and system): where the
+// CPUs are fewer than the busy parties, the CPU is what sets the pace.
+//
 // Nothing leaves the machine: the servers, the proxy and the clients are
 // on 127.0.0.1, or in the namespaces it makes and removes. `make
 // bench-egress` runs it.
@@ -31,6 +35,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -87,6 +92,14 @@ type scenario struct {
 	reqs  int
 	fn    func() error
 	took  []time.Duration
+	cpu   []time.Duration // the process's: servers, proxy and client
+}
+
+// cpuTime is the CPU this process has used, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func run(n, size, small, nsSize int) error {
@@ -167,17 +180,18 @@ func run(n, size, small, nsSize int) error {
 	}
 	for range n {
 		for _, s := range scenarios {
-			start := time.Now()
+			start, cpu := time.Now(), cpuTime()
 			if err := s.fn(); err != nil {
 				return fmt.Errorf("%s: %w", s.name, err)
 			}
 			s.took = append(s.took, time.Since(start))
+			s.cpu = append(s.cpu, cpuTime()-cpu)
 		}
 	}
 
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "scenario\tp50\tp99\tthroughput or per request (p50)\tvs direct\t\n")
-	var direct time.Duration
+	fmt.Fprintf(tw, "scenario\tp50\tp99\tthroughput or per request (p50)\tvs direct\tCPU (p50)\tvs direct\t\n")
+	var direct, directCPU time.Duration
 	for i, s := range scenarios {
 		p50, p99 := timing.Percentile(s.took, 50), timing.Percentile(s.took, 99)
 		var per string
@@ -186,13 +200,15 @@ func run(n, size, small, nsSize int) error {
 		} else {
 			per = fmt.Sprintf("%.0f µs, %.0f/s", float64(p50.Microseconds())/float64(s.reqs), float64(s.reqs)/p50.Seconds())
 		}
-		ratio := ""
+		cpu := timing.Percentile(s.cpu, 50)
+		ratio, cpuRatio := "", ""
 		if i%2 == 0 {
-			direct = p50
+			direct, directCPU = p50, cpu
 		} else {
 			ratio = fmt.Sprintf("%.2f×", p50.Seconds()/direct.Seconds())
+			cpuRatio = fmt.Sprintf("%.2f×", cpu.Seconds()/directCPU.Seconds())
 		}
-		fmt.Fprintf(tw, "%s\t%.1f ms\t%.1f ms\t%s\t%s\t\n", s.name, timing.MS(p50), timing.MS(p99), per, ratio)
+		fmt.Fprintf(tw, "%s\t%.1f ms\t%.1f ms\t%s\t%s\t%.0f ms\t%s\t\n", s.name, timing.MS(p50), timing.MS(p99), per, ratio, timing.MS(cpu), cpuRatio)
 	}
 	tw.Flush()
 	cancel()

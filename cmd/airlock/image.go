@@ -62,7 +62,7 @@ it picks that image.`,
 		Example: `  airlock image import ./python-oci/
   airlock image import --name team/py python.tar
   airlock image import --rootfs rootfs.tar --name airlock/default --env PATH=/usr/bin:/bin --default
-  airlock image import --require-digest sha256:efead35c7fed588d602010f8390b523b6640713ae89ac94adb2911df6f7767db default.tar`,
+  airlock image import --require-digest sha256:1570e2743829cb8385be533b26f71b7b02a995006f7dc145aadb99087f961a06 default.tar`,
 		Args: exactArgs(1, "give the path of one image archive or layout"),
 		RunE: func(cmd *cobra.Command, args []string) error { return runImport(cmd, g, f, args[0]) },
 	}

@@ -46,7 +46,7 @@ func newRunCmd(g *globals) *cobra.Command {
 		Short: "Run a command in a fresh sandbox and report how it ended",
 		Long: `Run COMMAND, as an argv (never through a shell), in a fresh sandbox made from
 a digest-pinned image. Without --image the default image built by setup is
-used (Debian with python3, numpy and matplotlib).
+used (Debian with python3, numpy, matplotlib and pip).
 
 The sandbox has no network, no capabilities, no-new-privileges, a read-only
 root with a size-capped tmpfs at /tmp, uid 65534, and only the environment

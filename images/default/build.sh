@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the default image's root filesystem: Debian bookworm (minbase) with
-# python3, numpy and matplotlib from Debian's packages, trimmed for running
-# code rather than building it. Writes a tar to $1.
+# python3, numpy, matplotlib and pip from Debian's packages, trimmed for
+# running code rather than building it (no recommends: pip comes without a
+# compiler, so it installs wheels, not sdists that need building). Writes a
+# tar to $1.
 #
 # The sha256 of this file is the image's recipe: setup rebuilds the image
 # whenever this file changes. Nothing of the build host stays in it: its
@@ -10,7 +12,7 @@ set -euo pipefail
 
 out=${1:?usage: build.sh OUTPUT.tar}
 suite=bookworm
-packages=python3,python3-numpy,python3-matplotlib
+packages=python3,python3-numpy,python3-matplotlib,python3-pip
 
 # Fixed timestamps keep rebuilds from the same packages as close as dpkg allows.
 export SOURCE_DATE_EPOCH=1700000000

@@ -98,7 +98,7 @@ func Create(ctx context.Context, dir, id string) (_ *Net, err error) {
 // own that is never given back: it ends, in that namespace, with its
 // goroutine.
 func newNS(path string) error {
-	return onSpentThread(func() error {
+	return OnSpentThread(func() error {
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 			return fmt.Errorf("unshare: %w", err)
 		}
@@ -110,16 +110,16 @@ func newNS(path string) error {
 	})
 }
 
-// onSpentThread runs fn on a thread of its own that ends after it, so
+// OnSpentThread runs fn on a thread of its own that ends after it, so
 // that a thread fn moved to another namespace never runs anything else.
 // The process's main thread is never ended, only parked, by Go: fn never
 // runs there, but on another thread while this one holds the main one.
-func onSpentThread(fn func() error) error {
+func OnSpentThread(fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
 		if unix.Gettid() == unix.Getpid() {
-			errc <- onSpentThread(fn)
+			errc <- OnSpentThread(fn)
 			runtime.UnlockOSThread()
 			return
 		}
@@ -137,7 +137,7 @@ func inNS(path string, fn func() error) error {
 		return err
 	}
 	defer f.Close()
-	return onSpentThread(func() error {
+	return OnSpentThread(func() error {
 		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
 			return fmt.Errorf("entering %s: %w", path, err)
 		}

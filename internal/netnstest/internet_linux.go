@@ -10,10 +10,10 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"runtime"
 	"strconv"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/internal/netns"
 	"github.com/jsimonetti/rtnetlink/v2"
 	"github.com/jsimonetti/rtnetlink/v2/driver"
 	"golang.org/x/sys/unix"
@@ -46,7 +46,7 @@ func New(t testing.TB) *Internet {
 	// The pid form is not opened: it cannot fail.
 	host, _ := rtnetlink.NewNetNS(uint32(os.Getpid()))
 	var ns *os.File
-	err := onSpentThread(func() error {
+	err := netns.OnSpentThread(func() error {
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 			return fmt.Errorf("unshare: %w", err)
 		}
@@ -114,7 +114,7 @@ func New(t testing.TB) *Internet {
 func (in *Internet) Listen(t testing.TB, port int) net.Listener {
 	t.Helper()
 	var ln net.Listener
-	err := onSpentThread(func() (err error) {
+	err := netns.OnSpentThread(func() (err error) {
 		if err := unix.Setns(int(in.ns.Fd()), unix.CLONE_NEWNET); err != nil {
 			return fmt.Errorf("entering the namespace: %w", err)
 		}
@@ -160,21 +160,4 @@ func up(c *rtnetlink.Conn, name, addr string) error {
 		return fmt.Errorf("setting %s up: %w", name, err)
 	}
 	return nil
-}
-
-// onSpentThread runs fn on a locked thread that ends after it (never the
-// main one), so that a thread fn moved to another namespace runs nothing
-// else.
-func onSpentThread(fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if unix.Gettid() == unix.Getpid() {
-			errc <- onSpentThread(fn)
-			runtime.UnlockOSThread()
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
 }

@@ -41,7 +41,7 @@ test: ## Set up (building the Kubernetes control plane beside it), then run unit
 	@# A sandbox's egress network: its two namespaces and their pair, from the sandbox's side; and the e2e tests' stand-in internet.
 	$(GO) test -count=1 -tags e2e -timeout 5m ./internal/netns/ ./internal/netnstest/
 	@# airlock serve end to end, once, on one pair (oci, gvisor), with a 50-run load test.
-	AIRLOCK_E2E_ENGINE=oci AIRLOCK_E2E_ISOLATION=gvisor $(GO) test -count=1 -tags e2e -timeout 10m -skip TestServeSoak -v ./e2e/serve/ > serve-e2e.log 2>&1 || { grep -B2 -A20 -- '--- FAIL' serve-e2e.log | head -80; exit 1; }; grep -E '^(ok|FAIL)|runs at concurrency' serve-e2e.log
+	AIRLOCK_E2E_ENGINE=oci AIRLOCK_E2E_ISOLATION=gvisor $(GO) test -count=1 -tags e2e -timeout 15m -skip TestServeSoak -v ./e2e/serve/ > serve-e2e.log 2>&1 || { grep -B2 -A20 -- '--- FAIL' serve-e2e.log | head -80; exit 1; }; grep -E '^(ok|FAIL)|runs at concurrency' serve-e2e.log
 	@# The soak, short: 500 mixed operations through one airlock serve, flat and leaving nothing (`make soak` runs 10,000).
 	AIRLOCK_SOAK_OPS=500 AIRLOCK_E2E_ENGINE=oci AIRLOCK_E2E_ISOLATION=gvisor $(GO) test -count=1 -tags e2e -timeout 20m -run TestServeSoak -v ./e2e/serve/ > soak-e2e.log 2>&1 || { tail -60 soak-e2e.log; exit 1; }; sed -n '/operations at concurrency/,/^--- /p;/^ok/p' soak-e2e.log
 	@# One conformance suite, unchanged, on every engine and isolation pair.

@@ -1,13 +1,12 @@
 package isolation
 
 import (
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"slices"
 	"strconv"
 
+	"github.com/google/uuid"
 	"github.com/opencontainers/runtime-spec/specs-go"
 )
 
@@ -29,14 +28,7 @@ var ociBootIDOptions = []string{"bind", "rprivate", "nosuid", "nodev", "noexec",
 
 // NewBootID returns a random version 4 UUID as Linux prints boot_id: 36
 // lower-case characters and a newline.
-func NewBootID() []byte {
-	var u [16]byte
-	rand.Read(u[:]) // never fails (crypto/rand)
-	u[6] = u[6]&0x0f | 0x40
-	u[8] = u[8]&0x3f | 0x80
-	h := hex.EncodeToString(u[:])
-	return fmt.Appendf(nil, "%s-%s-%s-%s-%s\n", h[:8], h[8:12], h[12:16], h[16:20], h[20:])
-}
+func NewBootID() []byte { return []byte(uuid.NewString() + "\n") }
 
 // RestoredHostname is the host name of sandbox id when it is restored
 // from a snapshot taken under a policy naming host: host, '-' and 12 hex

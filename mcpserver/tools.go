@@ -367,10 +367,6 @@ func (c *capped) Write(p []byte) (int, error) {
 	return c.buf.Write(p)
 }
 
-// codeFile is where run_code's code is written for a run-code
-// template's fork server, which runs a file; /run_code writes its there.
-const codeFile = "/home/user/.airlock_main.py"
-
 // runCode is run_code. Code in a language that airlock serve has a
 // run-code template for (--run-code-template), with no template of its
 // own, goes to service.RunCode as /run_code's does: from that template's
@@ -383,8 +379,10 @@ func (s *Server) runCode(ctx context.Context, _ *mcp.CallToolRequest, in RunCode
 	}
 	if in.Template == "" && in.Language == forkserver.Language && s.svc.RunCodeTemplate(in.Language) != "" {
 		// Without timeout_s, the template's timeout, as on a template.
-		c := service.Code{Language: in.Language, Policy: isolation.Default(), Files: map[string][]byte{codeFile: []byte(in.Code)},
-			Argv: []string{forkserver.Interpreter, codeFile}, Stdin: spec.Stdin}
+		// Written to a file, as /run_code's: the fork server runs a file.
+		src, _ := service.CodeLanguage(in.Language)
+		c := service.Code{Language: in.Language, Policy: isolation.Default(), Files: map[string][]byte{src.File: []byte(in.Code)},
+			Argv: []string{src.Interpreter, src.File}, Stdin: spec.Stdin}
 		c.Policy.Limits.Timeout = spec.Policy.Limits.Timeout
 		run, err := s.svc.RunCode(ctx, c)
 		if err != nil {

@@ -91,12 +91,6 @@ const (
 
 const fusionWorkdir = "/home/user"
 
-// fusionLanguages maps a language to the program that runs its code file.
-var fusionLanguages = map[string]struct{ file, interp string }{
-	"python": {".airlock_main.py", "python3"},
-	"bash":   {".airlock_main.sh", "bash"},
-}
-
 func (s *Server) ping(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, "pong")
 }
@@ -142,7 +136,7 @@ func sandboxError(format string, args ...any) (FusionResponse, *fetched, error) 
 // fetched files are spooled, for writeFusion to send. A request refused
 // at admission is the error.
 func (s *Server) fusion(ctx context.Context, q *FusionRequest) (FusionResponse, *fetched, error) {
-	lang, ok := fusionLanguages[strings.ToLower(q.Language)]
+	lang, ok := service.CodeLanguage(strings.ToLower(q.Language))
 	if !ok {
 		return sandboxError("language %q is not supported by airlock: use python or bash", q.Language)
 	}
@@ -172,9 +166,8 @@ func (s *Server) fusion(ctx context.Context, q *FusionRequest) (FusionResponse, 
 		}
 		c.Files[fusionPath(p)] = b
 	}
-	code := path.Join(fusionWorkdir, lang.file)
-	c.Files[code] = []byte(q.Code)
-	c.Argv = []string{lang.interp, code}
+	c.Files[lang.File] = []byte(q.Code)
+	c.Argv = []string{lang.Interpreter, lang.File}
 	if q.Stdin != nil {
 		c.Stdin = strings.NewReader(*q.Stdin)
 	}

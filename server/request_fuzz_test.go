@@ -378,7 +378,7 @@ func FuzzRunCode(f *testing.F) {
 		}
 		job := jobs[0]
 		checkJob(t, job)
-		if _, ok := fusionLanguages[strings.ToLower(q.Language)]; !ok || len(jobs) != 1 {
+		if _, ok := service.CodeLanguage(strings.ToLower(q.Language)); !ok || len(jobs) != 1 {
 			t.Fatalf("language %q reached the engine (%d specs)", q.Language, len(jobs))
 		}
 		// The sandbox is never wider than asked: a timeout or a memory

@@ -76,6 +76,23 @@ type CodeRun struct {
 	Template, Cold string
 }
 
+// CodeSource is how code in one language is run: written to File in the
+// sandbox, then File run by Interpreter.
+type CodeSource struct{ File, Interpreter string }
+
+// codeSources are the languages /run_code and MCP's run_code serve.
+var codeSources = map[string]CodeSource{
+	"python": {"/home/user/.airlock_main.py", "python3"},
+	"bash":   {"/home/user/.airlock_main.sh", "bash"},
+}
+
+// CodeLanguage returns how code in language is run; ok is false for a
+// language neither face serves.
+func CodeLanguage(language string) (src CodeSource, ok bool) {
+	src, ok = codeSources[language]
+	return src, ok
+}
+
 // RunCode runs c in a sandbox made for it, once admitted, and destroys
 // the sandbox: one from the pool of c's language's run-code template when
 // it has one and c fits its policy (the job then runs through the

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
 )
@@ -79,8 +80,51 @@ type execution struct {
 	pid     int
 	stdin   chan []byte // Stdin frames; closed on Reap
 	in      *os.File    // the write end of the exec's stdin, or nil
-	outs    []*os.File  // the read ends of its output
+	outs    []*output   // stdout, then stderr unless merged
 	credits [2]*credit  // what each output may send ahead (stdout, stderr)
+}
+
+// output is the read end of one of an exec's output pipes, and the
+// drains waiting for it.
+type output struct {
+	r      *os.File
+	mu     sync.Mutex
+	ended  bool            // its end was sent, or it stopped
+	drains []chan struct{} // closed once what the pipe held is sent
+}
+
+// drain asks for what the pipe holds now, and returns a channel closed
+// once it is sent. The read in progress is cut by the deadline.
+func (o *output) drain() <-chan struct{} {
+	ch := make(chan struct{})
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.ended {
+		close(ch)
+		return ch
+	}
+	o.drains = append(o.drains, ch)
+	o.r.SetReadDeadline(time.Now())
+	return ch
+}
+
+// drainsDue takes the drains asked for so far, and lets reads wait again.
+func (o *output) drainsDue(ended bool) []chan struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	d := o.drains
+	o.drains = nil
+	o.ended = o.ended || ended
+	if !o.ended {
+		o.r.SetReadDeadline(time.Time{})
+	}
+	return d
+}
+
+func closeAll(chs []chan struct{}) {
+	for _, ch := range chs {
+		close(ch)
+	}
 }
 
 // credit is what one output stream may still send before the host
@@ -165,6 +209,20 @@ func (a *server) handle(f agent.Frame) {
 		if x != nil && err == nil && n <= agent.Window {
 			x.credits[agent.Stream(typ)].add(int(n))
 		}
+	case agent.Drain:
+		if x == nil {
+			return
+		}
+		var drained []<-chan struct{}
+		for _, o := range x.outs {
+			drained = append(drained, o.drain())
+		}
+		go func() {
+			for _, ch := range drained {
+				<-ch
+			}
+			a.send(agent.Drained, f.ID, nil)
+		}()
 	case agent.Reap:
 		if x == nil {
 			return
@@ -181,7 +239,7 @@ func (a *server) handle(f agent.Frame) {
 			close(x.stdin)
 		}
 		for _, o := range x.outs {
-			o.Close()
+			o.r.Close()
 		}
 		a.reapPending()
 	}
@@ -240,10 +298,11 @@ func start(s *agent.SpawnArgs) (x *execution, pid int, err error) {
 			f.Close()
 		}
 		if err != nil && x != nil {
-			for _, f := range append(x.outs, x.in) {
-				if f != nil {
-					f.Close()
-				}
+			for _, o := range x.outs {
+				o.r.Close()
+			}
+			if x.in != nil {
+				x.in.Close()
 			}
 		}
 	}()
@@ -268,7 +327,7 @@ func start(s *agent.SpawnArgs) (x *execution, pid int, err error) {
 			return x, 0, err
 		}
 		child = append(child, w)
-		x.outs = append(x.outs, r)
+		x.outs = append(x.outs, &output{r: r})
 		fds = append(fds, w.Fd())
 	}
 	if s.Merged {
@@ -315,16 +374,27 @@ func lookPath(file string, env []string, dir string) (string, error) {
 
 // copyOut sends an output of exec id to the host, within its credit: a
 // host that has not passed the output on leaves the program blocked on
-// its full pipe.
-func (a *server) copyOut(id uint32, typ byte, r *os.File, c *credit) {
-	defer r.Close()
+// its full pipe. A drain cuts the read in progress; what the pipe then
+// holds is sent without waiting for more.
+func (a *server) copyOut(id uint32, typ byte, o *output, c *credit) {
+	ended := false
+	defer func() {
+		o.r.Close()
+		closeAll(o.drainsDue(true))
+	}()
 	buf := make([]byte, 32<<10)
-	for {
+	for !ended {
 		max := c.take(len(buf))
 		if max == 0 {
 			return // reaped
 		}
-		n, err := r.Read(buf[:max])
+		n, err := o.r.Read(buf[:max])
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			due := o.drainsDue(false)
+			n, ended = a.sendHeld(id, typ, o.r, c, buf)
+			closeAll(due)
+			continue
+		}
 		if n > 0 {
 			if a.send(typ, id, buf[:n]) != nil {
 				return
@@ -336,6 +406,38 @@ func (a *server) copyOut(id uint32, typ byte, r *os.File, c *credit) {
 			return
 		}
 	}
+}
+
+// maxDrain bounds what one drain sends: more than any pipe holds, so
+// that a process writing on and on cannot keep a drain from its end.
+const maxDrain = 16 << 20
+
+// sendHeld sends what r holds now, within c's credit, and reports
+// whether r (or the connection to the host) ended.
+func (a *server) sendHeld(id uint32, typ byte, r *os.File, c *credit, buf []byte) (int, bool) {
+	sent := 0
+	for sent < maxDrain {
+		max := c.take(len(buf))
+		if max == 0 {
+			return sent, true
+		}
+		n, err := agent.ReadNow(r, buf[:max])
+		if n > 0 {
+			if a.send(typ, id, buf[:n]) != nil {
+				return sent, true
+			}
+			c.spend(n)
+			sent += n
+		}
+		switch {
+		case err == agent.ErrEmpty:
+			return sent, false
+		case err != nil:
+			a.send(typ, id, nil)
+			return sent, true
+		}
+	}
+	return sent, false
 }
 
 func (a *server) copyIn(id uint32, x *execution) {

@@ -47,6 +47,13 @@ const (
 	relayAnswer = 5 * agentTimeout
 	// maxRelayReply bounds the relay's answer as the client reads it.
 	maxRelayReply = 4 << 10
+	// relayDrain is the byte a client writes on its connection to ask for
+	// the exec's drain: what the agent holds is passed on, and the
+	// exec's output ends.
+	relayDrain = 'D'
+	// relayDrainWait bounds the client's wait for a drain: the relay's
+	// wait for the agent's answer, and a little more.
+	relayDrainWait = agentTimeout + 2*time.Second
 )
 
 // AgentPath is where setup installs the exec agent under root.
@@ -89,10 +96,22 @@ type relayReply struct {
 	Err   string `json:"err,omitempty"`
 }
 
+// agentExec is an exec the relay started, held by its connection.
+type agentExec struct{ conn *net.UnixConn }
+
+// drain asks the relay for what the exec's pipes hold, and to end its
+// output then.
+func (x *agentExec) drain() {
+	x.conn.SetWriteDeadline(time.Now().Add(agentTimeout))
+	x.conn.Write([]byte{relayDrain})
+}
+
+// release, once the exec was waited for, lets the agent reap it.
+func (x *agentExec) release() { x.conn.Close() }
+
 // startAgent starts pr through the sandbox's agent, with the program's
-// ends of its stdio. The returned release, called once the exec was
-// waited for, lets the agent reap it. errNoAgent: nothing was started.
-func (s *sandbox) startAgent(ctx context.Context, pr *specs.Process, child [3]*os.File, stdin bool) (pid int32, release func(), err error) {
+// ends of its stdio. errNoAgent: nothing was started.
+func (s *sandbox) startAgent(ctx context.Context, pr *specs.Process, child [3]*os.File, stdin bool) (pid int32, x *agentExec, err error) {
 	if !s.st.Agent {
 		return 0, nil, errNoAgent
 	}
@@ -146,7 +165,7 @@ func (s *sandbox) startAgent(ctx context.Context, pr *specs.Process, child [3]*o
 		return 0, nil, fmt.Errorf("the agent relay answered pid %d", rep.Pid)
 	}
 	conn.SetDeadline(time.Time{})
-	return rep.Pid, func() { conn.Close() }, nil
+	return rep.Pid, &agentExec{conn}, nil
 }
 
 // serveAgent runs the sandbox's exec agent and relays execs to it until
@@ -242,6 +261,7 @@ type relayed struct {
 	id      uint32
 	started chan agent.Frame // Started or Failed
 	acks    chan struct{}
+	drained chan struct{}
 	out     [2]*stream // to the client's stdout and stderr; nil where none
 }
 
@@ -524,6 +544,13 @@ func (a *agentProc) dispatch(f agent.Frame) error {
 			default:
 			}
 		}
+	case agent.Drained:
+		if x != nil {
+			select {
+			case x.drained <- struct{}{}:
+			default:
+			}
+		}
 	default:
 		return fmt.Errorf("unexpected %q frame", f.Type)
 	}
@@ -554,7 +581,7 @@ func (r *relay) serve(ctx context.Context, conn *net.UnixConn) {
 		reply(relayReply{Unavailable: "the agent relay could not read the exec: " + err.Error()})
 		return
 	}
-	x := &relayed{started: make(chan agent.Frame, 1), acks: make(chan struct{}, 1)}
+	x := &relayed{started: make(chan agent.Frame, 1), acks: make(chan struct{}, 1), drained: make(chan struct{}, 1)}
 	// Only the agent's output may hold the client's pipes open: the
 	// copies not relayed are closed now, so the client sees its ends.
 	x.out[0], files[1] = newStream(x, agent.Stdout, files[1]), nil
@@ -654,10 +681,41 @@ func (r *relay) serve(ctx context.Context, conn *net.UnixConn) {
 		go r.pumpStdin(a, id, x, files[0], done)
 		files[0] = nil
 	}
-	// The client closes the connection once it has waited for the exec.
-	io.Copy(io.Discard, conn)
+	// The client closes the connection once it has waited for the exec;
+	// before that, it may ask for a drain.
+	var drain sync.Once
+	for b := make([]byte, 64); ; {
+		n, err := conn.Read(b)
+		if bytes.IndexByte(b[:n], relayDrain) >= 0 {
+			drain.Do(func() { go r.drain(a, x) })
+		}
+		if err != nil {
+			break
+		}
+	}
 	close(done)
 	a.send(agent.Reap, id, nil)
+}
+
+// drain has the agent send what x's pipes hold, then ends x's output
+// once that is written: a process the exec left running no longer holds
+// the client's pipes, and nothing the exec wrote is lost to a slow
+// agent. An agent that does not answer in agentTimeout is killed.
+func (r *relay) drain(a *agentProc, x *relayed) {
+	if a.send(agent.Drain, x.id, nil) == nil {
+		select {
+		case <-x.drained:
+		case <-a.dead:
+		case <-time.After(agentTimeout):
+			// Stopped or wedged, as at a spawn: the next exec gets a new one.
+			a.fail(fmt.Errorf("no answer to a drain in %v", agentTimeout))
+		}
+	}
+	for _, o := range x.out {
+		if o != nil {
+			o.push(nil)
+		}
+	}
 }
 
 // pumpStdin forwards the client's stdin to the agent, one frame in

@@ -660,6 +660,42 @@ func TestSandboxAgentStalledClient(t *testing.T) {
 	}
 }
 
+// What an exec wrote before it exited reaches its client even when the
+// agent relays it only after the output grace (here: the exec stops its
+// agent for longer than that, as a loaded machine may keep it from
+// running), and a process it left holding its stdout delays it by no
+// more than the grace and a drain.
+func TestSandboxAgentOutputDrained(t *testing.T) {
+	sb := agentSandbox(t, "drained")
+	run := func(script string) (engine.Exit, string, error) {
+		t.Helper()
+		var out strings.Builder
+		x, err := sb.Exec(context.Background(), &engine.Process{Argv: []string{"sh", "-c", script}, Stdout: &out, Stderr: &out, Timeout: time.Minute})
+		return x, out.String(), err
+	}
+	// The agent must have said it started the exec before it is stopped
+	// (TestSandboxAgentStopped): the exec waits a little, and a stop that
+	// came first anyway is tried again.
+	slow := `P=$PPID; sleep 0.5; (sleep 4; kill -CONT $P) </dev/null >/dev/null 2>&1 & ` +
+		`echo before; kill -STOP $P; head -c 10000 /dev/zero | tr '\0' x; echo; echo after`
+	for try := 1; ; try++ {
+		x, out, err := run(slow)
+		if errors.Is(err, errdefs.ErrDataLoss) && try < 3 {
+			t.Logf("try %d: %v", try, err)
+			continue
+		}
+		want := "before\n" + strings.Repeat("x", 10000) + "\nafter\n"
+		if err != nil || x.Code != 0 || out != want {
+			t.Fatalf("an exec relayed after the grace: %+v, %v, %d bytes of output (%q…); want all %d", x, err, len(out), out[:min(len(out), 40)], len(want))
+		}
+		break
+	}
+	x, out, err := run("echo a; sleep 600 & echo b")
+	if err != nil || x.Code != 0 || out != "a\nb\n" {
+		t.Fatalf("an exec that left its stdout held: %+v, %v, %q", x, err, out)
+	}
+}
+
 // An agent that died before the relay knew it is replaced as the spawn
 // is written, and the exec's output still reaches its client.
 func TestSandboxAgentReplacedAtSpawn(t *testing.T) {
@@ -728,29 +764,33 @@ func TestSandboxAgentStopped(t *testing.T) {
 		return x, out.String(), err
 	}
 	parent := `tr '\0' ' ' </proc/$PPID/cmdline; echo; echo $PPID`
-	var stopped string
-	for try := 1; ; try++ {
-		x, out, err := run(parent)
-		var ok bool
-		stopped, ok = strings.CutPrefix(out, agentPath+" \n")
-		if err != nil || x.Code != 0 || !ok {
-			t.Fatalf("exec: %+v, %v, %q; want it forked by the agent", x, err, out)
-		}
-		// The program may stop its agent before the agent says it started
-		// it: the relay then kills the agent and reports the exec's status
-		// lost (TestSandboxAgentReadNotAnswered), and a new agent is
-		// stopped on the next try.
-		x, _, err = run("kill -STOP $PPID")
-		if errors.Is(err, errdefs.ErrDataLoss) && try < 3 {
-			t.Logf("try %d: %v", try, err)
-			continue
-		}
-		if err != nil || x.Code != 0 {
-			t.Fatalf("stopping the agent: %+v, %v", x, err)
-		}
-		break
+	x, out, err := run(parent)
+	stopped, ok := strings.CutPrefix(out, agentPath+" \n")
+	if err != nil || x.Code != 0 || !ok {
+		t.Fatalf("exec: %+v, %v, %q; want it forked by the agent", x, err, out)
 	}
-	x, out, err := run("echo through; " + parent)
+	// The agent is stopped once the exec that stops it has ended and its
+	// output was relayed (an agent stopped sooner is caught by the drain
+	// of that output: TestSandboxAgentOutputDrained).
+	x, out, err = run("echo $$; P=$PPID; (sleep 1; kill -STOP $P) </dev/null >/dev/null 2>&1 &")
+	pgid, aerr := strconv.Atoi(strings.TrimSpace(out))
+	if err != nil || x.Code != 0 || aerr != nil {
+		t.Fatalf("stopping the agent: %+v, %v, %q", x, err, out)
+	}
+	c := sb.(*sandbox).control()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		ps, err := c.Processes(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(ps, func(p proctree.Proc) bool { return p.Pgid == pgid }) {
+			break // the stopper is done
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the agent was not stopped in 30s")
+		}
+	}
+	x, out, err = run("echo through; " + parent)
 	if err != nil || x.Code != 0 || !strings.HasPrefix(out, "through\n") {
 		t.Fatalf("exec while the agent is stopped: %+v, %v, %q; want it started through the control socket", x, err, out)
 	}

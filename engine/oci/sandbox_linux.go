@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -520,21 +519,29 @@ func (s *sandbox) execRuntime(ctx context.Context, p *engine.Process, pr *specs.
 	// program's stderr: its last bytes tell a missing program from
 	// another refusal.
 	var said tail
+	var fds *stdio
 	if !p.Detach {
-		out, errw := p.Stdout, io.Writer(p.Stderr)
-		if sameWriter(out, errw) {
-			out = said.tee(out)
-			errw = out
+		q := *p
+		if sameWriter(q.Stdout, q.Stderr) {
+			q.Stdout = said.tee(q.Stdout)
+			q.Stderr = q.Stdout
 		} else {
-			errw = said.tee(errw)
+			q.Stderr = said.tee(q.Stderr)
 		}
-		cmd.Stdin, cmd.Stdout, cmd.Stderr = pipedStdio(p.Stdin, out, errw)
+		if fds, err = newStdio(&q); err != nil {
+			return engine.Exit{}, fmt.Errorf("%w: preparing exec: %v", errdefs.ErrUnavailable, err)
+		}
+		defer fds.close()
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = fds.child[0], fds.child[1], fds.child[2]
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.WaitDelay = outputGrace
 
 	started := time.Now()
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	if fds != nil {
+		fds.closeChild()
+	}
+	if err != nil {
 		return engine.Exit{}, fmt.Errorf("%w: starting %s: %v; run `make setup` to install it", errdefs.ErrUnavailable, filepath.Base(bin), err)
 	}
 	done := make(chan error, 1)
@@ -546,6 +553,9 @@ func (s *sandbox) execRuntime(ctx context.Context, p *engine.Process, pr *specs.
 		return engine.Exit{}, err
 	}
 	exit.Started, exit.Finished = started, time.Now()
+	if fds != nil {
+		fds.drain(outputGrace, nil)
+	}
 	exit.Code = exitCode(cmd.ProcessState)
 	if waitErr != nil && cmd.ProcessState == nil {
 		return engine.Exit{}, fmt.Errorf("%w: waiting for %s exec: %v", errdefs.ErrInternal, filepath.Base(bin), waitErr)
@@ -606,11 +616,13 @@ func (s *sandbox) execControl(ctx context.Context, p *engine.Process, pr *specs.
 	}
 	defer fds.close()
 	started := time.Now()
-	pid, release, err := s.startAgent(ctx, pr, fds.child, p.Stdin != nil)
+	pid, ax, err := s.startAgent(ctx, pr, fds.child, p.Stdin != nil)
+	var more func() // what drain asks of the relay
 	if errors.Is(err, errNoAgent) {
 		pid, err = c.Start(ctx, pr, fds.child)
 	} else if err == nil {
-		defer release() // once waited for: the agent may reap it
+		defer ax.release() // once waited for: the agent may reap it
+		more = ax.drain
 	}
 	fds.closeChild()
 	if err != nil {
@@ -655,14 +667,14 @@ func (s *sandbox) execControl(ctx context.Context, p *engine.Process, pr *specs.
 		return engine.Exit{}, err
 	}
 	exit.Started, exit.Finished = started, time.Now()
-	fds.drain(outputGrace)
+	fds.drain(outputGrace, more)
 	if w.err != nil {
 		// The socket closes as the sandbox process dies, a moment before
 		// the process is seen gone.
 		if aerr := s.goneWithin(2 * time.Second); aerr != nil {
 			return engine.Exit{}, aerr
 		}
-		if release != nil {
+		if ax != nil {
 			// Once the agent is gone, the sandbox's init reaps what it
 			// started, and may do so before the sentry is asked.
 			return engine.Exit{}, fmt.Errorf("%w: the exit status of %q in sandbox %q was lost: the exec agent that started it ended first, killed by a process of the sandbox or with it (%v)", errdefs.ErrDataLoss, pr.Args[0], s.st.ID, w.err)

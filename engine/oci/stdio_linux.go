@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"errors"
 	"io"
 	"os"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/internal/agent"
 )
 
 // stdio is an exec's descriptors 0-2 as handed to the sandbox, and the
@@ -18,6 +20,7 @@ import (
 type stdio struct {
 	child  [3]*os.File // the sandbox's ends, closed here once sent
 	ends   []*os.File  // airlock's ends
+	outs   []*os.File  // airlock's ends of the output pipes
 	copies sync.WaitGroup
 	stderr io.Writer
 }
@@ -68,13 +71,50 @@ func (s *stdio) out(w io.Writer) (*os.File, error) {
 		return nil, err
 	}
 	s.ends = append(s.ends, r)
+	s.outs = append(s.outs, r)
 	s.copies.Add(1)
 	go func() {
 		defer s.copies.Done()
-		io.Copy(w, r)
+		copyOut(w, r)
 	}()
 	return pw, nil
 }
+
+// copyOut copies r to w until r's end or, once r's read deadline has
+// passed, until r holds nothing more: what was written to r before the
+// deadline is never lost to it.
+func copyOut(w io.Writer, r *os.File) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// A writer that goes on writing is read no further than this.
+			for total := 0; total < maxDrain; total += n {
+				if n, err = agent.ReadNow(r, buf); n > 0 {
+					if _, werr := w.Write(buf[:n]); werr != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+			return
+		}
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// maxDrain bounds what copyOut reads past the deadline: more than a pipe
+// holds.
+const maxDrain = 16 << 20
 
 // pipedStdio is a Process's stdio for os/exec, with every *os.File
 // hidden so that os/exec makes pipes: what reaches the runtime, and
@@ -118,24 +158,42 @@ func (s *stdio) closeChild() {
 
 // drain waits for the output copies to reach the end of the output, for
 // up to grace: a process the program left running may keep its stdout
-// open. Nothing is written to the Process's writers after drain.
-func (s *stdio) drain(grace time.Duration) {
+// open. Past grace, more (when not nil) asks whoever writes airlock's
+// pipes on the program's behalf (the exec agent's relay) to pass on what
+// it holds and end them; then what the pipes hold is read, and no more.
+// Nothing is written to the Process's writers after drain.
+func (s *stdio) drain(grace time.Duration, more func()) {
 	done := make(chan struct{})
 	go func() {
 		s.copies.Wait()
 		close(done)
 	}()
-	select {
-	case <-done:
-	case <-time.After(grace):
-		s.close()
-		<-done
+	within := func(d time.Duration) bool {
+		select {
+		case <-done:
+			return true
+		case <-time.After(d):
+			return false
+		}
 	}
+	if within(grace) {
+		return
+	}
+	if more != nil {
+		more()
+		if within(relayDrainWait) {
+			return
+		}
+	}
+	for _, r := range s.outs {
+		r.SetReadDeadline(time.Now())
+	}
+	<-done
 }
 
 // failed drains, then writes why the program did not start to its stderr.
 func (s *stdio) failed(why string) {
-	s.drain(outputGrace)
+	s.drain(outputGrace, nil)
 	if s.stderr != nil {
 		io.WriteString(s.stderr, why)
 	}

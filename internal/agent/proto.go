@@ -36,6 +36,11 @@ const (
 	// Window once the host has passed them on: the payload is the
 	// stream's frame type (Stdout or Stderr), then the count (4 bytes).
 	Credit byte = 'C'
+	// Drain asks for the output the exec's pipes hold now, sent without
+	// waiting for more: the host sends it once the exec has exited and its
+	// output has not ended in time (a process it left running holds its
+	// pipes, or the agent was slow). The agent answers Drained.
+	Drain byte = 'D'
 )
 
 // Agent to host:
@@ -52,10 +57,13 @@ const (
 	Stderr byte = 'E'
 	// Ack says one Stdin frame was written to the exec's stdin.
 	Ack byte = 'A'
+	// Drained answers a Drain: every byte the exec's pipes held when the
+	// Drain came was sent before it.
+	Drained byte = 'd'
 )
 
 // Version names this wire format; a host takes no agent of another.
-const Version = "airlock-agent/2"
+const Version = "airlock-agent/3"
 
 // Window is how many bytes of one output stream the agent sends ahead of
 // the host's credit. The host writes each exec's output to its client on

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestFrames(t *testing.T) {
@@ -76,5 +78,31 @@ func TestCredits(t *testing.T) {
 		if _, _, err := ParseCredit(b); err == nil {
 			t.Errorf("ParseCredit(%q) took it", b)
 		}
+	}
+}
+
+func TestReadNow(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	buf := make([]byte, 8)
+	if _, err := ReadNow(r, buf); err != ErrEmpty {
+		t.Fatalf("an empty pipe: %v; want ErrEmpty", err)
+	}
+	w.Write([]byte("held"))
+	// A passed deadline stops Read, never ReadNow: what the pipe holds
+	// is still read.
+	r.SetReadDeadline(time.Now())
+	if _, err := r.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Read past the deadline: %v", err)
+	}
+	if n, err := ReadNow(r, buf); err != nil || string(buf[:n]) != "held" {
+		t.Fatalf("ReadNow = %q, %v; want \"held\"", buf[:n], err)
+	}
+	w.Close()
+	if _, err := ReadNow(r, buf); err != io.EOF {
+		t.Fatalf("a closed pipe: %v; want io.EOF", err)
 	}
 }

@@ -21,7 +21,7 @@ func TestStdioDrainKeepsWritten(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		held := s.child[1] // a process left running holds it
+		held := s.child[1]                 // a process left running holds it
 		want := strings.Repeat("x", 60000) // over one read of the copy
 		if _, err := held.WriteString(want); err != nil {
 			t.Fatal(err)
@@ -54,4 +54,3 @@ func (w *slowWriter) Write(p []byte) (int, error) {
 	}
 	return w.b.Write(p)
 }
-

@@ -168,6 +168,31 @@ func TestTemplateSnapshot(t *testing.T) {
 		t.Errorf("%d sandbox records after a refused create; want the %d made", got/2, n)
 	}
 
+	// A run on the template restores as a create does: one exec of a
+	// sandbox of its own, its /out collected and its result and receipt
+	// naming the snapshot; nothing of the sandbox is left after it. A
+	// narrowed run does not fit the snapshot, and boots.
+	rout := in(root, "run", "--template", "snap-py", "--json", "--", "sh", "-c", "echo hi > /out/hi.txt; cat /proc/sys/kernel/hostname")
+	var rres runner.Result
+	if err := json.Unmarshal([]byte(rout.stdout), &rres); err != nil || rout.code != 0 || rres.Snapshot != tpl.Snapshot || rres.Receipt == nil || rres.Receipt.Receipt.Snapshot != tpl.Snapshot {
+		t.Fatalf("run --template on a snapshot: exit %d, snapshot %q (%v): %s; want the template's in the result and its receipt", rout.code, rres.Snapshot, err, rout.stderr)
+	}
+	if got := string(rres.Stdout.Head); !strings.HasPrefix(got, "sandbox-") || len(rres.Artifacts) != 1 || rres.Artifacts[0].Path != "hi.txt" || len(rres.Receipt.Receipt.Artifacts) != 1 {
+		t.Errorf("run --template on a snapshot: stdout %q, artifacts %+v; want its own host name and /out/hi.txt, in the receipt too", got, rres.Artifacts)
+	}
+	os.WriteFile(resFile, []byte(rout.stdout), 0o600)
+	if v := in(root, "receipt", "verify", resFile); v.code != 0 || !strings.Contains(v.stdout, "restored from snapshot sha256:"+tpl.Snapshot) {
+		t.Errorf("receipt verify of a restored run: exit %d %s%s", v.code, v.stdout, v.stderr)
+	}
+	cold := in(root, "run", "--template", "snap-py", "--json", "--memory", "128MiB", "--", "true")
+	var cres runner.Result
+	if err := json.Unmarshal([]byte(cold.stdout), &cres); err != nil || cold.code != 0 || cres.Snapshot != "" || cres.SandboxID != "" {
+		t.Errorf("a narrowed run --template: exit %d, snapshot %q, sandbox %q (%v): %s; want a cold run", cold.code, cres.Snapshot, cres.SandboxID, err, cold.stderr)
+	}
+	if got := len(sandboxesIn(root)); got != 2*n {
+		t.Errorf("%d sandbox records after the runs; want the %d made", got/2, n)
+	}
+
 	// Without the reseed: what the clones share on their own.
 	raw := map[string]map[string]bool{}
 	for i := 0; i < 3; i++ {
@@ -269,4 +294,36 @@ func sandboxesIn(root string) []string {
 		}
 	}
 	return out
+}
+
+// A run on a run-code template restores its fork server: `python3 FILE
+// ARGS` is one job of the server (forked by it, the template's modules
+// loaded; here FILE is /dev/stdin, the program given with --stdin), and
+// any other program an exec beside it. Both name the snapshot, and
+// neither leaves its sandbox behind.
+func TestTemplateRunCodeRun(t *testing.T) {
+	onlyPair(t, "oci", "gvisor") // it names its engine and isolation
+	root := pauseRoot(t)
+	if c := in(root, "template", "create", "rc-run", "--engine", "oci", "--run-code", "python", "--import", "decimal"); c.code != 0 {
+		t.Fatalf("template create --run-code: exit %d: %s", c.code, c.stderr)
+	}
+	t.Cleanup(func() { in(root, "template", "rm", "rc-run") })
+	job := filepath.Join(t.TempDir(), "job.py")
+	os.WriteFile(job, []byte("import os, sys\nserver = open('/proc/%d/cmdline' % os.getppid(), 'rb').read()\nprint(b'airlock-run-code' in server, 'decimal' in sys.modules, sys.argv[1:])\n"), 0o644)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--stdin", job, "--", "python3", "/dev/stdin", "a"}, "True True ['a']\n"},
+		{[]string{"--", "python3", "-c", "import sys; print('decimal' in sys.modules)"}, "False\n"},
+	} {
+		r := in(root, append([]string{"run", "--template", "rc-run", "--json"}, c.args...)...)
+		var res runner.Result
+		if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || r.code != 0 || len(res.Snapshot) != 64 || string(res.Stdout.Head) != c.want {
+			t.Errorf("run --template rc-run %v: exit %d, snapshot %q, stdout %q (%v): %s; want %q, restored", c.args, r.code, res.Snapshot, res.Stdout.Head, err, r.stderr, c.want)
+		}
+	}
+	if left := sandboxesIn(root); len(left) > 0 {
+		t.Errorf("runs left sandboxes: %v", left)
+	}
 }

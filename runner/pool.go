@@ -239,27 +239,38 @@ func (p *Pool) Run(ctx context.Context, s Spec) (Result, error) {
 }
 
 // fits says why s cannot run on the pool's sandboxes, or "" when it can:
-// the same image and policy, with at most the pool's timeout (timeouts
-// and output caps are airlock's to enforce, not the sandbox's), the same
-// output directory and working directory, and no inputs.
+// no inputs, the same working directory, and the same shape (fitsShape).
 func (p *Pool) fits(s Spec, job *engine.SandboxSpec) string {
-	b, bs := p.plan, p.base
 	switch {
 	case len(s.Inputs) > 0:
 		return "inputs are staged per run"
+	case s.Workdir != p.base.Workdir:
+		return "another working directory"
+	}
+	return fitsShape(s.Output, job, p.base.Output, p.plan)
+}
+
+// fitsShape says why a run of output o, planned as job, cannot run on a
+// sandbox of output bo planned as b, or "" when it can: the same image,
+// output directory and policy, with at most b's timeout (timeouts and
+// output caps are airlock's to enforce, not the sandbox's).
+func fitsShape(o Output, job *engine.SandboxSpec, bo Output, b *engine.SandboxSpec) string {
+	switch {
 	case job.Image != b.Image:
 		return "another image"
 	case job.Policy.Limits.Timeout > b.Policy.Limits.Timeout:
-		return "a longer timeout"
-	case s.Output.Disabled != bs.Output.Disabled || s.Output.Dir != bs.Output.Dir || s.Output.Size != bs.Output.Size || s.Output.Files != bs.Output.Files:
+		return fmt.Sprintf("the timeout %v is over the sandbox's %v", job.Policy.Limits.Timeout, b.Policy.Limits.Timeout)
+	case o.Disabled != bo.Disabled || o.Dir != bo.Dir || o.Size != bo.Size || o.Files != bo.Files:
 		return "another output directory"
-	case s.Workdir != bs.Workdir:
-		return "another working directory"
 	}
-	a, c := job.Policy, b.Policy
-	a.Limits.Timeout, a.Limits.Output = 0, 0
-	c.Limits.Timeout, c.Limits.Output = 0, 0
-	return samePolicy(a, c)
+	return samePolicy(withoutExecLimits(job.Policy), withoutExecLimits(b.Policy))
+}
+
+// withoutExecLimits is p without the limits each run or exec sets for
+// itself: its timeout and output cap, airlock's to enforce.
+func withoutExecLimits(p isolation.Policy) isolation.Policy {
+	p.Limits.Timeout, p.Limits.Output = 0, 0
+	return p
 }
 
 // samePolicy says how policy a differs from b, or "" when it does not.

@@ -15,7 +15,6 @@ import (
 
 	"github.com/containerd/errdefs"
 
-	"github.com/airlock-sandbox/airlock/artifacts"
 	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/images"
 	"github.com/airlock-sandbox/airlock/lifecycle"
@@ -383,16 +382,9 @@ func (r *Runner) execute(ctx context.Context, s Spec, job *engine.SandboxSpec, s
 	if sc.out != "" {
 		// The engine has removed the sandbox: no process is left to race
 		// the scan.
-		o := s.Output
-		rep, err := artifacts.Collect(context.WithoutCancel(ctx), sc.out, artifacts.Options{
-			Dest: o.Artifacts, Quarantine: o.Quarantine,
-			MaxFileBytes: int64(o.MaxFileSize), MaxTotalBytes: int64(o.Size), MaxFiles: o.Files,
-			Types: o.Types, AllowDotfiles: o.AllowDotfiles,
-		})
-		res.Artifacts, res.Rejected = rep.Artifacts, rep.Rejected
-		if err != nil {
+		if err := collectOutput(ctx, sc.out, s.Output, &res); err != nil {
 			res.Reason, res.Error = ReasonError, err.Error()
-			return res, fmt.Errorf("%w: collecting artifacts: %v", errdefs.ErrInternal, err)
+			return res, err
 		}
 	}
 	mark(ctx, "scan")

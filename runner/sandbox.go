@@ -97,6 +97,11 @@ type ExecSpec struct {
 	// elsewhere, such as an airlock node's one-shot pod.
 	JobID          string
 	ExpectedStdout *string
+	// Collect, when set, ends the sandbox with the exec: once the program
+	// has ended, every process of the sandbox is ended and the output
+	// directory collected under Collect's rules, as a run's is, into the
+	// Result and its receipt. The sandbox is then of no use but Close.
+	Collect *Output
 }
 
 // SandboxInfo is a sandbox's reconnect record, as `airlock sandbox
@@ -512,6 +517,11 @@ func (sb *Sandbox) Exec(ctx context.Context, p ExecSpec) (Result, error) {
 	} else {
 		res.exited(exit, context.Cause(runCtx))
 	}
+	if p.Collect != nil && err == nil && res.Error == "" {
+		if err = sb.collect(ctx, *p.Collect, &res); err != nil {
+			res.Reason, res.Error, res.ErrorKind = ReasonError, err.Error(), ErrorKind(err)
+		}
+	}
 	if err == nil && res.Error == "" && si.Policy != nil {
 		pol := *si.Policy
 		pol.Limits = limits
@@ -519,6 +529,7 @@ func (sb *Sandbox) Exec(ctx context.Context, p ExecSpec) (Result, error) {
 		if serr == nil {
 			rec.ImageManifest = si.ImageManifest
 			rec.JobID, rec.Pass = p.JobID, passOf(res, p.ExpectedStdout)
+			addOutput(&rec, res)
 			serr = sb.r.seal(rec, &res)
 		}
 		if serr != nil {

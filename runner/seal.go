@@ -65,13 +65,18 @@ func receiptOf(job *engine.SandboxSpec, s Spec, res Result, inputs []receipt.Fil
 	}
 	rec.JobID, rec.Pass = s.JobID, passOf(res, s.ExpectedStdout)
 	rec.Inputs = append(rec.Inputs, inputs...)
+	addOutput(&rec, res)
+	return rec, nil
+}
+
+// addOutput records res's artifacts and rejections in rec.
+func addOutput(rec *receipt.Receipt, res Result) {
 	for _, a := range res.Artifacts {
 		rec.Artifacts = append(rec.Artifacts, receipt.File{Path: a.Path, Size: a.Size, SHA256: a.SHA256, MIME: a.MIME})
 	}
 	for _, x := range res.Rejected {
 		rec.Rejected = append(rec.Rejected, receipt.Rejection{Path: x.Path, Reason: string(x.Reason), Detail: x.Detail})
 	}
-	return rec, nil
 }
 
 // resultReceipt is the receipt of what every Result has: a run's or an

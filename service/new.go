@@ -2,7 +2,9 @@ package service
 
 import (
 	"context"
+	"strings"
 
+	"github.com/airlock-sandbox/airlock/internal/forkserver"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/templates"
 )
@@ -48,7 +50,42 @@ func (s *Service) Run(ctx context.Context, engineName, template string, spec run
 	if p := s.Pool(template, false, rn); p != nil {
 		return p.Run(ctx, spec)
 	}
+	if res, ran, err := s.runRestored(ctx, rn, engineName, template, spec); ran {
+		return res, err
+	}
 	return rn.Run(ctx, spec)
+}
+
+// runRestored runs spec on a sandbox restored from template's snapshot,
+// when it has one and spec fits it (runner.RunRestored). On a run-code
+// template, `python3 FILE ARGS…` is one job of its fork server. ran is
+// false when nothing was done: the run starts cold.
+func (s *Service) runRestored(ctx context.Context, rn *runner.Runner, engineName, template string, spec runner.Spec) (_ runner.Result, ran bool, _ error) {
+	if template == "" {
+		return runner.Result{}, false, nil
+	}
+	t, err := s.Template(template)
+	if err != nil || t.Snapshot == "" {
+		return runner.Result{}, false, nil
+	}
+	base, _, err := s.SandboxSpec(template, engineName, runner.SandboxSpec{})
+	if err != nil {
+		return runner.Result{}, true, err
+	}
+	base.Snapshot = t.Snapshot
+	var argv []string
+	if a := spec.Argv; forkserver.Is(t.Warm) && len(a) >= 2 && a[0] == forkserver.Interpreter && !strings.HasPrefix(a[1], "-") {
+		argv = forkserver.ClientArgv(a[1], a[2:]...)
+	}
+	res, why, err := rn.RunRestored(ctx, spec, base, argv)
+	if why != "" {
+		s.log.Debug("a run on a snapshot template starts cold", "template", template, "why", why)
+		return runner.Result{}, false, nil
+	}
+	if err == nil && argv != nil {
+		err = forkServerFailed(res)
+	}
+	return res, true, err
 }
 
 // Create makes a sandbox of spec on engine engineName once admitted: from

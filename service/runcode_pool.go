@@ -97,7 +97,7 @@ func (s *Service) codeTemplate(c Code) (*templates.Template, string) {
 // forkServerFailed is the error of a pooled run whose job the fork
 // server never ran, or whose status it never sent: the client says so
 // with forkserver.ExitFailed and a line on stderr.
-func forkServerFailed(sb *runner.Sandbox, res runner.Result) error {
+func forkServerFailed(res runner.Result) error {
 	i := bytes.Index(res.Stderr.Head, []byte(forkserver.FailurePrefix))
 	if res.Reason != runner.ReasonExited || res.ExitCode != forkserver.ExitFailed || i < 0 || (i > 0 && res.Stderr.Head[i-1] != '\n') {
 		return nil
@@ -106,5 +106,5 @@ func forkServerFailed(sb *runner.Sandbox, res runner.Result) error {
 	if len(line) > 200 {
 		line = line[:200]
 	}
-	return fmt.Errorf("%w: the fork server in sandbox %q did not run the job: %q", errdefs.ErrUnavailable, sb.ID(), line)
+	return fmt.Errorf("%w: the fork server in sandbox %q did not run the job: %q", errdefs.ErrUnavailable, res.SandboxID, line)
 }

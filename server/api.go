@@ -95,8 +95,17 @@ func (s *Server) postSandbox(w http.ResponseWriter, r *http.Request) {
 	var q SandboxRequest
 	var spec runner.SandboxSpec
 	var eng string
-	convert := func() (err error) { spec, eng, err = q.spec(s.svc); return err }
+	convert := func() (err error) {
+		if q.Engine == engineKube {
+			return q.checkKube()
+		}
+		spec, eng, err = q.spec(s.svc)
+		return err
+	}
 	s.admitted(w, r, true, &q, convert, func() (int, []byte) {
+		if q.Engine == engineKube {
+			return s.createKube(r.Context(), &q)
+		}
 		begin := time.Now()
 		// A client that hangs up does not undo the create: its retry, with
 		// the same Idempotency-Key, gets this sandbox.

@@ -309,7 +309,12 @@ func (s *Server) postExec(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	sb, done, err := s.svc.Open(r.Context(), r.PathValue("id"))
+	id := r.PathValue("id")
+	if _, kube, _ := s.svc.KubeSandbox(id); kube {
+		s.execKube(w, r, id, spec)
+		return
+	}
+	sb, done, err := s.svc.Open(r.Context(), id)
 	if err != nil {
 		writeError(w, err)
 		return

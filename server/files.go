@@ -17,21 +17,42 @@ import (
 
 	"github.com/airlock-sandbox/airlock/artifacts"
 	"github.com/airlock-sandbox/airlock/runner"
+	"github.com/airlock-sandbox/airlock/service"
 	"github.com/airlock-sandbox/airlock/units"
 )
 
 // transferTimeout bounds the time of one file transfer's body.
 const transferTimeout = 10 * time.Minute
 
-// fileTarget is the sandbox and the path a file request names.
+// fileTarget is the sandbox, the path and the upload limit a file
+// request names.
 // done releases the sandbox's runner once the transfer is over.
-func (s *Server) fileTarget(r *http.Request) (sb *runner.Sandbox, path string, done func(), err error) {
-	p := r.URL.Query().Get("path")
-	if p == "" {
-		return nil, "", nil, invalid("give the sandbox path as ?path=, such as ?path=/home/user/data.csv")
+func (s *Server) fileTarget(r *http.Request) (f service.Files, path string, limit int64, done func(), err error) {
+	p, err := targetPath(r)
+	if err != nil {
+		return nil, "", 0, nil, err
+	}
+	f, limit, done, err = s.svc.OpenFiles(r.Context(), r.PathValue("id"))
+	return f, p, limit, done, err
+}
+
+// treeTarget is fileTarget for a tree's transfer, which only a live
+// sandbox of an engine has.
+func (s *Server) treeTarget(r *http.Request) (sb *runner.Sandbox, path string, done func(), err error) {
+	p, err := targetPath(r)
+	if err != nil {
+		return nil, "", nil, err
 	}
 	sb, done, err = s.svc.Open(r.Context(), r.PathValue("id"))
 	return sb, p, done, err
+}
+
+func targetPath(r *http.Request) (string, error) {
+	p := r.URL.Query().Get("path")
+	if p == "" {
+		return "", invalid("give the sandbox path as ?path=, such as ?path=/home/user/data.csv")
+	}
+	return p, nil
 }
 
 // refused counts a refused transfer by its reason word.
@@ -46,7 +67,7 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request) {
 		s.putTree(w, r)
 		return
 	}
-	sb, p, done, err := s.fileTarget(r)
+	sb, p, limit, done, err := s.fileTarget(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -55,7 +76,7 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request) {
 	http.NewResponseController(w).SetReadDeadline(time.Now().Add(transferTimeout))
 	// The runner counts the bytes as they stream and refuses past the
 	// workspace's size (too_large); nothing is buffered here.
-	tr, err := sb.Upload(r.Context(), p, r.Body, sb.Info().WorkspaceBytes)
+	tr, err := sb.Upload(r.Context(), p, r.Body, limit)
 	if err != nil {
 		s.refused(err)
 		writeError(w, err)
@@ -69,7 +90,7 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
 		s.getTree(w, r)
 		return
 	}
-	sb, p, done, err := s.fileTarget(r)
+	sb, p, _, done, err := s.fileTarget(r)
 	if err != nil {
 		writeError(w, err)
 		return

@@ -7,9 +7,9 @@ package service
 // enforces the policy, so nothing of an engine's contract (mounts, a
 // policy to apply, reaping on this host) is this host's to do. The
 // service dispatches by id: ls, inspect, exec, rm and one-file transfers
-// (kube_transfer_linux.go) reach them; the rest (pause, trees, a
-// supervisor, the API's and MCP's sandbox calls, which take a
-// runner.Sandbox) refuses, saying so.
+// (kube_transfer_linux.go) reach them, from the CLI and, through a
+// server started WithKube, the API; the rest (pause, trees, a supervisor,
+// streamed execs, which take a runner.Sandbox) refuses, saying so.
 
 import (
 	"bytes"
@@ -43,6 +43,37 @@ func (s *Service) CreateKube(ctx context.Context, o claim.CreateOptions) (claim.
 		return claim.Record{}, err
 	}
 	return s.claims().Create(ctx, o)
+}
+
+// KubeTarget is the cluster the API and MCP claim sandboxes on: airlock
+// serve's --kubeconfig, --context and --namespace.
+type KubeTarget struct {
+	Kubeconfig, Context, Namespace string
+}
+
+// WithKube has the faces without cluster flags of their own claim
+// sandboxes on t's cluster (CreateKubeFor); without it they refuse.
+func WithKube(t KubeTarget) Option { return func(s *Service) { s.kube = &t } }
+
+// CreateKubeFor claims a sandbox from warm pool template on the cluster
+// WithKube names, for a face with no cluster flags of its own. The
+// kubeconfig is read at each create, so a rotated one is taken.
+func (s *Service) CreateKubeFor(ctx context.Context, template string, labels map[string]string, timeout time.Duration) (runner.SandboxInfo, error) {
+	if s.kube == nil {
+		return runner.SandboxInfo{}, fmt.Errorf("%w: this server claims no sandboxes on Kubernetes: start it with --kubeconfig FILE (and --context, --namespace) to serve engine kube", errdefs.ErrNotImplemented)
+	}
+	if template == "" {
+		return runner.SandboxInfo{}, fmt.Errorf("%w: engine kube needs a template: the SandboxWarmPool `airlock kube render --template NAME --warm N | kubectl apply -f -` made", errdefs.ErrInvalidArgument)
+	}
+	cfg, err := cluster.Load(s.kube.Kubeconfig, s.kube.Context)
+	if err != nil {
+		return runner.SandboxInfo{}, fmt.Errorf("%w: the server's kubeconfig: %v", errdefs.ErrUnavailable, err)
+	}
+	r, err := s.CreateKube(ctx, claim.CreateOptions{Config: cfg, Namespace: s.kube.Namespace, WarmPool: template, Labels: labels, Timeout: timeout})
+	if err != nil {
+		return runner.SandboxInfo{}, err
+	}
+	return kubeInfo(r), nil
 }
 
 // KubeSandbox reads the record of sandbox id if it is on a cluster; ok

@@ -3,6 +3,8 @@ package service
 import (
 	"context"
 	"encoding/json"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,5 +79,21 @@ func TestKubeInfoDeadline(t *testing.T) {
 	si := kubeInfo(claim.Record{ID: "sb-0123456789abcdef0123", State: claim.Ready, RuntimeClass: "gvisor", CreatedAt: end.Add(-time.Hour), ExpiresAt: end})
 	if got := si.Deadline(end.Add(-time.Minute)); !got.Equal(end) || si.Isolation != "gvisor" || si.Engine != "kube" {
 		t.Errorf("deadline %v, want %v; %+v", got, end, si)
+	}
+}
+
+// A face with no cluster of its own refuses engine kube, naming the
+// flag that gives it one; with one, a create names its template.
+func TestCreateKubeForRefusals(t *testing.T) {
+	ctx := context.Background()
+	if _, err := New(t.TempDir(), nil).CreateKubeFor(ctx, "kt", nil, 0); !errdefs.IsNotImplemented(err) || !strings.Contains(err.Error(), "--kubeconfig") {
+		t.Errorf("without WithKube: %v; want not implemented, naming --kubeconfig", err)
+	}
+	s := New(t.TempDir(), nil, WithKube(KubeTarget{Kubeconfig: filepath.Join(t.TempDir(), "none")}))
+	if _, err := s.CreateKubeFor(ctx, "", nil, 0); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "template") {
+		t.Errorf("no template: %v; want invalid, naming the template", err)
+	}
+	if _, err := s.CreateKubeFor(ctx, "kt", nil, 0); !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "kubeconfig") {
+		t.Errorf("a kubeconfig that is gone: %v; want unavailable, naming it", err)
 	}
 }

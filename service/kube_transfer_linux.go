@@ -170,3 +170,41 @@ func (c *countReader) Read(p []byte) (int, error) {
 	c.n += int64(n)
 	return n, err
 }
+
+// Files is one sandbox's one-file transfers, wherever it runs.
+type Files interface {
+	Upload(ctx context.Context, sandboxPath string, r io.Reader, limit int64) (runner.Transfer, error)
+	Download(ctx context.Context, sandboxPath string, w io.Writer) (runner.Transfer, error)
+}
+
+var (
+	_ Files = (*runner.Sandbox)(nil)
+	_ Files = kubeFiles{}
+)
+
+// OpenFiles returns sandbox id's one-file transfers and the most an
+// upload may write: a live sandbox's (Open), or, through its pod's exec,
+// one on a cluster's (UploadKube, DownloadKube).
+func (s *Service) OpenFiles(ctx context.Context, id string) (f Files, limit int64, done func(), err error) {
+	if _, ok, err := s.KubeSandbox(id); ok {
+		return kubeFiles{s, id}, int64(runner.DefaultWorkspaceSize), func() {}, err
+	}
+	sb, done, err := s.Open(ctx, id)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	return sb, sb.Info().WorkspaceBytes, done, nil
+}
+
+type kubeFiles struct {
+	s  *Service
+	id string
+}
+
+func (k kubeFiles) Upload(ctx context.Context, p string, r io.Reader, limit int64) (runner.Transfer, error) {
+	return k.s.UploadKube(ctx, k.id, p, r, limit)
+}
+
+func (k kubeFiles) Download(ctx context.Context, p string, w io.Writer) (runner.Transfer, error) {
+	return k.s.DownloadKube(ctx, k.id, p, w)
+}

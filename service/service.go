@@ -42,7 +42,10 @@ type Service struct {
 	pools     pools
 	// runCode maps a /run_code language to its run-code template.
 	runCode map[string]string
-	log     *slog.Logger
+	// kube is where faces with no cluster flags of their own (the API,
+	// MCP) claim sandboxes on a cluster (WithKube).
+	kube *KubeTarget
+	log  *slog.Logger
 }
 
 // Option configures a Service.

@@ -53,9 +53,12 @@ type Policy struct {
 	// FileSize caps any one file the program writes, a size.
 	FileSize string `json:"file_size,omitempty"`
 	// Env is the program's environment, NAME=VALUE each.
-	Env       []string `json:"env,omitempty"`
-	Engine    string   `json:"engine,omitempty" openapi:"enum=auto|oci|docker"`
-	Isolation string   `json:"isolation,omitempty" openapi:"enum=gvisor|seccomp"`
+	Env []string `json:"env,omitempty"`
+	// Engine runs the work: auto, oci or docker; kube only for a sandbox
+	// create through airlock serve --kubeconfig, with a template alone (a
+	// SandboxClaim on its warm pool on the cluster).
+	Engine    string `json:"engine,omitempty" openapi:"enum=auto|oci|docker|kube"`
+	Isolation string `json:"isolation,omitempty" openapi:"enum=gvisor|seccomp"`
 	// OutDir is the output directory inside the sandbox; "none" turns it
 	// off.
 	OutDir string `json:"out_dir,omitempty"`
@@ -221,6 +224,8 @@ func (p *Policy) Parse() (isolation.Policy, error) {
 	}
 	switch p.Engine {
 	case "", "auto", "oci", "docker":
+	case "kube":
+		return pol, refuse("engine", p.Engine, "only a sandbox create takes it (POST /v1/sandboxes with a template alone, on a server started with --kubeconfig); one-shot runs on a cluster are `airlock run --engine kube` and `airlock batch --engine kube`")
 	default:
 		return pol, refuse("engine", p.Engine, "use auto, oci or docker")
 	}

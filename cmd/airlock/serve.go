@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-sandbox/airlock/admission"
 	"github.com/airlock-sandbox/airlock/engines"
 	"github.com/airlock-sandbox/airlock/internal/atomicfile"
+	"github.com/airlock-sandbox/airlock/kube/cluster"
 	"github.com/airlock-sandbox/airlock/mcpserver"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/server"
@@ -34,6 +35,8 @@ type serveFlags struct {
 	// The ceilings every face's requests are held to.
 	maxMemory, maxOutput string
 	maxTimeout, maxTTL   time.Duration
+	// The cluster of engine kube's sandbox creates.
+	kubeconfig, kubeContext, kubeNamespace string
 }
 
 // Defaults of serve's ceilings; --max-memory's is the host's memory.
@@ -101,7 +104,15 @@ one job per sandbox, as without the flag. The pool holds N sandboxes for
 --pool-sandboxes TEMPLATE=N, else 2. A request asking more than the
 template gives (a run_timeout over its timeout, a memory_limit_MB other
 than its memory) starts cold, as without the flag. serve refuses to start
-when TEMPLATE does not exist or is no run-code template of this airlock.`,
+when TEMPLATE does not exist or is no run-code template of this airlock.
+
+--kubeconfig FILE (with --context, --namespace) serves sandboxes on a
+Kubernetes cluster too: a sandbox create with "engine": "kube" and a
+template alone claims one from the template's SandboxWarmPool there (as
+airlock sandbox create --engine kube does); exec (answered whole, not
+streamed), one-file transfers, inspect, list and delete reach it by id.
+Everything else about it (trees, pause, the WebSocket) is refused,
+saying so. docs/kubernetes.md.`,
 		Example: `  airlock serve
   airlock serve --listen 127.0.0.1:8787
   curl --unix-socket /run/airlock/airlock.sock -d '{"argv":["python3","-c","print(6*7)"]}' http://airlock/v1/runs
@@ -130,6 +141,9 @@ when TEMPLATE does not exist or is no run-code template of this airlock.`,
 	fl.StringVar(&f.maxOutput, "max-output-limit", units.Bytes(defaultMaxOutput).String(), "ceiling on the output limit a run, sandbox or exec may ask for")
 	fl.DurationVar(&f.maxTimeout, "max-timeout", defaultMaxTimeout, "ceiling on the timeout a run, sandbox or exec may ask for")
 	fl.DurationVar(&f.maxTTL, "max-ttl", defaultMaxTTL, "ceiling on the TTL a sandbox may ask for")
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "serve engine kube's sandbox creates (a SandboxClaim on a template's warm pool) on this kubeconfig's cluster")
+	fl.StringVar(&f.kubeContext, "context", "", "with --kubeconfig: its context (default its current-context)")
+	fl.StringVar(&f.kubeNamespace, "namespace", "", "with --kubeconfig: the warm pools' namespace (default the context's, else default)")
 	return cmd
 }
 
@@ -200,6 +214,10 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 			return err
 		}
 	}
+	kube, err := f.kubeTarget()
+	if err != nil {
+		return err
+	}
 	unix, err := server.ListenUnix(f.socket)
 	if err != nil {
 		return err
@@ -210,9 +228,13 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 	// runs, one set of runners (with the ceilings), one set of pools.
 	host := g.host(engines.Shared(), engines.WithRunnerOptions(runner.WithCeilings(ceil)))
 	defer host.Close()
-	svc := service.New(g.root, host, service.WithAdmission(admission.New(g.root, f.maxSandboxes)), service.WithLogger(g.serverLogger()),
+	opts := []service.Option{service.WithAdmission(admission.New(g.root, f.maxSandboxes)), service.WithLogger(g.serverLogger()),
 		service.WithPools(pools, service.PoolOptions{MaxAge: f.poolMaxAge, FailWhenEmpty: f.poolExhausted == "fail"}),
-		service.WithRunCodeTemplates(runCode))
+		service.WithRunCodeTemplates(runCode)}
+	if kube != nil {
+		opts = append(opts, service.WithKube(*kube))
+	}
+	svc := service.New(g.root, host, opts...)
 	srv, err := server.New(server.Options{
 		Service: svc, Token: token, MaxBody: int64(maxBody), MaxConnections: f.maxConnections,
 		Sweep: true,
@@ -324,4 +346,19 @@ func (g *globals) serverLogger() *slog.Logger {
 		return g.logger()
 	}
 	return slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// kubeTarget is the cluster --kubeconfig names, read once here so that a
+// bad one stops serve at its start; nil without the flag.
+func (f *serveFlags) kubeTarget() (*service.KubeTarget, error) {
+	if f.kubeconfig == "" {
+		if f.kubeContext != "" || f.kubeNamespace != "" {
+			return nil, usageError{fmt.Errorf("--context and --namespace apply only with --kubeconfig")}
+		}
+		return nil, nil
+	}
+	if _, err := cluster.Load(f.kubeconfig, f.kubeContext); err != nil {
+		return nil, usageError{fmt.Errorf("--kubeconfig: %w", err)}
+	}
+	return &service.KubeTarget{Kubeconfig: f.kubeconfig, Context: f.kubeContext, Namespace: f.kubeNamespace}, nil
 }

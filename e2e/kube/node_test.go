@@ -551,6 +551,7 @@ func TestNodes(t *testing.T) {
 	a = nodes["airlock-a"]
 
 	engineKube(t, cs, nodes)
+	serveKube(t)
 
 	// Deleting every pod leaves no sandbox on either node.
 	kubectl(t, nil, "delete", "sandboxclaim", "kt-claim", "--wait=true")

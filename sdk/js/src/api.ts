@@ -1821,8 +1821,11 @@ export interface components {
             cpus?: string | number;
             /** @description Credential lists the proxy's credential routes, HOST=HEADER:ENV or HOST=HEADER:@FILE each: the header's value is read from airlock's own environment or a host file and never enters the sandbox. Only the host's command line names its own; a client (the API, MCP, a batch line) may only narrow a template's. */
             credential?: string[];
-            /** @enum {string} */
-            engine?: "auto" | "oci" | "docker";
+            /**
+             * @description Engine runs the work: auto, oci or docker; kube only for a sandbox create through airlock serve --kubeconfig, with a template alone (a SandboxClaim on its warm pool on the cluster).
+             * @enum {string}
+             */
+            engine?: "auto" | "oci" | "docker" | "kube";
             /** @description Env is the program's environment, NAME=VALUE each. */
             env?: string[];
             /** @description FileSize caps any one file the program writes, a size. */
@@ -1903,8 +1906,11 @@ export interface components {
             credential?: string[];
             /** @description DownloadTypes is the MIME allowlist of downloads from the sandbox. */
             download_types?: string[];
-            /** @enum {string} */
-            engine?: "auto" | "oci" | "docker";
+            /**
+             * @description Engine runs the work: auto, oci or docker; kube only for a sandbox create through airlock serve --kubeconfig, with a template alone (a SandboxClaim on its warm pool on the cluster).
+             * @enum {string}
+             */
+            engine?: "auto" | "oci" | "docker" | "kube";
             /** @description Env is the program's environment, NAME=VALUE each. */
             env?: string[];
             /** @description FileSize caps any one file the program writes, a size. */

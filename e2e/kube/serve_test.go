@@ -1,0 +1,126 @@
+//go:build e2e
+
+package kube_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/runner"
+)
+
+// serveKube: `airlock serve --kubeconfig` serves engine kube's sandboxes
+// through the API as the CLI does: a create with a template alone claims
+// one from its warm pool; exec, a file each way, inspect, list and delete
+// reach it by id; what it cannot take is refused, naming the problem.
+func serveKube(t *testing.T) {
+	root := filepath.Join(tmp, "serve")
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(root, "api.sock")
+	srv := exec.Command(airlockBin, "--root", root, "serve", "--socket", sock, "--kubeconfig", kubeconfig)
+	var logs bytes.Buffer
+	srv.Stderr = &logs
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		srv.Process.Signal(os.Interrupt)
+		srv.Wait()
+		if t.Failed() {
+			t.Logf("airlock serve's log:\n%s", logs.String())
+		}
+	}()
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	do := func(method, path, accept string, body io.Reader) (int, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(method, "http://airlock"+path, body)
+		if accept != "" {
+			req.Header.Set("Accept", accept)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	waitFor(t, time.Minute, "airlock serve listening", func() (bool, string) {
+		c, err := net.Dial("unix", sock)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil, logs.String()
+	})
+	post := func(path, body string) (int, []byte) { return do("POST", path, "", strings.NewReader(body)) }
+
+	for _, c := range []struct{ path, body, want string }{
+		{"/v1/sandboxes", `{"engine":"kube","template":"kt","memory":"1GiB"}`, "drop memory"},
+		{"/v1/sandboxes", `{"engine":"kube"}`, "needs a template"},
+		{"/v1/sandboxes", `{"engine":"kube","template":"nope"}`, "airlock kube render --template nope"},
+		{"/v1/runs", `{"engine":"kube","argv":["true"]}`, "airlock run --engine kube"},
+	} {
+		if st, b := post(c.path, c.body); st < 400 || !strings.Contains(string(b), c.want) {
+			t.Errorf("POST %s %s: %d %s; want a refusal saying %q", c.path, c.body, st, b, c.want)
+		}
+	}
+
+	st, b := post("/v1/sandboxes", `{"engine":"kube","template":"kt","labels":{"via":"api"}}`)
+	var si runner.SandboxInfo
+	if err := json.Unmarshal(b, &si); st != 201 || err != nil || !strings.HasPrefix(si.ID, "sb-") || si.Engine != "kube" || si.Labels["via"] != "api" {
+		t.Fatalf("POST /v1/sandboxes engine kube: %d %s", st, b)
+	}
+	id := si.ID
+	st, b = post("/v1/sandboxes/"+id+"/exec", `{"argv":["sh","-c","id -u; echo err >&2; exit 4"]}`)
+	var res runner.Result
+	if err := json.Unmarshal(b, &res); st != 200 || err != nil || res.ExitCode != 4 || string(res.Stdout.Head) != "65534\n" || string(res.Stderr.Head) != "err\n" || res.Engine != "kube" {
+		t.Errorf("exec: %d %s", st, b)
+	}
+	if st, b := do("POST", "/v1/sandboxes/"+id+"/exec", "application/x-ndjson", strings.NewReader(`{"argv":["true"]}`)); st != 501 || !strings.Contains(string(b), "application/json") {
+		t.Errorf("a streamed exec: %d %s; want 501 saying to ask for JSON", st, b)
+	}
+	if st, b := post("/v1/sandboxes/"+id+"/exec", `{"argv":["true"],"env":["A=1"]}`); st != 400 || !strings.Contains(string(b), "env") {
+		t.Errorf("exec with env: %d %s", st, b)
+	}
+	if st, b := do("PUT", "/v1/sandboxes/"+id+"/files?path=/home/user/api.txt", "", strings.NewReader("from the api\n")); st != 200 || !strings.Contains(string(b), `"decision":"accepted"`) {
+		t.Errorf("PUT a file: %d %s", st, b)
+	}
+	if st, b := do("GET", "/v1/sandboxes/"+id+"/files?path=/home/user/api.txt", "", nil); st != 200 || string(b) != "from the api\n" {
+		t.Errorf("GET the file: %d %q", st, b)
+	}
+	if st, b := do("GET", "/v1/sandboxes/"+id+"/files?path=/bin/sh", "", nil); st == 200 || !strings.Contains(string(b), "type_not_allowed") {
+		t.Errorf("GET a program: %d %.200s; want a refusal by the scanner", st, b)
+	}
+	if st, b := post("/v1/sandboxes/"+id+"/pause", ""); st != 501 || !strings.Contains(string(b), "runs on Kubernetes") {
+		t.Errorf("pause: %d %s", st, b)
+	}
+	if st, b := do("GET", "/v1/sandboxes/"+id, "", nil); st != 200 || !strings.Contains(string(b), `"engine":"kube"`) {
+		t.Errorf("GET the sandbox: %d %s", st, b)
+	}
+	if st, b := do("GET", "/v1/sandboxes", "", nil); st != 200 || !strings.Contains(string(b), id) {
+		t.Errorf("list: %d %s", st, b)
+	}
+	if st, b := do("DELETE", "/v1/sandboxes/"+id, "", nil); st != 204 {
+		t.Errorf("DELETE: %d %s", st, b)
+	}
+	if out := kubectlOut(t, "get", "sandboxclaim", id); !strings.Contains(out, "NotFound") {
+		t.Errorf("the claim after DELETE: %s", out)
+	}
+	if st, _ := do("GET", "/v1/sandboxes/"+id, "", nil); st != 404 {
+		t.Errorf("GET after DELETE: %d", st)
+	}
+}

@@ -66,6 +66,7 @@ type (
 		IdleTimeoutS *float64 `json:"idle_timeout_s,omitempty" jsonschema:"seconds without an exec or a file transfer after which the sandbox ends (default 900)"`
 		AllowHost    []string `json:"allow_host,omitempty" jsonschema:"hosts the sandbox may reach through its egress proxy, HOST[:PORT] each, such as pypi.org or *.pythonhosted.org (default: none, no network at all)"`
 		Credential   []string `json:"credential,omitempty" jsonschema:"credential routes of the template named, HOST=HEADER:ENV or HOST=HEADER:@FILE each, to keep only these of them (a template is required)"`
+		Engine       string   `json:"engine,omitempty" jsonschema:"auto, oci or docker (default auto, or the template's), or kube: a sandbox on the Kubernetes cluster this server was started with (--kubeconfig), claimed from the warm pool of template, which is then the only other argument"`
 	}
 	SandboxExecArgs struct {
 		SandboxID string   `json:"sandbox_id" jsonschema:"the id sandbox_create returned (sb- and 20 hex digits)"`
@@ -172,7 +173,7 @@ func runSpec(in RunCodeArgs) (runner.Spec, error) {
 func sandboxSpec(in SandboxCreateArgs) (runner.SandboxSpec, error) {
 	var s runner.SandboxSpec
 	s.Image = in.Image
-	w := wire.Policy{AllowHost: in.AllowHost, Credential: in.Credential}
+	w := wire.Policy{AllowHost: in.AllowHost, Credential: in.Credential, Engine: in.Engine}
 	pol, err := w.ParseClient(in.Template)
 	if err != nil {
 		return s, err
@@ -409,11 +410,14 @@ func (s *Server) runCode(ctx context.Context, _ *mcp.CallToolRequest, in RunCode
 
 // sandboxCreate is sandbox_create.
 func (s *Server) sandboxCreate(ctx context.Context, _ *mcp.CallToolRequest, in SandboxCreateArgs) (*mcp.CallToolResult, SandboxResult, error) {
+	if in.Engine == engineKube {
+		return s.sandboxCreateKube(ctx, in)
+	}
 	spec, err := sandboxSpec(in)
 	if err != nil {
 		return nil, SandboxResult{}, toolError("creating the sandbox", invalidArgs{err})
 	}
-	spec, eng, err := s.svc.SandboxSpec(in.Template, "", spec)
+	spec, eng, err := s.svc.SandboxSpec(in.Template, in.Engine, spec)
 	if err != nil {
 		return nil, SandboxResult{}, toolError("creating the sandbox", err)
 	}
@@ -437,11 +441,27 @@ func (s *Server) open(ctx context.Context, id string) (*runner.Sandbox, func(), 
 	return sb, done, nil
 }
 
+// openFiles opens sandbox id's one-file transfers, wherever it runs.
+func (s *Server) openFiles(ctx context.Context, id string) (service.Files, func(), error) {
+	f, _, done, err := s.svc.OpenFiles(ctx, id)
+	if err != nil {
+		return nil, nil, sandboxError(id, err)
+	}
+	return f, done, nil
+}
+
 // sandboxExec is sandbox_exec.
 func (s *Server) sandboxExec(ctx context.Context, _ *mcp.CallToolRequest, in SandboxExecArgs) (*mcp.CallToolResult, ExecResult, error) {
 	spec, err := execSpec(in)
 	if err != nil {
 		return nil, ExecResult{}, toolError("starting the exec", invalidArgs{err})
+	}
+	if _, kube, _ := s.svc.KubeSandbox(in.SandboxID); kube {
+		res, err := s.svc.ExecKube(ctx, in.SandboxID, spec)
+		if err != nil {
+			return nil, ExecResult{}, sandboxError(in.SandboxID, err)
+		}
+		return nil, execResult(res), nil
 	}
 	sb, done, err := s.open(ctx, in.SandboxID)
 	if err != nil {
@@ -461,7 +481,7 @@ func (s *Server) sandboxWriteFile(ctx context.Context, _ *mcp.CallToolRequest, i
 	if err != nil {
 		return nil, FileResult{}, err
 	}
-	sb, done, err := s.open(ctx, in.SandboxID)
+	sb, done, err := s.openFiles(ctx, in.SandboxID)
 	if err != nil {
 		return nil, FileResult{}, err
 	}
@@ -480,7 +500,7 @@ func (s *Server) sandboxReadFile(ctx context.Context, _ *mcp.CallToolRequest, in
 	if err := checkID(in.SandboxID); err != nil {
 		return nil, FileResult{}, err
 	}
-	sb, done, err := s.open(ctx, in.SandboxID)
+	sb, done, err := s.openFiles(ctx, in.SandboxID)
 	if err != nil {
 		return nil, FileResult{}, err
 	}

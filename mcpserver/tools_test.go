@@ -93,6 +93,7 @@ func TestSandboxSpec(t *testing.T) {
 		{SandboxCreateArgs{TimeoutS: ptr(-2.0)}, "timeout_s -2"},
 		{SandboxCreateArgs{IdleTimeoutS: ptr(-1.0)}, "idle_timeout_s -1"},
 		{SandboxCreateArgs{TTLS: ptr(0.0000001)}, "at least 0.001 seconds"},
+		{SandboxCreateArgs{Engine: "vm"}, `engine "vm"`},
 	} {
 		if _, err := sandboxSpec(tc.in); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: error %v, want one containing %q", tc.in, err, tc.want)

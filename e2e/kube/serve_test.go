@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -15,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-sandbox/airlock/runner"
 )
@@ -122,5 +125,50 @@ func serveKube(t *testing.T) {
 	}
 	if st, _ := do("GET", "/v1/sandboxes/"+id, "", nil); st != 404 {
 		t.Errorf("GET after DELETE: %d", st)
+	}
+
+	// MCP's sandbox tools, on the same server.
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "e2e-kube", Version: "1"}, nil).Connect(context.Background(),
+		&mcp.StreamableClientTransport{Endpoint: "http://airlock/mcp", HTTPClient: hc}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	call := func(name string, args map[string]any) (map[string]any, bool) {
+		t.Helper()
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		out, _ := res.StructuredContent.(map[string]any)
+		if res.IsError && len(res.Content) > 0 {
+			if tc, ok := res.Content[0].(*mcp.TextContent); ok {
+				out = map[string]any{"error": tc.Text}
+			}
+		}
+		return out, res.IsError
+	}
+	if out, isErr := call("sandbox_create", map[string]any{"engine": "kube", "template": "kt", "memory": "1GiB"}); !isErr || !strings.Contains(fmt.Sprint(out["error"]), "template alone") {
+		t.Errorf("sandbox_create engine kube with memory: %v; want a refusal", out)
+	}
+	out, isErr := call("sandbox_create", map[string]any{"engine": "kube", "template": "kt"})
+	mid, _ := out["sandbox_id"].(string)
+	if isErr || !strings.HasPrefix(mid, "sb-") || out["engine"] != "kube" {
+		t.Fatalf("sandbox_create engine kube: %v", out)
+	}
+	if out, isErr := call("sandbox_exec", map[string]any{"sandbox_id": mid, "command": "id -u; exit 2"}); isErr || out["exit_code"] != 2.0 || out["stdout"] != "65534\n" {
+		t.Errorf("sandbox_exec: %v", out)
+	}
+	if out, isErr := call("sandbox_write_file", map[string]any{"sandbox_id": mid, "path": "/home/user/m.txt", "content": "over mcp\n"}); isErr {
+		t.Errorf("sandbox_write_file: %v", out)
+	}
+	if out, isErr := call("sandbox_read_file", map[string]any{"sandbox_id": mid, "path": "/home/user/m.txt"}); isErr || out["content"] != "over mcp\n" {
+		t.Errorf("sandbox_read_file: %v", out)
+	}
+	if out, isErr := call("sandbox_destroy", map[string]any{"sandbox_id": mid}); isErr || out["destroyed"] != true {
+		t.Errorf("sandbox_destroy: %v", out)
+	}
+	if out := kubectlOut(t, "get", "sandboxclaim", mid); !strings.Contains(out, "NotFound") {
+		t.Errorf("the MCP sandbox's claim after sandbox_destroy: %s", out)
 	}
 }

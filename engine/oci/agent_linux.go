@@ -131,7 +131,10 @@ func (s *sandbox) startAgent(ctx context.Context, pr *specs.Process, child [3]*o
 		}
 	}()
 	conn.SetDeadline(time.Now().Add(relayAnswer + 5*time.Second))
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
+	// A cancelled exec still takes the relay's answer for a while: a
+	// program the agent started is then killed as any cancelled exec's
+	// is, not left running unseen.
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now().Add(agentTimeout)) })
 	defer stop()
 	rights := unix.UnixRights(int(child[0].Fd()), int(child[1].Fd()), int(child[2].Fd()))
 	msg := append(agent.Uint32(uint32(len(req))), req...)

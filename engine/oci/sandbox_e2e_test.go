@@ -696,6 +696,25 @@ func TestSandboxAgentOutputDrained(t *testing.T) {
 	}
 }
 
+// An exec cancelled before the relay's answer came is killed, as one
+// cancelled after its start is: its program is not left running unseen.
+func TestSandboxAgentCancelledAtStart(t *testing.T) {
+	sb := agentSandbox(t, "cancelled")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	x, err := sb.Exec(ctx, &engine.Process{Argv: []string{"sleep", "607"}, Timeout: time.Minute})
+	if err != nil || !x.Killed {
+		t.Fatalf("an exec cancelled at its start: %+v, %v; want killed", x, err)
+	}
+	var out strings.Builder
+	if _, err := sb.Exec(context.Background(), &engine.Process{Argv: []string{"ps", "-eo", "args"}, Stdout: &out, Timeout: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "sleep 607") {
+		t.Fatalf("the cancelled exec's program runs on:\n%s", out.String())
+	}
+}
+
 // An agent that died before the relay knew it is replaced as the spawn
 // is written, and the exec's output still reaches its client.
 func TestSandboxAgentReplacedAtSpawn(t *testing.T) {

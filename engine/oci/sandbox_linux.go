@@ -625,6 +625,11 @@ func (s *sandbox) execControl(ctx context.Context, p *engine.Process, pr *specs.
 		more = ax.drain
 	}
 	fds.closeChild()
+	if err != nil && ctx.Err() != nil && !errors.Is(err, errdefs.ErrDataLoss) {
+		// Cancelled before the program was known to run: killed, as a
+		// cancel after its start is.
+		return engine.Exit{Killed: true, Started: started, Finished: time.Now()}, nil
+	}
 	if err != nil {
 		var refused *gvisor.RefusedError
 		if !errors.As(err, &refused) {

@@ -4,9 +4,12 @@ package runner
 // serves one-shot runs as it serves creates, one sandbox per run.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -23,11 +26,13 @@ const restoredGrace = time.Minute
 // snapshot, then destroys the sandbox: the run starts where the snapshot
 // stopped instead of booting. argv, when not nil, is the exec's argv in
 // place of s.Argv (a fork server's client, say); the receipt names that.
+// files are written into the sandbox (its /tmp or workspace) before the
+// exec, as the job's own data.
 // The output directory is collected as a run's is, once every process of
 // the sandbox has ended. why, when not "", says why s does not fit the
 // snapshot and nothing was done (inputs, or fitsShape): the caller runs
 // it cold.
-func (r *Runner) RunRestored(ctx context.Context, s Spec, base SandboxSpec, argv []string) (res Result, why string, err error) {
+func (r *Runner) RunRestored(ctx context.Context, s Spec, base SandboxSpec, argv []string, files map[string][]byte) (res Result, why string, err error) {
 	if base.Snapshot == "" {
 		return Result{}, "no snapshot", nil
 	}
@@ -63,6 +68,11 @@ func (r *Runner) RunRestored(ctx context.Context, s Spec, base SandboxSpec, argv
 			err = errors.Join(err, fmt.Errorf("destroying the run's sandbox %q: %w", sb.ID(), cerr))
 		}
 	}()
+	for _, p := range slices.Sorted(maps.Keys(files)) {
+		if _, err := sb.Upload(ctx, p, bytes.NewReader(files[p]), int64(len(files[p]))+1); err != nil {
+			return Result{}, "", fmt.Errorf("writing %s into the run's sandbox: %w", p, err)
+		}
+	}
 	if argv == nil {
 		argv = s.Argv
 	}

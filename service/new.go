@@ -58,8 +58,9 @@ func (s *Service) Run(ctx context.Context, engineName, template string, spec run
 
 // runRestored runs spec on a sandbox restored from template's snapshot,
 // when it has one and spec fits it (runner.RunRestored). On a run-code
-// template, `python3 FILE ARGS…` is one job of its fork server. ran is
-// false when nothing was done: the run starts cold.
+// template, a python program is one job of its fork server
+// (forkServerJob). ran is false when nothing was done: the run starts
+// cold.
 func (s *Service) runRestored(ctx context.Context, rn *runner.Runner, engineName, template string, spec runner.Spec) (_ runner.Result, ran bool, _ error) {
 	if template == "" {
 		return runner.Result{}, false, nil
@@ -73,11 +74,8 @@ func (s *Service) runRestored(ctx context.Context, rn *runner.Runner, engineName
 		return runner.Result{}, true, err
 	}
 	base.Snapshot = t.Snapshot
-	var argv []string
-	if a := spec.Argv; forkserver.Is(t.Warm) && len(a) >= 2 && a[0] == forkserver.Interpreter && !strings.HasPrefix(a[1], "-") {
-		argv = forkserver.ClientArgv(a[1], a[2:]...)
-	}
-	res, why, err := rn.RunRestored(ctx, spec, base, argv)
+	argv, files := forkServerJob(t, spec.Argv)
+	res, why, err := rn.RunRestored(ctx, spec, base, argv, files)
 	if why != "" {
 		s.log.Debug("a run on a snapshot template starts cold", "template", template, "why", why)
 		return runner.Result{}, false, nil
@@ -125,4 +123,26 @@ func (s *Service) admitted(ctx context.Context, engineName string) (rn *runner.R
 		return nil, nil, nil, err
 	}
 	return rn, done, release, nil
+}
+
+// codeFile is where a run's `python3 -c CODE` is written for the fork
+// server, which runs files.
+const codeFile = "/tmp/airlock-code.py"
+
+// forkServerJob is the exec that runs argv as one job of t's fork server,
+// and the files it needs: `python3 FILE ARGS…` as it is, `python3 -c CODE
+// ARGS…` with CODE written to codeFile (so sys.argv[0] is that path, not
+// "-c"). Nil for any other argv, or a template with no fork server: it
+// then runs as it is.
+func forkServerJob(t *templates.Template, argv []string) ([]string, map[string][]byte) {
+	if !forkserver.Is(t.Warm) || len(argv) < 2 || argv[0] != forkserver.Interpreter {
+		return nil, nil
+	}
+	switch {
+	case argv[1] == "-c" && len(argv) >= 3:
+		return forkserver.ClientArgv(codeFile, argv[3:]...), map[string][]byte{codeFile: []byte(argv[2])}
+	case !strings.HasPrefix(argv[1], "-"):
+		return forkserver.ClientArgv(argv[1], argv[2:]...), nil
+	}
+	return nil, nil
 }

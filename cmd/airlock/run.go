@@ -63,8 +63,8 @@ isolation, limits, env and output settings, which the flags given may
 narrow but never widen (a wider flag is refused, exit 64). A template with
 a snapshot (template create --warm or --run-code) restores the run's
 sandbox from it instead of booting, when the run fits the snapshot (no
---input, no narrowed policy); on a run-code template, python3 FILE is one
-job of its fork server (docs/snapshots.md).
+--input, no narrowed policy); on a run-code template, python3 -c CODE and
+python3 FILE are one job of its fork server (docs/snapshots.md).
 
 Sizes take units (512MiB, 1.5GiB, 100MB); durations too (30s, 1m, 500ms).
 

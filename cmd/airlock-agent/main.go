@@ -391,7 +391,7 @@ func (a *server) copyOut(id uint32, typ byte, o *output, c *credit) {
 		n, err := o.r.Read(buf[:max])
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			due := o.drainsDue(false)
-			n, ended = a.sendHeld(id, typ, o.r, c, buf)
+			ended = a.sendHeld(id, typ, o.r, c, buf)
 			closeAll(due)
 			continue
 		}
@@ -408,36 +408,23 @@ func (a *server) copyOut(id uint32, typ byte, o *output, c *credit) {
 	}
 }
 
-// maxDrain bounds what one drain sends: more than any pipe holds, so
-// that a process writing on and on cannot keep a drain from its end.
-const maxDrain = 16 << 20
-
 // sendHeld sends what r holds now, within c's credit, and reports
 // whether r (or the connection to the host) ended.
-func (a *server) sendHeld(id uint32, typ byte, r *os.File, c *credit, buf []byte) (int, bool) {
-	sent := 0
-	for sent < maxDrain {
-		max := c.take(len(buf))
-		if max == 0 {
-			return sent, true
+func (a *server) sendHeld(id uint32, typ byte, r *os.File, c *credit, buf []byte) bool {
+	err := agent.SendHeld(r, buf, func() int { return c.take(len(buf)) }, func(b []byte) error {
+		if err := a.send(typ, id, b); err != nil {
+			return err
 		}
-		n, err := agent.ReadNow(r, buf[:max])
-		if n > 0 {
-			if a.send(typ, id, buf[:n]) != nil {
-				return sent, true
-			}
-			c.spend(n)
-			sent += n
-		}
-		switch {
-		case err == agent.ErrEmpty:
-			return sent, false
-		case err != nil:
-			a.send(typ, id, nil)
-			return sent, true
-		}
+		c.spend(len(b))
+		return nil
+	})
+	switch {
+	case err == nil:
+		return false
+	case err != agent.ErrStopped:
+		a.send(typ, id, nil) // r's end
 	}
-	return sent, false
+	return true
 }
 
 func (a *server) copyIn(id uint32, x *execution) {

@@ -88,17 +88,10 @@ func copyOut(w io.Writer, r *os.File) {
 	for {
 		n, err := r.Read(buf)
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			// A writer that goes on writing is read no further than this.
-			for total := 0; total < maxDrain; total += n {
-				if n, err = agent.ReadNow(r, buf); n > 0 {
-					if _, werr := w.Write(buf[:n]); werr != nil {
-						return
-					}
-				}
-				if err != nil {
-					return
-				}
-			}
+			agent.SendHeld(r, buf, func() int { return len(buf) }, func(b []byte) error {
+				_, err := w.Write(b)
+				return err
+			})
 			return
 		}
 		if n > 0 {
@@ -111,10 +104,6 @@ func copyOut(w io.Writer, r *os.File) {
 		}
 	}
 }
-
-// maxDrain bounds what copyOut reads past the deadline: more than a pipe
-// holds.
-const maxDrain = 16 << 20
 
 // pipedStdio is a Process's stdio for os/exec, with every *os.File
 // hidden so that os/exec makes pipes: what reaches the runtime, and

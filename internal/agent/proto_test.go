@@ -106,3 +106,30 @@ func TestReadNow(t *testing.T) {
 		t.Fatalf("a closed pipe: %v; want io.EOF", err)
 	}
 }
+
+func TestSendHeld(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	w.Write([]byte("held"))
+	buf := make([]byte, 3)
+	var got []byte
+	emit := func(b []byte) error { got = append(got, b...); return nil }
+	room := func() int { return len(buf) }
+	if err := SendHeld(r, buf, room, emit); err != nil || string(got) != "held" {
+		t.Fatalf("SendHeld = %v, passed on %q; want nil, \"held\"", err, got)
+	}
+	w.Write([]byte("more"))
+	if err := SendHeld(r, buf, func() int { return 0 }, emit); err != ErrStopped {
+		t.Fatalf("with no room: %v; want ErrStopped", err)
+	}
+	if err := SendHeld(r, buf, room, func([]byte) error { return io.ErrClosedPipe }); err != ErrStopped {
+		t.Fatalf("with emit failing: %v; want ErrStopped", err)
+	}
+	w.Close()
+	if err := SendHeld(r, buf, room, emit); err != io.EOF || string(got) != "helde" {
+		t.Fatalf("at the end: %v, passed on %q; want io.EOF, \"helde\" (the chunk emit refused is gone)", err, got)
+	}
+}

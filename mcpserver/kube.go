@@ -8,10 +8,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// engineKube is sandbox_create's engine for a sandbox on the cluster the
-// server was started with.
-const engineKube = "kube"
-
 // sandboxCreateKube is sandbox_create with engine kube: a claim on the
 // warm pool of its template, which is the policy, so nothing else may be
 // asked.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/forkserver"
 	"github.com/airlock-sandbox/airlock/isolation"
+	"github.com/airlock-sandbox/airlock/kube/claim"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/service"
 	"github.com/airlock-sandbox/airlock/units"
@@ -410,7 +411,7 @@ func (s *Server) runCode(ctx context.Context, _ *mcp.CallToolRequest, in RunCode
 
 // sandboxCreate is sandbox_create.
 func (s *Server) sandboxCreate(ctx context.Context, _ *mcp.CallToolRequest, in SandboxCreateArgs) (*mcp.CallToolResult, SandboxResult, error) {
-	if in.Engine == engineKube {
+	if in.Engine == claim.Engine {
 		return s.sandboxCreateKube(ctx, in)
 	}
 	spec, err := sandboxSpec(in)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/kube/claim"
 	"github.com/airlock-sandbox/airlock/runner"
 )
 
@@ -96,14 +97,14 @@ func (s *Server) postSandbox(w http.ResponseWriter, r *http.Request) {
 	var spec runner.SandboxSpec
 	var eng string
 	convert := func() (err error) {
-		if q.Engine == engineKube {
+		if q.Engine == claim.Engine {
 			return q.checkKube()
 		}
 		spec, eng, err = q.spec(s.svc)
 		return err
 	}
 	s.admitted(w, r, true, &q, convert, func() (int, []byte) {
-		if q.Engine == engineKube {
+		if q.Engine == claim.Engine {
 			return s.createKube(r.Context(), &q)
 		}
 		begin := time.Now()

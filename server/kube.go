@@ -20,9 +20,6 @@ import (
 	"github.com/airlock-sandbox/airlock/runner"
 )
 
-// engineKube is the engine name of a sandbox on a cluster.
-const engineKube = "kube"
-
 // kubeFields are the only fields a sandbox create on a cluster takes:
 // the cluster's SandboxTemplate is the policy.
 var kubeFields = []string{"engine", "template", "labels"}

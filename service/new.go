@@ -50,7 +50,7 @@ func (s *Service) Run(ctx context.Context, engineName, template string, spec run
 	if p := s.Pool(template, false, rn); p != nil {
 		return p.Run(ctx, spec)
 	}
-	if res, ran, err := s.runRestored(ctx, rn, engineName, template, spec); ran {
+	if res, ran, err := s.runRestored(ctx, rn, template, spec); ran {
 		return res, err
 	}
 	return rn.Run(ctx, spec)
@@ -61,7 +61,7 @@ func (s *Service) Run(ctx context.Context, engineName, template string, spec run
 // template, a python program is one job of its fork server
 // (forkServerJob). ran is false when nothing was done: the run starts
 // cold.
-func (s *Service) runRestored(ctx context.Context, rn *runner.Runner, engineName, template string, spec runner.Spec) (_ runner.Result, ran bool, _ error) {
+func (s *Service) runRestored(ctx context.Context, rn *runner.Runner, template string, spec runner.Spec) (_ runner.Result, ran bool, _ error) {
 	if template == "" {
 		return runner.Result{}, false, nil
 	}
@@ -69,7 +69,9 @@ func (s *Service) runRestored(ctx context.Context, rn *runner.Runner, engineName
 	if err != nil || t.Snapshot == "" {
 		return runner.Result{}, false, nil
 	}
-	base, _, err := s.SandboxSpec(template, engineName, runner.SandboxSpec{})
+	// rn is already the template's engine's: the template itself gives
+	// the sandbox's spec.
+	base, err := t.NarrowSandbox(runner.SandboxSpec{})
 	if err != nil {
 		return runner.Result{}, true, err
 	}

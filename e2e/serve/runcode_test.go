@@ -32,7 +32,9 @@ seen = [p for p in ("/tmp/marker", "/home/user/marker") if os.path.exists(p)]
 run = sys.stdin.read().strip()
 for p in ("/tmp/marker", "/home/user/marker"):
     open(p, "w").write(run)
-server = open("/proc/%d/cmdline" % os.getppid(), "rb").read()
+# A job started outside the fork server may have no parent in the
+# sandbox (an exec through the control socket): ppid 0.
+server = open("/proc/%d/cmdline" % os.getppid(), "rb").read() if os.getppid() else b""
 print(json.dumps({
     "seen": seen, "run": run, "data": open("data.txt").read(),
     "random": repr(random.random()), "urandom": os.urandom(16).hex(),
@@ -171,7 +173,9 @@ func TestServeMCPRunCodePool(t *testing.T) {
 	const job = `import os, sys
 seen = os.path.exists("/tmp/marker")
 open("/tmp/marker", "w").write("x")
-server = open("/proc/%d/cmdline" % os.getppid(), "rb").read()
+# A job started outside the fork server may have no parent in the
+# sandbox (an exec through the control socket): ppid 0.
+server = open("/proc/%d/cmdline" % os.getppid(), "rb").read() if os.getppid() else b""
 print(b"airlock-run-code" in server, "decimal" in sys.modules, seen, sys.stdin.read().strip())
 `
 	claims := func(want int) {

@@ -128,51 +128,109 @@ func (a *Areas) UploadTree(ctx context.Context, dir string, r io.Reader, lim Tre
 		}
 		root = next
 	}
-	u := &treeUpload{a: a, root: root, fd: -1, base: dir, lim: lim, each: each, sum: &sum}
+	ts := NewTreeStream(ctx, r, dir, lim)
+	u := &treeUpload{a: a, root: root, fd: -1, base: dir, lim: lim, each: each, sum: &sum, stream: ts}
 	defer u.close()
-	// Headers cost bytes too (PAX records, long names): the whole stream
-	// is capped at the files' bytes plus headerAllowance an entry.
-	capped := &streamCap{r: ctxReader{ctx, r}, left: lim.Bytes + int64(lim.Files+1)*headerAllowance}
-	tr := tar.NewReader(capped)
-	var entries int
-	var read int64
 	for {
-		hdr, err := tr.Next()
+		hdr, t, err := ts.Next(ctx, &sum, each)
 		if err == io.EOF {
 			return sum, nil
 		}
+		if err != nil {
+			return sum, err
+		}
+		if err := u.entry(ctx, hdr, ts, t); err != nil {
+			return sum, err
+		}
+	}
+}
+
+// TreeStream reads an uploaded tree's tar stream entry by entry under the
+// caps of a TreeLimits: the count of entries, the bytes the entries
+// claim, and the stream's own bytes (headers cost bytes too: PAX records,
+// long names), each entry's data read from the stream itself.
+type TreeStream struct {
+	tr      *tar.Reader
+	dir     string
+	lim     TreeLimits
+	entries int
+	read    int64
+}
+
+// NewTreeStream reads r, an upload to the sandbox directory dir, under
+// lim until ctx is done.
+func NewTreeStream(ctx context.Context, r io.Reader, dir string, lim TreeLimits) *TreeStream {
+	capped := &streamCap{r: ctxReader{ctx, r}, left: lim.Bytes + int64(lim.Files+1)*headerAllowance}
+	return &TreeStream{tr: tar.NewReader(capped), dir: dir, lim: lim}
+}
+
+// Next returns the next entry and its record, its Path the entry's below
+// the directory, unchecked. io.EOF ends the stream. A cap that stops the
+// stream is recorded in sum and through each, and returned as a
+// *TransferError; a stream that is not tar is invalid input.
+func (s *TreeStream) Next(ctx context.Context, sum *TreeSummary, each func(Transfer)) (*tar.Header, Transfer, error) {
+	for {
+		hdr, err := s.tr.Next()
+		if err == io.EOF {
+			return nil, Transfer{}, io.EOF
+		}
 		if err != nil && !(errors.Is(err, tar.ErrInsecurePath) && hdr != nil) {
-			if ctx.Err() != nil {
-				return sum, ctx.Err()
-			}
-			if errors.Is(err, errStreamCap) {
-				return sum, streamStop(&sum, each, dir, lim)
-			}
-			return sum, fmt.Errorf("%w: reading the tar stream: %v", errdefs.ErrInvalidArgument, err)
+			return nil, Transfer{}, s.failed(ctx, err, sum, each)
 		}
 		if hdr.Typeflag == tar.TypeXGlobalHeader {
 			continue // metadata for the whole archive (git archive writes one)
 		}
-		entries++
-		t := Transfer{Direction: DirectionUpload, Path: treePath(dir, hdr.Name)}
-		if entries > lim.Files {
-			stop := refuse(artifacts.ReasonTooMany, "the stream has more than %d entries; send the rest in another", lim.Files)
-			treeRecord(&sum, each, t, stop)
+		s.entries++
+		t := Transfer{Direction: DirectionUpload, Path: treePath(s.dir, hdr.Name)}
+		if s.entries > s.lim.Files {
+			stop := refuse(artifacts.ReasonTooMany, "the stream has more than %d entries; send the rest in another", s.lim.Files)
+			treeRecord(sum, each, t, stop)
 			sum.Stopped = artifacts.ReasonTooMany
-			return sum, stop
+			return nil, t, stop
 		}
 		size := dataSize(hdr)
-		if size > lim.Bytes-read {
-			stop := refuse(ReasonTooLarge, "the entry claims %d bytes, past what is left (%d) of the stream's %d-byte cap", size, lim.Bytes-read, lim.Bytes)
-			treeRecord(&sum, each, t, stop)
+		if size > s.lim.Bytes-s.read {
+			stop := refuse(ReasonTooLarge, "the entry claims %d bytes, past what is left (%d) of the stream's %d-byte cap", size, s.lim.Bytes-s.read, s.lim.Bytes)
+			treeRecord(sum, each, t, stop)
 			sum.Stopped = ReasonTooLarge
-			return sum, stop
+			return nil, t, stop
 		}
-		read += size
-		if err := u.entry(ctx, hdr, tr, t); err != nil {
-			return sum, err
-		}
+		s.read += size
+		return hdr, t, nil
 	}
+}
+
+// Read reads the current entry's data.
+func (s *TreeStream) Read(p []byte) (int, error) { return s.tr.Read(p) }
+
+// failed is the error that ends the stream for err, read from it: ctx's,
+// the stream cap's stop (recorded), or invalid input.
+func (s *TreeStream) failed(ctx context.Context, err error, sum *TreeSummary, each func(Transfer)) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if errors.Is(err, errStreamCap) {
+		return streamStop(sum, each, s.dir, s.lim)
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("%w: the tar stream ends inside an entry", errdefs.ErrInvalidArgument)
+	}
+	return fmt.Errorf("%w: reading the tar stream: %v", errdefs.ErrInvalidArgument, err)
+}
+
+// BodyError is the error that ends the stream for err, read from the
+// current entry's data (t its record); nil when err is not the stream's
+// (one that refuses only the entry).
+func (s *TreeStream) BodyError(ctx context.Context, err error, t Transfer, sum *TreeSummary, each func(Transfer)) error {
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("%w: the tar stream ends inside %q", errdefs.ErrInvalidArgument, t.Path)
+	case errors.Is(err, errStreamCap):
+		return streamStop(sum, each, s.dir, s.lim)
+	}
+	return nil
 }
 
 // headerAllowance is what the headers of one entry may take of a stream
@@ -244,13 +302,14 @@ type treeUpload struct {
 	root int // the target directory
 	// fd is the directory of the last file written (key, depth), kept
 	// open for its siblings; -1 when none.
-	fd    int
-	key   string
-	depth int
-	base  string
-	lim   TreeLimits
-	each  func(Transfer)
-	sum   *TreeSummary
+	fd     int
+	key    string
+	depth  int
+	base   string
+	lim    TreeLimits
+	each   func(Transfer)
+	sum    *TreeSummary
+	stream *TreeStream
 }
 
 func (u *treeUpload) close() {
@@ -346,14 +405,8 @@ func (u *treeUpload) file(ctx context.Context, comps []string, size int64, body 
 	n, sum, err := u.write(ctx, comps, size, body)
 	var te *TransferError
 	if err != nil && !errors.As(err, &te) {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return fmt.Errorf("%w: the tar stream ends inside %q", errdefs.ErrInvalidArgument, t.Path)
-		}
-		if errors.Is(err, errStreamCap) {
-			return streamStop(u.sum, u.each, u.base, u.lim)
+		if serr := u.stream.BodyError(ctx, err, t, u.sum, u.each); serr != nil {
+			return serr
 		}
 		return err
 	}
@@ -712,3 +765,27 @@ func treeNames(dirfd, n int) ([]string, error) {
 	slices.Sort(names)
 	return names, nil
 }
+
+// The pieces of a tree transfer that a sandbox reached only through
+// one-file transfers (one on a cluster) shares with the local one, so
+// that both judge entries and report them alike.
+
+// MaxTreeDepth bounds the nesting of a downloaded tree.
+const MaxTreeDepth = maxTreeDepth
+
+// RecordTreeEntry completes tr from err (accepted when nil), counts it
+// in sum and gives it to each.
+func RecordTreeEntry(sum *TreeSummary, each func(Transfer), tr Transfer, err error) {
+	treeRecord(sum, each, tr, err)
+}
+
+// Refusal is the refusal of one entry for reason r.
+func Refusal(r artifacts.Reason, format string, args ...any) error { return refuse(r, format, args...) }
+
+// TreeEntryPath splits a tree entry's name into components below its
+// target: refused when absolute, with "..", or with a name the scanner
+// would not deliver.
+func TreeEntryPath(name string) ([]string, error) { return entryPath(name) }
+
+// TreePath is a record's sandbox path: base and rel joined, escaped.
+func TreePath(base, rel string) string { return treePath(base, rel) }

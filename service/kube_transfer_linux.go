@@ -107,6 +107,11 @@ func (s *Service) UploadKube(ctx context.Context, id, sandboxPath string, r io.R
 // the scanner's one-file checks pass; on a refusal or error w may hold a
 // part, and must be discarded.
 func (s *Service) DownloadKube(ctx context.Context, id, sandboxPath string, w io.Writer) (runner.Transfer, error) {
+	return s.downloadKube(ctx, id, sandboxPath, w, artifacts.FileOptions{MaxBytes: int64(kubeDownloadCap), Types: artifacts.SessionTypes, SourceText: true})
+}
+
+// downloadKube is DownloadKube under the scanner's options opt.
+func (s *Service) downloadKube(ctx context.Context, id, sandboxPath string, w io.Writer, opt artifacts.FileOptions) (runner.Transfer, error) {
 	tr := runner.Transfer{Direction: runner.DirectionDownload, Path: sandboxPath, Decision: runner.DecisionRefused}
 	if err := kubePath(tr.Direction, sandboxPath); err != nil {
 		return refused(tr, err)
@@ -125,8 +130,7 @@ func (s *Service) DownloadKube(ctx context.Context, id, sandboxPath string, w io
 		pw.Close()
 		done <- ended{code, err}
 	}()
-	a, rej, cerr := artifacts.CheckStream(ctx, pr, path.Base(sandboxPath), sandboxPath, w,
-		artifacts.FileOptions{MaxBytes: int64(kubeDownloadCap), Types: artifacts.SessionTypes, SourceText: true})
+	a, rej, cerr := artifacts.CheckStream(ctx, pr, path.Base(sandboxPath), sandboxPath, w, opt)
 	if rej != nil || cerr != nil {
 		cancel() // the exec ends once its output has nowhere to go
 	}

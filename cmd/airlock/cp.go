@@ -60,11 +60,13 @@ the transfer record with its size, sha256 and type, or the refusal with
 its reason; for a tree, {"transfers": [one record per entry],
 "summary": {"files", "dirs", "refused", "bytes"}}.
 
-A sandbox on Kubernetes (sandbox create --engine kube) takes one file at
-a time, each through one exec of its image's sh and cat: under
-/home/user or /tmp, symlinks and non-regular files refused inside the
-sandbox, and a download's content checked here by the same scanner
-before it reaches the host file.`,
+A sandbox on Kubernetes (sandbox create --engine kube) moves each file
+through one exec of its image's sh and cat: under /home/user or /tmp,
+symlinks and non-regular files refused inside the sandbox, and a
+download's content checked here by the same scanner before it reaches
+the host file. A tree goes the same way, entry by entry under the same
+rules and caps (one exec to list it, one per directory and file), so a
+tree of many files is slow there.`,
 		Example: `  airlock cp data.csv sb-0804d69789f28334e665:/home/user/data.csv
   airlock cp sb-0804d69789f28334e665:/home/user/out/result.csv ./result.csv
   airlock cp --json sb-0804d69789f28334e665:/tmp/report.json . | jq .sha256
@@ -126,7 +128,17 @@ func runCp(cmd *cobra.Command, g *globals, src, dst string, fl cpFlags) error {
 		return err
 	}
 	if tree {
-		return copyTree(cmd, sb, src, dst, spath, dpath, dok, fl)
+		ctx := cmd.Context()
+		return copyTree(cmd, fl, func(each func(runner.Transfer)) (runner.TreeSummary, error) {
+			if dok {
+				return uploadTree(ctx, src, dpath, sb.IsDir, sb.Info().WorkspaceBytes, func(p string, r io.Reader) (runner.TreeSummary, error) {
+					return sb.UploadTree(ctx, p, r, each)
+				}, each)
+			}
+			return downloadTree(spath, dst, func(p string, sink runner.TreeSink) (runner.TreeSummary, error) {
+				return sb.DownloadTree(ctx, p, sink, fl.dotfiles, each)
+			})
+		})
 	}
 	var tr runner.Transfer
 	if dok {
@@ -193,10 +205,9 @@ func contents(p string) (string, bool) {
 	return p, false
 }
 
-// copyTree copies a directory tree and reports one decision per entry and
-// a summary; any refused entry exits 65.
-func copyTree(cmd *cobra.Command, sb *runner.Sandbox, src, dst, spath, dpath string, up bool, fl cpFlags) error {
-	ctx := cmd.Context()
+// copyTree runs a tree copy and reports one decision per entry and a
+// summary; any refused entry exits 65.
+func copyTree(cmd *cobra.Command, fl cpFlags, copyIt func(each func(runner.Transfer)) (runner.TreeSummary, error)) error {
 	out := cmd.OutOrStdout()
 	var mu sync.Mutex
 	rep := runner.TreeReport{Transfers: []runner.Transfer{}}
@@ -218,11 +229,7 @@ func copyTree(cmd *cobra.Command, sb *runner.Sandbox, src, dst, spath, dpath str
 		}
 	}
 	var err error
-	if up {
-		rep.Summary, err = uploadTree(ctx, sb, src, dpath, each)
-	} else {
-		rep.Summary, err = downloadTree(ctx, sb, spath, dst, fl.dotfiles, each)
-	}
+	rep.Summary, err = copyIt(each)
 	var te *runner.TransferError
 	stopped := errors.As(err, &te)
 	if err != nil && !stopped {
@@ -249,12 +256,14 @@ func copyTree(cmd *cobra.Command, sb *runner.Sandbox, src, dst, spath, dpath str
 }
 
 // uploadTree sends the host directory host to the sandbox directory p:
-// into p/<name of host> when p is a directory, as p otherwise.
-func uploadTree(ctx context.Context, sb *runner.Sandbox, host, p string, each func(runner.Transfer)) (runner.TreeSummary, error) {
+// into p/<name of host> when p is a directory (isDir), as p otherwise.
+// put writes the tar stream of the tree (files up to maxFile bytes).
+func uploadTree(ctx context.Context, host, p string, isDir func(string) (bool, error), maxFile int64,
+	put func(p string, r io.Reader) (runner.TreeSummary, error), each func(runner.Transfer)) (runner.TreeSummary, error) {
 	host, whole := contents(host)
 	p, _ = contents(p)
 	if !whole {
-		isDir, err := sb.IsDir(p)
+		isDir, err := isDir(p)
 		var te *runner.TransferError
 		if err != nil && !errors.As(err, &te) {
 			return runner.TreeSummary{}, err
@@ -266,11 +275,11 @@ func uploadTree(ctx context.Context, sb *runner.Sandbox, host, p string, each fu
 	pr, pw := io.Pipe()
 	hostErr := make(chan error, 1)
 	go func() {
-		err := runner.TarHostTree(ctx, host, pw, p, sb.Info().WorkspaceBytes, each)
+		err := runner.TarHostTree(ctx, host, pw, p, maxFile, each)
 		pw.CloseWithError(err)
 		hostErr <- err
 	}()
-	sum, err := sb.UploadTree(ctx, p, pr, each)
+	sum, err := put(p, pr)
 	// A stream stopped early: the reader goes, and the writer with it.
 	pr.CloseWithError(errUploadStopped)
 	if herr := <-hostErr; herr != nil && !errors.Is(herr, errUploadStopped) {
@@ -285,8 +294,9 @@ func uploadTree(ctx context.Context, sb *runner.Sandbox, host, p string, each fu
 var errUploadStopped = errors.New("the upload stopped")
 
 // downloadTree delivers the sandbox directory p to the host directory
-// host: into host/<name of p> when host is a directory, as host otherwise.
-func downloadTree(ctx context.Context, sb *runner.Sandbox, p, host string, dotfiles bool, each func(runner.Transfer)) (runner.TreeSummary, error) {
+// host: into host/<name of p> when host is a directory, as host
+// otherwise. get passes the tree into the sink.
+func downloadTree(p, host string, get func(p string, sink runner.TreeSink) (runner.TreeSummary, error)) (runner.TreeSummary, error) {
 	p, whole := contents(p)
 	if fi, err := os.Stat(host); err == nil && fi.IsDir() && !whole {
 		host = filepath.Join(host, path.Base(p))
@@ -296,7 +306,7 @@ func downloadTree(ctx context.Context, sb *runner.Sandbox, p, host string, dotfi
 		return runner.TreeSummary{}, fmt.Errorf("%w: opening %s: %v", errdefs.ErrInvalidArgument, host, err)
 	}
 	defer dest.Close()
-	return sb.DownloadTree(ctx, p, runner.DestSink(dest), dotfiles, each)
+	return get(p, runner.DestSink(dest))
 }
 
 func upload(cmd *cobra.Command, sb *runner.Sandbox, host, p string) (runner.Transfer, error) {
@@ -363,17 +373,36 @@ func downloadTo(host, p string, fetch func(io.Writer) (runner.Transfer, error)) 
 	return tr, err
 }
 
-// cpKube copies one file into or out of a sandbox on a cluster, through
-// its pod's exec (service.UploadKube, DownloadKube).
+// cpKube copies a file or a tree into or out of a sandbox on a cluster,
+// through its pod's exec (service.UploadKube, DownloadKube and their
+// trees).
 func cpKube(cmd *cobra.Command, g *globals, id, src, dst, spath, dpath string, up bool, fl cpFlags) error {
-	tree := strings.HasSuffix(spath, "/.") || strings.HasSuffix(src, "/.")
-	if fi, err := os.Lstat(src); up && err == nil && fi.IsDir() {
+	svc := g.service("")
+	ctx := cmd.Context()
+	isDir := func(p string) (bool, error) { return svc.KubeIsDir(ctx, id, p) }
+	tree := false
+	if up {
+		fi, err := os.Lstat(src)
+		tree = err == nil && fi.IsDir()
+	} else if p, whole := contents(spath); whole {
 		tree = true
+	} else if d, err := isDir(p); err == nil {
+		tree = d
+	} else if !isRefusal(err) {
+		return err
 	}
 	if tree {
-		return usageError{fmt.Errorf("sandbox %s runs on Kubernetes, where airlock cp copies one file at a time; directories are not supported there yet", id)}
+		return copyTree(cmd, fl, func(each func(runner.Transfer)) (runner.TreeSummary, error) {
+			if up {
+				return uploadTree(ctx, src, dpath, isDir, int64(runner.DefaultWorkspaceSize), func(p string, r io.Reader) (runner.TreeSummary, error) {
+					return svc.UploadTreeKube(ctx, id, p, r, each)
+				}, each)
+			}
+			return downloadTree(spath, dst, func(p string, sink runner.TreeSink) (runner.TreeSummary, error) {
+				return svc.DownloadTreeKube(ctx, id, p, sink, fl.dotfiles, each)
+			})
+		})
 	}
-	svc := g.service("")
 	var tr runner.Transfer
 	var err error
 	if up {
@@ -383,9 +412,15 @@ func cpKube(cmd *cobra.Command, g *globals, id, src, dst, spath, dpath string, u
 			return err
 		}
 		defer f.Close()
-		tr, err = svc.UploadKube(cmd.Context(), id, dpath, f, size)
+		tr, err = svc.UploadKube(ctx, id, dpath, f, size)
 	} else {
-		tr, err = downloadTo(dst, spath, func(w io.Writer) (runner.Transfer, error) { return svc.DownloadKube(cmd.Context(), id, spath, w) })
+		tr, err = downloadTo(dst, spath, func(w io.Writer) (runner.Transfer, error) { return svc.DownloadKube(ctx, id, spath, w) })
 	}
 	return reportTransfer(cmd, tr, err, fl)
+}
+
+// isRefusal says whether err refuses a path, rather than failing.
+func isRefusal(err error) bool {
+	var te *runner.TransferError
+	return errors.As(err, &te)
 }

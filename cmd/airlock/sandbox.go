@@ -84,7 +84,7 @@ instead: a SandboxClaim (named by the sandbox's id) on the warm pool NAME
 that ` + "`airlock kube render --template NAME --warm N | kubectl apply -f -`" + `
 made, on airlock nodes (docs/kubernetes.md). It waits until the claim is
 ready (progress on stderr; --ready-timeout), then prints the id; airlock
-exec, cp (one file at a time), sandbox ls, inspect and rm reach it. The
+exec, cp (files and trees, one pod exec each), sandbox ls, inspect and rm reach it. The
 warm pool's template is the policy, so policy flags are refused.
 --kubeconfig (default $KUBECONFIG), --context and --namespace say where;
 the record under airlock's root names the kubeconfig, which later

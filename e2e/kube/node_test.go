@@ -771,12 +771,13 @@ func engineKube(t *testing.T, cs *kubernetes.Clientset, nodes map[string]*node) 
 	} else if b, _ := os.ReadFile(filepath.Join(dir, "data.csv")); string(b) != "a,b\n1,2\n" {
 		t.Errorf("the downloaded file: %q", b)
 	}
-	for name, reason := range map[string]string{"link": "symlink", "prog": "type_not_allowed", "d": "not_regular", "none": "not_found"} {
+	for name, reason := range map[string]string{"link": "symlink", "prog": "type_not_allowed", "none": "not_found"} {
 		out, errs, code := run("", "cp", "--json", id+":/home/user/"+name, filepath.Join(dir, name))
 		if _, err := os.Lstat(filepath.Join(dir, name)); code != 65 || !strings.Contains(out, `"reason":"`+reason+`"`) || err == nil {
 			t.Errorf("cp down of %s: exit %d, %s %s; want 65, %s, and no file left", name, code, out, errs, reason)
 		}
 	}
+	kubeTrees(t, run, id, dir)
 
 	// ls and inspect show it, and where it runs: a pod on an airlock node,
 	// a gVisor sandbox there.
@@ -887,3 +888,56 @@ func ptr[T any](v T) *T { return &v }
 // klogLine is a line kubectl logs of its own (klog's header: severity,
 // date, time, pid, file:line]).
 var klogLine = regexp.MustCompile(`(?m)^[EWI]\d{4} \d{2}:\d{2}:\d{2}\.\d+ +\d+ [^ \]]+\] .*\n`)
+
+// kubeTrees copies directory trees in and out of cluster sandbox id,
+// entry by entry through its pod's exec: a host symlink is refused on
+// the way in and the rest arrives; on the way out (a directory's
+// contents, with /.) a symlink, a binary and a dot-named directory are
+// refused, and only what passed reaches the host.
+func kubeTrees(t *testing.T, run func(stdin string, args ...string) (string, string, int), id, dir string) {
+	t.Helper()
+	up := filepath.Join(dir, "up")
+	os.MkdirAll(filepath.Join(up, "sub"), 0o755)
+	os.WriteFile(filepath.Join(up, "a.txt"), []byte("alpha\n"), 0o600)
+	os.WriteFile(filepath.Join(up, "sub", "b.csv"), []byte("x,y\n"), 0o600)
+	os.Symlink("/etc/passwd", filepath.Join(up, "link"))
+	var rep runner.TreeReport
+	out, errs, code := run("", "cp", "--json", up, id+":/home/user/")
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 65 || rep.Summary.Files != 2 || rep.Summary.Dirs != 1 || rep.Summary.Refused != 1 {
+		t.Errorf("cp of a tree up: exit %d, %v: %s %s; want 65, 2 files, 1 directory, the symlink refused", code, err, out, errs)
+	}
+	if out, _, code := run("", "exec", id, "--", "sh", "-c", "cat up/a.txt up/sub/b.csv; [ -e up/link ] || echo no-link"); code != 0 || out != "alpha\nx,y\nno-link\n" {
+		t.Errorf("the uploaded tree: exit %d, %q", code, out)
+	}
+
+	mk := "mkdir -p out/deep out/.hidden && echo r >out/r.txt && echo s,t >out/deep/s.csv && echo k >out/.hidden/k.txt && cp /bin/sh out/bin && ln -s /etc/passwd out/ln"
+	if _, errs, code := run("", "exec", id, "--", "sh", "-c", mk); code != 0 {
+		t.Fatalf("making a tree in the sandbox: exit %d: %s", code, errs)
+	}
+	got := filepath.Join(dir, "got")
+	out, errs, code = run("", "cp", "--json", id+":/home/user/out/.", got)
+	rep = runner.TreeReport{}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 65 || rep.Summary.Files != 2 || rep.Summary.Dirs != 1 || rep.Summary.Refused != 3 {
+		t.Errorf("cp of a tree down: exit %d, %v: %s %s; want 65, 2 files, 1 directory, 3 refused", code, err, out, errs)
+	}
+	reasons := map[string]string{}
+	for _, tr := range rep.Transfers {
+		reasons[tr.Path] = string(tr.Reason)
+	}
+	for p, want := range map[string]string{"/home/user/out/.hidden": "hidden_name", "/home/user/out/bin": "type_not_allowed", "/home/user/out/ln": "symlink",
+		"/home/user/out/r.txt": "", "/home/user/out/deep/s.csv": ""} {
+		if r, ok := reasons[p]; !ok || r != want {
+			t.Errorf("%s: reason %q (listed %v), want %q", p, r, ok, want)
+		}
+	}
+	for p, want := range map[string]string{"r.txt": "r\n", "deep/s.csv": "s,t\n"} {
+		if b, err := os.ReadFile(filepath.Join(got, p)); err != nil || string(b) != want {
+			t.Errorf("the downloaded %s: %q, %v", p, b, err)
+		}
+	}
+	for _, p := range []string{".hidden", "bin", "ln"} {
+		if _, err := os.Lstat(filepath.Join(got, p)); err == nil {
+			t.Errorf("the refused %s reached the host", p)
+		}
+	}
+}

@@ -1,0 +1,429 @@
+package service
+
+// Directory trees in and out of a sandbox on a cluster. There is no
+// host-side area to walk, so a tree is its entries, each moved by the
+// one-file transfers (kube_transfer_linux.go) under the rules of the
+// local tree transfer (runner/tree_linux.go): the same caps on entries,
+// bytes and nesting, the same refusals, one record per entry.
+//
+//   - An upload reads a tar stream (runner.TarHostTree's, or a client's)
+//     and judges each entry on its header before anything of it is sent:
+//     directories are made with one exec each, files written with one
+//     exec each; links, devices and FIFOs are refused and never made.
+//   - A download lists the tree with one exec of the image's sh, then
+//     fetches each file through the scanner's one-file check. The
+//     listing is the sandbox's word, so it is judged as any entry is:
+//     paths below the directory asked, names the scanner delivers,
+//     bounded in size, count and depth.
+//
+// Every entry costs a pod exec: trees of thousands of files are slow
+// here, not refused.
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/artifacts"
+	"github.com/airlock-sandbox/airlock/kube/cluster"
+	"github.com/airlock-sandbox/airlock/runner"
+)
+
+const (
+	// listScript prints every entry beneath "$1", parents before their
+	// children, each as a kind byte (d, f, l for a symlink, o for
+	// anything else) and its path, ended by NUL. Symlinks are never
+	// followed.
+	listScript = `walk() {
+  for e in "$1"/* "$1"/.[!.]* "$1"/..?*; do
+    if [ -L "$e" ]; then printf 'l%s\0' "$e"
+    elif [ -d "$e" ]; then printf 'd%s\0' "$e"; walk "$e"
+    elif [ -f "$e" ]; then printf 'f%s\0' "$e"
+    elif [ -e "$e" ]; then printf 'o%s\0' "$e"
+    fi
+  done
+}
+[ -L "$1" ] && exit 67; [ -e "$1" ] || exit 66; [ -d "$1" ] || exit 65; walk "$1"`
+	// isDirScript exits 0 for a directory that is not a symlink, 1
+	// otherwise.
+	isDirScript = `[ ! -L "$1" ] && [ -d "$1" ]`
+	// mkdirScript makes the directory "$1", whose parent exists: a
+	// directory already there is kept, anything else refused. With a
+	// second argument, its parents are made too.
+	mkdirScript = `[ -L "$1" ] && exit 67; [ -d "$1" ] && exit 0; [ -e "$1" ] && exit 65; if [ -n "$2" ]; then mkdir -p -- "$1"; else [ -d "${1%/*}" ] || exit 66; mkdir -- "$1"; fi`
+)
+
+// kubeTreeDir checks the sandbox directory of a tree transfer: as a file's
+// path is checked, or the workspace or /tmp itself.
+func kubeTreeDir(dir, p string) error {
+	if p == runner.WorkspaceDir || p == "/tmp" {
+		return nil
+	}
+	return kubePath(dir, p)
+}
+
+// kubeTreeLimits are a cluster sandbox's tree caps: a local sandbox's
+// with the default workspace.
+func kubeTreeLimits() runner.TreeLimits {
+	return runner.SessionTree(int64(runner.DefaultWorkspaceSize))
+}
+
+// KubeIsDir says whether p is a directory (not a symlink to one) in
+// sandbox id on its cluster.
+func (s *Service) KubeIsDir(ctx context.Context, id, p string) (bool, error) {
+	if err := kubeTreeDir(runner.DirectionDownload, p); err != nil {
+		return false, err
+	}
+	code, err := s.claims().Exec(ctx, id, cluster.Exec{Argv: []string{"sh", "-c", isDirScript, "airlock-cp", p}})
+	return err == nil && code == 0, err
+}
+
+// UploadTreeKube writes the tar stream r beneath the directory dir of
+// sandbox id on its cluster, making dir and its parents where missing,
+// and gives each entry's record to each. The error is set when the whole
+// transfer failed or a cap stopped it (a *runner.TransferError).
+func (s *Service) UploadTreeKube(ctx context.Context, id, dir string, r io.Reader, each func(runner.Transfer)) (runner.TreeSummary, error) {
+	var sum runner.TreeSummary
+	top := runner.Transfer{Direction: runner.DirectionUpload, Path: dir}
+	if err := kubeTreeDir(top.Direction, dir); err != nil {
+		return sum, err
+	}
+	if err := s.kubeMkdir(ctx, id, dir, true); err != nil {
+		runner.RecordTreeEntry(&sum, nil, top, err)
+		return sum, err
+	}
+	lim := kubeTreeLimits()
+	ts := runner.NewTreeStream(ctx, r, dir, lim)
+	for {
+		hdr, t, err := ts.Next(ctx, &sum, each)
+		if err == io.EOF {
+			return sum, nil
+		}
+		if err != nil {
+			return sum, err
+		}
+		comps, err := runner.TreeEntryPath(hdr.Name)
+		if err != nil {
+			runner.RecordTreeEntry(&sum, each, t, err)
+			continue
+		}
+		full := strings.TrimSuffix(dir, "/") + "/" + strings.Join(comps, "/")
+		t.Path = full
+		switch hdr.Typeflag {
+		case tar.TypeDir:
+			if len(comps) == 0 {
+				continue // the target itself
+			}
+			if err := s.kubeMkdir(ctx, id, full, false); err != nil {
+				if !isRefusal(err) {
+					return sum, err
+				}
+				runner.RecordTreeEntry(&sum, each, t, err)
+				continue
+			}
+			sum.Dirs++
+		case tar.TypeReg:
+			if len(comps) == 0 {
+				runner.RecordTreeEntry(&sum, each, t, runner.Refusal(runner.ReasonInvalidPath, "the entry names no file"))
+				continue
+			}
+			if hdr.Size > lim.FileBytes {
+				runner.RecordTreeEntry(&sum, each, t, runner.Refusal(runner.ReasonTooLarge, "%d bytes, over the %d-byte file cap", hdr.Size, lim.FileBytes))
+				continue
+			}
+			body := &errReader{r: ts}
+			got, err := s.UploadKube(ctx, id, full, body, hdr.Size)
+			if body.err != nil {
+				// The stream broke inside the entry: what reached the
+				// sandbox of it is cut, and the transfer ends.
+				if serr := ts.BodyError(ctx, body.err, t, &sum, each); serr != nil {
+					return sum, serr
+				}
+				return sum, body.err
+			}
+			if err != nil && !isRefusal(err) {
+				return sum, err
+			}
+			if err == nil {
+				t.Size, t.SHA256 = got.Size, got.SHA256
+				sum.Files++
+				sum.Bytes += got.Size
+			}
+			runner.RecordTreeEntry(&sum, each, t, err)
+		default:
+			runner.RecordTreeEntry(&sum, each, t, typeRefusal(hdr.Typeflag))
+		}
+	}
+}
+
+// errReader keeps the first error of r other than io.EOF.
+type errReader struct {
+	r   io.Reader
+	err error
+}
+
+func (e *errReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && err != io.EOF && e.err == nil {
+		e.err = err
+	}
+	return n, err
+}
+
+// typeRefusal refuses a tar entry that is neither a file nor a directory.
+func typeRefusal(typ byte) error {
+	switch typ {
+	case tar.TypeSymlink:
+		return runner.Refusal(runner.ReasonSymlink, "a symlink, which airlock never makes in a sandbox")
+	case tar.TypeLink:
+		return runner.Refusal(artifacts.ReasonHardlink, "a hardlink, which airlock never makes in a sandbox")
+	case tar.TypeFifo:
+		return runner.Refusal(artifacts.ReasonNotRegular, "a FIFO; only regular files and directories are copied")
+	case tar.TypeChar, tar.TypeBlock:
+		return runner.Refusal(artifacts.ReasonNotRegular, "a device; only regular files and directories are copied")
+	}
+	return runner.Refusal(artifacts.ReasonNotRegular, "a tar entry of type %q; only regular files and directories are copied", artifacts.Escape(string(typ)))
+}
+
+// isRefusal says whether err refuses one entry, rather than ending the
+// transfer.
+func isRefusal(err error) bool {
+	var te *runner.TransferError
+	return errors.As(err, &te)
+}
+
+// kubeMkdir makes the directory p in sandbox id, and its parents with
+// parents set.
+func (s *Service) kubeMkdir(ctx context.Context, id, p string, parents bool) error {
+	argv := []string{"sh", "-c", mkdirScript, "airlock-cp", p}
+	if parents {
+		argv = append(argv, "-p")
+	}
+	var stderr strings.Builder
+	code, err := s.claims().Exec(ctx, id, cluster.Exec{Argv: argv, Stderr: &stderr})
+	if err != nil {
+		return err
+	}
+	if rerr := scriptRefusal(runner.DirectionUpload, p, code); rerr != nil {
+		return rerr
+	}
+	if code != 0 {
+		return fmt.Errorf("%w: making directory %q in sandbox %q: mkdir exited %d: %s", errdefs.ErrUnavailable, p, id, code, strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}
+
+// kubeEntry is one entry of a tree's listing.
+type kubeEntry struct {
+	kind  byte
+	rel   string
+	comps []string
+	err   error // refused as named
+}
+
+// maxListEntry bounds one record of a listing: a kind byte, a path up to
+// PATH_MAX, its NUL.
+const maxListEntry = 4096 + 2
+
+// parseListing reads listScript's output for dir: at most max records;
+// more is a too_many stop. Each record must name a path below dir; one
+// whose name the scanner would refuse keeps that refusal.
+func parseListing(out []byte, dir string, max int) ([]kubeEntry, bool, error) {
+	var list []kubeEntry
+	prefix := strings.TrimSuffix(dir, "/") + "/"
+	for len(out) > 0 {
+		rec, rest, ok := bytes.Cut(out, []byte{0})
+		if !ok {
+			return nil, false, fmt.Errorf("%w: the sandbox's listing of %q ends inside a record", errdefs.ErrDataLoss, dir)
+		}
+		out = rest
+		if len(list) == max {
+			return list, true, nil
+		}
+		if len(rec) < 2 || !strings.HasPrefix(string(rec[1:]), prefix) || !strings.ContainsRune("dflo", rune(rec[0])) {
+			return nil, false, fmt.Errorf("%w: the sandbox's listing of %q holds a record %q that names nothing below it", errdefs.ErrDataLoss, dir, artifacts.Escape(string(rec)))
+		}
+		rel := string(rec[1+len(prefix):])
+		comps, err := runner.TreeEntryPath(rel)
+		if err == nil && len(comps) == 0 {
+			err = runner.Refusal(runner.ReasonInvalidPath, "the entry names nothing below %s", dir)
+		}
+		list = append(list, kubeEntry{kind: rec[0], rel: rel, comps: comps, err: err})
+	}
+	return list, false, nil
+}
+
+// DownloadTreeKube passes the tree at the directory dir of sandbox id on
+// its cluster through the artifact scanner's one-file check into sink,
+// as runner's DownloadTree does for a local sandbox: dot-named entries
+// are refused unless dotfiles is set.
+func (s *Service) DownloadTreeKube(ctx context.Context, id, dir string, sink runner.TreeSink, dotfiles bool, each func(runner.Transfer)) (runner.TreeSummary, error) {
+	var sum runner.TreeSummary
+	top := runner.Transfer{Direction: runner.DirectionDownload, Path: dir}
+	if err := kubeTreeDir(top.Direction, dir); err != nil {
+		return sum, err
+	}
+	lim := kubeTreeLimits()
+	listCtx, stopList := context.WithCancel(ctx)
+	defer stopList()
+	var out, stderr bytes.Buffer
+	// The listing is capped: one record more than the count cap allows
+	// tells that the tree is over it.
+	capped := &capWriter{w: &out, left: int64(lim.Files+1) * maxListEntry, stop: stopList}
+	code, err := s.claims().Exec(listCtx, id, cluster.Exec{Argv: []string{"sh", "-c", listScript, "airlock-cp", dir}, Stdout: capped, Stderr: &stderr})
+	if err := ctx.Err(); err != nil {
+		return sum, err
+	}
+	if err != nil && !capped.full {
+		return sum, err
+	}
+	if !capped.full {
+		if rerr := scriptRefusal(top.Direction, dir, code); rerr != nil {
+			runner.RecordTreeEntry(&sum, nil, top, rerr)
+			return sum, rerr
+		}
+		if code != 0 {
+			return sum, fmt.Errorf("%w: listing %q in sandbox %q: sh exited %d: %s", errdefs.ErrUnavailable, dir, id, code, strings.TrimSpace(stderr.String()))
+		}
+	}
+	listed := out.Bytes()
+	if capped.full {
+		// Cut short: its last record may be torn.
+		listed = listed[:bytes.LastIndexByte(listed, 0)+1]
+	}
+	list, over, err := parseListing(listed, dir, lim.Files)
+	if err != nil {
+		return sum, err
+	}
+	over = over || capped.full
+	var skip []string // refused directories: their entries go with them
+	for _, e := range list {
+		if err := ctx.Err(); err != nil {
+			return sum, err
+		}
+		if under(e.rel, skip) {
+			continue
+		}
+		t := runner.Transfer{Direction: runner.DirectionDownload, Path: runner.TreePath(dir, e.rel)}
+		if e.err != nil {
+			runner.RecordTreeEntry(&sum, each, t, e.err)
+			skip = append(skip, e.rel)
+			continue
+		}
+		name := e.comps[len(e.comps)-1]
+		switch e.kind {
+		case 'd':
+			var why error
+			switch {
+			case name[0] == '.' && !dotfiles:
+				why = runner.Refusal(artifacts.ReasonHiddenName, "%q starts with '.', and tools act on dotfiles by themselves (.git, .ssh, .bashrc)", artifacts.Escape(name))
+			case len(e.comps) > runner.MaxTreeDepth:
+				why = runner.Refusal(artifacts.ReasonTooMany, "nested deeper than %d directories", runner.MaxTreeDepth)
+			default:
+				if err := sink.Dir(e.rel); err != nil {
+					if !errors.Is(err, artifacts.ErrExists) {
+						return sum, err
+					}
+					why = runner.Refusal(artifacts.ReasonExists, "%v", err)
+				}
+			}
+			if why != nil {
+				runner.RecordTreeEntry(&sum, each, t, why)
+				skip = append(skip, e.rel)
+				continue
+			}
+			sum.Dirs++
+		case 'f':
+			if err := s.kubeTreeFile(ctx, id, dir, e, sink, dotfiles, lim, &sum, each, t); err != nil {
+				return sum, err
+			}
+		case 'l':
+			runner.RecordTreeEntry(&sum, each, t, runner.Refusal(runner.ReasonSymlink, "a symlink, which airlock never follows"))
+		default:
+			runner.RecordTreeEntry(&sum, each, t, runner.Refusal(artifacts.ReasonNotRegular, "not a regular file or a directory"))
+		}
+	}
+	if over {
+		stop := runner.Refusal(artifacts.ReasonTooMany, "the tree has more than %d entries; copy it in parts", lim.Files)
+		runner.RecordTreeEntry(&sum, each, top, stop)
+		sum.Stopped = artifacts.ReasonTooMany
+		return sum, stop
+	}
+	return sum, nil
+}
+
+// kubeTreeFile fetches one listed file into sink; only an error that
+// ends the transfer is returned.
+func (s *Service) kubeTreeFile(ctx context.Context, id, dir string, e kubeEntry, sink runner.TreeSink, dotfiles bool, lim runner.TreeLimits,
+	sum *runner.TreeSummary, each func(runner.Transfer), t runner.Transfer) error {
+	left := lim.Bytes - sum.Bytes
+	opt := artifacts.FileOptions{MaxBytes: max(1, min(int64(kubeDownloadCap), lim.FileBytes, left)), Types: artifacts.SessionTypes, SourceText: true, AllowDotfiles: dotfiles}
+	f, err := sink.File(e.rel)
+	if err != nil {
+		if errors.Is(err, artifacts.ErrExists) {
+			runner.RecordTreeEntry(sum, each, t, runner.Refusal(artifacts.ReasonExists, "%v", err))
+			return nil
+		}
+		return err
+	}
+	got, err := s.downloadKube(ctx, id, strings.TrimSuffix(dir, "/")+"/"+strings.Join(e.comps, "/"), f, opt)
+	if err != nil {
+		f.Discard()
+		if !isRefusal(err) {
+			return err
+		}
+		runner.RecordTreeEntry(sum, each, t, err)
+		return nil
+	}
+	t.Size, t.SHA256, t.MIME = got.Size, got.SHA256, got.MIME
+	if err := f.Commit(t); err != nil {
+		if !errors.Is(err, artifacts.ErrExists) {
+			return err
+		}
+		runner.RecordTreeEntry(sum, each, t, runner.Refusal(artifacts.ReasonExists, "%v", err))
+		return nil
+	}
+	sum.Files++
+	sum.Bytes += got.Size
+	runner.RecordTreeEntry(sum, each, t, nil)
+	return nil
+}
+
+// under says whether rel lies beneath one of dirs.
+func under(rel string, dirs []string) bool {
+	for _, d := range dirs {
+		if strings.HasPrefix(rel, d+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// capWriter writes at most left bytes to w; past that it drops the rest,
+// sets full and calls stop once.
+type capWriter struct {
+	w    io.Writer
+	left int64
+	full bool
+	stop func()
+}
+
+func (c *capWriter) Write(p []byte) (int, error) {
+	if c.full {
+		return len(p), nil
+	}
+	if int64(len(p)) > c.left {
+		c.w.Write(p[:c.left])
+		c.full = true
+		c.stop()
+		return len(p), nil
+	}
+	c.left -= int64(len(p))
+	return c.w.Write(p)
+}

@@ -36,17 +36,6 @@ func (s *Server) fileTarget(r *http.Request) (f service.Files, path string, limi
 	return f, p, limit, done, err
 }
 
-// treeTarget is fileTarget for a tree's transfer, which only a live
-// sandbox of an engine has.
-func (s *Server) treeTarget(r *http.Request) (sb *runner.Sandbox, path string, done func(), err error) {
-	p, err := targetPath(r)
-	if err != nil {
-		return nil, "", nil, err
-	}
-	sb, done, err = s.svc.Open(r.Context(), r.PathValue("id"))
-	return sb, p, done, err
-}
-
 func targetPath(r *http.Request) (string, error) {
 	p := r.URL.Query().Get("path")
 	if p == "" {

@@ -114,7 +114,7 @@ func (rs *reportSpool) report(w io.Writer, sum runner.TreeSummary) error {
 // stopped it included (summary.stopped); an error shape when the target
 // is refused or the stream is not tar.
 func (s *Server) putTree(w http.ResponseWriter, r *http.Request) {
-	sb, p, done, err := s.treeTarget(r)
+	sb, p, _, done, err := s.fileTarget(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -142,7 +142,7 @@ func (s *Server) putTree(w http.ResponseWriter, r *http.Request) {
 // scanner passes, ending with ReportEntry. A refused directory is an
 // error shape.
 func (s *Server) getTree(w http.ResponseWriter, r *http.Request) {
-	sb, p, done, err := s.treeTarget(r)
+	sb, p, _, done, err := s.fileTarget(r)
 	if err != nil {
 		writeError(w, err)
 		return

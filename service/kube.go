@@ -95,7 +95,7 @@ func (s *Service) onCluster(id string) error {
 	if err != nil {
 		return err
 	}
-	return fmt.Errorf("%w: sandbox %q runs on Kubernetes (SandboxClaim %s/%s on %s): airlock exec, cp (one file at a time), sandbox ls, inspect and rm reach it, nothing else yet",
+	return fmt.Errorf("%w: sandbox %q runs on Kubernetes (SandboxClaim %s/%s on %s): airlock exec, cp, sandbox ls, inspect and rm reach it (and the API's exec, files and trees), nothing else yet",
 		errdefs.ErrNotImplemented, id, r.Namespace, r.Claim, r.Server)
 }
 

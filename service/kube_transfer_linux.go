@@ -175,10 +175,13 @@ func (c *countReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Files is one sandbox's one-file transfers, wherever it runs.
+// Files is one sandbox's transfers of files and trees, wherever it runs.
 type Files interface {
 	Upload(ctx context.Context, sandboxPath string, r io.Reader, limit int64) (runner.Transfer, error)
 	Download(ctx context.Context, sandboxPath string, w io.Writer) (runner.Transfer, error)
+	UploadTree(ctx context.Context, dir string, r io.Reader, each func(runner.Transfer)) (runner.TreeSummary, error)
+	DownloadTree(ctx context.Context, dir string, sink runner.TreeSink, dotfiles bool, each func(runner.Transfer)) (runner.TreeSummary, error)
+	IsDir(p string) (bool, error)
 }
 
 var (
@@ -186,12 +189,13 @@ var (
 	_ Files = kubeFiles{}
 )
 
-// OpenFiles returns sandbox id's one-file transfers and the most an
-// upload may write: a live sandbox's (Open), or, through its pod's exec,
-// one on a cluster's (UploadKube, DownloadKube).
+// OpenFiles returns sandbox id's transfers and the most an upload may
+// write: a live sandbox's (Open), or, through its pod's exec, one on a
+// cluster's (UploadKube, DownloadKube and their trees), whose IsDir asks
+// under ctx.
 func (s *Service) OpenFiles(ctx context.Context, id string) (f Files, limit int64, done func(), err error) {
 	if _, ok, err := s.KubeSandbox(id); ok {
-		return kubeFiles{s, id}, int64(runner.DefaultWorkspaceSize), func() {}, err
+		return kubeFiles{s, id, ctx}, int64(runner.DefaultWorkspaceSize), func() {}, err
 	}
 	sb, done, err := s.Open(ctx, id)
 	if err != nil {
@@ -201,8 +205,9 @@ func (s *Service) OpenFiles(ctx context.Context, id string) (f Files, limit int6
 }
 
 type kubeFiles struct {
-	s  *Service
-	id string
+	s   *Service
+	id  string
+	ctx context.Context // IsDir's
 }
 
 func (k kubeFiles) Upload(ctx context.Context, p string, r io.Reader, limit int64) (runner.Transfer, error) {
@@ -212,3 +217,13 @@ func (k kubeFiles) Upload(ctx context.Context, p string, r io.Reader, limit int6
 func (k kubeFiles) Download(ctx context.Context, p string, w io.Writer) (runner.Transfer, error) {
 	return k.s.DownloadKube(ctx, k.id, p, w)
 }
+
+func (k kubeFiles) UploadTree(ctx context.Context, dir string, r io.Reader, each func(runner.Transfer)) (runner.TreeSummary, error) {
+	return k.s.UploadTreeKube(ctx, k.id, dir, r, each)
+}
+
+func (k kubeFiles) DownloadTree(ctx context.Context, dir string, sink runner.TreeSink, dotfiles bool, each func(runner.Transfer)) (runner.TreeSummary, error) {
+	return k.s.DownloadTreeKube(ctx, k.id, dir, sink, dotfiles, each)
+}
+
+func (k kubeFiles) IsDir(p string) (bool, error) { return k.s.KubeIsDir(k.ctx, k.id, p) }

@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path"
 	"strings"
 
 	"github.com/containerd/errdefs"
@@ -100,6 +101,9 @@ func (s *Service) UploadTreeKube(ctx context.Context, id, dir string, r io.Reade
 	}
 	lim := kubeTreeLimits()
 	ts := runner.NewTreeStream(ctx, r, dir, lim)
+	// made holds the directories beneath dir known to exist, so that a
+	// file's missing parents are made once, as a local upload makes them.
+	made := map[string]bool{"": true}
 	for {
 		hdr, t, err := ts.Next(ctx, &sum, each)
 		if err == io.EOF {
@@ -120,13 +124,14 @@ func (s *Service) UploadTreeKube(ctx context.Context, id, dir string, r io.Reade
 			if len(comps) == 0 {
 				continue // the target itself
 			}
-			if err := s.kubeMkdir(ctx, id, full, false); err != nil {
+			if err := s.kubeMkdir(ctx, id, full, !made[path.Join(comps[:len(comps)-1]...)]); err != nil {
 				if !isRefusal(err) {
 					return sum, err
 				}
 				runner.RecordTreeEntry(&sum, each, t, err)
 				continue
 			}
+			made[path.Join(comps...)] = true
 			sum.Dirs++
 		case tar.TypeReg:
 			if len(comps) == 0 {
@@ -136,6 +141,18 @@ func (s *Service) UploadTreeKube(ctx context.Context, id, dir string, r io.Reade
 			if hdr.Size > lim.FileBytes {
 				runner.RecordTreeEntry(&sum, each, t, runner.Refusal(runner.ReasonTooLarge, "%d bytes, over the %d-byte file cap", hdr.Size, lim.FileBytes))
 				continue
+			}
+			if parent := path.Join(comps[:len(comps)-1]...); !made[parent] {
+				if err := s.kubeMkdir(ctx, id, path.Dir(full), true); err != nil {
+					if !isRefusal(err) {
+						return sum, err
+					}
+					runner.RecordTreeEntry(&sum, each, t, err)
+					continue
+				}
+				for d := parent; d != "."; d = path.Dir(d) {
+					made[d] = true
+				}
 			}
 			body := &errReader{r: ts}
 			got, err := s.UploadKube(ctx, id, full, body, hdr.Size)

@@ -3,6 +3,7 @@
 package kube_test
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -107,6 +108,7 @@ func serveKube(t *testing.T) {
 	if st, b := do("GET", "/v1/sandboxes/"+id+"/files?path=/home/user/api.txt", "", nil); st != 200 || string(b) != "from the api\n" {
 		t.Errorf("GET the file: %d %q", st, b)
 	}
+	apiTrees(t, hc, id)
 	if st, b := post("/v1/sandboxes/"+id+"/exec", `{"argv":["cp","/bin/sh","/home/user/prog"]}`); st != 200 || !strings.Contains(string(b), `"exit_code":0`) {
 		t.Errorf("exec cp: %d %s", st, b)
 	}
@@ -175,5 +177,78 @@ func serveKube(t *testing.T) {
 	}
 	if out := kubectlOut(t, "get", "sandboxclaim", mid); !strings.Contains(out, "NotFound") {
 		t.Errorf("the MCP sandbox's claim after sandbox_destroy: %s", out)
+	}
+
+	// The Python client (standard library only), on the same server.
+	py := exec.Command("python3", "-c", pythonKube, sock)
+	sdk, _ := filepath.Abs("../../sdk/python") // the test runs in its package's directory
+	py.Env = append(os.Environ(), "PYTHONPATH="+sdk)
+	if out, err := py.CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "ok sb-") {
+		t.Errorf("the Python client against serve --kubeconfig: %v\n%s", err, out)
+	} else if out := kubectlOut(t, "get", "sandboxclaim", strings.TrimSpace(strings.TrimPrefix(string(out), "ok "))); !strings.Contains(out, "NotFound") {
+		t.Errorf("the Python client's claim after close: %s", out)
+	}
+}
+
+// pythonKube creates a cluster sandbox through the Python client, writes
+// two files in one tar request (one in a directory that does not exist
+// yet), runs a command that reads them, and destroys the sandbox.
+const pythonKube = `import sys
+from airlock_sandbox import Sandbox
+sb = Sandbox.create(engine="kube", template="kt", socket_path=sys.argv[1])
+with sb:
+    recs = sb.files.write_many([("/home/user/p/a.txt", "A"), ("/home/user/b.txt", "B")])
+    assert [r["decision"] for r in recs] == ["accepted", "accepted"], recs
+    r = sb.exec("cat /home/user/p/a.txt /home/user/b.txt; id -u")
+    assert r.exit_code == 0 and r.stdout_text == "AB65534\n", dict(r)
+    assert sb.info()["engine"] == "kube"
+print("ok", sb.id)
+`
+
+// apiTrees moves a tree each way through the files route as
+// application/x-tar: a symlink entry is refused and the rest made; on
+// the way out only what the scanner passes comes, then the report.
+func apiTrees(t *testing.T, hc *http.Client, id string) {
+	t.Helper()
+	var in bytes.Buffer
+	tw := tar.NewWriter(&in)
+	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: "t/", Mode: 0o755})
+	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "t/x.txt", Size: 5, Mode: 0o644})
+	tw.Write([]byte("tree\n"))
+	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "t/deep/er/y.txt", Size: 2, Mode: 0o644})
+	tw.Write([]byte("y\n"))
+	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: "t/l", Linkname: "/etc/passwd"})
+	tw.Close()
+	req, _ := http.NewRequest("PUT", "http://airlock/v1/sandboxes/"+id+"/files?path=/home/user", &in)
+	req.Header.Set("Content-Type", "application/x-tar")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep runner.TreeReport
+	err = json.NewDecoder(resp.Body).Decode(&rep)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || err != nil || rep.Summary.Files != 2 || rep.Summary.Dirs != 1 || rep.Summary.Refused != 1 {
+		t.Errorf("PUT a tree: %d %v %+v; want 2 files, 1 directory, the symlink refused", resp.StatusCode, err, rep)
+	}
+	req, _ = http.NewRequest("GET", "http://airlock/v1/sandboxes/"+id+"/files?path=/home/user/t", nil)
+	req.Header.Set("Accept", "application/x-tar")
+	resp, err = hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got := map[string]string{}
+	tr := tar.NewReader(resp.Body)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		b, _ := io.ReadAll(tr)
+		got[h.Name] = string(b)
+	}
+	if resp.StatusCode != 200 || got["x.txt"] != "tree\n" || got["deep/er/y.txt"] != "y\n" || !strings.Contains(got[".airlock-report.json"], `"files":2`) {
+		t.Errorf("GET the tree: %d %q", resp.StatusCode, got)
 	}
 }

@@ -244,9 +244,10 @@ type kubeEntry struct {
 	err   error // refused as named
 }
 
-// maxListEntry bounds one record of a listing: a kind byte, a path up to
-// PATH_MAX, its NUL.
-const maxListEntry = 4096 + 2
+// maxListing bounds a tree's listing as this machine holds it: 32 MiB,
+// 100,000 entries of 335 bytes. A longer one stops the download as too
+// many entries do.
+const maxListing = 32 << 20
 
 // parseListing reads listScript's output for dir: at most max records;
 // more is a too_many stop. Each record must name a path below dir; one
@@ -290,9 +291,7 @@ func (s *Service) DownloadTreeKube(ctx context.Context, id, dir string, sink run
 	listCtx, stopList := context.WithCancel(ctx)
 	defer stopList()
 	var out, stderr bytes.Buffer
-	// The listing is capped: one record more than the count cap allows
-	// tells that the tree is over it.
-	capped := &capWriter{w: &out, left: int64(lim.Files+1) * maxListEntry, stop: stopList}
+	capped := &capWriter{w: &out, left: maxListing, stop: stopList}
 	code, err := s.claims().Exec(listCtx, id, cluster.Exec{Argv: []string{"sh", "-c", listScript, "airlock-cp", dir}, Stdout: capped, Stderr: &stderr})
 	if err := ctx.Err(); err != nil {
 		return sum, err
@@ -367,7 +366,7 @@ func (s *Service) DownloadTreeKube(ctx context.Context, id, dir string, sink run
 		}
 	}
 	if over {
-		stop := runner.Refusal(artifacts.ReasonTooMany, "the tree has more than %d entries; copy it in parts", lim.Files)
+		stop := runner.Refusal(artifacts.ReasonTooMany, "the tree has more than %d entries, or a listing over %d MiB; copy it in parts", lim.Files, maxListing>>20)
 		runner.RecordTreeEntry(&sum, each, top, stop)
 		sum.Stopped = artifacts.ReasonTooMany
 		return sum, stop

@@ -790,8 +790,11 @@ func TestSandboxAgentStopped(t *testing.T) {
 	}
 	// The agent is stopped once the exec that stops it has ended and its
 	// output was relayed (an agent stopped sooner is caught by the drain
-	// of that output: TestSandboxAgentOutputDrained).
-	x, out, err = run("echo $$; P=$PPID; (sleep 1; kill -STOP $P) </dev/null >/dev/null 2>&1 &")
+	// of that output: TestSandboxAgentOutputDrained). The stopper ends
+	// once every thread of the agent is in the stop: one still running
+	// could read the next exec first (on a loaded host it has), and that
+	// exec is then the agent's, never started again (ReadNotAnswered).
+	x, out, err = run("echo $$; P=$PPID; (sleep 1; kill -STOP $P; while grep -q '^State:[[:space:]]*[^T[:space:]]' /proc/$P/task/*/status; do sleep 0.05; done) </dev/null >/dev/null 2>&1 &")
 	pgid, aerr := strconv.Atoi(strings.TrimSpace(out))
 	if err != nil || x.Code != 0 || aerr != nil {
 		t.Fatalf("stopping the agent: %+v, %v, %q", x, err, out)

@@ -180,10 +180,11 @@ func poolServer(t *testing.T, name string, size int) (s *srv, a api, pooled []st
 	return s, a, a.waitPooled(t, "full", atLeast(size)), true
 }
 
-// TestServePoolCrossClaim: eleven pooled runs, each a hostile job that
-// leaves files in every place it may write, login files that export a
-// variable and background processes (setsid, nohup, double fork), and
-// each finds nothing of the earlier ones: fresh /tmp, /dev/shm and /out,
+// TestServePoolCrossClaim: six pooled runs (a pool of two, refilled
+// three times over), each a hostile job that leaves files in every place
+// it may write, login files that export a variable and background
+// processes (setsid, nohup, double fork), and each finds nothing of the
+// earlier ones: fresh /tmp, /dev/shm and /out,
 // no marker anywhere, no process, no variable; distinct ids; the
 // hostname is the policy's; under gVisor each has a kernel (boot id) of
 // its own. No background process outlives its run on the host.
@@ -193,7 +194,7 @@ func TestServePoolCrossClaim(t *testing.T) {
 		return
 	}
 	ids, boots := map[string]bool{}, map[string]bool{}
-	for i := range 11 {
+	for i := range 6 {
 		a.waitPooled(t, "refilled", atLeast(1))
 		run := fmt.Sprintf("r%d", i)
 		var res runner.Result
@@ -290,7 +291,7 @@ echo "CHILD $child"`
 	}
 }
 
-// TestServeSandboxPoolCrossClaim: ten creates take pooled long-lived
+// TestServeSandboxPoolCrossClaim: six creates take pooled long-lived
 // sandboxes one after another; in each the client's job leaves markers,
 // login files and background processes (plain, setsid and --detach), and
 // each new claim, made while the one before still lives, finds nothing of
@@ -301,7 +302,7 @@ func TestServeSandboxPoolCrossClaim(t *testing.T) {
 	a := s.apis()[0]
 	seen := map[string]bool{}
 	var prev string
-	for i := range 10 {
+	for i := range 6 {
 		pooled := a.waitPooled(t, "refilled", atLeast(1))
 		var si runner.SandboxInfo
 		a.call(t, "POST", "/v1/sandboxes", map[string]any{"template": "e2e-sbpool-leak", "idle_timeout": "5m"}, http.StatusCreated, &si)

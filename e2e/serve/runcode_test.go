@@ -46,7 +46,7 @@ print("to stderr", file=sys.stderr)
 `
 
 // TestServeRunCodePool serves /run_code's python from a pool of a
-// run-code template: 50 calls, each in a sandbox of its own restored
+// run-code template: 20 calls, each in a sandbox of its own restored
 // with the fork server (its job a child of the server), each seeing a
 // fresh /tmp and workspace (no call sees another's marker), its own
 // files and stdin, and distinct ids and random values (random, urandom,
@@ -65,7 +65,7 @@ func TestServeRunCodePool(t *testing.T) {
 	a := s.apis()[0]
 	data := base64.StdEncoding.EncodeToString([]byte("request data\n"))
 	seen := map[string]map[string]bool{}
-	for i := range 50 {
+	for i := range 20 {
 		a.waitPooled(t, "refilled", atLeast(1))
 		var r fusionReply
 		in := fmt.Sprintf("run-%d\n", i)
@@ -96,8 +96,8 @@ func TestServeRunCodePool(t *testing.T) {
 			seen[k][v] = true
 		}
 	}
-	if st, _, b := a.do(t, "GET", "/metrics", nil); st != 200 || !strings.Contains(string(b), `airlock_pool_claims_total{template="sandboxes/e2e-rc"} 50`) {
-		t.Errorf("/metrics does not count 50 claims: %s", grepLines(string(b), "airlock_pool_"))
+	if st, _, b := a.do(t, "GET", "/metrics", nil); st != 200 || !strings.Contains(string(b), `airlock_pool_claims_total{template="sandboxes/e2e-rc"} 20`) {
+		t.Errorf("/metrics does not count 20 claims: %s", grepLines(string(b), "airlock_pool_"))
 	}
 
 	for _, c := range []struct {

@@ -4,9 +4,13 @@
 # "airlock-run-code", creates $AIRLOCK_READY_FILE and is snapshotted there.
 # A job is one connection of `/.airlock-agent run-code`: a 4-byte length,
 # then a JSON object {argv, dir, env}, with the client's stdin, stdout and
-# stderr passed as SCM_RIGHTS. The server forks; the child takes the three
-# descriptors, reseeds what every clone of the snapshot shares, and runs
-# argv[0] as __main__. The exit status goes back as one JSON line,
+# stderr passed as SCM_RIGHTS. A spare child, forked once the modules are
+# imported and so before the snapshot, takes the first job, handed on over
+# a socketpair in the same framing: the first fork after a restore is the
+# dearest, and a pooled sandbox serves only a first job. Later jobs (and
+# the first, should the spare be gone) get a child forked then. The child takes the
+# three descriptors, reseeds what every clone of the snapshot shares, and
+# runs argv[0] as __main__. The exit status goes back as one JSON line,
 # {"exit": N} or {"signal": N}. A client that goes away (its exec timed
 # out) takes its job with it: the job's process group is killed.
 import importlib, json, os, select, signal, socket, struct, sys
@@ -73,7 +77,8 @@ def relay(conn, pid, wake):
             try:
                 os.killpg(pid, signal.SIGKILL)
             except ProcessLookupError:
-                pass
+                # Not yet a group of its own (setsid comes first in run).
+                os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             return
 
@@ -128,9 +133,42 @@ def run(fds, job):
     runpy.run_path(path, run_name="__main__")
 
 
+def send(conn, fds, job):
+    """Hands a received job on, in receive's framing."""
+    body = json.dumps(job).encode()
+    head = struct.pack(">I", len(body))
+    conn.sendmsg([head], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("3i", *fds))])
+    conn.sendall(body)
+
+
+def spare():
+    """Forks the child that waits for the first job; returns its pid and
+    the server's end of their socketpair."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    pid = os.fork()
+    if pid == 0:
+        ours.close()
+        try:
+            fds, job = receive(theirs)
+        except BaseException:
+            os._exit(0)  # the server went, or never sent a job
+        theirs.close()
+        run(fds, job)
+        # The job's end is the interpreter's, as for a forked child.
+        raise SystemExit(0)
+    theirs.close()
+    return pid, ours
+
+
 def main():
     for name in sys.argv[1:]:
         importlib.import_module(name)
+    # What every job's set-up imports (reseed, run), loaded once here.
+    import random, runpy, tempfile  # noqa: F401
+    # Nothing buffered may reach a job's output through a child.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    waiting = spare()
     ln = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     ln.bind(SOCKET)
     ln.listen(16)
@@ -149,17 +187,33 @@ def main():
                 fds, job = receive(conn)
             except Exception:
                 continue
-            try:
-                pid = os.fork()
-            except OSError:
-                for fd in fds:
-                    os.close(fd)
-                continue
-            if pid == 0:
-                ln.close()
-                os.close(wake)
-                os.close(poke)
-                break
+            pid = None
+            if waiting is not None:
+                pid, ctl = waiting
+                waiting = None
+                try:
+                    send(ctl, fds, job)
+                except OSError:
+                    # The spare is gone: reap it and fork.
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                        os.waitpid(pid, 0)
+                    except OSError:
+                        pass
+                    pid = None
+                ctl.close()
+            if pid is None:
+                try:
+                    pid = os.fork()
+                except OSError:
+                    for fd in fds:
+                        os.close(fd)
+                    continue
+                if pid == 0:
+                    ln.close()
+                    os.close(wake)
+                    os.close(poke)
+                    break
             for fd in fds:
                 os.close(fd)
             try:

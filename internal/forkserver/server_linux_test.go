@@ -80,7 +80,8 @@ func runJob(t *testing.T, addr, code string, stdin string, args ...string) job {
 
 // TestServer runs jobs through the real fork server: stdio, argv, cwd
 // and env arrive; exit codes, SystemExit, exceptions and signals come
-// back; every job reseeds.
+// back; atexit runs, non-daemon threads are waited for and buffered
+// output is flushed at the interpreter's exit; every job reseeds.
 func TestServer(t *testing.T) {
 	addr := startServer(t)
 	for _, c := range []struct {
@@ -99,6 +100,8 @@ func TestServer(t *testing.T) {
 		{code: "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", exit: 137},
 		{code: "import atexit\natexit.register(print, 'atexit')\nprint('main')", stdout: "main\natexit\n"},
 		{code: "import json, sys\nprint('json' in sys.modules)", stdout: "True\n"},
+		{code: "import threading, time\ndef f():\n  time.sleep(0.3)\n  print('thread')\nthreading.Thread(target=f).start()\nprint('main')", stdout: "main\nthread\n"},
+		{code: "import sys\nsys.stdout.write('unflushed')\nsys.exit(258)", exit: 2, stdout: "unflushed"},
 	} {
 		got := runJob(t, addr, c.code, c.stdin, c.args...)
 		if got.exit != c.exit || got.stdout != c.stdout || !strings.Contains(got.stderr, c.stderr) || (c.stderr == "" && got.stderr != "") {
@@ -115,6 +118,31 @@ func TestServer(t *testing.T) {
 			t.Errorf("two jobs printed %q", got.stdout)
 		}
 		seen[got.stdout] = true
+	}
+}
+
+// TestServerSpare: the first job runs in the child forked once the
+// modules were imported (before a snapshot would be taken), the next in a
+// child forked when it came. Each job prints how long after the server
+// its process started.
+func TestServerSpare(t *testing.T) {
+	addr := startServer(t)
+	time.Sleep(1500 * time.Millisecond)
+	const code = `import os
+def start(p):
+    s = open("/proc/%s/stat" % p).read()
+    return int(s[s.rindex(")") + 2:].split()[19])
+print((start("self") - start(os.getppid())) / os.sysconf("SC_CLK_TCK"))
+`
+	var after [2]float64
+	for i := range after {
+		got := runJob(t, addr, code, "")
+		if _, err := fmt.Sscan(got.stdout, &after[i]); err != nil || got.exit != 0 {
+			t.Fatalf("job %d: %+v", i, got)
+		}
+	}
+	if after[0] >= 1 || after[1] < 1.5 {
+		t.Errorf("the jobs' processes started %vs and %vs after the server; want the first before the jobs came (the spare), the second after", after[0], after[1])
 	}
 }
 

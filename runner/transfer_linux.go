@@ -102,6 +102,13 @@ func (e *TransferError) Error() string {
 
 func (e *TransferError) Unwrap() error { return e.Err }
 
+// IsRefusal says whether err refuses one transfer (a *TransferError),
+// rather than failing the whole.
+func IsRefusal(err error) bool {
+	var te *TransferError
+	return errors.As(err, &te)
+}
+
 // ReasonOf is the reason word of a refused transfer, "" for any other error.
 func ReasonOf(err error) artifacts.Reason {
 	var te *TransferError

@@ -132,14 +132,14 @@ func (a *Areas) UploadTree(ctx context.Context, dir string, r io.Reader, lim Tre
 	u := &treeUpload{a: a, root: root, fd: -1, base: dir, lim: lim, each: each, sum: &sum, stream: ts}
 	defer u.close()
 	for {
-		hdr, t, err := ts.Next(ctx, &sum, each)
+		hdr, comps, t, err := ts.Next(ctx, &sum, each)
 		if err == io.EOF {
 			return sum, nil
 		}
 		if err != nil {
 			return sum, err
 		}
-		if err := u.entry(ctx, hdr, ts, t); err != nil {
+		if err := u.entry(ctx, hdr, comps, ts, t); err != nil {
 			return sum, err
 		}
 	}
@@ -164,18 +164,23 @@ func NewTreeStream(ctx context.Context, r io.Reader, dir string, lim TreeLimits)
 	return &TreeStream{tr: tar.NewReader(capped), dir: dir, lim: lim}
 }
 
-// Next returns the next entry and its record, its Path the entry's below
-// the directory, unchecked. io.EOF ends the stream. A cap that stops the
-// stream is recorded in sum and through each, and returned as a
-// *TransferError; a stream that is not tar is invalid input.
-func (s *TreeStream) Next(ctx context.Context, sum *TreeSummary, each func(Transfer)) (*tar.Header, Transfer, error) {
+// Next returns the next entry to make, a directory or a regular file,
+// with its path's components below the directory and its record. Every
+// other entry is judged here, recorded in sum and through each, and
+// skipped: a name that is absolute, has "..", is too long or would not
+// be delivered; a link, device, FIFO or other type; a file over the
+// file cap (its bytes are read and dropped). The directory itself is
+// skipped unrecorded. io.EOF ends the stream. A cap that stops the
+// stream is recorded and returned as a *TransferError; a stream that is
+// not tar is invalid input.
+func (s *TreeStream) Next(ctx context.Context, sum *TreeSummary, each func(Transfer)) (*tar.Header, []string, Transfer, error) {
 	for {
 		hdr, err := s.tr.Next()
 		if err == io.EOF {
-			return nil, Transfer{}, io.EOF
+			return nil, nil, Transfer{}, io.EOF
 		}
 		if err != nil && !(errors.Is(err, tar.ErrInsecurePath) && hdr != nil) {
-			return nil, Transfer{}, s.failed(ctx, err, sum, each)
+			return nil, nil, Transfer{}, s.failed(ctx, err, sum, each)
 		}
 		if hdr.Typeflag == tar.TypeXGlobalHeader {
 			continue // metadata for the whole archive (git archive writes one)
@@ -186,18 +191,61 @@ func (s *TreeStream) Next(ctx context.Context, sum *TreeSummary, each func(Trans
 			stop := refuse(artifacts.ReasonTooMany, "the stream has more than %d entries; send the rest in another", s.lim.Files)
 			treeRecord(sum, each, t, stop)
 			sum.Stopped = artifacts.ReasonTooMany
-			return nil, t, stop
+			return nil, nil, t, stop
 		}
 		size := dataSize(hdr)
 		if size > s.lim.Bytes-s.read {
 			stop := refuse(ReasonTooLarge, "the entry claims %d bytes, past what is left (%d) of the stream's %d-byte cap", size, s.lim.Bytes-s.read, s.lim.Bytes)
 			treeRecord(sum, each, t, stop)
 			sum.Stopped = ReasonTooLarge
-			return nil, t, stop
+			return nil, nil, t, stop
 		}
 		s.read += size
-		return hdr, t, nil
+		comps, refusal := s.judge(hdr, &t)
+		if refusal != nil {
+			treeRecord(sum, each, t, refusal)
+			continue
+		}
+		if len(comps) == 0 {
+			continue // the target itself (a file without a name is refused)
+		}
+		return hdr, comps, t, nil
 	}
+}
+
+// judge checks one entry's path and type, setting t's path to the
+// entry's as made: no components and no refusal for the directory
+// itself.
+func (s *TreeStream) judge(hdr *tar.Header, t *Transfer) ([]string, error) {
+	comps, err := entryPath(hdr.Name)
+	if err != nil {
+		return nil, err
+	}
+	t.Path = treePath(s.dir, strings.Join(comps, "/"))
+	if len(t.Path) > maxSandboxPath {
+		return nil, refuse(ReasonInvalidPath, "the path is longer than %d bytes", maxSandboxPath)
+	}
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		return comps, nil
+	case tar.TypeReg:
+		if len(comps) == 0 {
+			return nil, refuse(ReasonInvalidPath, "the entry names no file")
+		}
+		if hdr.Size > s.lim.FileBytes {
+			return nil, refuse(ReasonTooLarge, "%d bytes, over the %d-byte file cap", hdr.Size, s.lim.FileBytes)
+		}
+		return comps, nil
+	case tar.TypeSymlink:
+		return nil, refuse(ReasonSymlink, "a symlink, which airlock never makes in a sandbox")
+	case tar.TypeLink:
+		return nil, refuse(artifacts.ReasonHardlink, "a hardlink, which airlock never makes in a sandbox")
+	case tar.TypeFifo:
+		return nil, refuse(artifacts.ReasonNotRegular, "a FIFO; only regular files and directories are copied")
+	case tar.TypeChar, tar.TypeBlock:
+		return nil, refuse(artifacts.ReasonNotRegular, "a device; only regular files and directories are copied")
+	}
+	return nil, refuse(artifacts.ReasonNotRegular, "a tar entry of type %q; only regular files and directories are copied", artifacts.Escape(string(hdr.Typeflag)))
 }
 
 // Read reads the current entry's data.
@@ -319,48 +367,18 @@ func (u *treeUpload) close() {
 	unix.Close(u.root)
 }
 
-// entry makes one entry; only an error that ends the stream is returned.
-func (u *treeUpload) entry(ctx context.Context, hdr *tar.Header, body io.Reader, t Transfer) error {
-	comps, err := entryPath(hdr.Name)
-	if err != nil {
-		treeRecord(u.sum, u.each, t, err)
-		return nil
-	}
-	t.Path = treePath(u.base, strings.Join(comps, "/"))
-	if len(t.Path) > maxSandboxPath {
-		treeRecord(u.sum, u.each, t, refuse(ReasonInvalidPath, "the path is longer than %d bytes", maxSandboxPath))
-		return nil
-	}
-	switch hdr.Typeflag {
-	case tar.TypeDir:
-		if len(comps) == 0 {
-			return nil // the target itself
-		}
+// entry makes one entry Next passed (a directory or a file, comps its
+// path); only an error that ends the stream is returned.
+func (u *treeUpload) entry(ctx context.Context, hdr *tar.Header, comps []string, body io.Reader, t Transfer) error {
+	if hdr.Typeflag == tar.TypeDir {
 		if _, err := u.dir(comps); err != nil {
 			treeRecord(u.sum, u.each, t, err)
 			return nil
 		}
 		u.sum.Dirs++
 		return nil
-	case tar.TypeReg:
-		if len(comps) == 0 {
-			treeRecord(u.sum, u.each, t, refuse(ReasonInvalidPath, "the entry names no file"))
-			return nil
-		}
-		return u.file(ctx, comps, hdr.Size, body, t)
-	case tar.TypeSymlink:
-		err = refuse(ReasonSymlink, "a symlink, which airlock never makes in a sandbox")
-	case tar.TypeLink:
-		err = refuse(artifacts.ReasonHardlink, "a hardlink, which airlock never makes in a sandbox")
-	case tar.TypeFifo:
-		err = refuse(artifacts.ReasonNotRegular, "a FIFO; only regular files and directories are copied")
-	case tar.TypeChar, tar.TypeBlock:
-		err = refuse(artifacts.ReasonNotRegular, "a device; only regular files and directories are copied")
-	default:
-		err = refuse(artifacts.ReasonNotRegular, "a tar entry of type %q; only regular files and directories are copied", artifacts.Escape(string(hdr.Typeflag)))
 	}
-	treeRecord(u.sum, u.each, t, err)
-	return nil
+	return u.file(ctx, comps, hdr.Size, body, t)
 }
 
 // dir opens the directory comps beneath the target, making what is
@@ -397,14 +415,8 @@ func (u *treeUpload) dir(comps []string) (int, error) {
 
 // file writes one regular file of size bytes from body.
 func (u *treeUpload) file(ctx context.Context, comps []string, size int64, body io.Reader, t Transfer) error {
-	if size > u.lim.FileBytes {
-		// The bytes are within the stream's cap: tar.Reader drops them.
-		treeRecord(u.sum, u.each, t, refuse(ReasonTooLarge, "%d bytes, over the %d-byte file cap", size, u.lim.FileBytes))
-		return nil
-	}
 	n, sum, err := u.write(ctx, comps, size, body)
-	var te *TransferError
-	if err != nil && !errors.As(err, &te) {
+	if err != nil && !IsRefusal(err) {
 		if serr := u.stream.BodyError(ctx, err, t, u.sum, u.each); serr != nil {
 			return serr
 		}
@@ -528,7 +540,46 @@ func (a *Areas) downloadOne(ctx context.Context, p, name string, sink TreeSink, 
 	left := lim.Bytes - sum.Bytes
 	fo := opt
 	fo.MaxBytes = max(1, min(opt.MaxBytes, lim.FileBytes, left))
-	f, err := sink.File(name)
+	return DeliverTreeFile(sink, name, t, sum, each, func(w io.Writer) (artifacts.Artifact, error) {
+		art, err := a.download(ctx, p, w, fo)
+		var te *TransferError
+		switch {
+		case err == nil:
+		case !errors.As(err, &te):
+			if ctx.Err() != nil {
+				return art, ctx.Err()
+			}
+		case te.Reason == ReasonTooLarge && left < min(opt.MaxBytes, lim.FileBytes):
+			te.Detail += fmt.Sprintf(" (what is left of the request's %d-byte cap)", lim.Bytes)
+		}
+		return art, err
+	})
+}
+
+// TreeDirRefusal refuses a directory of a downloaded tree, name its last
+// component at nesting depth, that is not delivered, its entries with it:
+// a name the scanner would not deliver, a dot name unless dotfiles, a
+// nesting past the cap. nil: the directory goes.
+func TreeDirRefusal(name string, depth int, dotfiles bool) error {
+	switch {
+	case artifacts.CheckName(name) != "":
+		return refuse(artifacts.ReasonBadName, "%s", artifacts.CheckName(name))
+	case name[0] == '.' && !dotfiles:
+		return refuse(artifacts.ReasonHiddenName, "%q starts with '.', and tools act on dotfiles by themselves (.git, .ssh, .bashrc)", artifacts.Escape(name))
+	case depth > maxTreeDepth:
+		return refuse(artifacts.ReasonTooMany, "nested deeper than %d directories", maxTreeDepth)
+	}
+	return nil
+}
+
+// DeliverTreeFile passes one file of a downloaded tree into sink as rel,
+// whichever side reads it: fetch writes it and returns what it wrote,
+// or a refusal (a *TransferError) of this file alone, or any other
+// error, which ends the download. The file's record, completed, goes
+// through each and is counted in sum; a file the sink already has is
+// refused as exists. Only an error that ends the download is returned.
+func DeliverTreeFile(sink TreeSink, rel string, t Transfer, sum *TreeSummary, each func(Transfer), fetch func(io.Writer) (artifacts.Artifact, error)) error {
+	f, err := sink.File(rel)
 	if err != nil {
 		if errors.Is(err, artifacts.ErrExists) {
 			treeRecord(sum, each, t, refuse(artifacts.ReasonExists, "%v", err))
@@ -536,18 +587,11 @@ func (a *Areas) downloadOne(ctx context.Context, p, name string, sink TreeSink, 
 		}
 		return err
 	}
-	art, err := a.download(ctx, p, f, fo)
+	art, err := fetch(f)
 	if err != nil {
 		f.Discard()
-		var te *TransferError
-		if !errors.As(err, &te) {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
+		if !IsRefusal(err) {
 			return err
-		}
-		if te.Reason == ReasonTooLarge && left < min(opt.MaxBytes, lim.FileBytes) {
-			te.Detail += fmt.Sprintf(" (what is left of the request's %d-byte cap)", lim.Bytes)
 		}
 		treeRecord(sum, each, t, err)
 		return nil
@@ -657,15 +701,8 @@ func (d *treeDownload) walk(ctx context.Context, dirfd int, rel string, depth in
 			}
 			continue
 		}
-		switch {
-		case artifacts.CheckName(name) != "":
-			treeRecord(d.sum, d.each, t, refuse(artifacts.ReasonBadName, "%s", artifacts.CheckName(name)))
-			continue
-		case name[0] == '.' && !d.opt.AllowDotfiles:
-			treeRecord(d.sum, d.each, t, refuse(artifacts.ReasonHiddenName, "%q starts with '.', and tools act on dotfiles by themselves (.git, .ssh, .bashrc)", artifacts.Escape(name)))
-			continue
-		case depth+1 > maxTreeDepth:
-			treeRecord(d.sum, d.each, t, refuse(artifacts.ReasonTooMany, "nested deeper than %d directories", maxTreeDepth))
+		if err := TreeDirRefusal(name, depth+1, d.opt.AllowDotfiles); err != nil {
+			treeRecord(d.sum, d.each, t, err)
 			continue
 		}
 		sub, err := openDir(dirfd, name)
@@ -695,52 +732,29 @@ func (d *treeDownload) file(ctx context.Context, dirfd int, name, rel string, t 
 	left := d.lim.Bytes - d.sum.Bytes
 	fo := artifacts.FileOptions{MaxBytes: max(1, min(d.opt.MaxBytes, d.lim.FileBytes, left)),
 		Types: d.opt.Types, SourceText: d.opt.SourceText, AllowDotfiles: d.opt.AllowDotfiles}
-	f, err := d.sink.File(rel)
-	if err != nil {
-		if errors.Is(err, artifacts.ErrExists) {
-			treeRecord(d.sum, d.each, t, refuse(artifacts.ReasonExists, "%v", err))
-			return nil
+	return DeliverTreeFile(d.sink, rel, t, d.sum, d.each, func(w io.Writer) (artifacts.Artifact, error) {
+		art, rej, err := artifacts.CopyFile(ctx, dirfd, name, t.Path, w, fo)
+		switch {
+		case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR):
+			err = lookupError(err)
+		case errors.Is(err, artifacts.ErrGrew):
+			err = refuse(ReasonTooLarge, "%v", err)
+		case err != nil:
+			if ctx.Err() != nil {
+				return art, ctx.Err()
+			}
+			return art, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+		case rej != nil:
+			detail := rej.Detail
+			if rej.Reason == artifacts.ReasonSymlink {
+				detail = "a symlink, which airlock never follows"
+			} else if rej.Reason == artifacts.ReasonTooLarge && left < d.lim.FileBytes {
+				detail += fmt.Sprintf(" (what is left of the tree's %d-byte cap)", d.lim.Bytes)
+			}
+			err = refuse(rej.Reason, "%s", detail)
 		}
-		return err
-	}
-	art, rej, err := artifacts.CopyFile(ctx, dirfd, name, t.Path, f, fo)
-	switch {
-	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR):
-		err = lookupError(err)
-	case errors.Is(err, artifacts.ErrGrew):
-		err = refuse(ReasonTooLarge, "%v", err)
-	case err != nil:
-		f.Discard()
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
-	case rej != nil:
-		detail := rej.Detail
-		if rej.Reason == artifacts.ReasonSymlink {
-			detail = "a symlink, which airlock never follows"
-		} else if rej.Reason == artifacts.ReasonTooLarge && left < d.lim.FileBytes {
-			detail += fmt.Sprintf(" (what is left of the tree's %d-byte cap)", d.lim.Bytes)
-		}
-		err = refuse(rej.Reason, "%s", detail)
-	}
-	if err != nil {
-		f.Discard()
-		treeRecord(d.sum, d.each, t, err)
-		return nil
-	}
-	t.Size, t.SHA256, t.MIME = art.Size, art.SHA256, art.MIME
-	if err := f.Commit(t); err != nil {
-		if !errors.Is(err, artifacts.ErrExists) {
-			return err
-		}
-		treeRecord(d.sum, d.each, t, refuse(artifacts.ReasonExists, "%v", err))
-		return nil
-	}
-	d.sum.Files++
-	d.sum.Bytes += art.Size
-	treeRecord(d.sum, d.each, t, nil)
-	return nil
+		return art, err
+	})
 }
 
 // treeNames lists at most n names of the directory dirfd, sorted.
@@ -769,9 +783,6 @@ func treeNames(dirfd, n int) ([]string, error) {
 // The pieces of a tree transfer that a sandbox reached only through
 // one-file transfers (one on a cluster) shares with the local one, so
 // that both judge entries and report them alike.
-
-// MaxTreeDepth bounds the nesting of a downloaded tree.
-const MaxTreeDepth = maxTreeDepth
 
 // RecordTreeEntry completes tr from err (accepted when nil), counts it
 // in sum and gives it to each.

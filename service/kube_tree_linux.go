@@ -105,27 +105,18 @@ func (s *Service) UploadTreeKube(ctx context.Context, id, dir string, r io.Reade
 	// file's missing parents are made once, as a local upload makes them.
 	made := map[string]bool{"": true}
 	for {
-		hdr, t, err := ts.Next(ctx, &sum, each)
+		hdr, comps, t, err := ts.Next(ctx, &sum, each)
 		if err == io.EOF {
 			return sum, nil
 		}
 		if err != nil {
 			return sum, err
 		}
-		comps, err := runner.TreeEntryPath(hdr.Name)
-		if err != nil {
-			runner.RecordTreeEntry(&sum, each, t, err)
-			continue
-		}
 		full := strings.TrimSuffix(dir, "/") + "/" + strings.Join(comps, "/")
-		t.Path = full
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			if len(comps) == 0 {
-				continue // the target itself
-			}
-			if err := s.kubeMkdir(ctx, id, full, !made[path.Join(comps[:len(comps)-1]...)]); err != nil {
-				if !isRefusal(err) {
+		parent := path.Join(comps[:len(comps)-1]...)
+		if hdr.Typeflag == tar.TypeDir {
+			if err := s.kubeMkdir(ctx, id, full, !made[parent]); err != nil {
+				if !runner.IsRefusal(err) {
 					return sum, err
 				}
 				runner.RecordTreeEntry(&sum, each, t, err)
@@ -133,49 +124,39 @@ func (s *Service) UploadTreeKube(ctx context.Context, id, dir string, r io.Reade
 			}
 			made[path.Join(comps...)] = true
 			sum.Dirs++
-		case tar.TypeReg:
-			if len(comps) == 0 {
-				runner.RecordTreeEntry(&sum, each, t, runner.Refusal(runner.ReasonInvalidPath, "the entry names no file"))
-				continue
-			}
-			if hdr.Size > lim.FileBytes {
-				runner.RecordTreeEntry(&sum, each, t, runner.Refusal(runner.ReasonTooLarge, "%d bytes, over the %d-byte file cap", hdr.Size, lim.FileBytes))
-				continue
-			}
-			if parent := path.Join(comps[:len(comps)-1]...); !made[parent] {
-				if err := s.kubeMkdir(ctx, id, path.Dir(full), true); err != nil {
-					if !isRefusal(err) {
-						return sum, err
-					}
-					runner.RecordTreeEntry(&sum, each, t, err)
-					continue
-				}
-				for d := parent; d != "."; d = path.Dir(d) {
-					made[d] = true
-				}
-			}
-			body := &errReader{r: ts}
-			got, err := s.UploadKube(ctx, id, full, body, hdr.Size)
-			if body.err != nil {
-				// The stream broke inside the entry: what reached the
-				// sandbox of it is cut, and the transfer ends.
-				if serr := ts.BodyError(ctx, body.err, t, &sum, each); serr != nil {
-					return sum, serr
-				}
-				return sum, body.err
-			}
-			if err != nil && !isRefusal(err) {
-				return sum, err
-			}
-			if err == nil {
-				t.Size, t.SHA256 = got.Size, got.SHA256
-				sum.Files++
-				sum.Bytes += got.Size
-			}
-			runner.RecordTreeEntry(&sum, each, t, err)
-		default:
-			runner.RecordTreeEntry(&sum, each, t, typeRefusal(hdr.Typeflag))
+			continue
 		}
+		if !made[parent] {
+			if err := s.kubeMkdir(ctx, id, path.Dir(full), true); err != nil {
+				if !runner.IsRefusal(err) {
+					return sum, err
+				}
+				runner.RecordTreeEntry(&sum, each, t, err)
+				continue
+			}
+			for d := parent; d != "."; d = path.Dir(d) {
+				made[d] = true
+			}
+		}
+		body := &errReader{r: ts}
+		got, err := s.UploadKube(ctx, id, full, body, hdr.Size)
+		if body.err != nil {
+			// The stream broke inside the entry: what reached the
+			// sandbox of it is cut, and the transfer ends.
+			if serr := ts.BodyError(ctx, body.err, t, &sum, each); serr != nil {
+				return sum, serr
+			}
+			return sum, body.err
+		}
+		if err != nil && !runner.IsRefusal(err) {
+			return sum, err
+		}
+		if err == nil {
+			t.Size, t.SHA256 = got.Size, got.SHA256
+			sum.Files++
+			sum.Bytes += got.Size
+		}
+		runner.RecordTreeEntry(&sum, each, t, err)
 	}
 }
 
@@ -191,28 +172,6 @@ func (e *errReader) Read(p []byte) (int, error) {
 		e.err = err
 	}
 	return n, err
-}
-
-// typeRefusal refuses a tar entry that is neither a file nor a directory.
-func typeRefusal(typ byte) error {
-	switch typ {
-	case tar.TypeSymlink:
-		return runner.Refusal(runner.ReasonSymlink, "a symlink, which airlock never makes in a sandbox")
-	case tar.TypeLink:
-		return runner.Refusal(artifacts.ReasonHardlink, "a hardlink, which airlock never makes in a sandbox")
-	case tar.TypeFifo:
-		return runner.Refusal(artifacts.ReasonNotRegular, "a FIFO; only regular files and directories are copied")
-	case tar.TypeChar, tar.TypeBlock:
-		return runner.Refusal(artifacts.ReasonNotRegular, "a device; only regular files and directories are copied")
-	}
-	return runner.Refusal(artifacts.ReasonNotRegular, "a tar entry of type %q; only regular files and directories are copied", artifacts.Escape(string(typ)))
-}
-
-// isRefusal says whether err refuses one entry, rather than ending the
-// transfer.
-func isRefusal(err error) bool {
-	var te *runner.TransferError
-	return errors.As(err, &te)
 }
 
 // kubeMkdir makes the directory p in sandbox id, and its parents with
@@ -335,13 +294,8 @@ func (s *Service) DownloadTreeKube(ctx context.Context, id, dir string, sink run
 		name := e.comps[len(e.comps)-1]
 		switch e.kind {
 		case 'd':
-			var why error
-			switch {
-			case name[0] == '.' && !dotfiles:
-				why = runner.Refusal(artifacts.ReasonHiddenName, "%q starts with '.', and tools act on dotfiles by themselves (.git, .ssh, .bashrc)", artifacts.Escape(name))
-			case len(e.comps) > runner.MaxTreeDepth:
-				why = runner.Refusal(artifacts.ReasonTooMany, "nested deeper than %d directories", runner.MaxTreeDepth)
-			default:
+			why := runner.TreeDirRefusal(name, len(e.comps), dotfiles)
+			if why == nil {
 				if err := sink.Dir(e.rel); err != nil {
 					if !errors.Is(err, artifacts.ErrExists) {
 						return sum, err
@@ -380,35 +334,10 @@ func (s *Service) kubeTreeFile(ctx context.Context, id, dir string, e kubeEntry,
 	sum *runner.TreeSummary, each func(runner.Transfer), t runner.Transfer) error {
 	left := lim.Bytes - sum.Bytes
 	opt := artifacts.FileOptions{MaxBytes: max(1, min(int64(kubeDownloadCap), lim.FileBytes, left)), Types: artifacts.SessionTypes, SourceText: true, AllowDotfiles: dotfiles}
-	f, err := sink.File(e.rel)
-	if err != nil {
-		if errors.Is(err, artifacts.ErrExists) {
-			runner.RecordTreeEntry(sum, each, t, runner.Refusal(artifacts.ReasonExists, "%v", err))
-			return nil
-		}
-		return err
-	}
-	got, err := s.downloadKube(ctx, id, strings.TrimSuffix(dir, "/")+"/"+strings.Join(e.comps, "/"), f, opt)
-	if err != nil {
-		f.Discard()
-		if !isRefusal(err) {
-			return err
-		}
-		runner.RecordTreeEntry(sum, each, t, err)
-		return nil
-	}
-	t.Size, t.SHA256, t.MIME = got.Size, got.SHA256, got.MIME
-	if err := f.Commit(t); err != nil {
-		if !errors.Is(err, artifacts.ErrExists) {
-			return err
-		}
-		runner.RecordTreeEntry(sum, each, t, runner.Refusal(artifacts.ReasonExists, "%v", err))
-		return nil
-	}
-	sum.Files++
-	sum.Bytes += got.Size
-	runner.RecordTreeEntry(sum, each, t, nil)
-	return nil
+	return runner.DeliverTreeFile(sink, e.rel, t, sum, each, func(w io.Writer) (artifacts.Artifact, error) {
+		got, err := s.downloadKube(ctx, id, strings.TrimSuffix(dir, "/")+"/"+strings.Join(e.comps, "/"), w, opt)
+		return artifacts.Artifact{Size: got.Size, SHA256: got.SHA256, MIME: got.MIME}, err
+	})
 }
 
 // under says whether rel lies beneath one of dirs.

@@ -388,7 +388,7 @@ func cpKube(cmd *cobra.Command, g *globals, id, src, dst, spath, dpath string, u
 		tree = true
 	} else if d, err := isDir(p); err == nil {
 		tree = d
-	} else if !isRefusal(err) {
+	} else if !runner.IsRefusal(err) {
 		return err
 	}
 	if tree {
@@ -417,10 +417,4 @@ func cpKube(cmd *cobra.Command, g *globals, id, src, dst, spath, dpath string, u
 		tr, err = downloadTo(dst, spath, func(w io.Writer) (runner.Transfer, error) { return svc.DownloadKube(ctx, id, spath, w) })
 	}
 	return reportTransfer(cmd, tr, err, fl)
-}
-
-// isRefusal says whether err refuses a path, rather than failing.
-func isRefusal(err error) bool {
-	var te *runner.TransferError
-	return errors.As(err, &te)
 }

@@ -134,6 +134,9 @@ func (c *meterConn) Read(b []byte) (int, error) {
 func (c *meterConn) Write(b []byte) (int, error) {
 	g, ok := c.budget.take(len(b))
 	n, err := c.Conn.Write(b[:g])
+	if n < g {
+		c.budget.used.Add(-int64(g - n)) // not sent: not spent
+	}
 	c.up.Add(int64(n))
 	if n > 0 {
 		c.idle.touch()

@@ -18,7 +18,8 @@ const pipeSize = 1 << 20
 // (splice_linux.go): each move takes from the budget the bytes the
 // source has waiting, at most a pipe's worth, before it moves them,
 // gives back what it did not move, and resets the idle timer; the
-// Record's counts are the bytes written to dst. Otherwise it is a copy
+// Record's counts are the bytes written to dst (and, at a cut, those left in
+// the pipe, which the budget paid for). Otherwise it is a copy
 // through m's Read and Write, which meter every read the same way.
 func (m *meterConn) relay(dst, src net.Conn, down bool, limit int64) error {
 	count := &m.up

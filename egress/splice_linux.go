@@ -24,7 +24,7 @@ import (
 // received. With src's bytes waiting and no budget left, the move is cut
 // with errByteLimit, as meterConn.Read would; at src's end it returns
 // nil. Every move resets the idle timer; count gets the bytes written
-// to dst.
+// to dst, and at a failed write those the pipe still held.
 func (m *meterConn) splice(dst, src net.Conn, count *atomic.Int64, limit int64) (handled bool, err error) {
 	s, ok1 := src.(*net.TCPConn)
 	d, ok2 := dst.(*net.TCPConn)
@@ -77,6 +77,10 @@ func (m *meterConn) splice(dst, src net.Conn, count *atomic.Int64, limit int64) 
 				m.idle.touch()
 			}
 			if err != nil {
+				// What the pipe still holds was taken from src and
+				// paid for: it counts, so the Records add up to the
+				// budget spent.
+				count.Add(int64(left))
 				return true, err
 			}
 		}

@@ -103,8 +103,8 @@ func forkServerFailed(res runner.Result) error {
 		return nil
 	}
 	line, _, _ := bytes.Cut(res.Stderr.Head[i+len(forkserver.FailurePrefix):], []byte("\n"))
-	if len(line) > 200 {
-		line = line[:200]
+	if len(line) > 400 {
+		line = line[:400]
 	}
 	return fmt.Errorf("%w: the fork server in sandbox %q did not run the job: %q", errdefs.ErrUnavailable, res.SandboxID, line)
 }

@@ -10,6 +10,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -48,7 +50,7 @@ func Run(addr string, job Job, stdio [3]*os.File) (int, error) {
 	}
 	c, err := dial(addr)
 	if err != nil {
-		return 0, fmt.Errorf("connecting to the fork server: %w", err)
+		return 0, fmt.Errorf("connecting to the fork server: %w (%s)", err, diagnose(addr))
 	}
 	defer c.Close()
 	msg := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(body)), uint32(len(body)))
@@ -80,6 +82,59 @@ func dial(addr string) (*net.UnixConn, error) {
 		}
 		time.Sleep(wait)
 	}
+}
+
+// diagnose says, for a failed dial's error, whether a socket listens on
+// addr (an abstract name, "@" first) and which fork server processes
+// live: a server gone and one that stopped accepting fail alike.
+func diagnose(addr string) string {
+	var say []string
+	if b, err := os.ReadFile("/proc/net/unix"); err != nil {
+		say = append(say, "/proc/net/unix unreadable: "+err.Error())
+	} else if listens(b, addr) {
+		say = append(say, "a socket listens on "+addr)
+	} else {
+		say = append(say, "no socket listens on "+addr)
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var pids []string
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !bytes.Contains(b, []byte("\x00-c\x00"+Script[:min(len(Script), 40)])) {
+			continue
+		}
+		dir := filepath.Dir(p)
+		state := "?"
+		if st, err := os.ReadFile(filepath.Join(dir, "stat")); err == nil {
+			// pid (comm) S ...: the state follows the last ')'.
+			if i := bytes.LastIndexByte(st, ')'); i >= 0 && i+2 < len(st) {
+				state = string(st[i+2])
+			}
+		}
+		pids = append(pids, filepath.Base(dir)+" "+state)
+		if len(pids) == 4 {
+			break
+		}
+	}
+	if len(pids) == 0 {
+		say = append(say, "no fork server process")
+	} else {
+		say = append(say, "fork server processes (pid state): "+strings.Join(pids, ", "))
+	}
+	return strings.Join(say, "; ")
+}
+
+// listens reports whether table, /proc/net/unix, has a listening socket
+// (flag __SO_ACCEPTCON) bound to addr.
+func listens(table []byte, addr string) bool {
+	for line := range strings.SplitSeq(string(table), "\n") {
+		// Num RefCount Protocol Flags Type St Inode Path
+		f := strings.Fields(line)
+		if len(f) == 8 && f[7] == addr && f[3] == "00010000" {
+			return true
+		}
+	}
+	return false
 }
 
 // readStatus reads and checks the server's one reply line.

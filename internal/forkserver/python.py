@@ -13,7 +13,7 @@
 # runs argv[0] as __main__. The exit status goes back as one JSON line,
 # {"exit": N} or {"signal": N}. A client that goes away (its exec timed
 # out) takes its job with it: the job's process group is killed.
-import importlib, json, os, select, signal, socket, struct, sys
+import errno, importlib, json, os, select, signal, socket, struct, sys
 
 # The socket's name may be overridden for tests on the host.
 SOCKET = "\0" + os.environ.get("AIRLOCK_RUN_CODE_SOCKET", "airlock-run-code")
@@ -181,7 +181,14 @@ def main():
     sys.stderr.flush()
     open(os.environ["AIRLOCK_READY_FILE"], "w").close()
     while True:
-        conn, _ = ln.accept()
+        try:
+            conn, _ = ln.accept()
+        except OSError as e:
+            # A connection aborted before it was taken is not the
+            # server's end; anything else is.
+            if e.errno in (errno.ECONNABORTED, errno.EPROTO):
+                continue
+            raise
         with conn:
             try:
                 fds, job = receive(conn)

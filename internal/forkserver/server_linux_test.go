@@ -198,7 +198,30 @@ func TestRunNoServer(t *testing.T) {
 	defer null.Close()
 	begin := time.Now()
 	_, err := Run(fmt.Sprintf("@airlock-run-code-none-%d", time.Now().UnixNano()), Job{Argv: []string{"/x.py"}}, [3]*os.File{null, null, null})
-	if err == nil || !strings.Contains(err.Error(), "connecting to the fork server") || time.Since(begin) < DialWait || time.Since(begin) > DialWait+time.Second {
+	if err == nil || !strings.Contains(err.Error(), "connecting to the fork server") || !strings.Contains(err.Error(), "no socket listens on @airlock-run-code-none-") ||
+		time.Since(begin) < DialWait || time.Since(begin) > DialWait+time.Second {
 		t.Errorf("Run with no server: %v after %v", err, time.Since(begin))
+	}
+}
+
+// TestDiagnose: a failed dial's error tells a listener from none, and
+// names the fork server processes that live.
+func TestDiagnose(t *testing.T) {
+	addr := startServer(t)
+	if d := diagnose(addr); !strings.Contains(d, "a socket listens on "+addr) || !strings.Contains(d, "fork server processes (pid state): ") {
+		t.Errorf("with a server: %q", d)
+	}
+	none := addr + "-none"
+	if d := diagnose(none); !strings.Contains(d, "no socket listens on "+none) {
+		t.Errorf("with none: %q", d)
+	}
+	// A bound socket that does not listen is not a listener.
+	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: none, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if d := diagnose(none); !strings.Contains(d, "no socket listens on "+none) {
+		t.Errorf("with a datagram socket bound: %q", d)
 	}
 }

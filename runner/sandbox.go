@@ -564,8 +564,7 @@ func (sb *Sandbox) alive() (SandboxInfo, error) {
 // transferred records a transfer in the audit log and counts it as
 // activity.
 func (sb *Sandbox) transferred(tr Transfer, err error) (Transfer, error) {
-	ev := map[string]any{"event": "transfer", "sandbox_id": sb.id, "direction": tr.Direction, "path": tr.Path,
-		"size": tr.Size, "sha256": tr.SHA256, "mime": tr.MIME, "decision": tr.Decision, "reason": string(tr.Reason)}
+	ev := transferEvent(sb.id, tr)
 	lc, lerr := sb.r.lifecycle()
 	if lerr != nil {
 		return tr, also(err, lerr)

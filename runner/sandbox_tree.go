@@ -5,23 +5,56 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/lifecycle"
 )
 
 // auditBatch is how many transfer records one audit write carries.
 const auditBatch = 512
 
-// treeAudit passes each record of a tree transfer on to each, and to the
-// audit log in batches, as one-file transfers record theirs.
-type treeAudit struct {
-	sb   *Sandbox
-	each func(Transfer)
-	evs  []map[string]any
-	err  error
+// TransferAudit passes each record of a transfer on to each, and to the
+// audit log in batches, as one-file transfers record theirs: a local
+// sandbox's (its tree transfers), or, from NewTransferAudit, one's on a
+// cluster, in the audit log of the root that moved its files.
+type TransferAudit struct {
+	id    string
+	log   func() (*lifecycle.Audit, error)
+	touch func()
+	each  func(Transfer)
+	evs   []map[string]any
+	err   error
 }
 
-func (ta *treeAudit) record(tr Transfer) {
-	ta.evs = append(ta.evs, map[string]any{"event": "transfer", "sandbox_id": ta.sb.id, "direction": tr.Direction, "path": tr.Path,
-		"size": tr.Size, "sha256": tr.SHA256, "mime": tr.MIME, "decision": tr.Decision, "reason": string(tr.Reason)})
+// NewTransferAudit records the transfers of sandbox id, which this root
+// does not hold (it lives on a cluster), in root's audit log.
+func NewTransferAudit(root, id string, each func(Transfer)) *TransferAudit {
+	a := lifecycle.OpenAudit(lifecycle.AuditPath(root))
+	return &TransferAudit{id: id, log: func() (*lifecycle.Audit, error) { return a, nil }, touch: func() {}, each: each}
+}
+
+func (sb *Sandbox) transferAudit(each func(Transfer)) *TransferAudit {
+	return &TransferAudit{id: sb.id, each: each,
+		log: func() (*lifecycle.Audit, error) {
+			lc, err := sb.r.lifecycle()
+			if err != nil {
+				return nil, err
+			}
+			return lc.Audit(), nil
+		},
+		touch: func() {
+			updateInfo(sb.r.root, sb.id, func(cur *SandboxInfo) error { cur.LastActivity = time.Now().UTC(); return nil })
+		}}
+}
+
+// transferEvent is tr's audit event.
+func transferEvent(id string, tr Transfer) map[string]any {
+	return map[string]any{"event": "transfer", "sandbox_id": id, "direction": tr.Direction, "path": tr.Path,
+		"size": tr.Size, "sha256": tr.SHA256, "mime": tr.MIME, "decision": tr.Decision, "reason": string(tr.Reason)}
+}
+
+// Record takes one transfer's record.
+func (ta *TransferAudit) Record(tr Transfer) {
+	ta.evs = append(ta.evs, transferEvent(ta.id, tr))
 	if len(ta.evs) >= auditBatch {
 		ta.flush()
 	}
@@ -30,24 +63,24 @@ func (ta *treeAudit) record(tr Transfer) {
 	}
 }
 
-func (ta *treeAudit) flush() {
+func (ta *TransferAudit) flush() {
 	if len(ta.evs) == 0 || ta.err != nil {
 		return
 	}
-	lc, err := ta.sb.r.lifecycle()
+	a, err := ta.log()
 	if err == nil {
-		if err = lc.Audit().Append(ta.evs...); err != nil {
+		if err = a.Append(ta.evs...); err != nil {
 			err = fmt.Errorf("recording the transfer: %w", err)
 		}
 	}
 	ta.evs, ta.err = ta.evs[:0], err
 }
 
-// done writes what is left, counts the transfer as activity and joins
+// Done writes what is left, counts the transfer as activity and joins
 // an audit failure to err.
-func (ta *treeAudit) done(err error) error {
+func (ta *TransferAudit) Done(err error) error {
 	ta.flush()
-	updateInfo(ta.sb.r.root, ta.sb.id, func(cur *SandboxInfo) error { cur.LastActivity = time.Now().UTC(); return nil })
+	ta.touch()
 	if ta.err != nil {
 		return also(err, ta.err)
 	}
@@ -62,9 +95,9 @@ func (sb *Sandbox) UploadTree(ctx context.Context, dir string, rd io.Reader, eac
 	if err != nil {
 		return TreeSummary{}, err
 	}
-	ta := &treeAudit{sb: sb, each: each}
-	sum, err := si.Areas.UploadTree(ctx, dir, rd, SessionTree(si.WorkspaceBytes), ta.record)
-	return sum, ta.done(err)
+	ta := sb.transferAudit(each)
+	sum, err := si.Areas.UploadTree(ctx, dir, rd, SessionTree(si.WorkspaceBytes), ta.Record)
+	return sum, ta.Done(err)
 }
 
 // DownloadTree passes the tree at the directory dir through the artifact
@@ -77,9 +110,9 @@ func (sb *Sandbox) DownloadTree(ctx context.Context, dir string, sink TreeSink, 
 	}
 	opt := si.download()
 	opt.AllowDotfiles = dotfiles
-	ta := &treeAudit{sb: sb, each: each}
-	sum, err := si.Areas.DownloadTree(ctx, dir, sink, opt, SessionTree(si.WorkspaceBytes), ta.record)
-	return sum, ta.done(err)
+	ta := sb.transferAudit(each)
+	sum, err := si.Areas.DownloadTree(ctx, dir, sink, opt, SessionTree(si.WorkspaceBytes), ta.Record)
+	return sum, ta.Done(err)
 }
 
 // DownloadFiles passes the files at paths, in order, through the one-file
@@ -93,9 +126,9 @@ func (sb *Sandbox) DownloadFiles(ctx context.Context, paths []string, sink TreeS
 	}
 	opt := si.download()
 	lim := TreeLimits{Files: MaxDownloadFiles, Bytes: si.WorkspaceBytes, FileBytes: si.WorkspaceBytes}
-	ta := &treeAudit{sb: sb, each: each}
-	sum, err := si.Areas.DownloadFiles(ctx, paths, sink, opt, lim, ta.record)
-	return sum, ta.done(err)
+	ta := sb.transferAudit(each)
+	sum, err := si.Areas.DownloadFiles(ctx, paths, sink, opt, lim, ta.Record)
+	return sum, ta.Done(err)
 }
 
 // IsDir says whether p is a directory in the sandbox's areas; see

@@ -178,7 +178,7 @@ func (s *Server) readFiles(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	sb, done, err := s.svc.Open(r.Context(), r.PathValue("id"))
+	sb, _, done, err := s.svc.OpenFiles(r.Context(), r.PathValue("id"))
 	if err != nil {
 		writeError(w, err)
 		return

@@ -78,7 +78,22 @@ func scriptRefusal(dir, p string, code int) error {
 
 // UploadKube writes r, at most max bytes, to sandboxPath in sandbox id on
 // its cluster. It may replace a regular file there, never anything else.
+// The transfer's record goes to the audit log of the service's root.
 func (s *Service) UploadKube(ctx context.Context, id, sandboxPath string, r io.Reader, max int64) (runner.Transfer, error) {
+	tr, err := s.uploadKube(ctx, id, sandboxPath, r, max)
+	return s.auditKube(id, tr, err)
+}
+
+// auditKube records tr, a transfer of sandbox id on its cluster, in the
+// audit log of the service's root, as a local sandbox's are.
+func (s *Service) auditKube(id string, tr runner.Transfer, err error) (runner.Transfer, error) {
+	a := runner.NewTransferAudit(s.root, id, nil)
+	a.Record(tr)
+	return tr, a.Done(err)
+}
+
+// uploadKube is UploadKube, unrecorded.
+func (s *Service) uploadKube(ctx context.Context, id, sandboxPath string, r io.Reader, max int64) (runner.Transfer, error) {
 	tr := runner.Transfer{Direction: runner.DirectionUpload, Path: sandboxPath, Decision: runner.DecisionRefused}
 	if err := kubePath(tr.Direction, sandboxPath); err != nil {
 		return refused(tr, err)
@@ -107,7 +122,8 @@ func (s *Service) UploadKube(ctx context.Context, id, sandboxPath string, r io.R
 // the scanner's one-file checks pass; on a refusal or error w may hold a
 // part, and must be discarded.
 func (s *Service) DownloadKube(ctx context.Context, id, sandboxPath string, w io.Writer) (runner.Transfer, error) {
-	return s.downloadKube(ctx, id, sandboxPath, w, artifacts.FileOptions{MaxBytes: int64(kubeDownloadCap), Types: artifacts.SessionTypes, SourceText: true})
+	tr, err := s.downloadKube(ctx, id, sandboxPath, w, artifacts.FileOptions{MaxBytes: int64(kubeDownloadCap), Types: artifacts.SessionTypes, SourceText: true})
+	return s.auditKube(id, tr, err)
 }
 
 // downloadKube is DownloadKube under the scanner's options opt.
@@ -181,6 +197,7 @@ type Files interface {
 	Download(ctx context.Context, sandboxPath string, w io.Writer) (runner.Transfer, error)
 	UploadTree(ctx context.Context, dir string, r io.Reader, each func(runner.Transfer)) (runner.TreeSummary, error)
 	DownloadTree(ctx context.Context, dir string, sink runner.TreeSink, dotfiles bool, each func(runner.Transfer)) (runner.TreeSummary, error)
+	DownloadFiles(ctx context.Context, paths []string, sink runner.TreeSink, each func(runner.Transfer)) (runner.TreeSummary, error)
 	IsDir(p string) (bool, error)
 }
 
@@ -224,6 +241,10 @@ func (k kubeFiles) UploadTree(ctx context.Context, dir string, r io.Reader, each
 
 func (k kubeFiles) DownloadTree(ctx context.Context, dir string, sink runner.TreeSink, dotfiles bool, each func(runner.Transfer)) (runner.TreeSummary, error) {
 	return k.s.DownloadTreeKube(ctx, k.id, dir, sink, dotfiles, each)
+}
+
+func (k kubeFiles) DownloadFiles(ctx context.Context, paths []string, sink runner.TreeSink, each func(runner.Transfer)) (runner.TreeSummary, error) {
+	return k.s.DownloadFilesKube(ctx, k.id, paths, sink, each)
 }
 
 func (k kubeFiles) IsDir(p string) (bool, error) { return k.s.KubeIsDir(k.ctx, k.id, p) }

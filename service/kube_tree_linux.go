@@ -89,7 +89,17 @@ func (s *Service) KubeIsDir(ctx context.Context, id, p string) (bool, error) {
 // sandbox id on its cluster, making dir and its parents where missing,
 // and gives each entry's record to each. The error is set when the whole
 // transfer failed or a cap stopped it (a *runner.TransferError).
+//
+// Each record goes to the audit log of the service's root too, as a
+// local sandbox's do; a record that cannot be written fails the transfer.
 func (s *Service) UploadTreeKube(ctx context.Context, id, dir string, r io.Reader, each func(runner.Transfer)) (runner.TreeSummary, error) {
+	a := runner.NewTransferAudit(s.root, id, each)
+	sum, err := s.uploadTreeKube(ctx, id, dir, r, a.Record)
+	return sum, a.Done(err)
+}
+
+// uploadTreeKube is UploadTreeKube, unrecorded.
+func (s *Service) uploadTreeKube(ctx context.Context, id, dir string, r io.Reader, each func(runner.Transfer)) (runner.TreeSummary, error) {
 	var sum runner.TreeSummary
 	top := runner.Transfer{Direction: runner.DirectionUpload, Path: dir}
 	if err := kubeTreeDir(top.Direction, dir); err != nil {
@@ -139,7 +149,7 @@ func (s *Service) UploadTreeKube(ctx context.Context, id, dir string, r io.Reade
 			}
 		}
 		body := &errReader{r: ts}
-		got, err := s.UploadKube(ctx, id, full, body, hdr.Size)
+		got, err := s.uploadKube(ctx, id, full, body, hdr.Size)
 		if body.err != nil {
 			// The stream broke inside the entry: what reached the
 			// sandbox of it is cut, and the transfer ends.
@@ -240,7 +250,17 @@ func parseListing(out []byte, dir string, max int) ([]kubeEntry, bool, error) {
 // its cluster through the artifact scanner's one-file check into sink,
 // as runner's DownloadTree does for a local sandbox: dot-named entries
 // are refused unless dotfiles is set.
+//
+// Each record goes to the audit log of the service's root too, as a
+// local sandbox's do; a record that cannot be written fails the transfer.
 func (s *Service) DownloadTreeKube(ctx context.Context, id, dir string, sink runner.TreeSink, dotfiles bool, each func(runner.Transfer)) (runner.TreeSummary, error) {
+	a := runner.NewTransferAudit(s.root, id, each)
+	sum, err := s.downloadTreeKube(ctx, id, dir, sink, dotfiles, a.Record)
+	return sum, a.Done(err)
+}
+
+// downloadTreeKube is DownloadTreeKube, unrecorded.
+func (s *Service) downloadTreeKube(ctx context.Context, id, dir string, sink runner.TreeSink, dotfiles bool, each func(runner.Transfer)) (runner.TreeSummary, error) {
 	var sum runner.TreeSummary
 	top := runner.Transfer{Direction: runner.DirectionDownload, Path: dir}
 	if err := kubeTreeDir(top.Direction, dir); err != nil {
@@ -338,6 +358,62 @@ func (s *Service) kubeTreeFile(ctx context.Context, id, dir string, e kubeEntry,
 		got, err := s.downloadKube(ctx, id, strings.TrimSuffix(dir, "/")+"/"+strings.Join(e.comps, "/"), w, opt)
 		return artifacts.Artifact{Size: got.Size, SHA256: got.SHA256, MIME: got.MIME}, err
 	})
+}
+
+// DownloadFilesKube passes the files at paths of sandbox id on its
+// cluster, in order, through the one-file download into sink, named by
+// the absolute path without its leading '/' (a relative path is the
+// workspace's), as runner.Areas.DownloadFiles does for a local sandbox:
+// every path gets one record through each, in order; a refused, missing
+// or repeated path is refused and the rest go on; the files' bytes are
+// capped at the default workspace's size in all. Each file is one pod
+// exec. More than runner.MaxDownloadFiles paths is invalid input.
+//
+// Each record goes to the audit log of the service's root too, as a
+// local sandbox's do; a record that cannot be written fails the transfer.
+func (s *Service) DownloadFilesKube(ctx context.Context, id string, paths []string, sink runner.TreeSink, each func(runner.Transfer)) (runner.TreeSummary, error) {
+	a := runner.NewTransferAudit(s.root, id, each)
+	sum, err := s.downloadFilesKube(ctx, id, paths, sink, a.Record)
+	return sum, a.Done(err)
+}
+
+// downloadFilesKube is DownloadFilesKube, unrecorded.
+func (s *Service) downloadFilesKube(ctx context.Context, id string, paths []string, sink runner.TreeSink, each func(runner.Transfer)) (runner.TreeSummary, error) {
+	var sum runner.TreeSummary
+	if len(paths) > runner.MaxDownloadFiles {
+		return sum, fmt.Errorf("%w: %d paths, past the cap of %d a request; read the rest in another", errdefs.ErrInvalidArgument, len(paths), runner.MaxDownloadFiles)
+	}
+	lim := kubeTreeLimits()
+	seen := make(map[string]int, len(paths))
+	for i, p := range paths {
+		if err := ctx.Err(); err != nil {
+			return sum, err
+		}
+		t := runner.Transfer{Direction: runner.DirectionDownload, Path: p}
+		name := p
+		if !strings.HasPrefix(name, "/") {
+			name = runner.WorkspaceDir + "/" + name
+		}
+		if err := kubePath(t.Direction, name); err != nil {
+			runner.RecordTreeEntry(&sum, each, t, err)
+			continue
+		}
+		if first, ok := seen[name]; ok {
+			runner.RecordTreeEntry(&sum, each, t, runner.Refusal(runner.ReasonDuplicate, "names the file that path %d (%q) names; each file is sent once", first, artifacts.Escape(paths[first])))
+			continue
+		}
+		seen[name] = i
+		left := lim.Bytes - sum.Bytes
+		opt := artifacts.FileOptions{MaxBytes: max(1, min(int64(kubeDownloadCap), lim.FileBytes, left)), Types: artifacts.SessionTypes, SourceText: true}
+		err := runner.DeliverTreeFile(sink, name[1:], t, &sum, each, func(w io.Writer) (artifacts.Artifact, error) {
+			got, err := s.downloadKube(ctx, id, name, w, opt)
+			return artifacts.Artifact{Size: got.Size, SHA256: got.SHA256, MIME: got.MIME}, err
+		})
+		if err != nil {
+			return sum, err
+		}
+	}
+	return sum, nil
 }
 
 // under says whether rel lies beneath one of dirs.

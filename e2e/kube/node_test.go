@@ -779,6 +779,26 @@ func engineKube(t *testing.T, cs *kubernetes.Clientset, nodes map[string]*node) 
 	}
 	kubeTrees(t, run, id, dir)
 
+	// Every transfer, refusals included, is in the audit log of the root
+	// that made it, as a local sandbox's are.
+	audit := map[string]int{}
+	b, _ := os.ReadFile(filepath.Join(client, "audit.jsonl"))
+	for line := range strings.SplitSeq(strings.TrimSpace(string(b)), "\n") {
+		var ev struct {
+			Event, Path, Decision, Reason string
+			SandboxID                     string `json:"sandbox_id"`
+		}
+		json.Unmarshal([]byte(line), &ev)
+		if ev.Event == "transfer" && ev.SandboxID == id {
+			audit[ev.Path+" "+ev.Decision+" "+ev.Reason]++
+		}
+	}
+	for _, want := range []string{"/home/user/data.csv accepted ", "/home/user/link refused symlink", "/home/user/prog refused type_not_allowed", "/home/user/none refused not_found"} {
+		if audit[want] == 0 {
+			t.Errorf("no audit record %q of sandbox %s's transfers in %s: %v", want, id, filepath.Join(client, "audit.jsonl"), audit)
+		}
+	}
+
 	// ls and inspect show it, and where it runs: a pod on an airlock node,
 	// a gVisor sandbox there.
 	out, _, _ = run("", "sandbox", "ls", "--json")

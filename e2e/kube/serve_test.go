@@ -28,6 +28,8 @@ import (
 // one from its warm pool; exec, a file each way, inspect, list and delete
 // reach it by id; what it cannot take is refused, naming the problem.
 func serveKube(t *testing.T) {
+	begin := time.Now()
+	defer func() { t.Logf("serve --kubeconfig: all done in %v", time.Since(begin).Round(time.Millisecond)) }()
 	root := filepath.Join(tmp, "serve")
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		t.Fatal(err)
@@ -134,6 +136,7 @@ func serveKube(t *testing.T) {
 		t.Errorf("GET after DELETE: %d", st)
 	}
 
+	t.Logf("serve --kubeconfig: the API's sandbox done at %v", time.Since(begin).Round(time.Millisecond))
 	// MCP's sandbox tools, on the same server.
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "e2e-kube", Version: "1"}, nil).Connect(context.Background(),
 		&mcp.StreamableClientTransport{Endpoint: "http://airlock/mcp", HTTPClient: hc}, nil)
@@ -179,6 +182,7 @@ func serveKube(t *testing.T) {
 		t.Errorf("the MCP sandbox's claim after sandbox_destroy: %s", out)
 	}
 
+	t.Logf("serve --kubeconfig: MCP's done at %v", time.Since(begin).Round(time.Millisecond))
 	// The Python client (standard library only), on the same server.
 	py := exec.Command("python3", "-c", pythonKube, sock)
 	sdk, _ := filepath.Abs("../../sdk/python") // the test runs in its package's directory
@@ -188,11 +192,61 @@ func serveKube(t *testing.T) {
 	} else if out := kubectlOut(t, "get", "sandboxclaim", strings.TrimSpace(strings.TrimPrefix(string(out), "ok "))); !strings.Contains(out, "NotFound") {
 		t.Errorf("the Python client's claim after close: %s", out)
 	}
+
+	t.Logf("serve --kubeconfig: the Python client's done at %v", time.Since(begin).Round(time.Millisecond))
+	// The JS client, on the same server.
+	js := exec.Command("node", "--input-type=module", "-e", jsKube, sock, jsModule(t))
+	if out, err := js.CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "ok sb-") {
+		t.Errorf("the JS client against serve --kubeconfig: %v\n%s", err, out)
+	} else if out := kubectlOut(t, "get", "sandboxclaim", strings.TrimSpace(strings.TrimPrefix(string(out), "ok "))); !strings.Contains(out, "NotFound") {
+		t.Errorf("the JS client's claim after close: %s", out)
+	}
+}
+
+// jsKube is pythonKube through the JS client (sdk/js's build, an ES
+// module), its socket and module path in argv.
+const jsKube = `const [sock, mod] = process.argv.slice(1);
+const { Sandbox, stdoutText } = await import(mod);
+const must = (ok, what) => { if (!ok) throw new Error(what); };
+const sb = await Sandbox.create({ engine: "kube", template: "kt", socketPath: sock });
+try {
+  const w = await sb.files.writeMany([["/home/user/j/a.txt", "A"], ["/home/user/b.txt", "B"]]);
+  must(w.map((r) => r.decision).join() === "accepted,accepted", "writeMany: " + JSON.stringify(w));
+  const r = await sb.exec("cat /home/user/j/a.txt /home/user/b.txt; id -u");
+  must(r.exit_code === 0 && stdoutText(r) === "AB65534\n", "exec: " + JSON.stringify(r));
+  const rd = await sb.files.readMany(["j/a.txt", "/home/user/none"]);
+  must(rd[0].decision === "accepted" && String(rd[0].content) === "A" && rd[1].decision === "refused" && rd[1].reason === "not_found", "readMany: " + JSON.stringify(rd));
+  must((await sb.info()).engine === "kube", "info");
+} finally {
+  await sb.close();
+}
+console.log("ok", sb.id);
+`
+
+// jsModule is sdk/js's built entry point: the build `make test-sdk` left,
+// else one made here as sdk/test.sh makes it (npm ci in the workspace,
+// then tsc).
+func jsModule(t *testing.T) string {
+	t.Helper()
+	sdk, _ := filepath.Abs("../../sdk")
+	mod := filepath.Join(sdk, "js", "dist", "index.js")
+	if _, err := os.Stat(mod); err == nil {
+		return mod
+	}
+	for _, c := range []*exec.Cmd{exec.Command("npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"), exec.Command("npm", "run", "--silent", "build", "--workspace=js")} {
+		c.Dir = sdk
+		if out, err := c.CombinedOutput(); err != nil {
+			t.Fatalf("building sdk/js (%v): %v\n%s", c.Args, err, out)
+		}
+	}
+	return mod
 }
 
 // pythonKube creates a cluster sandbox through the Python client, writes
 // two files in one tar request (one in a directory that does not exist
-// yet), runs a command that reads them, and destroys the sandbox.
+// yet), runs a command that reads them, reads them back in one request
+// with a missing file, a duplicate, a symlink and an ELF binary refused,
+// and destroys the sandbox.
 const pythonKube = `import sys
 from airlock_sandbox import Sandbox
 sb = Sandbox.create(engine="kube", template="kt", socket_path=sys.argv[1])
@@ -202,6 +256,11 @@ with sb:
     r = sb.exec("cat /home/user/p/a.txt /home/user/b.txt; id -u")
     assert r.exit_code == 0 and r.stdout_text == "AB65534\n", dict(r)
     assert sb.info()["engine"] == "kube"
+    sb.exec("ln -s /etc/passwd /home/user/l; cp /bin/busybox /home/user/elf 2>/dev/null || cp \"$(command -v sh)\" /home/user/elf")
+    recs = sb.files.read_many(["p/a.txt", "/home/user/b.txt", "/home/user/none", "/home/user/p/a.txt", "/home/user/l", "/home/user/elf"])
+    got = [(r["decision"], r.get("reason"), r.get("content")) for r in recs]
+    assert got[:4] == [("accepted", None, b"A"), ("accepted", None, b"B"), ("refused", "not_found", None), ("accepted", None, b"A")], got
+    assert got[4][:2] == ("refused", "symlink") and got[5][0] == "refused", got
 print("ok", sb.id)
 `
 
@@ -238,17 +297,47 @@ func apiTrees(t *testing.T, hc *http.Client, id string) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	got := untar(resp.Body)
+	if resp.StatusCode != 200 || got["x.txt"] != "tree\n" || got["deep/er/y.txt"] != "y\n" || !strings.Contains(got[".airlock-report.json"], `"files":2`) {
+		t.Errorf("GET the tree: %d %q", resp.StatusCode, got)
+	}
+
+	// Named files, one request: each path gets its record, in order.
+	paths := []string{"t/x.txt", "/home/user/t/x.txt", "/etc/passwd", "/home/user/t/nope", "/tmp/../home/user/t/x.txt", "/home/user/t/deep/er/y.txt"}
+	body, _ := json.Marshal(map[string]any{"paths": paths})
+	req, _ = http.NewRequest("POST", "http://airlock/v1/sandboxes/"+id+"/files/read", bytes.NewReader(body))
+	req.Header.Set("Accept", "application/x-tar")
+	resp2, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp2.Body.Close()
+	got = untar(resp2.Body)
+	var report struct{ Transfers []runner.Transfer }
+	if err := json.Unmarshal([]byte(got[".airlock-report.json"]), &report); err != nil || resp2.StatusCode != 200 || len(report.Transfers) != len(paths) {
+		t.Fatalf("POST files/read: %d %v %q", resp2.StatusCode, err, got)
+	}
+	want := []string{"accepted", "duplicate", "invalid_path", "not_found", "invalid_path", "accepted"}
+	for i, tr := range report.Transfers {
+		if w := want[i]; tr.Path != paths[i] || (w == "accepted") != (tr.Decision == runner.DecisionAccepted) || (w != "accepted" && string(tr.Reason) != w) {
+			t.Errorf("files/read record %d: %+v; want %s for %q", i, tr, w, paths[i])
+		}
+	}
+	if got["home/user/t/x.txt"] != "tree\n" || got["home/user/t/deep/er/y.txt"] != "y\n" || len(got) != 3 {
+		t.Errorf("files/read entries: %q", got)
+	}
+}
+
+// untar reads a tar stream's files by name, up to its end or an error.
+func untar(r io.Reader) map[string]string {
 	got := map[string]string{}
-	tr := tar.NewReader(resp.Body)
+	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
 		if err != nil {
-			break
+			return got
 		}
 		b, _ := io.ReadAll(tr)
 		got[h.Name] = string(b)
-	}
-	if resp.StatusCode != 200 || got["x.txt"] != "tree\n" || got["deep/er/y.txt"] != "y\n" || !strings.Contains(got[".airlock-report.json"], `"files":2`) {
-		t.Errorf("GET the tree: %d %q", resp.StatusCode, got)
 	}
 }

@@ -116,8 +116,12 @@ func Render(t *templates.Template, o Options) ([]byte, error) {
 			EnableServiceLinks:           false,
 			RestartPolicy:                "Never",
 			ActiveDeadlineSeconds:        int64(o.TTL / time.Second),
-			SecurityContext:              id,
-			Tolerations:                  []toleration{{Key: TaintSandbox, Operator: "Exists", Effect: "NoSchedule"}},
+			// An airlock node ends a deleted pod's sandbox at once; the
+			// API server's wait for the node's word is this long, not the
+			// default 30 s that every sandbox rm would sit through.
+			TerminationGracePeriodSeconds: 1,
+			SecurityContext:               id,
+			Tolerations:                   []toleration{{Key: TaintSandbox, Operator: "Exists", Effect: "NoSchedule"}},
 			Containers: []container{{
 				Name: "sandbox", Image: o.Image, Command: o.Command, Env: env, WorkingDir: workdir,
 				Resources:       resources{Requests: res, Limits: res},
@@ -342,18 +346,19 @@ type podMeta struct {
 // account token and service links are off by airlock's word, not by a
 // default that could change.
 type podSpec struct {
-	RuntimeClassName             string       `json:"runtimeClassName"`
-	AutomountServiceAccountToken bool         `json:"automountServiceAccountToken"`
-	EnableServiceLinks           bool         `json:"enableServiceLinks"`
-	HostNetwork                  bool         `json:"hostNetwork"`
-	HostPID                      bool         `json:"hostPID"`
-	HostIPC                      bool         `json:"hostIPC"`
-	RestartPolicy                string       `json:"restartPolicy"`
-	ActiveDeadlineSeconds        int64        `json:"activeDeadlineSeconds"`
-	SecurityContext              identity     `json:"securityContext"`
-	Tolerations                  []toleration `json:"tolerations"`
-	Containers                   []container  `json:"containers"`
-	Volumes                      []volume     `json:"volumes"`
+	RuntimeClassName              string       `json:"runtimeClassName"`
+	AutomountServiceAccountToken  bool         `json:"automountServiceAccountToken"`
+	EnableServiceLinks            bool         `json:"enableServiceLinks"`
+	HostNetwork                   bool         `json:"hostNetwork"`
+	HostPID                       bool         `json:"hostPID"`
+	HostIPC                       bool         `json:"hostIPC"`
+	RestartPolicy                 string       `json:"restartPolicy"`
+	ActiveDeadlineSeconds         int64        `json:"activeDeadlineSeconds"`
+	TerminationGracePeriodSeconds int64        `json:"terminationGracePeriodSeconds"`
+	SecurityContext               identity     `json:"securityContext"`
+	Tolerations                   []toleration `json:"tolerations"`
+	Containers                    []container  `json:"containers"`
+	Volumes                       []volume     `json:"volumes"`
 }
 
 type seccompProfile struct {

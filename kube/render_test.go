@@ -85,6 +85,7 @@ func TestRender(t *testing.T) {
 			{[]any{"hostPID"}, false},
 			{[]any{"hostIPC"}, false},
 			{[]any{"activeDeadlineSeconds"}, float64(1800)},
+			{[]any{"terminationGracePeriodSeconds"}, float64(1)},
 			{[]any{"securityContext", "runAsNonRoot"}, true},
 			{[]any{"securityContext", "runAsUser"}, float64(65534)},
 			{[]any{"securityContext", "seccompProfile", "type"}, "Localhost"},

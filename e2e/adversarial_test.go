@@ -384,7 +384,11 @@ const listScript = `echo "tmp:$(ls -A /tmp | tr '\n' ' ')"
 echo "out:$(ls -A /out | tr '\n' ' ')"
 `
 
-const afterScript = listScript + killScript + "echo alive"
+// afterScript lists /tmp and /out, then kills pid 1 from a child shell.
+// The pause between lets the listing reach the host first: killing pid 1
+// may end the sandbox, and with it what an exec agent had not yet relayed
+// (a restored run once lost its "out:" line so).
+const afterScript = listScript + "sleep 1\n" + killScript + "echo alive"
 
 // killScript sends pid 1 SIGKILL from a child shell.
 const killScript = `sh -c 'kill -9 1; echo "kill:$?"'
@@ -396,7 +400,7 @@ const killScript = `sh -c 'kill -9 1; echo "kill:$?"'
 // than race it.
 func liveAfterScript() string {
 	if isolationName == "gvisor" {
-		return listScript + killScript + "sleep 5\necho alive"
+		return listScript + "sleep 1\n" + killScript + "sleep 5\necho alive"
 	}
 	return afterScript
 }

@@ -73,6 +73,10 @@ type Install struct {
 	DaemonJSON string
 	// Replace re-points an entry of that name that runs another runsc.
 	Replace bool
+	// Check only says whether the registration would change the file, or
+	// refuses as it would: nothing is written, in root or dockerd's
+	// configuration.
+	Check bool
 }
 
 // Installed is what InstallRuntime did.
@@ -113,10 +117,15 @@ func InstallRuntime(root string, in Install) (Installed, error) {
 	} else if err := CheckRuntimeName(in.Name); err != nil {
 		return Installed{}, err
 	}
+	rt := docker.Runtime{Path: abs, RuntimeArgs: in.Args}
+	if in.Check {
+		changed, err := docker.CheckRuntime(in.DaemonJSON, in.Name, rt, in.Replace)
+		return Installed{Name: in.Name, Runsc: abs, Changed: changed}, err
+	}
 	if err := privateDir(filepath.Join(root, "sandbox-logs")); err != nil {
 		return Installed{}, err
 	}
-	changed, backup, err := docker.RegisterRuntime(in.DaemonJSON, in.Name, docker.Runtime{Path: abs, RuntimeArgs: in.Args}, in.Replace)
+	changed, backup, err := docker.RegisterRuntime(in.DaemonJSON, in.Name, rt, in.Replace)
 	if err != nil {
 		return Installed{}, err
 	}

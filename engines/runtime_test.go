@@ -31,6 +31,15 @@ func TestRuntimeNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	daemon := filepath.Join(b, "daemon.json")
+	// A check writes nothing: no daemon.json, no record, no log directory.
+	if got, err := InstallRuntime(a, Install{Runsc: runsc, Name: "mine", DaemonJSON: daemon, Check: true}); err != nil || !got.Changed || got.Name != "mine" {
+		t.Fatalf("InstallRuntime with Check = %+v, %v; want changed, writing nothing", got, err)
+	}
+	for _, p := range []string{daemon, filepath.Join(a, RuntimeRecord), filepath.Join(a, "sandbox-logs")} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("a check made %s", p)
+		}
+	}
 	got, err := InstallRuntime(a, Install{Runsc: runsc, Name: "mine", DaemonJSON: daemon})
 	if err != nil || got.Name != "mine" || !got.Changed || got.Runsc != runsc {
 		t.Fatalf("InstallRuntime = %+v, %v", got, err)

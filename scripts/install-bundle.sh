@@ -27,8 +27,9 @@
 #   3. check glibc and the shared libraries airlock links against (deps.txt);
 #   4. install airlock under the prefix, and runsc and the exec agent under
 #      <root>/tools;
-#   5. import every image with `airlock image import --require-digest`, the
-#      default one with --default (the default-image lock);
+#   5. check that step 6 can register runsc, then import every image with
+#      `airlock image import --require-digest`, the default one with
+#      --default (the default-image lock);
 #   6. register runsc with dockerd only when dockerd is installed (daemon.json
 #      is merged and backed up, never replaced), under the root's own
 #      runtime name: an entry of that name that runs another root's runsc
@@ -197,6 +198,14 @@ fi
 al() { "$airlock" --root "$root" "$@"; }
 
 # 5. images -------------------------------------------------------------------------------
+# The runtime's name is checked first: a name another root's runsc holds
+# is refused before the images' long import, with nothing imported.
+if command -v dockerd >/dev/null; then
+  if ! why=$(al host install-runtime --check --runsc "$root/tools/runsc" --daemon-json "$daemon_json" ${runtime:+--name "$runtime"} 2>&1 >/dev/null); then
+    printf '%s\n' "$why" >&2
+    fail "registering runsc with dockerd would fail (above); choose the runtime's name with --runtime NAME; no image was imported"
+  fi
+fi
 while read -r file ref role recipe; do
   [[ $file =~ ^[A-Za-z0-9._-]+\.tar$ ]] || fail "images/images.txt: bad file name $file"
   id=${ref##*@}

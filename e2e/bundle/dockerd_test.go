@@ -360,6 +360,10 @@ func TestBundleDockerd(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.stderr, entryA.Path) || !strings.Contains(r.stderr, "--runtime NAME") {
 		t.Errorf("install.sh --runtime airlock-runsc for a third root: %s; want a refusal naming %s and --runtime NAME", r, entryA.Path)
 	}
+	// Refused before the images' import, not after it.
+	if strings.Contains(r.stdout+r.stderr, "images/default.tar") || !strings.Contains(r.stderr, "no image was imported") {
+		t.Errorf("install.sh --runtime airlock-runsc for a third root imported images before its refusal: %s", r)
+	}
 	if after, _ := os.ReadFile(d.config); string(after) != string(before) {
 		t.Errorf("a refused registration changed daemon.json:\n%s\nto\n%s", before, after)
 	}

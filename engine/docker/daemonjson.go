@@ -34,45 +34,15 @@ type Runtime struct {
 // copies it to a timestamped backup beside it. It returns whether the file
 // changed and the backup's path, if one was made.
 func RegisterRuntime(path, name string, rt Runtime, replace bool) (changed bool, backup string, err error) {
-	orig, err := os.ReadFile(path)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return false, "", fmt.Errorf("reading %s: %w", path, err)
+	p, err := planRuntime(path, name, rt, replace)
+	if err != nil || !p.changed {
+		return false, "", err
 	}
-	exists := err == nil
-	top := map[string]json.RawMessage{}
-	if exists && len(bytes.TrimSpace(orig)) > 0 {
-		if err := json.Unmarshal(orig, &top); err != nil {
-			return false, "", fmt.Errorf("%w: %s is not a JSON object (%v); fix it by hand, airlock will not overwrite it", errdefs.ErrInvalidArgument, path, err)
-		}
-	}
-	runtimes := map[string]json.RawMessage{}
-	if raw, ok := top["runtimes"]; ok {
-		if err := json.Unmarshal(raw, &runtimes); err != nil {
-			return false, "", fmt.Errorf("%w: %s: \"runtimes\" is not an object (%v); fix it by hand", errdefs.ErrInvalidArgument, path, err)
-		}
-	}
-	if raw, ok := runtimes[name]; ok {
-		var cur Runtime
-		if json.Unmarshal(raw, &cur) == nil && reflect.DeepEqual(normal(cur), normal(rt)) {
-			return false, "", nil
-		}
-		if cur.Path != rt.Path && !replace {
-			return false, "", fmt.Errorf("%w: %s: runtime %q already runs %q, not %q: it belongs to another airlock root (or another runsc), whose docker runs would move onto this one; register this root under a name of its own with --name NAME (install.sh: --runtime NAME), or, if nothing uses %q any more, pass --replace",
-				errdefs.ErrAlreadyExists, path, name, cur.Path, rt.Path, cur.Path)
-		}
-	}
-	entry, err := json.Marshal(rt)
+	out, err := json.MarshalIndent(p.top, "", "  ")
 	if err != nil {
 		return false, "", err
 	}
-	runtimes[name] = entry
-	if top["runtimes"], err = json.Marshal(runtimes); err != nil {
-		return false, "", err
-	}
-	out, err := json.MarshalIndent(top, "", "  ")
-	if err != nil {
-		return false, "", err
-	}
+	orig, exists := p.orig, p.exists
 	mode := fs.FileMode(0o644)
 	if exists {
 		if fi, err := os.Stat(path); err == nil {
@@ -89,6 +59,64 @@ func RegisterRuntime(path, name string, rt Runtime, replace bool) (changed bool,
 		return false, backup, err
 	}
 	return true, backup, nil
+}
+
+// CheckRuntime says whether RegisterRuntime would change the daemon.json
+// at path, or refuses as it would, and changes nothing.
+func CheckRuntime(path, name string, rt Runtime, replace bool) (changed bool, err error) {
+	p, err := planRuntime(path, name, rt, replace)
+	return p.changed, err
+}
+
+// runtimePlan is daemon.json as RegisterRuntime would write it.
+type runtimePlan struct {
+	orig    []byte
+	exists  bool
+	top     map[string]json.RawMessage
+	changed bool
+}
+
+// planRuntime reads the daemon.json at path and sets runtimes[name] to rt
+// in its parsed keys, refusing what RegisterRuntime refuses.
+func planRuntime(path, name string, rt Runtime, replace bool) (runtimePlan, error) {
+	var p runtimePlan
+	orig, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return p, fmt.Errorf("reading %s: %w", path, err)
+	}
+	p.orig, p.exists = orig, err == nil
+	p.top = map[string]json.RawMessage{}
+	if p.exists && len(bytes.TrimSpace(orig)) > 0 {
+		if err := json.Unmarshal(orig, &p.top); err != nil {
+			return p, fmt.Errorf("%w: %s is not a JSON object (%v); fix it by hand, airlock will not overwrite it", errdefs.ErrInvalidArgument, path, err)
+		}
+	}
+	runtimes := map[string]json.RawMessage{}
+	if raw, ok := p.top["runtimes"]; ok {
+		if err := json.Unmarshal(raw, &runtimes); err != nil {
+			return p, fmt.Errorf("%w: %s: \"runtimes\" is not an object (%v); fix it by hand", errdefs.ErrInvalidArgument, path, err)
+		}
+	}
+	if raw, ok := runtimes[name]; ok {
+		var cur Runtime
+		if json.Unmarshal(raw, &cur) == nil && reflect.DeepEqual(normal(cur), normal(rt)) {
+			return p, nil
+		}
+		if cur.Path != rt.Path && !replace {
+			return p, fmt.Errorf("%w: %s: runtime %q already runs %q, not %q: it belongs to another airlock root (or another runsc), whose docker runs would move onto this one; register this root under a name of its own with --name NAME (install.sh: --runtime NAME), or, if nothing uses %q any more, pass --replace",
+				errdefs.ErrAlreadyExists, path, name, cur.Path, rt.Path, cur.Path)
+		}
+	}
+	entry, err := json.Marshal(rt)
+	if err != nil {
+		return p, err
+	}
+	runtimes[name] = entry
+	if p.top["runtimes"], err = json.Marshal(runtimes); err != nil {
+		return p, err
+	}
+	p.changed = true
+	return p, nil
 }
 
 func normal(r Runtime) Runtime {

@@ -104,6 +104,20 @@ func TestRegisterRuntimeKeepsAnotherRunsc(t *testing.T) {
 	}
 	orig, _ := os.ReadFile(p)
 	ours := Runtime{Path: "/srv/other/tools/runsc", RuntimeArgs: []string{"--network=none"}}
+	// A check refuses the same way, and so does nothing; one that would
+	// write says so, and writes nothing either.
+	if changed, err := CheckRuntime(p, "airlock-runsc", ours, false); !errdefs.IsAlreadyExists(err) || changed {
+		t.Errorf("CheckRuntime of another runsc's entry = %v, %v; want an already-exists refusal", changed, err)
+	}
+	if changed, err := CheckRuntime(p, "airlock-runsc", theirs, false); err != nil || changed {
+		t.Errorf("CheckRuntime of the entry as it is = %v, %v; want unchanged", changed, err)
+	}
+	if changed, err := CheckRuntime(p, "airlock-runsc", ours, true); err != nil || !changed {
+		t.Errorf("CheckRuntime with replace = %v, %v; want changed", changed, err)
+	}
+	if b, _ := os.ReadFile(p); string(b) != string(orig) {
+		t.Errorf("a check changed the file to %s", b)
+	}
 	changed, backup, err := RegisterRuntime(p, "airlock-runsc", ours, false)
 	if !errdefs.IsAlreadyExists(err) || changed || backup != "" {
 		t.Fatalf("re-pointing another runsc's entry = %v, %q, %v; want an already-exists refusal", changed, backup, err)

@@ -498,12 +498,40 @@ const ReasonDuplicate = artifacts.Reason("duplicate")
 // invalid input, refused before any is read; the error is otherwise set
 // only when the whole transfer failed.
 func (a *Areas) DownloadFiles(ctx context.Context, paths []string, sink TreeSink, opt DownloadOptions, lim TreeLimits, each func(Transfer)) (TreeSummary, error) {
+	if opt.MaxBytes <= 0 {
+		return TreeSummary{}, fmt.Errorf("%w: the download cap must be positive", errdefs.ErrInvalidArgument)
+	}
+	check := func(p, _ string) error {
+		_, _, err := a.resolve(p, true)
+		return err
+	}
+	fetch := func(p, _ string, max int64, w io.Writer) (artifacts.Artifact, error) {
+		fo := opt
+		fo.MaxBytes = max
+		art, err := a.download(ctx, p, w, fo)
+		if err != nil && !IsRefusal(err) && ctx.Err() != nil {
+			return art, ctx.Err()
+		}
+		return art, err
+	}
+	return DownloadNamed(ctx, paths, sink, opt.MaxBytes, lim, each, check, fetch)
+}
+
+// DownloadNamed is a many-file download wherever the files are read: each
+// of paths (a relative one is the workspace's), in order, is judged by
+// check (given the path and its absolute name; a refusal is that path's
+// record), refused as a duplicate when an earlier path named the same
+// file, or fetched by fetch (given both too), which writes at most max bytes of it (the
+// least of fileCap, lim.FileBytes and what is left of lim.Bytes), into
+// sink as its absolute name without the leading '/'. Every path gets one
+// record through each; more than lim.Files paths is invalid input,
+// refused before any is read; the error is otherwise set only when the
+// whole transfer failed.
+func DownloadNamed(ctx context.Context, paths []string, sink TreeSink, fileCap int64, lim TreeLimits, each func(Transfer),
+	check func(p, name string) error, fetch func(p, name string, max int64, w io.Writer) (artifacts.Artifact, error)) (TreeSummary, error) {
 	var sum TreeSummary
 	if err := lim.validate(); err != nil {
 		return sum, err
-	}
-	if opt.MaxBytes <= 0 {
-		return sum, fmt.Errorf("%w: the download cap must be positive", errdefs.ErrInvalidArgument)
 	}
 	if len(paths) > lim.Files {
 		return sum, fmt.Errorf("%w: %d paths, past the cap of %d a request; read the rest in another", errdefs.ErrInvalidArgument, len(paths), lim.Files)
@@ -518,7 +546,7 @@ func (a *Areas) DownloadFiles(ctx context.Context, paths []string, sink TreeSink
 		if !strings.HasPrefix(name, "/") {
 			name = WorkspaceDir + "/" + name
 		}
-		if _, _, err := a.resolve(p, true); err != nil {
+		if err := check(p, name); err != nil {
 			treeRecord(&sum, each, t, err)
 			continue
 		}
@@ -527,33 +555,20 @@ func (a *Areas) DownloadFiles(ctx context.Context, paths []string, sink TreeSink
 			continue
 		}
 		seen[name] = i
-		if err := a.downloadOne(ctx, p, name[1:], sink, opt, lim, &sum, each, t); err != nil {
+		left := lim.Bytes - sum.Bytes
+		err := DeliverTreeFile(sink, name[1:], t, &sum, each, func(w io.Writer) (artifacts.Artifact, error) {
+			art, err := fetch(p, name, max(1, min(fileCap, lim.FileBytes, left)), w)
+			var te *TransferError
+			if errors.As(err, &te) && te.Reason == ReasonTooLarge && left < min(fileCap, lim.FileBytes) {
+				te.Detail += fmt.Sprintf(" (what is left of the request's %d-byte cap)", lim.Bytes)
+			}
+			return art, err
+		})
+		if err != nil {
 			return sum, err
 		}
 	}
 	return sum, nil
-}
-
-// downloadOne passes the file p of a DownloadFiles request into sink as
-// name; only an error that ends the transfer is returned.
-func (a *Areas) downloadOne(ctx context.Context, p, name string, sink TreeSink, opt DownloadOptions, lim TreeLimits, sum *TreeSummary, each func(Transfer), t Transfer) error {
-	left := lim.Bytes - sum.Bytes
-	fo := opt
-	fo.MaxBytes = max(1, min(opt.MaxBytes, lim.FileBytes, left))
-	return DeliverTreeFile(sink, name, t, sum, each, func(w io.Writer) (artifacts.Artifact, error) {
-		art, err := a.download(ctx, p, w, fo)
-		var te *TransferError
-		switch {
-		case err == nil:
-		case !errors.As(err, &te):
-			if ctx.Err() != nil {
-				return art, ctx.Err()
-			}
-		case te.Reason == ReasonTooLarge && left < min(opt.MaxBytes, lim.FileBytes):
-			te.Detail += fmt.Sprintf(" (what is left of the request's %d-byte cap)", lim.Bytes)
-		}
-		return art, err
-	})
 }
 
 // TreeDirRefusal refuses a directory of a downloaded tree, name its last

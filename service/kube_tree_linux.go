@@ -379,41 +379,14 @@ func (s *Service) DownloadFilesKube(ctx context.Context, id string, paths []stri
 
 // downloadFilesKube is DownloadFilesKube, unrecorded.
 func (s *Service) downloadFilesKube(ctx context.Context, id string, paths []string, sink runner.TreeSink, each func(runner.Transfer)) (runner.TreeSummary, error) {
-	var sum runner.TreeSummary
-	if len(paths) > runner.MaxDownloadFiles {
-		return sum, fmt.Errorf("%w: %d paths, past the cap of %d a request; read the rest in another", errdefs.ErrInvalidArgument, len(paths), runner.MaxDownloadFiles)
-	}
 	lim := kubeTreeLimits()
-	seen := make(map[string]int, len(paths))
-	for i, p := range paths {
-		if err := ctx.Err(); err != nil {
-			return sum, err
-		}
-		t := runner.Transfer{Direction: runner.DirectionDownload, Path: p}
-		name := p
-		if !strings.HasPrefix(name, "/") {
-			name = runner.WorkspaceDir + "/" + name
-		}
-		if err := kubePath(t.Direction, name); err != nil {
-			runner.RecordTreeEntry(&sum, each, t, err)
-			continue
-		}
-		if first, ok := seen[name]; ok {
-			runner.RecordTreeEntry(&sum, each, t, runner.Refusal(runner.ReasonDuplicate, "names the file that path %d (%q) names; each file is sent once", first, artifacts.Escape(paths[first])))
-			continue
-		}
-		seen[name] = i
-		left := lim.Bytes - sum.Bytes
-		opt := artifacts.FileOptions{MaxBytes: max(1, min(int64(kubeDownloadCap), lim.FileBytes, left)), Types: artifacts.SessionTypes, SourceText: true}
-		err := runner.DeliverTreeFile(sink, name[1:], t, &sum, each, func(w io.Writer) (artifacts.Artifact, error) {
-			got, err := s.downloadKube(ctx, id, name, w, opt)
-			return artifacts.Artifact{Size: got.Size, SHA256: got.SHA256, MIME: got.MIME}, err
-		})
-		if err != nil {
-			return sum, err
-		}
+	lim.Files = runner.MaxDownloadFiles
+	check := func(_, name string) error { return kubePath(runner.DirectionDownload, name) }
+	fetch := func(_, name string, max int64, w io.Writer) (artifacts.Artifact, error) {
+		got, err := s.downloadKube(ctx, id, name, w, artifacts.FileOptions{MaxBytes: max, Types: artifacts.SessionTypes, SourceText: true})
+		return artifacts.Artifact{Size: got.Size, SHA256: got.SHA256, MIME: got.MIME}, err
 	}
-	return sum, nil
+	return runner.DownloadNamed(ctx, paths, sink, int64(kubeDownloadCap), lim, each, check, fetch)
 }
 
 // under says whether rel lies beneath one of dirs.

@@ -38,8 +38,8 @@ test: ## Set up (building the Kubernetes control plane beside it), then run unit
 	$(GO) test -count=1 ./...
 	@# The sandbox conformance suite (engine/enginetest) on both engines, both isolation modes.
 	$(GO) test -count=1 -p 1 -tags e2e -timeout 20m -run 'TestSandbox' -v ./engine/oci/ ./engine/docker/ > sandboxes-e2e.log 2>&1 || { grep -B2 -A20 -- '--- FAIL' sandboxes-e2e.log | head -80; exit 1; }; grep -E '^(ok|FAIL)' sandboxes-e2e.log
-	@# A sandbox's egress network: its two namespaces and their pair, from the sandbox's side; and the e2e tests' stand-in internet.
-	$(GO) test -count=1 -tags e2e -timeout 5m ./internal/netns/ ./internal/netnstest/
+	@# A sandbox's egress network: its two namespaces and their pair, from the sandbox's side; and the e2e tests' stand-in internet. One package at a time: each checks that the host's interfaces are as before, and the other adds one.
+	$(GO) test -count=1 -p 1 -tags e2e -timeout 5m ./internal/netns/ ./internal/netnstest/
 	@# airlock serve end to end, once, on one pair (oci, gvisor), with a 50-run load test.
 	AIRLOCK_E2E_ENGINE=oci AIRLOCK_E2E_ISOLATION=gvisor $(GO) test -count=1 -tags e2e -timeout 15m -skip TestServeSoak -v ./e2e/serve/ > serve-e2e.log 2>&1 || { grep -B2 -A20 -- '--- FAIL' serve-e2e.log | head -80; exit 1; }; grep -E '^(ok|FAIL)|runs at concurrency' serve-e2e.log
 	@# The soak, short: 500 mixed operations through one airlock serve, flat and leaving nothing (`make soak` runs 10,000).

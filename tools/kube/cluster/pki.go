@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -241,16 +242,9 @@ func loadCA(dir string) (*ca, error) {
 // API on 127.0.0.1, and ca.crt is the CA of the API server's client
 // certificate. The control plane must be up.
 func NodeKubeconfig(l Layout, name string) (string, error) {
-	c, err := loadCA(l.PKI())
-	if err != nil {
-		return "", fmt.Errorf("reading the control plane's CA (is it up? make kube-up): %w", err)
-	}
-	ports, err := ReadPorts(l)
-	if err != nil {
-		return "", err
-	}
 	cert := "node-" + name
-	if err := c.issue(certSpec{name: cert, cn: "system:node:" + name, orgs: []string{"system:nodes"}, client: true}); err != nil {
+	c, api, err := issueClient(l, certSpec{name: cert, cn: "system:node:" + name, orgs: []string{"system:nodes"}, client: true})
+	if err != nil {
 		return "", err
 	}
 	// Its serving certificate, for the kubelet API on 127.0.0.1, and the
@@ -272,5 +266,43 @@ func NodeKubeconfig(l Layout, name string) (string, error) {
 		return "", err
 	}
 	path := filepath.Join(dir, name+".kubeconfig")
-	return path, c.writeKubeconfig(path, "https://127.0.0.1:"+strconv.Itoa(ports[portAPIServer]), cert)
+	return path, c.writeKubeconfig(path, api, cert)
+}
+
+// issueClient issues the client certificate s with the control plane's CA,
+// and returns the CA and the API server's URL.
+func issueClient(l Layout, s certSpec) (*ca, string, error) {
+	c, err := loadCA(l.PKI())
+	if err != nil {
+		return nil, "", fmt.Errorf("reading the control plane's CA (is it up? make kube-up): %w", err)
+	}
+	ports, err := ReadPorts(l)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := c.issue(s); err != nil {
+		return nil, "", err
+	}
+	return c, "https://127.0.0.1:" + strconv.Itoa(ports[portAPIServer]), nil
+}
+
+// UserKubeconfig issues a client certificate for the user name, in no
+// group, so that only the RBAC bindings naming it give it anything, and
+// writes a kubeconfig, 0600, at <run>/users/<name>.kubeconfig (gone at
+// kube down), whose path it returns. The control plane must be up.
+func UserKubeconfig(l Layout, name string) (string, error) {
+	if strings.HasPrefix(name, "system:") {
+		return "", fmt.Errorf("user %q: system: names are the control plane's and the nodes'", name)
+	}
+	cert := "user-" + name
+	c, api, err := issueClient(l, certSpec{name: cert, cn: name, client: true})
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(l.Run(), "users")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, name+".kubeconfig")
+	return path, c.writeKubeconfig(path, api, cert)
 }

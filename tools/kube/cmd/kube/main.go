@@ -30,14 +30,18 @@ func main() {
 	src := flag.String("src", ".", "the tools/kube module directory, which pins the versions")
 	timeout := flag.Duration("timeout", 3*time.Minute, "how long up waits for readiness once built")
 	flag.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: kube [flags] build|up|down|clean|node NAME\n")
+		fmt.Fprintf(os.Stderr, "usage: kube [flags] build|up|down|clean|node NAME|user NAME\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
-	if flag.NArg() == 2 && flag.Arg(0) == "node" {
-		path, err := cluster.NodeKubeconfig(cluster.NewLayout(*root), flag.Arg(1))
+	if flag.NArg() == 2 && (flag.Arg(0) == "node" || flag.Arg(0) == "user") {
+		issue := cluster.NodeKubeconfig
+		if flag.Arg(0) == "user" {
+			issue = cluster.UserKubeconfig
+		}
+		path, err := issue(cluster.NewLayout(*root), flag.Arg(1))
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "kube node: %v\n", err)
+			fmt.Fprintf(os.Stderr, "kube %s: %v\n", flag.Arg(0), err)
 			os.Exit(1)
 		}
 		fmt.Println(path)

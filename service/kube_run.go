@@ -37,8 +37,9 @@ type KubeRun struct {
 
 // ErrNodeLost is wrapped (with errdefs.ErrUnavailable) when the node a
 // run's pod was on stopped answering before the pod ended: the node
-// controller found its lease expired. The pod is deleted; the run may be
-// tried again, on another node.
+// lifecycle controller marked it not Ready, or airlock node controller
+// failed the pod once its lease expired. The pod is deleted; the run may
+// be tried again, on another node.
 var ErrNodeLost = errors.New("the pod's node was lost")
 
 // nodeCheck is how often a waiting run asks whether its pod's node is
@@ -108,6 +109,11 @@ func (s *Service) RunKube(ctx context.Context, o KubeRun) (res runner.Result, er
 		if err == nil {
 			if p.Status.Reason == "AirlockRefused" {
 				return res, fmt.Errorf("%w: pod %s/%s refused by node %s: %s", errdefs.ErrInvalidArgument, ns, name, p.Spec.NodeName, p.Status.Message)
+			}
+			if p.Status.Reason == "AirlockNodeLost" {
+				// airlock node controller failed it: its node's lease expired.
+				return res, fmt.Errorf("%w: %w: pod %s/%s: %s; the run can be tried again",
+					errdefs.ErrUnavailable, ErrNodeLost, ns, name, p.Status.Message)
 			}
 			if p.Status.Phase != "Pending" {
 				deadline = time.Time{} // started: the pod's own deadline holds

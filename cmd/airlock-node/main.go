@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/spf13/cobra"
@@ -32,6 +33,7 @@ type flags struct {
 	root, airlock, kubeconfig, name, address, engine string
 	tlsCert, tlsKey, clientCA                        string
 	maxSandboxes, port                               int
+	leaseDuration                                    time.Duration
 	debug                                            bool
 }
 
@@ -76,6 +78,9 @@ from secrets, a runtime class other than gvisor or runc.
 The kubeconfig holds the node's credentials and must be mode 0600; give the
 node a node's role (docs/kubernetes.md). A restarted node ends the sandboxes
 its last process left and fails their pods: a program never runs twice.
+Once the node's lease has gone unrenewed for --lease-duration, airlock node
+controller (run once per cluster) fails its pods, AirlockNodeLost; a node
+that comes back then ends their sandboxes.
 
 With --port, --tls-cert, --tls-key and --client-ca it serves the API
 server's kubectl logs and kubectl exec, as a kubelet does on 10250: every
@@ -92,11 +97,13 @@ output cap, with no terminal.`,
 		SilenceErrors: true,
 		RunE:          func(cmd *cobra.Command, _ []string) error { return run(cmd, f) },
 	}
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&f.root, "root", "/var/lib/airlock", "airlock's state directory")
+	pf.StringVar(&f.airlock, "airlock", "", "the airlock binary, whose sandbox supervisor runs the pods' sandboxes (default: beside this one)")
+	pf.BoolVar(&f.debug, "debug", false, "log every step to stderr")
+	pf.StringVar(&f.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "the kubeconfig, mode 0600 (default $KUBECONFIG)")
 	fl := cmd.Flags()
-	fl.StringVar(&f.root, "root", "/var/lib/airlock", "airlock's state directory")
-	fl.StringVar(&f.airlock, "airlock", "", "the airlock binary, whose sandbox supervisor runs the pods' sandboxes (default: beside this one)")
-	fl.BoolVar(&f.debug, "debug", false, "log every step to stderr")
-	fl.StringVar(&f.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "the node's kubeconfig, mode 0600 (default $KUBECONFIG)")
+	fl.DurationVar(&f.leaseDuration, "lease-duration", 40*time.Second, "how long each renewal of the node's lease holds; renewed every quarter of it")
 	fl.StringVar(&f.name, "name", "", "the Node's name (default: the host name)")
 	fl.StringVar(&f.address, "address", "127.0.0.1", "the Node's InternalIP")
 	fl.StringVar(&f.engine, "engine", "oci", "engine the pods' sandboxes run on: oci or docker")
@@ -105,6 +112,7 @@ output cap, with no terminal.`,
 	fl.StringVar(&f.tlsCert, "tls-cert", "", "with --port: the node's serving certificate, for its --address")
 	fl.StringVar(&f.tlsKey, "tls-key", "", "with --port: the serving certificate's key")
 	fl.StringVar(&f.clientCA, "client-ca", "", "with --port: the CA of the API server's client certificate (its --kubelet-client-certificate)")
+	cmd.AddCommand(newControllerCmd(f))
 	return cmd
 }
 
@@ -133,13 +141,7 @@ func run(cmd *cobra.Command, f *flags) error {
 	if err != nil {
 		return err
 	}
-	level, klogLevel := slog.LevelInfo, slog.LevelWarn
-	if f.debug {
-		level, klogLevel = slog.LevelDebug, slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
-	// The Kubernetes client's own log: its warnings, or all with --debug.
-	klog.SetSlogLogger(slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: klogLevel})))
+	log := logger(cmd, f)
 	host := engines.New(f.root, engines.Shared(), engines.WithLogger(log), engines.WithRunnerOptions(runner.WithVersion(version),
 		runner.WithSupervisor(func(id string) []string {
 			return []string{f.airlock, "--root", f.root, "sandbox", "supervise", id}
@@ -148,7 +150,7 @@ func run(cmd *cobra.Command, f *flags) error {
 	svc := service.New(f.root, host, service.WithAdmission(admission.New(f.root, f.maxSandboxes)), service.WithLogger(log))
 	err = node.Run(cmd.Context(), node.Config{
 		Kubeconfig: f.kubeconfig, Name: f.name, Address: f.address, MaxSandboxes: f.maxSandboxes, Root: f.root, Version: version, Log: log,
-		Port: f.port, TLSCert: f.tlsCert, TLSKey: f.tlsKey, ClientCA: f.clientCA,
+		Port: f.port, TLSCert: f.tlsCert, TLSKey: f.tlsKey, ClientCA: f.clientCA, LeaseDuration: f.leaseDuration,
 		Provider: node.ProviderConfig{Service: svc, Engine: f.engine, Profile: p.SHA256(), Logs: filepath.Join(f.root, "node", f.name, "logs")},
 	}, func() {
 		fmt.Fprintf(cmd.ErrOrStderr(), "airlock node: %s registered and running pods\n", f.name)
@@ -157,4 +159,15 @@ func run(cmd *cobra.Command, f *flags) error {
 		return err
 	}
 	return nil
+}
+
+// logger is the process's log, and the Kubernetes client's: its warnings,
+// or all with --debug.
+func logger(cmd *cobra.Command, f *flags) *slog.Logger {
+	level, klogLevel := slog.LevelInfo, slog.LevelWarn
+	if f.debug {
+		level, klogLevel = slog.LevelDebug, slog.LevelDebug
+	}
+	klog.SetSlogLogger(slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: klogLevel})))
+	return slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
 }

@@ -21,6 +21,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -146,7 +147,9 @@ func runNode(t testing.TB, name, root string) *node {
 	kc := strings.TrimSpace(out)
 	creds := filepath.Dir(kc)
 	n := &node{name: name, root: root, log: &bytes.Buffer{}, port: freePort(t), creds: creds}
-	n.cmd = exec.Command(airlockBin, "--root", root, "node", "--kubeconfig", kc, "--name", name, "--max-sandboxes", "4",
+	// A 20 s lease (renewed every 5 s): airlock node controller, given 5 s
+	// of grace, fails a lost node's pods some 25 s after its last renewal.
+	n.cmd = exec.Command(airlockBin, "--root", root, "node", "--kubeconfig", kc, "--name", name, "--max-sandboxes", "4", "--lease-duration", "20s",
 		"--port", strconv.Itoa(n.port), "--tls-cert", filepath.Join(creds, name+".crt"), "--tls-key", filepath.Join(creds, name+".key"),
 		"--client-ca", filepath.Join(creds, "ca.crt"))
 	pr, pw, err := os.Pipe()
@@ -178,6 +181,58 @@ func runNode(t testing.TB, name, root string) *node {
 		t.Fatalf("airlock node %s did not come up:\n%s", name, n.log)
 	}
 	return n
+}
+
+// startController applies the roles `airlock node controller
+// --print-rbac` prints for a user of its own, starts the controller with
+// that user's credentials and waits until it watches the nodes' leases.
+func startController(t testing.TB) {
+	t.Helper()
+	out, err := kubeTool("user", "airlock-controller")
+	if err != nil {
+		t.Fatalf("kube user airlock-controller: %v", err)
+	}
+	kubectl(t, airlock(t, tmp, "node", "controller", "--print-rbac", "--user", "airlock-controller"), "apply", "-f", "-")
+	c := exec.Command(airlockBin, "--root", tmp, "node", "controller", "--kubeconfig", strings.TrimSpace(out), "--grace", "5s")
+	var log bytes.Buffer
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Stderr = pw
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	ready := make(chan struct{})
+	var mu sync.Mutex
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			mu.Lock()
+			log.WriteString(sc.Text() + "\n")
+			mu.Unlock()
+			if strings.Contains(sc.Text(), "watching the airlock nodes' leases") {
+				close(ready)
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		c.Process.Signal(syscall.SIGTERM)
+		c.Wait()
+		if t.Failed() {
+			mu.Lock()
+			t.Logf("airlock node controller's log:\n%s", log.String())
+			mu.Unlock()
+		}
+	})
+	select {
+	case <-ready:
+	case <-time.After(time.Minute):
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("airlock node controller did not come up:\n%s", log.String())
+	}
 }
 
 func (n *node) stop(t testing.TB) {
@@ -349,6 +404,13 @@ func TestNodes(t *testing.T) {
 		}
 	})
 	cs := client(t)
+	// The controller refuses credentials without its roles, naming what
+	// they lack: here, a node's.
+	refused := exec.Command(airlockBin, "--root", tmp, "node", "controller", "--kubeconfig", filepath.Join(nodes["airlock-a"].creds, "airlock-a.kubeconfig"))
+	if out, err := refused.CombinedOutput(); err == nil || !strings.Contains(string(out), "may not get nodes") || !strings.Contains(string(out), "--print-rbac") {
+		t.Errorf("airlock node controller with a node's credentials: %v\n%s", err, out)
+	}
+	startController(t)
 	for name := range nodes {
 		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -549,6 +611,7 @@ func TestNodes(t *testing.T) {
 		t.Errorf("the sandbox of pod %s outlived its node's restart", pods[0].Name)
 	}
 	a = nodes["airlock-a"]
+	partition(t, cs, nodes["airlock-b"], image)
 
 	engineKube(t, cs, nodes)
 	serveKube(t)
@@ -556,7 +619,7 @@ func TestNodes(t *testing.T) {
 	// Deleting every pod leaves no sandbox on either node.
 	kubectl(t, nil, "delete", "sandboxclaim", "kt-claim", "--wait=true")
 	kubectl(t, yaml, "delete", "-f", "-", "--wait=true")
-	for _, name := range []string{"exit0", "exit3", "tag", "hostpath", "privileged"} {
+	for _, name := range []string{"exit0", "exit3", "tag", "hostpath", "privileged", "partitioned"} {
 		if err := cs.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 			t.Errorf("deleting pod %s: %v", name, err)
 		}
@@ -571,6 +634,72 @@ func TestNodes(t *testing.T) {
 	})
 
 	batchKube(t, cs, nodes, all)
+}
+
+// partition: a node cut off from the API server (stopped) past its lease
+// has its pod failed by airlock node controller, AirlockNodeLost, while its
+// sandbox runs on; the node, back, ends that sandbox, and the pod stays
+// failed.
+func partition(t *testing.T, cs *kubernetes.Clientset, cut *node, image string) {
+	ctx := context.Background()
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod("partitioned", cut.name, image, func(*corev1.Pod) {}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := waitPhase(t, cs, "partitioned", corev1.PodRunning)
+	if _, ok := cut.sandboxes(t)[string(p.UID)]; !ok {
+		t.Fatalf("pod partitioned runs on %s with no sandbox there", cut.name)
+	}
+	if err := cut.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			cut.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}
+	defer resume()
+	got := waitPhase(t, cs, "partitioned", corev1.PodFailed, corev1.PodSucceeded)
+	t.Logf("node %s stopped: its pod failed %v later: %s", cut.name, time.Since(stopped).Round(time.Millisecond), got.Status.Message)
+	term := got.Status.ContainerStatuses[0].State.Terminated
+	if got.Status.Reason != "AirlockNodeLost" || !strings.Contains(got.Status.Message, "node "+cut.name+" stopped renewing its lease") || term == nil || term.ExitCode != 137 || term.Reason != "AirlockNodeLost" {
+		t.Errorf("pod partitioned after its node's lease expired: %s %s %q, %+v", got.Status.Phase, got.Status.Reason, got.Status.Message, term)
+	}
+	disrupted := false
+	for _, c := range got.Status.Conditions {
+		disrupted = disrupted || c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue && c.Reason == "AirlockNodeLost"
+	}
+	if !disrupted {
+		t.Errorf("pod partitioned has no DisruptionTarget condition: %+v", got.Status.Conditions)
+	}
+	if _, ok := cut.sandboxes(t)[string(p.UID)]; !ok {
+		t.Errorf("the sandbox of pod partitioned ended while its node was stopped: nothing should have ended it yet")
+	}
+	resume()
+	waitFor(t, 2*time.Minute, "node "+cut.name+", back, ends the failed pod's sandbox", func() (bool, string) {
+		_, ok := cut.sandboxes(t)[string(p.UID)]
+		return !ok, "the sandbox is still there"
+	})
+	waitFor(t, 2*time.Minute, "node "+cut.name+" Ready again", func() (bool, string) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, cut.name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				return c.Status == corev1.ConditionTrue, string(c.Status) + " " + c.Message
+			}
+		}
+		return false, "no Ready condition"
+	})
+	if p, err := cs.CoreV1().Pods("default").Get(ctx, "partitioned", metav1.GetOptions{}); err != nil || p.Status.Phase != corev1.PodFailed || p.Status.Reason != "AirlockNodeLost" {
+		t.Errorf("pod partitioned once its node is back: %v %+v", err, p.Status)
+	}
+	if !strings.Contains(cut.log.String(), "the cluster ended a pod this node ran") {
+		t.Errorf("node %s's log does not say it ended the lost pod's sandbox", cut.name)
+	}
 }
 
 // batchKube: `airlock batch --engine kube` runs 40 jobs over both nodes,

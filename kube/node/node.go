@@ -16,6 +16,9 @@
 //     no secret, config map or service.
 //   - A restarted node ends every sandbox its last process left, and
 //     fails their pods rather than run a program twice.
+//   - The cluster's word on a pod's end is final: a pod that airlock's
+//     cluster controller failed while the node was cut off has its
+//     sandbox ended when the node hears of it.
 package node
 
 import (
@@ -48,6 +51,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 
@@ -86,8 +90,13 @@ type Config struct {
 	// SubjectAccessReview), is served. 0 serves nothing.
 	Port                      int
 	TLSCert, TLSKey, ClientCA string
-	Provider                  ProviderConfig
-	Log                       *slog.Logger
+	// LeaseDuration is how long each renewal of the node's lease holds
+	// (renewed every quarter of it); 0 is 40 s, a kubelet's. Once it has
+	// passed unrenewed, airlock's cluster controller fails the node's
+	// pods (see package kube/controller).
+	LeaseDuration time.Duration
+	Provider      ProviderConfig
+	Log           *slog.Logger
 }
 
 // Run registers the node and runs its pods until ctx ends; ready, when not
@@ -106,8 +115,15 @@ func Run(ctx context.Context, c Config, ready func()) error {
 	if err != nil {
 		return err
 	}
+	lease := int32(c.LeaseDuration / time.Second)
+	if lease == 0 {
+		lease = vknode.DefaultLeaseDuration
+	}
+	if lease < 4 {
+		return fmt.Errorf("%w: --lease-duration %v: give at least 4s (the lease is renewed every quarter of it)", errdefs.ErrInvalidArgument, c.LeaseDuration)
+	}
 	nc, err := vknode.NewNodeController(vknode.NewNaiveNodeProvider(), obj, client.CoreV1().Nodes(),
-		vknode.WithNodeEnableLeaseV1(client.CoordinationV1().Leases(corev1.NamespaceNodeLease), vknode.DefaultLeaseDuration))
+		vknode.WithNodeEnableLeaseV1(client.CoordinationV1().Leases(corev1.NamespaceNodeLease), lease))
 	if err != nil {
 		return fmt.Errorf("%w: %v", errdefs.ErrInternal, err)
 	}
@@ -118,6 +134,19 @@ func Run(ctx context.Context, c Config, ready func()) error {
 	pods := informers.NewSharedInformerFactoryWithOptions(client, time.Minute, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", c.Name).String()
 	}))
+	// A pod the cluster ended while the node still runs it (its lease
+	// expired, the node cut off) ends here too, once the node hears.
+	endedElsewhere := func(obj any) {
+		if p, ok := obj.(*corev1.Pod); ok {
+			prov.EndedElsewhere(ctx, p)
+		}
+	}
+	if _, err := pods.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    endedElsewhere,
+		UpdateFunc: func(_, obj any) { endedElsewhere(obj) },
+	}); err != nil {
+		return fmt.Errorf("%w: %v", errdefs.ErrInternal, err)
+	}
 	unused := informers.NewSharedInformerFactory(client, 0)
 	eb := record.NewBroadcaster()
 	defer eb.Shutdown()
@@ -191,13 +220,16 @@ func Run(ctx context.Context, c Config, ready func()) error {
 }
 
 // Client reads a kubeconfig that only its owner may read.
-func Client(path string) (*kubernetes.Clientset, error) {
+func Client(path string) (*kubernetes.Clientset, error) { return ClientAs(path, "airlock-node") }
+
+// ClientAs is Client, naming itself agent to the API server.
+func ClientAs(path, agent string) (*kubernetes.Clientset, error) {
 	if path == "" {
 		return nil, fmt.Errorf("%w: no kubeconfig: give --kubeconfig FILE or set KUBECONFIG", errdefs.ErrInvalidArgument)
 	}
 	fi, err := os.Stat(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: kubeconfig: %v: give the node's kubeconfig with --kubeconfig FILE or KUBECONFIG", errdefs.ErrInvalidArgument, err)
+		return nil, fmt.Errorf("%w: kubeconfig: %v: give the kubeconfig with --kubeconfig FILE or KUBECONFIG", errdefs.ErrInvalidArgument, err)
 	}
 	if fi.Mode().Perm()&0o077 != 0 {
 		return nil, fmt.Errorf("%w: kubeconfig %s is readable by others (mode %04o): it holds the node's credentials; chmod 600 it", errdefs.ErrInvalidArgument, path, fi.Mode().Perm())
@@ -206,7 +238,7 @@ func Client(path string) (*kubernetes.Clientset, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: kubeconfig %s: %v", errdefs.ErrInvalidArgument, path, err)
 	}
-	cfg.UserAgent = "airlock-node"
+	cfg.UserAgent = agent
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%w: kubeconfig %s: %v", errdefs.ErrInvalidArgument, path, err)

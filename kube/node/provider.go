@@ -40,6 +40,10 @@ const (
 	ReasonNodeRestarted = "AirlockNodeRestarted"
 	// ReasonDeleted: the pod was deleted while its program ran.
 	ReasonDeleted = "Deleted"
+	// ReasonNodeLost: the pod's node stopped renewing its lease while the
+	// pod ran; airlock's cluster controller failed the pod, and the node,
+	// should it come back, ends the pod's sandbox.
+	ReasonNodeLost = "AirlockNodeLost"
 )
 
 // Sandbox labels that tie a sandbox to its pod and node.
@@ -83,7 +87,9 @@ type pod struct {
 	log       string
 	execLimit time.Duration
 	cancel    context.CancelFunc
-	deleted   bool
+	// ended: the pod was deleted, or the cluster ended it; its sandbox
+	// must not live on.
+	ended bool
 	// result is the ended program's Result as JSON, for the pod's
 	// cluster.ResultCondition; "" when there is none to give.
 	result string
@@ -193,7 +199,7 @@ func (p *Provider) CreatePod(ctx context.Context, in *corev1.Pod) error {
 	runCtx, stop := context.WithCancel(context.Background())
 	p.mu.Lock()
 	pd.sandbox, pd.log, pd.cancel = sb.ID(), logf.Name(), stop
-	if pd.deleted {
+	if pd.ended {
 		p.mu.Unlock()
 		stop()
 		logf.Close()
@@ -252,7 +258,7 @@ func (p *Provider) run(ctx context.Context, pd *pod, sb *runner.Sandbox, w Work,
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if pd.deleted {
+	if pd.ended {
 		return
 	}
 	phase := corev1.PodSucceeded
@@ -313,8 +319,9 @@ func (p *Provider) DeletePod(ctx context.Context, in *corev1.Pod) error {
 		p.mu.Unlock()
 		return nil
 	}
-	pd.deleted = true
+	pd.ended = true
 	id, cancel, logPath := pd.sandbox, pd.cancel, pd.log
+	pd.sandbox = ""
 	p.mu.Unlock()
 	if cancel != nil {
 		cancel()
@@ -337,6 +344,41 @@ func (p *Provider) DeletePod(ctx context.Context, in *corev1.Pod) error {
 	}
 	p.log.Info("pod deleted", "pod", k, "sandbox", id)
 	return nil
+}
+
+// EndedElsewhere ends the sandbox of a pod the node still runs but the
+// cluster holds as ended: airlock's cluster controller failed it once the
+// node's lease expired, the node cut off from the API server meanwhile.
+// The pod's end is the cluster's word; its program must not outlive it.
+func (p *Provider) EndedElsewhere(ctx context.Context, in *corev1.Pod) {
+	if in.Status.Phase != corev1.PodFailed && in.Status.Phase != corev1.PodSucceeded {
+		return
+	}
+	k := key(in.Namespace, in.Name)
+	p.mu.Lock()
+	pd, ok := p.pods[k]
+	if !ok || pd.obj.UID != in.UID || pd.ended || pd.obj.Status.Phase == corev1.PodFailed || pd.obj.Status.Phase == corev1.PodSucceeded {
+		p.mu.Unlock()
+		return
+	}
+	pd.ended = true
+	id, cancel := pd.sandbox, pd.cancel
+	pd.sandbox = ""
+	pd.obj.Status = *in.Status.DeepCopy()
+	p.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	p.log.Warn("the cluster ended a pod this node ran; ending its sandbox", "pod", k, "sandbox", id, "reason", in.Status.Reason, "message", in.Status.Message)
+	if id != "" {
+		if err := p.svc.Destroy(context.WithoutCancel(ctx), id); err != nil {
+			// The pod's deletion tries again.
+			p.log.Error("ending the sandbox of a pod the cluster ended", "pod", k, "sandbox", id, "error", err)
+			p.mu.Lock()
+			pd.sandbox = id
+			p.mu.Unlock()
+		}
+	}
 }
 
 // GetPod returns the pod as the node knows it, or nil.

@@ -633,7 +633,7 @@ func TestNodes(t *testing.T) {
 		return len(list.Items) == 0 && left == 0, fmt.Sprintf("%d pods, %d sandboxes", len(list.Items), left)
 	})
 
-	batchKube(t, cs, nodes, all)
+	batchKube(t, cs, nodes, all, image)
 }
 
 // partition: a node cut off from the API server (stopped) past its lease
@@ -705,8 +705,9 @@ func partition(t *testing.T, cs *kubernetes.Clientset, cut *node, image string) 
 // batchKube: `airlock batch --engine kube` runs 40 jobs over both nodes,
 // each result verifying against the nodes' published keys; then a batch
 // during which one node is killed with SIGKILL completes every job, those
-// the lost node held run again on the other.
-func batchKube(t *testing.T, cs *kubernetes.Clientset, nodes map[string]*node, trust string) {
+// the lost node held run again on the other, and a pod of the lost node's
+// own is failed once its lease expires.
+func batchKube(t *testing.T, cs *kubernetes.Clientset, nodes map[string]*node, trust, image string) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	client := filepath.Join(tmp, "client")
@@ -773,7 +774,15 @@ func batchKube(t *testing.T, cs *kubernetes.Clientset, nodes map[string]*node, t
 		}
 	}
 
-	// A node lost mid-batch: its jobs run again on the other.
+	// A node lost mid-batch: its jobs run again on the other. A pod of its
+	// own there, which no batch deletes, is failed by airlock node
+	// controller once the killed node's lease expires.
+	victim := nodes["airlock-b"]
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod("killed", victim.name, image, func(*corev1.Pod) {}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer cs.CoreV1().Pods("default").Delete(ctx, "killed", metav1.DeleteOptions{})
+	waitPhase(t, cs, "killed", corev1.PodRunning)
 	out = filepath.Join(dir, "lost.jsonl")
 	c := batch(jobsFile("lost", 20, "3"), out)
 	var progress bytes.Buffer
@@ -781,7 +790,6 @@ func batchKube(t *testing.T, cs *kubernetes.Clientset, nodes map[string]*node, t
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	victim := nodes["airlock-b"]
 	waitFor(t, 2*time.Minute, "a batch pod running on "+victim.name, func() (bool, string) {
 		list, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "airlock.dev/run=true", FieldSelector: "spec.nodeName=" + victim.name + ",status.phase=Running"})
 		return err == nil && len(list.Items) > 0, fmt.Sprint(err)
@@ -804,6 +812,11 @@ func batchKube(t *testing.T, cs *kubernetes.Clientset, nodes map[string]*node, t
 	t.Logf("20 jobs, node %s killed mid-batch: done %v after the kill, by node: %v", victim.name, time.Since(killed).Round(time.Millisecond), by)
 	if !strings.Contains(progress.String(), "running it again") {
 		t.Errorf("no job was run again after its node was lost:\n%s", progress.String())
+	}
+	if got := waitPhase(t, cs, "killed", corev1.PodFailed, corev1.PodSucceeded); got.Status.Reason != "AirlockNodeLost" {
+		t.Errorf("pod killed, on node %s killed with SIGKILL: %s %s %q; want Failed AirlockNodeLost", victim.name, got.Status.Phase, got.Status.Reason, got.Status.Message)
+	} else {
+		t.Logf("pod killed failed %v after its node's kill: %s", time.Since(killed).Round(time.Millisecond), got.Status.Message)
 	}
 	// The node's restart ends the sandboxes its killed process left, and
 	// `airlock reap` what a sandbox half made at the kill left (its cgroup).

@@ -89,6 +89,37 @@ func TestReapAfterSIGKILL(t *testing.T) {
 	}
 }
 
+// TestReapLeavesOtherRoots: the host's cgroups and its dockerd are shared
+// by every airlock root on it, so a reap of one root must leave another
+// root's live run alone.
+func TestReapLeavesOtherRoots(t *testing.T) {
+	before := sandboxes()
+	cmd := exec.Command(airlockBin, "--root", rootDir, "run", "--engine", engineName, "--isolation", isolationName,
+		"--image", busybox, "--", "sh", "-c", "sleep 8; echo survived")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	deadline := time.Now().Add(time.Minute)
+	for len(notIn(sandboxes(), before)) == 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(notIn(sandboxes(), before)) == 0 {
+		t.Fatalf("the run made no container, runtime sandbox or cgroup in a minute: the test proves nothing\n%s", out.String())
+	}
+	other := t.TempDir()
+	reap := exec.Command(airlockBin, "--root", other, "reap", "--json")
+	got, err := reap.Output()
+	if err != nil || !strings.Contains(string(got), `"reaped":[]`) {
+		t.Errorf("a reap of another root: %v: %s", err, got)
+	}
+	if err := cmd.Wait(); err != nil || !strings.Contains(out.String(), "survived") {
+		t.Errorf("the run under a reap of another root: %v\n%s", err, out.String())
+	}
+}
+
 // figures counts each kind of resource a run holds, for the log.
 func figures() string { return held().String() }
 

@@ -157,5 +157,5 @@ func (h *Host) docker() (*docker.Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	return docker.New(docker.WithLogger(h.log), docker.WithRuntime(rt))
+	return docker.New(docker.WithLogger(h.log), docker.WithRuntime(rt), docker.WithRoot(h.root))
 }

@@ -22,7 +22,9 @@ and run directory. Besides airlock's run directories it asks each engine
 for leftovers (containers labelled airlock.id, runtime containers named
 airlock-<id>, cgroups under /airlock, bundles), so it also works when the
 state files are gone, and removes the snapshots no template names (once
-ten minutes old). It touches only ids of airlock's own form.
+ten minutes old). It touches only ids of airlock's own form, and only this
+root's: another root's live runs on the same host (the cgroups and dockerd
+are shared) are left alone.
 
 Every airlock command also does a cheap sweep of the run directories first.`,
 		Args: exactArgs(0, "reap takes no arguments"),

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -32,6 +33,10 @@ const (
 	LabelID       = "airlock.id"
 	LabelOwner    = "airlock.owner"
 	LabelDeadline = "airlock.deadline"
+	// LabelRoot names the airlock root that made the container: dockerd
+	// is shared by every root on the host, and a root's reap takes only
+	// its own.
+	LabelRoot = "airlock.root"
 	// labelNamespace is airlock's; an image may carry no label in it.
 	labelNamespace = "airlock."
 )
@@ -57,6 +62,9 @@ type Engine struct {
 	setupTimeout time.Duration
 	// gvisor is the name dockerd knows this root's runsc by.
 	gvisor string
+	// root is the airlock root whose containers this engine makes and
+	// reaps; "" takes every airlock container as its own.
+	root string
 }
 
 // daemonFacts are what a run needs to know of dockerd.
@@ -116,6 +124,18 @@ func WithHost(host string) Option { return func(e *Engine) { e.host = host } }
 // host install-runtime` chose for the root; the default is
 // isolation.DockerRuntimes' gVisor entry.
 func WithRuntime(name string) Option { return func(e *Engine) { e.gvisor = name } }
+
+// WithRoot labels the containers the engine makes with airlock's root,
+// and confines its leftovers to that root's: another root's runs on the
+// same dockerd are not this one's to reap.
+func WithRoot(root string) Option {
+	return func(e *Engine) {
+		if abs, err := filepath.Abs(root); err == nil {
+			root = abs
+		}
+		e.root = root
+	}
+}
 
 // New returns an engine. It does not contact the daemon.
 func New(opts ...Option) (*Engine, error) {
@@ -335,7 +355,7 @@ func classify(what, host string, err error) error {
 
 // ListSandboxes returns the IDs of containers airlock created, running or not.
 func (e *Engine) ListSandboxes(ctx context.Context) ([]string, error) {
-	list, err := e.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", LabelID))})
+	list, err := e.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: e.ours()})
 	if err != nil {
 		return nil, unavailable(e.cli.DaemonHost(), err)
 	}
@@ -344,6 +364,24 @@ func (e *Engine) ListSandboxes(ctx context.Context) ([]string, error) {
 		ids = append(ids, c.Labels[LabelID])
 	}
 	return ids, nil
+}
+
+// ours filters airlock's containers or volumes to this engine's root's.
+func (e *Engine) ours() filters.Args {
+	f := filters.NewArgs(filters.Arg("label", LabelID))
+	if e.root != "" {
+		f.Add("label", LabelRoot+"="+e.root)
+	}
+	return f
+}
+
+// labels are the labels of sandbox s's container.
+func (e *Engine) labels(id, owner string, deadline time.Time) map[string]string {
+	l := map[string]string{LabelID: id, LabelOwner: owner, LabelDeadline: deadline.UTC().Format(time.RFC3339)}
+	if e.root != "" {
+		l[LabelRoot] = e.root
+	}
+	return l
 }
 
 // Version returns the daemon's version and negotiated API version.

@@ -28,7 +28,7 @@ func (e *Engine) Leftovers(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	e.sweepSandboxLogs(ctx)
-	vols, err := e.cli.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(filters.Arg("label", LabelID))})
+	vols, err := e.cli.VolumeList(ctx, volume.ListOptions{Filters: e.ours()})
 	if err != nil {
 		return nil, unavailable(e.cli.DaemonHost(), err)
 	}

@@ -82,14 +82,10 @@ func (e *Engine) Run(ctx context.Context, s *engine.SandboxSpec) (_ engine.Task,
 	}
 	p := s.Init
 	djob := isolation.DockerJob{
-		Image: s.Image.String(),
-		Argv:  p.Argv,
-		Env:   s.Env,
-		Labels: map[string]string{
-			LabelID:       s.ID,
-			LabelOwner:    s.Owner,
-			LabelDeadline: s.Deadline.UTC().Format(time.RFC3339),
-		},
+		Image:   s.Image.String(),
+		Argv:    p.Argv,
+		Env:     s.Env,
+		Labels:  e.labels(s.ID, s.Owner, s.Deadline),
 		Stdin:   p.Stdin != nil,
 		Binds:   engine.Binds(s.Mounts),
 		Workdir: s.Workdir,

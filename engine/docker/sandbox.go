@@ -194,16 +194,13 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (sb engine.S
 			}
 		})
 	}
+	labels := e.labels(s.ID, s.Owner, s.Deadline)
+	labels[LabelTimeout] = s.Policy.Limits.Timeout.String()
 	djob := isolation.DockerJob{
-		Image: s.Image.String(),
-		Argv:  []string{helperTarget},
-		Env:   s.Env,
-		Labels: map[string]string{
-			LabelID:       s.ID,
-			LabelOwner:    s.Owner,
-			LabelDeadline: s.Deadline.UTC().Format(time.RFC3339),
-			LabelTimeout:  s.Policy.Limits.Timeout.String(),
-		},
+		Image:     s.Image.String(),
+		Argv:      []string{helperTarget},
+		Env:       s.Env,
+		Labels:    labels,
 		Binds:     append(engine.Binds(s.Mounts), isolation.Bind{Source: helper, Target: helperTarget, ReadOnly: true}),
 		Workdir:   s.Workdir,
 		TmpSource: s.TmpSource,

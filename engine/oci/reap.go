@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/netns"
@@ -15,9 +16,14 @@ import (
 
 const namePrefix = "airlock-"
 
+// cgroupGrace spares an idle run cgroup no trace in this root names, for
+// as long as another root's create may take to put its first process in.
+const cgroupGrace = time.Minute
+
 // Leftovers implements engine.Reaper: runtime containers named airlock-*
-// and runsc's files of them, bundles, checkpoints, run cgroups, and egress
-// network namespaces.
+// and runsc's files of them, bundles, checkpoints and egress network
+// namespaces, all under this root; and run cgroups with nothing in them
+// that none of those names (the cgroups are shared by every root).
 func (e *Engine) Leftovers(ctx context.Context) ([]string, error) {
 	seen := map[string]bool{}
 	for _, rt := range e.runtimes() {
@@ -48,12 +54,17 @@ func (e *Engine) Leftovers(ctx context.Context) ([]string, error) {
 	for _, b := range bundles {
 		seen[b.Name()] = true
 	}
-	for _, id := range cgroup.IDs() {
-		seen[id] = true
-	}
 	nets, _ := netns.List(e.netnsDir())
 	for _, id := range nets {
 		seen[id] = true
+	}
+	// Run cgroups are the host's, not this root's: a group this root has
+	// no other trace of may be another root's run, and is taken only when
+	// nothing runs in it and it is older than a create.
+	for _, id := range cgroup.IDs() {
+		if !seen[id] && cgroup.Idle(id, cgroupGrace) {
+			seen[id] = true
+		}
 	}
 	ids := make([]string, 0, len(seen))
 	for id := range seen {

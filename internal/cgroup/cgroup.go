@@ -388,6 +388,34 @@ func Remove(ctx context.Context, id string) error {
 	})
 }
 
+// Idle reports whether <Parent>/<id> holds no process in any hierarchy,
+// its child groups included, and none of its directories was made less
+// than age ago. The groups under Parent are the host's, shared by every
+// airlock root on it: a group that is not idle may be another root's run,
+// being made or running.
+func Idle(id string, age time.Duration) bool {
+	now := time.Now()
+	idle := true
+	for _, d := range dirsOf(PathOf(id)) {
+		filepath.WalkDir(d, func(p string, e fs.DirEntry, err error) error {
+			switch {
+			case err != nil || !idle:
+				return nil
+			case e.IsDir():
+				if fi, err := e.Info(); err != nil || now.Sub(fi.ModTime()) < age {
+					idle = false
+				}
+			case e.Name() == "cgroup.procs":
+				if b, err := os.ReadFile(p); err != nil || len(bytes.TrimSpace(b)) > 0 {
+					idle = false
+				}
+			}
+			return nil
+		})
+	}
+	return idle
+}
+
 // IDs lists the run ids that have a group under Parent in any hierarchy.
 func IDs() []string {
 	seen := map[string]bool{}

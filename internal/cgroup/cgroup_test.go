@@ -130,3 +130,44 @@ func TestRemoveTakesNestedGroups(t *testing.T) {
 		t.Error("the nested task was not killed")
 	}
 }
+
+// TestIdle is what a reap of another root's leftovers asks: a group with a
+// task in it, nested or not, or one just made, is not idle.
+func TestIdle(t *testing.T) {
+	g := newGroup(t, Limits{Memory: 64 << 20, MilliCPUs: 500, Pids: 32})
+	id := filepath.Base(g.Path())
+	if !Idle(id, 0) {
+		t.Error("an empty group is not idle")
+	}
+	if Idle(id, time.Hour) {
+		t.Error("a group made just now is idle with an hour's grace")
+	}
+	cmd := exec.Command("sleep", "300")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	joined := false
+	for _, d := range dirsOf(g.Path()) {
+		child := filepath.Join(d, "ctr")
+		if err := os.MkdirAll(child, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		joined = os.WriteFile(filepath.Join(child, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0) == nil || joined
+	}
+	if !joined {
+		t.Fatal("the task joined no nested group: the test proves nothing")
+	}
+	if Idle(id, 0) {
+		t.Error("a group with a task in a nested group is idle")
+	}
+	if !Idle("no-such-group", 0) {
+		t.Error("a group that is not there is not idle")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := Remove(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+}

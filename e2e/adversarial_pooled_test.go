@@ -92,7 +92,7 @@ func testAdversarialPooled(t *testing.T, restored bool) {
 	var pools []string
 	snapshots := map[string]string{}
 	for _, tp := range advTemplates {
-		args := []string{"template", "create", tp.name, "--replace", "--engine", "oci", "--isolation", isolationName, "--timeout", "60s"}
+		args := []string{"template", "create", tp.name, "--replace", "--engine", "oci", "--isolation", isolationName, "--timeout", "120s"}
 		if tp.image == "busybox" {
 			args = append(args, "--image", busybox)
 		}

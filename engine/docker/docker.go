@@ -375,9 +375,9 @@ func (e *Engine) ours() filters.Args {
 	return f
 }
 
-// labels are the labels of sandbox s's container.
-func (e *Engine) labels(id, owner string, deadline time.Time) map[string]string {
-	l := map[string]string{LabelID: id, LabelOwner: owner, LabelDeadline: deadline.UTC().Format(time.RFC3339)}
+// labels are the labels of the container of s.
+func (e *Engine) labels(s *engine.SandboxSpec) map[string]string {
+	l := map[string]string{LabelID: s.ID, LabelOwner: s.Owner, LabelDeadline: s.Deadline.UTC().Format(time.RFC3339)}
 	if e.root != "" {
 		l[LabelRoot] = e.root
 	}

@@ -194,7 +194,7 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (sb engine.S
 			}
 		})
 	}
-	labels := e.labels(s.ID, s.Owner, s.Deadline)
+	labels := e.labels(s)
 	labels[LabelTimeout] = s.Policy.Limits.Timeout.String()
 	djob := isolation.DockerJob{
 		Image:     s.Image.String(),

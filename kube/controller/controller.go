@@ -25,7 +25,6 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
-	"sync"
 	"time"
 
 	coordv1 "k8s.io/api/coordination/v1"
@@ -53,10 +52,11 @@ type Config struct {
 	// Grace is how long past a lease's own duration a node is given before
 	// its pods fail.
 	Grace time.Duration
-	// Interval is how often the leases are looked at; 0 is 2 s.
-	Interval time.Duration
-	Log      *slog.Logger
+	Log   *slog.Logger
 }
+
+// interval is how often the leases are looked at.
+const interval = 2 * time.Second
 
 // resweep is how often a lost node's pods are looked at again, for a pod
 // bound to it since or a failure a node's own update beat.
@@ -67,9 +67,6 @@ const resweep = 30 * time.Second
 func Run(ctx context.Context, c Config, ready func()) error {
 	if c.Grace < 0 {
 		return fmt.Errorf("%w: --grace %v: give a duration of 0 or more", errdefs.ErrInvalidArgument, c.Grace)
-	}
-	if c.Interval <= 0 {
-		c.Interval = 2 * time.Second
 	}
 	client, err := node.ClientAs(c.Kubeconfig, "airlock-controller")
 	if err != nil {
@@ -104,7 +101,7 @@ func Run(ctx context.Context, c Config, ready func()) error {
 	if ready != nil {
 		ready()
 	}
-	t := time.NewTicker(c.Interval)
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		all, err := nodeLister.List(labels.Everything())
@@ -180,9 +177,6 @@ func (s *sweeper) sweep(ctx context.Context, name string, o observed, now time.T
 	var errs []error
 	for i := range list.Items {
 		p := &list.Items[i]
-		if ended(p) {
-			continue
-		}
 		msg := fmt.Sprintf("node %s stopped renewing its lease (last renewed %s, for %ds; unchanged for %v): the pod's program is lost with the node and is not started again",
 			name, o.renew.UTC().Format(time.RFC3339), o.duration, now.Sub(o.seen).Round(time.Second))
 		up := p.DeepCopy()
@@ -200,10 +194,6 @@ func (s *sweeper) sweep(ctx context.Context, name string, o observed, now time.T
 		}
 	}
 	return failed, errors.Join(errs...)
-}
-
-func ended(p *corev1.Pod) bool {
-	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
 }
 
 // FailedStatus is p's status once its node is lost: Failed, reason
@@ -253,10 +243,10 @@ func FailedStatus(p *corev1.Pod, msg string, now metav1.Time) corev1.PodStatus {
 	return st
 }
 
-// tracker times each node's lease by this process's clock.
+// tracker times each node's lease by this process's clock; Run's loop
+// alone uses it.
 type tracker struct {
 	grace time.Duration
-	mu    sync.Mutex
 	seen  map[string]observed
 }
 
@@ -272,8 +262,6 @@ type observed struct {
 // lost: l's renewTime unchanged, here, for longer than its duration plus
 // the grace. A nil lease forgets the node.
 func (t *tracker) observe(name string, l *coordv1.Lease, now time.Time) (bool, observed) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	if l == nil || l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil || *l.Spec.LeaseDurationSeconds <= 0 {
 		delete(t.seen, name)
 		return false, observed{}
@@ -290,8 +278,6 @@ func (t *tracker) observe(name string, l *coordv1.Lease, now time.Time) (bool, o
 
 // swept records that name's pods were failed at now.
 func (t *tracker) swept(name string, now time.Time) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	if o, ok := t.seen[name]; ok {
 		o.swept = now
 		t.seen[name] = o
@@ -300,8 +286,6 @@ func (t *tracker) swept(name string, now time.Time) {
 
 // keep forgets every node but names.
 func (t *tracker) keep(names []string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	want := make(map[string]bool, len(names))
 	for _, n := range names {
 		want[n] = true

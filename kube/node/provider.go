@@ -320,16 +320,11 @@ func (p *Provider) DeletePod(ctx context.Context, in *corev1.Pod) error {
 		return nil
 	}
 	pd.ended = true
-	id, cancel, logPath := pd.sandbox, pd.cancel, pd.log
-	pd.sandbox = ""
+	logPath := pd.log
 	p.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-	if id != "" {
-		if err := p.svc.Destroy(context.WithoutCancel(ctx), id); err != nil {
-			return fmt.Errorf("ending pod %s's sandbox %s: %w", k, id, err)
-		}
+	id, err := p.endSandbox(ctx, pd)
+	if err != nil {
+		return fmt.Errorf("ending pod %s's sandbox %s: %w", k, id, err)
 	}
 	if logPath != "" {
 		os.Remove(logPath)
@@ -362,23 +357,36 @@ func (p *Provider) EndedElsewhere(ctx context.Context, in *corev1.Pod) {
 		return
 	}
 	pd.ended = true
+	pd.obj.Status = *in.Status.DeepCopy()
+	p.mu.Unlock()
+	p.log.Warn("the cluster ended a pod this node ran; ending its sandbox", "pod", k, "reason", in.Status.Reason, "message", in.Status.Message)
+	if id, err := p.endSandbox(ctx, pd); err != nil {
+		// The pod's deletion tries again.
+		p.log.Error("ending the sandbox of a pod the cluster ended", "pod", k, "sandbox", id, "error", err)
+	}
+}
+
+// endSandbox ends an ended pod's program and sandbox, and returns the
+// sandbox's id. A sandbox that could not be destroyed stays the pod's,
+// for a later call (the pod's deletion, tried again) to end.
+func (p *Provider) endSandbox(ctx context.Context, pd *pod) (string, error) {
+	p.mu.Lock()
 	id, cancel := pd.sandbox, pd.cancel
 	pd.sandbox = ""
-	pd.obj.Status = *in.Status.DeepCopy()
 	p.mu.Unlock()
 	if cancel != nil {
 		cancel()
 	}
-	p.log.Warn("the cluster ended a pod this node ran; ending its sandbox", "pod", k, "sandbox", id, "reason", in.Status.Reason, "message", in.Status.Message)
-	if id != "" {
-		if err := p.svc.Destroy(context.WithoutCancel(ctx), id); err != nil {
-			// The pod's deletion tries again.
-			p.log.Error("ending the sandbox of a pod the cluster ended", "pod", k, "sandbox", id, "error", err)
-			p.mu.Lock()
-			pd.sandbox = id
-			p.mu.Unlock()
-		}
+	if id == "" {
+		return "", nil
 	}
+	if err := p.svc.Destroy(context.WithoutCancel(ctx), id); err != nil {
+		p.mu.Lock()
+		pd.sandbox = id
+		p.mu.Unlock()
+		return id, err
+	}
+	return id, nil
 }
 
 // GetPod returns the pod as the node knows it, or nil.

@@ -6,7 +6,9 @@
 // sandbox's init) and `airlock-agent spawn -- ARGV…` it starts detached
 // programs that survive a pause (internal/agent/spawner.go). As
 // `airlock-agent run-code -- FILE ARGS…` it runs one job through a
-// run-code template's fork server (internal/forkserver).
+// run-code template's fork server (internal/forkserver); the agent serves
+// an exec of that argv itself, handing the job over without a client
+// process (runcode.go).
 package main
 
 import (
@@ -22,6 +24,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/forkserver"
 )
 
 func main() {
@@ -42,6 +45,8 @@ func main() {
 				args = args[1:]
 			}
 			runRunCode(args)
+		case "run-code-failed":
+			runRunCodeFailed(os.Args[2:])
 		}
 		os.Exit(2)
 	}
@@ -82,6 +87,9 @@ type execution struct {
 	in      *os.File    // the write end of the exec's stdin, or nil
 	outs    []*output   // stdout, then stderr unless merged
 	credits [2]*credit  // what each output may send ahead (stdout, stderr)
+	// job is a run-code job's connection to the fork server, closed on
+	// Reap: the server reaps the job then.
+	job *forkserver.Conn
 }
 
 // output is the read end of one of an exec's output pipes, and the
@@ -235,12 +243,9 @@ func (a *server) handle(f agent.Frame) {
 		a.pending[x.pid] = true
 		a.mu.Unlock()
 		if x.in != nil {
-			x.in.Close()
 			close(x.stdin)
 		}
-		for _, o := range x.outs {
-			o.r.Close()
-		}
+		x.close()
 		a.reapPending()
 	}
 }
@@ -264,7 +269,7 @@ func (a *server) spawn(id uint32, payload []byte) {
 		a.send(agent.Failed, id, agent.Uint32(uint32(syscall.EINVAL)))
 		return
 	}
-	x, pid, err := start(&s)
+	x, pid, err := startExec(&s)
 	if err != nil {
 		errno := syscall.EIO
 		errors.As(err, &errno)
@@ -292,54 +297,87 @@ func start(s *agent.SpawnArgs) (x *execution, pid int, err error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	var child []*os.File
-	defer func() {
-		for _, f := range child {
-			f.Close()
-		}
-		if err != nil && x != nil {
-			for _, o := range x.outs {
-				o.r.Close()
-			}
-			if x.in != nil {
-				x.in.Close()
-			}
-		}
-	}()
-	x = &execution{stdin: make(chan []byte, 1), credits: [2]*credit{newCredit(), newCredit()}}
-	stdin, err := os.Open(os.DevNull)
+	x, child, err := pipes(s)
 	if err != nil {
-		return x, 0, err
+		return nil, 0, err
 	}
-	child = append(child, stdin)
-	if s.Stdin {
-		r, w, err := os.Pipe()
-		if err != nil {
-			return x, 0, err
-		}
-		stdin.Close()
-		child[0], x.in = r, w
-	}
-	fds := []uintptr{child[0].Fd()}
-	for range 2 - boolInt(s.Merged) {
-		r, w, err := os.Pipe()
-		if err != nil {
-			return x, 0, err
-		}
-		child = append(child, w)
-		x.outs = append(x.outs, &output{r: r})
-		fds = append(fds, w.Fd())
-	}
-	if s.Merged {
-		fds = append(fds, fds[1])
-	}
+	defer closeFiles(child[:])
 	pid, err = syscall.ForkExec(path, s.Argv, &syscall.ProcAttr{
 		Dir:   s.Dir,
 		Env:   s.Env,
-		Files: fds,
+		Files: []uintptr{child[0].Fd(), child[1].Fd(), child[2].Fd()},
 		Sys:   &syscall.SysProcAttr{Setsid: true},
 	})
-	return x, pid, err
+	if err != nil {
+		x.close()
+		return nil, 0, err
+	}
+	return x, pid, nil
+}
+
+// pipes makes an exec's stdio: child is what the program gets as its
+// stdin, stdout and stderr (stdout twice when merged), for the caller to
+// close once passed on.
+func pipes(s *agent.SpawnArgs) (x *execution, child [3]*os.File, err error) {
+	x = &execution{stdin: make(chan []byte, 1), credits: [2]*credit{newCredit(), newCredit()}}
+	var made []*os.File
+	defer func() {
+		if err != nil {
+			closeFiles(made)
+			x.close()
+		}
+	}()
+	if s.Stdin {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, child, err
+		}
+		made, x.in = append(made, r), w
+	} else {
+		null, err := os.Open(os.DevNull)
+		if err != nil {
+			return nil, child, err
+		}
+		made = append(made, null)
+	}
+	for range 2 - boolInt(s.Merged) {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, child, err
+		}
+		made = append(made, w)
+		x.outs = append(x.outs, &output{r: r})
+	}
+	copy(child[:], made)
+	if s.Merged {
+		child[2] = child[1]
+	}
+	return x, child, nil
+}
+
+// closeFiles closes each file once.
+func closeFiles(files []*os.File) {
+	seen := map[*os.File]bool{}
+	for _, f := range files {
+		if f != nil && !seen[f] {
+			seen[f] = true
+			f.Close()
+		}
+	}
+}
+
+// close closes the agent's ends of an exec's pipes, and its job's
+// connection to the fork server.
+func (x *execution) close() {
+	for _, o := range x.outs {
+		o.r.Close()
+	}
+	if x.in != nil {
+		x.in.Close()
+	}
+	if x.job != nil {
+		x.job.Close()
+	}
 }
 
 func boolInt(b bool) int {

@@ -35,19 +35,28 @@ for p in ("/tmp/marker", "/home/user/marker"):
 # A job started outside the fork server may have no parent in the
 # sandbox (an exec through the control socket): ppid 0.
 server = open("/proc/%d/cmdline" % os.getppid(), "rb").read() if os.getppid() else b""
+# The exec agent hands the job to the server itself: no client runs.
+clients = []
+for p in os.listdir("/proc"):
+    try:
+        if p.isdigit() and b"\0run-code\0" in open("/proc/%s/cmdline" % p, "rb").read():
+            clients.append(p)
+    except OSError:
+        pass
 print(json.dumps({
     "seen": seen, "run": run, "data": open("data.txt").read(),
     "random": repr(random.random()), "urandom": os.urandom(16).hex(),
     "uuid": str(uuid.uuid4()), "mktemp": tempfile.mktemp(),
     "forked": b"airlock-run-code" in server, "preloaded": "json" in sys.modules and "decimal" in sys.modules,
-    "main": __name__, "argv0": sys.argv[0], "cwd": os.getcwd(),
+    "main": __name__, "argv0": sys.argv[0], "cwd": os.getcwd(), "clients": clients,
 }))
 print("to stderr", file=sys.stderr)
 `
 
 // TestServeRunCodePool serves /run_code's python from a pool of a
 // run-code template: 20 calls, each in a sandbox of its own restored
-// with the fork server (its job a child of the server), each seeing a
+// with the fork server (its job a child of the server, handed over by the
+// exec agent: no run-code client process runs), each seeing a
 // fresh /tmp and workspace (no call sees another's marker), its own
 // files and stdin, and distinct ids and random values (random, urandom,
 // uuid4, tempfile names); exit codes, SystemExit, signals and stderr come
@@ -78,11 +87,12 @@ func TestServeRunCodePool(t *testing.T) {
 			Run, Data, Random, Urandom, UUID string
 			Mktemp, Main, Argv0, Cwd         string
 			Forked, Preloaded                bool
+			Clients                          []string
 		}
 		if err := json.Unmarshal([]byte(r.RunResult.Stdout), &got); err != nil {
 			t.Fatalf("call %d printed %q: %v", i, r.RunResult.Stdout, err)
 		}
-		if len(got.Seen) > 0 || got.Run != fmt.Sprintf("run-%d", i) || got.Data != "request data\n" || !got.Forked || !got.Preloaded ||
+		if len(got.Seen) > 0 || got.Run != fmt.Sprintf("run-%d", i) || got.Data != "request data\n" || !got.Forked || !got.Preloaded || len(got.Clients) > 0 ||
 			got.Main != "__main__" || got.Argv0 != "/home/user/.airlock_main.py" || got.Cwd != "/home/user" {
 			t.Fatalf("call %d: %+v", i, got)
 		}

@@ -25,10 +25,131 @@ type Job struct {
 	Env  []string `json:"env"`
 }
 
-// reply is the server's answer: exactly one of its fields.
+// reply is the server's answer: its first line holds Pid alone, its
+// second exactly one of Exit and Signal.
 type reply struct {
+	Pid    *int `json:"pid"`
 	Exit   *int `json:"exit"`
 	Signal *int `json:"signal"`
+}
+
+// ErrNoServer is a dial's failure: nothing was handed over.
+var ErrNoServer = errors.New("connecting to the fork server")
+
+// Conn is one job handed to the server: its connection, open until the
+// job's status has been read or the job is to end (the server kills a
+// job whose client goes first, and reaps one only once its client has
+// gone, so that its pid stays waitable until then).
+type Conn struct {
+	c *net.UnixConn
+	r *bufio.Reader
+}
+
+// Start hands job to the server at addr with stdio (descriptors) as its
+// stdin, stdout and stderr, and returns the job's pid in the sandbox.
+// It dials once, or retries a socket that refuses it for up to wait. An
+// error wrapping ErrNoServer handed nothing over; any other may have,
+// and the job, if it started, ends with the connection, which is closed.
+func Start(addr string, wait time.Duration, job Job, stdio [3]int) (*Conn, int, error) {
+	if len(job.Argv) == 0 {
+		return nil, 0, errors.New("no program given")
+	}
+	if job.Env == nil {
+		job.Env = []string{} // the server takes a list
+	}
+	body, err := json.Marshal(job)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(body) > MaxJob {
+		return nil, 0, fmt.Errorf("the job is %d bytes, over the server's %d (a large environment?)", len(body), MaxJob)
+	}
+	c, err := dial(addr, wait)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: %w (%s)", ErrNoServer, err, diagnose(addr))
+	}
+	msg := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(body)), uint32(len(body)))
+	msg = append(msg, body...)
+	// The descriptors go with the first bytes; the rest follows.
+	n, _, err := c.WriteMsgUnix(msg, syscall.UnixRights(stdio[0], stdio[1], stdio[2]), nil)
+	if err == nil && n < len(msg) {
+		_, err = c.Write(msg[n:])
+	}
+	if err != nil {
+		c.Close()
+		return nil, 0, fmt.Errorf("handing the job to the fork server: %w", err)
+	}
+	jc := &Conn{c: c, r: replies(c)}
+	c.SetReadDeadline(time.Now().Add(PidWait))
+	pid, err := readPid(jc.r)
+	c.SetReadDeadline(time.Time{})
+	if err != nil {
+		c.Close()
+		return nil, 0, err
+	}
+	return jc, pid, nil
+}
+
+// SetDeadline bounds the reads of the job's replies.
+func (c *Conn) SetDeadline(t time.Time) error { return c.c.SetReadDeadline(t) }
+
+// Close ends the job if it still runs, and lets the server reap it.
+func (c *Conn) Close() error { return c.c.Close() }
+
+// Status waits for the job's status, as an exit code (128+N for signal N).
+func (c *Conn) Status() (int, error) { return readStatus(c.r) }
+
+// replies reads the server's reply lines from r, which holds at most two.
+func replies(r io.Reader) *bufio.Reader {
+	return bufio.NewReaderSize(io.LimitReader(r, 2*MaxReply), MaxReply)
+}
+
+// readPid reads the first reply: the job's pid.
+func readPid(r *bufio.Reader) (int, error) {
+	var rep reply
+	if err := readReply(r, &rep, "pid"); err != nil {
+		return 0, err
+	}
+	if rep.Pid == nil || rep.Exit != nil || rep.Signal != nil || *rep.Pid < 2 || *rep.Pid > 1<<22 {
+		return 0, errors.New("the fork server's first reply is no pid")
+	}
+	return *rep.Pid, nil
+}
+
+// readStatus reads the second reply: the job's status.
+func readStatus(r *bufio.Reader) (int, error) {
+	var rep reply
+	if err := readReply(r, &rep, "status"); err != nil {
+		return 0, err
+	}
+	switch {
+	case rep.Pid != nil:
+	case rep.Exit != nil && rep.Signal == nil && *rep.Exit >= 0 && *rep.Exit <= 255:
+		return *rep.Exit, nil
+	case rep.Signal != nil && rep.Exit == nil && *rep.Signal >= 1 && *rep.Signal <= 64:
+		return 128 + *rep.Signal, nil
+	}
+	return 0, errors.New("the fork server's reply is no exit status")
+}
+
+// readReply reads and decodes one reply line, the job's what.
+func readReply(r *bufio.Reader, rep *reply, what string) error {
+	line, err := r.ReadSlice('\n')
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return fmt.Errorf("the fork server closed the connection without the job's %s", what)
+		}
+		return fmt.Errorf("reading the job's %s: %w", what, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(rep); err != nil {
+		return fmt.Errorf("the fork server's reply %q is malformed: %w", line, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("the fork server's reply %q is malformed: more than one object", line)
+	}
+	return nil
 }
 
 // Run hands job to the server at addr with stdio as its stdin, stdout
@@ -38,43 +159,26 @@ type reply struct {
 // ends its job. An error means the job was not handed over, or no valid
 // status came back.
 func Run(addr string, job Job, stdio [3]*os.File) (int, error) {
-	if len(job.Argv) == 0 {
-		return 0, errors.New("no program given")
-	}
-	body, err := json.Marshal(job)
+	c, _, err := Start(addr, DialWait, job, [3]int{int(stdio[0].Fd()), int(stdio[1].Fd()), int(stdio[2].Fd())})
 	if err != nil {
 		return 0, err
 	}
-	if len(body) > MaxJob {
-		return 0, fmt.Errorf("the job is %d bytes, over the server's %d (a large environment?)", len(body), MaxJob)
-	}
-	c, err := dial(addr)
-	if err != nil {
-		return 0, fmt.Errorf("connecting to the fork server: %w (%s)", err, diagnose(addr))
-	}
 	defer c.Close()
-	msg := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(body)), uint32(len(body)))
-	msg = append(msg, body...)
-	fds := syscall.UnixRights(int(stdio[0].Fd()), int(stdio[1].Fd()), int(stdio[2].Fd()))
-	// The descriptors go with the first bytes; the rest follows.
-	n, _, err := c.WriteMsgUnix(msg, fds, nil)
-	if err == nil && n < len(msg) {
-		_, err = c.Write(msg[n:])
-	}
-	if err != nil {
-		return 0, fmt.Errorf("handing the job to the fork server: %w", err)
-	}
-	return readStatus(c)
+	return c.Status()
 }
+
+// PidWait bounds the wait for the job's pid, which the server sends as
+// soon as the job has a process.
+const PidWait = 5 * time.Second
 
 // DialWait bounds how long the client retries a socket that refuses it
 // (no listener yet, or none at all).
 const DialWait = 2 * time.Second
 
 // dial connects to addr, retrying while nothing listens there, up to
-// DialWait: no job has been handed over then, so nothing runs twice.
-func dial(addr string) (*net.UnixConn, error) {
-	deadline := time.Now().Add(DialWait)
+// wait: no job has been handed over then, so nothing runs twice.
+func dial(addr string, wait time.Duration) (*net.UnixConn, error) {
+	deadline := time.Now().Add(wait)
 	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
 		c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: addr, Net: "unix"})
 		if err == nil || !(errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.EAGAIN)) || time.Now().After(deadline) {
@@ -135,31 +239,4 @@ func listens(table []byte, addr string) bool {
 		}
 	}
 	return false
-}
-
-// readStatus reads and checks the server's one reply line.
-func readStatus(r io.Reader) (int, error) {
-	line, err := bufio.NewReaderSize(io.LimitReader(r, MaxReply), MaxReply).ReadSlice('\n')
-	if err != nil {
-		if errors.Is(err, io.EOF) {
-			return 0, errors.New("the fork server closed the connection without the job's status")
-		}
-		return 0, fmt.Errorf("reading the job's status: %w", err)
-	}
-	var rep reply
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&rep); err != nil {
-		return 0, fmt.Errorf("the fork server's reply %q is malformed: %w", line, err)
-	}
-	if dec.More() {
-		return 0, fmt.Errorf("the fork server's reply %q is malformed: more than one object", line)
-	}
-	switch {
-	case rep.Exit != nil && rep.Signal == nil && *rep.Exit >= 0 && *rep.Exit <= 255:
-		return *rep.Exit, nil
-	case rep.Signal != nil && rep.Exit == nil && *rep.Signal >= 1 && *rep.Signal <= 64:
-		return 128 + *rep.Signal, nil
-	}
-	return 0, fmt.Errorf("the fork server's reply %q is no exit status", bytes.TrimSpace(line))
 }

@@ -77,7 +77,7 @@ func TestReadStatus(t *testing.T) {
 		{strings.Repeat(" ", MaxReply) + `{"exit":1}` + "\n", 0, "reading"},
 		{strings.Repeat("x", 1<<20), 0, "reading"},
 	} {
-		code, err := readStatus(strings.NewReader(c.reply))
+		code, err := readStatus(replies(strings.NewReader(c.reply)))
 		switch {
 		case c.bad == "" && (err != nil || code != c.code):
 			t.Errorf("readStatus(%.40q) = %d, %v; want %d", c.reply, code, err, c.code)
@@ -85,7 +85,7 @@ func TestReadStatus(t *testing.T) {
 			t.Errorf("readStatus(%.40q) = %d, %v; want an error saying %q", c.reply, code, err, c.bad)
 		}
 	}
-	if _, err := readStatus(errReader{}); err == nil || !strings.Contains(err.Error(), "reset") {
+	if _, err := readStatus(replies(errReader{})); err == nil || !strings.Contains(err.Error(), "reset") {
 		t.Errorf("a broken connection: %v", err)
 	}
 }
@@ -93,3 +93,39 @@ func TestReadStatus(t *testing.T) {
 type errReader struct{}
 
 func (errReader) Read([]byte) (int, error) { return 0, errors.New("reset") }
+
+// TestReadPid: the first reply is a pid alone, in range; a status in its
+// place (or anything else) is refused.
+func TestReadPid(t *testing.T) {
+	for _, c := range []struct {
+		reply string
+		pid   int
+		bad   string
+	}{
+		{`{"pid":2}` + "\n", 2, ""},
+		{`{"pid":4194304}` + "\n", 1 << 22, ""},
+		{`{"pid":1}` + "\n", 0, "no pid"},
+		{`{"pid":4194305}` + "\n", 0, "no pid"},
+		{`{"exit":0}` + "\n", 0, "no pid"},
+		{`{"pid":7,"exit":0}` + "\n", 0, "no pid"},
+		{`{"pid":"7"}` + "\n", 0, "malformed"},
+		{`{"pid":7}`, 0, "without the job's pid"},
+		{strings.Repeat(" ", MaxReply) + `{"pid":7}` + "\n", 0, "reading"},
+	} {
+		pid, err := readPid(replies(strings.NewReader(c.reply)))
+		switch {
+		case c.bad == "" && (err != nil || pid != c.pid):
+			t.Errorf("readPid(%.40q) = %d, %v; want %d", c.reply, pid, err, c.pid)
+		case c.bad != "" && (err == nil || !strings.Contains(err.Error(), c.bad)):
+			t.Errorf("readPid(%.40q) = %d, %v; want an error saying %q", c.reply, pid, err, c.bad)
+		}
+	}
+	// The pid, then the status: a status line after the pid is read whole.
+	r := replies(strings.NewReader(`{"pid":9}` + "\n" + `{"exit":4}` + "\n"))
+	if pid, err := readPid(r); pid != 9 || err != nil {
+		t.Fatalf("readPid = %d, %v", pid, err)
+	}
+	if code, err := readStatus(r); code != 4 || err != nil {
+		t.Errorf("readStatus after the pid = %d, %v", code, err)
+	}
+}

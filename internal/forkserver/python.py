@@ -10,9 +10,13 @@
 # dearest, and a pooled sandbox serves only a first job. Later jobs (and
 # the first, should the spare be gone) get a child forked then. The child takes the
 # three descriptors, reseeds what every clone of the snapshot shares, and
-# runs argv[0] as __main__. The exit status goes back as one JSON line,
-# {"exit": N} or {"signal": N}. A client that goes away (its exec timed
-# out) takes its job with it: the job's process group is killed.
+# runs argv[0] as __main__. Two JSON lines go back: {"pid": N} once the
+# job has its process, then its status, {"exit": N} or {"signal": N}. The
+# job is reaped only once the client has closed the connection, so that
+# its pid stays waitable: the exec agent hands a job over itself and the
+# host waits for that pid through the sentry. A client that goes away
+# before the status (its exec timed out) takes its job with it: the job's
+# process group is killed.
 import errno, importlib, json, os, select, signal, socket, struct, sys
 
 # The socket's name may be overridden for tests on the host.
@@ -56,8 +60,14 @@ def receive(conn):
 
 
 def relay(conn, pid, wake):
-    """Waits for job pid, or for its client to go away, which kills it."""
-    while True:
+    """Sends the job's pid and then its status, and reaps it once the
+    client has gone; a client gone before the status kills it."""
+    status = None
+    try:
+        conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+    except OSError:
+        status = False  # the client is gone
+    while status is not False:
         ready, _, _ = select.select([conn, wake], [], [])
         if wake in ready:
             try:
@@ -65,22 +75,27 @@ def relay(conn, pid, wake):
                     pass
             except BlockingIOError:
                 pass
-        got, status = os.waitpid(pid, os.WNOHANG)
-        if got == pid:
-            if os.WIFSIGNALED(status):
-                reply = {"signal": os.WTERMSIG(status)}
-            else:
-                reply = {"exit": os.WEXITSTATUS(status)}
-            conn.sendall(json.dumps(reply).encode() + b"\n")
-            return
+        if status is None:
+            # WNOWAIT: exited, not yet reaped.
+            st = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            if st is not None and st.si_pid == pid:
+                if st.si_code == os.CLD_EXITED:
+                    status = {"exit": st.si_status}
+                else:
+                    status = {"signal": st.si_status}
+                try:
+                    conn.sendall(json.dumps(status).encode() + b"\n")
+                except OSError:
+                    break
         if conn in ready:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                # Not yet a group of its own (setsid comes first in run).
-                os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            return
+            break
+    if status is None or status is False:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            # Not yet a group of its own (setsid comes first in run).
+            os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
 
 
 def reseed():

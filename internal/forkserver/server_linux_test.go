@@ -225,3 +225,45 @@ func TestDiagnose(t *testing.T) {
 		t.Errorf("with a datagram socket bound: %q", d)
 	}
 }
+
+// TestServerReapsAfterClient: Start returns the job's own pid, and the
+// job stays a zombie, waitable, after its status has come back, until its
+// client closes the connection: the exec agent's host waits for that pid.
+func TestServerReapsAfterClient(t *testing.T) {
+	addr := startServer(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "main.py")
+	os.WriteFile(file, []byte("import os\nprint(os.getpid())\nraise SystemExit(5)"), 0o644)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	null, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	defer null.Close()
+	c, pid, err := Start(addr, DialWait, Job{Argv: []string{file}, Dir: dir}, [3]int{int(null.Fd()), int(w.Fd()), int(null.Fd())})
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(r)
+	if strings.TrimSpace(string(out)) != fmt.Sprint(pid) {
+		t.Errorf("Start gave pid %d; the job printed %q", pid, out)
+	}
+	if code, err := c.Status(); code != 5 || err != nil {
+		t.Fatalf("Status = %d, %v; want 5", code, err)
+	}
+	stat := fmt.Sprintf("/proc/%d/stat", pid)
+	if b, err := os.ReadFile(stat); err != nil || !strings.Contains(string(b), ") Z ") {
+		t.Errorf("with its client still connected, the job is %q (%v); want a zombie", b, err)
+	}
+	c.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(stat); err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the job was not reaped once its client closed")
+		}
+	}
+}

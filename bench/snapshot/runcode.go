@@ -231,11 +231,23 @@ func benchRunCode(root, tmp string, n int) error {
 	return execSplit(bin, root, n)
 }
 
+// Two ways to give the fork server a job: the run-code exec
+// (forkserver.ClientArgv), which the exec agent takes and hands over
+// itself, and the same client's argv without "--", which the agent does
+// not take: it starts the client process, as every job did before the
+// agent handed them over.
+var (
+	byAgent  = []string{"/.airlock-agent", "run-code", "--", "/home/user/p.py"}
+	byClient = []string{"/.airlock-agent", "run-code", "/home/user/p.py"}
+)
+
 // execSplit times, in one sandbox restored from the plain run-code
-// template, the exec of `true` (the exec's floor), of a job through the
-// fork server's client, and of python3 running the same file: each
-// exec's own duration_ms, interleaved (the fork server serves jobs one
-// after another for as long as its sandbox lives).
+// template, the exec of `true` (the exec's floor), of a job handed to the
+// fork server by the agent and by a client process, and of python3
+// running the same file: each exec's own duration_ms, interleaved (the
+// fork server serves jobs one after another for as long as its sandbox
+// lives). Then each sandbox's first job, the pooled case (the spare child
+// takes it), in fresh sandboxes, the two ways in turn.
 func execSplit(bin, root string, n int) error {
 	airlock := func(args ...string) ([]byte, error) {
 		out, err := exec.Command(bin, append([]string{"--root", root}, args...)...).Output()
@@ -259,7 +271,8 @@ func execSplit(bin, root string, n int) error {
 		took []time.Duration
 	}{
 		{name: "exec: true", argv: []string{"true"}},
-		{name: "exec: the client, print(1) through the fork server", argv: []string{"/.airlock-agent", "run-code", "--", "/home/user/p.py"}},
+		{name: "exec: print(1) through the fork server, handed over by the agent", argv: byAgent},
+		{name: "exec: print(1) through the fork server, by a client process", argv: byClient},
 		{name: "exec: python3 p.py (print(1))", argv: []string{"python3", "/home/user/p.py"}},
 	}
 	for i := 0; i < n; i++ {
@@ -284,5 +297,46 @@ func execSplit(bin, root string, n int) error {
 		rows = append(rows, timing.Row{Name: c.name, Took: c.took})
 	}
 	fmt.Println()
-	return timing.Table(os.Stdout, "one restored run-code sandbox (exec's duration_ms)", rows)
+	if err := timing.Table(os.Stdout, "one restored run-code sandbox (exec's duration_ms)", rows); err != nil {
+		return err
+	}
+	first := []timing.Row{{Name: "first job, handed over by the agent"}, {Name: "first job, by a client process"}}
+	for i := 0; i < n; i++ {
+		for j := range first {
+			k := (i + j) % len(first)
+			took, err := firstJob(airlock, [][]string{byAgent, byClient}[k])
+			if err != nil {
+				return err
+			}
+			first[k].Took = append(first[k].Took, took)
+		}
+	}
+	fmt.Println()
+	return timing.Table(os.Stdout, "print(1) as a restored run-code sandbox's first job (exec's duration_ms)", first)
+}
+
+// firstJob runs argv as the first job of a new sandbox of the plain
+// run-code template, and returns the exec's duration_ms.
+func firstJob(airlock func(...string) ([]byte, error), argv []string) (time.Duration, error) {
+	out, err := airlock("sandbox", "create", "--template", "bench-rc-py")
+	if err != nil {
+		return 0, err
+	}
+	id := strings.TrimSpace(string(out))
+	defer airlock("sandbox", "rm", id)
+	if _, err := airlock("exec", id, "--", "sh", "-c", "echo 'print(1)' >/home/user/p.py"); err != nil {
+		return 0, err
+	}
+	out, err = airlock(append([]string{"exec", "--json", id, "--"}, argv...)...)
+	if err != nil {
+		return 0, err
+	}
+	var res struct {
+		DurationMS int64 `json:"duration_ms"`
+		ExitCode   int   `json:"exit_code"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil || res.ExitCode != 0 {
+		return 0, fmt.Errorf("exec %v: %s (%v)", argv, out, err)
+	}
+	return time.Duration(res.DurationMS) * time.Millisecond, nil
 }

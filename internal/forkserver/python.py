@@ -178,8 +178,9 @@ def spare():
 def main():
     for name in sys.argv[1:]:
         importlib.import_module(name)
-    # What every job's set-up imports (reseed, run), loaded once here.
-    import random, runpy, tempfile  # noqa: F401
+    # What every job's set-up imports (reseed, run, and runpy.run_path's
+    # own pkgutil: 8-14 ms of a first job in gVisor), loaded once here.
+    import pkgutil, random, runpy, tempfile  # noqa: F401
     # Nothing buffered may reach a job's output through a child.
     sys.stdout.flush()
     sys.stderr.flush()

@@ -318,36 +318,36 @@ func start(s *agent.SpawnArgs) (x *execution, pid int, err error) {
 // pipes makes an exec's stdio: child is what the program gets as its
 // stdin, stdout and stderr (stdout twice when merged), for the caller to
 // close once passed on.
-func pipes(s *agent.SpawnArgs) (x *execution, child [3]*os.File, err error) {
-	x = &execution{stdin: make(chan []byte, 1), credits: [2]*credit{newCredit(), newCredit()}}
+func pipes(s *agent.SpawnArgs) (*execution, [3]*os.File, error) {
+	x := &execution{stdin: make(chan []byte, 1), credits: [2]*credit{newCredit(), newCredit()}}
 	var made []*os.File
-	defer func() {
-		if err != nil {
-			closeFiles(made)
-			x.close()
-		}
-	}()
+	fail := func(err error) (*execution, [3]*os.File, error) {
+		closeFiles(made)
+		x.close()
+		return nil, [3]*os.File{}, err
+	}
 	if s.Stdin {
 		r, w, err := os.Pipe()
 		if err != nil {
-			return nil, child, err
+			return fail(err)
 		}
 		made, x.in = append(made, r), w
 	} else {
 		null, err := os.Open(os.DevNull)
 		if err != nil {
-			return nil, child, err
+			return fail(err)
 		}
 		made = append(made, null)
 	}
 	for range 2 - boolInt(s.Merged) {
 		r, w, err := os.Pipe()
 		if err != nil {
-			return nil, child, err
+			return fail(err)
 		}
 		made = append(made, w)
 		x.outs = append(x.outs, &output{r: r})
 	}
+	var child [3]*os.File
 	copy(child[:], made)
 	if s.Merged {
 		child[2] = child[1]

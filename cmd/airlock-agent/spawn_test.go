@@ -5,8 +5,10 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
@@ -75,5 +77,63 @@ func TestSpawnCodes(t *testing.T) {
 				t.Errorf("the spawner was asked for %q; want %q", req.Argv, "sleep 5")
 			}
 		})
+	}
+}
+
+// TestPipesOutOfDescriptors: an exec whose pipes cannot all be made fails
+// with the error, and closes what it had made.
+func TestPipesOutOfDescriptors(t *testing.T) {
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old)
+	// The open descriptors, found without opening one.
+	open := func() (n, high int) {
+		for fd := 0; fd < 4096; fd++ {
+			if _, _, e := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_GETFD, 0); e == 0 {
+				n, high = n+1, fd
+			}
+		}
+		return n, high
+	}
+	// Fill the free descriptors below the highest open one, so that the
+	// limit alone says how many more there may be.
+	_, high := open()
+	for {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int(f.Fd()) > high {
+			f.Close()
+			break
+		}
+		defer f.Close()
+	}
+	before, _ := open()
+	// Room for four descriptors: the stdin pipe and one output pipe, not
+	// the second output pipe.
+	lim := syscall.Rlimit{Cur: uint64(high + 1 + 4), Max: old.Max}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	x, _, err := pipes(&agent.SpawnArgs{Stdin: true})
+	syscall.Setrlimit(syscall.RLIMIT_NOFILE, &old)
+	if err == nil || x != nil {
+		t.Fatalf("pipes with four descriptors left: %v, %v; want an error", x, err)
+	}
+	if after, _ := open(); after != before {
+		t.Errorf("%d descriptors open after the failure, %d before", after, before)
+	}
+	// With room, the same call makes three pipes' worth.
+	x, child, err := pipes(&agent.SpawnArgs{Stdin: true})
+	if err != nil || x.in == nil || len(x.outs) != 2 || child[2] == nil {
+		t.Fatalf("pipes: %+v, %v", x, err)
+	}
+	closeFiles(child[:])
+	x.close()
+	if after, _ := open(); after != before {
+		t.Errorf("%d descriptors open after close, %d before", after, before)
 	}
 }

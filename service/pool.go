@@ -137,9 +137,10 @@ func (s *Service) refresh(ctx context.Context, w *warm) error {
 	o := runner.PoolOptions{Name: w.cfg.Template, Size: w.cfg.Size, MaxAge: s.pools.opt.MaxAge, FailWhenEmpty: s.pools.opt.FailWhenEmpty, Room: s.Room}
 	if w.cfg.Sandboxes && slices.Contains(slices.Collect(maps.Values(s.runCode)), w.cfg.Template) {
 		// A run-code pool's sandboxes start their exec agent before a
-		// claim: the job's one exec then finds it running. The template's
-		// image has python3, if nothing else.
-		o.Prime = []string{forkserver.Interpreter, "-c", ""}
+		// claim (the job's one exec then finds it running), and have the
+		// fork server's spare touch what it holds, so that the restored
+		// clone's first writes are paid before the job's.
+		o.Prime = forkserver.PrimeArgv()
 	}
 	var p *runner.Pool
 	if w.cfg.Sandboxes {

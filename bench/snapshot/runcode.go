@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/e2etest"
+	"github.com/airlock-sandbox/airlock/internal/forkserver"
 	"github.com/airlock-sandbox/airlock/internal/timing"
 )
 
@@ -247,7 +248,8 @@ var (
 // running the same file: each exec's own duration_ms, interleaved (the
 // fork server serves jobs one after another for as long as its sandbox
 // lives). Then each sandbox's first job, the pooled case (the spare child
-// takes it), in fresh sandboxes, the two ways in turn.
+// takes it), in fresh sandboxes, in turn: primed as a pool primes its
+// sandboxes and handed over by the agent, and unprimed, the two ways.
 func execSplit(bin, root string, n int) error {
 	airlock := func(args ...string) ([]byte, error) {
 		out, err := exec.Command(bin, append([]string{"--root", root}, args...)...).Output()
@@ -300,11 +302,11 @@ func execSplit(bin, root string, n int) error {
 	if err := timing.Table(os.Stdout, "one restored run-code sandbox (exec's duration_ms)", rows); err != nil {
 		return err
 	}
-	first := []timing.Row{{Name: "first job, handed over by the agent"}, {Name: "first job, by a client process"}}
+	first := []timing.Row{{Name: "first job, primed, handed over by the agent"}, {Name: "first job, handed over by the agent"}, {Name: "first job, by a client process"}}
 	for i := 0; i < n; i++ {
 		for j := range first {
 			k := (i + j) % len(first)
-			took, err := firstJob(airlock, [][]string{byAgent, byClient}[k])
+			took, err := firstJob(airlock, k == 0, [][]string{byAgent, byAgent, byClient}[k])
 			if err != nil {
 				return err
 			}
@@ -316,8 +318,9 @@ func execSplit(bin, root string, n int) error {
 }
 
 // firstJob runs argv as the first job of a new sandbox of the plain
-// run-code template, and returns the exec's duration_ms.
-func firstJob(airlock func(...string) ([]byte, error), argv []string) (time.Duration, error) {
+// run-code template, primed first as a pool primes its sandboxes when
+// prime is set, and returns the exec's duration_ms.
+func firstJob(airlock func(...string) ([]byte, error), prime bool, argv []string) (time.Duration, error) {
 	out, err := airlock("sandbox", "create", "--template", "bench-rc-py")
 	if err != nil {
 		return 0, err
@@ -326,6 +329,11 @@ func firstJob(airlock func(...string) ([]byte, error), argv []string) (time.Dura
 	defer airlock("sandbox", "rm", id)
 	if _, err := airlock("exec", id, "--", "sh", "-c", "echo 'print(1)' >/home/user/p.py"); err != nil {
 		return 0, err
+	}
+	if prime {
+		if _, err := airlock(append([]string{"exec", id, "--"}, forkserver.PrimeArgv()...)...); err != nil {
+			return 0, err
+		}
 	}
 	out, err = airlock(append([]string{"exec", "--json", id, "--"}, argv...)...)
 	if err != nil {

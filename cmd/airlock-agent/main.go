@@ -47,6 +47,8 @@ func main() {
 			runRunCode(args)
 		case "run-code-failed":
 			runRunCodeFailed(os.Args[2:])
+		case "run-code-prime":
+			runRunCodePrime()
 		}
 		os.Exit(2)
 	}

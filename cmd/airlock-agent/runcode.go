@@ -106,3 +106,11 @@ func startRunCode(addr string, s *agent.SpawnArgs, job forkserver.Job) (*executi
 func runRunCodeFailed(why []string) {
 	os.Exit(failRunCode(os.Stderr, strings.Join(why, " ")))
 }
+
+// runRunCodePrime primes the sandbox's fork server (forkserver.Prime).
+func runRunCodePrime() {
+	if err := forkserver.Prime(forkserver.Socket, [3]*os.File{os.Stdin, os.Stdout, os.Stderr}); err != nil {
+		os.Exit(failRunCode(os.Stderr, err.Error()))
+	}
+	os.Exit(0)
+}

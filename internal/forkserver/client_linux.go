@@ -90,6 +90,31 @@ func Start(addr string, wait time.Duration, job Job, stdio [3]int) (*Conn, int, 
 	return jc, pid, nil
 }
 
+// Prime asks the server at addr to have its spare child touch what it
+// holds before any job (see Script): a prime request in a job's framing,
+// with stdio passed as a job's would be, and one status line back, which
+// must be exit 0. It retries a socket that refuses it for up to DialWait.
+func Prime(addr string, stdio [3]*os.File) error {
+	c, err := dial(addr, DialWait)
+	if err != nil {
+		return fmt.Errorf("%w: %w (%s)", ErrNoServer, err, diagnose(addr))
+	}
+	defer c.Close()
+	body := []byte(`{"prime":true}`)
+	msg := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(body)), uint32(len(body)))
+	if _, _, err := c.WriteMsgUnix(append(msg, body...), syscall.UnixRights(int(stdio[0].Fd()), int(stdio[1].Fd()), int(stdio[2].Fd())), nil); err != nil {
+		return fmt.Errorf("sending the prime: %w", err)
+	}
+	code, err := readStatus(replies(c))
+	switch {
+	case err != nil:
+		return fmt.Errorf("the prime: %w", err)
+	case code != 0:
+		return errors.New("the fork server has no spare child to prime (a job ran, or the spare is gone)")
+	}
+	return nil
+}
+
 // SetDeadline bounds the reads of the job's replies.
 func (c *Conn) SetDeadline(t time.Time) error { return c.c.SetReadDeadline(t) }
 

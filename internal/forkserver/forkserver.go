@@ -72,6 +72,10 @@ func ClientArgv(file string, args ...string) []string {
 	return append([]string{agent.Path, "run-code", "--", file}, args...)
 }
 
+// PrimeArgv is the exec that primes a restored sandbox's fork server
+// before any job (Prime): a pool runs it before it pools the sandbox.
+func PrimeArgv() []string { return []string{agent.Path, "run-code-prime"} }
+
 // Is reports whether warm, a template's warm argv, is this airlock's fork
 // server: a template made by another airlock, whose server may speak
 // another protocol, is not.

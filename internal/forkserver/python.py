@@ -7,7 +7,12 @@
 # stderr passed as SCM_RIGHTS. A spare child, forked once the modules are
 # imported and so before the snapshot, takes the first job, handed on over
 # a socketpair in the same framing: the first fork after a restore is the
-# dearest, and a pooled sandbox serves only a first job. Later jobs (and
+# dearest, and a pooled sandbox serves only a first job. A prime, a
+# request {"prime": true} sent before any job (a pool does so before it
+# pools the sandbox), has the spare touch every object it holds, so that
+# the copies and faults a restored clone's first writes cost are paid
+# then rather than by the job; the reply is {"exit": 0} once it is done,
+# {"exit": 1} when there is no spare. Later jobs (and
 # the first, should the spare be gone) get a child forked then. The child takes the
 # three descriptors, reseeds what every clone of the snapshot shares, and
 # runs argv[0] as __main__. Two JSON lines go back: {"pid": N} once the
@@ -49,6 +54,8 @@ def receive(conn):
                 raise ValueError("torn job")
             body += more
         job = json.loads(body)
+        if job == {"prime": True}:
+            return fds, job
         argv, wd, env = job["argv"], job["dir"], job["env"]
         if not argv or not all(isinstance(s, str) for s in argv + env + [wd]):
             raise ValueError("malformed job")
@@ -156,6 +163,31 @@ def send(conn, fds, job):
     conn.sendall(body)
 
 
+def touch():
+    """Writes to every object the process holds (a reference count each):
+    a restored clone's pages are copied and mapped on their first write,
+    which would otherwise be the job's, up to its interpreter's teardown."""
+    import gc
+    for o in gc.get_objects():
+        gc.get_referents(o)
+
+
+def prime(waiting, fds):
+    """Has the spare touch its objects (the prime's descriptors go with
+    it, in a job's framing); returns the reply's exit code."""
+    if waiting is None:
+        return 1
+    pid, ctl = waiting
+    try:
+        send(ctl, fds, {"prime": True})
+        ctl.settimeout(60)
+        ok = ctl.recv(1) == b"p"
+        ctl.settimeout(None)
+        return 0 if ok else 1
+    except OSError:
+        return 1
+
+
 def spare():
     """Forks the child that waits for the first job; returns its pid and
     the server's end of their socketpair."""
@@ -163,10 +195,17 @@ def spare():
     pid = os.fork()
     if pid == 0:
         ours.close()
-        try:
-            fds, job = receive(theirs)
-        except BaseException:
-            os._exit(0)  # the server went, or never sent a job
+        while True:
+            try:
+                fds, job = receive(theirs)
+            except BaseException:
+                os._exit(0)  # the server went, or never sent a job
+            if "prime" not in job:
+                break
+            for fd in fds:
+                os.close(fd)
+            touch()
+            theirs.sendall(b"p")
         theirs.close()
         run(fds, job)
         # The job's end is the interpreter's, as for a forked child.
@@ -209,6 +248,15 @@ def main():
             try:
                 fds, job = receive(conn)
             except Exception:
+                continue
+            if "prime" in job:
+                code = prime(waiting, fds)
+                for fd in fds:
+                    os.close(fd)
+                try:
+                    conn.sendall(json.dumps({"exit": code}).encode() + b"\n")
+                except OSError:
+                    pass
                 continue
             pid = None
             if waiting is not None:

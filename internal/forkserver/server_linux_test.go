@@ -18,6 +18,13 @@ import (
 // test's own, and waits for its ready file.
 func startServer(t *testing.T) string {
 	t.Helper()
+	addr, _ := startServerPid(t)
+	return addr
+}
+
+// startServerPid is startServer, and the server's pid.
+func startServerPid(t *testing.T) (string, int) {
+	t.Helper()
 	if _, err := exec.LookPath(Interpreter); err != nil {
 		t.Skip("no python3 on the host")
 	}
@@ -33,7 +40,7 @@ func startServer(t *testing.T) string {
 	t.Cleanup(func() { cancel(); cmd.Wait() })
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if _, err := os.Stat(filepath.Join(dir, "ready")); err == nil {
-			return "@" + name
+			return "@" + name, cmd.Process.Pid
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the fork server never became ready")
@@ -121,6 +128,15 @@ func TestServer(t *testing.T) {
 	}
 }
 
+// startedAfter is a job that prints how many seconds after the server its
+// process started.
+const startedAfter = `import os
+def start(p):
+    s = open("/proc/%s/stat" % p).read()
+    return int(s[s.rindex(")") + 2:].split()[19])
+print((start("self") - start(os.getppid())) / os.sysconf("SC_CLK_TCK"))
+`
+
 // TestServerSpare: the first job runs in the child forked once the
 // modules were imported (before a snapshot would be taken), the next in a
 // child forked when it came. Each job prints how long after the server
@@ -128,15 +144,9 @@ func TestServer(t *testing.T) {
 func TestServerSpare(t *testing.T) {
 	addr := startServer(t)
 	time.Sleep(1500 * time.Millisecond)
-	const code = `import os
-def start(p):
-    s = open("/proc/%s/stat" % p).read()
-    return int(s[s.rindex(")") + 2:].split()[19])
-print((start("self") - start(os.getppid())) / os.sysconf("SC_CLK_TCK"))
-`
 	var after [2]float64
 	for i := range after {
-		got := runJob(t, addr, code, "")
+		got := runJob(t, addr, startedAfter, "")
 		if _, err := fmt.Sscan(got.stdout, &after[i]); err != nil || got.exit != 0 {
 			t.Fatalf("job %d: %+v", i, got)
 		}
@@ -265,5 +275,55 @@ func TestServerReapsAfterClient(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the job was not reaped once its client closed")
 		}
+	}
+}
+
+// TestServerPrime: a prime before any job has the spare touch what it
+// holds and answers once it is done; the first job still runs in the
+// spare, and a prime with no spare left fails.
+func TestServerPrime(t *testing.T) {
+	addr, server := startServerPid(t)
+	time.Sleep(1500 * time.Millisecond)
+	null, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	defer null.Close()
+	stdio := [3]*os.File{null, null, null}
+	// The spare is the server's one child; what it has written since the
+	// fork is its private memory.
+	kids, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", server, server))
+	var spare int
+	if _, serr := fmt.Sscan(string(kids), &spare); err != nil || serr != nil {
+		t.Fatalf("the server's children: %q, %v", kids, err)
+	}
+	dirty := func() int {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", spare))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.SplitSeq(string(b), "\n") {
+			var kb int
+			if _, err := fmt.Sscanf(line, "Private_Dirty: %d kB", &kb); err == nil {
+				return kb
+			}
+		}
+		t.Fatalf("no Private_Dirty in %s", b)
+		return 0
+	}
+	before := dirty()
+	if err := Prime(addr, stdio); err != nil {
+		t.Fatalf("Prime: %v", err)
+	}
+	if after := dirty(); after < before+2048 {
+		t.Errorf("the spare's private memory went from %d to %d kB over the prime; want the objects it holds copied", before, after)
+	}
+	got := runJob(t, addr, startedAfter, "")
+	var after float64
+	if _, err := fmt.Sscan(got.stdout, &after); err != nil || got.exit != 0 || after >= 1 {
+		t.Errorf("the first job after a prime: %+v; want it in the spare, started before the jobs came", got)
+	}
+	if err := Prime(addr, stdio); err == nil || !strings.Contains(err.Error(), "no spare") {
+		t.Errorf("Prime after the spare took a job: %v; want an error saying there is no spare", err)
+	}
+	if got := runJob(t, addr, "print('next')", ""); got.stdout != "next\n" {
+		t.Errorf("a job after a refused prime: %+v", got)
 	}
 }

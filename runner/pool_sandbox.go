@@ -77,6 +77,21 @@ func (p *Pool) fillSandbox(ctx context.Context) (*pooled, error) {
 // output directory) and one is ready; otherwise it creates one, or, with
 // FailWhenEmpty and an empty pool, fails with ErrResourceExhausted.
 func (p *Pool) Create(ctx context.Context, s SandboxSpec) (*Sandbox, error) {
+	sb, refill, err := p.Claim(ctx, s)
+	refill()
+	return sb, err
+}
+
+// Claim is Create for a sandbox that serves one short job (/run_code):
+// the pool refills only once the caller calls refill, after the job, so
+// that the refill's restore does not take the CPU from the job. refill
+// is never nil; call it once, whatever the error.
+func (p *Pool) Claim(ctx context.Context, s SandboxSpec) (sb *Sandbox, refill func(), err error) {
+	sb, err = p.create(ctx, s)
+	return sb, p.kick, err
+}
+
+func (p *Pool) create(ctx context.Context, s SandboxSpec) (*Sandbox, error) {
 	if p.splan == nil {
 		return nil, fmt.Errorf("%w: pool %q keeps sandboxes for runs, not for creates", errdefs.ErrInvalidArgument, p.opt.Name)
 	}
@@ -88,7 +103,6 @@ func (p *Pool) Create(ctx context.Context, s SandboxSpec) (*Sandbox, error) {
 		return nil, err
 	}
 	e, err := p.claim(p.fitsSandbox(s, job))
-	defer p.kick()
 	if err != nil {
 		return nil, err
 	}

@@ -92,25 +92,35 @@ func (s *Service) runRestored(ctx context.Context, rn *runner.Runner, template s
 // template's warm pool when it has one, else started cold. Once made, its
 // record counts it against the admission.
 func (s *Service) Create(ctx context.Context, engineName, template string, spec runner.SandboxSpec) (*runner.Sandbox, error) {
+	sb, refill, err := s.claim(ctx, engineName, template, spec)
+	refill()
+	return sb, err
+}
+
+// claim is Create for a sandbox that serves one short job: a pool it is
+// taken from refills once refill is called (runner.Pool.Claim).
+func (s *Service) claim(ctx context.Context, engineName, template string, spec runner.SandboxSpec) (*runner.Sandbox, func(), error) {
+	none := func() {}
 	if template != "" && spec.Snapshot == "" {
 		// A template's snapshot, when it has one, is where its sandboxes
 		// start from.
 		t, err := s.Template(template)
 		if err != nil {
-			return nil, err
+			return nil, none, err
 		}
 		spec.Snapshot = t.Snapshot
 	}
 	rn, done, release, err := s.admitted(ctx, engineName)
 	if err != nil {
-		return nil, err
+		return nil, none, err
 	}
 	defer done()
 	defer release()
 	if p := s.Pool(template, true, rn); p != nil {
-		return p.Create(ctx, spec)
+		return p.Claim(ctx, spec)
 	}
-	return rn.Create(ctx, spec)
+	sb, err := rn.Create(ctx, spec)
+	return sb, none, err
 }
 
 // admitted returns the runner of engine engineName and reserves room for

@@ -102,6 +102,7 @@ func CodeLanguage(language string) (src CodeSource, ok bool) {
 func (s *Service) RunCode(ctx context.Context, c Code) (run CodeRun, err error) {
 	argv := c.Argv
 	var create func() (*runner.Sandbox, error)
+	refill := func() {}
 	t, why := s.codeTemplate(c)
 	if c.Policy.Limits.Timeout == 0 {
 		c.Policy.Limits.Timeout = isolation.Default().Limits.Timeout
@@ -116,7 +117,9 @@ func (s *Service) RunCode(ctx context.Context, c Code) (run CodeRun, err error) 
 			if err != nil {
 				return nil, err
 			}
-			return s.Create(ctx, eng, t.Name, spec)
+			sb, done, err := s.claim(ctx, eng, t.Name, spec)
+			refill = done
+			return sb, err
 		}
 	} else {
 		if _, ok := s.runCode[c.Language]; ok {
@@ -133,6 +136,9 @@ func (s *Service) RunCode(ctx context.Context, c Code) (run CodeRun, err error) 
 	}
 	begin := time.Now()
 	sb, err := create()
+	// A pool refills once the job is over: its restore would take the CPU
+	// from the job.
+	defer func() { refill() }()
 	if err != nil {
 		return run, fmt.Errorf("creating the sandbox: %w", err)
 	}

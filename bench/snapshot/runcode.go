@@ -258,55 +258,39 @@ func execSplit(bin, root string, n int) error {
 		}
 		return out, err
 	}
-	out, err := airlock("sandbox", "create", "--template", "bench-rc-py")
+	id, err := printSandbox(airlock)
 	if err != nil {
 		return err
 	}
-	id := strings.TrimSpace(string(out))
 	defer airlock("sandbox", "rm", id)
-	if _, err := airlock("exec", id, "--", "sh", "-c", "echo 'print(1)' >/home/user/p.py"); err != nil {
-		return err
+	cases := []timing.Row{
+		{Name: "exec: true"},
+		{Name: "exec: print(1) through the fork server, handed over by the agent"},
+		{Name: "exec: print(1) through the fork server, by a client process"},
+		{Name: "exec: python3 p.py (print(1))"},
 	}
-	cases := []struct {
-		name string
-		argv []string
-		took []time.Duration
-	}{
-		{name: "exec: true", argv: []string{"true"}},
-		{name: "exec: print(1) through the fork server, handed over by the agent", argv: byAgent},
-		{name: "exec: print(1) through the fork server, by a client process", argv: byClient},
-		{name: "exec: python3 p.py (print(1))", argv: []string{"python3", "/home/user/p.py"}},
-	}
+	argvs := [][]string{{"true"}, byAgent, byClient, {"python3", "/home/user/p.py"}}
 	for i := 0; i < n; i++ {
 		for j := range cases {
-			c := &cases[(i+j)%len(cases)]
-			out, err := airlock(append([]string{"exec", "--json", id, "--"}, c.argv...)...)
+			k := (i + j) % len(cases)
+			took, err := timedExec(airlock, id, argvs[k])
 			if err != nil {
 				return err
 			}
-			var res struct {
-				DurationMS int64 `json:"duration_ms"`
-				ExitCode   int   `json:"exit_code"`
-			}
-			if err := json.Unmarshal(out, &res); err != nil || res.ExitCode != 0 {
-				return fmt.Errorf("exec %v: %s (%v)", c.argv, out, err)
-			}
-			c.took = append(c.took, time.Duration(res.DurationMS)*time.Millisecond)
+			cases[k].Took = append(cases[k].Took, took)
 		}
 	}
-	var rows []timing.Row
-	for _, c := range cases {
-		rows = append(rows, timing.Row{Name: c.name, Took: c.took})
-	}
 	fmt.Println()
-	if err := timing.Table(os.Stdout, "one restored run-code sandbox (exec's duration_ms)", rows); err != nil {
+	if err := timing.Table(os.Stdout, "one restored run-code sandbox (exec's duration_ms)", cases); err != nil {
 		return err
 	}
 	first := []timing.Row{{Name: "first job, primed, handed over by the agent"}, {Name: "first job, handed over by the agent"}, {Name: "first job, by a client process"}}
+	primed := []bool{true, false, false}
+	argvs = [][]string{byAgent, byAgent, byClient}
 	for i := 0; i < n; i++ {
 		for j := range first {
 			k := (i + j) % len(first)
-			took, err := firstJob(airlock, k == 0, [][]string{byAgent, byAgent, byClient}[k])
+			took, err := firstJob(airlock, primed[k], argvs[k])
 			if err != nil {
 				return err
 			}
@@ -317,25 +301,26 @@ func execSplit(bin, root string, n int) error {
 	return timing.Table(os.Stdout, "print(1) as a restored run-code sandbox's first job (exec's duration_ms)", first)
 }
 
-// firstJob runs argv as the first job of a new sandbox of the plain
-// run-code template, primed first as a pool primes its sandboxes when
-// prime is set, and returns the exec's duration_ms.
-func firstJob(airlock func(...string) ([]byte, error), prime bool, argv []string) (time.Duration, error) {
+// printSandbox makes a sandbox of the plain run-code template holding
+// /home/user/p.py, print(1), written by an exec that is no job of the
+// fork server's.
+func printSandbox(airlock func(...string) ([]byte, error)) (string, error) {
 	out, err := airlock("sandbox", "create", "--template", "bench-rc-py")
 	if err != nil {
-		return 0, err
+		return "", err
 	}
 	id := strings.TrimSpace(string(out))
-	defer airlock("sandbox", "rm", id)
 	if _, err := airlock("exec", id, "--", "sh", "-c", "echo 'print(1)' >/home/user/p.py"); err != nil {
-		return 0, err
+		airlock("sandbox", "rm", id)
+		return "", err
 	}
-	if prime {
-		if _, err := airlock(append([]string{"exec", id, "--"}, forkserver.PrimeArgv()...)...); err != nil {
-			return 0, err
-		}
-	}
-	out, err = airlock(append([]string{"exec", "--json", id, "--"}, argv...)...)
+	return id, nil
+}
+
+// timedExec runs argv in sandbox id, which must exit 0, and returns the
+// exec's own duration_ms.
+func timedExec(airlock func(...string) ([]byte, error), id string, argv []string) (time.Duration, error) {
+	out, err := airlock(append([]string{"exec", "--json", id, "--"}, argv...)...)
 	if err != nil {
 		return 0, err
 	}
@@ -347,4 +332,21 @@ func firstJob(airlock func(...string) ([]byte, error), prime bool, argv []string
 		return 0, fmt.Errorf("exec %v: %s (%v)", argv, out, err)
 	}
 	return time.Duration(res.DurationMS) * time.Millisecond, nil
+}
+
+// firstJob runs argv as the first job of a new sandbox of the plain
+// run-code template, primed first as a pool primes its sandboxes when
+// prime is set, and returns the exec's duration_ms.
+func firstJob(airlock func(...string) ([]byte, error), prime bool, argv []string) (time.Duration, error) {
+	id, err := printSandbox(airlock)
+	if err != nil {
+		return 0, err
+	}
+	defer airlock("sandbox", "rm", id)
+	if prime {
+		if _, err := airlock(append([]string{"exec", id, "--"}, forkserver.PrimeArgv()...)...); err != nil {
+			return 0, err
+		}
+	}
+	return timedExec(airlock, id, argv)
 }

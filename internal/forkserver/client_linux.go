@@ -68,14 +68,7 @@ func Start(addr string, wait time.Duration, job Job, stdio [3]int) (*Conn, int, 
 	if err != nil {
 		return nil, 0, fmt.Errorf("%w: %w (%s)", ErrNoServer, err, diagnose(addr))
 	}
-	msg := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(body)), uint32(len(body)))
-	msg = append(msg, body...)
-	// The descriptors go with the first bytes; the rest follows.
-	n, _, err := c.WriteMsgUnix(msg, syscall.UnixRights(stdio[0], stdio[1], stdio[2]), nil)
-	if err == nil && n < len(msg) {
-		_, err = c.Write(msg[n:])
-	}
-	if err != nil {
+	if err := hand(c, body, stdio); err != nil {
 		c.Close()
 		return nil, 0, fmt.Errorf("handing the job to the fork server: %w", err)
 	}
@@ -100,9 +93,7 @@ func Prime(addr string, stdio [3]*os.File) error {
 		return fmt.Errorf("%w: %w (%s)", ErrNoServer, err, diagnose(addr))
 	}
 	defer c.Close()
-	body := []byte(`{"prime":true}`)
-	msg := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(body)), uint32(len(body)))
-	if _, _, err := c.WriteMsgUnix(append(msg, body...), syscall.UnixRights(int(stdio[0].Fd()), int(stdio[1].Fd()), int(stdio[2].Fd())), nil); err != nil {
+	if err := hand(c, []byte(`{"prime":true}`), fdsOf(stdio)); err != nil {
 		return fmt.Errorf("sending the prime: %w", err)
 	}
 	code, err := readStatus(replies(c))
@@ -115,8 +106,22 @@ func Prime(addr string, stdio [3]*os.File) error {
 	return nil
 }
 
-// SetDeadline bounds the reads of the job's replies.
-func (c *Conn) SetDeadline(t time.Time) error { return c.c.SetReadDeadline(t) }
+// hand sends one request in the server's framing: a 4-byte length, then
+// body, with stdio's three descriptors passed alongside its first bytes.
+func hand(c *net.UnixConn, body []byte, stdio [3]int) error {
+	msg := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(body)), uint32(len(body)))
+	msg = append(msg, body...)
+	n, _, err := c.WriteMsgUnix(msg, syscall.UnixRights(stdio[0], stdio[1], stdio[2]), nil)
+	if err == nil && n < len(msg) {
+		_, err = c.Write(msg[n:])
+	}
+	return err
+}
+
+// fdsOf is stdio's descriptors.
+func fdsOf(stdio [3]*os.File) [3]int {
+	return [3]int{int(stdio[0].Fd()), int(stdio[1].Fd()), int(stdio[2].Fd())}
+}
 
 // Close ends the job if it still runs, and lets the server reap it.
 func (c *Conn) Close() error { return c.c.Close() }
@@ -148,10 +153,9 @@ func readStatus(r *bufio.Reader) (int, error) {
 		return 0, err
 	}
 	switch {
-	case rep.Pid != nil:
-	case rep.Exit != nil && rep.Signal == nil && *rep.Exit >= 0 && *rep.Exit <= 255:
+	case rep.Pid == nil && rep.Exit != nil && rep.Signal == nil && *rep.Exit >= 0 && *rep.Exit <= 255:
 		return *rep.Exit, nil
-	case rep.Signal != nil && rep.Exit == nil && *rep.Signal >= 1 && *rep.Signal <= 64:
+	case rep.Pid == nil && rep.Signal != nil && rep.Exit == nil && *rep.Signal >= 1 && *rep.Signal <= 64:
 		return 128 + *rep.Signal, nil
 	}
 	return 0, errors.New("the fork server's reply is no exit status")
@@ -184,7 +188,7 @@ func readReply(r *bufio.Reader, rep *reply, what string) error {
 // ends its job. An error means the job was not handed over, or no valid
 // status came back.
 func Run(addr string, job Job, stdio [3]*os.File) (int, error) {
-	c, _, err := Start(addr, DialWait, job, [3]int{int(stdio[0].Fd()), int(stdio[1].Fd()), int(stdio[2].Fd())})
+	c, _, err := Start(addr, DialWait, job, fdsOf(stdio))
 	if err != nil {
 		return 0, err
 	}

@@ -1,6 +1,7 @@
 package forkserver
 
 import (
+	"bufio"
 	"errors"
 	"strings"
 	"testing"
@@ -51,11 +52,7 @@ func TestIs(t *testing.T) {
 // TestReadStatus feeds the client hostile and broken replies: only one
 // well-formed status in range is taken.
 func TestReadStatus(t *testing.T) {
-	for _, c := range []struct {
-		reply string
-		code  int
-		bad   string
-	}{
+	checkReplies(t, "readStatus", readStatus, []replyCase{
 		{`{"exit":0}` + "\n", 0, ""},
 		{`{"exit":3}` + "\n", 3, ""},
 		{`{"exit":255}` + "\n", 255, ""},
@@ -76,17 +73,31 @@ func TestReadStatus(t *testing.T) {
 		{`{"exit":1}{"exit":2}` + "\n", 0, "more than one"},
 		{strings.Repeat(" ", MaxReply) + `{"exit":1}` + "\n", 0, "reading"},
 		{strings.Repeat("x", 1<<20), 0, "reading"},
-	} {
-		code, err := readStatus(replies(strings.NewReader(c.reply)))
-		switch {
-		case c.bad == "" && (err != nil || code != c.code):
-			t.Errorf("readStatus(%.40q) = %d, %v; want %d", c.reply, code, err, c.code)
-		case c.bad != "" && (err == nil || !strings.Contains(err.Error(), c.bad)):
-			t.Errorf("readStatus(%.40q) = %d, %v; want an error saying %q", c.reply, code, err, c.bad)
-		}
-	}
+		{`{"pid":7,"exit":0}` + "\n", 0, "no exit status"},
+	})
 	if _, err := readStatus(replies(errReader{})); err == nil || !strings.Contains(err.Error(), "reset") {
 		t.Errorf("a broken connection: %v", err)
+	}
+}
+
+// replyCase is one reply and what reading it gives: a value, or an error
+// saying bad.
+type replyCase struct {
+	reply string
+	want  int
+	bad   string
+}
+
+func checkReplies(t *testing.T, name string, read func(*bufio.Reader) (int, error), cases []replyCase) {
+	t.Helper()
+	for _, c := range cases {
+		got, err := read(replies(strings.NewReader(c.reply)))
+		switch {
+		case c.bad == "" && (err != nil || got != c.want):
+			t.Errorf("%s(%.40q) = %d, %v; want %d", name, c.reply, got, err, c.want)
+		case c.bad != "" && (err == nil || !strings.Contains(err.Error(), c.bad)):
+			t.Errorf("%s(%.40q) = %d, %v; want an error saying %q", name, c.reply, got, err, c.bad)
+		}
 	}
 }
 
@@ -97,11 +108,7 @@ func (errReader) Read([]byte) (int, error) { return 0, errors.New("reset") }
 // TestReadPid: the first reply is a pid alone, in range; a status in its
 // place (or anything else) is refused.
 func TestReadPid(t *testing.T) {
-	for _, c := range []struct {
-		reply string
-		pid   int
-		bad   string
-	}{
+	checkReplies(t, "readPid", readPid, []replyCase{
 		{`{"pid":2}` + "\n", 2, ""},
 		{`{"pid":4194304}` + "\n", 1 << 22, ""},
 		{`{"pid":1}` + "\n", 0, "no pid"},
@@ -111,15 +118,7 @@ func TestReadPid(t *testing.T) {
 		{`{"pid":"7"}` + "\n", 0, "malformed"},
 		{`{"pid":7}`, 0, "without the job's pid"},
 		{strings.Repeat(" ", MaxReply) + `{"pid":7}` + "\n", 0, "reading"},
-	} {
-		pid, err := readPid(replies(strings.NewReader(c.reply)))
-		switch {
-		case c.bad == "" && (err != nil || pid != c.pid):
-			t.Errorf("readPid(%.40q) = %d, %v; want %d", c.reply, pid, err, c.pid)
-		case c.bad != "" && (err == nil || !strings.Contains(err.Error(), c.bad)):
-			t.Errorf("readPid(%.40q) = %d, %v; want an error saying %q", c.reply, pid, err, c.bad)
-		}
-	}
+	})
 	// The pid, then the status: a status line after the pid is read whole.
 	r := replies(strings.NewReader(`{"pid":9}` + "\n" + `{"exit":4}` + "\n"))
 	if pid, err := readPid(r); pid != 9 || err != nil {

@@ -12,11 +12,13 @@
 # pools the sandbox), has the spare touch every object it holds, so that
 # the copies and faults a restored clone's first writes cost are paid
 # then rather than by the job; the reply is {"exit": 0} once it is done,
-# {"exit": 1} when there is no spare. Later jobs (and
-# the first, should the spare be gone) get a child forked then. The child takes the
-# three descriptors, reseeds what every clone of the snapshot shares, and
-# runs argv[0] as __main__. Two JSON lines go back: {"pid": N} once the
-# job has its process, then its status, {"exit": N} or {"signal": N}. The
+# {"exit": 1} when there is no spare. Later jobs (and the first, should
+# the spare be gone) get a child forked then. The child takes the three
+# descriptors, reseeds what every clone of the snapshot shares, and runs
+# argv[0] as __main__; a job that returns or calls sys.exit(N) ends
+# without the teardown of what the server imported (end). Two JSON lines
+# go back: {"pid": N} once the job has its process, then its status,
+# {"exit": N} or {"signal": N}. The
 # job is reaped only once the client has closed the connection, so that
 # its pid stays waitable: the exec agent hands a job over itself and the
 # host waits for that pid through the sentry. A client that goes away
@@ -27,6 +29,9 @@ import errno, importlib, json, os, select, signal, socket, struct, sys
 # The socket's name may be overridden for tests on the host.
 SOCKET = "\0" + os.environ.get("AIRLOCK_RUN_CODE_SOCKET", "airlock-run-code")
 MAX_JOB = 1 << 20
+# The C library, to flush its streams at a job's end (end); None without
+# ctypes, and jobs then end through the interpreter.
+LIBC = None
 
 
 def receive(conn):
@@ -153,8 +158,70 @@ def run(fds, job):
         sys.__excepthook__(kind, value, tb)
 
     sys.excepthook = hook
-    import runpy
-    runpy.run_path(path, run_name="__main__")
+    main = {}
+    try:
+        execute(path, main)
+    except SystemExit as e:
+        if not (e.code is None or type(e.code) is int and 0 <= e.code <= 255):
+            raise
+        code = e.code or 0
+    else:
+        code = 0
+    end(main, code)
+
+
+def execute(path, main):
+    """Runs the file at path as __main__ in the dict main, as runpy.run_path
+    does, but in a module left in sys.modules, as python3 FILE's is; a
+    directory or a zip is runpy's to run, and main stays empty."""
+    import io, pkgutil, runpy, types
+    if pkgutil.get_importer(path) is not None:
+        runpy.run_path(path, run_name="__main__")
+        return
+    with io.open_code(os.path.abspath(path)) as f:
+        code = pkgutil.read_code(f)  # a compiled file
+    if code is None:
+        with io.open_code(os.path.abspath(path)) as f:
+            code = compile(f.read(), path, "exec")
+    mod = types.ModuleType("__main__")
+    mod.__dict__.update(__file__=path, __cached__=None, __loader__=None, __package__="", __spec__=None)
+    sys.modules["__main__"] = mod
+    main["globals"] = mod.__dict__
+    exec(code, mod.__dict__)
+
+
+def end(main, code):
+    """Ends a job that returned or called sys.exit(N) as python3 FILE ends,
+    less the teardown of what the server imported, which the job's process
+    would otherwise write to page by page (tens of milliseconds with numpy,
+    in gVisor): its threads are waited for and its atexit functions run,
+    its globals are freed (closing, and so flushing, the files they hold),
+    then the standard streams and C's are flushed. Objects it left in
+    other modules are not finalized; any failure takes the interpreter's
+    own way out."""
+    g = main.pop("globals", None)
+    if LIBC is None or g is None:
+        raise SystemExit(code)
+    import atexit, gc
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        threading._shutdown()
+    atexit._run_exitfuncs()
+    # As the interpreter clears a module at its exit: names with one
+    # leading underscore first, then the rest but __builtins__.
+    for first in (True, False):
+        for k in list(g):
+            if (k[:1] == "_" and k[:2] != "__") == first and k != "__builtins__":
+                g[k] = None
+    del g
+    gc.collect()  # the job's own objects: the server's are frozen
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except Exception:
+            raise SystemExit(120)
+    LIBC.fflush(None)
+    os._exit(code)
 
 
 def send(conn, fds, job):
@@ -170,8 +237,10 @@ def touch():
     a restored clone's pages are copied and mapped on their first write,
     which would otherwise be the job's, up to its interpreter's teardown."""
     import gc
+    gc.unfreeze()
     for o in gc.get_objects():
         gc.get_referents(o)
+    gc.freeze()
 
 
 def prime(waiting, fds):
@@ -221,7 +290,18 @@ def main():
         importlib.import_module(name)
     # What every job's set-up imports (reseed, run, and runpy.run_path's
     # own pkgutil: about 10 ms of a first job in gVisor), loaded once here.
-    import pkgutil, random, runpy, tempfile  # noqa: F401
+    import atexit, gc, io, pkgutil, random, runpy, tempfile, types  # noqa: F401
+    global LIBC
+    try:
+        import ctypes
+
+        LIBC = ctypes.CDLL(None)
+    except (ImportError, OSError):
+        pass
+    # What exists now is the snapshot's: a job's collections skip it, and
+    # its end (end) leaves it be. touch unfreezes it for its walk.
+    gc.collect()
+    gc.freeze()
     # Nothing buffered may reach a job's output through a child.
     sys.stdout.flush()
     sys.stderr.flush()

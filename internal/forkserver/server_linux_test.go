@@ -1,6 +1,8 @@
 package forkserver
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
 	"io"
@@ -326,4 +328,50 @@ func TestServerPrime(t *testing.T) {
 	if got := runJob(t, addr, "print('next')", ""); got.stdout != "next\n" {
 		t.Errorf("a job after a refused prime: %+v", got)
 	}
+}
+
+// TestServerJobEnd: a job ends without the teardown of the server's
+// imports (end in python.py), yet as python3 FILE would for what it
+// made: files it left open are flushed, a gzip stream it left open is
+// finished, a file held only by a cycle with its globals is flushed, C's
+// buffered stdout is written, atexit functions run once, and the job's
+// objects are finalized after them.
+func TestServerJobEnd(t *testing.T) {
+	addr := startServer(t)
+	dir := t.TempDir()
+	for _, c := range []struct {
+		name, code, stdout, file, content string
+		exit                              int
+	}{
+		{name: "open file", code: "f = open(OUT, 'w')\nf.write('plain')", file: "plain.txt", content: "plain"},
+		{name: "after sys.exit", code: "import sys\nf = open(OUT, 'w')\nf.write('exited')\nsys.exit(4)", file: "exit.txt", content: "exited", exit: 4},
+		{name: "in a cycle", code: "def keep():\n  return f\nf = open(OUT, 'w')\nf.write('cycle')", file: "cycle.txt", content: "cycle"},
+		{name: "gzip", code: "import gzip\nz = gzip.open(OUT, 'wt')\nz.write('zipped')", file: "z.gz", content: "zipped"},
+		{name: "C stdio", code: "import ctypes\nctypes.CDLL(None).printf(b'from C\\n')", stdout: "from C\n"},
+		{name: "finalizers after atexit", code: "import atexit\nclass D:\n  def __del__(self):\n    print('del')\nd = D()\natexit.register(print, 'atexit')", stdout: "atexit\ndel\n"},
+	} {
+		out := filepath.Join(dir, c.file)
+		got := runJob(t, addr, fmt.Sprintf("OUT = %q\n%s\n", out, c.code), "")
+		if got.exit != c.exit || got.stdout != c.stdout || got.stderr != "" {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want exit %d, stdout %q", c.name, got.exit, got.stdout, got.stderr, c.exit, c.stdout)
+		}
+		if c.file == "" {
+			continue
+		}
+		b, err := os.ReadFile(out)
+		if err == nil && strings.HasSuffix(c.file, ".gz") {
+			b, err = gunzip(b)
+		}
+		if err != nil || string(b) != c.content {
+			t.Errorf("%s: the job's file holds %q (%v); want %q", c.name, b, err, c.content)
+		}
+	}
+}
+
+func gunzip(b []byte) ([]byte, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	return io.ReadAll(zr)
 }

@@ -113,10 +113,16 @@ func (s *Service) RunCode(ctx context.Context, c Code) (run CodeRun, err error) 
 	if t != nil {
 		run.Template, argv = t.Name, forkserver.ClientArgv(c.Argv[1], c.Argv[2:]...)
 		create = func() (*runner.Sandbox, error) {
-			spec, eng, err := s.SandboxSpec(t.Name, "", runner.SandboxSpec{TTL: c.Policy.Limits.Timeout + codeGrace, IdleTimeout: codeGrace})
+			// The template read once: each read validates it again.
+			eng, err := t.EngineFor("")
 			if err != nil {
 				return nil, err
 			}
+			spec, err := t.NarrowSandbox(runner.SandboxSpec{TTL: c.Policy.Limits.Timeout + codeGrace, IdleTimeout: codeGrace})
+			if err != nil {
+				return nil, err
+			}
+			spec.Snapshot = t.Snapshot
 			sb, done, err := s.claim(ctx, eng, t.Name, spec)
 			refill = done
 			return sb, err

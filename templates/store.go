@@ -121,15 +121,16 @@ func readCapped(p string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	b := make([]byte, maxFile+1)
-	n, err := f.ReadAt(b, 0)
-	if n > maxFile {
-		return nil, fmt.Errorf("larger than %d bytes", maxFile)
-	}
-	if err != nil && !errors.Is(err, io.EOF) {
+	// Read on every request that names a template: sized by the file,
+	// not by the cap.
+	b, err := io.ReadAll(io.LimitReader(f, maxFile+1))
+	if err != nil {
 		return nil, err
 	}
-	return b[:n], nil
+	if len(b) > maxFile {
+		return nil, fmt.Errorf("larger than %d bytes", maxFile)
+	}
+	return b, nil
 }
 
 // List returns every template, by name. Templates that cannot be read do

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/internal/forkserver"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/templates"
@@ -63,6 +65,15 @@ func (s *Service) PutWarmTemplate(ctx context.Context, t *templates.Template, w 
 	if err := t.Validate(); err != nil {
 		return err
 	}
+	if forkserver.Is(w.Argv) {
+		begin := time.Now()
+		if err := checkForkServer(ctx, rn, spec, snap); err != nil {
+			return fmt.Errorf("template %q was not stored: %w", t.Name, err)
+		}
+		if w.Progress != nil {
+			fmt.Fprintf(w.Progress, "the fork server answers in a restored sandbox (%v)\n", time.Since(begin).Round(time.Millisecond))
+		}
+	}
 	put := s.templates.Put
 	if replace {
 		put = s.templates.Replace
@@ -74,6 +85,32 @@ func (s *Service) PutWarmTemplate(ctx context.Context, t *templates.Template, w 
 		if err := rn.RemoveSnapshot(ctx, old.Snapshot); err != nil {
 			s.log.Warn("removing a replaced template's snapshot", "template", t.Name, "snapshot", old.Snapshot, "err", err)
 		}
+	}
+	return nil
+}
+
+// checkForkServer restores a sandbox of spec from snapshot snap and has
+// its fork server primed, as a pool does before it pools one: a snapshot
+// whose fork server or spare does not answer after a restore fails the
+// template's creation, rather than every pooled sandbox of it.
+func checkForkServer(ctx context.Context, rn *runner.Runner, spec runner.SandboxSpec, snap string) (err error) {
+	spec.Snapshot = snap
+	spec.Labels = map[string]string{"template": spec.Labels["template"], "checking": "true"}
+	sb, err := rn.Create(ctx, spec)
+	if err != nil {
+		return fmt.Errorf("restoring its snapshot to check its fork server: %w", err)
+	}
+	defer func() {
+		if derr := rn.Destroy(context.WithoutCancel(ctx), sb.ID()); derr != nil && err == nil {
+			err = fmt.Errorf("destroying the sandbox that checked the fork server: %w", derr)
+		}
+	}()
+	res, err := sb.Exec(ctx, runner.ExecSpec{Argv: forkserver.PrimeArgv(), Timeout: time.Minute})
+	if err != nil {
+		return fmt.Errorf("checking the fork server of its snapshot: %w", err)
+	}
+	if res.Reason != runner.ReasonExited || res.ExitCode != 0 {
+		return fmt.Errorf("%w: a sandbox restored from its snapshot has no working fork server (%s, exit %d: %q); create the template again", errdefs.ErrUnavailable, res.Reason, res.ExitCode, bytes.TrimSpace(res.Stderr.Head))
 	}
 	return nil
 }

@@ -216,6 +216,9 @@ def end(main, code):
     del g
     gc.collect()  # the job's own objects: the server's are frozen
     for f in (sys.stdout, sys.stderr):
+        # As the interpreter does: a closed or missing stream is skipped.
+        if f is None or getattr(f, "closed", False):
+            continue
         try:
             f.flush()
         except Exception:

@@ -348,6 +348,7 @@ func TestServerJobEnd(t *testing.T) {
 		{name: "in a cycle", code: "def keep():\n  return f\nf = open(OUT, 'w')\nf.write('cycle')", file: "cycle.txt", content: "cycle"},
 		{name: "gzip", code: "import gzip\nz = gzip.open(OUT, 'wt')\nz.write('zipped')", file: "z.gz", content: "zipped"},
 		{name: "C stdio", code: "import ctypes\nctypes.CDLL(None).printf(b'from C\\n')", stdout: "from C\n"},
+		{name: "stdout closed", code: "import sys\nprint('gone')\nsys.stdout.close()\nsys.stdout = None", stdout: "gone\n"},
 		{name: "finalizers after atexit", code: "import atexit\nclass D:\n  def __del__(self):\n    print('del')\nd = D()\natexit.register(print, 'atexit')", stdout: "atexit\ndel\n"},
 	} {
 		out := filepath.Join(dir, c.file)

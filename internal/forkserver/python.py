@@ -199,13 +199,13 @@ def end(main, code):
     then the standard streams and C's are flushed. Objects it left in
     other modules are not finalized; any failure takes the interpreter's
     own way out."""
-    g = main.pop("globals", None)
-    if LIBC is None or g is None:
-        raise SystemExit(code)
     import atexit, gc
+    g = main.pop("globals", None)
     threading = sys.modules.get("threading")
-    if threading is not None:
-        threading._shutdown()
+    shutdown = getattr(threading, "_shutdown", None) if threading else lambda: None
+    if LIBC is None or g is None or shutdown is None or not hasattr(atexit, "_run_exitfuncs"):
+        raise SystemExit(code)
+    shutdown()
     atexit._run_exitfuncs()
     # As the interpreter clears a module at its exit: names with one
     # leading underscore first, then the rest but __builtins__.
@@ -240,10 +240,13 @@ def touch():
     a restored clone's pages are copied and mapped on their first write,
     which would otherwise be the job's, up to its interpreter's teardown."""
     import gc
-    gc.unfreeze()
+    frozen = hasattr(gc, "freeze")
+    if frozen:
+        gc.unfreeze()
     for o in gc.get_objects():
         gc.get_referents(o)
-    gc.freeze()
+    if frozen:
+        gc.freeze()
 
 
 def prime(waiting, fds):
@@ -304,7 +307,8 @@ def main():
     # What exists now is the snapshot's: a job's collections skip it, and
     # its end (end) leaves it be. touch unfreezes it for its walk.
     gc.collect()
-    gc.freeze()
+    if hasattr(gc, "freeze"):
+        gc.freeze()
     # Nothing buffered may reach a job's output through a child.
     sys.stdout.flush()
     sys.stderr.flush()

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/engine/oci"
 	"github.com/airlock-sandbox/airlock/internal/e2etest"
 	"github.com/airlock-sandbox/airlock/internal/timing"
 	"github.com/airlock-sandbox/airlock/isolation"
@@ -162,7 +163,8 @@ func run(n int) error {
 			return err
 		}
 		b, _ := json.Marshal(spec)
-		bare.argv = []string{runsc, "--root", state, "--network=none", "--oci-seccomp", "run", "--bundle", bundle, fmt.Sprintf("bench-%d", i)}
+		// The same runsc flags airlock's oci engine passes on this host.
+		bare.argv = append(append([]string{runsc, "--root", state}, append(isolation.RunscFlags(), oci.PlatformFlags()...)...), "run", "--bundle", bundle, fmt.Sprintf("bench-%d", i))
 		return os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600)
 	}
 	// The bare run again with the run log airlock asks of runsc (it tells
@@ -174,7 +176,7 @@ func run(n int) error {
 			return err
 		}
 		logs := filepath.Join(tmp, "logs", strconv.Itoa(i))
-		logged.argv = append([]string{runsc, "--root", state}, append(append(isolation.RunscFlags(), engine.GVisorLogFlags(logs, "run")...),
+		logged.argv = append([]string{runsc, "--root", state}, append(append(append(isolation.RunscFlags(), oci.PlatformFlags()...), engine.GVisorLogFlags(logs, "run")...),
 			"run", "--bundle", bundle, fmt.Sprintf("bench-log-%d", i))...)
 		return nil
 	}

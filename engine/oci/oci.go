@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -429,7 +430,23 @@ var (
 // runscFlags are the flags every runsc run gets, the policy's first; Run
 // passes them and receipts record them.
 func runscFlags(logs string) []string {
-	return append(isolation.RunscFlags(), engine.GVisorLogFlags(logs, "run")...)
+	return append(append(isolation.RunscFlags(), PlatformFlags()...), engine.GVisorLogFlags(logs, "run")...)
+}
+
+// fewCPUs is the most CPUs a host has for the engine to turn off
+// systrap's fast path. There the sentry's and the stub's threads spin
+// waiting for each other, and take a CPU from the host's own processes
+// (the agent's relay, the server, the client waiting for an exec): on a
+// 2-CPU host execs and restored first jobs took 15–30% less without it,
+// a cold numpy run 10% less (BENCHMARKS.md, "systrap's fast path").
+const fewCPUs = 2
+
+// PlatformFlags are runsc's flags for this host's CPUs; never a policy's.
+func PlatformFlags() []string {
+	if runtime.NumCPU() <= fewCPUs {
+		return []string{"--systrap-disable-fast-path"}
+	}
+	return nil
 }
 
 // Runtime implements engine.Engine.

@@ -110,7 +110,7 @@ func (e *Engine) runtimeFor(m isolation.Mode, bundle string) (bin, state string,
 	// Only runsc run's log is kept, for its errors: the sandbox's own
 	// (boot) grows by about 6 KiB per exec, for as long as the sandbox
 	// lives, and loss is told by its process, not its log.
-	flags := append(isolation.RunscFlags(), engine.GVisorLogFlags(filepath.Join(bundle, "logs"), "run")...)
+	flags := runscFlags(filepath.Join(bundle, "logs"))
 	return e.runsc, state, append([]string{"--root", state}, flags...)
 }
 

@@ -442,8 +442,10 @@ func runscFlags(logs string) []string {
 const fewCPUs = 2
 
 // PlatformFlags are runsc's flags for this host's CPUs; never a policy's.
-func PlatformFlags() []string {
-	if runtime.NumCPU() <= fewCPUs {
+func PlatformFlags() []string { return platformFlags(runtime.NumCPU()) }
+
+func platformFlags(cpus int) []string {
+	if cpus <= fewCPUs {
 		return []string{"--systrap-disable-fast-path"}
 	}
 	return nil

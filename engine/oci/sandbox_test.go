@@ -219,3 +219,25 @@ func TestReapNetns(t *testing.T) {
 		t.Errorf("left after Reap: %v", left)
 	}
 }
+
+// TestPlatformFlags: systrap's fast path is off on a host of two CPUs or
+// fewer, on every runsc command line, after the policy's flags and never
+// in place of them.
+func TestPlatformFlags(t *testing.T) {
+	for cpus, want := range map[int]bool{1: true, 2: true, 3: false, 64: false} {
+		if got := slices.Contains(platformFlags(cpus), "--systrap-disable-fast-path"); got != want {
+			t.Errorf("%d CPUs: fast path off %v, want %v", cpus, got, want)
+		}
+	}
+	e := &Engine{runsc: "/runsc"}
+	_, _, args := e.runtimeFor(isolation.GVisor, "/bundle")
+	policy := isolation.RunscFlags()
+	if !slices.Equal(args[2:2+len(policy)], policy) {
+		t.Errorf("runsc args %q do not start with the policy's flags %q after --root", args, policy)
+	}
+	for _, f := range PlatformFlags() {
+		if !slices.Contains(args, f) || !slices.Contains(runscFlags("/logs"), f) {
+			t.Errorf("runsc args %q, run flags %q: %s missing", args, runscFlags("/logs"), f)
+		}
+	}
+}

@@ -234,7 +234,7 @@ func (e *env) execScenarios() ([]*scenario, error) {
 	if err != nil {
 		return nil, err
 	}
-	bare := append(append(append([]string{e.runsc, "--root", e.runscRoot}, isolation.RunscFlags()...), oci.PlatformFlags()...),
+	bare := append(append([]string{e.runsc, "--root", e.runscRoot}, oci.RunscFlags()...),
 		"exec", "--user", "65534:65534", "airlock-"+e.ociSB, "/bin/true")
 	return []*scenario{
 		{name: "airlock exec (oci, gVisor)", argv: func(int) []string { return []string{e.bin, "--root", e.root, "exec", e.ociSB, "--", "true"} }},

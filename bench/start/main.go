@@ -164,7 +164,7 @@ func run(n int) error {
 		}
 		b, _ := json.Marshal(spec)
 		// The same runsc flags airlock's oci engine passes on this host.
-		bare.argv = append(append([]string{runsc, "--root", state}, append(isolation.RunscFlags(), oci.PlatformFlags()...)...), "run", "--bundle", bundle, fmt.Sprintf("bench-%d", i))
+		bare.argv = append(append([]string{runsc, "--root", state}, oci.RunscFlags()...), "run", "--bundle", bundle, fmt.Sprintf("bench-%d", i))
 		return os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600)
 	}
 	// The bare run again with the run log airlock asks of runsc (it tells
@@ -176,7 +176,7 @@ func run(n int) error {
 			return err
 		}
 		logs := filepath.Join(tmp, "logs", strconv.Itoa(i))
-		logged.argv = append([]string{runsc, "--root", state}, append(append(append(isolation.RunscFlags(), oci.PlatformFlags()...), engine.GVisorLogFlags(logs, "run")...),
+		logged.argv = append([]string{runsc, "--root", state}, append(append(oci.RunscFlags(), engine.GVisorLogFlags(logs, "run")...),
 			"run", "--bundle", bundle, fmt.Sprintf("bench-log-%d", i))...)
 		return nil
 	}

@@ -430,7 +430,14 @@ var (
 // runscFlags are the flags every runsc run gets, the policy's first; Run
 // passes them and receipts record them.
 func runscFlags(logs string) []string {
-	return append(append(isolation.RunscFlags(), PlatformFlags()...), engine.GVisorLogFlags(logs, "run")...)
+	return append(RunscFlags(), engine.GVisorLogFlags(logs, "run")...)
+}
+
+// RunscFlags are the flags the engine gives runsc but its logs: the
+// policy's, then this host's (platformFlags). A bench's bare runsc peer
+// takes the same.
+func RunscFlags() []string {
+	return append(isolation.RunscFlags(), platformFlags(runtime.NumCPU())...)
 }
 
 // fewCPUs is the most CPUs a host has for the engine to turn off
@@ -441,9 +448,8 @@ func runscFlags(logs string) []string {
 // a cold numpy run 10% less (BENCHMARKS.md, "systrap's fast path").
 const fewCPUs = 2
 
-// PlatformFlags are runsc's flags for this host's CPUs; never a policy's.
-func PlatformFlags() []string { return platformFlags(runtime.NumCPU()) }
-
+// platformFlags are runsc's flags for a host of cpus CPUs; never a
+// policy's.
 func platformFlags(cpus int) []string {
 	if cpus <= fewCPUs {
 		return []string{"--systrap-disable-fast-path"}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -235,7 +236,7 @@ func TestPlatformFlags(t *testing.T) {
 	if !slices.Equal(args[2:2+len(policy)], policy) {
 		t.Errorf("runsc args %q do not start with the policy's flags %q after --root", args, policy)
 	}
-	for _, f := range PlatformFlags() {
+	for _, f := range platformFlags(runtime.NumCPU()) {
 		if !slices.Contains(args, f) || !slices.Contains(runscFlags("/logs"), f) {
 			t.Errorf("runsc args %q, run flags %q: %s missing", args, runscFlags("/logs"), f)
 		}

@@ -158,26 +158,31 @@ def run(fds, job):
         sys.__excepthook__(kind, value, tb)
 
     sys.excepthook = hook
-    main = {}
+    code, g = load(path)
     try:
-        execute(path, main)
+        if g is None:
+            import runpy
+            runpy.run_path(path, run_name="__main__")
+        else:
+            exec(code, g)
     except SystemExit as e:
         if not (e.code is None or type(e.code) is int and 0 <= e.code <= 255):
             raise
         code = e.code or 0
     else:
         code = 0
-    end(main, code)
+    # After the except block: its traceback would keep the job's frames,
+    # and the files their locals hold, open.
+    end(g, code)
 
 
-def execute(path, main):
-    """Runs the file at path as __main__ in the dict main, as runpy.run_path
-    does, but in a module left in sys.modules, as python3 FILE's is; a
-    directory or a zip is runpy's to run, and main stays empty."""
-    import io, pkgutil, runpy, types
+def load(path):
+    """The code of the file at path and the globals of the __main__ module
+    it is to run in, left in sys.modules as python3 FILE's is; (None, None)
+    for a directory or a zip, which runpy runs."""
+    import io, pkgutil, types
     if pkgutil.get_importer(path) is not None:
-        runpy.run_path(path, run_name="__main__")
-        return
+        return None, None
     with io.open_code(os.path.abspath(path)) as f:
         code = pkgutil.read_code(f)  # a compiled file
     if code is None:
@@ -186,11 +191,10 @@ def execute(path, main):
     mod = types.ModuleType("__main__")
     mod.__dict__.update(__file__=path, __cached__=None, __loader__=None, __package__="", __spec__=None)
     sys.modules["__main__"] = mod
-    main["globals"] = mod.__dict__
-    exec(code, mod.__dict__)
+    return code, mod.__dict__
 
 
-def end(main, code):
+def end(g, code):
     """Ends a job that returned or called sys.exit(N) as python3 FILE ends,
     less the teardown of what the server imported, which the job's process
     would otherwise write to page by page (tens of milliseconds with numpy,
@@ -200,7 +204,6 @@ def end(main, code):
     other modules are not finalized; any failure takes the interpreter's
     own way out."""
     import atexit, gc
-    g = main.pop("globals", None)
     threading = sys.modules.get("threading")
     shutdown = getattr(threading, "_shutdown", None) if threading else lambda: None
     if LIBC is None or g is None or shutdown is None or not hasattr(atexit, "_run_exitfuncs"):
@@ -284,9 +287,7 @@ def spare():
             touch()
             theirs.sendall(b"p")
         theirs.close()
-        run(fds, job)
-        # The job's end is the interpreter's, as for a forked child.
-        raise SystemExit(0)
+        run(fds, job)  # never returns
     theirs.close()
     return pid, ours
 

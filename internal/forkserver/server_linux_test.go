@@ -345,6 +345,7 @@ func TestServerJobEnd(t *testing.T) {
 	}{
 		{name: "open file", code: "f = open(OUT, 'w')\nf.write('plain')", file: "plain.txt", content: "plain"},
 		{name: "after sys.exit", code: "import sys\nf = open(OUT, 'w')\nf.write('exited')\nsys.exit(4)", file: "exit.txt", content: "exited", exit: 4},
+		{name: "a local at sys.exit", code: "import sys\ndef f():\n  g = open(OUT, 'w')\n  g.write('local')\n  sys.exit(5)\nf()", file: "local.txt", content: "local", exit: 5},
 		{name: "in a cycle", code: "def keep():\n  return f\nf = open(OUT, 'w')\nf.write('cycle')", file: "cycle.txt", content: "cycle"},
 		{name: "gzip", code: "import gzip\nz = gzip.open(OUT, 'wt')\nz.write('zipped')", file: "z.gz", content: "zipped"},
 		{name: "C stdio", code: "import ctypes\nctypes.CDLL(None).printf(b'from C\\n')", stdout: "from C\n"},

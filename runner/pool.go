@@ -101,6 +101,7 @@ type Pool struct {
 	mu      sync.Mutex
 	ready   []*pooled
 	filling int
+	looks   int64 // the fillers' rounds, for tests: none while full
 	stats   PoolStats
 	closed  bool
 }
@@ -351,6 +352,9 @@ func (p *Pool) addLocked(e *pooled, first bool) {
 	}
 }
 
+// kick wakes one filler. A filler passes the wake on only while more
+// sandboxes are missing than are being made, so a full pool's fillers
+// sleep.
 func (p *Pool) kick() {
 	select {
 	case p.wake <- struct{}{}:
@@ -364,9 +368,13 @@ func (p *Pool) filler() {
 	backoff := time.Duration(0)
 	for {
 		p.mu.Lock()
+		p.looks++
 		short := !p.closed && len(p.ready)+p.filling < p.opt.Size
 		if short {
 			p.filling++
+			if len(p.ready)+p.filling < p.opt.Size {
+				p.kick() // more to make: another filler starts too
+			}
 		}
 		p.mu.Unlock()
 		if short && (p.opt.Room == nil || p.opt.Room()) {
@@ -428,7 +436,6 @@ func (p *Pool) filler() {
 		case <-wait.C:
 		}
 		wait.Stop()
-		p.kick() // the other fillers look too
 	}
 }
 

@@ -319,3 +319,33 @@ func TestSandboxPoolPrime(t *testing.T) {
 		p.Close(ctx)
 	}
 }
+
+// TestPoolFullSleeps: once a pool is full again after claims, its fillers
+// wait for the next claim; they do not wake each other in a loop.
+func TestPoolFullSleeps(t *testing.T) {
+	he := &holdEngine{}
+	_, _, p := newPool(t, he, PoolOptions{Name: "t", Size: 2})
+	defer p.Close(context.Background())
+	for range 2 {
+		if _, err := p.Run(context.Background(), fakeSpec()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); p.Stats().Ready < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no refill: %+v", p.Stats())
+		}
+	}
+	looks := func() int64 {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.looks
+	}
+	// A filler ending its refill as the pool filled may look once more.
+	time.Sleep(50 * time.Millisecond)
+	before := looks()
+	time.Sleep(300 * time.Millisecond)
+	if n := looks() - before; n > 0 {
+		t.Fatalf("a full pool's fillers looked %d times in 300ms", n)
+	}
+}

@@ -128,7 +128,11 @@ func TestServeSoak(t *testing.T) {
 	// minutes after it ends (for reconnects), and the Go runtime collects
 	// at least every 2: wait for both, and a minute more.
 	end, settleTook := k.settled(t, &start, 8*time.Minute)
-	report := k.report(n, conc, wall, start, end, settleTook)
+	idle, err := k.cpuOver(idleWindow)
+	if err != nil {
+		t.Fatalf("the server's CPU time: %v", err)
+	}
+	report := k.report(n, conc, wall, start, end, settleTook, idle)
 	t.Logf("soak report:\n%s", report)
 	if dir := os.Getenv("AIRLOCK_SOAK_REPORT"); dir != "" {
 		if err := os.WriteFile(dir, []byte(report), 0o644); err != nil {
@@ -151,6 +155,12 @@ func TestServeSoak(t *testing.T) {
 		} else {
 			t.Logf("%s; with windows of %d operations this is reported, not judged", msg, k.window)
 		}
+	}
+	// CPU time, not a timing: a server that spins while idle (a pool's
+	// fillers waking each other did) uses a whole CPU, an idle one a few
+	// ticks for its template watcher.
+	if idle > idleWindow/10 {
+		t.Errorf("the idle server used %v of CPU in %v, with its pool full and no request", idle, idleWindow)
 	}
 	// A server that ends below its start has not leaked: only growth fails.
 	if end.rss > start.rss*11/10 {
@@ -499,6 +509,42 @@ func mcpCall(ctx context.Context, cs *mcp.ClientSession, name string, args map[s
 	return nil
 }
 
+// idleWindow is how long the settled server's CPU time is measured.
+const idleWindow = 2 * time.Second
+
+// cpuOver is the CPU time (user and system, all threads) the server uses
+// in the next d.
+func (k *soak) cpuOver(d time.Duration) (time.Duration, error) {
+	before, err := cpuTime(k.pid)
+	if err != nil {
+		return 0, err
+	}
+	time.Sleep(d)
+	after, err := cpuTime(k.pid)
+	return after - before, err
+}
+
+// cpuTime is pid's utime and stime from /proc/PID/stat, in clock ticks of
+// 10ms (USER_HZ, 100 on Linux whatever the kernel's HZ).
+func cpuTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The fields after the command's closing parenthesis, from state (3).
+	i := bytes.LastIndexByte(b, ')')
+	f := strings.Fields(string(b[i+1:]))
+	if i < 0 || len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, b)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
+}
+
 // read samples the server now.
 func (k *soak) read() (soakSample, error) {
 	var sm soakSample
@@ -594,10 +640,10 @@ func (k *soak) errors() []string {
 }
 
 // report is the soak's table: per window, then per kind.
-func (k *soak) report(n, conc int, wall time.Duration, start, end soakSample, settleTook time.Duration) string {
+func (k *soak) report(n, conc int, wall time.Duration, start, end soakSample, settleTook, idle time.Duration) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d operations at concurrency %d in %v (%.1f ops/s), engine %s, isolation %s, pool %v\n",
-		n, conc, wall.Round(time.Second), float64(n)/wall.Seconds(), engineName, isolationName, k.pooled)
+	fmt.Fprintf(&b, "%d operations at concurrency %d in %v (%.1f ops/s), engine %s, isolation %s, pool %v; idle after: %v of CPU in %v\n",
+		n, conc, wall.Round(time.Second), float64(n)/wall.Seconds(), engineName, isolationName, k.pooled, idle, idleWindow)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "window\tops\tp50 ms\tp99 ms\tRSS MiB\tfds\tgoroutines\terrors\t")
 	fmt.Fprintf(tw, "start\t\t\t\t%.1f\t%d\t%d\t\t\n", mib(start.rss), start.fds, start.goroutines)

@@ -38,7 +38,7 @@ var runCodeRounds *int
 
 func main() {
 	n := flag.Int("n", 10, "rounds of each start, interleaved (0: measure /run_code only)")
-	runCodeRounds = flag.Int("run-code-n", 30, "rounds of each /run_code request, interleaved")
+	runCodeRounds = flag.Int("run-code-n", 30, "rounds of each /run_code request, interleaved (0: measure the starts only)")
 	flag.Parse()
 	if err := run(*n); err != nil {
 		fmt.Fprintf(os.Stderr, "bench-snapshot: %v\n", err)
@@ -204,6 +204,9 @@ func run(n int) error {
 		ids  []string
 	}{{"booted", bootIDs}, {"restored", snapIDs}} {
 		fmt.Printf("  %s: %s\n", c.name, st.median(c.ids))
+	}
+	if *runCodeRounds == 0 {
+		return nil
 	}
 	return benchRunCode(root, tmp, *runCodeRounds)
 }

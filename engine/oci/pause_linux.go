@@ -29,6 +29,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/internal/agent"
@@ -39,8 +40,12 @@ import (
 	"github.com/airlock-sandbox/airlock/isolation"
 )
 
-// checkpointDone marks a checkpoint that runsc wrote whole.
-const checkpointDone = "complete"
+// checkpointDone marks a checkpoint that runsc wrote whole;
+// checkpointImage is the kernel's state in it, which runsc writes.
+const (
+	checkpointDone  = "complete"
+	checkpointImage = "checkpoint.img"
+)
 
 func (e *Engine) checkpointsDir() string { return filepath.Join(e.root, "oci", "checkpoints") }
 
@@ -55,7 +60,7 @@ func (e *Engine) checkpointed(id string) bool {
 // checkpointWritten reports whether runsc wrote a checkpoint's state
 // file for sandbox id, whole or not.
 func (e *Engine) checkpointWritten(id string) bool {
-	_, err := os.Stat(filepath.Join(e.checkpointDir(id), "checkpoint.img"))
+	_, err := os.Stat(filepath.Join(e.checkpointDir(id), checkpointImage))
 	return err == nil
 }
 
@@ -169,8 +174,11 @@ func (e *Engine) Pause(ctx context.Context, id string) (err error) {
 		return fmt.Errorf("%w: recording the checkpoint of %q: %v", errdefs.ErrUnavailable, id, err)
 	}
 	// From here the checkpoint is whole: should this process die, Resume
-	// restores from it.
-	e.stopRuntime(cctx, sb, state, name)
+	// restores from it. The sandbox wrote it, so its cgroup is charged
+	// with the dirty page cache, which the reclaim must write back: that
+	// writeback starts now, beside the sandbox's end.
+	written := writeBack(dir)
+	e.stopRuntime(cctx, sb, state, name, written)
 	lap("stop")
 	sb.st.Paused, sb.st.Pid, sb.st.Start, sb.st.Control = true, 0, 0, ""
 	if err := e.writeState(sb); err != nil {
@@ -180,10 +188,30 @@ func (e *Engine) Pause(ctx context.Context, id string) (err error) {
 	return nil
 }
 
+// writeBack writes dir's files' dirty pages to disk, in the background;
+// the channel closes once that is done.
+func writeBack(dir string) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ents, _ := os.ReadDir(dir)
+		for _, ent := range ents {
+			f, err := os.Open(filepath.Join(dir, ent.Name()))
+			if err != nil {
+				continue
+			}
+			unix.SyncFileRange(int(f.Fd()), 0, 0, unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER)
+			f.Close()
+		}
+	}()
+	return done
+}
+
 // stopRuntime ends what is left of a checkpointed (or half-restored)
 // sandbox's runtime: every process of its cgroup, runsc's state of it,
-// and the memory its cgroup still counts that the kernel can reclaim.
-func (e *Engine) stopRuntime(ctx context.Context, sb *sandbox, state, name string) {
+// and the memory its cgroup still counts that the kernel can reclaim,
+// once written (nil: nothing to wait for).
+func (e *Engine) stopRuntime(ctx context.Context, sb *sandbox, state, name string, written <-chan struct{}) {
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		pids := cgroupPids(sb.st.ID)
 		if len(pids) == 0 {
@@ -195,6 +223,9 @@ func (e *Engine) stopRuntime(ctx context.Context, sb *sandbox, state, name strin
 	}
 	e.delete(ctx, e.runsc, state, name, e.log)
 	os.Remove(filepath.Join(state, "runsc-"+name+".sock"))
+	if written != nil {
+		<-written
+	}
 	reclaim(sb.st.ID)
 }
 
@@ -232,6 +263,9 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 	lap := stopwatch()
 	if !sb.st.Paused {
 		if !e.checkpointed(id) && !e.checkpointWritten(id) {
+			// Running: what a finished resume, cut short as it removed
+			// its checkpoint, left of it goes now.
+			os.RemoveAll(e.checkpointDir(id))
 			return sb.alive()
 		}
 		// A pause whose process died after runsc checkpoint began: runsc
@@ -253,11 +287,14 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 	bin, state, args := e.runtimeFor(sb.st.Mode, sb.bundle)
 	name := sb.name()
 	// What an earlier resume, cut short, left running or recorded.
-	e.stopRuntime(cctx, sb, state, name)
+	e.stopRuntime(cctx, sb, state, name, nil)
 	lap("stop")
 	pidFile := filepath.Join(sb.bundle, "restore.pid")
 	os.Remove(pidFile)
-	cmd := exec.CommandContext(cctx, bin, append(args, "restore", "--image-path="+e.checkpointDir(id), "--bundle", sb.bundle, "--pid-file", pidFile, "--detach", name)...)
+	// --background: the sandbox runs once its kernel's state is loaded,
+	// and reads its memory's pages after runsc returns, from descriptors
+	// runsc passed it, so the checkpoint's files can go at once.
+	cmd := exec.CommandContext(cctx, bin, append(args, "restore", "--background", "--image-path="+e.checkpointDir(id), "--bundle", sb.bundle, "--pid-file", pidFile, "--detach", name)...)
 	// As at create, the container's stdio is /dev/null (the restored init
 	// takes runsc's), and the sandbox outlives this process.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -272,7 +309,7 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 	err = cmd.Run()
 	lap("restore")
 	if err != nil {
-		e.stopRuntime(cctx, sb, state, name)
+		e.stopRuntime(cctx, sb, state, name, nil)
 		if !sb.st.Paused {
 			return engine.Lost("sandbox %q died while it was paused, and its checkpoint does not restore (%v)%s", id, err, runtimeLog(sb.bundle))
 		}
@@ -284,7 +321,7 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 		pid, err = e.statePid(cctx, bin, state, name)
 	}
 	if err != nil {
-		e.stopRuntime(cctx, sb, state, name)
+		e.stopRuntime(cctx, sb, state, name, nil)
 		return err
 	}
 	start, ok := procStart(pid)
@@ -302,7 +339,16 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 	if err := e.writeState(sb); err != nil {
 		return err
 	}
-	if err := os.RemoveAll(e.checkpointDir(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	// The marker and the kernel's state go first: without them a resume
+	// cut short from here on is seen as done, never as a pause to finish
+	// from a checkpoint half removed.
+	dir := e.checkpointDir(id)
+	for _, f := range []string{checkpointDone, checkpointImage} {
+		if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			e.log.Warn("removing a used checkpoint", "sandbox_id", id, "err", err)
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
 		e.log.Warn("removing a used checkpoint", "sandbox_id", id, "err", err)
 	}
 	e.log.Debug("sandbox resumed", "sandbox_id", id, "pid", pid, "steps", lap("removed"))

@@ -46,6 +46,27 @@ while True:
     time.sleep(0.02)
 `
 
+// gvisorEngine is an engine on a root of the test's own, and the spec of
+// a gVisor sandbox of the default image by id, each call's with a /tmp of
+// its own (hostTmp).
+func gvisorEngine(t *testing.T) (*Engine, func(id string) *engine.SandboxSpec) {
+	t.Helper()
+	root, _ := testRoot(t)
+	_, ref, err := images.OpenIndex(filepath.Join(sysRoot(), "images")).Default()
+	if err != nil {
+		t.Fatalf("no default image (`make setup` builds it): %v", err)
+	}
+	e, err := New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := isolation.Default()
+	pol.Seccomp = profile(t, isolation.GVisor)
+	return e, func(id string) *engine.SandboxSpec {
+		return &engine.SandboxSpec{ID: id, Image: ref.ID, Policy: pol, TmpSource: hostTmp(t), Workdir: "/"}
+	}
+}
+
 // readCount reads the counter's pid and count from a sandbox's /tmp
 // source; 0, 0 while there is none.
 func readCount(dir string) (pid, n int) {
@@ -78,21 +99,10 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // snapshot stopped it, into its own fresh /tmp. A snapshot that does not
 // fit, and runc's isolation, are refused; nothing is left behind.
 func TestSnapshotRestore(t *testing.T) {
-	root, _ := testRoot(t)
-	_, ref, err := images.OpenIndex(filepath.Join(sysRoot(), "images")).Default()
-	if err != nil {
-		t.Fatalf("no default image (`make setup` builds it): %v", err)
-	}
-	e, err := New(root)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, spec := gvisorEngine(t)
+	warm := spec("snap-warm")
+	ref, pol := warm.Image, warm.Policy
 	ctx := context.Background()
-	pol := isolation.Default()
-	pol.Seccomp = profile(t, isolation.GVisor)
-	spec := func(id string) *engine.SandboxSpec {
-		return &engine.SandboxSpec{ID: id, Image: ref.ID, Policy: pol, TmpSource: hostTmp(t), Workdir: "/"}
-	}
 	freed := func(id string) {
 		t.Helper()
 		if left := leftovers(t, e, id); len(left) > 0 {
@@ -100,7 +110,6 @@ func TestSnapshotRestore(t *testing.T) {
 		}
 	}
 
-	warm := spec("snap-warm")
 	sb, err := e.Create(ctx, warm)
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +139,7 @@ func TestSnapshotRestore(t *testing.T) {
 			t.Errorf("%s: mode %v; want 0600", ent.Name(), fi.Mode().Perm())
 		}
 	}
-	if m, err := e.readSnapshot(snap); err != nil || m.Image != ref.ID || m.Policy != policyDigest(pol) || len(m.Files) == 0 {
+	if m, err := e.readSnapshot(snap); err != nil || m.Image != ref || m.Policy != policyDigest(pol) || len(m.Files) == 0 {
 		t.Fatalf("manifest %+v, %v", m, err)
 	}
 	if list, err := e.Snapshots(ctx); err != nil || len(list) != 1 {

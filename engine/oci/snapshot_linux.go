@@ -100,7 +100,7 @@ func (e *Engine) Snapshot(ctx context.Context, id string) (_ string, err error) 
 	// Whatever happened, the sandbox's processes are to end: a checkpoint
 	// stops them, and a failed one may have stopped them half-way.
 	defer func() {
-		e.stopRuntime(cctx, sb, state, name)
+		e.stopRuntime(cctx, sb, state, name, nil)
 		sb.st.Paused, sb.st.Pid, sb.st.Start, sb.st.Control = true, 0, 0, ""
 		if werr := e.writeState(sb); werr != nil && err == nil {
 			err = werr

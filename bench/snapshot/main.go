@@ -34,10 +34,14 @@ import (
 	"github.com/airlock-sandbox/airlock/runner"
 )
 
-var runCodeRounds *int
+var (
+	runCodeRounds *int
+	sustainFor    *time.Duration
+)
 
 func main() {
 	n := flag.Int("n", 10, "rounds of each start, interleaved (0: measure /run_code only)")
+	sustainFor = flag.Duration("sustain", time.Minute, "how long each side of the sustained /run_code rates runs (0: not measured)")
 	runCodeRounds = flag.Int("run-code-n", 30, "rounds of each /run_code request, interleaved (0: measure the starts only)")
 	flag.Parse()
 	if err := run(*n); err != nil {

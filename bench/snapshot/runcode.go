@@ -229,7 +229,94 @@ func benchRunCode(root, tmp string, n int) error {
 	for _, v := range vs {
 		fmt.Printf("  %s: %s\n", v.name, v.srv.steps(v.ids))
 	}
-	return execSplit(bin, root, n)
+	if err := execSplit(bin, root, n); err != nil {
+		return err
+	}
+	if *sustainFor == 0 {
+		return nil
+	}
+	// The pools of the rounds above go first: the rates are the cold
+	// server's and a pool of sustainPool's alone.
+	py.stop()
+	np.stop()
+	np4, err := startServe(bin, root, filepath.Join(tmp, "np4.sock"), "--run-code-template", "python=bench-rc-np", "--pool-sandboxes", fmt.Sprintf("bench-rc-np=%d", sustainPool))
+	if err != nil {
+		return err
+	}
+	defer np4.stop()
+	return sustain(cold, np4, *sustainFor)
+}
+
+// sustainClients post numpy snippets back to back, against a pool of
+// sustainPool, for the sustained rates.
+const (
+	sustainClients = 4
+	sustainPool    = 4
+)
+
+// sustain measures the rate of numpy snippets answered right with
+// sustainClients clients for d against the cold server and against the
+// pooled one, in halves taken in turn (cold, pool, cold, pool), so that
+// both see the same machine.
+func sustain(cold, pool *server, d time.Duration) error {
+	fmt.Fprintf(os.Stderr, "sustained: %d clients, %v each, in halves taken in turn…\n", sustainClients, d)
+	type side struct {
+		name string
+		srv  *server
+		ok   int
+		wall time.Duration
+	}
+	sides := []*side{{name: "cold (today)", srv: cold}, {name: fmt.Sprintf("numpy run-code pool of %d", sustainPool), srv: pool}}
+	for range 2 {
+		for _, sd := range sides {
+			ok, wall, err := flood(sd.srv, d/2)
+			if err != nil {
+				return fmt.Errorf("sustained, %s: %w", sd.name, err)
+			}
+			sd.ok, sd.wall = sd.ok+ok, sd.wall+wall
+		}
+	}
+	fmt.Println()
+	fmt.Printf("sustained /run_code numpy snippets, %d clients, %v each side\n", sustainClients, d)
+	for _, sd := range sides {
+		fmt.Printf("  %-28s %5d answered in %6.1f s: %5.2f/s\n", sd.name, sd.ok, sd.wall.Seconds(), float64(sd.ok)/sd.wall.Seconds())
+	}
+	a, b := float64(sides[0].ok)/sides[0].wall.Seconds(), float64(sides[1].ok)/sides[1].wall.Seconds()
+	fmt.Printf("pool / cold: %.2fx the rate (target ≥ 3x)\n", b/a)
+	return nil
+}
+
+// flood has sustainClients clients post numpy snippets to srv back to
+// back until d has passed; it returns how many were answered right and
+// the wall time until the last answer. Any wrong answer is the error.
+func flood(srv *server, d time.Duration) (int, time.Duration, error) {
+	var (
+		mu   sync.Mutex
+		ok   int
+		errs []error
+		wg   sync.WaitGroup
+	)
+	begin := time.Now()
+	for range sustainClients {
+		wg.Go(func() {
+			for time.Since(begin) < d {
+				if _, err := srv.runCode(numpyCode, "45\n"); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+					return
+				}
+				mu.Lock()
+				ok++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		return ok, 0, errs[0]
+	}
+	return ok, time.Since(begin), nil
 }
 
 // Two ways to give the fork server a job: the run-code exec

@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -291,32 +292,25 @@ func sustain(cold, pool *server, d time.Duration) error {
 // the wall time until the last answer. Any wrong answer is the error.
 func flood(srv *server, d time.Duration) (int, time.Duration, error) {
 	var (
-		mu   sync.Mutex
-		ok   int
-		errs []error
-		wg   sync.WaitGroup
+		ok    atomic.Int64
+		wrong sync.Once
+		err   error
+		wg    sync.WaitGroup
 	)
 	begin := time.Now()
 	for range sustainClients {
 		wg.Go(func() {
 			for time.Since(begin) < d {
-				if _, err := srv.runCode(numpyCode, "45\n"); err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
+				if _, e := srv.runCode(numpyCode, "45\n"); e != nil {
+					wrong.Do(func() { err = e })
 					return
 				}
-				mu.Lock()
-				ok++
-				mu.Unlock()
+				ok.Add(1)
 			}
 		})
 	}
 	wg.Wait()
-	if len(errs) > 0 {
-		return ok, 0, errs[0]
-	}
-	return ok, time.Since(begin), nil
+	return int(ok.Load()), time.Since(begin), err
 }
 
 // Two ways to give the fork server a job: the run-code exec

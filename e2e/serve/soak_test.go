@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/airlock-sandbox/airlock/internal/proc"
 	"github.com/airlock-sandbox/airlock/internal/timing"
 	"github.com/airlock-sandbox/airlock/mcpserver"
 	"github.com/airlock-sandbox/airlock/runner"
@@ -524,25 +525,11 @@ func (k *soak) cpuOver(d time.Duration) (time.Duration, error) {
 	return after - before, err
 }
 
-// cpuTime is pid's utime and stime from /proc/PID/stat, in clock ticks of
-// 10ms (USER_HZ, 100 on Linux whatever the kernel's HZ).
+// cpuTime is pid's user and system CPU time, all threads (USER_HZ ticks,
+// 100 a second on Linux).
 func cpuTime(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The fields after the command's closing parenthesis, from state (3).
-	i := bytes.LastIndexByte(b, ')')
-	f := strings.Fields(string(b[i+1:]))
-	if i < 0 || len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, b)
-	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
-	}
-	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
+	st, err := proc.ReadStat(pid)
+	return time.Duration(st.Utime+st.Stime) * 10 * time.Millisecond, err
 }
 
 // read samples the server now.

@@ -247,7 +247,8 @@ func leftovers(t *testing.T, e *Engine, id string) []string {
 }
 
 // sandboxHelperEnv asks the test binary to act as a creating process:
-// root, image, id and mode, separated by commas.
+// root, image, id and mode, separated by commas, and optionally the
+// runtime binary for that mode.
 const sandboxHelperEnv = "AIRLOCK_SANDBOX_HELPER"
 
 // TestSandboxHelper is not a test: run by TestSandboxOutlivesCreator as
@@ -259,7 +260,15 @@ func TestSandboxHelper(t *testing.T) {
 		return
 	}
 	f := strings.Split(arg, ",")
-	e, err := New(f[0])
+	var opts []Option
+	if len(f) > 4 {
+		with := WithRunsc
+		if isolation.Mode(f[3]) == isolation.Seccomp {
+			with = WithRunc
+		}
+		opts = append(opts, with(f[4]))
+	}
+	e, err := New(f[0], opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,6 +384,73 @@ func TestSandboxReaped(t *testing.T) {
 			}
 			if _, err := e.Open(context.Background(), id); !errdefs.IsNotFound(err) {
 				t.Fatalf("Open of a reaped sandbox: %v; want not found", err)
+			}
+		})
+	}
+}
+
+// A runtime making a sandbox holds the sandbox's lock, so a reap after
+// its airlock process was killed waits for it to end, then frees what it
+// made. The runtime is the real one behind a script that holds up its run
+// and marks when it has ended.
+func TestReapWaitsForRuntime(t *testing.T) {
+	root, image := testRoot(t)
+	for _, mode := range []isolation.Mode{isolation.GVisor, isolation.Seccomp} {
+		t.Run(string(mode), func(t *testing.T) {
+			e, err := New(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			real := e.runsc
+			if mode == isolation.Seccomp {
+				if real, err = exec.LookPath(e.runc); err != nil {
+					t.Fatal(err)
+				}
+			}
+			dir := t.TempDir()
+			mark := filepath.Join(dir, "mark")
+			wrapper := filepath.Join(dir, "runtime")
+			script := fmt.Sprintf(`#!/bin/sh
+case " $* " in
+*" run "*) : >%[1]s.started; sleep 2; %[2]s "$@"; rc=$?; : >%[1]s.ended; exit $rc ;;
+esac
+exec %[2]s "$@"
+`, mark, real)
+			if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			id := "reapwaits-" + string(mode)
+			cmd := exec.Command(os.Args[0], "-test.run=^TestSandboxHelper$", "-test.v")
+			cmd.Env = append(os.Environ(), sandboxHelperEnv+"="+strings.Join([]string{root, image.String(), id, string(mode), wrapper}, ","))
+			cmd.Stderr = os.Stderr
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+			for {
+				if _, err := os.Stat(mark + ".started"); err == nil {
+					break
+				}
+				select {
+				case err := <-exited:
+					t.Fatalf("the creator ended before its runtime ran: %v", err)
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+			// The creator dies mid-create; the runtime, in its own
+			// session, goes on.
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-exited
+			if err := e.Reap(context.Background(), id); err != nil {
+				t.Fatalf("Reap: %v", err)
+			}
+			if _, err := os.Stat(mark + ".ended"); err != nil {
+				t.Fatalf("Reap returned while the runtime was still making the sandbox: %v", err)
+			}
+			if left := leftovers(t, e, id); len(left) > 0 {
+				t.Fatalf("reaped, but left: %v", left)
 			}
 		})
 	}

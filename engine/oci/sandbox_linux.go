@@ -221,13 +221,12 @@ func (e *Engine) create(ctx context.Context, s *engine.SandboxSpec, snap string)
 	}
 	cmd := exec.Command(bin, append(append(args, verb...), "--detach", "--pid-file", pidFile, "--bundle", bundle, name)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if !native {
-		// runsc holds the sandbox's lock until it has made the sandbox,
-		// as at a pause or a resume: should this process die, a reap
-		// waits for it to end before it frees what it made. runsc sets
-		// what it inherits close-on-exec, so the sandbox does not hold it.
-		cmd.ExtraFiles = []*os.File{lk.File()}
-	}
+	// The runtime holds the sandbox's lock until it has made the sandbox,
+	// as runsc does at a pause or a resume: should this process die, a
+	// reap waits for it to end before it frees what it made. Neither
+	// passes it on: runsc sets what it inherits close-on-exec, and runc's
+	// init does so for all but the --preserve-fds it is given (none).
+	cmd.ExtraFiles = []*os.File{lk.File()}
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("%w: starting sandbox %q with %s %s: %v%s", errdefs.ErrUnavailable, s.ID, filepath.Base(bin), verb[0], err, runtimeLog(bundle))
 	}

@@ -233,6 +233,7 @@ lint: ## gofmt and go vet
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./e2e/ ./e2e/bundle/ ./e2e/serve/ ./e2e/kube/
 	cd tools/kube && $(GO) vet ./... && $(GO) vet -tags e2e ./cluster/
+	cd tools/runsc && CGO_ENABLED=0 $(GO) vet ./precompile/
 
 .PHONY: clean
 clean: ## Remove build outputs

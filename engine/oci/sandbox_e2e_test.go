@@ -456,6 +456,64 @@ exec %[2]s "$@"
 	}
 }
 
+// setup's runsc starts with its seccomp programs precompiled: the
+// sentry's and the gofer's logs say so, for the configuration the engine
+// starts them in. The runsc is the installed one behind a script that
+// turns on its debug logs for the sandbox and the gofer.
+func TestSandboxSeccompPrecompiled(t *testing.T) {
+	root, image := testRoot(t)
+	e, err := New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrapper := filepath.Join(t.TempDir(), "runsc")
+	script := fmt.Sprintf(`#!/bin/sh
+n=$#
+for a do
+	case $a in
+	--debug-command=*) set -- "$@" --debug "$a,boot,gofer" ;;
+	*) set -- "$@" "$a" ;;
+	esac
+done
+shift $n
+exec %s "$@"
+`, e.runsc)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if e, err = New(root, WithRunsc(wrapper)); err != nil {
+		t.Fatal(err)
+	}
+	p := isolation.Default()
+	p.Seccomp = profile(t, p.Isolation)
+	const id = "precompiled"
+	sb, err := e.Create(context.Background(), &engine.SandboxSpec{ID: id, Image: image, Policy: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := e.destroy(context.Background(), id); err != nil {
+			t.Error(err)
+		}
+	}()
+	if x, err := sb.Exec(context.Background(), &engine.Process{Argv: []string{"true"}, Timeout: 10 * time.Second}); err != nil || x.Code != 0 {
+		t.Fatalf("Exec: %+v, %v", x, err)
+	}
+	for _, proc := range []string{"boot", "gofer"} {
+		logs, _ := filepath.Glob(filepath.Join(e.bundleDir(id), "logs", "*."+proc+".txt"))
+		if len(logs) != 1 {
+			t.Fatalf("%s logs: %v; want one", proc, logs)
+		}
+		b, err := os.ReadFile(logs[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(b, []byte("Loaded precompiled seccomp instructions")) || bytes.Contains(b, []byte("No precompiled program found")) {
+			t.Errorf("runsc's %s process built its seccomp program at its start: %s's runsc was not built with its programs precompiled (rerun `make setup`)", proc, sysRoot())
+		}
+	}
+}
+
 // Any image works, the default Debian one included: its Python writes a
 // module in one exec and imports it in the next, and a detached server on
 // loopback answers a later exec.

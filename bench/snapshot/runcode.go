@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,6 +31,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/e2etest"
 	"github.com/airlock-sandbox/airlock/internal/forkserver"
+	"github.com/airlock-sandbox/airlock/internal/proc"
 	"github.com/airlock-sandbox/airlock/internal/timing"
 )
 
@@ -262,25 +264,34 @@ const (
 func sustain(cold, pool *server, d time.Duration) error {
 	fmt.Fprintf(os.Stderr, "sustained: %d clients, %v each, in halves taken in turn…\n", sustainClients, d)
 	type side struct {
-		name string
-		srv  *server
-		ok   int
-		wall time.Duration
+		name      string
+		srv       *server
+		ok        int
+		wall, cpu time.Duration
 	}
 	sides := []*side{{name: "cold (today)", srv: cold}, {name: fmt.Sprintf("numpy run-code pool of %d", sustainPool), srv: pool}}
 	for range 2 {
 		for _, sd := range sides {
+			cpu0, err := proc.HostCPU()
+			if err != nil {
+				return err
+			}
 			ok, wall, err := flood(sd.srv, d/2)
 			if err != nil {
 				return fmt.Errorf("sustained, %s: %w", sd.name, err)
 			}
-			sd.ok, sd.wall = sd.ok+ok, sd.wall+wall
+			cpu1, err := proc.HostCPU()
+			if err != nil {
+				return err
+			}
+			sd.ok, sd.wall, sd.cpu = sd.ok+ok, sd.wall+wall, sd.cpu+cpu1-cpu0
 		}
 	}
 	fmt.Println()
 	fmt.Printf("sustained /run_code numpy snippets, %d clients, %v each side\n", sustainClients, d)
 	for _, sd := range sides {
-		fmt.Printf("  %-28s %5d answered in %6.1f s: %5.2f/s\n", sd.name, sd.ok, sd.wall.Seconds(), float64(sd.ok)/sd.wall.Seconds())
+		fmt.Printf("  %-28s %5d answered in %6.1f s: %5.2f/s, %4.0f ms of the host's CPU each (%.0f%% busy)\n", sd.name, sd.ok, sd.wall.Seconds(), float64(sd.ok)/sd.wall.Seconds(),
+			float64(sd.cpu.Milliseconds())/float64(max(sd.ok, 1)), 100*sd.cpu.Seconds()/(sd.wall.Seconds()*float64(runtime.NumCPU())))
 	}
 	a, b := float64(sides[0].ok)/sides[0].wall.Seconds(), float64(sides[1].ok)/sides[1].wall.Seconds()
 	fmt.Printf("pool / cold: %.2fx the rate (target ≥ 3x)\n", b/a)

@@ -1,6 +1,6 @@
-// Package proc reads what airlock needs from Linux's /proc: today a
-// process's stat line (ReadStat, ParseStat), in one parser every caller
-// shares.
+// Package proc reads what airlock needs from Linux's /proc: a process's
+// stat line (ReadStat, ParseStat), in one parser every caller shares, and
+// the host's busy CPU time (HostCPU) for the benchmarks' costs.
 //
 // # Zombies
 //

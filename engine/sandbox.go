@@ -116,6 +116,15 @@ type Server interface {
 	Serve(ctx context.Context) error
 }
 
+// Awaiter is a Server an exec can wait for. Its supervisor starts serving
+// a little after the sandbox is made, so an exec made at once (a pool's
+// prime) starts the slower way unless it waits. Served returns true once
+// the helper is served, false at once for a sandbox with none, or once
+// ctx is done.
+type Awaiter interface {
+	Served(ctx context.Context) bool
+}
+
 // Engine runs tasks and creates sandboxes on one container engine, and
 // reaps what either left behind.
 type Engine interface {

@@ -47,6 +47,10 @@ func (r *Runner) NewSandboxPool(ctx context.Context, base SandboxSpec, o PoolOpt
 	return p, p.start(ctx, o)
 }
 
+// primeAwait bounds a pool's wait for a new sandbox's helper before its
+// prime: the supervisor looks for the sandbox every 20 ms.
+const primeAwait = time.Second
+
 // fillSandbox makes one long-lived sandbox, left created; the filler
 // records it pooled.
 func (p *Pool) fillSandbox(ctx context.Context) (*pooled, error) {
@@ -55,6 +59,14 @@ func (p *Pool) fillSandbox(ctx context.Context) (*pooled, error) {
 		return nil, err
 	}
 	if len(p.opt.Prime) > 0 {
+		// Through the engine's helper, once its supervisor serves it: the
+		// slower way costs CPU the pool's sandboxes share. Past primeAwait
+		// it goes the slower way.
+		if w, ok := sb.eng.(engine.Awaiter); ok {
+			actx, cancel := context.WithTimeout(ctx, primeAwait)
+			w.Served(actx)
+			cancel()
+		}
 		// The engine's exec, unrecorded: the sandbox stays created, no
 		// client's, until the filler pools it.
 		var stderr bytes.Buffer

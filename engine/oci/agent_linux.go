@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -169,6 +170,27 @@ func (s *sandbox) startAgent(ctx context.Context, pr *specs.Process, child [3]*o
 	}
 	conn.SetDeadline(time.Time{})
 	return rep.Pid, &agentExec{conn}, nil
+}
+
+// Served implements engine.Awaiter: true once the relay listens. An exec
+// that dials it then waits for the agent the relay starts as it begins,
+// rather than starting through the control socket, where the sentry
+// builds the container's seccomp program for every exec.
+func (s *sandbox) Served(ctx context.Context) bool {
+	if !s.st.Agent || s.st.Control == "" {
+		return false
+	}
+	sock := filepath.Join(s.bundle, agentSocket)
+	for {
+		if fi, err := os.Stat(sock); err == nil && fi.Mode().Type() == fs.ModeSocket {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // serveAgent runs the sandbox's exec agent and relays execs to it until

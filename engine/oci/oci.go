@@ -424,6 +424,7 @@ var (
 	_ engine.Snapshotter = (*Engine)(nil)
 	_ engine.Sandbox     = (*sandbox)(nil)
 	_ engine.Server      = (*sandbox)(nil)
+	_ engine.Awaiter     = (*sandbox)(nil)
 	_ engine.Task        = (*oneShot)(nil)
 )
 

@@ -656,6 +656,42 @@ func TestSandboxControlExec(t *testing.T) {
 // TestSandboxAgentExec: execs forked by the agent run as the control
 // socket's do, the agent is started again once killed or once it breaks
 // the protocol, and only the sentry's exit status counts.
+// An exec that waits for Served goes through the agent even when it was
+// made before its supervisor served it, as a pool's prime is; Served says
+// false until then.
+func TestSandboxAgentServed(t *testing.T) {
+	root, image := testRoot(t)
+	sb := gvisorSandbox(t, root, image, "served")
+	w := sb.(engine.Awaiter)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if w.Served(ctx) {
+		t.Fatal("Served before anything serves the agent")
+	}
+	sctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		served <- sb.(engine.Server).Serve(sctx)
+	}()
+	defer func() {
+		stop()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if !w.Served(ctx) {
+		t.Fatal("not Served once the supervisor serves the agent")
+	}
+	var out strings.Builder
+	x, err := sb.Exec(context.Background(), &engine.Process{Argv: []string{"sh", "-c", `tr '\0' ' ' </proc/$PPID/cmdline`}, Stdout: &out, Timeout: 20 * time.Second})
+	if err != nil || x.Code != 0 || out.String() != agentPath+" " {
+		t.Fatalf("exec once Served: %+v, %v, parent %q; want the agent's child", x, err, out.String())
+	}
+}
+
 func TestSandboxAgentExec(t *testing.T) {
 	sb := agentSandbox(t, "agent")
 	run := func(stdin io.Reader, script string) (engine.Exit, string, string) {

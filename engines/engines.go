@@ -87,7 +87,7 @@ func (h *Host) Engine(name string) (engine.Engine, func(), error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		return e, func() {}, nil
+		return e, e.Close, nil
 	}
 	return nil, nil, fmt.Errorf("%w: engine %q: use auto, oci or docker", errdefs.ErrInvalidArgument, name)
 }

@@ -58,6 +58,9 @@ type Engine struct {
 	// egressHosts and egressCA are files the egress proxies read
 	// (WithEgressHosts, WithEgressCA).
 	egressHosts, egressCA string
+	// bg is work calls leave to finish after they return: the removal of
+	// resumed sandboxes' used checkpoints. Close waits for it.
+	bg sync.WaitGroup
 }
 
 // Option configures an Engine.
@@ -412,6 +415,10 @@ func exitCode(ps *os.ProcessState) int {
 	}
 	return ps.ExitCode()
 }
+
+// Close waits for the work calls left to finish after they returned (a
+// resumed sandbox's checkpoint being removed). The engine stays usable.
+func (e *Engine) Close() { e.bg.Wait() }
 
 // RunsOnStore implements engine.StoreUser: sandboxes run on image trees of
 // airlock's store.

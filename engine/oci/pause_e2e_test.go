@@ -90,6 +90,11 @@ func TestResumeCutShort(t *testing.T) {
 		if _, err := os.Stat(dir); !os.IsNotExist(err) {
 			t.Fatalf("resume %s: the checkpoint is still there (%v)", what, err)
 		}
+		// Its pages go after the resume returned; Close waits for them.
+		e.Close()
+		if used, _ := filepath.Glob(filepath.Join(e.checkpointsDir(), usedPrefix+spec.ID+"-*")); len(used) > 0 {
+			t.Fatalf("resume %s: the used checkpoint is still there after Close: %v", what, used)
+		}
 		s, err := e.openState(spec.ID)
 		if err != nil || s.st.Paused || s.alive() != nil {
 			t.Fatalf("resume %s: state %+v, %v, alive: %v", what, s.st, err, s.alive())

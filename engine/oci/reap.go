@@ -45,10 +45,15 @@ func (e *Engine) Leftovers(ctx context.Context) ([]string, error) {
 	for _, s := range socks {
 		seen[strings.TrimSuffix(strings.TrimPrefix(filepath.Base(s), "runsc-"+namePrefix), ".sock")] = true
 	}
-	// Checkpoints of paused sandboxes.
+	// Checkpoints of paused sandboxes, and used ones a resume left to
+	// remove.
 	ckpts, _ := os.ReadDir(e.checkpointsDir())
 	for _, c := range ckpts {
-		seen[c.Name()] = true
+		if id, ok := usedOwner(c.Name()); ok {
+			seen[id] = true
+		} else {
+			seen[c.Name()] = true
+		}
 	}
 	bundles, _ := os.ReadDir(filepath.Join(e.root, "oci", "bundles"))
 	for _, b := range bundles {
@@ -135,13 +140,14 @@ func (e *Engine) reap(ctx context.Context, id string) error {
 	if err := removeBundle(e.bundleDir(id)); err != nil {
 		errs = append(errs, err)
 	}
-	// A paused sandbox's checkpoint goes with it, and a snapshot of it
-	// that was cut short.
+	// A paused sandbox's checkpoint goes with it, used ones a resume left
+	// to remove, and a snapshot of it that was cut short.
 	if err := os.RemoveAll(e.checkpointDir(id)); err != nil {
 		errs = append(errs, err)
 	}
+	used, _ := filepath.Glob(filepath.Join(e.checkpointsDir(), usedPrefix+id+"-*"))
 	halfSnaps, _ := filepath.Glob(filepath.Join(e.snapshotsDir(), ".new-"+id+"-*"))
-	for _, d := range halfSnaps {
+	for _, d := range append(used, halfSnaps...) {
 		if err := os.RemoveAll(d); err != nil {
 			errs = append(errs, err)
 		}

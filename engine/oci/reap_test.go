@@ -5,6 +5,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,6 +68,52 @@ func TestReapWaitsForLock(t *testing.T) {
 	for _, p := range []string{e.bundleDir(id), e.checkpointDir(id), e.lockPath(id)} {
 		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s is left after Reap: %v", filepath.Base(filepath.Dir(p))+"/"+filepath.Base(p), err)
+		}
+	}
+}
+
+// A used checkpoint a resume left to remove (its process ended first)
+// names its sandbox among the leftovers, and goes with it.
+func TestReapUsedCheckpoint(t *testing.T) {
+	e, err := New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "sb-0123456789abcdef0123"
+	used := filepath.Join(e.checkpointsDir(), usedPrefix+id+"-k2x9")
+	if err := os.MkdirAll(used, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(used, "pages.img"), []byte("pages"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := e.Leftovers(context.Background())
+	if err != nil || !slices.Contains(ids, id) || slices.ContainsFunc(ids, func(s string) bool { return strings.HasPrefix(s, usedPrefix) }) {
+		t.Fatalf("Leftovers: %v, %v; want %s, and no used checkpoint's name", ids, err, id)
+	}
+	if err := e.Reap(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(used); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the used checkpoint is left after Reap: %v", err)
+	}
+}
+
+func TestUsedOwner(t *testing.T) {
+	for _, tc := range []struct {
+		name, id string
+		ok       bool
+	}{
+		{".used-sb-0123456789abcdef0123-k2x9", "sb-0123456789abcdef0123", true},
+		{".used-plain-1", "plain", true},
+		{"sb-0123456789abcdef0123", "", false},
+		{".used-", "", false},
+		{".used--x", "", false},
+		{".new-sb-1-x", "", false},
+	} {
+		id, ok := usedOwner(tc.name)
+		if id != tc.id || ok != tc.ok {
+			t.Errorf("usedOwner(%q) = %q, %v; want %q, %v", tc.name, id, ok, tc.id, tc.ok)
 		}
 	}
 }

@@ -238,7 +238,8 @@ func leftovers(t *testing.T, e *Engine, id string) []string {
 			left = append(left, "mount "+l)
 		}
 	}
-	for _, p := range []string{e.bundleDir(id), e.lockPath(id)} {
+	used, _ := filepath.Glob(filepath.Join(e.checkpointsDir(), usedPrefix+id+"-*"))
+	for _, p := range append([]string{e.bundleDir(id), e.lockPath(id), e.checkpointDir(id)}, used...) {
 		if _, err := os.Lstat(p); err == nil {
 			left = append(left, p)
 		}

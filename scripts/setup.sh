@@ -70,7 +70,7 @@ if [ -x "$runsc" ] && [ "$(cat "$runsc.key" 2>/dev/null)" = "$key" ] &&
   "$runsc" --version 2>/dev/null | grep -qF "runsc version $gvisor_version"; then
   step "runsc $gvisor_version present"
 else
-  step "building runsc $gvisor_version with its seccomp programs precompiled (CGO_ENABLED=0; about 3-5 minutes)"
+  step "building runsc $gvisor_version with its seccomp programs precompiled (CGO_ENABLED=0; about 2-4 minutes)"
   mkdir -p "$tools"
   build=$root/cache/runsc-build
   rm -rf "$build" && mkdir -p "$build" && cp -R "$here/tools/runsc/." "$build/"

@@ -55,6 +55,11 @@ const (
 	// relayDrainWait bounds the client's wait for a drain: the relay's
 	// wait for the agent's answer, and a little more.
 	relayDrainWait = agentTimeout + 2*time.Second
+	// relayWaited is the byte a client writes as it lets go of an exec it
+	// waited for. A connection that ends without it is a client that
+	// vanished (its process killed): the relay kills the exec's program,
+	// as the client would have at a cancel.
+	relayWaited = 'W'
 )
 
 // AgentPath is where setup installs the exec agent under root.
@@ -107,8 +112,13 @@ func (x *agentExec) drain() {
 	x.conn.Write([]byte{relayDrain})
 }
 
-// release, once the exec was waited for, lets the agent reap it.
-func (x *agentExec) release() { x.conn.Close() }
+// release, once the exec was waited for (or killed), lets the agent
+// reap it.
+func (x *agentExec) release() {
+	x.conn.SetWriteDeadline(time.Now().Add(agentTimeout))
+	x.conn.Write([]byte{relayWaited})
+	x.conn.Close()
+}
 
 // startAgent starts pr through the sandbox's agent, with the program's
 // ends of its stdio. errNoAgent: nothing was started.
@@ -706,19 +716,35 @@ func (r *relay) serve(ctx context.Context, conn *net.UnixConn) {
 		go r.pumpStdin(a, id, x, files[0], done)
 		files[0] = nil
 	}
-	// The client closes the connection once it has waited for the exec;
-	// before that, it may ask for a drain.
+	// The client closes the connection once it has waited for the exec,
+	// saying so; before that, it may ask for a drain.
 	var drain sync.Once
+	waited := false
 	for b := make([]byte, 64); ; {
 		n, err := conn.Read(b)
 		if bytes.IndexByte(b[:n], relayDrain) >= 0 {
 			drain.Do(func() { go r.drain(a, x) })
 		}
+		waited = waited || bytes.IndexByte(b[:n], relayWaited) >= 0
 		if err != nil {
 			break
 		}
 	}
 	close(done)
+	if !waited {
+		// Killed before the Reap, while the agent holds the pid (a
+		// zombie at worst): never another process's. An agent that died
+		// no longer holds it.
+		select {
+		case <-a.dead:
+		default:
+			kctx, cancel := context.WithTimeout(context.Background(), agentTimeout)
+			if err := a.s.control().KillTree(kctx, int(v)); err != nil {
+				r.s.e.log.Debug("killing the program of an exec whose client vanished", "sandbox_id", r.s.st.ID, "pid", v, "err", err)
+			}
+			cancel()
+		}
+	}
 	a.send(agent.Reap, id, nil)
 }
 

@@ -886,6 +886,51 @@ func TestSandboxAgentCancelledAtStart(t *testing.T) {
 	}
 }
 
+// A client that vanishes after the relay's answer without having waited
+// for its exec (its airlock process killed) has the exec's program and
+// its group killed, as a cancelled exec's are; one that waited leaves
+// what its program left in the background alone, as ever.
+func TestSandboxAgentClientVanished(t *testing.T) {
+	sb := agentSandbox(t, "vanished")
+	s := sb.(*sandbox)
+	ctx := context.Background()
+	pr := s.process
+	pr.Args = []string{"sh", "-c", "sleep 608 & exec sleep 609"}
+	fds, err := newStdio(&engine.Process{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fds.close()
+	pid, x, err := s.startAgent(ctx, &pr, fds.child, false)
+	fds.closeChild()
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.conn.Close() // gone, without a word
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if code, err := s.control().Wait(wctx, pid); err != nil || code != 128+int(syscall.SIGKILL) {
+		t.Fatalf("the program of an exec whose client vanished: exit %d, %v; want killed", code, err)
+	}
+	ps := func() string {
+		t.Helper()
+		var out strings.Builder
+		if _, err := sb.Exec(ctx, &engine.Process{Argv: []string{"ps", "-eo", "args"}, Stdout: &out, Timeout: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		return out.String()
+	}
+	if out := ps(); strings.Contains(out, "sleep 608") {
+		t.Fatalf("its background process runs on:\n%s", out)
+	}
+	if x, err := sb.Exec(ctx, &engine.Process{Argv: []string{"sh", "-c", "sleep 610 & echo ok"}, Timeout: time.Minute}); err != nil || x.Code != 0 {
+		t.Fatalf("exec: %+v, %v", x, err)
+	}
+	if out := ps(); !strings.Contains(out, "sleep 610") {
+		t.Fatalf("a waited exec's background process was killed:\n%s", out)
+	}
+}
+
 // An agent that died before the relay knew it is replaced as the spawn
 // is written, and the exec's output still reaches its client.
 func TestSandboxAgentReplacedAtSpawn(t *testing.T) {

@@ -66,8 +66,10 @@ fi
 gvisor_version=$(cd "$here/tools/runsc" && go list -m -f '{{.Version}}' gvisor.dev/gvisor)
 runsc=$tools/runsc
 key=$(cd "$here/tools/runsc" && cat go.mod go.sum precompile/*.go | sha256sum | cut -d' ' -f1)
-if [ -x "$runsc" ] && [ "$(cat "$runsc.key" 2>/dev/null)" = "$key" ] &&
-  "$runsc" --version 2>/dev/null | grep -qF "runsc version $gvisor_version"; then
+# The version is read whole: `| grep -q` under pipefail fails when grep
+# quits before runsc has written its last line (SIGPIPE), and rebuilt.
+have=$([ -x "$runsc" ] && "$runsc" --version 2>/dev/null || true)
+if [ "$(cat "$runsc.key" 2>/dev/null)" = "$key" ] && [[ $have == *"runsc version $gvisor_version"* ]]; then
   step "runsc $gvisor_version present"
 else
   step "building runsc $gvisor_version with its seccomp programs precompiled (CGO_ENABLED=0; about 2-4 minutes)"

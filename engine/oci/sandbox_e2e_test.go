@@ -172,13 +172,10 @@ func serveAgent(t *testing.T, sb engine.Sandbox) {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(2 * time.Millisecond) {
-		if _, err := os.Stat(filepath.Join(s.bundle, agentSocket)); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no agent socket in %s after 10s", s.bundle)
-		}
+	wctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+	defer stop()
+	if !s.Served(wctx) {
+		t.Fatalf("no agent socket in %s after 10s", s.bundle)
 	}
 }
 

@@ -351,15 +351,20 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 	// The pages, as large as the sandbox's memory, take tens of
 	// milliseconds to free: moved aside, they go after the resume returns
 	// (Close waits), and with the sandbox should this process end first.
+	// One that cannot be moved goes now: removed in the background under
+	// its own name, it could take a next pause's checkpoint with it.
 	used := filepath.Join(e.checkpointsDir(), usedPrefix+id+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
-	if err := os.Rename(dir, used); err != nil {
-		used = dir
-	}
-	e.bg.Go(func() {
+	remove := func() {
 		if err := os.RemoveAll(used); err != nil {
 			e.log.Warn("removing a used checkpoint", "sandbox_id", id, "err", err)
 		}
-	})
+	}
+	if err := os.Rename(dir, used); err != nil {
+		used = dir
+		remove()
+	} else {
+		e.bg.Go(remove)
+	}
 	e.log.Debug("sandbox resumed", "sandbox_id", id, "pid", pid, "steps", lap("moved aside"))
 	return nil
 }

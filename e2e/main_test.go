@@ -17,8 +17,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
-	"syscall"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,6 +36,9 @@ var (
 	engineName    string // the engine under test: AIRLOCK_E2E_ENGINE, default docker
 	isolationName string // the isolation mode under test: AIRLOCK_E2E_ISOLATION, default gvisor
 	airlockBin    string // the binary under test
+	peakRSSBin    string // runs a command and reports its own peak RSS
+	tmpDir        string // the suite's scratch directory
+	rssSeq        atomic.Int64
 	rootDir       string // airlock's state directory for these tests
 	busybox       string // pinned reference of the busybox test image
 	defaultRef    string // pinned reference of the default image
@@ -60,6 +64,10 @@ func setup(m *testing.M) (int, error) {
 	if airlockBin, err = e2etest.Build(tmp, "../cmd/airlock"); err != nil {
 		return 0, err
 	}
+	if peakRSSBin, err = e2etest.BuildAs(tmp, "../internal/e2etest/peakrss", "peakrss"); err != nil {
+		return 0, err
+	}
+	tmpDir = tmp
 
 	// The default image comes from setup's root; the tests' own images go
 	// into a root of their own so they never touch the user's index.
@@ -115,7 +123,11 @@ func airlock(env []string, args ...string) cliResult {
 	if len(args) > 0 && args[0] == "run" {
 		args = append([]string{"run", "--engine", engineName, "--isolation", isolationName}, args[1:]...)
 	}
-	cmd := exec.Command(airlockBin, append([]string{"--root", rootDir}, args...)...)
+	// Through peakrss: the CLI's own rusage would count this test binary's
+	// memory, which it shares until its exec.
+	rssFile := filepath.Join(tmpDir, fmt.Sprintf("rss-%d", rssSeq.Add(1)))
+	defer os.Remove(rssFile)
+	cmd := exec.Command(peakRSSBin, append([]string{rssFile, "--", airlockBin, "--root", rootDir}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	var so, se bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &so, &se
@@ -130,10 +142,8 @@ func airlock(env []string, args ...string) cliResult {
 			r.stderr += err.Error()
 		}
 	}
-	if cmd.ProcessState != nil {
-		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-			r.maxRSS = ru.Maxrss * 1024
-		}
+	if b, err := os.ReadFile(rssFile); err == nil {
+		r.maxRSS, _ = strconv.ParseInt(string(b), 10, 64)
 	}
 	return r
 }

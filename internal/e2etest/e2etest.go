@@ -41,12 +41,16 @@ func Pair(defaultEngine string) (engineName, isolationName string) {
 
 // Build builds the airlock command at pkg (a path to cmd/airlock) into dir
 // and returns the binary's path.
-func Build(dir, pkg string) (string, error) {
-	bin := filepath.Join(dir, "airlock")
+func Build(dir, pkg string) (string, error) { return BuildAs(dir, pkg, "airlock") }
+
+// BuildAs builds the command at pkg into dir under name and returns the
+// binary's path.
+func BuildAs(dir, pkg, name string) (string, error) {
+	bin := filepath.Join(dir, name)
 	build := exec.Command("go", "build", "-o", bin, pkg)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
-		return "", fmt.Errorf("building airlock: %w", err)
+		return "", fmt.Errorf("building %s: %w", name, err)
 	}
 	return bin, nil
 }

@@ -205,7 +205,7 @@ bench-kube: ## Kubernetes: claim to first exec through airlock nodes beside a lo
 	$(GO) test -count=1 -tags e2e -run '^$$' -bench Kube -benchtime=1x -timeout 60m ./e2e/kube/
 
 .PHONY: bench-egress
-bench-egress: ## The egress proxy beside direct connections, on loopback and in a sandbox's namespaces: throughput, per-request cost
+bench-egress: setup ## The egress proxy beside direct connections, on loopback, in a sandbox's namespaces and in real sandboxes: throughput, per-request cost
 	$(GO) run ./bench/egress -n 20
 
 .PHONY: load-server

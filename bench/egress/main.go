@@ -10,14 +10,19 @@
 //   - as root, a large GET (100 MiB) from inside a pair of namespaces
 //     made as the oci engine makes a sandbox's: direct to a server in the
 //     proxy's namespace over the veth pair, and through the proxy there
-//     to a server on the host's loopback (netns_linux.go).
+//     to a server on the host's loopback (netns_linux.go);
+//   - as root, after setup, the same GETs made by Python's urllib in a
+//     real sandbox of the oci engine, under gVisor and under runc: direct
+//     to servers in its proxy's namespace, and through its own proxy to
+//     the host's twins (sandbox_linux.go). No CPU is given for these: the
+//     client's is the sandbox's.
 //
 // Each row has the wall time of a round and the CPU the whole process
 // used in it (servers, proxy and client, user and system): where the
 // CPUs are fewer than the busy parties, the CPU is what sets the pace.
 //
 // Nothing leaves the machine: the servers, the proxy and the clients are
-// on 127.0.0.1, or in the namespaces it makes and removes. `make
+// on 127.0.0.1, or in the namespaces and sandboxes it makes and removes. `make
 // bench-egress` runs it.
 package main
 
@@ -45,7 +50,8 @@ import (
 
 func main() {
 	n := flag.Int("n", 20, "rounds of each scenario")
-	nsSize := flag.Int("ns-size", 100, "MiB per large GET in the namespaces (0: none; root only)")
+	nsSize := flag.Int("ns-size", 100, "MiB per large GET in the namespaces and the sandboxes (0: none; root only)")
+	sandboxN := flag.Int("sandbox-n", 12, "rounds of the sandboxes' large GETs (0: none; root, after make setup)")
 	size := flag.Int("size", 64, "MiB per large GET")
 	small := flag.Int("small", 200, "1 KiB GETs per round of the small scenarios")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (servers, proxy and clients) to this file")
@@ -61,7 +67,7 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if err := run(*n, *size<<20, *small, *nsSize<<20); err != nil {
+	if err := run(*n, *size<<20, *small, *nsSize<<20, *sandboxN); err != nil {
 		fmt.Fprintf(os.Stderr, "bench-egress: %v\n", err)
 		pprof.StopCPUProfile()
 		os.Exit(1)
@@ -93,6 +99,7 @@ type scenario struct {
 	fn    func() error
 	took  []time.Duration
 	cpu   []time.Duration // the process's: servers, proxy and client
+	noCPU bool            // the client is in a sandbox: its CPU is not the process's
 }
 
 // cpuTime is the CPU this process has used, user and system.
@@ -102,7 +109,7 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func run(n, size, small, nsSize int) error {
+func run(n, size, small, nsSize, sandboxN int) error {
 	blob := bytes.Repeat([]byte("airlock egress "), size/15+1)[:size]
 	kib := blob[:1024]
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -173,6 +180,19 @@ func run(n, size, small, nsSize int) error {
 		defer stop()
 		scenarios = append(scenarios, ns...)
 	}
+	var boxed []*scenario
+	if nsSize > 0 && sandboxN > 0 {
+		// First, while this process holds nothing else: the sandboxes
+		// take their rounds in turns of their own.
+		nsBlob := bytes.Repeat([]byte("airlock egress "), nsSize/15+1)[:nsSize]
+		boxed, err = inSandboxes(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", strconv.Itoa(len(nsBlob)))
+			w.Write(nsBlob)
+		}), nsSize, sandboxN)
+		if err != nil {
+			return fmt.Errorf("the sandboxes' scenarios (-sandbox-n 0 leaves them out): %w", err)
+		}
+	}
 	for _, s := range scenarios { // warm up
 		if err := s.fn(); err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
@@ -189,6 +209,7 @@ func run(n, size, small, nsSize int) error {
 		}
 	}
 
+	scenarios = append(scenarios, boxed...)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "scenario\tp50\tp99\tthroughput or per request (p50)\tvs direct\tCPU (p50)\tvs direct\t\n")
 	var direct, directCPU time.Duration
@@ -208,7 +229,11 @@ func run(n, size, small, nsSize int) error {
 			ratio = fmt.Sprintf("%.2f×", p50.Seconds()/direct.Seconds())
 			cpuRatio = fmt.Sprintf("%.2f×", cpu.Seconds()/directCPU.Seconds())
 		}
-		fmt.Fprintf(tw, "%s\t%.1f ms\t%.1f ms\t%s\t%s\t%.0f ms\t%s\t\n", s.name, timing.MS(p50), timing.MS(p99), per, ratio, timing.MS(cpu), cpuRatio)
+		cpuCell := fmt.Sprintf("%.0f ms", timing.MS(cpu))
+		if s.noCPU {
+			cpuCell, cpuRatio = "—", ""
+		}
+		fmt.Fprintf(tw, "%s\t%.1f ms\t%.1f ms\t%s\t%s\t%s\t%s\t\n", s.name, timing.MS(p50), timing.MS(p99), per, ratio, cpuCell, cpuRatio)
 	}
 	tw.Flush()
 	cancel()

@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/units"
 )
 
 // Egress is the network a policy asks for: none at all, or the hosts the
@@ -17,7 +18,15 @@ type Egress struct {
 	// host through the route alone. They name where a value comes from,
 	// never the value.
 	Credentials []egress.Credential
+	// Bytes caps what the proxy moves, both ways and over all of the
+	// sandbox's connections, for its whole life (--egress-limit); zero is
+	// DefaultEgressBytes, which WithDefaults fills in for an egress that is
+	// on.
+	Bytes units.Bytes
 }
+
+// DefaultEgressBytes is a sandbox's egress byte cap when none is asked for.
+const DefaultEgressBytes = units.Bytes(1 << 30)
 
 // On says whether the sandbox is given a way out: an allowlist or a
 // credential route.
@@ -30,6 +39,8 @@ type EgressRecord struct {
 	// Credentials are the credential routes as HOST:PORT HEADER: never
 	// where their values come from, nor the values.
 	Credentials []string `json:"credentials"`
+	// LimitBytes caps the bytes the proxy moves for the sandbox.
+	LimitBytes int64 `json:"limit_bytes"`
 }
 
 // Record is e as the policy's record shows it; nil when e is off, so a
@@ -38,7 +49,10 @@ func (e Egress) Record() *EgressRecord {
 	if !e.On() {
 		return nil
 	}
-	r := &EgressRecord{AllowHost: e.Allow.Entries(), Credentials: []string{}}
+	r := &EgressRecord{AllowHost: e.Allow.Entries(), Credentials: []string{}, LimitBytes: int64(e.Bytes)}
+	if e.Bytes == 0 {
+		r.LimitBytes = int64(DefaultEgressBytes)
+	}
 	for _, c := range e.Credentials {
 		port := c.Port
 		if port == 0 {

@@ -35,9 +35,13 @@ func TestEgressRecord(t *testing.T) {
 	p := Default()
 	p.Egress = testEgress(t)
 	b, _ = json.Marshal(p.Record().Egress)
-	want := `{"allow_host":["pypi.org","*.pythonhosted.org:443"],"credentials":["api.example.com:443 Authorization"]}`
+	want := `{"allow_host":["pypi.org","*.pythonhosted.org:443"],"credentials":["api.example.com:443 Authorization"],"limit_bytes":1073741824}`
 	if string(b) != want {
 		t.Errorf("egress record %s, want %s", b, want)
+	}
+	p.Egress.Bytes = 4 << 30
+	if r := p.Record().Egress; r.LimitBytes != 4<<30 {
+		t.Errorf("egress record of a 4GiB limit: %+v", r)
 	}
 	if strings.Contains(string(b), "secrets") {
 		t.Errorf("the record names a credential's source: %s", b)
@@ -151,5 +155,40 @@ func TestRunscNetwork(t *testing.T) {
 	}
 	if flags[0] != "--network=none" {
 		t.Error("RunscNetwork changed its argument")
+	}
+}
+
+// An egress byte limit is filled in for an egress that is on, and refused
+// without one, or below 1KiB, naming what to do.
+func TestEgressLimit(t *testing.T) {
+	p := Default()
+	p.Seccomp = testSeccomp
+	p.Egress = testEgress(t)
+	if q := p.WithDefaults(); q.Egress.Bytes != DefaultEgressBytes {
+		t.Errorf("default egress limit %v, want %v", q.Egress.Bytes, DefaultEgressBytes)
+	}
+	if q := Default().WithDefaults(); q.Egress.Bytes != 0 {
+		t.Errorf("a policy without egress was given a limit: %v", q.Egress.Bytes)
+	}
+	p.Egress.Bytes = 4 << 30
+	if q := p.WithDefaults(); q.Egress.Bytes != 4<<30 {
+		t.Errorf("WithDefaults changed a limit given: %v", q.Egress.Bytes)
+	}
+	if err := p.Validate(); err != nil {
+		t.Errorf("a 4GiB limit: %v", err)
+	}
+	for _, c := range []struct {
+		egress Egress
+		want   string
+	}{
+		{Egress{Bytes: 1 << 20}, "allow a host"},
+		{Egress{Allow: p.Egress.Allow, Bytes: 512}, "below the minimum of 1KiB"},
+		{Egress{Allow: p.Egress.Allow, Bytes: -1}, "below the minimum"},
+	} {
+		q := p
+		q.Egress = c.egress
+		if err := q.Validate(); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("egress %+v: %v, want %q", c.egress, err, c.want)
+		}
 	}
 }

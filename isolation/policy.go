@@ -160,6 +160,12 @@ func (p Policy) Validate() error {
 	if p.UID == 0 || p.GID == 0 {
 		bad("uid and gid must not be 0 (root)")
 	}
+	switch e := p.Egress; {
+	case e.Bytes != 0 && !e.On():
+		bad("egress limit %v caps the egress proxy, and this sandbox has no egress: allow a host (allow_host, --allow-host) or leave the limit out", e.Bytes)
+	case e.Bytes < 0 || (e.Bytes != 0 && e.Bytes < 1024):
+		bad("egress limit %v is below the minimum of 1KiB", e.Bytes)
+	}
 	if !validHostname(p.Hostname) {
 		bad("hostname %q must be 1 to 63 letters, digits or '-'", p.Hostname)
 	}
@@ -223,6 +229,9 @@ func (p Policy) WithDefaults() Policy {
 	}
 	if l.OpenFiles == 0 {
 		l.OpenFiles = dl.OpenFiles
+	}
+	if p.Egress.On() && p.Egress.Bytes == 0 {
+		p.Egress.Bytes = DefaultEgressBytes
 	}
 	return p
 }

@@ -67,6 +67,7 @@ type (
 		IdleTimeoutS *float64 `json:"idle_timeout_s,omitempty" jsonschema:"seconds without an exec or a file transfer after which the sandbox ends (default 900)"`
 		AllowHost    []string `json:"allow_host,omitempty" jsonschema:"hosts the sandbox may reach through its egress proxy, HOST[:PORT] each, such as pypi.org or *.pythonhosted.org (default: none, no network at all)"`
 		Credential   []string `json:"credential,omitempty" jsonschema:"credential routes of the template named, HOST=HEADER:ENV or HOST=HEADER:@FILE each, to keep only these of them (a template is required)"`
+		EgressLimit  string   `json:"egress_limit,omitempty" jsonschema:"cap on the bytes the egress proxy moves for the sandbox, both ways, over its whole life, with a unit such as 4GiB (default 1GiB; needs allow_host or a template's egress)"`
 		Engine       string   `json:"engine,omitempty" jsonschema:"auto, oci or docker (default auto, or the template's), or kube: a sandbox on the Kubernetes cluster this server was started with (--kubeconfig), claimed from the warm pool of template, which is then the only other argument"`
 	}
 	SandboxExecArgs struct {
@@ -174,7 +175,7 @@ func runSpec(in RunCodeArgs) (runner.Spec, error) {
 func sandboxSpec(in SandboxCreateArgs) (runner.SandboxSpec, error) {
 	var s runner.SandboxSpec
 	s.Image = in.Image
-	w := wire.Policy{AllowHost: in.AllowHost, Credential: in.Credential, Engine: in.Engine}
+	w := wire.Policy{AllowHost: in.AllowHost, Credential: in.Credential, EgressLimit: in.EgressLimit, Engine: in.Engine}
 	pol, err := w.ParseClient(in.Template)
 	if err != nil {
 		return s, err

@@ -38,6 +38,9 @@ type Job struct {
 	// names credentials only to narrow its template's.
 	AllowHost  []string `json:"allow_host,omitempty"`
 	Credential []string `json:"credential,omitempty"`
+	// EgressLimit caps the job's egress bytes (wire.Policy's
+	// egress_limit); given, it replaces the batch's.
+	EgressLimit string `json:"egress_limit,omitempty"`
 	// ExpectedStdout, when set, decides Pass: the program must exit 0 and
 	// print exactly this.
 	ExpectedStdout *string `json:"expected_stdout,omitempty"`
@@ -220,7 +223,7 @@ func (j Job) spec(base Spec, template string) (Spec, error) {
 	if err != nil {
 		return s, fmt.Errorf("limits: %w", err)
 	}
-	w = wire.Policy{AllowHost: j.AllowHost, Credential: j.Credential}
+	w = wire.Policy{AllowHost: j.AllowHost, Credential: j.Credential, EgressLimit: j.EgressLimit}
 	eg, err := w.ParseClient(template)
 	if err != nil {
 		return s, err
@@ -230,6 +233,9 @@ func (j Job) spec(base Spec, template string) (Spec, error) {
 	}
 	if j.Credential != nil {
 		s.Policy.Egress.Credentials = eg.Egress.Credentials
+	}
+	if j.EgressLimit != "" {
+		s.Policy.Egress.Bytes = eg.Egress.Bytes
 	}
 	l, g := &s.Policy.Limits, given.Limits
 	if jl.Timeout != "" {

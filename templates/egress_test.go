@@ -11,6 +11,7 @@ import (
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
+	"github.com/airlock-sandbox/airlock/units"
 	"github.com/airlock-sandbox/airlock/wire"
 )
 
@@ -30,7 +31,7 @@ func TestEgressRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(string(plain), "allow_host") || strings.Contains(string(plain), "credential") {
+	if strings.Contains(string(plain), "allow_host") || strings.Contains(string(plain), "credential") || strings.Contains(string(plain), "egress_limit") {
 		t.Errorf("a template without egress writes egress fields: %s", plain)
 	}
 	s := runner.Spec{Policy: isolation.Policy{Egress: testEgress(t, []string{"pypi.org", "*.pythonhosted.org:443"}, []string{"api.example.com=Authorization:@/run/key"})}}
@@ -53,6 +54,16 @@ func TestEgressRoundTrip(t *testing.T) {
 	}
 	if got := tp.Spec().Policy.Egress; !got.On() || len(got.Credentials) != 1 {
 		t.Errorf("the template's spec has egress %+v", got)
+	}
+	// A limit given is kept, in the CLI's units.
+	s.Policy.Egress.Bytes = 4 << 30
+	b4, err := json.Marshal(mustNew(t, "net4", s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back4 Template
+	if !strings.Contains(string(b4), `"egress_limit":"4GiB"`) || json.Unmarshal(b4, &back4) != nil || back4.Egress.Bytes != 4<<30 {
+		t.Errorf("a template with a 4GiB egress limit: %s, read back %v", b4, back4.Egress.Bytes)
 	}
 	// A file's entries go through the one parser.
 	bad := strings.Replace(string(b), `"pypi.org",`, `"*",`, 1)
@@ -92,6 +103,43 @@ func TestNarrowEgress(t *testing.T) {
 		var ee *egress.Error
 		if !errdefs.IsInvalidArgument(err) || !errors.As(err, &ee) || !strings.Contains(err.Error(), c.words) || !strings.Contains(err.Error(), `template "net"`) {
 			t.Errorf("%v %v: %v; want invalid input with %q", c.allow, c.creds, err, c.words)
+		}
+	}
+}
+
+// A template's egress limit needs its egress.
+func TestEgressLimitNeedsEgress(t *testing.T) {
+	_, err := New("t", runner.Spec{Policy: isolation.Policy{Egress: isolation.Egress{Bytes: 1 << 30}}}, "", testIndex(t))
+	if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "no egress") {
+		t.Errorf("a template with an egress limit and no egress: %v", err)
+	}
+}
+
+// A run may lower its template's egress limit (given or the default),
+// never raise it, and gives none to a template without egress.
+func TestNarrowEgressLimit(t *testing.T) {
+	net := testEgress(t, []string{"pypi.org"}, nil)
+	limited := net
+	limited.Bytes = 2 << 30
+	for _, c := range []struct {
+		tmpl      isolation.Egress
+		want, got units.Bytes
+		words     string
+	}{
+		{limited, 1 << 30, 1 << 30, ""},
+		{limited, 0, 2 << 30, ""},
+		{limited, 3 << 30, 0, `egress_limit 3GiB is above template "t"'s 2GiB`},
+		{net, 512 << 20, 512 << 20, ""},
+		{net, 2 << 30, 0, `egress_limit 2GiB is above template "t"'s 1GiB`},
+		{isolation.Egress{}, 1 << 20, 0, `template "t" has no egress, so egress_limit cannot be given`},
+	} {
+		tp := mustNew(t, "t", runner.Spec{Policy: isolation.Policy{Egress: c.tmpl}})
+		s, err := tp.Narrow(runner.Spec{Argv: []string{"true"}, Policy: isolation.Policy{Egress: isolation.Egress{Bytes: c.want}}})
+		switch {
+		case c.words == "" && (err != nil || s.Policy.Egress.Bytes != c.got):
+			t.Errorf("template limit %v, run asks %v: %v, %v; want %v", c.tmpl.Bytes, c.want, s.Policy.Egress.Bytes, err, c.got)
+		case c.words != "" && (!errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), c.words)):
+			t.Errorf("template limit %v, run asks %v: %v; want invalid input with %q", c.tmpl.Bytes, c.want, err, c.words)
 		}
 	}
 }

@@ -39,8 +39,9 @@ type wireTemplate struct {
 	SeccompSHA256   string   `json:"seccomp_profile_sha256"`
 	// AllowHost and Credential are left out when empty, so that a
 	// template without egress keeps the version it always had.
-	AllowHost  []string `json:"allow_host,omitempty"`
-	Credential []string `json:"credential,omitempty"`
+	AllowHost   []string `json:"allow_host,omitempty"`
+	Credential  []string `json:"credential,omitempty"`
+	EgressLimit string   `json:"egress_limit,omitempty"`
 	// Warm and Snapshot, too, are left out when empty.
 	Warm      []string  `json:"warm,omitempty"`
 	Snapshot  string    `json:"snapshot,omitempty"`
@@ -63,6 +64,9 @@ func (t *Template) wire() wireTemplate {
 		w.AllowHost = e.Allow.Entries()
 		for _, c := range e.Credentials {
 			w.Credential = append(w.Credential, c.String())
+		}
+		if e.Bytes != 0 {
+			w.EgressLimit = e.Bytes.String()
 		}
 	}
 	if o := t.Output; o.Disabled {
@@ -115,6 +119,11 @@ func (t *Template) UnmarshalJSON(b []byte) error {
 	}
 	if n.Egress, err = wire.ParseEgress(w.AllowHost, w.Credential); err != nil {
 		return err
+	}
+	if w.EgressLimit != "" {
+		if n.Egress.Bytes, err = wire.Size("egress_limit", w.EgressLimit); err != nil {
+			return err
+		}
 	}
 	if w.OutDir == "none" {
 		n.Output.Disabled = true

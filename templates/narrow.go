@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/images"
+	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/units"
 )
@@ -86,6 +87,15 @@ func (t *Template) Narrow(explicit runner.Spec) (runner.Spec, error) {
 			errs = append(errs, fmt.Errorf("template %q: %w", t.Name, err))
 		} else {
 			s.Policy.Egress.Credentials = slices.Clone(c)
+		}
+	}
+	if eb := explicit.Policy.Egress.Bytes; eb != 0 {
+		if !t.Egress.On() {
+			refuse("egress_limit", "template %q has no egress, so egress_limit cannot be given", t.Name)
+		} else {
+			have := cmp.Or(t.Egress.Bytes, isolation.DefaultEgressBytes)
+			narrowBytes(refuse, t.Name, "egress_limit", eb, &have)
+			s.Policy.Egress.Bytes = have
 		}
 	}
 

@@ -114,7 +114,7 @@ func New(name string, s runner.Spec, engine string, idx *images.Index) (*Templat
 		Env:       slices.Clone(s.Env),
 		Workdir:   s.Workdir,
 		Output:    outputOf(s.Output),
-		Egress:    isolation.Egress{Allow: s.Policy.Egress.Allow, Credentials: slices.Clone(s.Policy.Egress.Credentials)},
+		Egress:    isolation.Egress{Allow: s.Policy.Egress.Allow, Credentials: slices.Clone(s.Policy.Egress.Credentials), Bytes: s.Policy.Egress.Bytes},
 		CreatedAt: time.Now().UTC().Truncate(time.Second),
 	}
 	if t.Engine == "" {
@@ -209,7 +209,7 @@ func (t *Template) Validate() error {
 	default:
 		bad("engine %q: use auto, oci or docker", t.Engine)
 	}
-	pol := isolation.Policy{Isolation: t.Isolation, Limits: t.Limits}.WithDefaults()
+	pol := isolation.Policy{Isolation: t.Isolation, Limits: t.Limits, Egress: t.Egress}.WithDefaults()
 	if pol.Limits != t.Limits || t.Isolation == "" {
 		bad("every limit must be set (a zero limit is neither \"unlimited\" nor \"the default\")")
 	}

@@ -84,6 +84,10 @@ type Policy struct {
 	// the sandbox. Only the host's command line names its own; a client
 	// (the API, MCP, a batch line) may only narrow a template's.
 	Credential []string `json:"credential,omitempty"`
+	// EgressLimit caps the bytes the egress proxy moves for the sandbox,
+	// both ways, over its whole life, a size such as 4GiB (default 1GiB).
+	// It needs an egress: allow_host, a credential, or a template's.
+	EgressLimit string `json:"egress_limit,omitempty"`
 }
 
 // Number is a JSON string or number, kept as its text ("cpus": 2 or "0.5").
@@ -258,6 +262,11 @@ func (p *Policy) Parse() (isolation.Policy, error) {
 	}
 	if pol.Egress, err = ParseEgress(p.AllowHost, p.Credential); err != nil {
 		return pol, err
+	}
+	if p.EgressLimit != "" {
+		if pol.Egress.Bytes, err = Size("egress_limit", p.EgressLimit); err != nil {
+			return pol, err
+		}
 	}
 	return pol, nil
 }

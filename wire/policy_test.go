@@ -122,8 +122,12 @@ func TestParseEgress(t *testing.T) {
 	if len(p.Egress.Credentials) != 1 || p.Egress.Credentials[0].Header != "Authorization" || p.Egress.Credentials[0].Env != "API_KEY" {
 		t.Errorf("credentials %+v", p.Egress.Credentials)
 	}
-	if p, err := (&Policy{}).Parse(); err != nil || p.Egress.On() {
+	if p, err := (&Policy{}).Parse(); err != nil || p.Egress.On() || p.Egress.Bytes != 0 {
 		t.Errorf("nothing given: egress %+v, %v", p.Egress, err)
+	}
+	// The limit parses on its own: a template may give the hosts.
+	if p, err := (&Policy{EgressLimit: "4GiB"}).Parse(); err != nil || p.Egress.Bytes != 4<<30 {
+		t.Errorf("egress_limit 4GiB: egress %+v, %v", p.Egress, err)
 	}
 	for _, c := range []struct {
 		in  Policy
@@ -133,6 +137,8 @@ func TestParseEgress(t *testing.T) {
 		{Policy{AllowHost: []string{"127.1"}}, `allow_host "127.1": a host name's last part starts with a letter`},
 		{Policy{Credential: []string{"*.example.com=Authorization:KEY"}}, `credential "*.example.com=Authorization:KEY": the host is one name`},
 		{Policy{Credential: []string{"api.example.com"}}, `credential "api.example.com": give HOST=HEADER:ENV or HOST=HEADER:@FILE`},
+		{Policy{AllowHost: []string{"pypi.org"}, EgressLimit: "0GiB"}, `egress_limit "0GiB": a limit of zero`},
+		{Policy{AllowHost: []string{"pypi.org"}, EgressLimit: "lots"}, `egress_limit "lots": give a positive size`},
 	} {
 		_, err := c.in.Parse()
 		var we *Error

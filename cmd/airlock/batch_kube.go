@@ -107,6 +107,8 @@ func kubeJobFits(j runner.Job) error {
 		field = "allow_host"
 	case len(j.Credential) > 0:
 		field = "credential"
+	case j.EgressLimit != "":
+		field = "egress_limit"
 	}
 	if field != "" {
 		return fmt.Errorf("%w: job %q: %q does not apply with --engine kube: a job there takes argv and expected_stdout, and --template's SandboxTemplate gives the rest (render one per setting with airlock kube render)",

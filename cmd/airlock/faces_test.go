@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
+	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/engine/enginetest"
 	"github.com/airlock-sandbox/airlock/internal/fuzztest"
 	"github.com/airlock-sandbox/airlock/isolation"
@@ -41,10 +42,19 @@ type faces struct {
 // 1GiB widens it.
 const narrowTemplate = "narrow"
 
+// netTemplate is the template with egress faces stores: pypi.org, with
+// the default egress limit.
+const netTemplate = "net"
+
 func newFaces(t *testing.T) *faces {
 	lim := isolation.Default().Limits
 	lim.Memory = 256 << 20
 	root, rn, eng, _ := fuzztest.Runner(t, narrowTemplate, runner.Spec{Policy: isolation.Policy{Limits: lim}})
+	allow, err := egress.ParseAllowlist([]string{"pypi.org"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fuzztest.PutTemplate(t, root, netTemplate, runner.Spec{Policy: isolation.Policy{Egress: isolation.Egress{Allow: allow}}}, "auto")
 	api, err := server.New(server.Options{Service: fuzztest.Service(root, rn)})
 	if err != nil {
 		t.Fatal(err)
@@ -192,11 +202,11 @@ func recordHash(t *testing.T, p *isolation.Policy) string {
 func TestOnePolicyEveryFace(t *testing.T) {
 	f := newFaces(t)
 	got := map[string]checked{
-		"cli":   f.cli("--memory", "256MiB", "--timeout", "20s", "--allow-host", "PyPI.org", "--allow-host", "*.pythonhosted.org:443"),
-		"api":   f.http(`{"memory":"256MiB","timeout":"20s","allow_host":["PyPI.org","*.pythonhosted.org:443"]}`),
-		"batch": f.batch(`{"id":"a","argv":["true"],"limits":{"memory":"256MiB","timeout":"20s"},"allow_host":["PyPI.org","*.pythonhosted.org:443"]}`),
-		"file":  f.file(map[string]any{"memory": "256MiB", "timeout": "20s", "allow_host": []string{"PyPI.org", "*.pythonhosted.org:443"}}),
-		"mcp":   f.tool(map[string]any{"memory": "256MiB", "timeout_s": 20, "allow_host": []string{"PyPI.org", "*.pythonhosted.org:443"}}),
+		"cli":   f.cli("--memory", "256MiB", "--timeout", "20s", "--allow-host", "PyPI.org", "--allow-host", "*.pythonhosted.org:443", "--egress-limit", "2GiB"),
+		"api":   f.http(`{"memory":"256MiB","timeout":"20s","allow_host":["PyPI.org","*.pythonhosted.org:443"],"egress_limit":"2GiB"}`),
+		"batch": f.batch(`{"id":"a","argv":["true"],"limits":{"memory":"256MiB","timeout":"20s"},"allow_host":["PyPI.org","*.pythonhosted.org:443"],"egress_limit":"2GiB"}`),
+		"file":  f.file(map[string]any{"memory": "256MiB", "timeout": "20s", "allow_host": []string{"PyPI.org", "*.pythonhosted.org:443"}, "egress_limit": "2GiB"}),
+		"mcp":   f.tool(map[string]any{"memory": "256MiB", "timeout_s": 20, "allow_host": []string{"PyPI.org", "*.pythonhosted.org:443"}, "egress_limit": "2GiB"}),
 	}
 	want := isolation.Default().WithDefaults()
 	want.Limits.Memory, want.Limits.Timeout = 256<<20, 20*time.Second
@@ -208,7 +218,7 @@ func TestOnePolicyEveryFace(t *testing.T) {
 		if l := c.policy.Limits; l.Memory != want.Limits.Memory || l.Timeout != want.Limits.Timeout || l.CPUs != want.Limits.CPUs || l.Pids != want.Limits.Pids {
 			t.Errorf("%s: limits %+v, want %+v", face, l, want.Limits)
 		}
-		if e := c.policy.Record().Egress; e == nil || strings.Join(e.AllowHost, " ") != "pypi.org *.pythonhosted.org:443" {
+		if e := c.policy.Record().Egress; e == nil || strings.Join(e.AllowHost, " ") != "pypi.org *.pythonhosted.org:443" || e.LimitBytes != 2<<30 {
 			t.Errorf("%s: egress %+v", face, e)
 		}
 		h := recordHash(t, c.policy)
@@ -271,6 +281,33 @@ func TestOneRefusalEveryFace(t *testing.T) {
 			"mcp": func() checked {
 				return f.tool(map[string]any{"template": narrowTemplate, "allow_host": []string{"pypi.org"}})
 			},
+		}},
+		{"egress_limit lots", "invalid_input", `"lots": give a positive size such as "512MiB" or "1.5GiB"`, map[string]func() checked{
+			"cli": func() checked { return f.cli("--allow-host", "pypi.org", "--egress-limit", "lots") },
+			"api": func() checked { return f.http(`{"allow_host":["pypi.org"],"egress_limit":"lots"}`) },
+			"batch": func() checked {
+				return f.batch(`{"id":"a","argv":["true"],"allow_host":["pypi.org"],"egress_limit":"lots"}`)
+			},
+			"file": func() checked {
+				return f.file(map[string]any{"allow_host": []string{"pypi.org"}, "egress_limit": "lots"})
+			},
+			"mcp": func() checked {
+				return f.tool(map[string]any{"allow_host": []string{"pypi.org"}, "egress_limit": "lots"})
+			},
+		}},
+		{"an egress limit without egress", "invalid_input", "egress limit 2GiB caps the egress proxy, and this sandbox has no egress: allow a host (allow_host, --allow-host) or leave the limit out", map[string]func() checked{
+			"cli":   func() checked { return f.cli("--egress-limit", "2GiB") },
+			"api":   func() checked { return f.http(`{"egress_limit":"2GiB"}`) },
+			"batch": func() checked { return f.batch(`{"id":"a","argv":["true"],"egress_limit":"2GiB"}`) },
+			"mcp":   func() checked { return f.tool(map[string]any{"egress_limit": "2GiB"}) },
+		}},
+		{"an egress limit above a template's", "invalid_input", `egress_limit 2GiB is above template "net"'s 1GiB`, map[string]func() checked{
+			"cli": func() checked { return f.cli("--template", netTemplate, "--egress-limit", "2GiB") },
+			"api": func() checked { return f.http(`{"template":"net","egress_limit":"2GiB"}`) },
+			"batch": func() checked {
+				return f.batch(`{"id":"a","argv":["true"],"template":"net","egress_limit":"2GiB"}`)
+			},
+			"mcp": func() checked { return f.tool(map[string]any{"template": netTemplate, "egress_limit": "2GiB"}) },
 		}},
 		// A credential reads airlock's environment or a host file: only the
 		// host's command line names one; a client may only narrow a

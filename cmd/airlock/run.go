@@ -25,8 +25,10 @@ type runFlags struct {
 	pids                                                                                          int64
 	env                                                                                           []string
 	json                                                                                          bool
-	// allowHost and credential are the sandbox's egress (docs/egress.md).
+	// allowHost, credential and egressLimit are the sandbox's egress
+	// (docs/egress.md).
 	allowHost, credential []string
+	egressLimit           string
 	// template names the sandbox template to run on.
 	template string
 
@@ -126,6 +128,7 @@ func addShapeFlags(cmd *cobra.Command, f *runFlags, job bool) {
 	fl.StringVar(&f.seccompProfile, "seccomp-profile", "", "seccomp profile FILE (Docker/OCI JSON) instead of airlock's default; airlock seccomp export default prints the default")
 	fl.StringArrayVar(&f.allowHost, "allow-host", nil, "let the sandbox reach HOST[:PORT] through its egress proxy (repeatable; *.NAME for the names below NAME; default: no network at all; docs/egress.md)")
 	fl.StringArrayVar(&f.credential, "credential", nil, "have the egress proxy set a header on requests to a host, HOST=HEADER:ENV (from airlock's environment) or HOST=HEADER:@FILE; the value never enters the sandbox (repeatable)")
+	fl.StringVar(&f.egressLimit, "egress-limit", "", "cap on the bytes the egress proxy moves for the sandbox, both ways, over its whole life (default "+isolation.DefaultEgressBytes.String()+"); past it, connections are cut")
 	f.inputLimit = "256MiB"
 	if job {
 		fl.StringVar(&f.stdin, "stdin", "", "feed this file to the program's stdin; - reads airlock's own stdin")
@@ -150,7 +153,7 @@ func (f *runFlags) wire() wire.Policy {
 	w := wire.Policy{
 		Isolation: f.isolation, Timeout: f.timeout, Memory: f.memory, CPUs: wire.Number(f.cpus), Pids: &f.pids,
 		OutputLimit: f.output, TmpSize: f.tmp, FileSize: f.fileSize, OutDir: f.outDir,
-		AllowHost: f.allowHost, Credential: f.credential,
+		AllowHost: f.allowHost, Credential: f.credential, EgressLimit: f.egressLimit,
 	}
 	if f.outDir != "none" {
 		types := []string{}

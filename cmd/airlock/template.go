@@ -318,6 +318,7 @@ func explicitOnly(fl *pflag.FlagSet, s runner.Spec) runner.Spec {
 		{"file-size", func() { el.FileSize = l.FileSize }},
 		{"allow-host", func() { e.Policy.Egress.Allow = s.Policy.Egress.Allow }},
 		{"credential", func() { e.Policy.Egress.Credentials = s.Policy.Egress.Credentials }},
+		{"egress-limit", func() { e.Policy.Egress.Bytes = s.Policy.Egress.Bytes }},
 	} {
 		if fl.Changed(c.flag) {
 			c.keep()

@@ -26,6 +26,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/netns"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/lifecycle"
+	"github.com/airlock-sandbox/airlock/units"
 )
 
 // egressPort is the proxy's port. Each proxy has a namespace of its own,
@@ -67,7 +68,7 @@ func (e *Engine) newProxy(id string, eg isolation.Egress) (*egress.Proxy, error)
 		}
 		routes = append(routes, r)
 	}
-	opts := []egress.Option{egress.WithRoutes(routes...), egress.WithLogger(e.log)}
+	opts := []egress.Option{egress.WithRoutes(routes...), egress.WithLogger(e.log), egress.WithLimits(egress.Limits{Bytes: int64(eg.Bytes)})}
 	if e.egressHosts != "" {
 		h, err := egress.LoadHosts(e.egressHosts)
 		if err != nil {
@@ -186,13 +187,14 @@ func (px *proxied) close() error {
 type egressState struct {
 	AllowHost   []string `json:"allow_host"`
 	Credentials []string `json:"credentials,omitempty"`
+	Bytes       int64    `json:"bytes,omitempty"`
 }
 
 func egressStateOf(eg isolation.Egress) *egressState {
 	if !eg.On() {
 		return nil
 	}
-	st := &egressState{AllowHost: eg.Allow.Entries()}
+	st := &egressState{AllowHost: eg.Allow.Entries(), Bytes: int64(eg.Bytes)}
 	for _, c := range eg.Credentials {
 		st.Credentials = append(st.Credentials, c.String())
 	}
@@ -201,7 +203,7 @@ func egressStateOf(eg isolation.Egress) *egressState {
 
 // policy reads st back.
 func (st *egressState) policy() (isolation.Egress, error) {
-	var eg isolation.Egress
+	eg := isolation.Egress{Bytes: units.Bytes(st.Bytes)}
 	var err error
 	if eg.Allow, err = egress.ParseAllowlist(st.AllowHost); err != nil {
 		return eg, err

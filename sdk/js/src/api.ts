@@ -1567,6 +1567,8 @@ export interface components {
                 allow_host: string[];
                 /** @description Credentials are the credential routes as HOST:PORT HEADER: never where their values come from, nor the values. */
                 credentials: string[];
+                /** @description LimitBytes caps the bytes the proxy moves for the sandbox. */
+                limit_bytes: number;
             };
             gid: number;
             hostname: string;
@@ -1651,6 +1653,8 @@ export interface components {
                     allow_host: string[];
                     /** @description Credentials are the credential routes as HOST:PORT HEADER: never where their values come from, nor the values. */
                     credentials: string[];
+                    /** @description LimitBytes caps the bytes the proxy moves for the sandbox. */
+                    limit_bytes: number;
                 };
                 gid: number;
                 hostname: string;
@@ -1821,6 +1825,8 @@ export interface components {
             cpus?: string | number;
             /** @description Credential lists the proxy's credential routes, HOST=HEADER:ENV or HOST=HEADER:@FILE each: the header's value is read from airlock's own environment or a host file and never enters the sandbox. Only the host's command line names its own; a client (the API, MCP, a batch line) may only narrow a template's. */
             credential?: string[];
+            /** @description EgressLimit caps the bytes the egress proxy moves for the sandbox, both ways, over its whole life, a size such as 4GiB (default 1GiB). It needs an egress: allow_host, a credential, or a template's. */
+            egress_limit?: string;
             /**
              * @description Engine runs the work: auto, oci or docker; kube only for a sandbox create through airlock serve --kubeconfig, with a template alone (a SandboxClaim on its warm pool on the cluster).
              * @enum {string}
@@ -1906,6 +1912,8 @@ export interface components {
             credential?: string[];
             /** @description DownloadTypes is the MIME allowlist of downloads from the sandbox. */
             download_types?: string[];
+            /** @description EgressLimit caps the bytes the egress proxy moves for the sandbox, both ways, over its whole life, a size such as 4GiB (default 1GiB). It needs an egress: allow_host, a credential, or a template's. */
+            egress_limit?: string;
             /**
              * @description Engine runs the work: auto, oci or docker; kube only for a sandbox create through airlock serve --kubeconfig, with a template alone (a SandboxClaim on its warm pool on the cluster).
              * @enum {string}

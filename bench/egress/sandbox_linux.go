@@ -14,9 +14,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/e2etest"
 	"github.com/airlock-sandbox/airlock/internal/netns"
+	"github.com/airlock-sandbox/airlock/isolation"
 )
 
 // downloader is the sandbox's client: Python's urllib, as a program in a
@@ -63,8 +63,9 @@ print(json.dumps(out))
 // sandbox of the oci engine, under gVisor and under runc, through its own
 // proxy (allowing the host's twins) and direct to servers in its proxy's
 // namespace. The client is in the sandbox, so gVisor's network stack is
-// in the path. A sandbox's proxy moves at most 1 GiB, so a sandbox serves
-// as many rounds as fit, and the next is made; the modes take turns.
+// in the path. Each sandbox serves as many rounds as its proxy's default
+// byte cap (1 GiB) lets through, and the next is made, so that the modes
+// take turns.
 // It needs setup's store, runsc and default image (python3). Root only.
 func inSandboxes(h http.Handler, size, rounds int) ([]*scenario, error) {
 	if os.Geteuid() != 0 {
@@ -91,7 +92,7 @@ func inSandboxes(h http.Handler, size, rounds int) ([]*scenario, error) {
 	defer secure.Close()
 	plainHost, secureHost := strings.TrimPrefix(plain.URL, "http://"), strings.TrimPrefix(secure.URL, "https://")
 
-	perSandbox := max(1, int((egress.DefaultLimits.Bytes/int64(2*size)))-1)
+	perSandbox := max(1, int(int64(isolation.DefaultEgressBytes)/int64(2*size))-1)
 	modes := []string{"gvisor", "seccomp"}
 	mib := size >> 20
 	var out []*scenario

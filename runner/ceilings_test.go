@@ -8,11 +8,23 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/units"
 )
 
-var testCeilings = Ceilings{Memory: 1 << 30, Output: 8 << 20, Timeout: time.Minute, TTL: 2 * time.Hour}
+var testCeilings = Ceilings{Memory: 1 << 30, Output: 8 << 20, Egress: 2 << 30, Timeout: time.Minute, TTL: 2 * time.Hour}
+
+// testEgress allows one host through a proxy of limit bytes.
+func testEgress(t *testing.T, limit units.Bytes) isolation.Egress {
+	t.Helper()
+	allow, err := egress.ParseAllowlist([]string{"pypi.org"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return isolation.Egress{Allow: allow, Bytes: limit}
+}
 
 // TestCeilingsRefuse: a run, a sandbox or an exec over a ceiling is
 // invalid input naming the field, the ceiling and the flag, and reaches
@@ -28,6 +40,7 @@ func TestCeilingsRefuse(t *testing.T) {
 		"memory":  {func(s *Spec) { s.Policy.Limits.Memory = 2 << 30 }, []string{"memory 2GiB", "ceiling of 1GiB", "--max-memory"}},
 		"timeout": {func(s *Spec) { s.Policy.Limits.Timeout = 2 * time.Minute }, []string{"timeout 2m0s", "ceiling of 1m0s", "--max-timeout"}},
 		"output":  {func(s *Spec) { s.Policy.Limits.Output = 9 << 20 }, []string{"output limit 9MiB", "ceiling of 8MiB", "--max-output-limit"}},
+		"egress":  {func(s *Spec) { s.Policy.Egress = testEgress(t, 3<<30) }, []string{"egress limit 3GiB", "ceiling of 2GiB", "--max-egress-limit"}},
 	} {
 		s := fakeSpec()
 		c.set(&s)
@@ -43,6 +56,7 @@ func TestCeilingsRefuse(t *testing.T) {
 	fe.run = func(context.Context, *engine.SandboxSpec) (engine.Exit, error) { return engine.Exit{}, nil }
 	s := fakeSpec()
 	s.Policy.Limits.Memory, s.Policy.Limits.Timeout, s.Policy.Limits.Output = testCeilings.Memory, testCeilings.Timeout, testCeilings.Output
+	s.Policy.Egress = testEgress(t, testCeilings.Egress)
 	if _, err := r.Run(ctx, s); err != nil {
 		t.Errorf("a run at the ceilings: %v", err)
 	}

@@ -125,11 +125,12 @@ func WithLogger(l *slog.Logger) Option { return func(r *Runner) { r.log = l } }
 
 // Ceilings are an operator's upper bounds on the limits any run, sandbox
 // or exec may ask for (airlock serve's --max-memory, --max-output-limit,
-// --max-timeout and --max-ttl). A request over one is invalid input,
-// never cut down. Zero fields bound nothing.
+// --max-egress-limit, --max-timeout and --max-ttl). A request over one is
+// invalid input, never cut down. Zero fields bound nothing.
 type Ceilings struct {
 	Memory  units.Bytes
 	Output  units.Bytes
+	Egress  units.Bytes
 	Timeout time.Duration
 	TTL     time.Duration
 }
@@ -140,7 +141,7 @@ func WithCeilings(c Ceilings) Option { return func(r *Runner) { r.ceil = c } }
 
 // check refuses the values given (zero ones are not checked) that are over
 // a ceiling, naming the field, the ceiling and the flag that sets it.
-func (c Ceilings) check(timeout, ttl time.Duration, memory, output units.Bytes) error {
+func (c Ceilings) check(timeout, ttl time.Duration, memory, output, egress units.Bytes) error {
 	var errs []error
 	over := func(field string, v, max any, flag string) {
 		errs = append(errs, fmt.Errorf("%s %v is above this server's ceiling of %v (airlock serve --%s): ask for at most %v", field, v, max, flag, max))
@@ -156,6 +157,9 @@ func (c Ceilings) check(timeout, ttl time.Duration, memory, output units.Bytes) 
 	}
 	if c.Output > 0 && output > c.Output {
 		over("output limit", output, c.Output, "max-output-limit")
+	}
+	if c.Egress > 0 && egress > c.Egress {
+		over("egress limit", egress, c.Egress, "max-egress-limit")
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)

@@ -37,6 +37,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/flock"
 	"github.com/airlock-sandbox/airlock/internal/gvisor"
+	"github.com/airlock-sandbox/airlock/internal/netns"
 	"github.com/airlock-sandbox/airlock/isolation"
 )
 
@@ -119,11 +120,9 @@ func (e *Engine) Pause(ctx context.Context, id string) (err error) {
 	if sb.st.Paused {
 		return nil
 	}
-	if sb.st.Egress != nil {
-		// Its proxy lives in the supervisor and its network namespace on
-		// the host; neither is part of a checkpoint yet.
-		return fmt.Errorf("%w: sandbox %q has egress (--allow-host), and pausing one is not supported yet: keep it running, or make it without --allow-host", errdefs.ErrNotImplemented, id)
-	}
+	// A sandbox with egress keeps its namespaces and its proxy (served by
+	// its supervisor) while paused; the checkpoint holds its netstack,
+	// which the restore attaches to the same interface.
 	if err := sb.alive(); err != nil {
 		return err
 	}
@@ -285,10 +284,24 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 		return fmt.Errorf("%w: sandbox %q is paused but its checkpoint is gone; `airlock sandbox rm %s` frees it", errdefs.ErrDataLoss, id, id)
 	}
 	bin, state, args := e.runtimeFor(sb.st.Mode, sb.bundle)
+	if sb.st.Egress != nil {
+		// As at create: the netstack takes the namespace's interface
+		// (readdressed below: the boot took its address off it).
+		eg, err := sb.st.Egress.policy()
+		if err != nil {
+			return fmt.Errorf("%w: sandbox %q's egress: %v", errdefs.ErrDataLoss, id, err)
+		}
+		args = isolation.RunscNetwork(args, eg)
+	}
 	name := sb.name()
 	// What an earlier resume, cut short, left running or recorded.
 	e.stopRuntime(cctx, sb, state, name, nil)
 	lap("stop")
+	if sb.st.Egress != nil {
+		if err := netns.At(e.netnsDir(), id).Readdress(); err != nil {
+			return fmt.Errorf("%w: restoring sandbox %q's network: %v", errdefs.ErrUnavailable, id, err)
+		}
+	}
 	pidFile := filepath.Join(sb.bundle, "restore.pid")
 	os.Remove(pidFile)
 	// --background: the sandbox runs once its kernel's state is loaded,

@@ -15,6 +15,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jsimonetti/rtnetlink/v2"
+	"golang.org/x/sys/unix"
 )
 
 func hostLinks(t *testing.T) []string {
@@ -305,4 +308,96 @@ func TestCreateFailsClosed(t *testing.T) {
 	if m := mountsUnder(t, dir); len(m) != 0 {
 		t.Errorf("mounts left: %v", m)
 	}
+}
+
+// sandboxAddrs lists the IPv4 addresses of the sandbox's end.
+func sandboxAddrs(t *testing.T, n *Net) []string {
+	t.Helper()
+	var out []string
+	sandboxSide(t, n, func() error {
+		ifc, err := net.InterfaceByName(Iface)
+		if err != nil {
+			return err
+		}
+		addrs, err := ifc.Addrs()
+		for _, a := range addrs {
+			if ip, ok := a.(*net.IPNet); ok && ip.IP.To4() != nil {
+				out = append(out, a.String())
+			}
+		}
+		return err
+	})
+	return out
+}
+
+// Readdress puts back the sandbox's address that runsc's boot takes off
+// its end (as a restore needs it), and leaves an end that has it as it
+// is; the proxy is reachable again from the sandbox's side.
+func TestReaddress(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	const id = "sb-0123456789abcdef0124"
+	dir := filepath.Join(t.TempDir(), "netns")
+	ctx := context.Background()
+	n, err := Create(ctx, dir, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { Remove(dir, id) })
+	ln, err := n.Listen(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	proxy := ln.Addr().String()
+	want := []string{SandboxAddr + "/30"}
+	if got := sandboxAddrs(t, n); !slices.Equal(got, want) {
+		t.Fatalf("the sandbox's end after Create: %v", got)
+	}
+	if err := n.Readdress(); err != nil {
+		t.Errorf("Readdress of an end that has its address: %v", err)
+	}
+	// As runsc's boot does: the address leaves the host's side.
+	sandboxSide(t, n, func() error {
+		c, err := rtnetlink.Dial(nil)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		ifc, err := net.InterfaceByName(Iface)
+		if err != nil {
+			return err
+		}
+		ip := net.ParseIP(SandboxAddr).To4()
+		return c.Address.Delete(&rtnetlink.AddressMessage{
+			Family: unix.AF_INET, PrefixLength: PrefixLen, Index: uint32(ifc.Index),
+			Attributes: &rtnetlink.AddressAttributes{Address: ip, Local: ip},
+		})
+	})
+	if got := sandboxAddrs(t, n); len(got) != 0 {
+		t.Fatalf("the sandbox's end after its address was removed: %v", got)
+	}
+	sandboxSide(t, n, func() error {
+		if dialErr("tcp4", proxy) == nil {
+			t.Error("the proxy answered an end with no address")
+		}
+		return nil
+	})
+	if err := n.Readdress(); err != nil {
+		t.Fatal(err)
+	}
+	if got := sandboxAddrs(t, n); !slices.Equal(got, want) {
+		t.Errorf("the sandbox's end after Readdress: %v, want %v", got, want)
+	}
+	sandboxSide(t, n, func() error { return dialErr("tcp4", proxy) })
 }

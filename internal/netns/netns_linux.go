@@ -189,15 +189,11 @@ func (n *Net) link() error {
 // configure addresses the namespace's end of the pair and sets it and
 // loopback up. It adds no route: the /30's own is the only one.
 func configure(addr string) error {
-	c, err := rtnetlink.Dial(nil)
+	c, links, err := dialLinks()
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	links, err := c.Link.List()
-	if err != nil {
-		return err
-	}
 	found := false
 	for _, l := range links {
 		if l.Attributes == nil {
@@ -206,12 +202,8 @@ func configure(addr string) error {
 		switch l.Attributes.Name {
 		case Iface:
 			found = true
-			ip := net.ParseIP(addr).To4()
-			if err := c.Address.New(&rtnetlink.AddressMessage{
-				Family: unix.AF_INET, PrefixLength: PrefixLen, Index: l.Index,
-				Attributes: &rtnetlink.AddressAttributes{Address: ip, Local: ip},
-			}); err != nil {
-				return fmt.Errorf("adding %s/%d: %w", addr, PrefixLen, err)
+			if err := address(c, l.Index, addr); err != nil {
+				return err
 			}
 		case "lo":
 		default:
@@ -223,6 +215,62 @@ func configure(addr string) error {
 	}
 	if !found {
 		return fmt.Errorf("no %s", Iface)
+	}
+	return nil
+}
+
+// dialLinks opens a netlink connection in the calling thread's namespace
+// and lists its links.
+func dialLinks() (*rtnetlink.Conn, []rtnetlink.LinkMessage, error) {
+	c, err := rtnetlink.Dial(nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	links, err := c.Link.List()
+	if err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	return c, links, nil
+}
+
+// address gives link index addr, on the pair's /30.
+func address(c *rtnetlink.Conn, index uint32, addr string) error {
+	ip := net.ParseIP(addr).To4()
+	if err := c.Address.New(&rtnetlink.AddressMessage{
+		Family: unix.AF_INET, PrefixLength: PrefixLen, Index: index,
+		Attributes: &rtnetlink.AddressAttributes{Address: ip, Local: ip},
+	}); err != nil {
+		return fmt.Errorf("adding %s/%d: %w", addr, PrefixLen, err)
+	}
+	return nil
+}
+
+// Readdress gives the sandbox's end of the pair its address again, if it
+// lacks it. runsc's network stack takes the addresses of the interfaces it
+// is given off the host's side (so that the host's kernel never answers
+// for them), and a restore reads the namespace as a boot does: before a
+// sandbox is restored into the namespace, its end must look as Create
+// left it.
+func (n *Net) Readdress() error {
+	err := inNS(n.SandboxPath(), func() error {
+		c, links, err := dialLinks()
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		for _, l := range links {
+			if l.Attributes != nil && l.Attributes.Name == Iface {
+				if err := address(c, l.Index, SandboxAddr); err != nil && !errors.Is(err, unix.EEXIST) {
+					return err
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s", Iface)
+	})
+	if err != nil {
+		return fmt.Errorf("readdressing %s: %w", n.SandboxPath(), err)
 	}
 	return nil
 }

@@ -168,12 +168,14 @@ func run(n, size, small, nsSize, sandboxN int) error {
 		{name: "1 KiB https, new conn, direct", reqs: small, fn: get(client(false, false), secure.URL+"/kib", small)},
 		{name: "1 KiB https, new conn, CONNECT", reqs: small, fn: get(client(true, false), secure.URL+"/kib", small)},
 	}
+	// The namespaces' and the sandboxes' large GETs share one body.
+	nsBlob := bytes.Repeat([]byte("airlock egress "), nsSize/15+1)[:nsSize]
+	nsHandler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(len(nsBlob)))
+		w.Write(nsBlob)
+	})
 	if nsSize > 0 {
-		nsBlob := bytes.Repeat([]byte("airlock egress "), nsSize/15+1)[:nsSize]
-		ns, stop, err := inNamespaces(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Length", strconv.Itoa(len(nsBlob)))
-			w.Write(nsBlob)
-		}), nsSize)
+		ns, stop, err := inNamespaces(nsHandler, nsSize)
 		if err != nil {
 			return fmt.Errorf("the namespaces' scenarios (-ns-size 0 leaves them out): %w", err)
 		}
@@ -182,13 +184,9 @@ func run(n, size, small, nsSize, sandboxN int) error {
 	}
 	var boxed []*scenario
 	if nsSize > 0 && sandboxN > 0 {
-		// First, while this process holds nothing else: the sandboxes
-		// take their rounds in turns of their own.
-		nsBlob := bytes.Repeat([]byte("airlock egress "), nsSize/15+1)[:nsSize]
-		boxed, err = inSandboxes(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Length", strconv.Itoa(len(nsBlob)))
-			w.Write(nsBlob)
-		}), nsSize, sandboxN)
+		// Before the interleaved rounds: the sandboxes take their rounds
+		// in turns of their own.
+		boxed, err = inSandboxes(nsHandler, nsSize, sandboxN)
 		if err != nil {
 			return fmt.Errorf("the sandboxes' scenarios (-sandbox-n 0 leaves them out): %w", err)
 		}

@@ -18,6 +18,32 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/netns"
 )
 
+// The direct servers' ports, in a proxy's namespace.
+const directPort, directTLSPort = 8080, 8443
+
+// serveDirect serves h in n's proxy namespace over plain HTTP and over
+// TLS (httptest's certificate, for example.com): the one hop a sandbox
+// can make without its proxy. stop closes both; a listener keeps its
+// namespace alive.
+func serveDirect(ctx context.Context, n *netns.Net, h http.Handler) (secure *httptest.Server, stop func(), err error) {
+	ln, err := n.Listen(ctx, directPort)
+	if err != nil {
+		return nil, nil, err
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(ln)
+	tln, err := n.Listen(ctx, directTLSPort)
+	if err != nil {
+		srv.Close()
+		return nil, nil, err
+	}
+	secure = httptest.NewUnstartedServer(h)
+	secure.Listener.Close()
+	secure.Listener = tln
+	secure.StartTLS()
+	return secure, func() { srv.Close(); secure.Close() }, nil
+}
+
 // inNamespaces are the large GETs a sandbox makes, from inside a pair of
 // namespaces made as the oci engine makes them: the client in the
 // sandbox's, a server in the proxy's (direct: the one hop a sandbox
@@ -56,24 +82,11 @@ func inNamespaces(h http.Handler, size int) (_ []*scenario, stop func(), err err
 			stop()
 		}
 	}()
-	// The direct server, in the proxy's namespace.
-	ln, err := n.Listen(ctx, 8080)
+	secure, closeDirect, err := serveDirect(ctx, n, h)
 	if err != nil {
 		return nil, nil, err
 	}
-	srv := &http.Server{Handler: h}
-	go srv.Serve(ln)
-	closers = append(closers, func() { srv.Close() })
-	// The same over TLS, with httptest's certificate (for example.com).
-	tln, err := n.Listen(ctx, 8443)
-	if err != nil {
-		return nil, nil, err
-	}
-	secure := httptest.NewUnstartedServer(h)
-	secure.Listener.Close()
-	secure.Listener = tln
-	secure.StartTLS()
-	closers = append(closers, secure.Close)
+	closers = append(closers, closeDirect)
 	// The host's twins, for the proxy.
 	twin, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
@@ -138,11 +151,11 @@ func inNamespaces(h http.Handler, size int) (_ []*scenario, stop func(), err err
 		}
 		return &http.Client{Transport: tr}
 	}
-	direct := "http://" + net.JoinHostPort(netns.ProxyAddr, strconv.Itoa(8080))
+	direct := "http://" + net.JoinHostPort(netns.ProxyAddr, strconv.Itoa(directPort))
 	return []*scenario{
 		{name: fmt.Sprintf("%d MiB http GET, in the namespaces, direct", size>>20), bytes: size, fn: get(client(false), direct+"/blob", 1)},
 		{name: fmt.Sprintf("%d MiB http GET, in the namespaces, proxy", size>>20), bytes: size, fn: get(client(true), "http://"+twin.Addr().String()+"/blob", 1)},
-		{name: fmt.Sprintf("%d MiB https GET, in the namespaces, direct", size>>20), bytes: size, fn: get(client(false), "https://"+net.JoinHostPort(netns.ProxyAddr, "8443")+"/blob", 1)},
+		{name: fmt.Sprintf("%d MiB https GET, in the namespaces, direct", size>>20), bytes: size, fn: get(client(false), "https://"+net.JoinHostPort(netns.ProxyAddr, strconv.Itoa(directTLSPort))+"/blob", 1)},
 		{name: fmt.Sprintf("%d MiB https GET, in the namespaces, CONNECT", size>>20), bytes: size, fn: get(client(true), stwin.URL+"/blob", 1)},
 	}, stop, nil
 }

@@ -140,32 +140,18 @@ func sandboxRounds(bin, root, mode string, h http.Handler, plainHost, secureHost
 	}
 	defer cli("sandbox", "rm", id)
 	// The direct servers, where the sandbox's proxy listens. They close
-	// before the sandbox goes: a listener keeps its namespace alive.
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	n := netns.At(filepath.Join(root, "oci", "netns"), id)
-	ln, err := n.Listen(ctx, 8080)
+	// before the sandbox is removed: a listener keeps its namespace alive.
+	_, stop, err := serveDirect(context.Background(), netns.At(filepath.Join(root, "oci", "netns"), id), h)
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{Handler: h}
-	go srv.Serve(ln)
-	defer srv.Close()
-	tln, err := n.Listen(ctx, 8443)
-	if err != nil {
-		return nil, err
-	}
-	tsrv := httptest.NewUnstartedServer(h)
-	tsrv.Listener.Close()
-	tsrv.Listener = tln
-	tsrv.StartTLS()
-	defer tsrv.Close()
+	defer stop()
 
 	at := func(port int) string { return net.JoinHostPort(netns.ProxyAddr, strconv.Itoa(port)) }
 	out, err := cli("exec", id, "--timeout", "10m", "--", "python3", "-c", downloader, strconv.Itoa(rounds), strconv.Itoa(size),
-		"hd=http://"+at(8080)+"/blob",
+		"hd=http://"+at(directPort)+"/blob",
 		"hp=http://"+plainHost+"/blob,proxy",
-		"sd=https://"+at(8443)+"/blob",
+		"sd=https://"+at(directTLSPort)+"/blob",
 		"sp=https://"+secureHost+"/blob,proxy")
 	if err != nil {
 		return nil, err

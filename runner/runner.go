@@ -139,27 +139,27 @@ type Ceilings struct {
 // it: runs (pooled or cold), sandboxes and execs.
 func WithCeilings(c Ceilings) Option { return func(r *Runner) { r.ceil = c } }
 
-// check refuses the values given (zero ones are not checked) that are over
+// check refuses the values asked (zero ones are not checked) that are over
 // a ceiling, naming the field, the ceiling and the flag that sets it.
-func (c Ceilings) check(timeout, ttl time.Duration, memory, output, egress units.Bytes) error {
+func (c Ceilings) check(asked Ceilings) error {
 	var errs []error
 	over := func(field string, v, max any, flag string) {
 		errs = append(errs, fmt.Errorf("%s %v is above this server's ceiling of %v (airlock serve --%s): ask for at most %v", field, v, max, flag, max))
 	}
-	if c.Timeout > 0 && timeout > c.Timeout {
-		over("timeout", timeout, c.Timeout, "max-timeout")
+	if c.Timeout > 0 && asked.Timeout > c.Timeout {
+		over("timeout", asked.Timeout, c.Timeout, "max-timeout")
 	}
-	if c.TTL > 0 && ttl > c.TTL {
-		over("ttl", ttl, c.TTL, "max-ttl")
+	if c.TTL > 0 && asked.TTL > c.TTL {
+		over("ttl", asked.TTL, c.TTL, "max-ttl")
 	}
-	if c.Memory > 0 && memory > c.Memory {
-		over("memory", memory, c.Memory, "max-memory")
+	if c.Memory > 0 && asked.Memory > c.Memory {
+		over("memory", asked.Memory, c.Memory, "max-memory")
 	}
-	if c.Output > 0 && output > c.Output {
-		over("output limit", output, c.Output, "max-output-limit")
+	if c.Output > 0 && asked.Output > c.Output {
+		over("output limit", asked.Output, c.Output, "max-output-limit")
 	}
-	if c.Egress > 0 && egress > c.Egress {
-		over("egress limit", egress, c.Egress, "max-egress-limit")
+	if c.Egress > 0 && asked.Egress > c.Egress {
+		over("egress limit", asked.Egress, c.Egress, "max-egress-limit")
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)

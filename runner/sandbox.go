@@ -347,7 +347,7 @@ func (s *SandboxSpec) defaults() error {
 func (r *Runner) planSandbox(s SandboxSpec) (*engine.SandboxSpec, error) {
 	// A pool's own deadline for its unclaimed sandboxes is not a request's.
 	if s.pool == "" {
-		if err := r.ceil.check(0, s.TTL, 0, 0, 0); err != nil {
+		if err := r.ceil.check(Ceilings{TTL: s.TTL}); err != nil {
 			return nil, err
 		}
 	}
@@ -431,7 +431,7 @@ func (sb *Sandbox) Exec(ctx context.Context, p ExecSpec) (Result, error) {
 	if p.Timeout < 0 || p.OutputLimit < 0 {
 		return Result{}, fmt.Errorf("%w: the timeout and the output limit must be positive", errdefs.ErrInvalidArgument)
 	}
-	if err := sb.r.ceil.check(p.Timeout, 0, 0, p.OutputLimit, 0); err != nil {
+	if err := sb.r.ceil.check(Ceilings{Timeout: p.Timeout, Output: p.OutputLimit}); err != nil {
 		return Result{}, err
 	}
 	si := sb.info
@@ -445,7 +445,7 @@ func (sb *Sandbox) Exec(ctx context.Context, p ExecSpec) (Result, error) {
 	}
 	// A sandbox made without the runner's ceilings (by the CLI, say) is
 	// still held to them.
-	if err := sb.r.ceil.check(time.Duration(limits.TimeoutMS)*time.Millisecond, 0, 0, units.Bytes(limits.OutputBytes), 0); err != nil {
+	if err := sb.r.ceil.check(Ceilings{Timeout: time.Duration(limits.TimeoutMS) * time.Millisecond, Output: units.Bytes(limits.OutputBytes)}); err != nil {
 		return Result{}, fmt.Errorf("%w (the sandbox's own limit; give a smaller one for this exec)", err)
 	}
 	execID, err := newID()

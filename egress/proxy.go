@@ -44,9 +44,12 @@ type Limits struct {
 	HeaderBytes int
 }
 
+// DefaultBytes is the byte cap of a zero Limits.
+const DefaultBytes = 1 << 30
+
 // DefaultLimits are the limits of a zero Limits.
 var DefaultLimits = Limits{
-	Bytes:         1 << 30,
+	Bytes:         DefaultBytes,
 	Conns:         32,
 	Idle:          60 * time.Second,
 	HeaderTimeout: 10 * time.Second,

@@ -1,6 +1,7 @@
 package isolation
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 
@@ -25,8 +26,9 @@ type Egress struct {
 	Bytes units.Bytes
 }
 
-// DefaultEgressBytes is a sandbox's egress byte cap when none is asked for.
-const DefaultEgressBytes = units.Bytes(1 << 30)
+// DefaultEgressBytes is a sandbox's egress byte cap when none is asked
+// for: the proxy's own.
+const DefaultEgressBytes = units.Bytes(egress.DefaultBytes)
 
 // On says whether the sandbox is given a way out: an allowlist or a
 // credential route.
@@ -49,10 +51,7 @@ func (e Egress) Record() *EgressRecord {
 	if !e.On() {
 		return nil
 	}
-	r := &EgressRecord{AllowHost: e.Allow.Entries(), Credentials: []string{}, LimitBytes: int64(e.Bytes)}
-	if e.Bytes == 0 {
-		r.LimitBytes = int64(DefaultEgressBytes)
-	}
+	r := &EgressRecord{AllowHost: e.Allow.Entries(), Credentials: []string{}, LimitBytes: int64(cmp.Or(e.Bytes, DefaultEgressBytes))}
 	for _, c := range e.Credentials {
 		port := c.Port
 		if port == 0 {

@@ -46,10 +46,11 @@ func TestEgressLimit(t *testing.T) {
 			t.Errorf("no byte_limit in the sandbox's egress records: %v", egressRecords(t, id))
 		}
 	}
-	argv := []string{"--allow-host", allow, "--egress-limit", "100KiB", "--", "python3", "-c", limitProbe, url}
+	flags := []string{"--allow-host", allow, "--egress-limit", "100KiB"}
+	probe := []string{"python3", "-c", limitProbe, url}
 
 	t.Run("run", func(t *testing.T) {
-		res, c := runJSON(t, nil, argv...)
+		res, c := runJSON(t, nil, append(append(flags, "--"), probe...)...)
 		if res.ExitCode != 0 {
 			t.Fatalf("exit %d: %s\n%s", res.ExitCode, res.Stderr.Head, c.stderr)
 		}
@@ -59,9 +60,9 @@ func TestEgressLimit(t *testing.T) {
 		}
 	})
 	t.Run("sandbox", func(t *testing.T) {
-		si := sbCreate(t, argv[:4]...)
+		si := sbCreate(t, flags...)
 		t.Cleanup(func() { airlock(nil, "sandbox", "rm", si.ID) })
-		res, c := sbExec(t, si.ID, nil, argv[5:]...)
+		res, c := sbExec(t, si.ID, nil, probe...)
 		if res.ExitCode != 0 {
 			t.Fatalf("exit %d: %s\n%s", res.ExitCode, res.Stderr.Head, c.stderr)
 		}

@@ -284,20 +284,18 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 		return fmt.Errorf("%w: sandbox %q is paused but its checkpoint is gone; `airlock sandbox rm %s` frees it", errdefs.ErrDataLoss, id, id)
 	}
 	bin, state, args := e.runtimeFor(sb.st.Mode, sb.bundle)
-	if sb.st.Egress != nil {
-		// As at create: the netstack takes the namespace's interface
-		// (readdressed below: the boot took its address off it).
-		eg, err := sb.st.Egress.policy()
-		if err != nil {
-			return fmt.Errorf("%w: sandbox %q's egress: %v", errdefs.ErrDataLoss, id, err)
-		}
-		args = isolation.RunscNetwork(args, eg)
-	}
 	name := sb.name()
 	// What an earlier resume, cut short, left running or recorded.
 	e.stopRuntime(cctx, sb, state, name, nil)
 	lap("stop")
 	if sb.st.Egress != nil {
+		// As at create: the netstack takes the namespace's interface,
+		// whose address the boot took off it and which goes back first.
+		eg, err := sb.st.Egress.policy()
+		if err != nil {
+			return fmt.Errorf("%w: sandbox %q's egress: %v", errdefs.ErrDataLoss, id, err)
+		}
+		args = isolation.RunscNetwork(args, eg)
 		if err := netns.At(e.netnsDir(), id).Readdress(); err != nil {
 			return fmt.Errorf("%w: restoring sandbox %q's network: %v", errdefs.ErrUnavailable, id, err)
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/e2etest"
 	"github.com/airlock-sandbox/airlock/internal/netns"
+	"github.com/airlock-sandbox/airlock/runner"
 )
 
 // probeGets is the start of a probe: a request to each URL of its first
@@ -236,5 +237,64 @@ func TestEgressAllowHost(t *testing.T) {
 			t.Errorf("network namespaces left after destroy: %v", left)
 		}
 	})
+
+	// A snapshot template keeps its egress: the warm program reaches the
+	// allowed host through the warming sandbox's proxy before it is ready,
+	// and each sandbox restored from the snapshot gets namespaces and a
+	// proxy of its own, whose interface its restored network stack takes.
+	t.Run("snapshot", func(t *testing.T) {
+		onlyPair(t, "oci", "gvisor") // snapshots are gVisor's
+		const name = "egress-snap"
+		c := airlock(nil, "template", "create", name, "--engine", "oci", "--isolation", "gvisor", "--allow-host", allow, "--warm", "--",
+			"python3", "-c", warmFetch, "http://"+allow+"/")
+		if c.code != 0 {
+			t.Fatalf("template create --warm --allow-host: exit %d: %s", c.code, c.stderr)
+		}
+		t.Cleanup(func() { airlock(nil, "template", "rm", name) })
+		// A run may not add a host to the template's list.
+		if c := airlock(nil, "sandbox", "create", "--template", name, "--allow-host", "127.0.0.1:1"); c.code != 64 {
+			t.Errorf("a host added to the template's list: exit %d, %s; want 64", c.code, c.stderr)
+		}
+		var ids []string
+		for i := 0; i < 2; i++ {
+			c := airlock(nil, "sandbox", "create", "--template", name, "--json")
+			var si runner.SandboxInfo
+			if c.code != 0 || json.Unmarshal([]byte(c.stdout), &si) != nil || si.Snapshot == "" {
+				t.Fatalf("sandbox create --template %s: exit %d, %s %s; want a sandbox restored from its snapshot", name, c.code, c.stdout, c.stderr)
+			}
+			ids = append(ids, si.ID)
+			t.Cleanup(func() { airlock(nil, "sandbox", "rm", si.ID) })
+		}
+		if live, err := netns.List(filepath.Join(rootDir, "oci", "netns")); err != nil || len(live) != 2 {
+			t.Errorf("network namespaces of two restored sandboxes: %v, %v", live, err)
+		}
+		for _, id := range ids {
+			res, c := sbExec(t, id, nil, argv...)
+			if res.ExitCode != 0 {
+				t.Fatalf("%s: exit %d: %s\n%s", id, res.ExitCode, res.Stderr.Head, c.stderr)
+			}
+			checkEgress(t, id, string(res.Stdout.Head), allowed, other)
+		}
+		if c := airlock(nil, append([]string{"sandbox", "rm"}, ids...)...); c.code != 0 {
+			t.Fatalf("sandbox rm: exit %d: %s", c.code, c.stderr)
+		}
+		for _, id := range ids {
+			waitGone(t, id, 10*time.Second)
+		}
+		if left := netnsLeft(t); len(left) > 0 {
+			t.Errorf("network namespaces left after destroy: %v", left)
+		}
+	})
 	noSandboxLeft(t)
 }
+
+// warmFetch is a warm program that fetches its argument through the
+// proxy before it says it is ready: it fails, and its template is not
+// made, unless the warming sandbox has its egress.
+const warmFetch = `
+import os, sys, time, urllib.request
+urllib.request.urlopen(sys.argv[1], timeout=20).read()
+open(os.environ["AIRLOCK_READY_FILE"], "w").close()
+while True:
+    time.sleep(3600)
+`

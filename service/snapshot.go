@@ -32,9 +32,6 @@ func (s *Service) PutWarmTemplate(ctx context.Context, t *templates.Template, w 
 	if t.Isolation != isolation.GVisor {
 		return fmt.Errorf("%w: template %q runs under runc (--isolation %s), which cannot checkpoint a sandbox's processes and memory; only gVisor templates take --warm (use --isolation gvisor)", errdefs.ErrNotImplemented, t.Name, t.Isolation)
 	}
-	if t.Egress.On() {
-		return fmt.Errorf("%w: template %q has egress (--allow-host), whose proxy is not part of a snapshot; create it without --allow-host to use --warm", errdefs.ErrNotImplemented, t.Name)
-	}
 	t.Engine = snapshotEngine
 	old, _ := s.templates.Get(t.Name)
 	if old != nil && !replace {

@@ -243,8 +243,8 @@ func (t *Template) Validate() error {
 		bad("warm and snapshot go together: a snapshot is taken of a warm program")
 	case t.Snapshot != "" && !sha256RE.MatchString(t.Snapshot):
 		bad("snapshot %q is not 64 lower-case hex digits", t.Snapshot)
-	case t.Snapshot != "" && (t.Engine != EngineOCI || t.Isolation != isolation.GVisor || t.Egress.On()):
-		bad("a template with a snapshot runs on engine oci under gvisor, without egress")
+	case t.Snapshot != "" && (t.Engine != EngineOCI || t.Isolation != isolation.GVisor):
+		bad("a template with a snapshot runs on engine oci under gvisor")
 	}
 	return errors.Join(errs...)
 }

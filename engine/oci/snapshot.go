@@ -87,7 +87,10 @@ func decodeManifest(name string, b []byte) (*snapshotManifest, error) {
 
 // policyDigest is the hex sha256 of everything in p that shapes a
 // sandbox; a snapshot is restored only under the policy it was taken
-// under.
+// under. Of egress only whether it is on counts: the sandbox then has
+// the proxy's interface and environment, the same whatever the proxy
+// allows, so a run may narrow the allowlist, the credential routes or
+// the byte cap (each enforced by its own proxy alone) and still fit.
 func policyDigest(p isolation.Policy) string {
 	w := struct {
 		Isolation isolation.Mode
@@ -95,10 +98,13 @@ func policyDigest(p isolation.Policy) string {
 		UID, GID  uint32
 		Hostname  string
 		Seccomp   string
-		Egress    isolation.Egress
-	}{p.Isolation, p.Limits, p.UID, p.GID, p.Hostname, "", p.Egress}
+		Egress    any
+	}{p.Isolation, p.Limits, p.UID, p.GID, p.Hostname, "", isolation.Egress{}}
 	if p.Seccomp != nil {
 		w.Seccomp = p.Seccomp.SHA256
+	}
+	if p.Egress.On() {
+		w.Egress = "proxy"
 	}
 	b, err := json.Marshal(w)
 	if err != nil {

@@ -63,9 +63,6 @@ func (e *Engine) Snapshot(ctx context.Context, id string) (_ string, err error) 
 	if sb.st.Mode == isolation.Seccomp {
 		return "", refuseSnapshot(fmt.Sprintf("sandbox %q", id))
 	}
-	if sb.st.Egress != nil {
-		return "", fmt.Errorf("%w: sandbox %q has egress (--allow-host), whose proxy and network namespace are not part of a checkpoint: make the template without --allow-host", errdefs.ErrNotImplemented, id)
-	}
 	if sb.st.Policy == "" {
 		return "", fmt.Errorf("%w: sandbox %q was made before snapshots recorded a sandbox's policy; make a new one", errdefs.ErrInvalidArgument, id)
 	}
@@ -163,16 +160,13 @@ func (e *Engine) Restore(ctx context.Context, s *engine.SandboxSpec, snapshot st
 }
 
 // checkSnapshot refuses snapshot snap for sandbox s unless it fits: a
-// gVisor sandbox without egress, and the image, policy, runsc and agent
+// gVisor sandbox, and the image, policy, runsc and agent
 // the snapshot was taken with. The files' hashes are not read again here
 // (hashing costs more than the rest of a restore): the manifest, which
 // holds them, must hash to the name, and the directory is root's alone.
 func (e *Engine) checkSnapshot(ctx context.Context, snap string, s *engine.SandboxSpec, agent bool) error {
 	if s.Policy.Isolation == isolation.Seccomp {
 		return refuseSnapshot(fmt.Sprintf("sandbox %q", s.ID))
-	}
-	if s.Policy.Egress.On() {
-		return fmt.Errorf("%w: sandbox %q has egress (--allow-host), and a sandbox with egress is not restored from a snapshot", errdefs.ErrNotImplemented, s.ID)
 	}
 	m, err := e.readSnapshot(snap)
 	if err != nil {

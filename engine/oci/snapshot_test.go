@@ -11,7 +11,9 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/isolation"
+	"github.com/airlock-sandbox/airlock/units"
 )
 
 func testManifest() *snapshotManifest {
@@ -122,5 +124,42 @@ func TestSnapshotFits(t *testing.T) {
 	}
 	if err := om.fits("x", want); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "boot id") {
 		t.Errorf("a snapshot without its own boot id: fits = %v; want invalid input naming the boot id", err)
+	}
+}
+
+// A policy without egress digests as it did before egress could be
+// snapshotted, so the snapshots of existing templates still fit. With
+// egress, only that it is on counts: the allowlist, the credential
+// routes and the byte cap are the proxy's, and a run may narrow them.
+func TestPolicyDigestEgress(t *testing.T) {
+	p := isolation.Policy{Isolation: isolation.GVisor, Limits: isolation.Limits{Memory: 512 << 20, CPUs: 1, Pids: 256, Timeout: 30 * time.Second, Output: 1 << 20},
+		UID: 65534, GID: 65534, Hostname: "airlock"}
+	if got := policyDigest(p); got != "01e601b29e59699ece0cbfb2b21092bee9082a08a7590d7ddd7922e02f41fa4a" {
+		t.Errorf("a policy without egress digests as %s, not as it always did", got)
+	}
+	withEgress := func(bytes units.Bytes, hosts ...string) isolation.Policy {
+		allow, err := egress.ParseAllowlist(hosts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := p
+		q.Egress = isolation.Egress{Allow: allow, Bytes: bytes}
+		return q
+	}
+	wide := policyDigest(withEgress(0, "pypi.org", "files.pythonhosted.org"))
+	if wide == policyDigest(p) {
+		t.Error("egress on and off digest alike")
+	}
+	if narrow := policyDigest(withEgress(1<<20, "pypi.org")); narrow != wide {
+		t.Error("a narrowed allowlist and byte cap do not fit the template's snapshot")
+	}
+	cred, err := egress.ParseCredential("api.example.com=Authorization:@/run/secrets/key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := p
+	q.Egress = isolation.Egress{Credentials: []egress.Credential{cred}}
+	if policyDigest(q) != wide {
+		t.Error("a credential route alone digests unlike an allowlist: both give the sandbox the same interface")
 	}
 }

@@ -242,11 +242,14 @@ func TestEgressAllowHost(t *testing.T) {
 	// allowed host through the warming sandbox's proxy before it is ready,
 	// and each sandbox restored from the snapshot gets namespaces and a
 	// proxy of its own, whose interface its restored network stack takes.
+	// The template allows both upstreams; each sandbox narrows its list
+	// to one, which its own proxy enforces.
 	t.Run("snapshot", func(t *testing.T) {
 		onlyPair(t, "oci", "gvisor") // snapshots are gVisor's
 		const name = "egress-snap"
-		c := airlock(nil, "template", "create", name, "--engine", "oci", "--isolation", "gvisor", "--allow-host", allow, "--warm", "--",
-			"python3", "-c", warmFetch, "http://"+allow+"/")
+		both := []string{"--allow-host", allow, "--allow-host", "127.0.0.1:" + strconv.Itoa(other)}
+		c := airlock(nil, append(append([]string{"template", "create", name, "--engine", "oci", "--isolation", "gvisor"}, both...), "--warm", "--",
+			"python3", "-c", warmFetch, "http://"+allow+"/")...)
 		if c.code != 0 {
 			t.Fatalf("template create --warm --allow-host: exit %d: %s", c.code, c.stderr)
 		}
@@ -257,7 +260,7 @@ func TestEgressAllowHost(t *testing.T) {
 		}
 		var ids []string
 		for i := 0; i < 2; i++ {
-			c := airlock(nil, "sandbox", "create", "--template", name, "--json")
+			c := airlock(nil, "sandbox", "create", "--template", name, "--allow-host", allow, "--json")
 			var si runner.SandboxInfo
 			if c.code != 0 || json.Unmarshal([]byte(c.stdout), &si) != nil || si.Snapshot == "" {
 				t.Fatalf("sandbox create --template %s: exit %d, %s %s; want a sandbox restored from its snapshot", name, c.code, c.stdout, c.stderr)

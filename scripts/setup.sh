@@ -39,7 +39,7 @@ heartbeat() {
 command -v go >/dev/null || fail "Go is not on PATH; install Go 1.26 or newer"
 
 # 1. apt packages ----------------------------------------------------------
-want=(docker.io runc libseccomp-dev mmdebstrap busybox-static ca-certificates e2fsprogs binutils)
+want=(docker.io runc libseccomp-dev mmdebstrap busybox-static ca-certificates e2fsprogs binutils curl jq)
 missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -29,6 +29,13 @@ import (
 // destroyed sandbox (and exits) or new activity soon.
 const superviseTick = time.Second
 
+// serve polls for its sandbox every 2 ms for serveFastPoll, the time a
+// create takes, then every serveSlowPoll.
+const (
+	serveFastPoll = 2 * time.Second
+	serveSlowPoll = 20 * time.Millisecond
+)
+
 // pin holds image's tree in the store against removal.
 func (r *Runner) pin(ctx context.Context, image string) (func(), error) {
 	id, err := digest.Parse(image)
@@ -141,9 +148,18 @@ func (r *Runner) Supervise(ctx context.Context, id string) error {
 // serve runs the engine's helper for sandbox id (engine.Server), once the
 // engine has made the sandbox, until ctx is done.
 func (r *Runner) serve(ctx context.Context, id string) {
-	tick := time.NewTicker(20 * time.Millisecond)
+	// Polled often while a create would be under way: a sandbox with
+	// egress waits for its proxy, which this serves, before its create
+	// returns. Open costs a stat until the sandbox exists.
+	slowFrom := time.Now().Add(serveFastPoll)
+	poll := 2 * time.Millisecond
+	tick := time.NewTicker(poll)
 	defer tick.Stop()
 	for {
+		if poll < serveSlowPoll && time.Now().After(slowFrom) {
+			poll = serveSlowPoll
+			tick.Reset(poll)
+		}
 		esb, err := r.engine.Open(ctx, id)
 		if err == nil {
 			if sv, ok := esb.(engine.Server); ok {

@@ -267,7 +267,7 @@ func (e *Engine) awaitProxy(ctx context.Context, id string) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w: creating sandbox %q: %v", errdefs.ErrAborted, id, ctx.Err())
-		case <-time.After(10 * time.Millisecond):
+		case <-time.After(2 * time.Millisecond):
 		}
 	}
 }

@@ -162,4 +162,8 @@ func readmeCleanup(t *testing.T, root string) {
 	if left := sandboxesIn(root); len(left) > 0 {
 		t.Errorf("sandboxes left after the README's examples: %v", left)
 	}
+	out, err := exec.Command(filepath.Join(rootDir, "tools", "runsc"), "--root", filepath.Join(root, "oci", "runsc"), "list", "--quiet").Output()
+	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
+		t.Errorf("runsc containers left after the README's examples: %q (%v)", out, err)
+	}
 }

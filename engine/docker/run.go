@@ -253,12 +253,7 @@ func (r *oneShot) Wait(ctx context.Context) (engine.Exit, error) {
 	}
 	if st.State != nil {
 		exit.OOMKilled = st.State.OOMKilled
-		if t, err := time.Parse(time.RFC3339Nano, st.State.StartedAt); err == nil && !t.IsZero() {
-			exit.Started = t
-		}
-		if t, err := time.Parse(time.RFC3339Nano, st.State.FinishedAt); err == nil && !t.IsZero() {
-			exit.Finished = t
-		}
+		exit.Started, exit.Finished = runTimes(st.State.StartedAt, st.State.FinishedAt, exit.Started, exit.Finished)
 	}
 	if status.Error != nil && status.Error.Message != "" {
 		r.log.Warn("wait reported", "err", status.Error.Message)
@@ -323,4 +318,18 @@ func (r *oneShot) destroy() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// runTimes bounds a program's run by dockerd's StartedAt and FinishedAt
+// when they make a run, and by this process's started and finished when
+// they do not. dockerd's bound the program more closely, but it records a
+// start once the runtime has reported it: a program that ends first can
+// have a FinishedAt before its StartedAt.
+func runTimes(startedAt, finishedAt string, started, finished time.Time) (time.Time, time.Time) {
+	start, serr := time.Parse(time.RFC3339Nano, startedAt)
+	end, ferr := time.Parse(time.RFC3339Nano, finishedAt)
+	if serr != nil || ferr != nil || start.IsZero() || end.Before(start) {
+		return started, finished
+	}
+	return start, end
 }

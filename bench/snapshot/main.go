@@ -35,14 +35,16 @@ import (
 )
 
 var (
-	runCodeRounds *int
-	sustainFor    *time.Duration
+	runCodeRounds  *int
+	sustainFor     *time.Duration
+	sustainClients int
 )
 
 func main() {
 	n := flag.Int("n", 10, "rounds of each start, interleaved (0: measure /run_code only)")
 	sustainFor = flag.Duration("sustain", time.Minute, "how long each side of the sustained /run_code rates runs (0: not measured)")
 	runCodeRounds = flag.Int("run-code-n", 30, "rounds of each /run_code request, interleaved (0: measure the starts only)")
+	flag.IntVar(&sustainClients, "sustain-clients", 4, "clients posting back to back in the sustained rates")
 	flag.Parse()
 	if err := run(*n); err != nil {
 		fmt.Fprintf(os.Stderr, "bench-snapshot: %v\n", err)

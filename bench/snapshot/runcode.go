@@ -250,11 +250,11 @@ func benchRunCode(root, tmp string, n int) error {
 	return sustain(cold, np4, *sustainFor)
 }
 
-// sustainClients post numpy snippets back to back, against a pool of
-// sustainPool, for the sustained rates.
+// sustainClients post numpy snippets back to back (the figure,
+// unless -sustain-clients), against a pool of sustainPool, for the
+// sustained rates.
 const (
-	sustainClients = 4
-	sustainPool    = 4
+	sustainPool = 4
 )
 
 // sustain measures the rate of numpy snippets answered right with

@@ -48,7 +48,7 @@ func (r *Runner) NewSandboxPool(ctx context.Context, base SandboxSpec, o PoolOpt
 }
 
 // primeAwait bounds a pool's wait for a new sandbox's helper before its
-// prime: the supervisor looks for the sandbox every 20 ms.
+// prime: the supervisor finds a new sandbox within milliseconds (serve).
 const primeAwait = time.Second
 
 // fillSandbox makes one long-lived sandbox, left created; the filler

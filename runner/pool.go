@@ -101,10 +101,6 @@ type Pool struct {
 	mu      sync.Mutex
 	ready   []*pooled
 	filling int
-	// waiting counts claims waiting for a fill under way (awaitFill);
-	// filled is closed, and replaced, as each fill ends.
-	waiting int
-	filled  chan struct{}
 	looks   int64 // the fillers' rounds, for tests: none while full
 	stats   PoolStats
 	closed  bool
@@ -176,7 +172,6 @@ func (p *Pool) start(ctx context.Context, o PoolOptions) error {
 	p.opt = o
 	p.ctx, p.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	p.wake = make(chan struct{}, 1)
-	p.filled = make(chan struct{})
 	p.stats = PoolStats{Name: o.Name, Size: o.Size}
 	for range o.Fillers {
 		p.wg.Add(1)
@@ -387,8 +382,6 @@ func (p *Pool) filler() {
 			e, err := p.fill(p.ctx)
 			p.mu.Lock()
 			p.filling--
-			close(p.filled) // made or not: its waiter looks again
-			p.filled = make(chan struct{})
 			switch {
 			case err != nil:
 			case p.closed:
@@ -578,8 +571,6 @@ func (p *Pool) Close(ctx context.Context) error {
 	p.closed = true
 	left := p.ready
 	p.ready = nil
-	close(p.filled) // waiters go cold
-	p.filled = make(chan struct{})
 	p.mu.Unlock()
 	p.cancel()
 	p.wg.Wait()

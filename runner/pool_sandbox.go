@@ -114,17 +114,9 @@ func (p *Pool) create(ctx context.Context, s SandboxSpec) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	why := p.fitsSandbox(s, job)
-	var e *pooled
-	if why == "" && !p.opt.FailWhenEmpty {
-		if e = p.take(); e == nil {
-			e = p.awaitFill(ctx)
-		}
-	}
-	if e == nil {
-		if e, err = p.claim(why); err != nil {
-			return nil, err
-		}
+	e, err := p.claim(p.fitsSandbox(s, job))
+	if err != nil {
+		return nil, err
 	}
 	if e == nil {
 		return p.r.Create(ctx, s)
@@ -193,46 +185,6 @@ func (r *Runner) claimSandbox(ctx context.Context, id, pool string, s SandboxSpe
 		return nil, err
 	}
 	return r.Open(ctx, id)
-}
-
-// fillAwait bounds a claim's wait for a fill under way.
-const fillAwait = 10 * time.Second
-
-// awaitFill waits for a sandbox the pool's fillers are making, when one
-// is under way that no other claim waits for: it is ready sooner than a
-// sandbox made now would be, and one made beside it would take the
-// CPUs from it. Nil when there is none, or it failed, or after
-// fillAwait: the claim then makes its own.
-func (p *Pool) awaitFill(ctx context.Context) *pooled {
-	timer := time.NewTimer(fillAwait)
-	defer timer.Stop()
-	for {
-		p.mu.Lock()
-		if p.closed || p.filling <= p.waiting {
-			p.mu.Unlock()
-			return nil
-		}
-		p.waiting++
-		filled := p.filled
-		p.mu.Unlock()
-		var done bool
-		select {
-		case <-filled:
-		case <-ctx.Done():
-			done = true
-		case <-timer.C:
-			done = true
-		}
-		p.mu.Lock()
-		p.waiting--
-		p.mu.Unlock()
-		if done {
-			return nil
-		}
-		if e := p.take(); e != nil {
-			return e
-		}
-	}
 }
 
 // capped writes to w up to n bytes and drops the rest.

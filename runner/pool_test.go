@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -348,98 +347,5 @@ func TestPoolFullSleeps(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	if n := looks() - before; n > 0 {
 		t.Fatalf("a full pool's fillers looked %d times in 300ms", n)
-	}
-}
-
-// A claim on an empty pool whose filler is making a sandbox takes that
-// one instead of making its own beside it; a second claim, with no fill
-// left for it, makes its own at once. A fill that fails sends its waiter
-// to make its own.
-func TestSandboxPoolAwaitsFill(t *testing.T) {
-	for _, fails := range []bool{false, true} {
-		t.Run(fmt.Sprintf("fill fails %v", fails), func(t *testing.T) {
-			entered, release := make(chan struct{}), make(chan struct{})
-			var calls atomic.Int32
-			f := &fakeSandboxer{}
-			f.beforeCreate = func() error {
-				if calls.Add(1) > 1 {
-					return nil
-				}
-				close(entered) // the filler's: the pool's first
-				<-release
-				if fails {
-					return fmt.Errorf("%w: the fill failed", errdefs.ErrUnavailable)
-				}
-				return nil
-			}
-			r, root := newSandboxRunner(t, f)
-			ctx := context.Background()
-			p, err := r.NewSandboxPool(ctx, fakeSandboxSpec(), PoolOptions{Name: "t", Size: 1, Fillers: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			until := func(what string, cond func() bool) {
-				t.Helper()
-				for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(2 * time.Millisecond) {
-					p.mu.Lock()
-					ok := cond()
-					p.mu.Unlock()
-					if ok {
-						return
-					}
-					if time.Now().After(deadline) {
-						t.Fatalf("never %s: %+v", what, p.Stats())
-					}
-				}
-			}
-			<-entered
-			type claimed struct {
-				sb  *Sandbox
-				err error
-			}
-			first := make(chan claimed, 1)
-			go func() {
-				sb, err := p.Create(ctx, fakeSandboxSpec())
-				first <- claimed{sb, err}
-			}()
-			until("waiting", func() bool { return p.waiting == 1 })
-			second, err := p.Create(ctx, fakeSandboxSpec())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if st := p.Stats(); st.Misses != 1 || st.Claims != 0 {
-				t.Errorf("the second claim, with the one fill awaited: stats %+v; want 1 miss", st)
-			}
-			close(release)
-			c := <-first
-			if c.err != nil {
-				t.Fatal(c.err)
-			}
-			var filledID string // the fill's: the sandbox made that is not the second claim's
-			f.mu.Lock()
-			for _, sp := range f.specs {
-				if sp.ID != second.ID() && filledID == "" {
-					filledID = sp.ID
-				}
-			}
-			f.mu.Unlock()
-			switch st := p.Stats(); {
-			case !fails && (c.sb.ID() != filledID || st.Claims != 1 || st.Misses != 1):
-				t.Errorf("the waiting claim got %s, the fill made %s; stats %+v", c.sb.ID(), filledID, st)
-			case fails && (c.sb.ID() == second.ID() || st.Claims != 0 || st.Misses != 2):
-				t.Errorf("after a failed fill the waiting claim got %s; stats %+v; want its own sandbox and 2 misses", c.sb.ID(), st)
-			}
-			if err := p.Close(ctx); err != nil {
-				t.Fatal(err)
-			}
-			for _, id := range []string{c.sb.ID(), second.ID()} {
-				if err := r.Destroy(ctx, id); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if left := sandboxLeftovers(root); len(left) > 0 {
-				t.Errorf("left: %v", left)
-			}
-		})
 	}
 }

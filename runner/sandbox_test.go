@@ -29,9 +29,6 @@ type fakeSandboxer struct {
 	live      map[string]bool
 	destroyed atomic.Int32
 	specs     []engine.SandboxSpec // as given to Create
-	// beforeCreate, when set, runs first in each Create; its error is
-	// Create's.
-	beforeCreate func() error
 }
 
 type fakeSandbox struct {
@@ -40,11 +37,6 @@ type fakeSandbox struct {
 }
 
 func (f *fakeSandboxer) Create(ctx context.Context, s *engine.SandboxSpec) (engine.Sandbox, error) {
-	if f.beforeCreate != nil {
-		if err := f.beforeCreate(); err != nil {
-			return nil, err
-		}
-	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.live == nil {

@@ -94,9 +94,7 @@ refused as invalid_input, naming the ceiling.
 long-lived sandboxes of the template, started and idle, each taken by one
 create that names the template and fits it (the template's policy, env,
 workspace size and output directory); the create's labels, TTL, idle
-timeout and download types are given to it as it is taken. A create that
-finds the pool empty takes the sandbox a filler is making, if no other
-create waits for it, else makes its own. Any engine.
+timeout and download types are given to it as it is taken. Any engine.
 
 --run-code-template python=TEMPLATE serves /run_code's python from a pool
 of sandboxes restored from TEMPLATE, a run-code template (airlock template

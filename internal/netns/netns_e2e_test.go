@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/jsimonetti/rtnetlink/v2"
-	"golang.org/x/sys/unix"
 )
 
 func hostLinks(t *testing.T) []string {
@@ -378,11 +377,7 @@ func TestReaddress(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		ip := net.ParseIP(SandboxAddr).To4()
-		return c.Address.Delete(&rtnetlink.AddressMessage{
-			Family: unix.AF_INET, PrefixLength: PrefixLen, Index: uint32(ifc.Index),
-			Attributes: &rtnetlink.AddressAttributes{Address: ip, Local: ip},
-		})
+		return c.Address.Delete(addressMessage(uint32(ifc.Index), SandboxAddr))
 	})
 	if got := sandboxAddrs(t, n); len(got) != 0 {
 		t.Fatalf("the sandbox's end after its address was removed: %v", got)

@@ -234,13 +234,18 @@ func dialLinks() (*rtnetlink.Conn, []rtnetlink.LinkMessage, error) {
 	return c, links, nil
 }
 
-// address gives link index addr, on the pair's /30.
-func address(c *rtnetlink.Conn, index uint32, addr string) error {
+// addressMessage is addr on link index, on the pair's /30.
+func addressMessage(index uint32, addr string) *rtnetlink.AddressMessage {
 	ip := net.ParseIP(addr).To4()
-	if err := c.Address.New(&rtnetlink.AddressMessage{
+	return &rtnetlink.AddressMessage{
 		Family: unix.AF_INET, PrefixLength: PrefixLen, Index: index,
 		Attributes: &rtnetlink.AddressAttributes{Address: ip, Local: ip},
-	}); err != nil {
+	}
+}
+
+// address gives link index addr, on the pair's /30.
+func address(c *rtnetlink.Conn, index uint32, addr string) error {
+	if err := c.Address.New(addressMessage(index, addr)); err != nil {
 		return fmt.Errorf("adding %s/%d: %w", addr, PrefixLen, err)
 	}
 	return nil

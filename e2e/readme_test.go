@@ -60,11 +60,18 @@ func readmeExamples(t *testing.T, path string) []example {
 	return out
 }
 
+var (
+	// longNumber is a number in the README's output that varies from run
+	// to run (a duration).
+	longNumber = regexp.MustCompile(`[0-9]{4,}`)
+	// marker ends a command's output in a block's stdout.
+	marker = regexp.MustCompile(`\n?\n@@[0-9]+\n`)
+)
+
 // wantLine matches an output line the README shows: exactly, but for
 // numbers of four digits or more (durations), which match any number.
 func wantLine(shown string) *regexp.Regexp {
-	q := regexp.QuoteMeta(shown)
-	return regexp.MustCompile(`^` + regexp.MustCompile(`[0-9]{4,}`).ReplaceAllString(q, `[0-9]+`) + `$`)
+	return regexp.MustCompile(`^` + longNumber.ReplaceAllString(regexp.QuoteMeta(shown), `[0-9]+`) + `$`)
 }
 
 // The README's examples run as written, and print what it shows. Each
@@ -122,7 +129,7 @@ func TestREADMEExamples(t *testing.T) {
 			continue
 		}
 		t.Logf("example %d (%s): %v", i+1, ex.cmds[0], time.Since(begin).Round(time.Millisecond))
-		chunks := regexp.MustCompile(`\n?\n@@[0-9]+\n`).Split(string(out), -1)
+		chunks := marker.Split(string(out), -1)
 		for j, want := range ex.want {
 			if len(want) == 0 {
 				continue

@@ -29,6 +29,9 @@ type Job struct {
 	// may narrow the template, never widen it (see BatchTemplate).
 	Template string   `json:"template,omitempty"`
 	Env      []string `json:"env,omitempty"`
+	// Workdir is the program's working directory; given, it replaces
+	// the batch's (an absolute, clean path).
+	Workdir string `json:"workdir,omitempty"`
 	// Stdin is text fed to the program; empty means stdin is closed.
 	Stdin  string     `json:"stdin,omitempty"`
 	Inputs []JobInput `json:"inputs,omitempty"`
@@ -202,6 +205,9 @@ func (j Job) spec(base Spec, template string) (Spec, error) {
 	s.Argv, s.Env = j.Argv, append(slices.Clone(base.Env), j.Env...)
 	if j.Image != "" {
 		s.Image = j.Image
+	}
+	if j.Workdir != "" {
+		s.Workdir = j.Workdir
 	}
 	if j.Stdin != "" {
 		s.Stdin = strings.NewReader(j.Stdin)

@@ -166,6 +166,19 @@ func TestJobSpecKeepsBaseInputs(t *testing.T) {
 	}
 }
 
+// A job's workdir replaces the batch's; without one, the batch's stays.
+func TestJobSpecWorkdir(t *testing.T) {
+	base := Spec{Workdir: "/home/user"}
+	s, err := Job{ID: "a", Argv: []string{"true"}, Workdir: "/work"}.spec(base, "")
+	if err != nil || s.Workdir != "/work" {
+		t.Errorf("workdir %q (%v), want the job's /work", s.Workdir, err)
+	}
+	s, err = Job{ID: "b", Argv: []string{"true"}}.spec(base, "")
+	if err != nil || s.Workdir != "/home/user" {
+		t.Errorf("workdir %q (%v), want the batch's /home/user", s.Workdir, err)
+	}
+}
+
 func ptr[T any](v T) *T { return &v }
 
 // A zero limit in a job line is refused, never read as the default.

@@ -44,7 +44,7 @@ result per job to --out as each finishes. A job is one JSON object per line:
 
   {"id": "t1", "argv": ["python3", "-c", "print(6*7)"], "expected_stdout": "42\n",
    "image": "NAME@sha256:…", "template": "py", "env": ["K=V"], "stdin": "text",
-   "inputs": [{"host": "data", "sandbox": "/work/data"}],
+   "inputs": [{"host": "data", "sandbox": "/work/data"}], "workdir": "/work",
    "limits": {"timeout": "5s", "memory": "256MiB", "cpus": "1", "pids": 64, "output": "1MiB"}}
 
 Only id and argv are required; the run flags below are every job's defaults,

@@ -97,6 +97,8 @@ func kubeJobFits(j runner.Job) error {
 		field = "template"
 	case len(j.Env) > 0:
 		field = "env"
+	case j.Workdir != "":
+		field = "workdir"
 	case j.Stdin != "":
 		field = "stdin"
 	case len(j.Inputs) > 0:

@@ -30,7 +30,11 @@ func pauseRoot(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { syscall.Unmount(filepath.Join(root, "oci", "runsc", "null-netns"), syscall.MNT_DETACH) })
+	t.Cleanup(func() {
+		for syscall.Unmount(filepath.Join(root, "oci", "runsc", "null-netns"), syscall.MNT_DETACH) == nil {
+			// runsc may have bound it more than once.
+		}
+	})
 	return root
 }
 

@@ -364,3 +364,55 @@ func examplesCleanup(t *testing.T, root string) {
 		t.Errorf("runsc containers left after the examples: %q (%v)", out, err)
 	}
 }
+
+// docs/library.md's Go example compiles against the packages as they
+// are: its block, with the two values it takes as given (ctx, file),
+// goes into a function of a file the go command sees, through an
+// overlay, inside this module.
+func TestLibraryExample(t *testing.T) {
+	onlyPair(t, "oci", "gvisor")
+	b, err := os.ReadFile("../docs/library.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "```go\n")
+	block, _, ok2 := strings.Cut(rest, "```\n")
+	if !ok || !ok2 {
+		t.Fatal("docs/library.md has no Go block")
+	}
+	src := `package libraryexample
+
+import (
+	"context"
+	"os"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/engine/oci"
+	"github.com/airlock-sandbox/airlock/isolation"
+	"github.com/airlock-sandbox/airlock/runner"
+)
+
+var _ = time.Second
+
+func example(ctx context.Context, file *os.File) {
+` + block + `	_, _, _, _, _ = eng, res, tr, sb2, err
+}
+`
+	dir := t.TempDir()
+	file := filepath.Join(dir, "example.go")
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	virtual, err := filepath.Abs("../internal/libraryexample/example.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlay, _ := json.Marshal(map[string]any{"Replace": map[string]string{virtual: file}})
+	if err := os.WriteFile(filepath.Join(dir, "overlay.json"), overlay, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("go", "build", "-overlay", filepath.Join(dir, "overlay.json"), "../internal/libraryexample").CombinedOutput()
+	if err != nil {
+		t.Errorf("docs/library.md's example does not compile: %v\n%s\n%s", err, out, src)
+	}
+}

@@ -3,7 +3,8 @@
 # this repository, starts `airlock serve` on a temporary unix socket and a
 # loopback TCP port with a temporary token, then runs the tests of sdk/js,
 # sdk/deepagents-js (one npm workspace: npm ci from sdk/package-lock.json, build, node:test) and
-# sdk/python (python3 -m unittest), then the MCP acceptance test
+# sdk/python (python3 -m unittest), docs/clients.md's JS and Python
+# examples as written (their output checked), then the MCP acceptance test
 # (mcpserver/testdata/client) over the server's /mcp. The server is always
 # stopped, and every sandbox the tests made must be gone by the end.
 #
@@ -75,6 +76,19 @@ echo "== sdk/deepagents-js"
 (cd "$sdk/deepagents-js" && npm test)
 echo "== sdk/python"
 (cd "$sdk/python" && python3 -m unittest -v 2>&1)
+
+echo "== docs/clients.md's JS and Python examples, as written"
+# The first js block (the second needs a model) and the python block.
+awk '/^```js$/ {n++; if (n == 1) {on = 1; next}} /^```$/ {on = 0} on' "$repo/docs/clients.md" > "$tmp/example.mjs"
+awk '/^```python$/ {on = 1; next} /^```$/ {on = 0} on' "$repo/docs/clients.md" > "$tmp/example.py"
+mkdir -p "$tmp/node_modules" && ln -s "$sdk/js" "$tmp/node_modules/airlock-sandbox"
+got="$(cd "$tmp" && node example.mjs 2>"$tmp/example.err")"
+want=$'42\nexited 0 58\none-shot'
+[[ "$got" == "$want" && "$(cat "$tmp/example.err")" == working ]] ||
+	{ printf 'docs/clients.md'"'"'s JS example printed\n%s\nand on stderr\n%s\nnot\n%s\nand working\n' "$got" "$(cat "$tmp/example.err")" "$want" >&2; exit 1; }
+got="$(cd "$tmp" && PYTHONPATH="$sdk/python" python3 example.py 2>&1)"
+want=$'42\nexited 0\n42\n\nfile_not_found'
+[[ "$got" == "$want" ]] || { printf 'docs/clients.md'"'"'s Python example printed\n%s\nnot\n%s\n' "$got" "$want" >&2; exit 1; }
 
 echo "== MCP over streamable HTTP: airlock serve's /mcp, behind the token"
 (cd "$repo/mcpserver/testdata/client" && npm ci --no-audit --no-fund --loglevel=error &&

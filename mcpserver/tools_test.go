@@ -5,6 +5,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -407,5 +409,63 @@ func TestRunCodeRunCodeTemplate(t *testing.T) {
 	}
 	if asked := rs.Asked(); len(asked) != 0 {
 		t.Errorf("refused run_code calls reached the engines %v", asked)
+	}
+}
+
+// docs/mcp.md names every tool with its arguments, as the server lists
+// them: `tool{arg, optional?, one | other}`.
+func TestMCPDocTools(t *testing.T) {
+	b, err := os.ReadFile("../docs/mcp.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := map[string]map[string]bool{} // tool → argument → required
+	for _, m := range regexp.MustCompile("`([a-z_]+)(?:\\{([^}]*)\\})?`").FindAllStringSubmatch(string(b), -1) {
+		if !slices.Contains(toolNames, m[1]) || doc[m[1]] != nil {
+			continue
+		}
+		args := map[string]bool{}
+		for _, a := range strings.FieldsFunc(m[2], func(r rune) bool { return r == ',' || r == '\n' }) {
+			alts := strings.Split(a, "|")
+			for _, alt := range alts {
+				name := strings.TrimSpace(alt)
+				args[strings.TrimSuffix(name, "?")] = len(alts) == 1 && !strings.HasSuffix(name, "?")
+			}
+		}
+		doc[m[1]] = args
+	}
+	cs := connect(t, testRoot(t), &fuzztest.NoEngines{})
+	lt, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range lt.Tools {
+		var schema struct {
+			Properties map[string]any `json:"properties"`
+			Required   []string       `json:"required"`
+		}
+		raw, _ := json.Marshal(tool.InputSchema)
+		if err := json.Unmarshal(raw, &schema); err != nil {
+			t.Fatalf("%s: input schema %s: %v", tool.Name, raw, err)
+		}
+		args, ok := doc[tool.Name]
+		if !ok {
+			t.Errorf("docs/mcp.md does not name tool %s", tool.Name)
+			continue
+		}
+		for name := range schema.Properties {
+			required, ok := args[name]
+			switch {
+			case !ok:
+				t.Errorf("docs/mcp.md: %s's argument %s is missing", tool.Name, name)
+			case required != slices.Contains(schema.Required, name):
+				t.Errorf("docs/mcp.md: %s's argument %s is shown required=%v; the schema says %v", tool.Name, name, required, !required)
+			}
+		}
+		for name := range args {
+			if _, ok := schema.Properties[name]; !ok {
+				t.Errorf("docs/mcp.md: %s shows argument %s, which the tool does not take", tool.Name, name)
+			}
+		}
 	}
 }

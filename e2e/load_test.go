@@ -55,11 +55,10 @@ func leakCounts(t *testing.T) (goroutines, fds, mounts, cgroups int) {
 	return runtime.NumGoroutine(), len(ents), len(mountsUnderRoot()), len(cgroup.IDs())
 }
 
-// TestSoakNoLeaks runs sandboxes one after another through the embeddable
-// API, in this process, and checks that goroutines, fds, mounts and cgroups
-// come back exactly to where they were: 30 in `make test` (one leak per
-// run shows as 30), $AIRLOCK_SOAK_RUNS (500 in `make soak`) when set.
-func TestSoakNoLeaks(t *testing.T) {
+// apiRunner is the embeddable API's runner on the tests' root and the
+// engine under test.
+func apiRunner(t *testing.T) *runner.Runner {
+	t.Helper()
 	var eng engine.Engine
 	var err error
 	if engineName == "oci" {
@@ -68,7 +67,7 @@ func TestSoakNoLeaks(t *testing.T) {
 		var d *docker.Engine
 		d, err = docker.New()
 		if err == nil {
-			defer d.Close()
+			t.Cleanup(func() { d.Close() })
 		}
 		eng = d
 	}
@@ -79,6 +78,16 @@ func TestSoakNoLeaks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return r
+}
+
+// TestSoakNoLeaks runs sandboxes one after another through the embeddable
+// API, in this process, and checks that goroutines, fds, mounts and cgroups
+// come back exactly to where they were: 30 in `make test` (one leak per
+// run shows as 30), $AIRLOCK_SOAK_RUNS (500 in `make soak`) when set.
+func TestSoakNoLeaks(t *testing.T) {
+	r := apiRunner(t)
+	var err error
 	pol := isolation.Default()
 	pol.Isolation = isolation.Mode(isolationName)
 	run := func() {

@@ -202,6 +202,17 @@ func sandboxes() []string {
 	for _, b := range bundles {
 		names = append(names, "bundle "+b.Name())
 	}
+	// The runtimes' files of a container they do not list (runsc's
+	// socket and lock, a runc state directory); runsc's shared empty
+	// network namespace stays.
+	for _, rt := range []string{"runsc", "runc"} {
+		files, _ := os.ReadDir(filepath.Join(rootDir, "oci", rt))
+		for _, f := range files {
+			if f.Name() != "null-netns" {
+				names = append(names, rt+" state file "+f.Name())
+			}
+		}
+	}
 	return names
 }
 

@@ -370,6 +370,19 @@ func (e *Engine) delete(ctx context.Context, runtime, state, name string, log *s
 	if out, err := exec.CommandContext(dctx, runtime, "--root", state, "delete", "--force", name).CombinedOutput(); err != nil {
 		log.Debug("runtime delete", "err", err, "output", strings.TrimSpace(string(out)))
 	}
+	if runtime == e.runsc {
+		forgetRunsc(state, name)
+	}
+}
+
+// forgetRunsc removes what runsc keeps of a container beside its state
+// file, which it leaves when the container is gone without it: killed
+// from outside, or its `runsc run` killed as it began (a pool's fill
+// cut short), after which runsc no longer knows the name. Its control
+// socket and its state lock; only for a container nothing runs in.
+func forgetRunsc(state, name string) {
+	os.Remove(filepath.Join(state, "runsc-"+name+".sock"))
+	os.Remove(filepath.Join(state, name+"_sandbox:"+name+".lock"))
 }
 
 // imageDefaults takes the image's environment and working directory; the

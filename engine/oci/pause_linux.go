@@ -221,7 +221,6 @@ func (e *Engine) stopRuntime(ctx context.Context, sb *sandbox, state, name strin
 		}
 	}
 	e.delete(ctx, e.runsc, state, name, e.log)
-	os.Remove(filepath.Join(state, "runsc-"+name+".sock"))
 	if written != nil {
 		<-written
 	}

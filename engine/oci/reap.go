@@ -40,10 +40,16 @@ func (e *Engine) Leftovers(ctx context.Context) ([]string, error) {
 			}
 		}
 	}
-	// runsc's files of a sandbox it no longer lists.
+	// runsc's files of a sandbox it no longer lists: its control socket,
+	// or its state lock alone (a `runsc run` killed as it began).
 	socks, _ := filepath.Glob(filepath.Join(e.runscState(), "runsc-"+namePrefix+"*.sock"))
 	for _, s := range socks {
 		seen[strings.TrimSuffix(strings.TrimPrefix(filepath.Base(s), "runsc-"+namePrefix), ".sock")] = true
+	}
+	locks, _ := filepath.Glob(filepath.Join(e.runscState(), namePrefix+"*_sandbox:*.lock"))
+	for _, l := range locks {
+		id, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(l), namePrefix), "_sandbox:")
+		seen[id] = true
 	}
 	// Checkpoints of paused sandboxes, and used ones a resume left to
 	// remove.
@@ -128,11 +134,7 @@ func (e *Engine) reap(ctx context.Context, id string) error {
 			exec.CommandContext(ctx, rt.bin, "--root", rt.state, "delete", "--force", namePrefix+id).Run()
 		}
 	}
-	// What runsc leaves of a sandbox killed from outside: its control
-	// socket and its state lock.
-	name := namePrefix + id
-	os.Remove(filepath.Join(e.runscState(), "runsc-"+name+".sock"))
-	os.Remove(filepath.Join(e.runscState(), name+"_sandbox:"+name+".lock"))
+	forgetRunsc(e.runscState(), namePrefix+id)
 	// Its namespaces end once unbound, their processes being gone.
 	if err := netns.Remove(e.netnsDir(), id); err != nil {
 		errs = append(errs, err)

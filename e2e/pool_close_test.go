@@ -13,7 +13,8 @@ import (
 	"github.com/airlock-sandbox/airlock/runner"
 )
 
-// A warm pool closed while its sandboxes boot, as serve closes its pools
+// A warm pool, of runs or of long-lived sandboxes, closed while its
+// sandboxes boot, as serve closes its pools
 // on SIGTERM, leaves nothing of them, with no reap: no runtime container
 // or runtime file (a `runsc run` killed as it began leaves its state
 // lock), run directory, bundle or cgroup. The pool is closed at several
@@ -24,20 +25,33 @@ func TestPoolClosedMidFill(t *testing.T) {
 	pol := isolation.Default()
 	pol.Isolation = isolation.Mode(isolationName)
 	ctx := context.Background()
-	for i := range 8 {
-		p, err := r.NewPool(ctx, runner.Spec{Image: busybox, Policy: pol}, runner.PoolOptions{Name: "close", Size: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(time.Duration(i) * 40 * time.Millisecond)
-		if err := p.Close(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if left := sandboxes(); len(left) > 0 {
-			t.Fatalf("closed %v after the pool's start: left %v", time.Duration(i)*40*time.Millisecond, left)
-		}
-		if runs, _ := os.ReadDir(filepath.Join(rootDir, "runs")); len(runs) > 0 {
-			t.Fatalf("closed %v after the pool's start: %d run directories left", time.Duration(i)*40*time.Millisecond, len(runs))
+	for _, kind := range []string{"runs", "sandboxes"} {
+		for i := range 8 {
+			var p *runner.Pool
+			var err error
+			o := runner.PoolOptions{Name: "close", Size: 2}
+			if kind == "runs" {
+				p, err = r.NewPool(ctx, runner.Spec{Image: busybox, Policy: pol}, o)
+			} else {
+				p, err = r.NewSandboxPool(ctx, runner.SandboxSpec{Image: busybox, Policy: pol}, o)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			after := time.Duration(i) * 40 * time.Millisecond
+			time.Sleep(after)
+			if err := p.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if left := sandboxes(); len(left) > 0 {
+				t.Fatalf("a pool of %s closed %v after its start: left %v", kind, after, left)
+			}
+			if runs, _ := os.ReadDir(filepath.Join(rootDir, "runs")); len(runs) > 0 {
+				t.Fatalf("a pool of %s closed %v after its start: %d run directories left", kind, after, len(runs))
+			}
+			if sbs, err := r.Sandboxes(ctx); err != nil || len(sbs) > 0 {
+				t.Fatalf("a pool of %s closed %v after its start: sandboxes %v left (%v)", kind, after, sbs, err)
+			}
 		}
 	}
 }

@@ -65,6 +65,12 @@ type pools struct {
 	retiring sync.WaitGroup
 	relMu    sync.Mutex
 	releases []func()
+	// refreshMu is held by each refresh, whole: ClosePools takes it to
+	// set closed, so a refresh under way when the server stops finishes
+	// first (its pool is then closed with the others), and none after
+	// makes a pool.
+	refreshMu sync.Mutex
+	closed    bool
 }
 
 // warm is one template's pool.
@@ -85,6 +91,12 @@ func (w *warm) current() *runner.Pool {
 // StartPools makes every configured pool; one that cannot be made frees
 // the others and is the error. ClosePools frees them.
 func (s *Service) StartPools(ctx context.Context) error {
+	s.pools.refreshMu.Lock()
+	closed := s.pools.closed
+	s.pools.refreshMu.Unlock()
+	if closed {
+		return fmt.Errorf("%w: the service's pools were closed; start a new service", errdefs.ErrFailedPrecondition)
+	}
 	if err := s.checkRunCode(); err != nil {
 		return err
 	}
@@ -117,6 +129,11 @@ func (s *Service) StartPools(ctx context.Context) error {
 // refresh makes w's pool anew when its template changed (or on the first
 // call); the old pool's sandboxes are destroyed in the background.
 func (s *Service) refresh(ctx context.Context, w *warm) error {
+	s.pools.refreshMu.Lock()
+	defer s.pools.refreshMu.Unlock()
+	if s.pools.closed {
+		return nil
+	}
 	t, err := s.Template(w.cfg.Template)
 	if err != nil {
 		return fmt.Errorf("warm pool of template %q: %w", w.cfg.Template, err)
@@ -181,6 +198,9 @@ func (s *Service) RefreshPools(ctx context.Context) {
 // replaced earlier to finish closing: a server that returned while one
 // was still tearing down would leave its sandboxes to the reaper.
 func (s *Service) ClosePools() {
+	s.pools.refreshMu.Lock()
+	s.pools.closed = true
+	s.pools.refreshMu.Unlock()
 	defer func() {
 		s.pools.retiring.Wait()
 		s.pools.relMu.Lock()

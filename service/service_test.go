@@ -155,4 +155,8 @@ func TestStartPoolsRefuses(t *testing.T) {
 		t.Errorf("a service without pools has one: %v", p)
 	}
 	none.ClosePools()
+	// Closed for good: a server's pools are not started again.
+	if err := none.StartPools(ctx); !errdefs.IsFailedPrecondition(err) {
+		t.Errorf("StartPools after ClosePools: %v, want a refusal", err)
+	}
 }

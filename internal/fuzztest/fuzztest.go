@@ -63,6 +63,9 @@ func Service(root string, rn *runner.Runner) *service.Service {
 	return service.New(root, oneRunner{rn})
 }
 
+// Engines are service.Engines whose every engine is rn, with no reapers.
+func Engines(rn *runner.Runner) service.Engines { return oneRunner{rn} }
+
 type oneRunner struct{ rn *runner.Runner }
 
 func (o oneRunner) Runner(context.Context, string) (*runner.Runner, func(), error) {

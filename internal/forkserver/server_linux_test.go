@@ -74,13 +74,19 @@ func runJob(t *testing.T, addr, code string, stdin string, args ...string) job {
 	outs := make([]chan string, 2)
 	for i := range outs {
 		outs[i] = make(chan string, 1)
-		go func() { b, _ := io.ReadAll(pipes[i+1][0]); outs[i] <- string(b) }()
+		go func() {
+			b, _ := io.ReadAll(pipes[i+1][0])
+			pipes[i+1][0].Close()
+			outs[i] <- string(b)
+		}()
 	}
 	exit, err := Run(addr, Job{Argv: append([]string{file}, args...), Dir: dir, Env: []string{"JOBVAR=yes", "PATH=/usr/bin:/bin"}}, [3]*os.File{pipes[0][0], pipes[1][1], pipes[2][1]})
-	for _, p := range pipes {
-		p[0].Close()
-		p[1].Close()
-	}
+	// The job's ends. The readers read on to EOF, which comes once the
+	// job's own copies are closed too: closing their ends here instead
+	// would cut off what the job wrote and they had not read yet.
+	pipes[0][0].Close()
+	pipes[1][1].Close()
+	pipes[2][1].Close()
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}

@@ -214,9 +214,10 @@ func runExample(t *testing.T, root, name string, ex example, prepare func(t *tes
 	var script strings.Builder
 	for j, c := range ex.cmds {
 		c = rewrite.Replace(c)
-		bg := strings.HasSuffix(comment.ReplaceAllString(c, ""), "&")
+		bare := comment.ReplaceAllString(c, "")
+		bg := strings.HasSuffix(bare, "&")
 		if bg {
-			c = strings.TrimSuffix(comment.ReplaceAllString(c, ""), "&") + " >>background.log 2>&1 &"
+			c = strings.TrimSuffix(bare, "&") + " >>background.log 2>&1 &"
 		}
 		fmt.Fprintf(&script, "{\n%s\n} 2>stderr.%d\n__s=$?; printf '\\n@@%d %%d\\n' $__s\n", c, j, j)
 		if !mayFail(ex.want[j]) {

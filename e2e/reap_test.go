@@ -4,7 +4,9 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,42 +30,69 @@ func mountsUnderRoot() []string {
 	return out
 }
 
-// TestReapAfterSIGKILL starts 20 runs at once, kills every airlock process
-// with SIGKILL mid-run, then checks that `airlock reap` leaves no
-// container, runtime sandbox, cgroup, mount or scratch directory behind.
+// TestReapAfterSIGKILL starts 20 runs at once and kills every airlock
+// process with SIGKILL: half once their program runs, half as their
+// sandboxes are being made (the runtime, which follows airlock to its
+// death, may be cut short anywhere, its state file half written). Then
+// `airlock reap` must leave no container, runtime sandbox or file, cgroup,
+// mount or scratch directory behind.
 func TestReapAfterSIGKILL(t *testing.T) {
 	const runs = 20
-	var cmds []*exec.Cmd
+	byPid := map[int]*exec.Cmd{}
 	for i := 0; i < runs; i++ {
 		cmd := exec.Command(airlockBin, "--root", rootDir, "run", "--engine", engineName, "--isolation", isolationName,
 			"--image", busybox, "--", "sh", "-c", "echo busy > /out/x.txt; sleep 600")
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		cmds = append(cmds, cmd)
+		byPid[cmd.Process.Pid] = cmd
 	}
-	// Every run must have its sandbox and have written its owner file: a
-	// run directory with no owner file is left alone by reap for a minute
-	// (its creator may still be writing it), so a run killed before it
-	// would stay. On a loaded host 20 starts take a while.
-	deadline := time.Now().Add(2 * time.Minute)
-	for time.Now().Before(deadline) {
-		running := 0
-		for _, s := range sandboxes() {
-			if strings.HasPrefix(s, "container ") || strings.HasPrefix(s, "runsc ") || strings.HasPrefix(s, "cgroup ") {
-				running++
+	// Every run must have written its owner file: a run directory with
+	// none is left alone by reap for a minute (its creator may still be
+	// writing it), so a run killed before it would stay.
+	dirOf := map[int]string{}
+	for deadline := time.Now().Add(2 * time.Minute); len(dirOf) < runs && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		owners, _ := filepath.Glob(filepath.Join(rootDir, "runs", "*", "owner.json"))
+		for _, o := range owners {
+			var owner struct{ Pid int }
+			if b, err := os.ReadFile(o); err == nil && json.Unmarshal(b, &owner) == nil && byPid[owner.Pid] != nil {
+				dirOf[owner.Pid] = filepath.Dir(o)
 			}
 		}
-		owned, _ := filepath.Glob(filepath.Join(rootDir, "runs", "*", "owner.json"))
-		if running >= runs && len(owned) >= runs {
+	}
+	if len(dirOf) < runs {
+		t.Fatalf("%d of %d runs wrote their owner file in 2 minutes", len(dirOf), runs)
+	}
+	pids := slices.Sorted(maps.Keys(dirOf))
+	started := func(pid int) bool {
+		_, err := os.Stat(filepath.Join(dirOf[pid], "out", "x.txt"))
+		return err == nil
+	}
+	kill := func(pid int) {
+		byPid[pid].Process.Kill()
+		byPid[pid].Wait()
+	}
+	// Half at once, 25 ms apart, as their sandboxes boot.
+	midStart := 0
+	for _, pid := range pids[:runs/2] {
+		if !started(pid) {
+			midStart++
+		}
+		kill(pid)
+		time.Sleep(25 * time.Millisecond)
+	}
+	t.Logf("%d of %d runs killed before their program ran", midStart, runs/2)
+	// The other half once their program runs.
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if !slices.ContainsFunc(pids[runs/2:], func(pid int) bool { return !started(pid) }) {
 			break
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
-	time.Sleep(500 * time.Millisecond) // let each reach its program
-	for _, c := range cmds {
-		c.Process.Kill()
-		c.Wait()
+	for _, pid := range pids[runs/2:] {
+		if !started(pid) {
+			t.Errorf("run %s did not reach its program in 2 minutes", filepath.Base(dirOf[pid]))
+		}
+		kill(pid)
 	}
 	left := sandboxes()
 	dirs, _ := os.ReadDir(filepath.Join(rootDir, "runs"))

@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -37,6 +38,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
+	"github.com/airlock-sandbox/airlock/internal/flock"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/store"
 )
@@ -371,18 +373,50 @@ func (e *Engine) delete(ctx context.Context, runtime, state, name string, log *s
 		log.Debug("runtime delete", "err", err, "output", strings.TrimSpace(string(out)))
 	}
 	if runtime == e.runsc {
-		forgetRunsc(state, name)
+		if err := forgetRunsc(dctx, state, name); err != nil {
+			log.Warn("runtime delete", "err", err)
+		}
 	}
 }
 
-// forgetRunsc removes what runsc keeps of a container beside its state
-// file, which it leaves when the container is gone without it: killed
-// from outside, or its `runsc run` killed as it began (a pool's fill
-// cut short), after which runsc no longer knows the name. Its control
-// socket and its state lock; only for a container nothing runs in.
-func forgetRunsc(state, name string) {
-	os.Remove(filepath.Join(state, "runsc-"+name+".sock"))
-	os.Remove(filepath.Join(state, name+"_sandbox:"+name+".lock"))
+// forgetRunsc removes what runsc keeps of a container it could not
+// delete: killed from outside, or its `runsc run` killed as it began (a
+// pool's fill cut short, or airlock killed), after which runsc no longer
+// knows the name. Its control socket and its state lock go; so does its
+// state file when it does not parse, as a runsc killed while writing it
+// leaves it empty, and then lists it for ever and can never delete it. That
+// file is removed only under runsc's own lock, so never while a runsc
+// writes it. Only for a container nothing runs in. It returns an error
+// when a state file that parses is left: runsc's delete of it failed.
+func forgetRunsc(ctx context.Context, state, name string) error {
+	defer os.Remove(filepath.Join(state, "runsc-"+name+".sock"))
+	statePath := filepath.Join(state, name+"_sandbox:"+name+".state")
+	lockPath := filepath.Join(state, name+"_sandbox:"+name+".lock")
+	if _, err := os.Stat(statePath); errors.Is(err, fs.ErrNotExist) {
+		os.Remove(lockPath)
+		return nil
+	}
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	lk, err := flock.Acquire(lctx, lockPath)
+	if err != nil {
+		return fmt.Errorf("%w: runsc state of %s is still locked by a runsc: %v", errdefs.ErrUnavailable, name, err)
+	}
+	defer lk.Release(true)
+	b, err := os.ReadFile(statePath)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("%w: reading runsc state %s: %v", errdefs.ErrInternal, statePath, err)
+	case json.Valid(b):
+		return fmt.Errorf("%w: runsc could not delete container %s; its state %s is left (see `%s --root %s delete --force %s`)",
+			errdefs.ErrInternal, name, statePath, "runsc", state, name)
+	}
+	if err := os.Remove(statePath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: removing runsc's unreadable state %s: %v", errdefs.ErrInternal, statePath, err)
+	}
+	return nil
 }
 
 // imageDefaults takes the image's environment and working directory; the

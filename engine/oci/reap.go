@@ -40,15 +40,16 @@ func (e *Engine) Leftovers(ctx context.Context) ([]string, error) {
 			}
 		}
 	}
-	// runsc's files of a sandbox it no longer lists: its control socket,
-	// or its state lock alone (a `runsc run` killed as it began).
+	// runsc's files of a sandbox it no longer lists, or cannot (runsc
+	// gone): its control socket, its state lock alone (a `runsc run`
+	// killed as it began), its state file.
 	socks, _ := filepath.Glob(filepath.Join(e.runscState(), "runsc-"+namePrefix+"*.sock"))
 	for _, s := range socks {
 		seen[strings.TrimSuffix(strings.TrimPrefix(filepath.Base(s), "runsc-"+namePrefix), ".sock")] = true
 	}
-	locks, _ := filepath.Glob(filepath.Join(e.runscState(), namePrefix+"*_sandbox:*.lock"))
-	for _, l := range locks {
-		id, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(l), namePrefix), "_sandbox:")
+	files, _ := filepath.Glob(filepath.Join(e.runscState(), namePrefix+"*_sandbox:*"))
+	for _, f := range files {
+		id, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(f), namePrefix), "_sandbox:")
 		seen[id] = true
 	}
 	// Checkpoints of paused sandboxes, and used ones a resume left to
@@ -134,7 +135,9 @@ func (e *Engine) reap(ctx context.Context, id string) error {
 			exec.CommandContext(ctx, rt.bin, "--root", rt.state, "delete", "--force", namePrefix+id).Run()
 		}
 	}
-	forgetRunsc(e.runscState(), namePrefix+id)
+	if err := forgetRunsc(ctx, e.runscState(), namePrefix+id); err != nil {
+		errs = append(errs, err)
+	}
 	// Its namespaces end once unbound, their processes being gone.
 	if err := netns.Remove(e.netnsDir(), id); err != nil {
 		errs = append(errs, err)

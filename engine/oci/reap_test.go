@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/internal/flock"
 )
 
 // TestReapWaitsForLock: Reap frees nothing of a sandbox whose lock
@@ -115,5 +117,81 @@ func TestUsedOwner(t *testing.T) {
 		if id != tc.id || ok != tc.ok {
 			t.Errorf("usedOwner(%q) = %q, %v; want %q, %v", tc.name, id, ok, tc.id, tc.ok)
 		}
+	}
+}
+
+// A runsc killed while it wrote its state file (with airlock, whose
+// death it follows) leaves that file empty: runsc lists it for ever and
+// cannot delete it. Reap removes it, and only it: a state file that parses
+// is runsc's to delete, and its failure to is reported.
+func TestReapUnreadableRunscState(t *testing.T) {
+	e, err := New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(e.runscState(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	file := func(id, ext string) string {
+		return filepath.Join(e.runscState(), namePrefix+id+"_sandbox:"+namePrefix+id+"."+ext)
+	}
+	const torn, whole = "0123456789abcdef0123", "fedcba98765432100123"
+	for p, body := range map[string]string{
+		file(torn, "state"):  "",
+		file(torn, "lock"):   "",
+		file(whole, "state"): `{"id":"airlock-` + whole + `","status":"running"}`,
+	} {
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids, err := e.Leftovers(context.Background())
+	if err != nil || !slices.Contains(ids, torn) || !slices.Contains(ids, whole) {
+		t.Fatalf("Leftovers: %v, %v; want %s and %s", ids, err, torn, whole)
+	}
+	if err := e.Reap(context.Background(), torn); err != nil {
+		t.Fatalf("Reap of a torn state: %v", err)
+	}
+	for _, ext := range []string{"state", "lock"} {
+		if _, err := os.Stat(file(torn, ext)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the torn container's %s file is left: %v", ext, err)
+		}
+	}
+	err = e.Reap(context.Background(), whole)
+	if err == nil || !strings.Contains(err.Error(), "delete --force airlock-"+whole) {
+		t.Errorf("Reap of a state runsc did not delete: %v; want an error saying how to delete it", err)
+	}
+	if _, err := os.Stat(file(whole, "state")); err != nil {
+		t.Errorf("a state file that parses was removed: %v", err)
+	}
+}
+
+// A state file a live runsc holds its lock on (one writing it) is left
+// alone, however it reads.
+func TestReapLeavesLockedRunscState(t *testing.T) {
+	e, err := New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(e.runscState(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	name := namePrefix + "0123456789abcdef0123"
+	state := filepath.Join(e.runscState(), name+"_sandbox:"+name+".state")
+	if err := os.WriteFile(state, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	held, err := flock.Acquire(context.Background(), filepath.Join(e.runscState(), name+"_sandbox:"+name+".lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(false)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := forgetRunsc(ctx, e.runscState(), name); !errdefs.IsUnavailable(err) {
+		t.Errorf("forgetRunsc under a held lock: %v; want unavailable", err)
+	}
+	if _, err := os.Stat(state); err != nil {
+		t.Errorf("the state file was removed under a held lock: %v", err)
 	}
 }

@@ -444,32 +444,51 @@ func readPid(path string) (int, error) {
 
 // execSpawn starts a detached program through the sandbox's spawner, so
 // that it descends from the init and survives a pause. ok is false only
-// when nothing was started: no spawner took the request, or the agent
-// knows none; the caller then starts it another way. A request the
-// spawner may have read is never started again: without its answer, the
-// program's start is reported unknown.
+// when the agent knows no spawner (a sandbox an older airlock made); the
+// caller then starts the program another way. A spawner that takes no
+// request is asked again for up to spawnerWait, as the init starts it at
+// boot, beside the first execs; past that it is not running (a process of
+// the sandbox may have ended it), and the program is refused rather than
+// started where a pause or a snapshot's restore would end it. A request
+// the spawner may have read is never started again: without its answer,
+// the program's start is reported unknown.
 func (s *sandbox) execSpawn(ctx context.Context, pr *specs.Process) (exit engine.Exit, ok bool, err error) {
 	q := *pr
 	q.Args = append([]string{agentPath, "spawn", "--"}, pr.Args...)
-	var stdout, stderr bytes.Buffer
-	p := &engine.Process{Stdout: &stdout, Stderr: &stderr}
-	exit, err = s.execControl(ctx, p, &q, spawnTimeout)
-	if err != nil {
-		return exit, true, err
+	deadline := time.Now().Add(spawnerWait)
+	for {
+		var stdout, stderr bytes.Buffer
+		p := &engine.Process{Stdout: &stdout, Stderr: &stderr}
+		exit, err = s.execControl(ctx, p, &q, spawnTimeout)
+		if err != nil {
+			return exit, true, err
+		}
+		switch {
+		case exit.TimedOut || exit.Killed || exit.Code == agent.SpawnUnanswered:
+			// Cut short, or the spawner's answer never came: it may run.
+		case exit.Code == 0 && bytes.HasPrefix(stdout.Bytes(), []byte(agent.Spawned)):
+			return exit, true, nil
+		case exit.Code == 0 && olderAgent(stdout.Bytes()):
+			return exit, false, nil
+		case exit.Code == agent.SpawnUnreachable:
+			if time.Now().Before(deadline) {
+				s.e.log.Debug("the spawner takes no request yet; asking again", "sandbox_id", s.st.ID)
+				select {
+				case <-ctx.Done():
+					return engine.Exit{Killed: true, Code: -1}, true, nil
+				case <-time.After(50 * time.Millisecond):
+				}
+				continue
+			}
+			return exit, true, fmt.Errorf("%w: starting %q detached in sandbox %q: the sandbox's spawner has taken no request for %v (a process of the sandbox may have ended it), and a program started otherwise would not survive a pause; run it without --detach, or in a new sandbox",
+				errdefs.ErrFailedPrecondition, pr.Args[0], s.st.ID, spawnerWait)
+		case exit.Code == 0:
+			// The spawner's word was lost on its way to the host.
+		default:
+			return exit, true, fmt.Errorf("%w: starting %q detached in sandbox %q: %s (exit %s)", errdefs.ErrUnknown, pr.Args[0], s.st.ID, bytes.TrimSpace(stderr.Bytes()), strconv.Itoa(exit.Code))
+		}
+		return exit, true, fmt.Errorf("%w: whether %q started detached in sandbox %q is unknown, so it was not started again: %s (exit %s)", errdefs.ErrDataLoss, pr.Args[0], s.st.ID, bytes.TrimSpace(stderr.Bytes()), strconv.Itoa(exit.Code))
 	}
-	switch {
-	case exit.TimedOut || exit.Killed || exit.Code == agent.SpawnUnanswered:
-		// Cut short, or the spawner's answer never came: it may run.
-	case exit.Code == 0 && bytes.HasPrefix(stdout.Bytes(), []byte(agent.Spawned)):
-		return exit, true, nil
-	case exit.Code == 0 && olderAgent(stdout.Bytes()), exit.Code == agent.SpawnUnreachable:
-		return exit, false, nil
-	case exit.Code == 0:
-		// The spawner's word was lost on its way to the host.
-	default:
-		return exit, true, fmt.Errorf("%w: starting %q detached in sandbox %q: %s (exit %s)", errdefs.ErrUnknown, pr.Args[0], s.st.ID, bytes.TrimSpace(stderr.Bytes()), strconv.Itoa(exit.Code))
-	}
-	return exit, true, fmt.Errorf("%w: whether %q started detached in sandbox %q is unknown, so it was not started again: %s (exit %s)", errdefs.ErrDataLoss, pr.Args[0], s.st.ID, bytes.TrimSpace(stderr.Bytes()), strconv.Itoa(exit.Code))
 }
 
 // olderAgent reports whether out, what `airlock-agent spawn` wrote, is an
@@ -483,3 +502,8 @@ func olderAgent(out []byte) bool {
 
 // spawnTimeout bounds a spawn client's life: it only asks and exits.
 const spawnTimeout = 10 * time.Second
+
+// spawnerWait is how long a detached exec waits for the spawner to take
+// requests: the init starts it at boot, and on a loaded host the first
+// exec may come before it listens.
+const spawnerWait = 5 * time.Second

@@ -1074,9 +1074,11 @@ func TestSandboxAgentReadNotAnswered(t *testing.T) {
 }
 
 // A detached exec the spawner may have started is never started again:
-// the host falls back to `runsc exec` only when no spawner took it, or the
-// agent is one from before the spawner (its ready frame, exit 0). The
-// fake agent here, as `spawn -- ARGV`, does what /tmp/mode says.
+// the host falls back to `runsc exec` only when the agent is one from
+// before the spawner (its ready frame, exit 0). A spawner that takes no
+// request is asked again for spawnerWait, then the exec is refused: a
+// program runsc exec started would not survive a pause. The fake agent
+// here, as `spawn -- ARGV`, does what /tmp/mode says.
 func TestSandboxSpawnNotStartedTwice(t *testing.T) {
 	// No relay is served: the spawn client starts through the control
 	// socket, and no exec agent runs the fake.
@@ -1084,14 +1086,16 @@ func TestSandboxSpawnNotStartedTwice(t *testing.T) {
 		"shift 2\n"+
 		"case $(cat /tmp/mode) in\n"+
 		"older) "+readyPrintf+"; exit 0;;\n"+
-		"unreachable) exit "+strconv.Itoa(agent.SpawnUnreachable)+";;\n"+
+		"unreachable) echo >> /tmp/asked; exit "+strconv.Itoa(agent.SpawnUnreachable)+";;\n"+
+		"late) [ $(wc -l < /tmp/asked) -ge 3 ] || { echo >> /tmp/asked; exit "+strconv.Itoa(agent.SpawnUnreachable)+"; };;\n"+
 		"esac\n"+
 		"\"$@\"\n"+
 		"case $(cat /tmp/mode) in\n"+
 		"silent) exit 0;;\n"+
 		"unanswered) echo 'airlock: the spawner read it but did not answer' >&2; exit "+strconv.Itoa(agent.SpawnUnanswered)+";;\n"+
 		"esac\n"+
-		"exit 70\n")
+		"printf '"+agent.Spawned+"1\\n'\n"+
+		"exit 0\n")
 	runs := func(mode string) string {
 		t.Helper()
 		var out strings.Builder
@@ -1102,24 +1106,34 @@ func TestSandboxSpawnNotStartedTwice(t *testing.T) {
 		return out.String()
 	}
 	for _, c := range []struct {
-		mode    string
-		started bool // the exec succeeds; else its start is reported unknown
+		mode string
+		want error // nil: started once
 	}{
-		{"silent", false},     // exit 0 without the spawner's word
-		{"unanswered", false}, // the spawner read it and never answered
-		{"older", true},       // an agent that knows no spawn: runsc exec
-		{"unreachable", true}, // no spawner: runsc exec
+		{"silent", errdefs.ErrDataLoss},                // exit 0 without the spawner's word
+		{"unanswered", errdefs.ErrDataLoss},            // the spawner read it and never answered
+		{"older", nil},                                 // an agent that knows no spawn: runsc exec
+		{"late", nil},                                  // a spawner that starts listening late
+		{"unreachable", errdefs.ErrFailedPrecondition}, // no spawner
 	} {
 		t.Run(c.mode, func(t *testing.T) {
-			if x, err := sb.Exec(context.Background(), &engine.Process{Argv: []string{"sh", "-c", "echo " + c.mode + " > /tmp/mode"}, Timeout: time.Minute}); err != nil || x.Code != 0 {
+			if x, err := sb.Exec(context.Background(), &engine.Process{Argv: []string{"sh", "-c", "echo " + c.mode + " > /tmp/mode; rm -f /tmp/asked; touch /tmp/asked"}, Timeout: time.Minute}); err != nil || x.Code != 0 {
 				t.Fatalf("setting the mode: %+v, %v", x, err)
 			}
 			_, err := sb.Exec(context.Background(), &engine.Process{Argv: []string{"sh", "-c", "echo x >> /tmp/ran." + c.mode}, Detach: true})
-			if c.started && err != nil {
-				t.Fatalf("detached exec: %v; want it started through runsc exec", err)
-			}
-			if !c.started && (!errors.Is(err, errdefs.ErrDataLoss) || !strings.Contains(err.Error(), "not started again")) {
+			switch {
+			case c.want == nil && err != nil:
+				t.Fatalf("detached exec: %v; want it started", err)
+			case c.want == errdefs.ErrDataLoss && (!errors.Is(err, c.want) || !strings.Contains(err.Error(), "not started again")):
 				t.Fatalf("detached exec: %v; want ErrDataLoss, not started again", err)
+			case c.want == errdefs.ErrFailedPrecondition && (!errors.Is(err, c.want) || !strings.Contains(err.Error(), "would not survive a pause")):
+				t.Fatalf("detached exec: %v; want it refused, saying why", err)
+			}
+			if c.want == errdefs.ErrFailedPrecondition {
+				time.Sleep(time.Second)
+				if got := runs(c.mode); got != "" {
+					t.Fatalf("the refused program ran %d times", strings.Count(got, "x"))
+				}
+				return
 			}
 			for deadline := time.Now().Add(10 * time.Second); runs(c.mode) == ""; time.Sleep(10 * time.Millisecond) {
 				if time.Now().After(deadline) {

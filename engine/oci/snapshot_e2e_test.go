@@ -225,3 +225,25 @@ func TestSnapshotRestore(t *testing.T) {
 	_, n := readCount(clones[0].TmpSource)
 	waitFor(t, "snap-a's counter after the snapshot's removal", func() bool { _, m := readCount(clones[0].TmpSource); return m > n })
 }
+
+// A sandbox without the spawner (no exec agent, or no control socket)
+// started its detached programs with runsc exec, which a restore ends: a
+// snapshot of it would restore without its warm program, and is refused.
+func TestSnapshotNeedsSpawner(t *testing.T) {
+	root, image := testRoot(t)
+	sb := gvisorSandbox(t, root, image, "snap-nospawner", WithRuntimeExec())
+	e, err := New(root, WithRuntimeExec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.Snapshot(context.Background(), "snap-nospawner")
+	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "no spawner") {
+		t.Fatalf("Snapshot of a sandbox without a spawner: %v; want it refused, saying why", err)
+	}
+	if x, err := sb.Exec(context.Background(), &engine.Process{Argv: []string{"true"}, Timeout: time.Minute}); err != nil || x.Code != 0 {
+		t.Fatalf("the sandbox after the refusal: %+v, %v; want it as it was", x, err)
+	}
+	if snaps, _ := e.Snapshots(context.Background()); len(snaps) > 0 {
+		t.Errorf("snapshots left: %v", snaps)
+	}
+}

@@ -66,6 +66,12 @@ func (e *Engine) Snapshot(ctx context.Context, id string) (_ string, err error) 
 	if sb.st.Policy == "" {
 		return "", fmt.Errorf("%w: sandbox %q was made before snapshots recorded a sandbox's policy; make a new one", errdefs.ErrInvalidArgument, id)
 	}
+	if !sb.st.Agent || sb.st.Control == "" {
+		// Its detached programs were started by runsc exec, and a restore
+		// ends those: only the init's descendants, through the spawner,
+		// outlive it.
+		return "", fmt.Errorf("%w: sandbox %q has no spawner (no exec agent bound, or its control socket was unusable at create), so no program of it would survive a restore; snapshot a new sandbox (see `airlock --debug` for why)", errdefs.ErrFailedPrecondition, id)
+	}
 	if err := sb.alive(); err != nil {
 		return "", err
 	}

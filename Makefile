@@ -36,8 +36,8 @@ test: ## Set up (building the Kubernetes control plane beside it), then run unit
 	@# fuzz targets run beside it; the unit tests, some timed, after it.
 	@$(MAKE) --no-print-directory -j2 test-host kube-build
 	$(GO) test -count=1 ./...
-	@# The sandbox conformance suite (engine/enginetest) on both engines, both isolation modes.
-	$(GO) test -count=1 -p 1 -tags e2e -timeout 20m -run 'TestSandbox' -v ./engine/oci/ ./engine/docker/ > sandboxes-e2e.log 2>&1 || { grep -B2 -A20 -- '--- FAIL' sandboxes-e2e.log | head -80; exit 1; }; grep -E '^(ok|FAIL)' sandboxes-e2e.log
+	@# The sandbox conformance suite (engine/enginetest) on both engines, both isolation modes, and the engines' other e2e tests (snapshots, resume, reap; internal/hygiene checks the pattern takes them all).
+	$(GO) test -count=1 -p 1 -tags e2e -timeout 20m -run 'TestSandbox|TestSnapshot|TestResume|TestReap' -v ./engine/oci/ ./engine/docker/ > sandboxes-e2e.log 2>&1 || { grep -B2 -A20 -- '--- FAIL' sandboxes-e2e.log | head -80; exit 1; }; grep -E '^(ok|FAIL)' sandboxes-e2e.log
 	@# A sandbox's egress network: its two namespaces and their pair, from the sandbox's side; and the e2e tests' stand-in internet. One package at a time: each checks that the host's interfaces are as before, and the other adds one.
 	$(GO) test -count=1 -p 1 -tags e2e -timeout 5m ./internal/netns/ ./internal/netnstest/
 	@# airlock serve end to end, once, on one pair (oci, gvisor), with a 50-run load test.

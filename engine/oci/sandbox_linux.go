@@ -246,10 +246,20 @@ func (e *Engine) create(ctx context.Context, s *engine.SandboxSpec, snap string)
 	st := sandboxState{ID: s.ID, Image: s.Image, Mode: s.Policy.Isolation, Pid: pid, Start: start, Timeout: l.Timeout, Egress: egressStateOf(s.Policy.Egress),
 		Policy: policyDigest(s.Policy), Snapshot: snap, BootID: !native}
 	if !native && !e.runtimeExec {
-		if c, err := gvisor.Find(bg, state, name); err == nil {
+		// Asked a few times: without it every exec takes runsc exec, and
+		// a detached one would not outlive a pause (pause_linux.go).
+		var c gvisor.Control
+		err := errors.New("not asked")
+		for try := 0; try < 5 && err != nil; try++ {
+			if try > 0 {
+				time.Sleep(200 * time.Millisecond)
+			}
+			c, err = gvisor.Find(bg, state, name)
+		}
+		if err == nil {
 			st.Control, st.Agent = c.Socket, withAgent
 		} else {
-			e.log.Debug("gVisor control socket unusable; execs use runsc exec", "sandbox", name, "err", err)
+			e.log.Warn("gVisor control socket unusable; execs use runsc exec", "sandbox", name, "err", err)
 		}
 	}
 	lap("pid and control")

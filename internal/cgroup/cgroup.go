@@ -219,7 +219,13 @@ func (g *Group) killOnce() error {
 		return g.v2.Kill()
 	}
 	// Freeze so nothing can fork while the list is walked, then kill.
-	if err := g.v1.Freeze(); err != nil {
+	// The freeze is awaited only for a moment: a task the freezer cannot
+	// stop keeps the group FREEZING for ever (runc init in execve, waiting
+	// for its frozen threads to die), and containerd's Freeze waits with
+	// it. Unfrozen, the kill still lands; a child forked meanwhile is
+	// found by the caller's next round.
+	state := filepath.Join(mountpoint, "freezer", g.path, "freezer.state")
+	if err := setFreezer(state, "FROZEN", freezeWait); err != nil && !errors.Is(err, errStillFreezing) {
 		return fmt.Errorf("freezing cgroup %s: %w", g.path, err)
 	}
 	procs, err := g.v1.Processes(cgroup1.Pids, true)
@@ -228,10 +234,46 @@ func (g *Group) killOnce() error {
 			err = perr
 		}
 	}
-	if terr := g.v1.Thaw(); err == nil {
+	if terr := setFreezer(state, "THAWED", thawWait); err == nil {
 		err = terr
 	}
 	return err
+}
+
+// freezeWait is how long a kill waits for its group to freeze; thawWait
+// for it to thaw, which only needs the kernel to walk the group.
+const (
+	freezeWait = 100 * time.Millisecond
+	thawWait   = 5 * time.Second
+)
+
+var errStillFreezing = errors.New("still freezing")
+
+// setFreezer writes want to a v1 freezer.state file and polls it until
+// it reads so, for at most wait. A group in FREEZING past wait gives
+// errStillFreezing.
+func setFreezer(path, want string, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for d := time.Duration(0); ; d = min(max(2*d, time.Millisecond), 10*time.Millisecond) {
+		if err := os.WriteFile(path, []byte(want), 0); err != nil {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		got := string(bytes.TrimSpace(b))
+		if got == want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			if got == "FREEZING" {
+				return errStillFreezing
+			}
+			return fmt.Errorf("%s reads %s, not %s", path, got, want)
+		}
+		time.Sleep(d)
+	}
 }
 
 // removeTimeout bounds a removal whose caller set no deadline: a task

@@ -26,11 +26,10 @@ func newGroup(t *testing.T, l Limits) *Group {
 	return g
 }
 
-func TestKillAllTakesDaemons(t *testing.T) {
-	g := newGroup(t, Limits{Memory: 64 << 20, MilliCPUs: 500, Pids: 32})
-	// The shell starts a daemon in a new session and exits: only the cgroup
-	// still knows about it.
-	cmd := exec.Command("sh", "-c", "read go; setsid sleep 300 </dev/null >/dev/null 2>&1 & exec sleep 300")
+// startIn starts cmd, a shell that first reads a line, puts it in g, then
+// lets it go on: what it starts from then on is in g too.
+func startIn(t *testing.T, g *Group, cmd *exec.Cmd) *exec.Cmd {
+	t.Helper()
 	stdin, _ := cmd.StdinPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -39,6 +38,14 @@ func TestKillAllTakesDaemons(t *testing.T) {
 		t.Fatal(err)
 	}
 	stdin.Write([]byte("go\n"))
+	return cmd
+}
+
+func TestKillAllTakesDaemons(t *testing.T) {
+	g := newGroup(t, Limits{Memory: 64 << 20, MilliCPUs: 500, Pids: 32})
+	// The shell starts a daemon in a new session and exits: only the cgroup
+	// still knows about it.
+	cmd := startIn(t, g, exec.Command("sh", "-c", "read go; setsid sleep 300 </dev/null >/dev/null 2>&1 & exec sleep 300"))
 	// Children forked after Add land in the group too; wait for the daemon.
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {

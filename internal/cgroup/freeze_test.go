@@ -1,0 +1,61 @@
+package cgroup
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// execLoopEnv makes the test binary a program that does nothing but exec
+// itself: a Go process, so many-threaded at each execve, as runc init is.
+const execLoopEnv = "AIRLOCK_CGROUP_TEST_EXEC_LOOP"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(execLoopEnv) != "" {
+		for {
+			syscall.Exec("/proc/self/exe", []string{os.Args[0]}, os.Environ())
+		}
+	}
+	os.Exit(m.Run())
+}
+
+// A kill of a group whose process is in execve, its other threads frozen
+// (which then cannot die, so neither can the exec end), must not wait for
+// a freeze that never comes: cgroup v1's freezer stays FREEZING, and a
+// Freeze that waits for FROZEN waits for ever. KillAll ends each such
+// process within its context.
+func TestKillAllDuringExec(t *testing.T) {
+	if Unified() {
+		t.Skip("cgroup v2's kill needs no freezer")
+	}
+	g := newGroup(t, Limits{Memory: 256 << 20, MilliCPUs: 1000, Pids: 64})
+	for i := range 60 {
+		cmd := exec.Command("sh", "-c", "read go; exec \"$0\"", os.Args[0])
+		cmd.Env = append(os.Environ(), execLoopEnv+"=1")
+		startIn(t, g, cmd)
+		time.Sleep(time.Duration(10+i%7*5) * time.Millisecond)
+		done := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			done <- g.KillAll(ctx)
+		}()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("round %d: %v", i, err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("round %d: KillAll still running after 20 s (freezer.state %s)", i, freezerState(g))
+		}
+		cmd.Wait()
+	}
+}
+
+func freezerState(g *Group) string {
+	b, _ := os.ReadFile(mountpoint + "/freezer" + g.path + "/freezer.state")
+	return string(b)
+}

@@ -410,8 +410,8 @@ func forgetRunsc(ctx context.Context, state, name string) error {
 	case err != nil:
 		return fmt.Errorf("%w: reading runsc state %s: %v", errdefs.ErrInternal, statePath, err)
 	case json.Valid(b):
-		return fmt.Errorf("%w: runsc could not delete container %s; its state %s is left (see `%s --root %s delete --force %s`)",
-			errdefs.ErrInternal, name, statePath, "runsc", state, name)
+		return fmt.Errorf("%w: runsc could not delete container %s; its state %s is left (see `runsc --root %s delete --force %s`)",
+			errdefs.ErrInternal, name, statePath, state, name)
 	}
 	if err := os.Remove(statePath); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("%w: removing runsc's unreadable state %s: %v", errdefs.ErrInternal, statePath, err)

@@ -125,13 +125,7 @@ func TestUsedOwner(t *testing.T) {
 // cannot delete it. Reap removes it, and only it: a state file that parses
 // is runsc's to delete, and its failure to is reported.
 func TestReapUnreadableRunscState(t *testing.T) {
-	e, err := New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(e.runscState(), 0o700); err != nil {
-		t.Fatal(err)
-	}
+	e := withRunscState(t)
 	file := func(id, ext string) string {
 		return filepath.Join(e.runscState(), namePrefix+id+"_sandbox:"+namePrefix+id+"."+ext)
 	}
@@ -169,13 +163,7 @@ func TestReapUnreadableRunscState(t *testing.T) {
 // A state file a live runsc holds its lock on (one writing it) is left
 // alone, however it reads.
 func TestReapLeavesLockedRunscState(t *testing.T) {
-	e, err := New(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(e.runscState(), 0o700); err != nil {
-		t.Fatal(err)
-	}
+	e := withRunscState(t)
 	name := namePrefix + "0123456789abcdef0123"
 	state := filepath.Join(e.runscState(), name+"_sandbox:"+name+".state")
 	if err := os.WriteFile(state, nil, 0o600); err != nil {
@@ -194,4 +182,18 @@ func TestReapLeavesLockedRunscState(t *testing.T) {
 	if _, err := os.Stat(state); err != nil {
 		t.Errorf("the state file was removed under a held lock: %v", err)
 	}
+}
+
+// withRunscState is an engine on a new root whose runsc state directory
+// exists.
+func withRunscState(t *testing.T) *Engine {
+	t.Helper()
+	e, err := New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(e.runscState(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return e
 }

@@ -248,12 +248,9 @@ func (e *Engine) create(ctx context.Context, s *engine.SandboxSpec, snap string)
 	if !native && !e.runtimeExec {
 		// Asked a few times: without it every exec takes runsc exec, and
 		// a detached one would not outlive a pause (pause_linux.go).
-		var c gvisor.Control
-		err := errors.New("not asked")
-		for try := 0; try < 5 && err != nil; try++ {
-			if try > 0 {
-				time.Sleep(200 * time.Millisecond)
-			}
+		c, err := gvisor.Find(bg, state, name)
+		for try := 1; try < 5 && err != nil; try++ {
+			time.Sleep(200 * time.Millisecond)
 			c, err = gvisor.Find(bg, state, name)
 		}
 		if err == nil {

@@ -253,26 +253,27 @@ var errStillFreezing = errors.New("still freezing")
 // it reads so, for at most wait. A group in FREEZING past wait gives
 // errStillFreezing.
 func setFreezer(path, want string, wait time.Duration) error {
-	deadline := time.Now().Add(wait)
-	for d := time.Duration(0); ; d = min(max(2*d, time.Millisecond), 10*time.Millisecond) {
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	b := backoff{max: 10 * time.Millisecond}
+	for {
 		if err := os.WriteFile(path, []byte(want), 0); err != nil {
 			return err
 		}
-		b, err := os.ReadFile(path)
+		state, err := os.ReadFile(path)
 		if err != nil {
 			return err
 		}
-		got := string(bytes.TrimSpace(b))
+		got := string(bytes.TrimSpace(state))
 		if got == want {
 			return nil
 		}
-		if time.Now().After(deadline) {
+		if b.wait(ctx) != nil {
 			if got == "FREEZING" {
 				return errStillFreezing
 			}
 			return fmt.Errorf("%s reads %s, not %s", path, got, want)
 		}
-		time.Sleep(d)
 	}
 }
 

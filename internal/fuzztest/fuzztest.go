@@ -60,7 +60,7 @@ func PutTemplate(tb testing.TB, root, name string, spec runner.Spec, engine stri
 // Service is the service over root whose every engine is rn, with no
 // reapers.
 func Service(root string, rn *runner.Runner) *service.Service {
-	return service.New(root, oneRunner{rn})
+	return service.New(root, Engines(rn))
 }
 
 // Engines are service.Engines whose every engine is rn, with no reapers.

@@ -286,12 +286,21 @@ func client(t testing.TB) *kubernetes.Clientset {
 	return kubernetes.NewForConfigOrDie(cfg)
 }
 
-// kubectl runs kubectl with the admin's kubeconfig, stdin given.
+// kubectlCmd is kubectl of the control plane's release (the one make
+// kube-up links; not the host's), with the admin's kubeconfig and a home
+// of its own.
+func kubectlCmd(t testing.TB, args ...string) *exec.Cmd {
+	home := t.TempDir()
+	bin := filepath.Join(e2etest.SysRoot(), "kube", "run", "bin", "kubectl")
+	c := exec.Command(bin, append([]string{"--kubeconfig=" + kubeconfig, "--cache-dir=" + filepath.Join(home, "cache")}, args...)...)
+	c.Env = append(os.Environ(), "HOME="+home)
+	return c
+}
+
+// kubectl runs kubectl, stdin given.
 func kubectl(t testing.TB, stdin []byte, args ...string) string {
 	t.Helper()
-	home := t.TempDir()
-	c := exec.Command("kubectl", append([]string{"--kubeconfig=" + kubeconfig, "--cache-dir=" + filepath.Join(home, "cache")}, args...)...)
-	c.Env = append(os.Environ(), "HOME="+home)
+	c := kubectlCmd(t, args...)
 	c.Stdin = bytes.NewReader(stdin)
 	out, err := c.CombinedOutput()
 	if err != nil {
@@ -302,19 +311,13 @@ func kubectl(t testing.TB, stdin []byte, args ...string) string {
 
 // kubectlOut runs kubectl for a log, its failure in its output.
 func kubectlOut(t testing.TB, args ...string) string {
-	home := t.TempDir()
-	c := exec.Command("kubectl", append([]string{"--kubeconfig=" + kubeconfig, "--cache-dir=" + filepath.Join(home, "cache")}, args...)...)
-	c.Env = append(os.Environ(), "HOME="+home)
-	out, _ := c.CombinedOutput()
+	out, _ := kubectlCmd(t, args...).CombinedOutput()
 	return string(out)
 }
 
 // kubectlCode runs kubectl and returns its output and exit code.
 func kubectlCode(t testing.TB, args ...string) (string, int) {
-	home := t.TempDir()
-	c := exec.Command("kubectl", append([]string{"--kubeconfig=" + kubeconfig, "--cache-dir=" + filepath.Join(home, "cache")}, args...)...)
-	c.Env = append(os.Environ(), "HOME="+home)
-	out, err := c.CombinedOutput()
+	out, err := kubectlCmd(t, args...).CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); ok {
 		return string(out), ee.ExitCode()
 	}
@@ -541,9 +544,9 @@ func TestNodes(t *testing.T) {
 	warm := pods[0].Name
 	// stdout and stderr are separate streams, merged here by kubectl in
 	// the order they arrive: stderr's line may come before stdout's last.
-	// kubectl 1.32 may log a line of its own there too (klog's "E1205
-	// 04:30:57.011786 … websocket.go:296] Unknown stream id 1, discarding
-	// message", seen with the 1.37 API server): not the program's.
+	// kubectl may log a line of its own there too (klog's header; kubectl
+	// 1.32 logged "Unknown stream id 1, discarding message" against the
+	// 1.37 API server): not the program's.
 	execOut := klogLine.ReplaceAllString(kubectl(t, []byte("from stdin"), "exec", "-i", warm, "--", "sh", "-c", "cat; echo; id -u; echo err >&2"), "")
 	if strings.Replace(execOut, "err\n", "", 1) != "from stdin\n65534\n" || !strings.Contains(execOut, "err\n") {
 		t.Errorf("kubectl exec -i %s = %q", warm, execOut)

@@ -26,6 +26,9 @@ type Logf func(format string, args ...any)
 // module.
 type Binaries struct {
 	Etcd, APIServer, ControllerManager, Scheduler, AgentSandbox string
+	// Kubectl is built from the same release as the API server, within
+	// its supported skew; it is a client, not started.
+	Kubectl string
 	// CRDs and RBAC are agent-sandbox's CRDs and ClusterRoles, copied from
 	// its module at build time.
 	CRDs, RBAC []string
@@ -60,6 +63,7 @@ func Build(ctx context.Context, src string, l Layout, goBin string, logf Logf) (
 			{"kube-apiserver", "about 10 minutes cold"},
 			{"kube-controller-manager", "about 4 minutes cold"},
 			{"kube-scheduler", "under a minute cold"},
+			{"kubectl", "under a minute after the apiserver"},
 		} {
 			if err := goBuild(ctx, goBin, dir, logf, c.name+" "+version+" ("+c.about+")", filepath.Join(out, c.name),
 				ldflags, "k8s.io/kubernetes/cmd/"+c.name, l); err != nil {
@@ -117,6 +121,7 @@ func Build(ctx context.Context, src string, l Layout, goBin string, logf Logf) (
 		APIServer:         filepath.Join(k8s, "kube-apiserver"),
 		ControllerManager: filepath.Join(k8s, "kube-controller-manager"),
 		Scheduler:         filepath.Join(k8s, "kube-scheduler"),
+		Kubectl:           filepath.Join(k8s, "kubectl"),
 		AgentSandbox:      filepath.Join(as, "agent-sandbox-controller"),
 	}
 	if b.CRDs, err = filepath.Glob(filepath.Join(as, "crds", "*.yaml")); err != nil {

@@ -30,6 +30,19 @@ func NewLayout(root string) Layout {
 // Kubeconfig is the admin kubeconfig.
 func (l Layout) Kubeconfig() string { return filepath.Join(l.Dir, "kubeconfig") }
 
+// KubectlDir holds kubectl, a link to the one built with the control
+// plane, for a PATH; Down removes it.
+func (l Layout) KubectlDir() string { return filepath.Join(l.Run(), "bin") }
+
+// Kubectl is the kubectl of the control plane's own release.
+func (l Layout) Kubectl() string { return filepath.Join(l.KubectlDir(), "kubectl") }
+
+// ExportLine is the shell line that points kubectl at the control plane:
+// its admin kubeconfig, and its own kubectl first on PATH.
+func (l Layout) ExportLine() string {
+	return "export KUBECONFIG=" + l.Kubeconfig() + " PATH=" + l.KubectlDir() + ":$PATH"
+}
+
 // Bin is where the built binaries are kept, one directory per module and
 // go.sum hash.
 func (l Layout) Bin() string { return filepath.Join(l.Dir, "bin") }

@@ -50,8 +50,6 @@ const serviceCIDR = "10.96.0.0/16"
 type Options struct {
 	// Timeout bounds the wait for readiness after the binaries are built.
 	Timeout time.Duration
-	// Kubectl is the kubectl the CRDs are applied with.
-	Kubectl string
 }
 
 // Up starts the control plane from b, unless it is up already, and waits
@@ -62,9 +60,6 @@ type Options struct {
 func Up(ctx context.Context, l Layout, b Binaries, o Options, logf Logf) (already bool, err error) {
 	if o.Timeout <= 0 {
 		o.Timeout = 3 * time.Minute
-	}
-	if o.Kubectl == "" {
-		o.Kubectl = "kubectl"
 	}
 	if _, err := os.Stat(l.Run()); err == nil {
 		err := Ready(ctx, l)
@@ -83,7 +78,7 @@ func Up(ctx context.Context, l Layout, b Binaries, o Options, logf Logf) (alread
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	if err := up(ctx, l, b, o, logf); err != nil {
+	if err := up(ctx, l, b, logf); err != nil {
 		logf("stopping what was started; the logs stay in %s until kube-down", l.LogDir())
 		if serr := stopAll(context.WithoutCancel(ctx), l, logf); serr != nil {
 			err = errors.Join(err, serr)
@@ -93,8 +88,8 @@ func Up(ctx context.Context, l Layout, b Binaries, o Options, logf Logf) (alread
 	return false, nil
 }
 
-func up(ctx context.Context, l Layout, b Binaries, o Options, logf Logf) error {
-	for _, d := range []string{l.Dir, l.Run(), l.PKI(), l.Conf(), l.LogDir(), l.PidDir(),
+func up(ctx context.Context, l Layout, b Binaries, logf Logf) error {
+	for _, d := range []string{l.Dir, l.Run(), l.PKI(), l.Conf(), l.LogDir(), l.PidDir(), l.KubectlDir(),
 		filepath.Join(l.Run(), "etcd"), filepath.Join(l.Run(), "certs")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
@@ -104,6 +99,9 @@ func up(ctx context.Context, l Layout, b Binaries, o Options, logf Logf) error {
 		}
 	}
 	if err := writeFile0600(l.BinariesFile(), []byte(b.list())); err != nil {
+		return err
+	}
+	if err := os.Symlink(b.Kubectl, l.Kubectl()); err != nil {
 		return err
 	}
 	ports, err := pickPorts(portNames)
@@ -213,7 +211,7 @@ func up(ctx context.Context, l Layout, b Binaries, o Options, logf Logf) error {
 		return err
 	}
 
-	if err := installCRDs(ctx, l, b, o.Kubectl); err != nil {
+	if err := installCRDs(ctx, l, b); err != nil {
 		return err
 	}
 	names, err := crdNames(b.CRDs)
@@ -334,7 +332,8 @@ const agentSandboxBindings = `{"apiVersion": "v1", "kind": "List", "items": [
 
 // installCRDs applies agent-sandbox's CRDs and ClusterRoles, as its module
 // ships them, and the bindings for its controller.
-func installCRDs(ctx context.Context, l Layout, b Binaries, kubectl string) error {
+func installCRDs(ctx context.Context, l Layout, b Binaries) error {
+	kubectl := l.Kubectl()
 	args := []string{"--kubeconfig=" + l.Kubeconfig(), "--cache-dir=" + filepath.Join(l.Run(), "kubectl-cache"),
 		"apply", "--server-side", "--force-conflicts", "--field-manager=airlock-kube"}
 	for _, f := range append(append([]string{}, b.CRDs...), b.RBAC...) {

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -35,7 +36,7 @@ func TestUpDown(t *testing.T) {
 	before := snapshot(t, l)
 
 	out := kube(t, "up")
-	want := "export KUBECONFIG=" + l.Kubeconfig()
+	want := "export KUBECONFIG=" + l.Kubeconfig() + " PATH=" + l.KubectlDir() + ":$PATH"
 	if last := lastLine(out); last != want {
 		t.Fatalf("kube up's last line = %q, want %q", last, want)
 	}
@@ -97,6 +98,7 @@ func TestUpDown(t *testing.T) {
 		t.Errorf("listening on %v, recorded %v", listening, ports)
 	}
 
+	sameRelease(t, l)
 	kubectl(t, l, true, "testdata/valid.yaml")
 	if out := kubectl(t, l, false, "testdata/bad-enum.yaml"); !strings.Contains(out, "Unsupported value") {
 		t.Errorf("the bad enum was refused, but not for its value:\n%s", out)
@@ -197,6 +199,29 @@ func rendered(t *testing.T, l cluster.Layout) {
 	}
 }
 
+// sameRelease checks that the kubectl kube up points at is the API
+// server's release, not whatever kubectl the host has.
+func sameRelease(t *testing.T, l cluster.Layout) {
+	t.Helper()
+	home := t.TempDir()
+	c := exec.Command(l.Kubectl(), "--kubeconfig="+l.Kubeconfig(), "--cache-dir="+filepath.Join(home, "cache"), "version", "-o", "json")
+	c.Env = append(os.Environ(), "HOME="+home)
+	out, err := c.Output()
+	if err != nil {
+		t.Fatalf("%s version: %v", l.Kubectl(), err)
+	}
+	var v struct {
+		Client struct{ GitVersion string } `json:"clientVersion"`
+		Server struct{ GitVersion string } `json:"serverVersion"`
+	}
+	if err := json.Unmarshal(out, &v); err != nil {
+		t.Fatalf("kubectl version: %v\n%s", err, out)
+	}
+	if v.Client.GitVersion == "" || v.Client.GitVersion != v.Server.GitVersion {
+		t.Errorf("kubectl %q against API server %q: want one release", v.Client.GitVersion, v.Server.GitVersion)
+	}
+}
+
 // kubectl applies file with a server-side dry run and checks it is accepted
 // (or refused).
 func kubectl(t *testing.T, l cluster.Layout, accept bool, file string) string {
@@ -206,7 +231,7 @@ func kubectl(t *testing.T, l cluster.Layout, accept bool, file string) string {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(home)
-	c := exec.Command("kubectl", "--kubeconfig="+l.Kubeconfig(), "--cache-dir="+filepath.Join(home, "cache"),
+	c := exec.Command(l.Kubectl(), "--kubeconfig="+l.Kubeconfig(), "--cache-dir="+filepath.Join(home, "cache"),
 		"apply", "--dry-run=server", "-f", file)
 	c.Env = append(os.Environ(), "HOME="+home)
 	out, err := c.CombinedOutput()

@@ -4,7 +4,8 @@
 //
 //	kube build   build what is not cached (make test runs it beside setup)
 //	kube up      build what is not cached, start, wait until ready, and
-//	             print `export KUBECONFIG=...` as the last line
+//	             print, as the last line, `export KUBECONFIG=... PATH=...`
+//	             (the admin kubeconfig, and kubectl of the same release first)
 //	kube down    stop exactly the recorded processes and remove the runtime state
 //	kube clean   down, then remove the cached binaries too
 //	kube node NAME
@@ -101,7 +102,7 @@ func run(ctx context.Context, cmd string, l cluster.Layout, src string, timeout 
 		} else {
 			logf("up in %s", time.Since(begin).Round(100*time.Millisecond))
 		}
-		fmt.Printf("export KUBECONFIG=%s\n", l.Kubeconfig())
+		fmt.Println(l.ExportLine())
 		return nil
 	case "down":
 		if err := cluster.Down(ctx, l, logf); err != nil {

@@ -125,7 +125,11 @@ func (m *meterConn) fill(rs syscall.RawConn, w int, want int) (n int, capped, eo
 					eof = true
 					return true
 				}
-				continue // bytes came in between
+				// Bytes wait that SIOCINQ did not count: they came in
+				// between, or src is at the mark of TCP urgent data,
+				// where SIOCINQ says 0 and splice moves nothing.
+				n, capped, eof, serr = m.readPast(int(fd), w, want)
+				return serr != unix.EAGAIN
 			}
 			g, ok := m.budget.take(min(avail, want))
 			if g == 0 {
@@ -137,6 +141,11 @@ func (m *meterConn) fill(rs syscall.RawConn, w int, want int) (n int, capped, eo
 				m.budget.used.Add(-int64(g - k))
 			}
 			switch {
+			case err == unix.EAGAIN && k == 0:
+				// Waiting bytes that splice will not move: src is at
+				// the mark of TCP urgent data.
+				n, capped, eof, serr = m.readPast(int(fd), w, want)
+				return serr != unix.EAGAIN
 			case err == unix.EAGAIN:
 				return false
 			case err != nil:
@@ -157,6 +166,54 @@ func (m *meterConn) fill(rs syscall.RawConn, w int, want int) (n int, capped, eo
 		err = serr
 	}
 	return n, capped, eof, wrapErr("splice", err)
+}
+
+// readPast moves at most want of src's waiting bytes into the pipe w by
+// read(2), taking them from the budget first. Splice stops at the mark
+// of TCP urgent data, and SIOCINQ may say nothing waits there; a read goes
+// past it (dropping the urgent byte: the proxy passes none), and splice
+// moves the bytes after it. serr is EAGAIN when nothing waits after all.
+func (m *meterConn) readPast(fd, w, want int) (n int, capped, eof bool, serr error) {
+	buf := make([]byte, min(want, 64<<10))
+	k, _, err := unix.Recvfrom(fd, buf, unix.MSG_PEEK|unix.MSG_DONTWAIT)
+	switch {
+	case err != nil:
+		return 0, false, false, err
+	case k == 0:
+		return 0, false, true, nil
+	}
+	g, ok := m.budget.take(k)
+	if g == 0 {
+		return 0, true, false, nil
+	}
+	for {
+		k, err = unix.Read(fd, buf[:g])
+		if err != unix.EINTR {
+			break
+		}
+	}
+	k = max(k, 0)
+	if k < g {
+		m.budget.used.Add(-int64(g - k))
+	}
+	switch {
+	case err != nil:
+		return 0, false, false, err
+	case k == 0:
+		return 0, false, true, nil
+	}
+	// The pipe is empty (each move drains it) and holds want or more.
+	for off := 0; off < k; {
+		c, err := unix.Write(w, buf[off:k])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return off, false, false, err
+		}
+		off += c
+	}
+	return k, !ok && k == g, false, nil
 }
 
 // drain splices at most n bytes from the pipe's read end r to dst, once

@@ -1,12 +1,17 @@
 package egress
 
 import (
+	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // tcpPair is both ends of a loopback TCP connection.
@@ -69,4 +74,79 @@ func TestSpliceNotTCP(t *testing.T) {
 	if handled, _ := m.splice(a, b, new(atomic.Int64), -1); handled {
 		t.Error("spliced a net.Pipe")
 	}
+}
+
+// sendOOB sends b as TCP urgent data (MSG_OOB) on c.
+func sendOOB(t *testing.T, c net.Conn, b []byte) {
+	t.Helper()
+	rc, err := c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.Write(func(fd uintptr) bool {
+		if err := unix.Send(int(fd), b, unix.MSG_OOB); err != nil {
+			t.Errorf("send MSG_OOB: %v", err)
+		}
+		return true
+	})
+}
+
+// TestUrgentByte: a TCP urgent byte, from the sandbox or from a host, in
+// a tunnel or in a forwarded body, stalls nothing. At its mark splice
+// moves nothing and SIOCINQ says nothing waits; the relay reads past it
+// (dropping the urgent byte), and the bytes after it pass.
+func TestUrgentByte(t *testing.T) {
+	const n = 200
+	after := bytes.Repeat([]byte("u"), n)
+	t.Run("sandbox to host", func(t *testing.T) {
+		got := make(chan int, 1)
+		ln := tcpServer(t, func(c net.Conn) {
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			b, _ := io.ReadAll(c)
+			got <- len(b)
+		})
+		h := newHarness(t, []string{ln.Addr().String()})
+		conn, _ := h.tunnelTo(ln.Addr().String())
+		sendOOB(t, conn, []byte("!"))
+		for i := range n {
+			conn.Write(after[i : i+1])
+			time.Sleep(time.Millisecond)
+		}
+		conn.(*net.TCPConn).CloseWrite()
+		if k := <-got; k != n {
+			t.Errorf("the host got %d of the %d bytes sent after the urgent byte", k, n)
+		}
+	})
+	t.Run("host to sandbox", func(t *testing.T) {
+		ln := tcpServer(t, func(c net.Conn) {
+			sendOOB(t, c, []byte("!"))
+			c.Write(after)
+			c.Close()
+		})
+		h := newHarness(t, []string{ln.Addr().String()})
+		conn, br := h.tunnelTo(ln.Addr().String())
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if b, _ := io.ReadAll(br); !bytes.Equal(b, after) {
+			t.Errorf("the sandbox got %q, want the %d bytes after the urgent byte", b, n)
+		}
+	})
+	t.Run("forwarded body", func(t *testing.T) {
+		ln := tcpServer(t, func(c net.Conn) {
+			http.ReadRequest(bufio.NewReader(c))
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", n)
+			sendOOB(t, c, []byte("!"))
+			c.Write(after)
+		})
+		h := newHarness(t, []string{ln.Addr().String()})
+		conn := dialRaw(t, h.addr)
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(conn, "GET http://%s/ HTTP/1.1\r\n\r\n", ln.Addr())
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, err := io.ReadAll(resp.Body); err != nil || !bytes.Equal(b, after) {
+			t.Errorf("the body: %v, %q; want the %d bytes after the urgent byte", err, b, n)
+		}
+	})
 }

@@ -7,9 +7,12 @@ import "net/netip"
 // clouds keep their metadata service), documentation, benchmarking and
 // reserved ranges, and IPv6 forms that carry an IPv4 address a gateway
 // may translate to a private one (IPv4-compatible and -translated,
-// NAT64, 6to4, Teredo), and the deprecated site-local range.
+// NAT64, 6to4, Teredo), the deprecated site-local range, and Azure's
+// platform address (WireServer and its metadata), public by number but
+// reachable only from inside Azure.
 var special = []netip.Prefix{
 	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("168.63.129.16/32"),
 	netip.MustParsePrefix("100.64.0.0/10"),
 	netip.MustParsePrefix("192.0.0.0/24"),
 	netip.MustParsePrefix("192.0.2.0/24"),

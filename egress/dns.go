@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"time"
@@ -22,8 +23,12 @@ const ReasonDNS = "dns_refused"
 // nothing is forwarded: it is there so that a DNS attempt is answered at
 // once and audited rather than lost. A packet that is not a query is
 // dropped unanswered, and recorded as a bad request.
-func (p *Proxy) ServeDNS(ctx context.Context, pc net.PacketConn) error {
-	defer p.flushRefusals()
+func (p *Proxy) ServeDNS(ctx context.Context, pc net.PacketConn) (err error) {
+	defer func() {
+		if ferr := p.flushRefusals(); ferr != nil && err == nil {
+			err = fmt.Errorf("writing sandbox %q's egress audit: %w", p.id, ferr)
+		}
+	}()
 	defer context.AfterFunc(ctx, func() { pc.Close() })()
 	buf := make([]byte, 1500)
 	for {

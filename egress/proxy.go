@@ -214,7 +214,12 @@ type Proxy struct {
 	budget  budget
 	slots   chan struct{}
 	serving atomic.Bool
-	stopped context.CancelCauseFunc
+
+	// stopMu guards stopped (Serve's cancel, once it runs) and auditErr
+	// (the sink's first failure, which stops a Serve begun after it).
+	stopMu   sync.Mutex
+	stopped  context.CancelCauseFunc
+	auditErr error
 
 	auditOnce sync.Once
 	refusals  sampler
@@ -298,18 +303,27 @@ func (p *Proxy) Stats() Stats {
 // audit sink fails, then closes ln and every connection, and returns once
 // all are closed. An accept error that persists for about two seconds
 // ends it too, with that error. A Proxy serves once.
-func (p *Proxy) Serve(ctx context.Context, ln net.Listener) error {
+func (p *Proxy) Serve(ctx context.Context, ln net.Listener) (err error) {
 	if !p.serving.CompareAndSwap(false, true) {
 		return errors.New("this egress proxy is already serving: make one per listener")
 	}
 	// On return, every connection is closed (cancel) before the wait for
-	// their handlers.
-	defer p.flushRefusals()
+	// their handlers; then the count of refusals not written is.
+	defer func() {
+		if ferr := p.flushRefusals(); ferr != nil && err == nil {
+			err = fmt.Errorf("writing sandbox %q's egress audit: %w", p.id, ferr)
+		}
+	}()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	p.stopMu.Lock()
 	p.stopped = cancel
+	if p.auditErr != nil {
+		cancel(auditFailed{p.auditErr})
+	}
+	p.stopMu.Unlock()
 	defer context.AfterFunc(ctx, func() { ln.Close() })()
 	var backoff time.Duration
 	for {
@@ -373,7 +387,7 @@ func (p *Proxy) record(r Record) {
 	}
 	p.up.Add(r.BytesUp)
 	p.down.Add(r.BytesDown)
-	if !r.Allowed {
+	if sampled(r) {
 		write, skipped := p.refusals.take(time.Now())
 		if !write {
 			return
@@ -383,20 +397,37 @@ func (p *Proxy) record(r Record) {
 	p.write(r)
 }
 
-// flushRefusals writes the count of refusals left out and not yet
-// reported, if any.
-func (p *Proxy) flushRefusals() {
-	if n := p.refusals.drain(); n > 0 {
-		p.write(Record{Time: time.Now(), SandboxID: p.id, Reason: ReasonSuppressed, Suppressed: n})
-	}
+// sampled says whether r is written as the sampler allows: a refusal, or
+// an allowed connection that failed before a byte passed (no limit
+// bounds how often a sandbox may try those).
+func sampled(r Record) bool {
+	return !r.Allowed || r.BytesUp == 0 && r.BytesDown == 0 && (r.Reason == ReasonDial || r.Reason == ReasonTLS)
 }
 
-// write hands r to the audit sink; a sink's failure stops the proxy.
-func (p *Proxy) write(r Record) {
-	if err := p.audit(r); err != nil {
+// flushRefusals writes the count of refusals left out and not yet
+// reported, if any, and returns the sink's error.
+func (p *Proxy) flushRefusals() error {
+	if n := p.refusals.drain(); n > 0 {
+		return p.write(Record{Time: time.Now(), SandboxID: p.id, Reason: ReasonSuppressed, Suppressed: n})
+	}
+	return nil
+}
+
+// write hands r to the audit sink; a sink's failure stops the proxy, now
+// or as its Serve begins.
+func (p *Proxy) write(r Record) error {
+	err := p.audit(r)
+	if err != nil {
 		p.auditOnce.Do(func() {
 			p.log.Error("egress audit failed: stopping the proxy", "sandbox_id", p.id, "err", err)
-			p.stopped(auditFailed{err})
+			p.stopMu.Lock()
+			p.auditErr = err
+			stop := p.stopped
+			p.stopMu.Unlock()
+			if stop != nil {
+				stop(auditFailed{err})
+			}
 		})
 	}
+	return err
 }

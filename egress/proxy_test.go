@@ -862,3 +862,108 @@ func TestServeAcceptFails(t *testing.T) {
 		t.Error("the tunnel outlives Serve")
 	}
 }
+
+// TestAuditFailsBeforeServe: the sink failing on a DNS query answered
+// before Serve begins (the engine starts both at once) stops Serve as it
+// begins, with the sink's error, rather than calling a stop not yet set.
+func TestAuditFailsBeforeServe(t *testing.T) {
+	boom := errors.New("disk full")
+	p, err := New("sb", Allowlist{}, func(Record) error { return boom })
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("udp", pc.LocalAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dns := make(chan error, 1)
+	go func() { dns <- p.ServeDNS(ctx, pc) }()
+	// A query for "a." (id 1, RD, one question, type A, class IN).
+	c.Write([]byte{0, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 'a', 0, 0, 1, 0, 1})
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Read(make([]byte, 512)); err != nil {
+		t.Fatalf("no answer to the query: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Serve(ctx, ln); !errors.Is(err, boom) {
+		t.Errorf("Serve after the sink failed = %v, want its error", err)
+	}
+	cancel()
+	<-dns
+}
+
+// TestFailedDialsSampled: an allowed host's closed port, tried in a loop,
+// costs no budget, so its dial_failed records are written under the
+// refusals' bound, and the last record counts those left out.
+func TestFailedDialsSampled(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close()
+	h := newHarness(t, []string{closed})
+	const n = 3 * refusedBurst
+	for range n {
+		if st := h.connect(closed); st != 502 {
+			t.Fatalf("CONNECT to a closed port: %d", st)
+		}
+	}
+	h.stop()
+	err = <-h.done
+	h.done <- err // for the cleanup's wait
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	written, left := 0, int64(0)
+	for _, r := range h.recs {
+		if r.Reason == ReasonDial {
+			written++
+		}
+		left += r.Suppressed
+	}
+	if written > refusedBurst+10 || int64(written)+left != n {
+		t.Errorf("%d dial_failed records written, %d counted as left out, for %d failed dials", written, left, n)
+	}
+}
+
+// TestLastAuditFailureReported: when the sink fails on the record that
+// counts the refusals left out, written as the proxy ends, Serve says so.
+func TestLastAuditFailureReported(t *testing.T) {
+	boom := errors.New("disk full")
+	p, err := New("sb", mustAllow(t, "example.org"), func(r Record) error {
+		if r.Reason == ReasonSuppressed {
+			return boom
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(ctx, ln) }()
+	for range 2 * refusedBurst {
+		c := dialRaw(t, ln.Addr().String())
+		fmt.Fprintf(c, "CONNECT other.test:443 HTTP/1.1\r\n\r\n")
+		http.ReadResponse(bufio.NewReader(c), nil)
+		c.Close()
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, boom) {
+		t.Errorf("Serve = %v, but the last audit record failed", err)
+	}
+}

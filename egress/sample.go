@@ -11,8 +11,10 @@ import (
 // counted in full (Stats), but written at most refusedBurst at once and one
 // every refusedEvery after that; a written refusal carries the count of
 // those left out before it, and the proxy's end writes one record with
-// the rest. Allowed connections are always written: they are bounded by
-// the connection and byte limits, and carry the bytes.
+// the rest. Allowed connections that failed before a byte passed
+// (dial_failed, tls_failed) are sampled with them. Other allowed
+// connections are always written: they are bounded by the connection and
+// byte limits, and carry the bytes.
 const (
 	refusedBurst = 64
 	refusedEvery = 100 * time.Millisecond

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/airlock-sandbox/airlock/images"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/kube"
 	"github.com/airlock-sandbox/airlock/runner"
@@ -181,8 +183,14 @@ func podLevel(s *corev1.PodSpec, profile string) error {
 	case len(s.ResourceClaims) > 0:
 		return refuse("spec.resourceClaims", "an airlock node has no devices to give")
 	}
+	if s.Resources != nil {
+		return refuse("spec.resources", "an airlock node takes a pod's limits from its one container: move them to spec.containers[0].resources.limits")
+	}
 	if sc := s.SecurityContext; sc != nil {
 		if err := identity("spec.securityContext", sc.RunAsUser, sc.RunAsGroup, sc.SELinuxOptions, sc.SeccompProfile, profile); err != nil {
+			return err
+		}
+		if err := appArmor("spec.securityContext", sc.AppArmorProfile); err != nil {
 			return err
 		}
 		switch {
@@ -230,6 +238,16 @@ func identity(at string, uid, gid *int64, se *corev1.SELinuxOptions, sp *corev1.
 	return refuse(at+".seccompProfile.type", "%s: airlock sandboxes always run under a seccomp profile: give RuntimeDefault or Localhost", sp.Type)
 }
 
+// appArmor refuses a Localhost AppArmor profile: a node loads none. The
+// runtime's default (airlock's own confinement) and Unconfined ask for
+// nothing the sandbox lacks.
+func appArmor(at string, ap *corev1.AppArmorProfile) error {
+	if ap != nil && ap.Type != corev1.AppArmorProfileTypeRuntimeDefault && ap.Type != corev1.AppArmorProfileTypeUnconfined {
+		return refuse(at+".appArmorProfile.type", "%s: an airlock node loads no AppArmor profile; its sandboxes are confined by gVisor or seccomp: give RuntimeDefault or remove it", ap.Type)
+	}
+	return nil
+}
+
 // volumes checks that every volume is an emptyDir mounted at /tmp or the
 // workspace, and returns their size limits by mount point.
 func volumes(s *corev1.PodSpec) (map[string]string, error) {
@@ -255,12 +273,22 @@ func volumes(s *corev1.PodSpec) (map[string]string, error) {
 			return nil, refuse(field+".mountPath", "%q: an emptyDir mounts only at /tmp or %s", m.MountPath, runner.WorkspaceDir)
 		case m.SubPath != "" || m.SubPathExpr != "":
 			return nil, refuse(field+".subPath", "an airlock node mounts whole volumes: remove it")
+		case m.ReadOnly || m.RecursiveReadOnly != nil && *m.RecursiveReadOnly != corev1.RecursiveReadOnlyDisabled:
+			return nil, refuse(field+".readOnly", "an airlock sandbox's /tmp and %s are writable (its root is read-only): remove it", runner.WorkspaceDir)
+		case m.MountPropagation != nil && *m.MountPropagation != corev1.MountPropagationNone:
+			return nil, refuse(field+".mountPropagation", "%s: an airlock sandbox shares no mount with its host: remove it", *m.MountPropagation)
+		}
+		if med := s.Volumes[vi].EmptyDir.Medium; med != corev1.StorageMediumDefault && !(med == corev1.StorageMediumMemory && m.MountPath == "/tmp") {
+			return nil, refuse(fmt.Sprintf("spec.volumes[%d].emptyDir.medium", vi), "%q: an airlock sandbox's /tmp is in memory and %s on the node's disk: give Memory for /tmp and nothing for %s", med, runner.WorkspaceDir, runner.WorkspaceDir)
 		}
 		if _, dup := sizes[m.MountPath]; dup {
 			return nil, refuse(field+".mountPath", "%q is mounted twice", m.MountPath)
 		}
 		sizes[m.MountPath] = ""
 		if q := s.Volumes[vi].EmptyDir.SizeLimit; q != nil {
+			if err := inRange(fmt.Sprintf("spec.volumes[%d].emptyDir.sizeLimit", vi), *q, maxQuantity); err != nil {
+				return nil, err
+			}
 			if q.Sign() <= 0 {
 				return nil, refuse(fmt.Sprintf("spec.volumes[%d].emptyDir.sizeLimit", vi), "%s: give a positive size", q)
 			}
@@ -297,7 +325,7 @@ func sourceName(v corev1.VolumeSource) string {
 
 // container checks the one container's fields.
 func container(c *corev1.Container, at, profile string) error {
-	if _, digest, ok := strings.Cut(c.Image, "@sha256:"); !ok && !strings.HasPrefix(c.Image, "sha256:") || ok && (len(digest) != 64 || strings.Trim(digest, "0123456789abcdef") != "") {
+	if _, err := images.ParseRef(c.Image); err != nil {
 		return refuse(at+".image", "%q is not pinned by digest: give NAME@sha256:<64 hex digits> of an image this node holds (airlock image ls)", c.Image)
 	}
 	if len(c.Command) == 0 {
@@ -336,6 +364,9 @@ func container(c *corev1.Container, at, profile string) error {
 	case sc.ProcMount != nil && *sc.ProcMount != corev1.DefaultProcMount:
 		return refuse(at+".securityContext.procMount", "%s: an airlock sandbox's /proc is always masked; remove it", *sc.ProcMount)
 	}
+	if err := appArmor(at+".securityContext", sc.AppArmorProfile); err != nil {
+		return err
+	}
 	return identity(at+".securityContext", sc.RunAsUser, sc.RunAsGroup, sc.SELinuxOptions, sc.SeccompProfile, profile)
 }
 
@@ -353,10 +384,31 @@ func resources(c *corev1.Container, p *wire.Policy) error {
 		}
 	}
 	if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
+		if err := inRange("spec.containers[0].resources.limits.memory", q, maxQuantity); err != nil {
+			return err
+		}
 		p.Memory = strconv.FormatInt(q.Value(), 10)
 	}
 	if q, ok := c.Resources.Limits[corev1.ResourceCPU]; ok {
+		if err := inRange("spec.containers[0].resources.limits.cpu", q, maxCPUs); err != nil {
+			return err
+		}
 		p.CPUs = wire.Number(units.MilliCPUs(q.MilliValue()).String())
+	}
+	return nil
+}
+
+// Bounds on a pod's quantities before they are converted, so that none
+// wraps around an int64; the sandbox's own checks bound them further.
+const (
+	maxQuantity = 1 << 60 // bytes
+	maxCPUs     = 1 << 20
+)
+
+// inRange refuses a quantity over max whole units.
+func inRange(field string, q resource.Quantity, max int64) error {
+	if q.CmpInt64(max) > 0 {
+		return refuse(field, "%s is more than any node has: give a smaller value", q.String())
 	}
 	return nil
 }

@@ -139,6 +139,28 @@ func TestAdmitRefuses(t *testing.T) {
 		{"metadata.annotations[airlock.dev/job-id]", func(p *corev1.Pod) { p.Annotations["airlock.dev/job-id"] = strings.Repeat("j", 257) }},
 		{"metadata.annotations[airlock.dev/job-id]", func(p *corev1.Pod) { p.Annotations["airlock.dev/job-id"] = "" }},
 		{"spec.activeDeadlineSeconds", func(p *corev1.Pod) { p.Spec.ActiveDeadlineSeconds = ptr(int64(1 << 40)) }},
+		{"spec.containers[0].image", func(p *corev1.Pod) { c0(p).Image = "sha256:abc" }},
+		{"spec.containers[0].image", func(p *corev1.Pod) { c0(p).Image = "python:3.12@sha256:" + strings.Repeat("a", 64) }},
+		{"spec.resources", func(p *corev1.Pod) {
+			p.Spec.Resources = &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}}
+		}},
+		{"spec.securityContext.appArmorProfile.type", func(p *corev1.Pod) {
+			p.Spec.SecurityContext.AppArmorProfile = &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeLocalhost, LocalhostProfile: ptr("deny-write")}
+		}},
+		{"spec.containers[0].securityContext.appArmorProfile.type", func(p *corev1.Pod) {
+			sc(p).AppArmorProfile = &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeLocalhost, LocalhostProfile: ptr("deny-write")}
+		}},
+		{"spec.containers[0].volumeMounts[0].readOnly", func(p *corev1.Pod) { c0(p).VolumeMounts[0].ReadOnly = true }},
+		{"spec.containers[0].volumeMounts[0].mountPropagation", func(p *corev1.Pod) {
+			c0(p).VolumeMounts[0].MountPropagation = ptr(corev1.MountPropagationBidirectional)
+		}},
+		{"spec.volumes[0].emptyDir.medium", func(p *corev1.Pod) { p.Spec.Volumes[0].EmptyDir.Medium = corev1.StorageMediumHugePages }},
+		// Past an int64 once converted: refused, never wrapped around.
+		{"spec.containers[0].resources.limits.cpu", func(p *corev1.Pod) {
+			c0(p).Resources.Limits[corev1.ResourceCPU] = resource.MustParse("18446744073709552")
+		}},
+		{"spec.containers[0].resources.limits.memory", func(p *corev1.Pod) { c0(p).Resources.Limits[corev1.ResourceMemory] = resource.MustParse("64Ei") }},
+		{"spec.volumes[0].emptyDir.sizeLimit", func(p *corev1.Pod) { p.Spec.Volumes[0].EmptyDir.SizeLimit = ptr(resource.MustParse("64Ei")) }},
 	} {
 		pod, profile := rendered(t)
 		c.mutate(pod)
@@ -158,6 +180,7 @@ func TestAdmitNarrowerIsTaken(t *testing.T) {
 	sc := pod.Spec.Containers[0].SecurityContext
 	sc.ReadOnlyRootFilesystem, sc.RunAsNonRoot = ptr(false), ptr(false)
 	sc.SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}
+	sc.AppArmorProfile = &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeRuntimeDefault}
 	pod.Spec.Containers[0].SecurityContext.Capabilities.Drop = nil
 	if _, err := Admit(pod, profile); err != nil {
 		t.Fatal(err)

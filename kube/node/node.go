@@ -36,6 +36,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	vknode "github.com/virtual-kubelet/virtual-kubelet/node"
@@ -46,6 +47,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -346,11 +349,33 @@ func kubeletAPI(client kubernetes.Interface, c Config, prov *Provider) (*http.Se
 		StreamCreationTimeout: 30 * time.Second,
 	}, false)
 	return &http.Server{
-		Handler:           nodeutil.WithAuth(auth, h),
+		Handler:           nodeutil.WithAuth(execIsCreate{auth}, h),
 		ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig: &tls.Config{
 			MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert},
 			ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: pool,
 		},
 	}, nil
+}
+
+// execIsCreate authorizes a request that runs something in a pod (exec,
+// attach, run, port-forward) as create on nodes/proxy whatever its
+// method. The kubelet's mapping takes a WebSocket's GET as get, so a
+// client allowed only to read nodes/proxy (monitoring) could run
+// commands in every pod of the node.
+type execIsCreate struct{ nodeutil.Auth }
+
+func (a execIsCreate) GetRequestAttributes(u user.Info, r *http.Request) authorizer.Attributes {
+	attrs := a.Auth.GetRequestAttributes(u, r)
+	for _, p := range []string{"/exec", "/attach", "/run", "/portForward", "/portforward"} {
+		if r.URL.Path == p || strings.HasPrefix(r.URL.Path, p+"/") {
+			return authorizer.AttributesRecord{
+				User: attrs.GetUser(), Verb: "create", Namespace: attrs.GetNamespace(),
+				APIGroup: attrs.GetAPIGroup(), APIVersion: attrs.GetAPIVersion(), Resource: attrs.GetResource(),
+				Subresource: attrs.GetSubresource(), Name: attrs.GetName(), ResourceRequest: attrs.IsResourceRequest(),
+				Path: attrs.GetPath(),
+			}
+		}
+	}
+	return attrs
 }

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -166,9 +165,22 @@ func (p *Provider) CreatePod(ctx context.Context, in *corev1.Pod) error {
 		pd.obj.Status.PodIP, pd.obj.Status.PodIPs = p.hostIP, []corev1.PodIP{{IP: p.hostIP}}
 	}
 	p.mu.Lock()
-	if _, ok := p.pods[k]; ok {
+	if held, ok := p.pods[k]; ok {
 		p.mu.Unlock()
-		return nil
+		if held.obj.UID == in.UID {
+			return nil
+		}
+		// The pod was deleted and made again under its name before this
+		// node heard of the deletion: the one held ends, unseen.
+		if _, err := p.drop(ctx, k, held); err != nil {
+			return err
+		}
+		p.log.Info("pod replaced by one of the same name", "pod", k, "old_uid", held.obj.UID, "uid", in.UID)
+		p.mu.Lock()
+		if _, ok := p.pods[k]; ok {
+			p.mu.Unlock()
+			return nil
+		}
 	}
 	p.pods[k] = pd
 	lost := p.lost[string(in.UID)]
@@ -306,8 +318,18 @@ func (p *Provider) fail(pd *pod, reason, msg string) error {
 }
 
 // UpdatePod takes nothing of a running pod's changes: what a sandbox may
-// do is fixed when it is made.
-func (p *Provider) UpdatePod(context.Context, *corev1.Pod) error { return nil }
+// do is fixed when it is made. A pod of another UID under a name the node
+// holds is a new pod (the pod controller updates, rather than creates, a
+// name its provider knows).
+func (p *Provider) UpdatePod(ctx context.Context, in *corev1.Pod) error {
+	p.mu.Lock()
+	held, ok := p.pods[key(in.Namespace, in.Name)]
+	p.mu.Unlock()
+	if ok && held.obj.UID == in.UID {
+		return nil
+	}
+	return p.CreatePod(ctx, in)
+}
 
 // DeletePod ends the pod's program and sandbox, removes its log and tells
 // the pod's end.
@@ -315,23 +337,16 @@ func (p *Provider) DeletePod(ctx context.Context, in *corev1.Pod) error {
 	k := key(in.Namespace, in.Name)
 	p.mu.Lock()
 	pd, ok := p.pods[k]
+	p.mu.Unlock()
 	if !ok || pd.obj.UID != in.UID {
-		p.mu.Unlock()
 		return nil
 	}
-	pd.ended = true
-	logPath := pd.log
-	p.mu.Unlock()
-	id, err := p.endSandbox(ctx, pd)
+	id, err := p.drop(ctx, k, pd)
 	if err != nil {
-		return fmt.Errorf("ending pod %s's sandbox %s: %w", k, id, err)
-	}
-	if logPath != "" {
-		os.Remove(logPath)
+		return err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	delete(p.pods, k)
 	if pd.obj.Status.Phase != corev1.PodSucceeded && pd.obj.Status.Phase != corev1.PodFailed {
 		p.terminate(pd, corev1.PodFailed, &corev1.ContainerStateTerminated{ExitCode: 137, Reason: ReasonDeleted, FinishedAt: metav1.Now()})
 	} else {
@@ -339,6 +354,28 @@ func (p *Provider) DeletePod(ctx context.Context, in *corev1.Pod) error {
 	}
 	p.log.Info("pod deleted", "pod", k, "sandbox", id)
 	return nil
+}
+
+// drop ends a pod's program and sandbox, removes its log and forgets the
+// pod, without telling its end; it returns the sandbox's id.
+func (p *Provider) drop(ctx context.Context, k string, pd *pod) (string, error) {
+	p.mu.Lock()
+	pd.ended = true
+	logPath := pd.log
+	p.mu.Unlock()
+	id, err := p.endSandbox(ctx, pd)
+	if err != nil {
+		return id, fmt.Errorf("ending pod %s's sandbox %s: %w", k, id, err)
+	}
+	if logPath != "" {
+		os.Remove(logPath)
+	}
+	p.mu.Lock()
+	if p.pods[k] == pd {
+		delete(p.pods, k)
+	}
+	p.mu.Unlock()
+	return id, nil
 }
 
 // EndedElsewhere ends the sandbox of a pod the node still runs but the
@@ -433,21 +470,62 @@ func (p *Provider) GetContainerLogs(_ context.Context, ns, name, container strin
 	if path == "" {
 		return io.NopCloser(strings.NewReader("")), nil
 	}
-	b, err := os.ReadFile(path)
+	// Read from the file, never whole into memory: a log is as large as
+	// the pod's output cap lets it be.
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	size, start := fi.Size(), int64(0)
 	if opts.Tail > 0 {
-		lines := bytes.SplitAfter(b, []byte("\n"))
-		if len(lines) > 0 && len(lines[len(lines)-1]) == 0 {
-			lines = lines[:len(lines)-1]
+		if start, err = tailStart(f, size, opts.Tail); err != nil {
+			f.Close()
+			return nil, err
 		}
-		b = bytes.Join(lines[max(0, len(lines)-opts.Tail):], nil)
 	}
-	if opts.LimitBytes > 0 && len(b) > opts.LimitBytes {
-		b = b[len(b)-opts.LimitBytes:]
+	if opts.LimitBytes > 0 && size-start > int64(opts.LimitBytes) {
+		start = size - int64(opts.LimitBytes)
 	}
-	return io.NopCloser(bytes.NewReader(b)), nil
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.NewSectionReader(f, start, size-start), f}, nil
+}
+
+// tailStart is the offset of the first of the last n lines of the size
+// bytes of r (a final line break ends the last line, it starts none).
+func tailStart(r io.ReaderAt, size int64, n int) (int64, error) {
+	buf := make([]byte, 64<<10)
+	end := size
+	if end > 0 {
+		if _, err := r.ReadAt(buf[:1], end-1); err != nil {
+			return 0, err
+		}
+		if buf[0] == '\n' {
+			end--
+		}
+	}
+	for end > 0 {
+		from := max(0, end-int64(len(buf)))
+		b := buf[:end-from]
+		if _, err := r.ReadAt(b, from); err != nil && err != io.EOF {
+			return 0, err
+		}
+		for i := len(b) - 1; i >= 0; i-- {
+			if b[i] == '\n' {
+				if n--; n == 0 {
+					return from + int64(i) + 1, nil
+				}
+			}
+		}
+		end = from
+	}
+	return 0, nil
 }
 
 // RunInContainer runs cmd in the pod's sandbox for kubectl exec, as

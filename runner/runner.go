@@ -133,6 +133,9 @@ type Ceilings struct {
 	Egress  units.Bytes
 	Timeout time.Duration
 	TTL     time.Duration
+	// Command is the command whose flags set them, named in a refusal:
+	// "airlock serve" when empty, or "airlock node".
+	Command string
 }
 
 // WithCeilings bounds every spec the runner takes, whichever face made
@@ -143,8 +146,14 @@ func WithCeilings(c Ceilings) Option { return func(r *Runner) { r.ceil = c } }
 // a ceiling, naming the field, the ceiling and the flag that sets it.
 func (c Ceilings) check(asked Ceilings) error {
 	var errs []error
+	cmd, holder := c.Command, "server"
+	if cmd == "" {
+		cmd = "airlock serve"
+	} else if cmd == "airlock node" {
+		holder = "node"
+	}
 	over := func(field string, v, max any, flag string) {
-		errs = append(errs, fmt.Errorf("%s %v is above this server's ceiling of %v (airlock serve --%s): ask for at most %v", field, v, max, flag, max))
+		errs = append(errs, fmt.Errorf("%s %v is above this %s's ceiling of %v (%s --%s): ask for at most %v", field, v, holder, max, cmd, flag, max))
 	}
 	if c.Timeout > 0 && asked.Timeout > c.Timeout {
 		over("timeout", asked.Timeout, c.Timeout, "max-timeout")

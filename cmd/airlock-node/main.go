@@ -25,13 +25,14 @@ import (
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/seccomp"
 	"github.com/airlock-sandbox/airlock/service"
+	"github.com/airlock-sandbox/airlock/units"
 )
 
 var version = "dev"
 
 type flags struct {
 	root, airlock, kubeconfig, name, address, engine string
-	tlsCert, tlsKey, clientCA                        string
+	tlsCert, tlsKey, clientCA, maxOutput             string
 	maxSandboxes, port                               int
 	leaseDuration                                    time.Duration
 	debug                                            bool
@@ -73,7 +74,8 @@ node never pulls: load images with airlock image load), a volume other than
 an emptyDir at /tmp or /home/user (a service-account token among them: set
 automountServiceAccountToken: false), host namespaces, privileged, added
 capabilities, another user than 65534, probes, ports, restarts, env read
-from secrets, a runtime class other than gvisor or runc.
+from secrets, a runtime class other than gvisor or runc. A pod whose
+output limit is over --max-output-limit fails as it starts, saying so.
 
 The kubeconfig holds the node's credentials and must be mode 0600; give the
 node a node's role (docs/kubernetes.md). A restarted node ends the sandboxes
@@ -108,6 +110,7 @@ output cap, with no terminal.`,
 	fl.StringVar(&f.address, "address", "127.0.0.1", "the Node's InternalIP")
 	fl.StringVar(&f.engine, "engine", "oci", "engine the pods' sandboxes run on: oci or docker")
 	fl.IntVar(&f.maxSandboxes, "max-sandboxes", 8, "the most pods this node runs at once (its pod capacity)")
+	fl.StringVar(&f.maxOutput, "max-output-limit", "1GiB", "ceiling on a pod's output limit (its airlock.dev/output-limit): each stream's cap is held in this process's memory and the pod's log on its disk")
 	fl.IntVar(&f.port, "port", 0, "serve kubectl logs and exec to the API server on --address:PORT, over TLS (a kubelet's 10250); 0 serves none")
 	fl.StringVar(&f.tlsCert, "tls-cert", "", "with --port: the node's serving certificate, for its --address")
 	fl.StringVar(&f.tlsKey, "tls-key", "", "with --port: the serving certificate's key")
@@ -137,12 +140,17 @@ func run(cmd *cobra.Command, f *flags) error {
 	if _, err := os.Stat(f.airlock); err != nil {
 		return fmt.Errorf("%w: the airlock binary: %v: give --airlock PATH", errdefs.ErrInvalidArgument, err)
 	}
+	maxOutput, err := units.ParseBytes(f.maxOutput)
+	if err != nil || maxOutput <= 0 {
+		return fmt.Errorf("%w: --max-output-limit %q: give a positive size such as 1GiB", errdefs.ErrInvalidArgument, f.maxOutput)
+	}
 	p, err := seccomp.Load("default")
 	if err != nil {
 		return err
 	}
 	log := logger(cmd, f)
 	host := engines.New(f.root, engines.Shared(), engines.WithLogger(log), engines.WithRunnerOptions(runner.WithVersion(version),
+		runner.WithCeilings(runner.Ceilings{Output: maxOutput, Command: "airlock node"}),
 		runner.WithSupervisor(func(id string) []string {
 			return []string{f.airlock, "--root", f.root, "sandbox", "supervise", id}
 		})))

@@ -591,6 +591,17 @@ func TestNodes(t *testing.T) {
 			t.Errorf("pod %s: %s %s %q; want Failed AirlockRefused naming %s", c.name, got.Status.Phase, got.Status.Reason, got.Status.Message, c.field)
 		}
 	}
+	// An output cap over the node's ceiling (held in the node's memory
+	// and on its disk) fails the pod as it starts, naming the flag.
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod("huge-output", "airlock-a", image, func(p *corev1.Pod) {
+		p.Annotations = map[string]string{"airlock.dev/output-limit": "64GiB"}
+	}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := waitPhase(t, cs, "huge-output", corev1.PodFailed, corev1.PodSucceeded); got.Status.Phase != corev1.PodFailed ||
+		got.Status.Reason != "AirlockCreateFailed" || !strings.Contains(got.Status.Message, "above this node's ceiling of 1GiB (airlock node --max-output-limit)") {
+		t.Errorf("pod huge-output: %s %s %q; want Failed AirlockCreateFailed naming --max-output-limit", got.Status.Phase, got.Status.Reason, got.Status.Message)
+	}
 	running, _ := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=airlock-a,status.phase=Running"})
 	if n := len(a.sandboxes(t)); n != len(running.Items) {
 		t.Errorf("airlock-a holds %d sandboxes for %d running pods; the refused pods must make none", n, len(running.Items))
@@ -622,7 +633,7 @@ func TestNodes(t *testing.T) {
 	// Deleting every pod leaves no sandbox on either node.
 	kubectl(t, nil, "delete", "sandboxclaim", "kt-claim", "--wait=true")
 	kubectl(t, yaml, "delete", "-f", "-", "--wait=true")
-	for _, name := range []string{"exit0", "exit3", "tag", "hostpath", "privileged", "partitioned"} {
+	for _, name := range []string{"exit0", "exit3", "tag", "hostpath", "privileged", "huge-output", "partitioned"} {
 		if err := cs.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 			t.Errorf("deleting pod %s: %v", name, err)
 		}

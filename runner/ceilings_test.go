@@ -14,7 +14,7 @@ import (
 	"github.com/airlock-sandbox/airlock/units"
 )
 
-var testCeilings = Ceilings{Memory: 1 << 30, Output: 8 << 20, Egress: 2 << 30, Timeout: time.Minute, TTL: 2 * time.Hour}
+var testCeilings = Ceilings{Memory: 1 << 30, Output: 8 << 20, Egress: 2 << 30, Workspace: 4 << 30, Timeout: time.Minute, TTL: 2 * time.Hour}
 
 // testEgress allows one host through a proxy of limit bytes.
 func testEgress(t *testing.T, limit units.Bytes) isolation.Egress {
@@ -37,7 +37,9 @@ func TestCeilingsRefuse(t *testing.T) {
 		set  func(*Spec)
 		want []string
 	}{
-		"memory":  {func(s *Spec) { s.Policy.Limits.Memory = 2 << 30 }, []string{"memory 2GiB", "ceiling of 1GiB", "--max-memory"}},
+		"memory": {func(s *Spec) { s.Policy.Limits.Memory = 2 << 30 }, []string{"memory 2GiB", "ceiling of 1GiB", "--max-memory"}},
+		// /tmp is memory, and an upload's pages there are the server's.
+		"tmp":     {func(s *Spec) { s.Policy.Limits.Memory, s.Policy.Limits.Tmp = 256<<20, 2<<30 }, []string{"tmp size 2GiB", "ceiling of 1GiB", "--max-memory"}},
 		"timeout": {func(s *Spec) { s.Policy.Limits.Timeout = 2 * time.Minute }, []string{"timeout 2m0s", "ceiling of 1m0s", "--max-timeout"}},
 		"output":  {func(s *Spec) { s.Policy.Limits.Output = 9 << 20 }, []string{"output limit 9MiB", "ceiling of 8MiB", "--max-output-limit"}},
 		"egress":  {func(s *Spec) { s.Policy.Egress = testEgress(t, 3<<30) }, []string{"egress limit 3GiB", "ceiling of 2GiB", "--max-egress-limit"}},
@@ -102,6 +104,9 @@ func TestCeilingsSandboxAndExec(t *testing.T) {
 	s.Policy.Limits.Memory = 2 << 30
 	refused("memory", "--max-memory")
 	s.Policy.Limits.Memory = 0
+	s.WorkspaceSize = 8 << 30
+	refused("workspace", "workspace size 8GiB is above this server's ceiling of 4GiB (airlock serve --max-workspace-size)")
+	s.WorkspaceSize = 0
 	sb, err := r.Create(ctx, s)
 	if err != nil {
 		t.Fatal(err)

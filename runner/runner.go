@@ -128,11 +128,16 @@ func WithLogger(l *slog.Logger) Option { return func(r *Runner) { r.log = l } }
 // --max-egress-limit, --max-timeout and --max-ttl). A request over one is
 // invalid input, never cut down. Zero fields bound nothing.
 type Ceilings struct {
-	Memory  units.Bytes
-	Output  units.Bytes
-	Egress  units.Bytes
-	Timeout time.Duration
-	TTL     time.Duration
+	// Memory bounds /tmp's size too: a tmpfs is memory, and an upload's
+	// pages there are charged to the airlock process, not the sandbox.
+	Memory    units.Bytes
+	Output    units.Bytes
+	Egress    units.Bytes
+	Workspace units.Bytes
+	Timeout   time.Duration
+	TTL       time.Duration
+	// Tmp is asked only, never a ceiling (Memory bounds it).
+	Tmp units.Bytes
 	// Command is the command whose flags set them, named in a refusal:
 	// "airlock serve" when empty, or "airlock node".
 	Command string
@@ -163,6 +168,12 @@ func (c Ceilings) check(asked Ceilings) error {
 	}
 	if c.Memory > 0 && asked.Memory > c.Memory {
 		over("memory", asked.Memory, c.Memory, "max-memory")
+	}
+	if c.Memory > 0 && asked.Tmp > c.Memory {
+		over("tmp size", asked.Tmp, c.Memory, "max-memory")
+	}
+	if c.Workspace > 0 && asked.Workspace > c.Workspace {
+		over("workspace size", asked.Workspace, c.Workspace, "max-workspace-size")
 	}
 	if c.Output > 0 && asked.Output > c.Output {
 		over("output limit", asked.Output, c.Output, "max-output-limit")

@@ -347,7 +347,7 @@ func (s *SandboxSpec) defaults() error {
 func (r *Runner) planSandbox(s SandboxSpec) (*engine.SandboxSpec, error) {
 	// A pool's own deadline for its unclaimed sandboxes is not a request's.
 	if s.pool == "" {
-		if err := r.ceil.check(Ceilings{TTL: s.TTL}); err != nil {
+		if err := r.ceil.check(Ceilings{TTL: s.TTL, Workspace: units.Bytes(s.WorkspaceSize)}); err != nil {
 			return nil, err
 		}
 	}

@@ -33,18 +33,19 @@ type serveFlags struct {
 	poolExhausted                                                 string
 	poolMaxAge                                                    time.Duration
 	// The ceilings every face's requests are held to.
-	maxMemory, maxOutput, maxEgress string
-	maxTimeout, maxTTL              time.Duration
+	maxMemory, maxOutput, maxEgress, maxWorkspace string
+	maxTimeout, maxTTL                            time.Duration
 	// The cluster of engine kube's sandbox creates.
 	kubeconfig, kubeContext, kubeNamespace string
 }
 
 // Defaults of serve's ceilings; --max-memory's is the host's memory.
 const (
-	defaultMaxOutput  = 1 << 30
-	defaultMaxEgress  = 8 << 30
-	defaultMaxTimeout = time.Hour
-	defaultMaxTTL     = 24 * time.Hour
+	defaultMaxOutput    = 1 << 30
+	defaultMaxEgress    = 8 << 30
+	defaultMaxWorkspace = 16 << 30
+	defaultMaxTimeout   = time.Hour
+	defaultMaxTTL       = 24 * time.Hour
 )
 
 func newServeCmd(g *globals) *cobra.Command {
@@ -84,9 +85,9 @@ template changes. They count against --max-sandboxes, show in sandbox ls
 as pooled, and are reaped like any other when the server dies.
 
 --max-sandboxes counts the sandboxes and runs of every face (the API,
-/run_code and the MCP tools at /mcp) together. --max-memory,
---max-output-limit, --max-egress-limit, --max-timeout and --max-ttl are
-ceilings on what any
+/run_code and the MCP tools at /mcp) together. --max-memory (which bounds
+--tmp-size too: /tmp is memory), --max-output-limit, --max-egress-limit,
+--max-workspace-size, --max-timeout and --max-ttl are ceilings on what any
 request may ask for, on every face: a run, sandbox or exec asking more is
 refused as invalid_input, naming the ceiling.
 
@@ -141,6 +142,7 @@ saying so. docs/kubernetes.md.`,
 	fl.DurationVar(&f.poolMaxAge, "pool-max-age", runner.DefaultPoolMaxAge, "replace pooled sandboxes older than this")
 	fl.StringVar(&f.maxMemory, "max-memory", units.Bytes(hostMemory()).String(), "ceiling on the memory a run or sandbox may ask for (the host's memory by default)")
 	fl.StringVar(&f.maxOutput, "max-output-limit", units.Bytes(defaultMaxOutput).String(), "ceiling on the output limit a run, sandbox or exec may ask for")
+	fl.StringVar(&f.maxWorkspace, "max-workspace-size", units.Bytes(defaultMaxWorkspace).String(), "ceiling on the workspace size a sandbox may ask for (reserved on airlock's root's disk)")
 	fl.StringVar(&f.maxEgress, "max-egress-limit", units.Bytes(defaultMaxEgress).String(), "ceiling on the egress limit (bytes through the egress proxy) a run or sandbox may ask for, its template's included")
 	fl.DurationVar(&f.maxTimeout, "max-timeout", defaultMaxTimeout, "ceiling on the timeout a run, sandbox or exec may ask for")
 	fl.DurationVar(&f.maxTTL, "max-ttl", defaultMaxTTL, "ceiling on the TTL a sandbox may ask for")
@@ -275,7 +277,8 @@ func (f *serveFlags) ceilings() (runner.Ceilings, error) {
 	for _, b := range []struct {
 		flag, v string
 		dst     *units.Bytes
-	}{{"--max-memory", f.maxMemory, &c.Memory}, {"--max-output-limit", f.maxOutput, &c.Output}, {"--max-egress-limit", f.maxEgress, &c.Egress}} {
+	}{{"--max-memory", f.maxMemory, &c.Memory}, {"--max-output-limit", f.maxOutput, &c.Output}, {"--max-egress-limit", f.maxEgress, &c.Egress},
+		{"--max-workspace-size", f.maxWorkspace, &c.Workspace}} {
 		n, err := units.ParseBytes(b.v)
 		if err != nil || n <= 0 {
 			return c, usageError{fmt.Errorf("%s %q: give a positive size such as 4GiB", b.flag, b.v)}

@@ -190,6 +190,10 @@ func (c *collector) file(dirfd int, name, rel, shown, hidden string, st *unix.St
 		c.reject(shown, ReasonNotRegular, "changed while being checked")
 		return nil
 	}
+	if sparse(&fst) {
+		c.reject(shown, ReasonTooLarge, fmt.Sprintf("%d bytes, of which %d are stored (a sparse file): airlock reads only files whose bytes were written", fst.Size, fst.Blocks*512))
+		return nil
+	}
 	if hidden != "" {
 		c.reject(shown, ReasonHiddenName, fmt.Sprintf("%q starts with '.', and tools act on dotfiles by themselves (.git, .ssh, .bashrc); allow them with --artifacts-allow-dotfiles", hidden))
 		c.quarantine(f, shown)
@@ -253,6 +257,17 @@ func (c *collector) file(dirfd int, name, rel, shown, hidden string, st *unix.St
 	return nil
 }
 
+// sparse says whether a file claims more bytes than its blocks hold,
+// past a page (a file system may keep a small file in its inode). Its
+// holes read as zeros at no cost to the sandbox's output cap (the output
+// tmpfs's size counts blocks), so reading, hashing and quarantining them
+// would cost the host what the sandbox never paid: a thousand files of
+// 64 MiB of holes each. (A compressing file system would look sparse
+// too; airlock's output areas are tmpfs.)
+func sparse(st *unix.Stat_t) bool {
+	return st.Size > st.Blocks*512+4096
+}
+
 // lowerExt is name's extension in lower case; a leading dot (.bashrc)
 // does not start one.
 func lowerExt(name string) string {
@@ -291,7 +306,11 @@ func (c *collector) quarantine(f *os.File, shown string) {
 
 // quarantineBadName keeps a badly named regular file under its escaped name.
 func (c *collector) quarantineBadName(dirfd int, name, shown string, st *unix.Stat_t) {
-	if c.quar == nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 || st.Size > c.opt.MaxFileBytes {
+	if c.quar == nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 || st.Size > c.opt.MaxFileBytes || sparse(st) {
+		return
+	}
+	// It counts against the file cap as any other file the host copies.
+	if c.files++; c.files > c.opt.MaxFiles {
 		return
 	}
 	fd, err := unix.Openat2(dirfd, name, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC, Resolve: resolve.Resolve})
@@ -301,7 +320,7 @@ func (c *collector) quarantineBadName(dirfd int, name, shown string, st *unix.St
 	f := os.NewFile(uintptr(fd), "quarantine")
 	defer f.Close()
 	var fst unix.Stat_t
-	if unix.Fstat(fd, &fst) != nil || fst.Ino != st.Ino || fst.Mode&unix.S_IFMT != unix.S_IFREG {
+	if unix.Fstat(fd, &fst) != nil || fst.Ino != st.Ino || fst.Mode&unix.S_IFMT != unix.S_IFREG || sparse(&fst) {
 		return
 	}
 	c.quarantine(f, shown)

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -301,4 +302,75 @@ func FuzzCheckName(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestSparseNotRead: files of holes, each within the file cap, are
+// refused without being read or quarantined: the host never reads,
+// hashes or keeps more than the sandbox stored.
+func TestSparseNotRead(t *testing.T) {
+	src, dest, quar := t.TempDir(), t.TempDir(), t.TempDir()
+	const n, size = 20, 8 << 20
+	for i := range n {
+		f, err := os.Create(filepath.Join(src, "f"+strconv.Itoa(i)+".txt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Truncate(size)
+		f.Close()
+	}
+	os.WriteFile(filepath.Join(src, "written.txt"), bytes.Repeat([]byte("w"), 8192), 0o644)
+	rep, err := Collect(context.Background(), src, Options{Dest: dest, Quarantine: quar, MaxFileBytes: size, MaxTotalBytes: size, MaxFiles: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Artifacts) != 1 || rep.Artifacts[0].Path != "written.txt" {
+		t.Errorf("artifacts %+v, want written.txt alone", rep.Artifacts)
+	}
+	sparse := 0
+	for _, r := range rep.Rejected {
+		if r.Reason == ReasonTooLarge && strings.Contains(r.Detail, "sparse") && r.Quarantined == "" {
+			sparse++
+		}
+	}
+	if sparse != n || len(rep.Rejected) != n {
+		t.Errorf("%d sparse files refused unread, want %d: %+v", sparse, n, rep.Rejected)
+	}
+	if held := treeBytes(t, quar); held != 0 {
+		t.Errorf("the quarantine holds %d bytes", held)
+	}
+}
+
+// TestBadNamesCounted: badly named files count against the file cap
+// before they are quarantined.
+func TestBadNamesCounted(t *testing.T) {
+	src, quar := t.TempDir(), t.TempDir()
+	for i := range 5 {
+		os.WriteFile(filepath.Join(src, "bad\x01"+strconv.Itoa(i)), []byte("x"), 0o644)
+	}
+	rep, err := Collect(context.Background(), src, Options{Quarantine: quar, MaxFileBytes: 1 << 20, MaxTotalBytes: 1 << 20, MaxFiles: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	quarantined := 0
+	for _, r := range rep.Rejected {
+		if r.Quarantined != "" {
+			quarantined++
+		}
+	}
+	if len(rep.Rejected) != 5 || quarantined != 2 || treeBytes(t, quar) != 2 {
+		t.Errorf("%d refused, %d quarantined (%d bytes); want 5, the 2 the file cap allows: %+v", len(rep.Rejected), quarantined, treeBytes(t, quar), rep.Rejected)
+	}
+}
+
+// treeBytes is the bytes of the regular files under dir.
+func treeBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	var n int64
+	filepath.Walk(dir, func(_ string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() {
+			n += fi.Size()
+		}
+		return nil
+	})
+	return n
 }

@@ -6,7 +6,6 @@ package runner
 // idle timeout and download allowlist (all host-side) and makes it ready.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -17,6 +16,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/internal/capbuf"
 	"github.com/airlock-sandbox/airlock/lifecycle"
 )
 
@@ -69,8 +69,8 @@ func (p *Pool) fillSandbox(ctx context.Context) (*pooled, error) {
 		}
 		// The engine's exec, unrecorded: the sandbox stays created, no
 		// client's, until the filler pools it.
-		var stderr bytes.Buffer
-		ex, err := sb.eng.Exec(ctx, &engine.Process{Argv: p.opt.Prime, Timeout: time.Minute, Stdout: io.Discard, Stderr: &capped{&stderr, 4096}})
+		stderr := capbuf.New(4096)
+		ex, err := sb.eng.Exec(ctx, &engine.Process{Argv: p.opt.Prime, Timeout: time.Minute, Stdout: io.Discard, Stderr: stderr})
 		if err == nil && (ex.Code != 0 || ex.TimedOut || ex.Killed || ex.OOMKilled) {
 			err = fmt.Errorf("priming a pooled sandbox with %q: exit %d: %q", p.opt.Prime, ex.Code, stderr.Bytes())
 		}
@@ -185,17 +185,4 @@ func (r *Runner) claimSandbox(ctx context.Context, id, pool string, s SandboxSpe
 		return nil, err
 	}
 	return r.Open(ctx, id)
-}
-
-// capped writes to w up to n bytes and drops the rest.
-type capped struct {
-	w *bytes.Buffer
-	n int
-}
-
-func (c *capped) Write(p []byte) (int, error) {
-	if room := c.n - c.w.Len(); room > 0 {
-		c.w.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/atomicfile"
+	"github.com/airlock-sandbox/airlock/internal/capbuf"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/flock"
 	"github.com/airlock-sandbox/airlock/internal/gvisor"
@@ -457,8 +458,10 @@ func (s *sandbox) execSpawn(ctx context.Context, pr *specs.Process) (exit engine
 	q.Args = append([]string{agentPath, "spawn", "--"}, pr.Args...)
 	deadline := time.Now().Add(spawnerWait)
 	for {
-		var stdout, stderr bytes.Buffer
-		p := &engine.Process{Stdout: &stdout, Stderr: &stderr}
+		// The spawn client's answer is a line or a frame; what else a
+		// process of the sandbox writes there is not held.
+		stdout, stderr := capbuf.New(spawnOutput), capbuf.New(spawnOutput)
+		p := &engine.Process{Stdout: stdout, Stderr: stderr}
 		exit, err = s.execControl(ctx, p, &q, spawnTimeout)
 		if err != nil {
 			return exit, true, err
@@ -490,6 +493,9 @@ func (s *sandbox) execSpawn(ctx context.Context, pr *specs.Process) (exit engine
 		return exit, true, fmt.Errorf("%w: whether %q started detached in sandbox %q is unknown, so it was not started again: %s (exit %s)", errdefs.ErrDataLoss, pr.Args[0], s.st.ID, bytes.TrimSpace(stderr.Bytes()), strconv.Itoa(exit.Code))
 	}
 }
+
+// spawnOutput bounds what is kept of each of a spawn client's streams.
+const spawnOutput = 4096
 
 // olderAgent reports whether out, what `airlock-agent spawn` wrote, is an
 // exec agent's Ready frame: an agent from before the spawner took `spawn`

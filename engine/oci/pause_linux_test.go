@@ -2,7 +2,15 @@ package oci
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
 )
@@ -30,5 +38,55 @@ func TestOlderAgent(t *testing.T) {
 		if got := olderAgent(c.out); got != c.want {
 			t.Errorf("%s: olderAgent = %v; want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// TestSpawnOutputBounded: what a process of the sandbox writes into the
+// spawn client's streams (through /proc/PID/fd) is not held whole by the
+// host, nor copied into the error and the audit log. A fake control
+// socket stands for the sentry: it writes 16 MiB into the exec's stderr
+// and reports exit 0 with no word from the spawner.
+func TestSpawnOutputBounded(t *testing.T) {
+	const n, stderrFD = 16 << 20, 2
+	sock := filepath.Join(t.TempDir(), "c.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	written := make(chan struct{})
+	go func() {
+		for {
+			c, err := ln.AcceptUnix()
+			if err != nil {
+				return
+			}
+			buf, oob := make([]byte, 1<<16), make([]byte, 256)
+			k, oobn, _, _, _ := c.ReadMsgUnix(buf, oob)
+			var req struct{ Method string }
+			json.Unmarshal(buf[:k], &req)
+			if req.Method == "containerManager.ExecuteAsync" {
+				m, _ := unix.ParseSocketControlMessage(oob[:oobn])
+				fds, _ := unix.ParseUnixRights(&m[0])
+				go func() {
+					f := os.NewFile(uintptr(fds[stderrFD]), "stderr")
+					f.Write(bytes.Repeat([]byte("e"), n))
+					f.Close()
+					close(written)
+				}()
+				c.Write([]byte(`{"success":true,"result":42}`))
+			} else {
+				<-written
+				c.Write([]byte(`{"success":true,"result":0}`))
+			}
+			c.Close()
+		}
+	}()
+	s := &sandbox{e: &Engine{log: slog.New(slog.DiscardHandler)}, st: sandboxState{ID: "t", Control: sock}, bundle: t.TempDir()}
+	q := s.process
+	q.Args = []string{"sleep", "100"}
+	_, _, err = s.execSpawn(t.Context(), &q)
+	if err == nil || len(err.Error()) > 2*spawnOutput {
+		t.Fatalf("the spawn's error holds %d bytes of the sandbox's writing: %.200v", len(fmt.Sprint(err)), err)
 	}
 }

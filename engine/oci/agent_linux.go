@@ -278,6 +278,9 @@ type agentProc struct {
 	s   *sandbox
 	pid int32
 	w   *os.File // its stdin
+	// r is its stdout, closed at fail: a process of the sandbox holding
+	// it open keeps no reader of a dead agent going.
+	r   *os.File
 	wmu sync.Mutex
 	// written counts the bytes written to w, under wmu.
 	written int64
@@ -441,7 +444,7 @@ func startAgentProc(ctx context.Context, s *sandbox) (_ *agentProc, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting the exec agent: %w", err)
 	}
-	a := &agentProc{s: s, pid: pid, w: inW, execs: map[uint32]*relayed{}, dead: make(chan struct{})}
+	a := &agentProc{s: s, pid: pid, w: inW, r: outR, execs: map[uint32]*relayed{}, dead: make(chan struct{})}
 	outR.SetReadDeadline(time.Now().Add(agentTimeout))
 	rd := agent.NewReader(outR, agent.MaxPayload)
 	if f, err := rd.Read(); err != nil || f.Type != agent.Ready || string(f.Payload) != agent.Version {
@@ -470,6 +473,9 @@ func (a *agentProc) fail(err error) {
 	}
 	a.err = err
 	a.w.Close()
+	if a.r != nil {
+		a.r.Close()
+	}
 	a.s.control().Kill(context.Background(), int(a.pid), false)
 	for id, x := range a.execs {
 		// What the agent sent before it failed still reaches the client.

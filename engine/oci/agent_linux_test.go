@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -131,4 +132,29 @@ func relayFixture(t *testing.T) (a *agentProc, x *relayed, client, toAgent *os.F
 	a.execs[1] = x
 	go x.out[0].run()
 	return a, x, client, toAgent
+}
+
+// TestDeadAgentReaderEnds: once the agent is dead, its reader ends even
+// while a process of the sandbox holds the agent's stdout open and
+// writes frames into it; no goroutine or descriptor is left per dead
+// agent.
+func TestDeadAgentReaderEnds(t *testing.T) {
+	a, _, _, _ := relayFixture(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close() // the sandbox's process, holding it open
+	a.r = r
+	done := make(chan struct{})
+	go func() {
+		a.read(agent.NewReader(r, agent.MaxPayload), r)
+		close(done)
+	}()
+	a.fail(errors.New("the exec agent ended"))
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the dead agent's reader still reads")
+	}
 }

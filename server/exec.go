@@ -331,20 +331,28 @@ func (s *Server) postExec(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, res)
 		return
 	}
-	http.NewResponseController(w).SetWriteDeadline(time.Time{})
+	// The exec may run as long as its timeout; each line, not the whole,
+	// must reach a client that reads within lineTimeout. One that stops
+	// reading ends the handler, and with it the exec and its output held.
+	rc := http.NewResponseController(w)
+	rc.SetWriteDeadline(time.Now().Add(lineTimeout))
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
 	rc.Flush()
 	enc := json.NewEncoder(w)
 	pump(r.Context(), e, [2]int64{}, false, func(v any) error {
+		rc.SetWriteDeadline(time.Now().Add(lineTimeout))
 		if err := enc.Encode(v); err != nil {
 			return err
 		}
 		return rc.Flush()
 	})
 }
+
+// lineTimeout bounds the sending of one NDJSON line, as a WebSocket
+// message's is bounded.
+var lineTimeout = time.Minute
 
 // wait returns a channel closed once the exec has ended.
 func (e *execSession) wait() <-chan struct{} {

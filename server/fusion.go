@@ -73,6 +73,10 @@ const (
 	DefaultFetchMaxBytes = 64 << 20
 )
 
+// maxFetchNames bounds fetch_files itself: each name past what a response
+// carries is answered with an omission of its own, held until the answer.
+const maxFetchNames = 1000
+
 // omitted reasons of the response's own.
 const (
 	reasonDuplicate = "duplicate"
@@ -139,6 +143,9 @@ func (s *Server) fusion(ctx context.Context, q *FusionRequest) (FusionResponse, 
 	lang, ok := service.CodeLanguage(strings.ToLower(q.Language))
 	if !ok {
 		return sandboxError("language %q is not supported by airlock: use python or bash", q.Language)
+	}
+	if len(q.FetchFiles) > maxFetchNames {
+		return sandboxError("fetch_files names %d files; give at most %d (one response carries at most %d)", len(q.FetchFiles), maxFetchNames, s.opt.FetchMaxFiles)
 	}
 	timeout, err := fusionSeconds("run_timeout", q.RunTimeout)
 	if err != nil {

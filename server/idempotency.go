@@ -17,14 +17,20 @@ import (
 // idemTTL is how long an Idempotency-Key is remembered.
 const idemTTL = 24 * time.Hour
 
+// idemMaxBytes bounds the answers held in memory for replay (a run's
+// Result carries its output): past it, the oldest keys are forgotten
+// first, and a retry of one runs again.
+var idemMaxBytes int64 = 256 << 20
+
 // idempotency replays the first successful response to a request retried
 // with the same Idempotency-Key, and makes a retry that arrives while the
 // first is in progress wait for it. Creates are also kept on disk, so a
 // restarted server still replays them.
 type idempotency struct {
-	dir string
-	mu  sync.Mutex
-	m   map[string]*idemEntry
+	dir   string
+	mu    sync.Mutex
+	m     map[string]*idemEntry
+	bytes int64 // of the answers in m
 }
 
 type idemEntry struct {
@@ -68,7 +74,7 @@ func (i *idempotency) do(route, key string, body []byte, persist bool, fn func()
 	i.mu.Lock()
 	for n, e := range i.m {
 		if !e.At.IsZero() && now.Sub(e.At) > idemTTL {
-			delete(i.m, n)
+			i.forget(n)
 		}
 	}
 	e, ok := i.m[name]
@@ -76,6 +82,7 @@ func (i *idempotency) do(route, key string, body []byte, persist bool, fn func()
 		if d, derr := i.load(name); derr == nil && now.Sub(d.At) <= idemTTL {
 			e, ok = d, true
 			i.m[name] = e
+			i.held(int64(len(e.Body)))
 		}
 	}
 	if ok {
@@ -100,12 +107,40 @@ func (i *idempotency) do(route, key string, body []byte, persist bool, fn func()
 		if persist {
 			i.save(name, e)
 		}
+		i.held(int64(len(out)))
 	} else {
 		delete(i.m, name)
 	}
 	i.mu.Unlock()
 	close(e.done)
 	return status, out, false, nil
+}
+
+// forget drops key n's answer; call with i.mu held.
+func (i *idempotency) forget(n string) {
+	if e, ok := i.m[n]; ok {
+		i.bytes -= int64(len(e.Body))
+		delete(i.m, n)
+	}
+}
+
+// held counts n more bytes of answers, and forgets the oldest answered
+// keys while they pass idemMaxBytes; call with i.mu held. A key whose
+// request is in progress stays.
+func (i *idempotency) held(n int64) {
+	i.bytes += n
+	for i.bytes > idemMaxBytes {
+		oldest := ""
+		for k, e := range i.m {
+			if !e.At.IsZero() && (oldest == "" || e.At.Before(i.m[oldest].At)) {
+				oldest = k
+			}
+		}
+		if oldest == "" {
+			return
+		}
+		i.forget(oldest)
+	}
 }
 
 func (i *idempotency) load(name string) (*idemEntry, error) {

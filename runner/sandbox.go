@@ -416,26 +416,28 @@ func (r *Runner) markLost(id string, err error) {
 // Sandboxes lists the sandboxes under the runner's root.
 func (r *Runner) Sandboxes(ctx context.Context) ([]SandboxInfo, error) { return ListSandboxes(r.root) }
 
-// Exec runs one program in the sandbox and returns its Result, with the
-// same reasons as a run, sealed by a receipt as a run's is.
-func (sb *Sandbox) Exec(ctx context.Context, p ExecSpec) (Result, error) {
+// CheckExec refuses an exec Exec would refuse before it starts (its argv,
+// env, workdir, and limits over the ceilings), and returns the limits it
+// would run under: the sandbox's, narrowed by p's. A face that answers
+// before the exec ends (a stream) checks first, so that a refusal is
+// still an error response.
+func (sb *Sandbox) CheckExec(p ExecSpec) (isolation.LimitsRecord, error) {
+	limits := sb.info.Limits
 	if err := checkArgv(p.Argv); err != nil {
-		return Result{}, err
+		return limits, err
 	}
 	if err := checkEnv(p.Env); err != nil {
-		return Result{}, err
+		return limits, err
 	}
 	if p.Workdir != "" && (!path.IsAbs(p.Workdir) || path.Clean(p.Workdir) != p.Workdir) {
-		return Result{}, fmt.Errorf("%w: workdir %q must be an absolute, clean path", errdefs.ErrInvalidArgument, p.Workdir)
+		return limits, fmt.Errorf("%w: workdir %q must be an absolute, clean path", errdefs.ErrInvalidArgument, p.Workdir)
 	}
 	if p.Timeout < 0 || p.OutputLimit < 0 {
-		return Result{}, fmt.Errorf("%w: the timeout and the output limit must be positive", errdefs.ErrInvalidArgument)
+		return limits, fmt.Errorf("%w: the timeout and the output limit must be positive", errdefs.ErrInvalidArgument)
 	}
 	if err := sb.r.ceil.check(Ceilings{Timeout: p.Timeout, Output: p.OutputLimit}); err != nil {
-		return Result{}, err
+		return limits, err
 	}
-	si := sb.info
-	limits := si.Limits
 	// An exec may only narrow its sandbox's timeout and output limit.
 	if p.Timeout > 0 && p.Timeout.Milliseconds() < limits.TimeoutMS {
 		limits.TimeoutMS = p.Timeout.Milliseconds()
@@ -446,8 +448,19 @@ func (sb *Sandbox) Exec(ctx context.Context, p ExecSpec) (Result, error) {
 	// A sandbox made without the runner's ceilings (by the CLI, say) is
 	// still held to them.
 	if err := sb.r.ceil.check(Ceilings{Timeout: time.Duration(limits.TimeoutMS) * time.Millisecond, Output: units.Bytes(limits.OutputBytes)}); err != nil {
-		return Result{}, fmt.Errorf("%w (the sandbox's own limit; give a smaller one for this exec)", err)
+		return limits, fmt.Errorf("%w (the sandbox's own limit; give a smaller one for this exec)", err)
 	}
+	return limits, nil
+}
+
+// Exec runs one program in the sandbox and returns its Result, with the
+// same reasons as a run, sealed by a receipt as a run's is.
+func (sb *Sandbox) Exec(ctx context.Context, p ExecSpec) (Result, error) {
+	limits, err := sb.CheckExec(p)
+	if err != nil {
+		return Result{}, err
+	}
+	si := sb.info
 	execID, err := newID()
 	if err != nil {
 		return Result{}, err

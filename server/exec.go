@@ -319,6 +319,12 @@ func (s *Server) postExec(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	// Refused before the stream's 200, as an error response.
+	if _, err := sb.CheckExec(spec); err != nil {
+		done()
+		writeError(w, err)
+		return
+	}
 	// A client that hangs up kills the exec, as ^C does to airlock exec.
 	e := s.startExec(r.Context(), sb, done, spec, false, false)
 	if !acceptsNDJSON(r) {

@@ -123,3 +123,19 @@ func TestNDJSONStalledReader(t *testing.T) {
 		t.Fatal("the exec ended 10s ago, and the handler still writes to a client that does not read")
 	}
 }
+
+// TestExecRefusedBeforeStream: an exec over a ceiling is the same error
+// response whether the client asked for JSON or for a stream, never a
+// 200 followed by an error line.
+func TestExecRefusedBeforeStream(t *testing.T) {
+	s, _, _ := liveServer(t, runner.Ceilings{Timeout: time.Hour}, 64<<10, func(context.Context, *engine.Process) (engine.Exit, error) {
+		t.Error("the exec ran")
+		return engine.Exit{}, nil
+	})
+	for _, accept := range []string{"application/json", "application/x-ndjson"} {
+		rec := do(t, s.Handler(), false, "POST", "/v1/sandboxes/"+liveID+"/exec", `{"argv":["x"],"timeout":"2h"}`, "Accept", accept)
+		if e := errorOf(t, rec); rec.Code != 400 || !strings.Contains(e.Message, "--max-timeout") {
+			t.Errorf("Accept %s: %d %+v", accept, rec.Code, e)
+		}
+	}
+}

@@ -218,7 +218,7 @@ func (e *Engine) stopRuntime(ctx context.Context, sb *sandbox, state, name strin
 			break
 		}
 		for pid := range pids {
-			syscall.Kill(pid, syscall.SIGKILL)
+			killInCgroup(pid, sb.st.ID)
 		}
 	}
 	e.delete(ctx, e.runsc, state, name, e.log)

@@ -24,6 +24,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/internal/atomicfile"
@@ -750,7 +751,7 @@ func (s *sandbox) killTree(ctx context.Context, pid int) {
 		mine := cgroupPids(s.st.ID)
 		for _, p := range proctree.Of(hostProcs(mine), pid) {
 			if mine[p] {
-				syscall.Kill(p, syscall.SIGKILL)
+				killInCgroup(p, s.st.ID)
 			}
 		}
 		return
@@ -796,6 +797,37 @@ func (s *sandbox) sandboxProcs(ctx context.Context) []proctree.Proc {
 
 // cgroupPids lists the host pids in sandbox id's cgroup and below it, as
 // the pids hierarchy (v1) or the unified one (v2) holds them.
+// killInCgroup sends SIGKILL to pid through a pidfd, once the process
+// the pidfd holds is seen in sandbox id's cgroup: a pid read from the
+// cgroup whose process ended since, and reused by the host, is never hit.
+func killInCgroup(pid int, id string) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fd)
+	if inCgroup(pid, id) {
+		unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+	}
+}
+
+// inCgroup reports whether pid is in sandbox id's cgroup (or one below
+// it), in any hierarchy.
+func inCgroup(pid int, id string) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		return false
+	}
+	dir := filepath.Join("/", cgroup.Parent, id)
+	for _, line := range strings.Split(string(b), "\n") {
+		// hierarchy-ID:controllers:path
+		if f := strings.SplitN(line, ":", 3); len(f) == 3 && (f[2] == dir || strings.HasPrefix(f[2], dir+"/")) {
+			return true
+		}
+	}
+	return false
+}
+
 func cgroupPids(id string) map[int]bool {
 	pids := map[int]bool{}
 	for _, dir := range []string{filepath.Join("/sys/fs/cgroup/pids", cgroup.Parent, id), filepath.Join("/sys/fs/cgroup", cgroup.Parent, id)} {

@@ -3,12 +3,16 @@ package oci
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/egress"
@@ -18,6 +22,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/pkitest"
 	"github.com/airlock-sandbox/airlock/internal/proc/proctest"
 )
@@ -240,5 +245,48 @@ func TestPlatformFlags(t *testing.T) {
 		if !slices.Contains(args, f) || !slices.Contains(runscFlags("/logs"), f) {
 			t.Errorf("runsc args %q, run flags %q: %s missing", args, runscFlags("/logs"), f)
 		}
+	}
+}
+
+// TestKillInCgroup: killInCgroup kills a process of the sandbox's cgroup
+// (as root: the test makes one), and leaves alone a process outside it,
+// in a cgroup whose name only begins with the sandbox's id included.
+func TestKillInCgroup(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("making a cgroup needs root")
+	}
+	base := filepath.Join("/sys/fs/cgroup/pids", cgroup.Parent)
+	if cgroup.Unified() {
+		base = filepath.Join("/sys/fs/cgroup", cgroup.Parent)
+	}
+	id := fmt.Sprintf("sb-test%015d", os.Getpid())
+	start := func(dir string) *exec.Cmd {
+		t.Helper()
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Skip(err)
+		}
+		t.Cleanup(func() { os.Remove(dir) })
+		c := exec.Command("sleep", "60")
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(c.Process.Pid)), 0); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	mine := start(filepath.Join(base, id))
+	other := start(filepath.Join(base, id+"x"))
+	if !inCgroup(mine.Process.Pid, id) || inCgroup(other.Process.Pid, id) || inCgroup(os.Getpid(), id) {
+		t.Fatalf("inCgroup: the sandbox's %v, a longer name's %v, the test's %v", inCgroup(mine.Process.Pid, id), inCgroup(other.Process.Pid, id), inCgroup(os.Getpid(), id))
+	}
+	killInCgroup(other.Process.Pid, id)
+	killInCgroup(mine.Process.Pid, id)
+	if err := mine.Wait(); err == nil {
+		t.Error("the sandbox's process was not killed")
+	}
+	if err := other.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("a process outside the sandbox's cgroup was hit: %v", err)
 	}
 }

@@ -166,20 +166,26 @@ func (s *Server) Handler() http.Handler {
 			// may be its first path segment, for these routes only.
 			r = r.Clone(r.Context())
 			r.URL.Path, r.URL.RawPath = rest, ""
-			s.mux.ServeHTTP(w, r)
+			s.route(w, r)
 			return
 		}
 		if viaTCP(r.Context()) && !s.authorized(r) {
 			writeError(w, newError(KindUnauthorized, "this request needs `Authorization: Bearer <token>`: the token is in <root>/server/token (or the file given to airlock serve --token-file)"))
 			return
 		}
-		w.Header().Set("Cache-Control", "no-store")
-		if _, pattern := s.mux.Handler(r); pattern == "" {
-			s.noRoute(w, r)
-			return
-		}
-		s.mux.ServeHTTP(w, r)
+		s.route(w, r)
 	})
+}
+
+// route serves an authorized request: by its route, or in the error shape
+// when none takes it.
+func (s *Server) route(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	if _, pattern := s.mux.Handler(r); pattern == "" {
+		s.noRoute(w, r)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
 }
 
 // noRoute answers a request no route takes, in the error shape: a path

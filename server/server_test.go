@@ -407,6 +407,12 @@ func TestFusionRefusesUnknownLanguage(t *testing.T) {
 			t.Errorf("%s over TCP: %d, want 401", p, rec.Code)
 		}
 	}
+	// A method the route does not take is answered in the error shape,
+	// with Allow, as without the token in the URL.
+	rec = do(t, s.Handler(), true, "GET", "/t/"+testToken+"/run_code", "")
+	if e := errorOf(t, rec); e.Kind != "invalid_input" || rec.Header().Get("Allow") != "POST" {
+		t.Errorf("GET /t/<token>/run_code: %d %+v, Allow %q", rec.Code, e, rec.Header().Get("Allow"))
+	}
 }
 
 func TestLoadToken(t *testing.T) {

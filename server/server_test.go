@@ -407,6 +407,12 @@ func TestFusionRefusesUnknownLanguage(t *testing.T) {
 			t.Errorf("%s over TCP: %d, want 401", p, rec.Code)
 		}
 	}
+	// The exec WebSocket asked without an upgrade: the error shape, not
+	// the WebSocket library's plain 426.
+	rec = do(t, s.Handler(), false, "GET", "/v1/sandboxes/sb-00112233445566778899/exec/ws", "")
+	if e := errorOf(t, rec); e.Kind != "invalid_input" || !strings.Contains(e.Message, "Upgrade: websocket") {
+		t.Errorf("GET …/exec/ws without an upgrade: %d %+v", rec.Code, e)
+	}
 	// A method the route does not take is answered in the error shape,
 	// with Allow, as without the token in the URL.
 	rec = do(t, s.Handler(), true, "GET", "/t/"+testToken+"/run_code", "")

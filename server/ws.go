@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/coder/websocket"
@@ -41,6 +42,11 @@ type startedEvent struct {
 // from the server.
 func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		// Accept would answer 426 in plain text.
+		writeError(w, invalid("GET %s is a WebSocket: open it with an Upgrade: websocket request (docs/api.md), or POST …/exec for one exec", r.URL.Path))
+		return
+	}
 	conn, err := websocket.Accept(w, r, nil)
 	if err != nil {
 		return // Accept answered the client

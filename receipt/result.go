@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"time"
@@ -117,6 +118,9 @@ func CheckResult(b []byte) error {
 		return nil
 	}
 	var res resultJSON
+	if err := exactKeys(b, reflect.TypeOf(res)); err != nil {
+		return &Mismatch{Field: "(the result)", Detail: err.Error()}
+	}
 	if err := json.Unmarshal(b, &res); err != nil {
 		return &Mismatch{Field: "(the result)", Detail: err.Error()}
 	}

@@ -247,3 +247,38 @@ func TestVersion1(t *testing.T) {
 		t.Errorf("CheckResult(v1) = %v", err)
 	}
 }
+
+// TestKeysReadAsWritten: a key repeated in another case, which
+// encoding/json would take (the last wins) while jq and Python read the
+// first as written, fails verification, in a Result and in the signed
+// receipt; so does a field's name in another case alone.
+func TestKeysReadAsWritten(t *testing.T) {
+	s, err := Sign(newKey(t), resultSample())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := resultOf(t, s)
+	for name, forged := range map[string][]byte{
+		"a repeated key":          bytes.Replace(res, []byte(`"exit_code":0,`), []byte(`"exit_code":1,"Exit_Code":0,`), 1),
+		"a key in another case":   bytes.Replace(res, []byte(`"exit_code":0,`), []byte(`"EXIT_CODE":0,`), 1),
+		"a repeated key, unicode": bytes.Replace(res, []byte(`"reason":`), []byte(`"reaſon":"timeout","reason":`), 1),
+	} {
+		if bytes.Equal(forged, res) {
+			t.Fatalf("%s: the forgery changed nothing", name)
+		}
+		if err := CheckResult(forged); err == nil {
+			t.Errorf("%s: the Result checks", name)
+		}
+	}
+	var buf bytes.Buffer
+	if err := s.Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	forged := bytes.Replace(buf.Bytes(), []byte(`"exit_code": 0,`), []byte(`"exit_code": 1, "EXIT_CODE": 0,`), 1)
+	if bytes.Equal(forged, buf.Bytes()) {
+		t.Fatal("the receipt's forgery changed nothing")
+	}
+	if got, err := Read(bytes.NewReader(forged)); err == nil && Verify(got, s.PublicKey) == nil {
+		t.Error("a receipt with a second, case-folded exit_code reads and verifies")
+	}
+}

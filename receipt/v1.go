@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/isolation"
@@ -176,6 +177,9 @@ func (s *Signed) UnmarshalJSON(b []byte) error {
 }
 
 func strict(b []byte, v any) error {
+	if err := exactKeys(b, reflect.TypeOf(v)); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

@@ -42,7 +42,9 @@ Around a Result, every field the receipt covers must agree with it: id,
 job_id and pass, image, engine, isolation, the seccomp profile, limits and
 policy, reason, exit code, times, every artifact and rejected file, and
 stdout and stderr (the bytes carried as text, base64 and tail, and the
-totals). image_ref and usage are not covered. A version 1 receipt covers
+totals). image_ref, usage, pool, egress, error and error_kind are not
+covered. Keys are read as written: a key repeated, or a field's name in
+another case, does not verify. A version 1 receipt covers
 only itself. Exits 0 when the receipt verifies, 65 when it does not.`,
 		Args: exactArgs(1, "give the file holding the receipt"),
 		RunE: func(cmd *cobra.Command, args []string) error {

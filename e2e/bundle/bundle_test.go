@@ -269,7 +269,7 @@ func build(t *testing.T, tmp string) built {
 	if err := os.MkdirAll(carried, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	mustRun(t, exec.Command("tar", "-xzf", tarballs[0], "-C", carried))
+	mustRun(t, exec.Command("tar", "--no-same-owner", "--no-same-permissions", "-xzf", tarballs[0], "-C", carried))
 	ents, _ := os.ReadDir(carried)
 	if len(ents) != 1 {
 		t.Fatalf("the tarball holds %d top-level entries, want one directory", len(ents))
@@ -332,6 +332,36 @@ func TestBundle(t *testing.T) {
 			restore()
 			refused(t, r, f)
 			t.Logf("%s changed: %s", f, strings.TrimSpace(r.stderr))
+		}
+	})
+
+	// The documented install verifies with the target's own tools before
+	// it runs anything of the bundle's: install.sh cannot vouch for itself.
+	t.Run("the documented checks refuse an install.sh that verifies nothing", func(t *testing.T) {
+		check := func() error {
+			c := exec.Command("sh", "-c", `openssl pkeyutl -verify -pubin -inkey "$1" -rawin -in SHA256SUMS -sigfile SHA256SUMS.sig && sha256sum --quiet -c SHA256SUMS`, "sh", pub)
+			c.Dir = bundle
+			if out, err := c.CombinedOutput(); err != nil {
+				return fmt.Errorf("%v: %s", err, out)
+			}
+			return nil
+		}
+		if err := check(); err != nil {
+			t.Fatalf("the genuine bundle fails the documented checks: %v", err)
+		}
+		p := filepath.Join(bundle, "install.sh")
+		orig, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.WriteFile(p, orig, 0o755)
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n# installs whatever it carries, checking nothing\nexit 0\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := check(); err == nil {
+			t.Error("an install.sh that verifies nothing passes the documented checks")
+		} else {
+			t.Logf("refused: %v", err)
 		}
 	})
 

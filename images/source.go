@@ -136,6 +136,13 @@ func extractLayout(ctx context.Context, path, dir string) error {
 		return fmt.Errorf("opening image %q: %w", path, err)
 	}
 	defer f.Close()
+	// A tar's regular entries are stored whole, so together they hold no
+	// more than the archive: a sparse entry claims more than it stores,
+	// and would be written out in full before any digest is checked.
+	left := int64(-1)
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+		left = fi.Size()
+	}
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return err
@@ -156,6 +163,12 @@ func extractLayout(ctx context.Context, path, dir string) error {
 		name := filepath.ToSlash(filepath.Clean(h.Name))
 		if h.Typeflag != tar.TypeReg || !layoutName.MatchString(name) {
 			continue
+		}
+		if left >= 0 {
+			if h.Size > left {
+				return fmt.Errorf("%w: %q: entry %q claims %d bytes, more than the archive holds (a sparse entry): an image archive stores every byte", ErrFormat, path, name, h.Size)
+			}
+			left -= h.Size
 		}
 		if err := root.MkdirAll(filepath.Dir(name), 0o700); err != nil {
 			return fmt.Errorf("unpacking %q: %w", name, err)

@@ -110,9 +110,12 @@ func (c *LayerCheck) parents(name string) error {
 	}
 	var above ends
 	above.add(c, ".")
-	p := ""
-	for part := range strings.SplitSeq(dir, "/") {
-		p = path.Join(p, part)
+	for i := 0; i <= len(dir); i++ {
+		if i < len(dir) && dir[i] != '/' {
+			continue
+		}
+		// A substring of name: no ancestor is a string of its own.
+		p := dir[:i]
 		n, ok := c.nodes[p]
 		ok = ok && above.spare(n) && c.hidden[p] <= n.layer
 		switch {

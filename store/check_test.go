@@ -56,6 +56,7 @@ func TestLayerCheckAcrossLayers(t *testing.T) {
 		layers [][]ent
 		refuse string // "" to accept; else a part of the error
 	}{
+		{name: "deep within the bound", layers: [][]ent{{reg(strings.Repeat("a/", maxDepth-1)+"f", "x")}}},
 		{name: "write through a lower symlink", layers: [][]ent{{sym("etc", "/etc")}, {reg("etc/passwd", "x")}}, refuse: `"etc/passwd" is under the symlink "etc"`},
 		{name: "deep under a lower symlink", layers: [][]ent{{dir("a/"), sym("a/b", "/")}, {reg("a/b/c/d", "x")}}, refuse: "under the symlink"},
 		{name: "hardlink through a lower symlink", layers: [][]ent{{sym("s", "/etc")}, {hard("h", "s/shadow")}}, refuse: "hardlink target"},

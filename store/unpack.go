@@ -98,6 +98,12 @@ func (u *unpacker) entry(h *tar.Header, data io.Reader) error {
 // maxName is PATH_MAX: no longer name can be opened as a whole.
 const maxName = 4096
 
+// maxDepth bounds how many directories deep a layer's name may lie. A
+// name of "a/" repeated is short enough, yet each of its ancestors is
+// checked and resolved one by one: the work grows with the square of its
+// depth. Real images stay far below (node_modules trees included).
+const maxDepth = 256
+
 type entryKind int
 
 const (
@@ -119,6 +125,9 @@ func classify(h *tar.Header) (string, entryKind, error) {
 	name, err := cleanName(h.Name)
 	if err != nil {
 		return "", 0, err
+	}
+	if strings.Count(name, "/") >= maxDepth {
+		return "", 0, fmt.Errorf("%w: %q lies more than %d directories deep", ErrUnsafeLayer, name[:64]+"…", maxDepth)
 	}
 	if strings.Contains("/"+path.Dir(name), "/"+whiteoutPrefix) {
 		return name, skipEntry, nil // under a whiteout name, such as AUFS's .wh..wh.plnk/

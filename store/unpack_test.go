@@ -172,6 +172,8 @@ type hostileCase struct {
 // hostileCases are single layers, each refused or unpacked as want says.
 // LayerCheck must agree with UnpackLayer on every one.
 var hostileCases = []hostileCase{
+	// Short enough a name, but each ancestor costs work: the depth is bounded.
+	{name: "too deep", entries: []ent{reg(strings.Repeat("a/", maxDepth)+"f", "x")}, wantErr: ErrUnsafeLayer},
 	{name: "dotdot", entries: []ent{reg("../evil", "x")}, wantErr: ErrUnsafeLayer},
 	{name: "dotdot deep", entries: []ent{dir("a/"), reg("a/../../evil", "x")}, wantErr: ErrUnsafeLayer},
 	{name: "dotdot dir", entries: []ent{dir("../evil/")}, wantErr: ErrUnsafeLayer},

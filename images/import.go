@@ -2,6 +2,8 @@ package images
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -78,6 +80,17 @@ func Import(ctx context.Context, path string, opt ImportOptions) (ref Ref, err e
 		return ref, fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
 	}
 	defer src.Close()
+	// The required image is known by its config alone: an archive that
+	// holds another is refused before any layer is read.
+	if opt.RequireDigest != "" {
+		raw, err := src.Image.RawConfigFile()
+		if err != nil {
+			return ref, fmt.Errorf("%w: %s: reading its config: %v; nothing was imported", errdefs.ErrInvalidArgument, path, err)
+		}
+		if sum := sha256.Sum256(raw); "sha256:"+hex.EncodeToString(sum[:]) != opt.RequireDigest.String() {
+			return ref, fmt.Errorf("%w: %s holds image sha256:%x, not the %s that --require-digest requires; nothing was imported (check that you carried the right archive)", errdefs.ErrInvalidArgument, path, sum, opt.RequireDigest)
+		}
+	}
 
 	v, err := Verify(ctx, src, step)
 	switch {

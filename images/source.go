@@ -68,7 +68,7 @@ func OpenImage(ctx context.Context, path string, id digest.Digest) (*Source, err
 		if _, err := os.Stat(filepath.Join(path, ocispec.ImageLayoutFile)); err != nil {
 			return nil, fmt.Errorf("%w: directory %q has no %s file; give an OCI image layout, a tar of one, or a `docker save` archive", ErrFormat, path, ocispec.ImageLayoutFile)
 		}
-		return openLayout(path, id, nil)
+		return openLayout(ctx, path, id, nil)
 	}
 	kind, err := sniffTar(path)
 	if err != nil {
@@ -85,8 +85,11 @@ func OpenImage(ctx context.Context, path string, id digest.Digest) (*Source, err
 			done()
 			return nil, err
 		}
-		return openLayout(dir, id, done)
+		return openLayout(ctx, dir, id, done)
 	default:
+		if err := storedWhole(ctx, path); err != nil {
+			return nil, err
+		}
 		img, err := tarball.ImageFromPath(path, nil)
 		if err != nil {
 			return nil, fmt.Errorf("%w: reading docker archive %q: %v", ErrFormat, path, err)
@@ -136,12 +139,10 @@ func extractLayout(ctx context.Context, path, dir string) error {
 		return fmt.Errorf("opening image %q: %w", path, err)
 	}
 	defer f.Close()
-	// A tar's regular entries are stored whole, so together they hold no
-	// more than the archive: a sparse entry claims more than it stores,
-	// and would be written out in full before any digest is checked.
-	left := int64(-1)
-	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
-		left = fi.Size()
+	// A sparse entry would be written out in full before any digest is
+	// checked.
+	if err := storedWhole(ctx, path); err != nil {
+		return err
 	}
 	root, err := os.OpenRoot(dir)
 	if err != nil {
@@ -164,12 +165,6 @@ func extractLayout(ctx context.Context, path, dir string) error {
 		if h.Typeflag != tar.TypeReg || !layoutName.MatchString(name) {
 			continue
 		}
-		if left >= 0 {
-			if h.Size > left {
-				return fmt.Errorf("%w: %q: entry %q claims %d bytes, more than the archive holds (a sparse entry): an image archive stores every byte", ErrFormat, path, name, h.Size)
-			}
-			left -= h.Size
-		}
 		if err := root.MkdirAll(filepath.Dir(name), 0o700); err != nil {
 			return fmt.Errorf("unpacking %q: %w", name, err)
 		}
@@ -187,7 +182,7 @@ func extractLayout(ctx context.Context, path, dir string) error {
 	}
 }
 
-func openLayout(dir string, id digest.Digest, cleanup func()) (*Source, error) {
+func openLayout(ctx context.Context, dir string, id digest.Digest, cleanup func()) (*Source, error) {
 	fail := func(err error) (*Source, error) {
 		if cleanup != nil {
 			cleanup()
@@ -200,7 +195,8 @@ func openLayout(dir string, id digest.Digest, cleanup func()) (*Source, error) {
 	}
 	var found []v1.Descriptor
 	var images []v1.Image
-	if err := collect(idx, &found, &images, 0); err != nil {
+	w := &indexWalk{ctx: ctx, seen: map[v1.Hash]bool{}}
+	if err := w.collect(idx, &found, &images, 0); err != nil {
 		return fail(err)
 	}
 	if id != "" && len(images) > 1 {
@@ -232,9 +228,21 @@ func openLayout(dir string, id digest.Digest, cleanup func()) (*Source, error) {
 	}, nil
 }
 
+// maxDescriptors bounds the descriptors a layout's indexes may hold in
+// all: nested indexes naming each other many times over would otherwise
+// cost work that grows with the product of their sizes.
+const maxDescriptors = 4096
+
+// indexWalk walks a layout's indexes, each digest once.
+type indexWalk struct {
+	ctx  context.Context
+	seen map[v1.Hash]bool
+	n    int
+}
+
 // collect walks an index, keeping images for this platform (or with no
 // platform given) and descending into nested indexes.
-func collect(idx v1.ImageIndex, found *[]v1.Descriptor, images *[]v1.Image, depth int) error {
+func (w *indexWalk) collect(idx v1.ImageIndex, found *[]v1.Descriptor, images *[]v1.Image, depth int) error {
 	if depth > 4 {
 		return fmt.Errorf("%w: image indexes nested too deep", ErrFormat)
 	}
@@ -243,6 +251,16 @@ func collect(idx v1.ImageIndex, found *[]v1.Descriptor, images *[]v1.Image, dept
 		return fmt.Errorf("%w: reading index: %v", ErrFormat, err)
 	}
 	for _, d := range m.Manifests {
+		if err := w.ctx.Err(); err != nil {
+			return err
+		}
+		if w.n++; w.n > maxDescriptors {
+			return fmt.Errorf("%w: the OCI layout's indexes name more than %d manifests", ErrFormat, maxDescriptors)
+		}
+		if w.seen[d.Digest] {
+			continue
+		}
+		w.seen[d.Digest] = true
 		if p := d.Platform; p != nil && (p.OS != runtime.GOOS || p.Architecture != runtime.GOARCH) {
 			continue
 		}
@@ -252,7 +270,7 @@ func collect(idx v1.ImageIndex, found *[]v1.Descriptor, images *[]v1.Image, dept
 			if err != nil {
 				return fmt.Errorf("%w: reading index %s: %v", ErrFormat, d.Digest, err)
 			}
-			if err := collect(child, found, images, depth+1); err != nil {
+			if err := w.collect(child, found, images, depth+1); err != nil {
 				return err
 			}
 		case types.OCIManifestSchema1, types.DockerManifestSchema2:
@@ -265,4 +283,40 @@ func collect(idx v1.ImageIndex, found *[]v1.Descriptor, images *[]v1.Image, dept
 		}
 	}
 	return nil
+}
+
+// storedWhole refuses a tar whose regular entries claim more bytes than
+// the archive holds: a sparse entry, which archive/tar presents as a file
+// of its full size, and which a reader of it would inflate in full.
+func storedWhole(ctx context.Context, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("opening image %q: %w", path, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return err
+	}
+	left := fi.Size()
+	tr := tar.NewReader(f)
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%w: reading %q: %v", ErrFormat, path, err)
+		}
+		if h.Typeflag != tar.TypeReg {
+			continue
+		}
+		if h.Size > left {
+			return fmt.Errorf("%w: %q: entry %q claims %d bytes, more than the archive holds (a sparse entry): an image archive stores every byte", ErrFormat, path, h.Name, h.Size)
+		}
+		left -= h.Size
+	}
 }

@@ -149,21 +149,10 @@ func extractLayout(ctx context.Context, path, dir string) error {
 		return err
 	}
 	defer root.Close()
-	tr := tar.NewReader(f)
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		h, err := tr.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("%w: reading %q: %v", ErrFormat, path, err)
-		}
+	return eachEntry(ctx, f, path, func(h *tar.Header, tr *tar.Reader) error {
 		name := filepath.ToSlash(filepath.Clean(h.Name))
 		if h.Typeflag != tar.TypeReg || !layoutName.MatchString(name) {
-			continue
+			return nil
 		}
 		if err := root.MkdirAll(filepath.Dir(name), 0o700); err != nil {
 			return fmt.Errorf("unpacking %q: %w", name, err)
@@ -178,6 +167,28 @@ func extractLayout(ctx context.Context, path, dir string) error {
 		}
 		if err != nil {
 			return fmt.Errorf("unpacking %q: %w", name, err)
+		}
+		return nil
+	})
+}
+
+// eachEntry calls fn for each entry of the tar in r (path names it in
+// errors) until fn fails, the tar ends, or ctx is done.
+func eachEntry(ctx context.Context, r io.Reader, path string, fn func(*tar.Header, *tar.Reader) error) error {
+	tr := tar.NewReader(r)
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%w: reading %q: %v", ErrFormat, path, err)
+		}
+		if err := fn(h, tr); err != nil {
+			return err
 		}
 	}
 }
@@ -299,24 +310,14 @@ func storedWhole(ctx context.Context, path string) error {
 		return err
 	}
 	left := fi.Size()
-	tr := tar.NewReader(f)
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		h, err := tr.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("%w: reading %q: %v", ErrFormat, path, err)
-		}
+	return eachEntry(ctx, f, path, func(h *tar.Header, _ *tar.Reader) error {
 		if h.Typeflag != tar.TypeReg {
-			continue
+			return nil
 		}
 		if h.Size > left {
 			return fmt.Errorf("%w: %q: entry %q claims %d bytes, more than the archive holds (a sparse entry): an image archive stores every byte", ErrFormat, path, h.Name, h.Size)
 		}
 		left -= h.Size
-	}
+		return nil
+	})
 }

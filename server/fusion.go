@@ -164,7 +164,7 @@ func (s *Server) fusion(ctx context.Context, q *FusionRequest) (FusionResponse, 
 		if b < 1 || b >= math.MaxInt64 {
 			return sandboxError("memory_limit_MB %v: give a number of megabytes from 1 to the host's memory, or -1 for airlock's default (%v)", *m, isolation.Default().Limits.Memory)
 		}
-		c.Policy.Limits.Memory = units.Bytes(b)
+		c.Policy.Limits.Memory, c.MemoryAsked = units.Bytes(b), true
 	}
 	for p, b64 := range q.Files {
 		b, err := base64.StdEncoding.DecodeString(b64)

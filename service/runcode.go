@@ -46,6 +46,10 @@ type Code struct {
 	// is the run-code template's when its pool serves the code, else
 	// isolation.Default()'s (MCP's run_code without timeout_s).
 	Policy isolation.Policy
+	// MemoryAsked says the client gave Policy's memory limit (else it is
+	// the default's): a run-code template serves such code only when its
+	// memory is that limit.
+	MemoryAsked bool
 	// Files are written before the run, by absolute path in the sandbox.
 	Files map[string][]byte
 	// Argv runs the code: the interpreter, then the code's file. From a

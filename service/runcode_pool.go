@@ -88,7 +88,7 @@ func (s *Service) codeTemplate(c Code) (*templates.Template, string) {
 		return nil, "the template is no run-code template now"
 	case lim.Timeout > t.Limits.Timeout:
 		return nil, fmt.Sprintf("run timeout %v is over template %q's %v", lim.Timeout, name, t.Limits.Timeout)
-	case lim.Memory != isolation.Default().Limits.Memory && lim.Memory != t.Limits.Memory:
+	case c.MemoryAsked && lim.Memory != t.Limits.Memory:
 		return nil, fmt.Sprintf("memory limit %v is not template %q's %v", lim.Memory, name, t.Limits.Memory)
 	}
 	return t, ""

@@ -103,12 +103,39 @@ func TestRunCodeRoutes(t *testing.T) {
 		if c.lang == "bash" {
 			interp = "bash"
 		}
-		run, err := s.RunCode(context.Background(), service.Code{Language: c.lang, Policy: c.policy, Argv: []string{interp, "/home/user/main"}})
+		asked := c.policy.Limits.Memory != isolation.Default().Limits.Memory
+		run, err := s.RunCode(context.Background(), service.Code{Language: c.lang, Policy: c.policy, MemoryAsked: asked, Argv: []string{interp, "/home/user/main"}})
 		if asked := n.Asked(); !errors.Is(err, fuzztest.ErrNoEngine) || !slices.Equal(asked, []string{c.engine}) {
 			t.Errorf("%s %+v: asked %v (%v), want %s", c.lang, c.policy.Limits, asked, err, c.engine)
 		}
 		if (c.engine == "oci") != (run.Template == "rc") || !strings.Contains(run.Cold, c.cold) || (c.cold == "" && run.Cold != "") {
 			t.Errorf("%s %+v: template %q, cold %q; want cold saying %q", c.lang, c.policy.Limits, run.Template, run.Cold, c.cold)
+		}
+	}
+}
+
+// TestRunCodeMemoryAsked: a memory limit the client gave is a limit even
+// when it is the default's value: a run-code template of more memory does
+// not serve it (the code starts cold, at the limit asked); without one,
+// the template's memory serves.
+func TestRunCodeMemoryAsked(t *testing.T) {
+	root := t.TempDir()
+	argv, _ := forkserver.Argv("python", nil)
+	var spec runner.Spec
+	spec.Policy.Limits.Memory = 2 << 30
+	tp := fuzztest.PutTemplate(t, root, "rc", spec, "oci")
+	tp.Warm, tp.Snapshot = argv, strings.Repeat("ab", 32)
+	if err := templates.Open(root).Replace(tp); err != nil {
+		t.Fatal(err)
+	}
+	n := &fuzztest.NoEngines{}
+	s := service.New(root, n, service.WithEngine("docker"), service.WithRunCodeTemplates(map[string]string{"python": "rc"}))
+	pol := isolation.Default()
+	pol.Limits.Timeout = service.CodeTimeout
+	for _, asked := range []bool{false, true} {
+		run, _ := s.RunCode(context.Background(), service.Code{Language: "python", Policy: pol, MemoryAsked: asked, Argv: []string{"python3", "/home/user/main"}})
+		if pooled := run.Template == "rc"; pooled == asked || asked && !strings.Contains(run.Cold, "memory limit") {
+			t.Errorf("memory %v, asked %v: template %q, cold %q", pol.Limits.Memory, asked, run.Template, run.Cold)
 		}
 	}
 }

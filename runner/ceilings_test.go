@@ -157,4 +157,10 @@ func TestExecOnlyNarrows(t *testing.T) {
 			t.Errorf("exec asking %v, %v in a sandbox of 2s, 4KiB: ran with %v, limits %+v; want %v, %d", c.timeout, c.output, got.Timeout, res.Limits, c.wantT, c.wantO)
 		}
 	}
+	// Under a millisecond, a timeout would count as none (the sandbox's
+	// own): it is refused.
+	got = nil
+	if _, err := sb.Exec(ctx, ExecSpec{Argv: []string{"true"}, Timeout: 500 * time.Microsecond}); !errdefs.IsInvalidArgument(err) || got != nil {
+		t.Errorf("an exec asking 500µs: %v (ran: %v)", err, got != nil)
+	}
 }

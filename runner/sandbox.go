@@ -435,6 +435,11 @@ func (sb *Sandbox) CheckExec(p ExecSpec) (isolation.LimitsRecord, error) {
 	if p.Timeout < 0 || p.OutputLimit < 0 {
 		return limits, fmt.Errorf("%w: the timeout and the output limit must be positive", errdefs.ErrInvalidArgument)
 	}
+	// Limits count whole milliseconds, and zero is the sandbox's own: a
+	// shorter timeout would read as none.
+	if p.Timeout > 0 && p.Timeout < time.Millisecond {
+		return limits, fmt.Errorf("%w: timeout %v: give at least 1ms", errdefs.ErrInvalidArgument, p.Timeout)
+	}
 	if err := sb.r.ceil.check(Ceilings{Timeout: p.Timeout, Output: p.OutputLimit}); err != nil {
 		return limits, err
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,7 +58,13 @@ func ParseCredential(s string) (Credential, error) {
 		if file == "" {
 			return Credential{}, refuse(credentialField, s, "give a file's path after @, such as @/run/secrets/api-key")
 		}
-		c.File = file
+		// Read again later by other processes (a sandbox's supervisor runs
+		// in /; a template's runs anywhere): kept absolute, from here.
+		abs, err := filepath.Abs(file)
+		if err != nil {
+			return Credential{}, refuse(credentialField, s, fmt.Sprintf("the file's path: %v; give an absolute path", err))
+		}
+		c.File = abs
 		return c, nil
 	}
 	if !validEnvName(source) {

@@ -120,3 +120,30 @@ func TestNarrowCredentials(t *testing.T) {
 		}
 	}
 }
+
+// TestCredentialFileAbsolute: a relative @FILE is the file in the
+// directory the credential was given in, and stays that file for the
+// processes that read it later from elsewhere (a sandbox's supervisor
+// runs in /).
+func TestCredentialFileAbsolute(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "tok"), []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	c, err := ParseCredential("api.example.com=Authorization:@tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.File != filepath.Join(dir, "tok") {
+		t.Errorf("@tok kept as %q, want %q", c.File, filepath.Join(dir, "tok"))
+	}
+	back, err := ParseCredential(c.String()) // a state file's or a template's round trip
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir("/")
+	if _, err := back.Load(os.LookupEnv); err != nil {
+		t.Errorf("read back from /: %v", err)
+	}
+}

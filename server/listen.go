@@ -202,8 +202,8 @@ func LoadToken(root, file string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%w: reading the token: %v", errdefs.ErrNotFound, err)
 	}
-	if fi.Mode().Perm()&0o004 != 0 {
-		return "", fmt.Errorf("%w: the token file %s is readable by every user (mode %v): chmod 600 it", errdefs.ErrInvalidArgument, file, fi.Mode().Perm())
+	if fi.Mode().Perm()&0o026 != 0 {
+		return "", fmt.Errorf("%w: the token file %s is readable by every user or writable by others than its owner (mode %v): chmod 600 it", errdefs.ErrInvalidArgument, file, fi.Mode().Perm())
 	}
 	b, err := os.ReadFile(file)
 	if err != nil {

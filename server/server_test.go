@@ -506,3 +506,16 @@ func TestFusionMemoryLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenFileModes: a token file readable by every user, or writable by
+// anyone but its owner, is refused; one its group may read is taken.
+func TestTokenFileModes(t *testing.T) {
+	for mode, ok := range map[os.FileMode]bool{0o600: true, 0o640: true, 0o604: false, 0o622: false, 0o660: false, 0o602: false} {
+		f := filepath.Join(t.TempDir(), "tok")
+		os.WriteFile(f, []byte("0123456789abcdef0123456789abcdef\n"), 0o600)
+		os.Chmod(f, mode)
+		if _, err := LoadToken(t.TempDir(), f); (err == nil) != ok {
+			t.Errorf("mode %04o: %v, want taken %v", mode, err, ok)
+		}
+	}
+}

@@ -3,11 +3,13 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -410,4 +412,46 @@ func TestSandboxRuntimeKilled(t *testing.T) {
 		t.Fatalf("reap: exit %d: %s", c.code, c.stderr)
 	}
 	waitGone(t, si.ID, 10*time.Second)
+}
+
+// TestRuntimeEnvironmentClean: airlock's own environment, where a
+// credential route's value lives, reaches no process of a sandbox on the
+// host: not runsc's sandbox or gofer, not runc's container, as it reaches
+// no program in it.
+func TestRuntimeEnvironmentClean(t *testing.T) {
+	onlyPair(t, "oci", "")
+	const marker = "AIRLOCK_E2E_NOT_FOR_THE_SANDBOX"
+	c := airlock([]string{marker + "=1"}, "sandbox", "create", "--engine", "oci", "--isolation", isolationName, "--ttl", "5m")
+	if c.code != 0 {
+		t.Fatalf("sandbox create: exit %d: %s", c.code, c.stderr)
+	}
+	id := strings.TrimSpace(c.stdout)
+	defer airlock(nil, "sandbox", "rm", id)
+	if x := airlock([]string{marker + "=1"}, "exec", id, "--", "true"); x.code != 0 {
+		t.Fatalf("exec: exit %d: %s", x.code, x.stderr)
+	}
+	var pids []string
+	for _, dir := range []string{"/sys/fs/cgroup/pids/airlock/" + id, "/sys/fs/cgroup/airlock/" + id} {
+		filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.Name() == "cgroup.procs" {
+				b, _ := os.ReadFile(p)
+				pids = append(pids, strings.Fields(string(b))...)
+			}
+			return nil
+		})
+	}
+	if len(pids) == 0 {
+		t.Fatalf("no process in sandbox %s's cgroup", id)
+	}
+	for _, pid := range pids {
+		env, err := os.ReadFile("/proc/" + pid + "/environ")
+		if err != nil {
+			continue // ended since
+		}
+		if bytes.Contains(env, []byte(marker)) {
+			comm, _ := os.ReadFile("/proc/" + pid + "/comm")
+			t.Errorf("process %s (%s) of sandbox %s holds airlock's environment", pid, bytes.TrimSpace(comm), id)
+		}
+	}
+	t.Logf("%d processes of sandbox %s checked", len(pids), id)
 }

@@ -43,6 +43,11 @@ import (
 	"github.com/airlock-sandbox/airlock/store"
 )
 
+// runtimeEnv is the environment runsc and runc start with: none of
+// airlock's own, where a credential route's value may live, and which
+// runsc would hand to each sandbox's gofer for the sandbox's life.
+var runtimeEnv = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+
 // cleanupTimeout bounds kill, delete and cgroup removal.
 const cleanupTimeout = 30 * time.Second
 

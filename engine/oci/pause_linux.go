@@ -306,6 +306,7 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 	// and reads its memory's pages after runsc returns, from descriptors
 	// runsc passed it, so the checkpoint's files can go at once.
 	cmd := exec.CommandContext(cctx, bin, append(args, "restore", "--background", "--image-path="+e.checkpointDir(id), "--bundle", sb.bundle, "--pid-file", pidFile, "--detach", name)...)
+	cmd.Env = runtimeEnv
 	// As at create, the container's stdio is /dev/null (the restored init
 	// takes runsc's), and the sandbox outlives this process.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

@@ -99,6 +99,7 @@ func (r *oneShot) command(stdin io.Reader, stdout, stderr io.Writer) *exec.Cmd {
 	}
 	r.log = r.log.With("runtime", filepath.Base(r.runtime))
 	cmd := exec.Command(r.runtime, append(args, "run", "--bundle", r.p.bundle, r.name)...)
+	cmd.Env = runtimeEnv
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	return cmd

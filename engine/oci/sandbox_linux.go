@@ -221,6 +221,7 @@ func (e *Engine) create(ctx context.Context, s *engine.SandboxSpec, snap string)
 		}
 	}
 	cmd := exec.Command(bin, append(append(args, verb...), "--detach", "--pid-file", pidFile, "--bundle", bundle, name)...)
+	cmd.Env = runtimeEnv
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	// The runtime holds the sandbox's lock until it has made the sandbox,
 	// as runsc does at a pause or a resume: should this process die, a
@@ -522,6 +523,7 @@ func (s *sandbox) execRuntime(ctx context.Context, p *engine.Process, pr *specs.
 		args = append(args, "--detach")
 	}
 	cmd := exec.Command(bin, append(args, s.name())...)
+	cmd.Env = runtimeEnv
 	// The runtime writes why it could not start the program to the
 	// program's stderr: its last bytes tell a missing program from
 	// another refusal.

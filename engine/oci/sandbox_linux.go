@@ -820,7 +820,7 @@ func inCgroup(pid int, id string) bool {
 	if err != nil {
 		return false
 	}
-	dir := filepath.Join("/", cgroup.Parent, id)
+	dir := cgroup.PathOf(id)
 	for _, line := range strings.Split(string(b), "\n") {
 		// hierarchy-ID:controllers:path
 		if f := strings.SplitN(line, ":", 3); len(f) == 3 && (f[2] == dir || strings.HasPrefix(f[2], dir+"/")) {

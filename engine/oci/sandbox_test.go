@@ -10,7 +10,6 @@ import (
 	"reflect"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -249,35 +248,33 @@ func TestPlatformFlags(t *testing.T) {
 }
 
 // TestKillInCgroup: killInCgroup kills a process of the sandbox's cgroup
-// (as root: the test makes one), and leaves alone a process outside it,
-// in a cgroup whose name only begins with the sandbox's id included.
+// (as root: the test makes one, as a create does), and leaves alone a
+// process outside it, in a cgroup whose name only begins with the
+// sandbox's id included.
 func TestKillInCgroup(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("making a cgroup needs root")
-	}
-	base := filepath.Join("/sys/fs/cgroup/pids", cgroup.Parent)
-	if cgroup.Unified() {
-		base = filepath.Join("/sys/fs/cgroup", cgroup.Parent)
+		t.Skip("making a cgroup needs root; `make test` runs this as root")
 	}
 	id := fmt.Sprintf("sb-test%015d", os.Getpid())
-	start := func(dir string) *exec.Cmd {
+	start := func(id string) *exec.Cmd {
 		t.Helper()
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Skip(err)
+		g, err := cgroup.New(id, cgroup.Limits{Memory: 64 << 20, MilliCPUs: 1000, Pids: 16})
+		if err != nil {
+			t.Fatal(err)
 		}
-		t.Cleanup(func() { os.Remove(dir) })
+		t.Cleanup(func() { g.Delete(context.Background()) })
 		c := exec.Command("sleep", "60")
 		if err := c.Start(); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Process.Kill(); c.Wait() })
-		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(c.Process.Pid)), 0); err != nil {
+		if err := g.Add(c.Process.Pid); err != nil {
 			t.Fatal(err)
 		}
 		return c
 	}
-	mine := start(filepath.Join(base, id))
-	other := start(filepath.Join(base, id+"x"))
+	mine := start(id)
+	other := start(id + "x")
 	if !inCgroup(mine.Process.Pid, id) || inCgroup(other.Process.Pid, id) || inCgroup(os.Getpid(), id) {
 		t.Fatalf("inCgroup: the sandbox's %v, a longer name's %v, the test's %v", inCgroup(mine.Process.Pid, id), inCgroup(other.Process.Pid, id), inCgroup(os.Getpid(), id))
 	}

@@ -139,11 +139,7 @@ func extractLayout(ctx context.Context, path, dir string) error {
 		return fmt.Errorf("opening image %q: %w", path, err)
 	}
 	defer f.Close()
-	// A sparse entry would be written out in full before any digest is
-	// checked.
-	if err := storedWhole(ctx, path); err != nil {
-		return err
-	}
+	st := newStored(f, path)
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return err
@@ -153,6 +149,11 @@ func extractLayout(ctx context.Context, path, dir string) error {
 		name := filepath.ToSlash(filepath.Clean(h.Name))
 		if h.Typeflag != tar.TypeReg || !layoutName.MatchString(name) {
 			return nil
+		}
+		// A sparse entry would be written out in full before any digest
+		// is checked.
+		if err := st.take(h); err != nil {
+			return err
 		}
 		if err := root.MkdirAll(filepath.Dir(name), 0o700); err != nil {
 			return fmt.Errorf("unpacking %q: %w", name, err)
@@ -297,27 +298,47 @@ func (w *indexWalk) collect(idx v1.ImageIndex, found *[]v1.Descriptor, images *[
 }
 
 // storedWhole refuses a tar whose regular entries claim more bytes than
-// the archive holds: a sparse entry, which archive/tar presents as a file
-// of its full size, and which a reader of it would inflate in full.
+// the archive holds (see stored).
 func storedWhole(ctx context.Context, path string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("opening image %q: %w", path, err)
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() {
-		return err
-	}
-	left := fi.Size()
+	st := newStored(f, path)
 	return eachEntry(ctx, f, path, func(h *tar.Header, _ *tar.Reader) error {
 		if h.Typeflag != tar.TypeReg {
 			return nil
 		}
-		if h.Size > left {
-			return fmt.Errorf("%w: %q: entry %q claims %d bytes, more than the archive holds (a sparse entry): an image archive stores every byte", ErrFormat, path, h.Name, h.Size)
-		}
-		left -= h.Size
-		return nil
+		return st.take(h)
 	})
+}
+
+// stored counts what a tar's regular entries claim against the archive's
+// size: stored whole, together they hold no more than it. A sparse entry,
+// which archive/tar presents as a file of its full size, claims more, and
+// a reader of it would inflate it in full.
+type stored struct {
+	path string
+	left int64 // -1: not a regular file, nothing to count against
+}
+
+func newStored(f *os.File, path string) *stored {
+	st := &stored{path: path, left: -1}
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+		st.left = fi.Size()
+	}
+	return st
+}
+
+// take counts h, a regular entry, or refuses it.
+func (st *stored) take(h *tar.Header) error {
+	if st.left < 0 {
+		return nil
+	}
+	if h.Size > st.left {
+		return fmt.Errorf("%w: %q: entry %q claims %d bytes, more than the archive holds (a sparse entry): an image archive stores every byte", ErrFormat, st.path, h.Name, h.Size)
+	}
+	st.left -= h.Size
+	return nil
 }

@@ -70,12 +70,12 @@ func TestCeilingsRefuse(t *testing.T) {
 // TestCeilingsNameTheirCommand: a refusal names the command whose flag
 // sets the ceiling, airlock node's as well as airlock serve's.
 func TestCeilingsNameTheirCommand(t *testing.T) {
-	asked := Ceilings{Output: 2 << 30}
+	a := asked{Output: 2 << 30}
 	for cmd, want := range map[string]string{
 		"":             "output limit 2GiB is above this server's ceiling of 1GiB (airlock serve --max-output-limit): ask for at most 1GiB",
 		"airlock node": "output limit 2GiB is above this node's ceiling of 1GiB (airlock node --max-output-limit): ask for at most 1GiB",
 	} {
-		err := Ceilings{Output: 1 << 30, Command: cmd}.check(asked)
+		err := Ceilings{Output: 1 << 30, Command: cmd}.check(a)
 		if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v; want %q", cmd, err, want)
 		}

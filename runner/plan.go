@@ -28,7 +28,7 @@ import (
 // invalid.
 func (r *Runner) plan(s Spec) (*engine.SandboxSpec, error) {
 	pol := s.Policy.WithDefaults()
-	if err := r.ceil.check(Ceilings{Timeout: pol.Limits.Timeout, Memory: pol.Limits.Memory, Tmp: pol.Limits.Tmp, Output: pol.Limits.Output, Egress: pol.Egress.Bytes}); err != nil {
+	if err := r.ceil.check(asked{Timeout: pol.Limits.Timeout, Memory: pol.Limits.Memory, Tmp: pol.Limits.Tmp, Output: pol.Limits.Output, Egress: pol.Egress.Bytes}); err != nil {
 		return nil, err
 	}
 	if pol.Seccomp == nil {

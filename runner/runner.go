@@ -136,8 +136,6 @@ type Ceilings struct {
 	Workspace units.Bytes
 	Timeout   time.Duration
 	TTL       time.Duration
-	// Tmp is asked only, never a ceiling (Memory bounds it).
-	Tmp units.Bytes
 	// Command is the command whose flags set them, named in a refusal:
 	// "airlock serve" when empty, or "airlock node".
 	Command string
@@ -147,9 +145,15 @@ type Ceilings struct {
 // it: runs (pooled or cold), sandboxes and execs.
 func WithCeilings(c Ceilings) Option { return func(r *Runner) { r.ceil = c } }
 
+// asked are a spec's values that ceilings bound.
+type asked struct {
+	Memory, Tmp, Output, Egress, Workspace units.Bytes
+	Timeout, TTL                           time.Duration
+}
+
 // check refuses the values asked (zero ones are not checked) that are over
 // a ceiling, naming the field, the ceiling and the flag that sets it.
-func (c Ceilings) check(asked Ceilings) error {
+func (c Ceilings) check(asked asked) error {
 	var errs []error
 	cmd, holder := c.Command, "server"
 	if cmd == "" {

@@ -347,7 +347,7 @@ func (s *SandboxSpec) defaults() error {
 func (r *Runner) planSandbox(s SandboxSpec) (*engine.SandboxSpec, error) {
 	// A pool's own deadline for its unclaimed sandboxes is not a request's.
 	if s.pool == "" {
-		if err := r.ceil.check(Ceilings{TTL: s.TTL, Workspace: units.Bytes(s.WorkspaceSize)}); err != nil {
+		if err := r.ceil.check(asked{TTL: s.TTL, Workspace: units.Bytes(s.WorkspaceSize)}); err != nil {
 			return nil, err
 		}
 	}
@@ -440,7 +440,7 @@ func (sb *Sandbox) CheckExec(p ExecSpec) (isolation.LimitsRecord, error) {
 	if p.Timeout > 0 && p.Timeout < time.Millisecond {
 		return limits, fmt.Errorf("%w: timeout %v: give at least 1ms", errdefs.ErrInvalidArgument, p.Timeout)
 	}
-	if err := sb.r.ceil.check(Ceilings{Timeout: p.Timeout, Output: p.OutputLimit}); err != nil {
+	if err := sb.r.ceil.check(asked{Timeout: p.Timeout, Output: p.OutputLimit}); err != nil {
 		return limits, err
 	}
 	// An exec may only narrow its sandbox's timeout and output limit.
@@ -452,7 +452,7 @@ func (sb *Sandbox) CheckExec(p ExecSpec) (isolation.LimitsRecord, error) {
 	}
 	// A sandbox made without the runner's ceilings (by the CLI, say) is
 	// still held to them.
-	if err := sb.r.ceil.check(Ceilings{Timeout: time.Duration(limits.TimeoutMS) * time.Millisecond, Output: units.Bytes(limits.OutputBytes)}); err != nil {
+	if err := sb.r.ceil.check(asked{Timeout: time.Duration(limits.TimeoutMS) * time.Millisecond, Output: units.Bytes(limits.OutputBytes)}); err != nil {
 		return limits, fmt.Errorf("%w (the sandbox's own limit; give a smaller one for this exec)", err)
 	}
 	return limits, nil

@@ -133,10 +133,20 @@ func TestServeCeilings(t *testing.T) {
 	refused("a run's output limit", "POST", "/v1/runs", pair(map[string]any{"argv": []string{"true"}, "output_limit": "16MiB"}), "output limit 16MiB", "8MiB", "--max-output-limit")
 	refused("a sandbox's TTL", "POST", "/v1/sandboxes", pair(map[string]any{"ttl": "3h"}), "ttl 3h", "2h0m0s", "--max-ttl")
 	refused("a sandbox's memory", "POST", "/v1/sandboxes", pair(map[string]any{"memory": "2GiB"}), "--max-memory")
+	// /tmp is memory; the workspace is reserved on the root's disk (16GiB
+	// by default).
+	refused("a sandbox's /tmp", "POST", "/v1/sandboxes", pair(map[string]any{"tmp_size": "2GiB"}), "tmp size 2GiB", "1GiB", "--max-memory")
+	refused("a sandbox's workspace", "POST", "/v1/sandboxes", pair(map[string]any{"workspace_size": "32GiB"}), "workspace size 32GiB", "16GiB", "--max-workspace-size")
 
 	si := a.create(t, map[string]any{"timeout": "1m", "output_limit": "8MiB"})
 	refused("an exec's timeout", "POST", "/v1/sandboxes/"+si.ID+"/exec", map[string]any{"argv": []string{"true"}, "timeout": "2m"}, "timeout 2m", "1m0s", "--max-timeout")
 	refused("an exec's output limit", "POST", "/v1/sandboxes/"+si.ID+"/exec", map[string]any{"argv": []string{"true"}, "output_limit": "9MiB"}, "output limit 9MiB", "--max-output-limit")
+	// Asked as a stream, the same refusal, before the stream's 200.
+	var e apiError
+	a.call(t, "POST", "/v1/sandboxes/"+si.ID+"/exec", map[string]any{"argv": []string{"true"}, "timeout": "2m"}, http.StatusBadRequest, &e, "Accept", "application/x-ndjson")
+	if e.Error.Kind != "invalid_input" || !strings.Contains(e.Error.Message, "--max-timeout") {
+		t.Errorf("a streamed exec's timeout: %+v; want invalid_input naming --max-timeout", e)
+	}
 	if res := a.exec(t, si.ID, map[string]any{"argv": []string{"echo", "ok"}, "timeout": "1m"}); res.ExitCode != 0 || string(res.Stdout.Head) != "ok\n" {
 		t.Errorf("an exec at the ceiling: %+v", res)
 	}

@@ -122,6 +122,8 @@ func TestNDJSONStalledReader(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the exec ended 10s ago, and the handler still writes to a client that does not read")
 	}
+	// The exec's records are written once it ends, into the test's root.
+	s.inflight.Wait()
 }
 
 // TestExecRefusedBeforeStream: an exec over a ceiling is the same error

@@ -7,6 +7,11 @@
 //   - Nothing is trusted on the way in: every blob is checked against its
 //     digest and size, and every layer against its diff_id, before an image
 //     is handed to an engine (Verify).
+//   - What an image holds uncompressed is capped, per layer and in all
+//     (Limits): a gzip or zstd layer can expand some 32,000 times over.
+//     The bytes are counted as they are decompressed, and an image is
+//     refused (ErrTooLarge) at the first read past a cap, before anything
+//     is stored.
 //   - Archives are read by go-containerregistry; the only names airlock
 //     accepts from an OCI layout tar are the layout's own (oci-layout,
 //     index.json, blobs/<alg>/<hex>), so extraction cannot write elsewhere.

@@ -92,7 +92,7 @@ func TestExportRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, err := Verify(t.Context(), src, nil)
+		v, err := Verify(t.Context(), src, Limits{}, nil)
 		src.Close()
 		if err != nil || v.ID != id {
 			t.Errorf("OpenImage %s: got %s, %v", id, v.ID, err)

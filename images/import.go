@@ -46,6 +46,9 @@ type ImportOptions struct {
 	// of what built it) in the lock.
 	SetDefault bool
 	Recipe     string
+	// Limits caps what the image's layers hold uncompressed; the zero
+	// value takes the defaults.
+	Limits Limits
 	// Loader, when set and reachable, gets the image too; an unreachable
 	// one leaves the image to the oci engine alone.
 	Loader   Loader
@@ -61,6 +64,9 @@ func Import(ctx context.Context, path string, opt ImportOptions) (ref Ref, err e
 	step := opt.Progress
 	if step == nil {
 		step = func(string, ...any) {}
+	}
+	if opt.Limits.Layer < 0 || opt.Limits.Image < 0 {
+		return ref, fmt.Errorf("%w: size caps %d and %d: a cap is a positive size, or zero for the default", errdefs.ErrInvalidArgument, opt.Limits.Layer, opt.Limits.Image)
 	}
 	var src *Source
 	if opt.Rootfs != nil {
@@ -92,16 +98,18 @@ func Import(ctx context.Context, path string, opt ImportOptions) (ref Ref, err e
 		}
 	}
 
-	v, err := Verify(ctx, src, step)
+	v, err := Verify(ctx, src, opt.Limits, step)
 	switch {
 	case errors.Is(err, store.ErrUnsafeLayer):
 		return ref, fmt.Errorf("%w: verifying %s: %w; airlock refuses such layers, so nothing was imported (rebuild the image without that entry)", errdefs.ErrInvalidArgument, path, err)
 	case ctx.Err() != nil:
 		return ref, ctx.Err()
+	case errors.Is(err, ErrTooLarge):
+		return ref, fmt.Errorf("%w: verifying %s: %w; nothing was imported (a small blob that expands this far is likely a compression bomb; if the image really is this large, raise the cap)", errdefs.ErrInvalidArgument, path, err)
 	case err != nil:
 		return ref, fmt.Errorf("%w: verifying %s: %w; the archive is damaged or was tampered with, so nothing was imported", errdefs.ErrInvalidArgument, path, err)
 	}
-	step("verified %d layer(s), %s, image %s", v.Layers, units.Bytes(v.Size).Approx(), v.ID)
+	step("verified %d layer(s), %s (%s uncompressed), image %s", v.Layers, units.Bytes(v.Size).Approx(), units.Bytes(v.Uncompressed).Approx(), v.ID)
 	if opt.RequireDigest != "" && v.ID != opt.RequireDigest {
 		return ref, fmt.Errorf("%w: %s holds image %s, not the %s that --require-digest requires; nothing was imported (check that you carried the right archive)", errdefs.ErrInvalidArgument, path, v.ID, opt.RequireDigest)
 	}

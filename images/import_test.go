@@ -192,7 +192,7 @@ func openVerified(t *testing.T, path string) (*Source, Verified) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { src.Close() })
-	v, err := Verify(t.Context(), src, nil)
+	v, err := Verify(t.Context(), src, Limits{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -166,5 +166,5 @@ func openAndVerify(t *testing.T, p string) (Verified, error) {
 	if src.Format != "oci-layout" || src.Manifest == nil {
 		t.Fatalf("a layout opened as %q, manifest %v", src.Format, src.Manifest)
 	}
-	return Verify(t.Context(), src, nil)
+	return Verify(t.Context(), src, Limits{}, nil)
 }

@@ -13,10 +13,45 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/airlock-sandbox/airlock/store"
+	"github.com/airlock-sandbox/airlock/units"
 )
 
 // ErrDigest is wrapped when content does not match its digest or size.
 var ErrDigest = errors.New("content does not match its digest")
+
+// ErrTooLarge is wrapped when an image's layers hold more bytes,
+// uncompressed, than Limits allow.
+var ErrTooLarge = errors.New("image too large")
+
+// The default Limits. A gzip or zstd layer expands up to about 32,000
+// times over (a 1 MB blob to 32 GB), and every byte is read to check its
+// diff_id and written when it is unpacked. Real images stay well below:
+// a CUDA toolkit layer is a few GiB, a whole ML image rarely past 16 GiB.
+const (
+	DefaultMaxLayerSize units.Bytes = 8 << 30
+	DefaultMaxImageSize units.Bytes = 16 << 30
+)
+
+// Limits caps what an image's layers hold uncompressed: their tar streams,
+// counted as they are decompressed, so a layer is refused as soon as it
+// passes a cap, not at its end. A zero field takes its default; there is no
+// setting without a cap.
+type Limits struct {
+	// Layer caps each layer (DefaultMaxLayerSize).
+	Layer units.Bytes
+	// Image caps all the layers together (DefaultMaxImageSize).
+	Image units.Bytes
+}
+
+func (l Limits) orDefault() Limits {
+	if l.Layer <= 0 {
+		l.Layer = DefaultMaxLayerSize
+	}
+	if l.Image <= 0 {
+		l.Image = DefaultMaxImageSize
+	}
+	return l
+}
 
 // Verified describes an image whose every byte has been checked.
 type Verified struct {
@@ -25,8 +60,10 @@ type Verified struct {
 	// Manifest is the manifest digest when the source had a manifest blob.
 	Manifest digest.Digest
 	// Size is the total of the layers' stored sizes.
-	Size   int64
-	Layers int
+	Size int64
+	// Uncompressed is the total of the layers' uncompressed sizes.
+	Uncompressed int64
+	Layers       int
 }
 
 // Progress receives one line per verification step. It may be nil.
@@ -37,11 +74,14 @@ type Progress func(format string, args ...any)
 // manifest, and each layer's uncompressed content against the config's
 // diff_ids. Each layer's entries are checked as store.UnpackLayer would
 // apply them (store.LayerCheck), so a layer that would write outside its
-// root is refused here, wrapping store.ErrUnsafeLayer. ctx ends it early.
-func Verify(ctx context.Context, src *Source, progress Progress) (Verified, error) {
+// root is refused here, wrapping store.ErrUnsafeLayer. A layer that takes
+// the uncompressed bytes past lim is refused as soon as it does, wrapping
+// ErrTooLarge. ctx ends it early.
+func Verify(ctx context.Context, src *Source, lim Limits, progress Progress) (Verified, error) {
 	if progress == nil {
 		progress = func(string, ...any) {}
 	}
+	lim = lim.orDefault()
 	img := src.Image
 	var v Verified
 	if src.Manifest != nil {
@@ -104,11 +144,12 @@ func Verify(ctx context.Context, src *Source, progress Progress) (Verified, erro
 		if err != nil {
 			return v, fmt.Errorf("reading layer %d: %w", i+1, err)
 		}
-		n, err := checkLayer(check, NewVerifier(rc, want, -1))
+		n, err := checkLayer(check, NewVerifier(capLayer(rc, lim, v.Uncompressed), want, -1))
 		rc.Close()
 		if err != nil {
 			return v, fmt.Errorf("layer %d (%s): %w", i+1, want, err)
 		}
+		v.Uncompressed += n
 		if src.Manifest == nil {
 			v.Size += n
 		}
@@ -126,6 +167,37 @@ func checkLayer(check *store.LayerCheck, r *Verifier) (int64, error) {
 		return r.n, err
 	}
 	return r.n, cerr
+}
+
+// capLayer caps a layer's uncompressed stream r at lim.Layer, or at what
+// lim.Image leaves after the earlier layers' done bytes if that is less.
+func capLayer(r io.Reader, lim Limits, done int64) *capped {
+	c := &capped{r: r, left: int64(lim.Layer),
+		over: fmt.Errorf("%w: more than %s uncompressed, the cap on one layer (--max-layer-size)", ErrTooLarge, lim.Layer)}
+	if left := int64(lim.Image) - done; left < c.left {
+		c.left = left
+		c.over = fmt.Errorf("%w: the layers hold more than %s uncompressed in all, the cap on one image (--max-image-size)", ErrTooLarge, lim.Image)
+	}
+	return c
+}
+
+// capped reads through to r and fails with over, at this read and every
+// later one, as soon as more than left bytes have arrived.
+type capped struct {
+	r    io.Reader
+	left int64
+	over error
+}
+
+func (c *capped) Read(p []byte) (int, error) {
+	if c.left < 0 {
+		return 0, c.over
+	}
+	n, err := c.r.Read(p)
+	if c.left -= int64(n); c.left < 0 {
+		return n, c.over
+	}
+	return n, err
 }
 
 func checkBytes(what string, b []byte, want v1.Hash, size int64) error {

@@ -41,7 +41,7 @@ func TestVerifyRefusesUnsafeLayers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = Verify(t.Context(), &Source{Image: img}, nil)
+			_, err = Verify(t.Context(), &Source{Image: img}, Limits{}, nil)
 			if tc.entry == "" {
 				if err != nil {
 					t.Fatal(err)

@@ -34,6 +34,7 @@ never pulls from a registry.`,
 type importFlags struct {
 	name, workdir, user, recipe string
 	requireDigest               string
+	maxLayer, maxImage          string
 	env                         []string
 	rootfs, setDefault          bool
 }
@@ -58,9 +59,16 @@ With --require-digest sha256:<id>, the import is refused unless the image
 is exactly that one: its ID, the sha256 of its config, computed from the
 verified bytes, must be the digest given. From an OCI layout that holds
 several images (as 'airlock image export' writes for several references),
-it picks that image.`,
+it picks that image.
+
+A compressed layer can expand about 32,000 times over (a 1 MB blob to
+32 GB), so every layer's uncompressed bytes are counted as they are read.
+An image is refused, and nothing imported, as soon as one layer passes
+--max-layer-size or its layers together pass --max-image-size. Raise them
+for an image that really is that large.`,
 		Example: `  airlock image import ./python-oci/
   airlock image import --name team/py python.tar
+  airlock image import --max-layer-size 24GiB --max-image-size 40GiB cuda.tar
   airlock image import --rootfs rootfs.tar --name airlock/default --env PATH=/usr/bin:/bin --default
   airlock image import --require-digest sha256:1570e2743829cb8385be533b26f71b7b02a995006f7dc145aadb99087f961a06 default.tar`,
 		Args: exactArgs(1, "give the path of one image archive or layout"),
@@ -75,6 +83,8 @@ it picks that image.`,
 	fl.BoolVar(&f.setDefault, "default", false, "make this the image `airlock run` uses without --image")
 	fl.StringVar(&f.recipe, "recipe", "", "with --default: sha256 of the recipe that built the image, recorded in the lock")
 	fl.StringVar(&f.requireDigest, "require-digest", "", "refuse the archive unless its image ID is exactly this sha256:<id>")
+	fl.StringVar(&f.maxLayer, "max-layer-size", images.DefaultMaxLayerSize.String(), "refuse the image if one of its layers holds more than this uncompressed")
+	fl.StringVar(&f.maxImage, "max-image-size", images.DefaultMaxImageSize.String(), "refuse the image if its layers hold more than this uncompressed in all")
 	return cmd
 }
 
@@ -110,6 +120,19 @@ func importImage(ctx context.Context, g *globals, f *importFlags, path string, e
 			return images.Ref{}, usageError{fmt.Errorf("--require-digest %q: give the image ID as sha256:<64 hex digits>, as `airlock image ls` prints it after the @", f.requireDigest)}
 		}
 		opt.RequireDigest = r.ID
+	}
+	for _, c := range []struct {
+		flag, v string
+		dst     *units.Bytes
+	}{{"--max-layer-size", f.maxLayer, &opt.Limits.Layer}, {"--max-image-size", f.maxImage, &opt.Limits.Image}} {
+		if c.v == "" {
+			continue // the default
+		}
+		n, err := units.ParseBytes(c.v)
+		if err != nil || n <= 0 {
+			return images.Ref{}, usageError{fmt.Errorf("%s %q: give a positive size such as 16GiB", c.flag, c.v)}
+		}
+		*c.dst = n
 	}
 	if f.rootfs {
 		opt.Rootfs = &images.RootfsConfig{Env: f.env, WorkingDir: f.workdir, User: f.user, Created: time.Unix(0, 0)}

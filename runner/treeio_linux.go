@@ -201,11 +201,17 @@ func (f destFile) Discard()                    { f.p.Discard() }
 // for every file.
 type TarSink struct {
 	tw    *tar.Writer
-	spool *os.File
+	spool Spool
+}
+
+// Spool is a file a TarSink holds each file in before its entry.
+type Spool interface {
+	io.ReadWriteSeeker
+	Truncate(size int64) error
 }
 
 // NewTarSink returns a sink writing to w; Close ends the stream.
-func NewTarSink(w io.Writer, spool *os.File) *TarSink {
+func NewTarSink(w io.Writer, spool Spool) *TarSink {
 	return &TarSink{tw: tar.NewWriter(w), spool: spool}
 }
 

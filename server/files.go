@@ -9,9 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -114,24 +112,10 @@ func (s *Server) getFile(w http.ResponseWriter, r *http.Request) {
 	io.CopyN(w, f, tr.Size)
 }
 
-// spool returns a new unlinked file under <root>/server/spool.
-func (s *Server) spool() (*os.File, error) {
-	dir := filepath.Join(s.svc.Root(), "server", "spool")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	f, err := os.CreateTemp(dir, "dl-*")
-	if err != nil {
-		return nil, err
-	}
-	os.Remove(f.Name())
-	return f, nil
-}
-
 // fetched is what /run_code's fetch_files got: the files' contents, one
 // after the other in an unlinked spool file, and the entries left out.
 type fetched struct {
-	spool   *os.File
+	spool   *spoolFile
 	files   []fetchedFile
 	omitted []FusionOmitted
 }

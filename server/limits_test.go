@@ -211,10 +211,11 @@ func (c *countWriter) Write(p []byte) (int, error) { c.n.Add(int64(len(p))); ret
 // writeFusion streams the fetched files as base64 from the spool: the
 // response is exact (its length declared), and never whole in memory.
 func TestWriteFusionStreams(t *testing.T) {
-	spool, err := os.CreateTemp(t.TempDir(), "spool")
+	f, err := os.CreateTemp(t.TempDir(), "spool")
 	if err != nil {
 		t.Fatal(err)
 	}
+	spool := &spoolFile{f: f, b: &spoolBudget{max: 64 << 20}}
 	defer spool.Close()
 	small := []byte("hello \"world\"\n")
 	big := bytes.Repeat([]byte("0123456789abcdef"), 2<<20) // 32MiB

@@ -24,6 +24,10 @@ const (
 	DefaultMaxBody      = 16 << 20
 	// DefaultMaxConnections caps the connections of each listener.
 	DefaultMaxConnections = 256
+	// DefaultMaxSpool is the most all downloads in progress hold on
+	// airlock's root: the largest workspace serve takes by default, so
+	// that any one file fits when it is alone.
+	DefaultMaxSpool = 16 << 30
 	// DefaultReadTimeout bounds the reading of a request, its body
 	// included (file uploads extend it). Once the body is read, net/http
 	// lifts it: a handler may run long after (an exec's stream, MCP's).
@@ -63,6 +67,10 @@ type Options struct {
 	// DefaultFetchMaxBytes); entries past them are left out and named.
 	FetchMaxFiles int
 	FetchMaxBytes int64
+	// MaxSpool caps the bytes all downloads in progress hold in the
+	// server's spool at once (default DefaultMaxSpool); a download that
+	// would pass it is refused as unavailable.
+	MaxSpool int64
 	// Extra mounts more handlers behind the same authentication, by path
 	// prefix ("/mcp" serves /mcp and everything below it).
 	Extra map[string]http.Handler
@@ -76,7 +84,9 @@ type Server struct {
 	mux     *http.ServeMux
 	metrics *metrics
 	idem    *idempotency
-	execs   *execRegistry
+	// spoolBudget counts what every download's spool file holds.
+	spoolBudget *spoolBudget
+	execs       *execRegistry
 
 	// base is the server's lifetime: WebSocket execs run on it, so that
 	// a dropped connection does not end them.
@@ -103,10 +113,11 @@ func New(opt Options) (*Server, error) {
 	opt.MaxConnections = orDefault(opt.MaxConnections, DefaultMaxConnections)
 	opt.FetchMaxFiles = orDefault(opt.FetchMaxFiles, DefaultFetchMaxFiles)
 	opt.FetchMaxBytes = orDefault(opt.FetchMaxBytes, DefaultFetchMaxBytes)
+	opt.MaxSpool = orDefault(opt.MaxSpool, DefaultMaxSpool)
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{opt: opt, svc: opt.Service, log: opt.Log, mux: http.NewServeMux(), execs: newExecRegistry()}
+	s := &Server{opt: opt, svc: opt.Service, log: opt.Log, mux: http.NewServeMux(), execs: newExecRegistry(), spoolBudget: &spoolBudget{max: opt.MaxSpool}}
 	s.base, s.stop = context.WithCancel(context.Background())
 	s.metrics = newMetrics(opt.Service.Sandboxes)
 	s.idem = newIdempotency(opt.Service.Root())

@@ -6,7 +6,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -44,7 +43,7 @@ func isTar(v string) bool {
 // reportSpool keeps a tree transfer's records, one JSON line each, in an
 // unlinked file, and writes them back as a runner.TreeReport.
 type reportSpool struct {
-	f   *os.File
+	f   *spoolFile
 	bw  *bufio.Writer
 	enc *json.Encoder
 	err error

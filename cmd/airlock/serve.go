@@ -27,11 +27,11 @@ import (
 )
 
 type serveFlags struct {
-	socket, listen, tokenFile, tlsCert, tlsKey, maxBody, addrFile string
-	maxSandboxes, maxConnections                                  int
-	pools, sandboxPools, runCode                                  []string
-	poolExhausted                                                 string
-	poolMaxAge                                                    time.Duration
+	socket, listen, tokenFile, tlsCert, tlsKey, maxBody, maxSpool, addrFile string
+	maxSandboxes, maxConnections                                            int
+	pools, sandboxPools, runCode                                            []string
+	poolExhausted                                                           string
+	poolMaxAge                                                              time.Duration
 	// The ceilings every face's requests are held to.
 	maxMemory, maxOutput, maxEgress, maxWorkspace string
 	maxTimeout, maxTTL                            time.Duration
@@ -68,6 +68,12 @@ start. A non-loopback --listen is refused without --tls-cert and --tls-key.
 Once listening, one line per listener goes to stderr ("airlock serve:
 listening on http://127.0.0.1:43567"); --addr-file also writes the TCP
 address to a file, for --listen 127.0.0.1:0.
+
+A file or tree downloaded from a sandbox is scanned into a spool file
+on airlock's root before its first byte is sent, so that a refusal is
+still an error response; it is held until the client has read it.
+--max-spool caps what all downloads in progress hold together: past it a
+download is refused with 503 unavailable, to be retried.
 
 SIGTERM drains requests in progress. Sandboxes outlive the server: their
 supervisors keep enforcing TTL and idle timeouts, and a restarted server
@@ -134,6 +140,7 @@ saying so. docs/kubernetes.md.`,
 	fl.IntVar(&f.maxSandboxes, "max-sandboxes", server.DefaultMaxSandboxes, "cap on live sandboxes plus one-shot runs in progress (429 over_limit past it)")
 	fl.IntVar(&f.maxConnections, "max-connections", server.DefaultMaxConnections, "cap on the connections open at once on each listener (new ones wait past it)")
 	fl.StringVar(&f.maxBody, "max-body", units.Bytes(server.DefaultMaxBody).String(), "cap on JSON request bodies")
+	fl.StringVar(&f.maxSpool, "max-spool", units.Bytes(server.DefaultMaxSpool).String(), "cap on the bytes all downloads in progress hold on airlock's root (503 unavailable past it)")
 	fl.StringVar(&f.addrFile, "addr-file", "", "write the TCP address here once listening (for --listen 127.0.0.1:0)")
 	fl.StringArrayVar(&f.pools, "pool", nil, "keep a warm pool of N sandboxes of a template: TEMPLATE=N (repeatable; oci engine)")
 	fl.StringArrayVar(&f.sandboxPools, "pool-sandboxes", nil, "keep a warm pool of N long-lived sandboxes of a template for sandbox creates: TEMPLATE=N (repeatable)")
@@ -156,6 +163,10 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 	maxBody, err := units.ParseBytes(f.maxBody)
 	if err != nil || maxBody <= 0 {
 		return usageError{fmt.Errorf("--max-body %q: give a positive size such as 16MiB", f.maxBody)}
+	}
+	maxSpool, err := units.ParseBytes(f.maxSpool)
+	if err != nil || maxSpool <= 0 {
+		return usageError{fmt.Errorf("--max-spool %q: give a positive size such as 16GiB", f.maxSpool)}
 	}
 	if f.maxSandboxes <= 0 {
 		return usageError{fmt.Errorf("--max-sandboxes %d: give a positive number", f.maxSandboxes)}
@@ -241,7 +252,7 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 	}
 	svc := service.New(g.root, host, opts...)
 	srv, err := server.New(server.Options{
-		Service: svc, Token: token, MaxBody: int64(maxBody), MaxConnections: f.maxConnections,
+		Service: svc, Token: token, MaxBody: int64(maxBody), MaxConnections: f.maxConnections, MaxSpool: int64(maxSpool),
 		Sweep: true,
 		// MCP's streamable HTTP, behind the same token.
 		Extra: map[string]http.Handler{

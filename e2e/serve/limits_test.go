@@ -4,9 +4,12 @@ package serve
 
 import (
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -176,5 +179,51 @@ func TestServeCeilings(t *testing.T) {
 	}
 	if res, text := tool(t, cs, "run_code", map[string]any{"language": "python", "code": "print(6*7)", "timeout_s": 60}); res.IsError || !strings.Contains(text, "42") {
 		t.Errorf("MCP run_code at the ceiling: %v %q", res.IsError, text)
+	}
+}
+
+// A download is spooled whole on airlock's root before it is sent; a
+// client that stops reading holds its spool. --max-spool bounds them all
+// together: past it a download is refused as unavailable, naming the
+// flag, and a spool is given back when its client goes.
+func TestServeMaxSpool(t *testing.T) {
+	s := startServer(t, "--max-spool", "16MiB")
+	a := s.apis()[1]
+	si := a.create(t, nil)
+	if res := a.exec(t, si.ID, map[string]any{"argv": []string{"sh", "-c", "yes abcdefghijklmnop | head -c 12582912 > /home/user/big"}}); res.ExitCode != 0 {
+		t.Fatalf("writing the file: %+v", res)
+	}
+	path := "/v1/sandboxes/" + si.ID + "/files?path=/home/user/big"
+
+	// The stalled client reads the headers and nothing more: 12MiB is more
+	// than loopback's buffers take, so its handler holds the spool.
+	req, _ := http.NewRequest("GET", a.base+path, nil)
+	req.Header.Set("Authorization", "Bearer "+a.token)
+	stalled, err := (&http.Client{Transport: &http.Transport{}}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stalled.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(stalled.Body)
+		t.Fatalf("the first download: %d %.300s", stalled.StatusCode, b)
+	}
+
+	var e apiError
+	st, _, body := a.do(t, "GET", path, nil)
+	if err := json.Unmarshal(body, &e); err != nil || st != http.StatusServiceUnavailable || e.Error.Kind != "unavailable" || !strings.Contains(e.Error.Message, "--max-spool 16MiB") {
+		t.Fatalf("a second download with the spool held: %d %.300s", st, body)
+	}
+
+	stalled.Body.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, _, body = a.do(t, "GET", path, nil)
+		if st == http.StatusOK && len(body) == 12<<20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("once the stalled client went: %d, %d bytes", st, len(body))
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

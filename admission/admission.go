@@ -71,13 +71,20 @@ func (g *Gate) Admit() (release func(), err error) {
 	if n := len(list) + g.pending; n >= g.max {
 		return nil, &OverLimitError{Live: n, Max: g.max}
 	}
-	g.pending++
+	return Reserve(&g.mu, &g.pending), nil
+}
+
+// Reserve counts one more pending admission in *pending, which mu guards
+// and the caller holds, and returns what takes it back: once, however
+// often it is called.
+func Reserve(mu *sync.Mutex, pending *int) (release func()) {
+	*pending++
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			g.mu.Lock()
-			g.pending--
-			g.mu.Unlock()
+			mu.Lock()
+			*pending--
+			mu.Unlock()
 		})
-	}, nil
+	}
 }

@@ -23,4 +23,9 @@
 //     error.
 //   - A sandbox made here gets the runner's TTL and idle timeout, enforced
 //     by its supervisor, so a client that disappears leaks nothing.
+//   - Sessions over streamable HTTP are capped (WithMaxSessions): past the
+//     cap a new one is refused as over_limit (429, airlock's error shape)
+//     before the SDK sees it, and open ones go on. The count is read from
+//     the SDK's own list of sessions, never kept beside it, so a session
+//     ended by DELETE or the SDK's idle timeout frees its slot.
 package mcpserver

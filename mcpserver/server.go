@@ -17,6 +17,11 @@ type Server struct {
 	log     *slog.Logger
 	version string
 	mcp     *mcp.Server
+	// maxSessions caps the sessions open at once over streamable HTTP;
+	// sessionTimeout closes one idle that long.
+	maxSessions    int
+	sessionTimeout time.Duration
+	gate           *sessionGate
 }
 
 // Option configures a Server.
@@ -28,11 +33,18 @@ func WithLogger(l *slog.Logger) Option { return func(s *Server) { s.log = l } }
 // WithVersion sets the version the server reports to clients.
 func WithVersion(v string) Option { return func(s *Server) { s.version = v } }
 
+// WithMaxSessions caps the sessions open at once over streamable HTTP
+// (HTTPHandler); past it a new session is refused as over_limit (429)
+// until one closes. The default is DefaultMaxSessions; below 1, every new
+// session is refused. Sessions over stdio or a caller's own transport do
+// not count.
+func WithMaxSessions(n int) Option { return func(s *Server) { s.maxSessions = n } }
+
 // New returns a Server whose tools work through svc: its engines, its
 // admission (run_code and sandbox_create count against airlock serve's
 // --max-sandboxes with every other face), its templates.
 func New(svc *service.Service, opts ...Option) *Server {
-	s := &Server{svc: svc, log: slog.New(slog.DiscardHandler), version: "dev"}
+	s := &Server{svc: svc, log: slog.New(slog.DiscardHandler), version: "dev", maxSessions: DefaultMaxSessions, sessionTimeout: sessionTimeout}
 	for _, o := range opts {
 		o(s)
 	}
@@ -41,6 +53,7 @@ func New(svc *service.Service, opts ...Option) *Server {
 		Logger:       s.log,
 	})
 	s.addTools()
+	s.gate = &sessionGate{srv: s.mcp, max: s.maxSessions, timeout: s.sessionTimeout, log: s.log}
 	return s
 }
 
@@ -67,11 +80,14 @@ const sessionTimeout = 30 * time.Minute
 // HTTPHandler serves the streamable HTTP transport. It does no
 // authentication: mount it behind the caller's (airlock serve's bearer
 // token). Requests arriving on a loopback address with a Host that is not
-// loopback are refused (DNS rebinding), and bodies are capped.
+// loopback are refused (DNS rebinding), and bodies are capped. A request
+// that would open a session past WithMaxSessions is refused with 429 and
+// airlock's error shape (kind over_limit); requests on open sessions
+// always pass. Every handler of one Server shares its cap.
 func (s *Server) HTTPHandler() http.Handler {
-	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, &mcp.StreamableHTTPOptions{
+	return s.gate.wrap(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, &mcp.StreamableHTTPOptions{
 		Logger:              s.log,
-		SessionTimeout:      sessionTimeout,
+		SessionTimeout:      s.sessionTimeout,
 		MaxRequestBodyBytes: maxMessage,
-	})
+	}))
 }

@@ -28,7 +28,7 @@ import (
 
 type serveFlags struct {
 	socket, listen, tokenFile, tlsCert, tlsKey, maxBody, maxSpool, addrFile string
-	maxSandboxes, maxConnections                                            int
+	maxSandboxes, maxConnections, maxMCPSessions                            int
 	pools, sandboxPools, runCode                                            []string
 	poolExhausted                                                           string
 	poolMaxAge                                                              time.Duration
@@ -121,7 +121,14 @@ template alone claims one from the template's SandboxWarmPool there (as
 airlock sandbox create --engine kube does); exec (answered whole, not
 streamed), one-file transfers, inspect, list and delete reach it by id.
 Everything else about it (trees, pause, the WebSocket) is refused,
-saying so. docs/kubernetes.md.`,
+saying so. docs/kubernetes.md.
+
+--max-mcp-sessions caps the MCP sessions open at once at /mcp. A session
+lives from a client's initialize until the client closes it (DELETE /mcp)
+or it has been idle for 30 minutes; past the cap a new one is refused
+with 429 over_limit, while requests on open sessions go on. A client that
+connects for each task and never closes its sessions fills the cap: make
+it close them, or raise the cap.`,
 		Example: `  airlock serve
   airlock serve --listen 127.0.0.1:8787
   curl --unix-socket /run/airlock/airlock.sock -d '{"argv":["python3","-c","print(6*7)"]}' http://airlock/v1/runs
@@ -139,6 +146,7 @@ saying so. docs/kubernetes.md.`,
 	fl.StringVar(&f.tlsKey, "tls-key", "", "TLS key for --listen")
 	fl.IntVar(&f.maxSandboxes, "max-sandboxes", server.DefaultMaxSandboxes, "cap on live sandboxes plus one-shot runs in progress (429 over_limit past it)")
 	fl.IntVar(&f.maxConnections, "max-connections", server.DefaultMaxConnections, "cap on the connections open at once on each listener (new ones wait past it)")
+	fl.IntVar(&f.maxMCPSessions, "max-mcp-sessions", mcpserver.DefaultMaxSessions, "cap on the MCP sessions open at once at /mcp (a new one is refused with 429 over_limit past it; closing one, or its 30m idle timeout, frees its slot)")
 	fl.StringVar(&f.maxBody, "max-body", units.Bytes(server.DefaultMaxBody).String(), "cap on JSON request bodies")
 	fl.StringVar(&f.maxSpool, "max-spool", units.Bytes(server.DefaultMaxSpool).String(), "cap on the bytes all downloads in progress hold on airlock's root (503 unavailable past it)")
 	fl.StringVar(&f.addrFile, "addr-file", "", "write the TCP address here once listening (for --listen 127.0.0.1:0)")
@@ -173,6 +181,9 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 	}
 	if f.maxConnections <= 0 {
 		return usageError{fmt.Errorf("--max-connections %d: give a positive number", f.maxConnections)}
+	}
+	if f.maxMCPSessions <= 0 {
+		return usageError{fmt.Errorf("--max-mcp-sessions %d: give a positive number", f.maxMCPSessions)}
 	}
 	pools, err := parsePools(f.pools, false)
 	if err != nil {
@@ -256,7 +267,7 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 		Sweep: true,
 		// MCP's streamable HTTP, behind the same token.
 		Extra: map[string]http.Handler{
-			"/mcp": mcpserver.New(svc, mcpserver.WithLogger(g.serverLogger()), mcpserver.WithVersion(version)).HTTPHandler(),
+			"/mcp": mcpserver.New(svc, mcpserver.WithLogger(g.serverLogger()), mcpserver.WithVersion(version), mcpserver.WithMaxSessions(f.maxMCPSessions)).HTTPHandler(),
 		},
 		Log: g.serverLogger(),
 	})

@@ -692,7 +692,7 @@ func advCases(h *advHost, r *advRuns) []advCase {
 	// gVisor has no drop_caches.
 	refused("filesystem", "proc_sys_vm", gvisorOr(layerGVisor, layerConfig), gvisorOr(syscall.ENOENT, syscall.EACCES))
 	// gVisor has none of these files; runc masks them.
-	for _, name := range []string{"kcore", "keys", "timer_list", "sched_debug"} {
+	for _, name := range []string{"kcore", "keys", "timer_list", "sched_debug", "interrupts"} {
 		want, outcome := errnoIs(syscall.ENOENT), "ENOENT (gVisor has none)"
 		if isolationName == "seccomp" {
 			want, outcome = runcMasked("/proc/" + name)

@@ -132,7 +132,7 @@ func dockerDefault() (*container.Config, *container.HostConfig) {
 		OomScoreAdj: 500,
 		// The same masked and read-only /proc and /sys paths as the OCI
 		// spec; Docker's own defaults leave /proc/cmdline readable.
-		MaskedPaths:   slices.Clone(ociMaskedPaths),
+		MaskedPaths:   maskedPaths(),
 		ReadonlyPaths: slices.Clone(ociReadonlyPaths),
 		Binds:         nil,
 		Mounts:        nil,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"path"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -82,11 +83,14 @@ const ociCPUPeriod = 100000
 var refusedAnnotations = []string{"dev.gvisor.", "io.kubernetes."}
 
 // Paths the program must not read (masked) or write (read-only), as in
-// runc's and containerd's defaults, plus /proc/cmdline.
+// runc's and containerd's defaults, plus /proc/cmdline. /proc/interrupts
+// and each CPU's thermal_throttle are side channels (GHSA-6fw5-f8r9-fgfm),
+// masked by moby since 28: airlock's list replaces dockerd's.
 var (
 	ociMaskedPaths = []string{
 		"/proc/acpi",
 		"/proc/asound",
+		"/proc/interrupts",
 		"/proc/kcore",
 		"/proc/keys",
 		"/proc/latency_stats",
@@ -201,7 +205,7 @@ func ociDefault() *specs.Spec {
 			Resources: &specs.LinuxResources{
 				Devices: ociDevices(),
 			},
-			MaskedPaths:   slices.Clone(ociMaskedPaths),
+			MaskedPaths:   maskedPaths(),
 			ReadonlyPaths: slices.Clone(ociReadonlyPaths),
 			// A later change adds the profiles.
 			Seccomp: nil,
@@ -635,10 +639,21 @@ func checkOCIMount(m specs.Mount, tmpSource string, binds []Bind) string {
 	return "binds " + strconv.Quote(m.Source) + ", which is not one of airlock's binds"
 }
 
+// maskedPaths is ociMaskedPaths and the host's per-CPU thermal_throttle
+// directories (hostThermal).
+func maskedPaths() []string { return append(slices.Clone(ociMaskedPaths), hostThermal()...) }
+
+// hostThermal lists the host's per-CPU thermal_throttle directories; a
+// CPU without one has nothing to mask. Golden tests fix it.
+var hostThermal = func() []string {
+	dirs, _ := filepath.Glob("/sys/devices/system/cpu/cpu[0-9]*/thermal_throttle")
+	return dirs
+}
+
 // checkPaths reports, through bad, each of the paths OCISpec masks or
 // makes read-only that masked or readonly lacks.
 func checkPaths(masked, readonly []string, bad func(format string, args ...any)) {
-	for _, p := range ociMaskedPaths {
+	for _, p := range maskedPaths() {
 		if !slices.Contains(masked, p) {
 			bad("%s not masked", p)
 		}

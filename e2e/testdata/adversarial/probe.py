@@ -122,7 +122,8 @@ attempt("proc_sys_hostname", lambda: os.close(os.open("/proc/sys/kernel/hostname
 attempt("proc_sysrq_trigger", lambda: os.close(os.open("/proc/sysrq-trigger", os.O_WRONLY)))
 attempt("proc_sys_vm", lambda: os.close(os.open("/proc/sys/vm/drop_caches", os.O_WRONLY)))
 for name, path in (("proc_kcore", "/proc/kcore"), ("proc_keys", "/proc/keys"), ("proc_cmdline", "/proc/cmdline"),
-                   ("proc_timer_list", "/proc/timer_list"), ("proc_sched_debug", "/proc/sched_debug")):
+                   ("proc_timer_list", "/proc/timer_list"), ("proc_sched_debug", "/proc/sched_debug"),
+                   ("proc_interrupts", "/proc/interrupts")):
     try:
         b = read_file(path)
         say(name, "empty" if not b else "read", b.hex())

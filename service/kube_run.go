@@ -1,7 +1,10 @@
 package service
 
 import (
+	"cmp"
 	"context"
+	"crypto/ed25519"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/kube/claim"
 	"github.com/airlock-sandbox/airlock/kube/cluster"
+	"github.com/airlock-sandbox/airlock/receipt"
 	"github.com/airlock-sandbox/airlock/runner"
 )
 
@@ -25,8 +29,9 @@ type KubeRun struct {
 	Template string
 	Argv     []string
 	// Start bounds the wait for the pod to start running (default 2m);
-	// the pod's activeDeadlineSeconds bounds its run.
-	Start time.Duration
+	// the pod's activeDeadlineSeconds bounds its run, and Grace (default
+	// 1m) how long past that the run waits for the node to say it ended.
+	Start, Grace time.Duration
 	// Progress, when set, is told what the run waits for.
 	Progress func(string)
 	// JobID and ExpectedStdout make the run a batch job's: the node signs
@@ -46,15 +51,22 @@ var ErrNodeLost = errors.New("the pod's node was lost")
 // still Ready.
 const nodeCheck = 2 * time.Second
 
-// kubeLogCap is how much of a one-shot pod's log a result keeps.
+// kubeLogCap is how much of a one-shot pod's log a result reads.
 const kubeLogCap = 16 << 20
 
+// kubeGrace is how long past its pod's activeDeadlineSeconds a run waits
+// for the node to end it.
+const kubeGrace = time.Minute
+
 // RunKube runs o.Argv once in a pod of its own on the cluster, waits for
-// its end, reads its log and deletes the pod. The result's reason and
-// exit code are the node's (an airlock node writes airlock's reason word
-// as the container's terminated reason); its stdout is the pod's log,
-// stdout and stderr as one stream. A pod the node refuses is invalid
-// input naming the field.
+// its end, and deletes the pod. The result is the Result the pod's
+// airlock node signed, once its receipt verifies against the key the node
+// publishes, for o's job and argv (see verifyResult); a pod whose node
+// gave none has the reason and exit code of its container's terminated
+// state (an airlock node writes airlock's reason word there) and its log
+// as stdout, stdout and stderr as one stream. A pod the node refuses is
+// invalid input naming the field. The wait ends when the pod's phase is
+// Succeeded or Failed, or Grace past its activeDeadlineSeconds.
 func (s *Service) RunKube(ctx context.Context, o KubeRun) (res runner.Result, err error) {
 	res = runner.Result{Engine: claim.Engine, Reason: runner.ReasonError, ExitCode: -1}
 	release, err := s.gate.Admit()
@@ -69,6 +81,9 @@ func (s *Service) RunKube(ctx context.Context, o KubeRun) (res runner.Result, er
 	ns := o.Config.NamespaceOr(o.Namespace)
 	if o.Start <= 0 {
 		o.Start = claim.DefaultTimeout
+	}
+	if o.Grace <= 0 {
+		o.Grace = kubeGrace
 	}
 	c := cluster.New(o.Config)
 	tpl, err := c.SandboxTemplatePod(ctx, ns, o.Template)
@@ -98,33 +113,38 @@ func (s *Service) RunKube(ctx context.Context, o KubeRun) (res runner.Result, er
 		}
 	}()
 	progress(fmt.Sprintf("pod %s/%s made from SandboxTemplate %q on %s; waiting for its end", ns, name, o.Template, o.Config.Server))
-	started := time.Now()
-	deadline := started.Add(o.Start)
+	deadline := time.Now().Add(o.Start) // to start
+	var endBy time.Time                 // to end, once started
 	var checked time.Time
+	var node string // the pod's, once bound
 	for {
 		p, err := c.Pod(ctx, ns, name)
 		if err != nil && !errdefs.IsUnavailable(err) {
 			return res, fmt.Errorf("reading pod %s/%s: %w", ns, name, err)
 		}
 		if err == nil {
+			node = p.Spec.NodeName
 			if p.Status.Reason == "AirlockRefused" {
-				return res, fmt.Errorf("%w: pod %s/%s refused by node %s: %s", errdefs.ErrInvalidArgument, ns, name, p.Spec.NodeName, p.Status.Message)
+				return res, fmt.Errorf("%w: pod %s/%s refused by node %s: %s", errdefs.ErrInvalidArgument, ns, name, node, cluster.Printable(p.Status.Message))
 			}
 			if p.Status.Reason == "AirlockNodeLost" {
 				// airlock node controller failed it: its node's lease expired.
 				return res, fmt.Errorf("%w: %w: pod %s/%s: %s; the run can be tried again",
-					errdefs.ErrUnavailable, ErrNodeLost, ns, name, p.Status.Message)
+					errdefs.ErrUnavailable, ErrNodeLost, ns, name, cluster.Printable(p.Status.Message))
 			}
-			if p.Status.Phase != "Pending" {
-				deadline = time.Time{} // started: the pod's own deadline holds
+			if p.Status.Phase != "Pending" && endBy.IsZero() {
+				// Started: the pod's own deadline holds, and the node,
+				// whose clock started before this one saw it, ends it by
+				// then. A node that does not is not waited on for ever.
+				deadline, endBy = time.Time{}, time.Now().Add(activeDeadline(p)+o.Grace)
 			}
-			if ended(p) {
-				return kubeResult(ctx, c, res, p)
+			if p.Status.Phase == "Succeeded" || p.Status.Phase == "Failed" {
+				return kubeResult(ctx, c, res, ns, name, p, o)
 			}
 			if n := p.Spec.NodeName; n != "" && time.Since(checked) >= nodeCheck {
 				checked = time.Now()
-				node, err := c.Node(ctx, n)
-				if err == nil && !node.Ready() {
+				nd, err := c.Node(ctx, n)
+				if err == nil && !nd.Ready() {
 					return res, fmt.Errorf("%w: %w: node %s is not Ready (its lease expired, or it said so) while pod %s/%s was on it; the pod is deleted, and the run can be tried again",
 						errdefs.ErrUnavailable, ErrNodeLost, n, ns, name)
 				}
@@ -134,6 +154,10 @@ func (s *Service) RunKube(ctx context.Context, o KubeRun) (res runner.Result, er
 			return res, fmt.Errorf("%w: pod %s/%s did not start within %v; see `kubectl describe pod -n %s %s` (no airlock node with room?)",
 				errdefs.ErrUnavailable, ns, name, o.Start, ns, name)
 		}
+		if !endBy.IsZero() && time.Now().After(endBy) {
+			return res, fmt.Errorf("%w: pod %s/%s was still not ended %v past its activeDeadlineSeconds; its node %q did not end it, and the pod is deleted",
+				errdefs.ErrUnavailable, ns, name, o.Grace, node)
+		}
 		select {
 		case <-ctx.Done():
 			return res, ctx.Err()
@@ -142,36 +166,56 @@ func (s *Service) RunKube(ctx context.Context, o KubeRun) (res runner.Result, er
 	}
 }
 
-// ended says whether p's program has ended with a known outcome.
-func ended(p *cluster.Pod) bool {
-	if p.Status.Phase != "Succeeded" && p.Status.Phase != "Failed" {
-		return false
+// activeDeadline is how long pod p may run: its activeDeadlineSeconds,
+// else the TTL an airlock node gives a pod without one.
+func activeDeadline(p *cluster.Pod) time.Duration {
+	if d := p.Spec.ActiveDeadlineSeconds; d != nil && *d > 0 {
+		return time.Duration(*d) * time.Second
 	}
-	cs := p.Status.ContainerStatuses
-	return len(cs) == 1 && cs[0].State.Terminated != nil
+	return runner.DefaultTTL
 }
 
-// kubeResult reads an ended pod's outcome: the Result its airlock node
-// gave, receipt and separate streams included, or else its terminated
-// state and log.
-func kubeResult(ctx context.Context, c *cluster.Client, res runner.Result, p *cluster.Pod) (runner.Result, error) {
+// kubeResult reads the outcome of p, the ended pod ns/name: the Result
+// its airlock node gave, once it verifies (receipt and separate streams
+// included), or else its terminated state and log.
+func kubeResult(ctx context.Context, c *cluster.Client, res runner.Result, ns, name string, p *cluster.Pod, o KubeRun) (runner.Result, error) {
+	node := p.Spec.NodeName
 	if cd := p.Condition(cluster.ResultCondition); cd != nil {
 		var nr runner.Result
 		if err := json.Unmarshal([]byte(cd.Message), &nr); err != nil || nr.Receipt == nil {
 			return res, fmt.Errorf("%w: pod %s/%s's %s condition, from node %s, is not a Result with a receipt (%v)",
-				errdefs.ErrDataLoss, p.Metadata.Namespace, p.Metadata.Name, cluster.ResultCondition, p.Spec.NodeName, err)
+				errdefs.ErrDataLoss, ns, name, cluster.ResultCondition, node, err)
+		}
+		if err := verifyResult(ctx, c, p, o, nr); err != nil {
+			return res, fmt.Errorf("%w: pod %s/%s's Result (its %s condition) is not node %s's for this run: %w",
+				errdefs.ErrDataLoss, ns, name, cluster.ResultCondition, node, err)
 		}
 		return nr, nil
 	}
-	term := p.Status.ContainerStatuses[0].State.Terminated
-	log, err := c.PodLog(ctx, p.Metadata.Namespace, p.Metadata.Name, claim.Container, kubeLogCap)
+	cs := p.Status.ContainerStatuses
+	if len(cs) != 1 || cs[0].State.Terminated == nil {
+		// Failed by the cluster before it ran (a kubelet's admission), or
+		// a node's word that says nothing.
+		why := cmp.Or(p.Status.Reason, "no reason given")
+		if p.Status.Message != "" {
+			why += ": " + p.Status.Message
+		}
+		return res, fmt.Errorf("%w: pod %s/%s ended %s on node %s with no Result and no ended container: %s; see `kubectl describe pod -n %s %s`",
+			errdefs.ErrUnavailable, ns, name, cluster.Printable(p.Status.Phase), node, cluster.Printable(why), ns, name)
+	}
+	term := cs[0].State.Terminated
+	log, cut, err := c.PodLog(ctx, ns, name, claim.Container, kubeLogCap)
 	if err != nil {
-		return res, fmt.Errorf("reading the log of pod %s/%s: %w", p.Metadata.Namespace, p.Metadata.Name, err)
+		return res, fmt.Errorf("reading the log of pod %s/%s: %w", ns, name, err)
 	}
 	var out capture
 	out.Write(log)
 	res.Stdout = out.stream()
-	res.Stdout.Truncated = res.Stdout.Truncated || int64(len(log)) >= kubeLogCap
+	if cut {
+		// The log went on past what was read: its size and hash are
+		// unknown, so the stream says only what was read.
+		res.Stdout.Truncated, res.Stdout.SHA256 = true, ""
+	}
 	res.ExitCode, res.Reason = term.ExitCode, runner.ReasonExited
 	if r := runner.Reason(term.Reason); slices.Contains(kubeReasons, r) {
 		res.Reason = r
@@ -181,6 +225,89 @@ func kubeResult(ctx context.Context, c *cluster.Client, res runner.Result, p *cl
 		res.DurationMS = term.FinishedAt.Sub(*term.StartedAt).Milliseconds()
 	}
 	return res, nil
+}
+
+// verifyResult holds nr, the Result in pod p's ResultCondition, to the
+// run o asked for. Whoever may update pods/status can write that
+// condition (airlock node controller's credentials reach every pod's),
+// but only the pod's node holds the key its receipts are signed with,
+// published on its Node (cluster.AnnotationReceiptKey): the receipt must
+// verify against that key, be of a version that binds the Result around
+// it, name o's job ("" outside a batch) and the hash of o.Argv, and the
+// Result, as the run or batch gives it on, must agree with it field by
+// field.
+//
+// The receipt binds no pod: an older Result the same node signed for the
+// same job and argv (an earlier run of it) passes these checks.
+func verifyResult(ctx context.Context, c *cluster.Client, p *cluster.Pod, o KubeRun, nr runner.Result) error {
+	node := p.Spec.NodeName
+	if node == "" {
+		return fmt.Errorf("the pod names no node, whose key would verify it")
+	}
+	n, err := c.Node(ctx, node)
+	if err != nil {
+		return fmt.Errorf("reading node %s, whose receipt key verifies it: %w", node, err)
+	}
+	pub, err := base64.StdEncoding.DecodeString(n.Metadata.Annotations[cluster.AnnotationReceiptKey])
+	if err != nil || len(pub) != ed25519.PublicKeySize {
+		return fmt.Errorf("node %s publishes no receipt key (the annotation %s on its Node is not a base64 ed25519 public key): it is no airlock node", node, cluster.AnnotationReceiptKey)
+	}
+	s := *nr.Receipt
+	if err := receipt.Verify(s, pub); err != nil {
+		return fmt.Errorf("its receipt does not verify against node %s's key %s: %w", node, receipt.KeyID(pub), err)
+	}
+	if s.Legacy() {
+		return fmt.Errorf("its receipt is version 1, which binds no Result around it")
+	}
+	if r := s.Receipt; r.JobID != o.JobID {
+		return fmt.Errorf("its receipt is for job %q, not %q", r.JobID, o.JobID)
+	}
+	argv, err := receipt.Hash(o.Argv)
+	if err != nil {
+		return err
+	}
+	if got := s.Receipt.ArgvSHA256; got != argv {
+		return fmt.Errorf("its receipt's argv_sha256 is %q, not %s, the hash of the argv sent", got, argv)
+	}
+	// The verdict is the node's, on the expected stdout it was given (an
+	// annotation, which pods/status can change before the node reads it):
+	// it must be this run's, on its Result.
+	if got, want := s.Receipt.Pass, passOf(nr, o.ExpectedStdout); !equalPass(got, want) {
+		return fmt.Errorf("its receipt's verdict (pass %s) is not the verdict on the expected stdout sent (%s)", showPass(got), showPass(want))
+	}
+	// A batch gives the Result on as a job's line, with the job's id and
+	// the receipt's verdict.
+	var line any = nr
+	if o.JobID != "" {
+		line = runner.BatchResult{JobID: o.JobID, Pass: s.Receipt.Pass, Result: nr}
+	}
+	b, err := json.Marshal(line)
+	if err != nil {
+		return err
+	}
+	if err := receipt.CheckResult(b); err != nil {
+		return fmt.Errorf("it disagrees with its receipt: %w", err)
+	}
+	return nil
+}
+
+// passOf is a batch job's verdict, as a node gives it: the program exited
+// 0 and printed exactly expected. Nil when there is nothing expected.
+func passOf(res runner.Result, expected *string) *bool {
+	if expected == nil {
+		return nil
+	}
+	pass := res.Reason == runner.ReasonExited && res.ExitCode == 0 && !res.Stdout.Truncated && string(res.Stdout.Head) == *expected
+	return &pass
+}
+
+func equalPass(a, b *bool) bool { return a == nil && b == nil || a != nil && b != nil && *a == *b }
+
+func showPass(p *bool) string {
+	if p == nil {
+		return "none"
+	}
+	return fmt.Sprint(*p)
 }
 
 // kubeReasons are the reason words an airlock node writes that a result

@@ -2,16 +2,26 @@ package service
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/containerd/errdefs"
 
+	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/kube/claim"
 	"github.com/airlock-sandbox/airlock/kube/cluster"
+	"github.com/airlock-sandbox/airlock/kube/cluster/clustertest"
 	"github.com/airlock-sandbox/airlock/receipt"
 	"github.com/airlock-sandbox/airlock/runner"
 )
@@ -51,28 +61,6 @@ func TestOneShotPod(t *testing.T) {
 	}
 }
 
-// An ended pod's Result is the node's, when it gave one; a condition that
-// is not a Result with a receipt is refused, not taken.
-func TestKubeResultFromNode(t *testing.T) {
-	nr := runner.Result{ID: "e1", SandboxID: "sb1", Engine: "oci", Reason: runner.ReasonExited, ExitCode: 3, Receipt: &receipt.Signed{KeyID: "k"}}
-	b, _ := json.Marshal(nr)
-	pod := func(msg string) *cluster.Pod {
-		p := &cluster.Pod{}
-		p.Status.Phase = "Failed"
-		p.Status.Conditions = []cluster.Condition{{Type: "Ready", Status: "False"}, {Type: cluster.ResultCondition, Status: "True", Message: msg}}
-		return p
-	}
-	got, err := kubeResult(context.Background(), nil, runner.Result{}, pod(string(b)))
-	if err != nil || got.ID != "e1" || got.ExitCode != 3 || got.Receipt == nil {
-		t.Errorf("result from the node: %+v, %v", got, err)
-	}
-	for _, bad := range []string{"not json", `{"id":"e1","exit_code":0}`, `[]`} {
-		if _, err := kubeResult(context.Background(), nil, runner.Result{}, pod(bad)); !errdefs.IsDataLoss(err) {
-			t.Errorf("%q: err = %v, want data loss", bad, err)
-		}
-	}
-}
-
 // sandbox ls's ENDS column is a cluster sandbox's pod deadline.
 func TestKubeInfoDeadline(t *testing.T) {
 	end := time.Date(2026, 1, 2, 3, 14, 5, 0, time.UTC)
@@ -95,5 +83,272 @@ func TestCreateKubeForRefusals(t *testing.T) {
 	}
 	if _, err := s.CreateKubeFor(ctx, "kt", nil, 0); !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "kubeconfig") {
 		t.Errorf("a kubeconfig that is gone: %v; want unavailable, naming it", err)
+	}
+}
+
+// oneShotAPI is the part of an API server a one-shot run meets:
+// SandboxTemplate "py", pod "py-run-abc" made from it, whose status is
+// status's (the node's word, or whoever else writes pods/status), node
+// "n1", which publishes key, and the pod's log.
+type oneShotAPI struct {
+	mu      sync.Mutex
+	status  map[string]any
+	key     string
+	log     []byte
+	deletes int
+}
+
+func (a *oneShotAPI) handler() http.Handler {
+	m := http.NewServeMux()
+	m.HandleFunc("GET /apis/extensions.agents.x-k8s.io/v1beta1/namespaces/default/sandboxtemplates/py", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"spec":{"podTemplate":{"metadata":{},"spec":{"activeDeadlineSeconds":1,"containers":[{"name":"sandbox","image":"x"}]}}}}`))
+	})
+	m.HandleFunc("POST /api/v1/namespaces/default/pods", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"metadata":{"name":"py-run-abc","namespace":"default"}}`))
+	})
+	m.HandleFunc("GET /api/v1/namespaces/default/pods/py-run-abc", func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		json.NewEncoder(w).Encode(map[string]any{
+			"metadata": map[string]any{"name": "py-run-abc", "namespace": "default"},
+			"spec":     map[string]any{"nodeName": "n1", "activeDeadlineSeconds": 1},
+			"status":   a.status,
+		})
+	})
+	m.HandleFunc("GET /api/v1/namespaces/default/pods/py-run-abc/log", func(w http.ResponseWriter, r *http.Request) {
+		w.Write(a.log)
+	})
+	m.HandleFunc("DELETE /api/v1/namespaces/default/pods/py-run-abc", func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		a.deletes++
+		a.mu.Unlock()
+		w.Write([]byte(`{}`))
+	})
+	m.HandleFunc("GET /api/v1/nodes/n1", func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(map[string]any{
+			"metadata": map[string]any{"name": "n1", "annotations": map[string]string{cluster.AnnotationReceiptKey: a.key}},
+			"status":   map[string]any{"conditions": []any{map[string]any{"type": "Ready", "status": "True"}}},
+		})
+	})
+	return m
+}
+
+// run runs o, its Config and Template filled in, against a.
+func (a *oneShotAPI) run(t *testing.T, ctx context.Context, o KubeRun) (runner.Result, error) {
+	t.Helper()
+	o.Config, _ = clustertest.Serve(t, a.handler())
+	o.Template = "py"
+	return New(t.TempDir(), nil).RunKube(ctx, o)
+}
+
+// ended is the status of a pod whose program ended with code, and whose
+// Result condition, when result is not "", is result.
+func ended(code int, result string) map[string]any {
+	st := map[string]any{"phase": "Succeeded",
+		"containerStatuses": []any{map[string]any{"name": "sandbox", "state": map[string]any{"terminated": map[string]any{"exitCode": code, "reason": "exited"}}}}}
+	if code != 0 {
+		st["phase"] = "Failed"
+	}
+	if result != "" {
+		st["conditions"] = []any{map[string]any{"type": "Ready", "status": "False"}, map[string]any{"type": cluster.ResultCondition, "status": "True", "message": result}}
+	}
+	return st
+}
+
+func hexSum(b string) string {
+	s := sha256.Sum256([]byte(b))
+	return hex.EncodeToString(s[:])
+}
+
+// nodeResult is the Result, as JSON, an airlock node gives for an exec of
+// argv for job that exited code after printing stdout, its receipt signed
+// with key, with the verdict on "42\n" when job is not "".
+func nodeResult(t *testing.T, key ed25519.PrivateKey, job string, argv []string, code int, stdout string) []byte {
+	return judgedResult(t, key, job, argv, code, stdout, "42\n")
+}
+
+// judgedResult is nodeResult, the verdict on expected.
+func judgedResult(t *testing.T, key ed25519.PrivateKey, job string, argv []string, code int, stdout, expected string) []byte {
+	t.Helper()
+	pol := isolation.Record{
+		Isolation: isolation.GVisor,
+		Limits:    isolation.LimitsRecord{TimeoutMS: 30000, MemoryBytes: 512 << 20, MilliCPUs: 1000, CPUs: 1, Pids: 256, OutputBytes: 1 << 20, TmpBytes: 64 << 20, FileSizeBytes: 64 << 20, OpenFiles: 1024},
+		UID:       65534, GID: 65534, Hostname: "sandbox", SeccompSHA256: hexSum("seccomp"),
+		Mounts: []isolation.MountRecord{}, Runtime: isolation.RuntimeRecord{Name: "runsc", Flags: []string{"--network=none"}},
+	}
+	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	res := runner.Result{ID: "ex-0123", SandboxID: "sb-0123", Image: "sha256:" + hexSum("image"), Engine: "oci", Isolation: "gvisor", Seccomp: pol.SeccompSHA256,
+		Reason: runner.ReasonExited, ExitCode: code, DurationMS: 1500, Limits: pol.Limits,
+		Stdout:    runner.Stream{Head: []byte(stdout), Bytes: int64(len(stdout)), SHA256: hexSum(stdout)},
+		Stderr:    runner.Stream{SHA256: hexSum("")},
+		StartedAt: start, FinishedAt: start.Add(1500 * time.Millisecond)}
+	polHash, _ := receipt.Hash(pol)
+	argvHash, _ := receipt.Hash(argv)
+	var pass *bool
+	if job != "" {
+		p := code == 0 && stdout == expected
+		pass = &p
+	}
+	signed, err := receipt.Sign(key, receipt.Receipt{RunID: res.ID, SandboxID: res.SandboxID, JobID: job, Pass: pass,
+		Image: res.Image, Engine: res.Engine, Runtime: "runsc", RuntimeVersion: "release-1", Isolation: res.Isolation,
+		SeccompSHA256: res.Seccomp, Policy: pol, PolicySHA256: polHash, ArgvSHA256: argvHash,
+		Inputs: []receipt.File{}, Artifacts: []receipt.File{}, Rejected: []receipt.Rejection{},
+		Stdout: receipt.StreamOf(res.Stdout.SHA256, res.Stdout.Bytes, false, res.Stdout.Head, nil),
+		Stderr: receipt.StreamOf(res.Stderr.SHA256, 0, false, nil, nil),
+		Reason: string(res.Reason), ExitCode: code, AirlockVersion: "v1", StartedAt: res.StartedAt, FinishedAt: res.FinishedAt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Policy, res.Receipt = &signed.Receipt.Policy, &signed
+	b, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func newKey(t *testing.T) (ed25519.PrivateKey, string) {
+	pub, key, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key, base64.StdEncoding.EncodeToString(pub)
+}
+
+// A Result in a pod's status is taken only as its node signed it for this
+// run: anyone who may update pods/status (airlock node controller, across
+// the cluster) can write the condition, but not sign with the key the
+// pod's node publishes, and a genuine receipt of another job or argv, or
+// around an edited Result, is refused too.
+func TestRunKubeVerifiesResult(t *testing.T) {
+	nodeKey, nodePub := newKey(t)
+	otherKey, _ := newKey(t)
+	argv := []string{"python3", "x.py"}
+	genuine := nodeResult(t, nodeKey, "job-1", argv, 3, "41\n")
+	pass := true
+	unsigned, _ := json.Marshal(runner.Result{ID: "someone-elses-run", Engine: "oci", Reason: runner.ReasonExited, ExitCode: 0,
+		Receipt: &receipt.Signed{KeyID: "junk", Receipt: receipt.Receipt{JobID: "job-1", Pass: &pass, ArgvSHA256: strings.Repeat("0", 64)}}})
+	edited := strings.Replace(string(genuine), `"exit_code":3`, `"exit_code":0`, 1)
+	v1, err := os.ReadFile("../receipt/testdata/v1-receipt.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v1Signed receipt.Signed
+	if err := json.Unmarshal(v1, &v1Signed); err != nil {
+		t.Fatal(err)
+	}
+	v1Result, _ := json.Marshal(map[string]any{"id": "run-1", "engine": "oci", "reason": "exited", "exit_code": 0, "receipt": json.RawMessage(v1)})
+
+	for _, tc := range []struct {
+		name, key, result, says string
+		job                     string
+	}{
+		{name: "genuine", key: nodePub, result: string(genuine), job: "job-1"},
+		{name: "genuine, a run's", key: nodePub, result: string(nodeResult(t, nodeKey, "", argv, 3, "41\n"))},
+		{"unsigned", nodePub, string(unsigned), "does not verify against node n1's key", "job-1"},
+		{"another key's", nodePub, string(nodeResult(t, otherKey, "job-1", argv, 0, "42\n")), "does not verify against node n1's key", "job-1"},
+		{"another job's", nodePub, string(nodeResult(t, nodeKey, "job-2", argv, 0, "42\n")), `for job "job-2", not "job-1"`, "job-1"},
+		{"another argv's", nodePub, string(nodeResult(t, nodeKey, "job-1", []string{"true"}, 0, "42\n")), "the hash of the argv sent", "job-1"},
+		{"a run's", nodePub, string(nodeResult(t, nodeKey, "", argv, 0, "42\n")), `for job "", not "job-1"`, "job-1"},
+		{"judged on another expected stdout", nodePub, string(judgedResult(t, nodeKey, "job-1", argv, 0, "41\n", "41\n")), "not the verdict on the expected stdout sent", "job-1"},
+		{"a job's, for a run", nodePub, string(genuine), `for job "job-1", not ""`, ""},
+		{"edited", nodePub, edited, "exit_code", "job-1"},
+		{"version 1", base64.StdEncoding.EncodeToString(v1Signed.PublicKey), string(v1Result), "version 1", "job-1"},
+		{"no key on the node", "", string(genuine), "node n1 publishes no receipt key", "job-1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := &oneShotAPI{key: tc.key, status: ended(0, tc.result), log: []byte("forged\n")}
+			o := KubeRun{Argv: argv, JobID: tc.job}
+			if tc.job != "" {
+				want := "42\n"
+				o.ExpectedStdout = &want
+			}
+			res, err := a.run(t, context.Background(), o)
+			if tc.says == "" {
+				if err != nil || res.ExitCode != 3 || string(res.Stdout.Head) != "41\n" || res.Receipt == nil || res.Receipt.Receipt.JobID != tc.job {
+					t.Errorf("the node's own Result: %+v, %v", res, err)
+				}
+				return
+			}
+			if !errdefs.IsDataLoss(err) || !strings.Contains(err.Error(), tc.says) || !strings.Contains(err.Error(), "node n1") {
+				t.Errorf("err = %v; want data loss naming node n1 and %q", err, tc.says)
+			}
+			if res.Receipt != nil || res.ExitCode != -1 {
+				t.Errorf("a refused Result was taken: %+v", res)
+			}
+			if a.deletes != 1 {
+				t.Errorf("the pod was deleted %d times", a.deletes)
+			}
+		})
+	}
+}
+
+// A pod that has ended, by its phase, ends the wait whatever its
+// container statuses say; one whose node keeps it running is given up
+// Grace past its activeDeadlineSeconds, and deleted.
+func TestRunKubeWaitEnds(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status map[string]any
+		is     func(error) bool
+		says   string
+	}{
+		{"failed before it ran", map[string]any{"phase": "Failed", "reason": "OutOfcpu", "message": "Node didn't have enough resource: cpu", "containerStatuses": []any{}},
+			errdefs.IsUnavailable, "ended Failed on node n1 with no Result and no ended container: OutOfcpu: Node didn't have enough resource: cpu"},
+		{"succeeded, says nothing", map[string]any{"phase": "Succeeded"}, errdefs.IsUnavailable, "ended Succeeded on node n1 with no Result"},
+		{"running for ever", map[string]any{"phase": "Running"}, errdefs.IsUnavailable, "still not ended 300ms past its activeDeadlineSeconds"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := &oneShotAPI{status: tc.status}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			start := time.Now()
+			_, err := a.run(t, ctx, KubeRun{Argv: []string{"true"}, Start: 100 * time.Millisecond, Grace: 300 * time.Millisecond})
+			if took := time.Since(start); !tc.is(err) || !strings.Contains(err.Error(), tc.says) || errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("after %v: %v; want %q", took.Round(time.Millisecond), err, tc.says)
+			}
+			if a.deletes != 1 {
+				t.Errorf("the pod was deleted %d times", a.deletes)
+			}
+		})
+	}
+}
+
+// What a pod's status says reaches the error cut and escaped: whoever
+// writes pods/status chooses it, and it ends on a person's terminal.
+func TestRunKubeStatusMessagePrintable(t *testing.T) {
+	msg := "spec.volumes[0]: \x1b]0;pwned\x07\x1b[2J" + strings.Repeat("x", 1<<20)
+	for _, reason := range []string{"AirlockRefused", "AirlockNodeLost", "Whatever"} {
+		a := &oneShotAPI{status: map[string]any{"phase": "Failed", "reason": reason, "message": msg}}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := a.run(t, ctx, KubeRun{Argv: []string{"true"}})
+		cancel()
+		if err == nil || strings.Contains(err.Error(), "\x1b") || len(err.Error()) > 2*cluster.MaxPrintable || !strings.Contains(err.Error(), `\x1b]0;pwned`) {
+			t.Errorf("%s: the status message is not cut and escaped: %.300q (%d bytes)", reason, err, len(err.Error()))
+		}
+	}
+}
+
+// A pod whose node gave no Result has its log as stdout, read up to
+// kubeLogCap; a longer log says it was cut, and claims no size or hash
+// of the whole.
+func TestRunKubeLogCap(t *testing.T) {
+	for _, tc := range []struct {
+		size      int
+		truncated bool
+	}{{10 << 20, true}, {kubeLogCap, true}, {kubeLogCap + 1, true}, {5, false}} {
+		log := []byte(strings.Repeat("y", tc.size))
+		a := &oneShotAPI{status: ended(3, ""), log: log}
+		res, err := a.run(t, context.Background(), KubeRun{Argv: []string{"true"}})
+		if err != nil || res.ExitCode != 3 || res.Stdout.Truncated != tc.truncated {
+			t.Fatalf("a log of %d bytes: exit %d, truncated %v, %v", tc.size, res.ExitCode, res.Stdout.Truncated, err)
+		}
+		whole := tc.size <= kubeLogCap
+		if wantBytes := int64(min(tc.size, kubeLogCap)); res.Stdout.Bytes != wantBytes {
+			t.Errorf("a log of %d bytes: bytes %d, want %d", tc.size, res.Stdout.Bytes, wantBytes)
+		}
+		if wantSum := hexSum(string(log)); whole && res.Stdout.SHA256 != wantSum || !whole && res.Stdout.SHA256 != "" {
+			t.Errorf("a log of %d bytes: sha256 %q", tc.size, res.Stdout.SHA256)
+		}
 	}
 }

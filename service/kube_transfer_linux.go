@@ -23,6 +23,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/artifacts"
+	"github.com/airlock-sandbox/airlock/internal/capbuf"
 	"github.com/airlock-sandbox/airlock/kube/cluster"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/units"
@@ -31,6 +32,10 @@ import (
 // kubeDownloadCap caps one download, as the default workspace does; the
 // node's exec output cap may be lower, and then ends the exec first.
 const kubeDownloadCap = units.Bytes(1 << 30)
+
+// execStderrCap is how much of a transfer exec's stderr is kept, for its
+// error: the sandbox writes it, and may write without end.
+const execStderrCap = 4 << 10
 
 // Exit codes of the transfer scripts, for a path that cannot be used.
 const (
@@ -100,8 +105,8 @@ func (s *Service) uploadKube(ctx context.Context, id, sandboxPath string, r io.R
 	}
 	h := sha256.New()
 	counted := &countReader{r: io.TeeReader(io.LimitReader(r, max+1), h)}
-	var stderr strings.Builder
-	code, err := s.claims().Exec(ctx, id, cluster.Exec{Argv: []string{"sh", "-c", uploadScript, "airlock-cp", sandboxPath}, Stdin: counted, Stderr: &stderr})
+	stderr := capbuf.New(execStderrCap)
+	code, err := s.claims().Exec(ctx, id, cluster.Exec{Argv: []string{"sh", "-c", uploadScript, "airlock-cp", sandboxPath}, Stdin: counted, Stderr: stderr})
 	if err != nil {
 		return tr, err
 	}
@@ -140,9 +145,9 @@ func (s *Service) downloadKube(ctx context.Context, id, sandboxPath string, w io
 		err  error
 	}
 	done := make(chan ended, 1)
-	var stderr strings.Builder
+	stderr := capbuf.New(execStderrCap)
 	go func() {
-		code, err := s.claims().Exec(ctx, id, cluster.Exec{Argv: []string{"sh", "-c", downloadScript, "airlock-cp", sandboxPath}, Stdout: pw, Stderr: &stderr})
+		code, err := s.claims().Exec(ctx, id, cluster.Exec{Argv: []string{"sh", "-c", downloadScript, "airlock-cp", sandboxPath}, Stdout: pw, Stderr: stderr})
 		pw.Close()
 		done <- ended{code, err}
 	}()

@@ -32,6 +32,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/artifacts"
+	"github.com/airlock-sandbox/airlock/internal/capbuf"
 	"github.com/airlock-sandbox/airlock/kube/cluster"
 	"github.com/airlock-sandbox/airlock/runner"
 )
@@ -191,8 +192,8 @@ func (s *Service) kubeMkdir(ctx context.Context, id, p string, parents bool) err
 	if parents {
 		argv = append(argv, "-p")
 	}
-	var stderr strings.Builder
-	code, err := s.claims().Exec(ctx, id, cluster.Exec{Argv: argv, Stderr: &stderr})
+	stderr := capbuf.New(execStderrCap)
+	code, err := s.claims().Exec(ctx, id, cluster.Exec{Argv: argv, Stderr: stderr})
 	if err != nil {
 		return err
 	}
@@ -269,9 +270,10 @@ func (s *Service) downloadTreeKube(ctx context.Context, id, dir string, sink run
 	lim := kubeTreeLimits()
 	listCtx, stopList := context.WithCancel(ctx)
 	defer stopList()
-	var out, stderr bytes.Buffer
+	var out bytes.Buffer
+	stderr := capbuf.New(execStderrCap)
 	capped := &capWriter{w: &out, left: maxListing, stop: stopList}
-	code, err := s.claims().Exec(listCtx, id, cluster.Exec{Argv: []string{"sh", "-c", listScript, "airlock-cp", dir}, Stdout: capped, Stderr: &stderr})
+	code, err := s.claims().Exec(listCtx, id, cluster.Exec{Argv: []string{"sh", "-c", listScript, "airlock-cp", dir}, Stdout: capped, Stderr: stderr})
 	if err := ctx.Err(); err != nil {
 		return sum, err
 	}

@@ -50,7 +50,7 @@ func batchKube(cmd *cobra.Command, g *globals, f *batchFlags, jobs []runner.Job,
 		return kubeJob(ctx, svc, o, j, func(s string) {
 			mu.Lock()
 			defer mu.Unlock()
-			fmt.Fprintf(stderr, "airlock: job %s: %s\n", j.ID, s)
+			sayf(stderr, "job %s: %s", j.ID, s)
 		})
 	}, emit)
 }

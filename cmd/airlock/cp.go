@@ -160,7 +160,7 @@ func reportTransfer(cmd *cobra.Command, tr runner.Transfer, err error, fl cpFlag
 		}
 	}
 	if refused {
-		fmt.Fprintf(cmd.ErrOrStderr(), "airlock: %v\n", err)
+		sayf(cmd.ErrOrStderr(), "%v", err)
 		return &exitErr{code: exitRefused}
 	}
 	return err
@@ -245,7 +245,7 @@ func copyTree(cmd *cobra.Command, fl cpFlags, copyIt func(each func(runner.Trans
 		fmt.Fprintf(out, "%d files, %d directories, %d bytes copied; %d refused\n", s.Files, s.Dirs, s.Bytes, s.Refused)
 	}
 	if stopped {
-		fmt.Fprintf(cmd.ErrOrStderr(), "airlock: %v\n", err)
+		sayf(cmd.ErrOrStderr(), "%v", err)
 		return &exitErr{code: exitRefused}
 	}
 	if refused > 0 {

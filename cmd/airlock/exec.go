@@ -84,7 +84,7 @@ func runExec(cmd *cobra.Command, g *globals, f *execFlags, id string, argv []str
 			return encErr
 		}
 		if err != nil {
-			fmt.Fprintf(stderr, "airlock: %v\n", err)
+			sayf(stderr, "%v", err)
 		}
 		return &exitErr{code: resultCode(res, err)}
 	}
@@ -92,7 +92,7 @@ func runExec(cmd *cobra.Command, g *globals, f *execFlags, id string, argv []str
 		return err
 	}
 	if msg := ending(res); msg != "" {
-		fmt.Fprintf(stderr, "airlock: exec in sandbox %s: %s\n", id, msg)
+		sayf(stderr, "exec in sandbox %s: %s", id, msg)
 	}
 	return &exitErr{code: resultCode(res, nil)}
 }

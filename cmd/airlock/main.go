@@ -6,7 +6,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -19,7 +18,7 @@ func main() {
 	code := exitCode(err)
 	var ec *exitErr
 	if err != nil && !errors.As(err, &ec) {
-		fmt.Fprintf(os.Stderr, "airlock: %v\n", err)
+		sayf(os.Stderr, "%v", err)
 	}
 	stop()
 	os.Exit(code)

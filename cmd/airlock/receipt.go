@@ -58,19 +58,19 @@ only itself. Exits 0 when the receipt verifies, 65 when it does not.`,
 			}
 			trusted, signer, err := trustedFor(signed, g.root, keyFile, trustFile)
 			if errors.Is(err, receipt.ErrUntrustedKey) {
-				fmt.Fprintf(cmd.ErrOrStderr(), "airlock: receipt does NOT verify: %v\n", err)
+				sayf(cmd.ErrOrStderr(), "receipt does NOT verify: %v", err)
 				return &exitErr{code: exitBadReceipt}
 			}
 			if err != nil {
 				return err
 			}
 			if err := receipt.Verify(signed, trusted); err != nil {
-				fmt.Fprintf(cmd.ErrOrStderr(), "airlock: receipt does NOT verify: %v\n", err)
+				sayf(cmd.ErrOrStderr(), "receipt does NOT verify: %v", err)
 				return &exitErr{code: exitBadReceipt}
 			}
 			if inResult {
 				if err := receipt.CheckResult(b); err != nil {
-					fmt.Fprintf(cmd.ErrOrStderr(), "airlock: the result does NOT verify: it disagrees with its signed receipt:\n%s\n", indent(err))
+					sayf(cmd.ErrOrStderr(), "the result does NOT verify: it disagrees with its signed receipt:\n%s", indent(err))
 					return &exitErr{code: exitBadReceipt}
 				}
 			}

@@ -210,7 +210,7 @@ func runRun(cmd *cobra.Command, g *globals, f *runFlags, argv []string) error {
 		}
 		if err != nil {
 			// stdout may be going to jq: say why here too.
-			fmt.Fprintf(stderr, "airlock: %v\n", err)
+			sayf(stderr, "%v", err)
 		}
 		return &exitErr{code: resultCode(res, err)}
 	}
@@ -218,7 +218,7 @@ func runRun(cmd *cobra.Command, g *globals, f *runFlags, argv []string) error {
 		return err
 	}
 	if msg := ending(res); msg != "" {
-		fmt.Fprintf(stderr, "airlock: %s\n", msg)
+		sayf(stderr, "%s", msg)
 	}
 	return &exitErr{code: resultCode(res, nil)}
 }

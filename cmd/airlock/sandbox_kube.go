@@ -76,7 +76,7 @@ func runKubeCreate(cmd *cobra.Command, g *globals, f *sandboxCreateFlags) error 
 	}
 	stderr := cmd.ErrOrStderr()
 	rec, err := g.service("").CreateKube(cmd.Context(), claim.CreateOptions{Config: cfg, Namespace: f.kube.namespace, WarmPool: f.template,
-		Labels: labels, Timeout: timeout, Progress: func(s string) { fmt.Fprintf(stderr, "airlock: %s\n", s) }})
+		Labels: labels, Timeout: timeout, Progress: func(s string) { sayf(stderr, "%s", s) }})
 	if err != nil {
 		return err
 	}
@@ -107,7 +107,7 @@ func runKube(cmd *cobra.Command, g *globals, f *runFlags, argv []string) (runner
 	res, err := g.service("").RunKube(cmd.Context(), service.KubeRun{Config: cfg, Namespace: f.kube.namespace, Template: f.template, Argv: argv,
 		Start: start, Progress: func(s string) {
 			if !f.json {
-				fmt.Fprintf(stderr, "airlock: %s\n", s)
+				sayf(stderr, "%s", s)
 			}
 		}})
 	if err == nil && !f.json {

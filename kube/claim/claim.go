@@ -245,7 +245,9 @@ func (s *Store) Create(ctx context.Context, o CreateOptions) (rec Record, err er
 				rec.Pod = cl.Status.Sandbox.Name
 				break
 			}
-			if now := fmt.Sprintf("Ready=%s %s %s", cond.Status, cond.Reason, cond.Message); now != last {
+			// The condition is the cluster's word (agent-sandbox's, from
+			// what the pod's node said): shown cut and escaped.
+			if now := fmt.Sprintf("Ready=%s %s %s", cluster.Printable(cond.Status), cluster.Printable(cond.Reason), cluster.Printable(cond.Message)); now != last {
 				last = now
 				progress("waiting: " + strings.TrimSpace(now))
 			}
@@ -284,7 +286,7 @@ func (s *Store) Create(ctx context.Context, o CreateOptions) (rec Record, err er
 		return rec, fmt.Errorf("reading the claim's pod %s/%s: %w", ns, rec.Pod, err)
 	}
 	if pod.Status.Phase != "Running" {
-		return rec, fmt.Errorf("%w: the claim's pod %s/%s is %s, not Running: %s", errdefs.ErrUnavailable, ns, rec.Pod, pod.Status.Phase, pod.Status.Message)
+		return rec, fmt.Errorf("%w: the claim's pod %s/%s is %s, not Running: %s", errdefs.ErrUnavailable, ns, rec.Pod, cluster.Printable(pod.Status.Phase), cluster.Printable(pod.Status.Message))
 	}
 	rec.State, rec.Node, rec.RuntimeClass = Ready, pod.Spec.NodeName, pod.Spec.RuntimeClassName
 	for _, ct := range pod.Spec.Containers {

@@ -30,6 +30,7 @@ type apiServer struct {
 	never   bool           // claims never become ready
 	failed  int            // the first claims get a sandbox whose pod failed
 	deletes int
+	message string // the message of a claim not yet ready
 }
 
 func (a *apiServer) handler() http.Handler {
@@ -69,7 +70,8 @@ func (a *apiServer) handler() http.Handler {
 			return
 		}
 		a.claims[r.PathValue("name")] = n + 1
-		status := `{"conditions":[{"type":"Ready","status":"False","reason":"SandboxNotReady"}]}`
+		msg, _ := json.Marshal(a.message)
+		status := `{"conditions":[{"type":"Ready","status":"False","reason":"SandboxNotReady","message":` + string(msg) + `}]}`
 		if a.deletes < a.failed {
 			status = `{"conditions":[{"type":"Ready","status":"False","reason":"PodFailed","message":"Pod failed"}],"sandbox":{"name":"py-dead"}}`
 		} else if n >= 2 && !a.never {
@@ -189,5 +191,27 @@ func TestCreateFailuresLeaveNothing(t *testing.T) {
 				t.Errorf("left: records %v, claims %v", list, a.claims)
 			}
 		})
+	}
+}
+
+// A claim's condition is the cluster's word: its progress line shows it
+// cut and escaped.
+func TestCreateProgressPrintable(t *testing.T) {
+	a := &apiServer{message: "\x1b]0;pwned\x07\x1b[2J" + strings.Repeat("x", 1<<20)}
+	cfg, s := setup(t, a)
+	id, _ := runner.NewSandboxID()
+	var progress []string
+	if _, err := s.Create(context.Background(), CreateOptions{ID: id, Config: cfg, WarmPool: "py", Progress: func(p string) { progress = append(progress, p) }}); err != nil {
+		t.Fatal(err)
+	}
+	seen := false
+	for _, p := range progress {
+		if strings.Contains(p, "\x1b") || len(p) > 2*cluster.MaxPrintable {
+			t.Errorf("a progress line of %d bytes: %.200q", len(p), p)
+		}
+		seen = seen || strings.Contains(p, `\x1b]0;pwned`)
+	}
+	if !seen {
+		t.Errorf("no progress line shows the condition: %q", progress)
 	}
 }

@@ -8,9 +8,13 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/internal/termsafe"
 )
 
 // Client calls one API server as one user.
@@ -19,10 +23,13 @@ type Client struct {
 	hc  *http.Client
 }
 
-// New returns a client for cfg.
+// New returns a client for cfg. It follows no redirect: an API server
+// answers, it does not send the client (and its credentials) elsewhere,
+// so a 3xx is an error (see statusError), for a pod exec's WebSocket too.
 func New(cfg *Config) *Client {
 	tr := &http.Transport{TLSClientConfig: cfg.TLS.Clone(), TLSHandshakeTimeout: 10 * time.Second, ResponseHeaderTimeout: 30 * time.Second}
-	return &Client{cfg: cfg, hc: &http.Client{Transport: tr}}
+	noRedirect := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &Client{cfg: cfg, hc: &http.Client{Transport: tr, CheckRedirect: noRedirect}}
 }
 
 // Config is the client's kubeconfig context.
@@ -45,47 +52,23 @@ type Status struct {
 	} `json:"details"`
 }
 
-// do sends a JSON request for path and decodes a 2xx answer into out (when
-// non-nil); any other answer is an error classified by its status code.
+// do sends a JSON request for path and decodes a 2xx answer, of at most
+// maxBody bytes, into out (when non-nil); any other answer is an error
+// classified by its status code.
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, body, out any) error {
-	u := c.cfg.Server + path
-	if len(query) > 0 {
-		u += "?" + query.Encode()
-	}
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return fmt.Errorf("%w: encoding %s: %v", errdefs.ErrInternal, path, err)
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	resp, err := c.send(ctx, method, path, query, body)
 	if err != nil {
-		return fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
-	}
-	req.Header.Set("Accept", "application/json")
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	c.auth(req.Header)
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("%w: %s %s: %v", errdefs.ErrUnavailable, method, c.cfg.Server, err)
+		return err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	if err != nil {
 		return fmt.Errorf("%w: reading %s %s: %v", errdefs.ErrUnavailable, method, path, err)
 	}
-	if resp.StatusCode/100 != 2 {
-		return statusError(resp.StatusCode, b)
+	if len(b) > maxBody {
+		return fmt.Errorf("%w: %s %s: the answer is over %d bytes", errdefs.ErrUnavailable, method, path, maxBody)
 	}
 	if out == nil {
-		return nil
-	}
-	if raw, ok := out.(*rawBody); ok {
-		*raw = b
 		return nil
 	}
 	if err := json.Unmarshal(b, out); err != nil {
@@ -94,8 +77,45 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	return nil
 }
 
-// rawBody takes a response that is not JSON (a log) as it is.
-type rawBody []byte
+// send sends a request for path, with body as JSON when non-nil, and
+// returns a 2xx answer for the caller to read and close; any other answer
+// is an error classified by its status code.
+func (c *Client) send(ctx context.Context, method, path string, query url.Values, body any) (*http.Response, error) {
+	u := c.cfg.Server + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, fmt.Errorf("%w: encoding %s: %v", errdefs.ErrInternal, path, err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errdefs.ErrInvalidArgument, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	c.auth(req.Header)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s %s: %v", errdefs.ErrUnavailable, method, c.cfg.Server, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+		if err != nil {
+			return nil, fmt.Errorf("%w: reading %s %s: %v", errdefs.ErrUnavailable, method, path, err)
+		}
+		return nil, statusError(resp.StatusCode, b)
+	}
+	return resp, nil
+}
 
 func (c *Client) auth(h http.Header) {
 	if c.cfg.Token != "" {
@@ -104,16 +124,18 @@ func (c *Client) auth(h http.Header) {
 }
 
 // statusError classifies an API server's refusal by its code, with its
-// message.
+// message (as Printable). A redirect is refused: the client follows none.
 func statusError(code int, body []byte) error {
+	if code/100 == 3 {
+		return fmt.Errorf("%w: the API server answered %d %s, a redirect, which airlock does not follow: give the API server's own address in the kubeconfig",
+			errdefs.ErrUnavailable, code, http.StatusText(code))
+	}
 	var st Status
 	msg := string(body)
 	if json.Unmarshal(body, &st) == nil && st.Message != "" {
 		msg = st.Message
 	}
-	if len(msg) > 512 {
-		msg = msg[:512] + "…"
-	}
+	msg = Printable(msg)
 	var kind error
 	switch {
 	case code == http.StatusNotFound:
@@ -134,6 +156,34 @@ func statusError(code int, body []byte) error {
 		kind = errdefs.ErrUnknown
 	}
 	return fmt.Errorf("%w: the API server answered %d: %s", kind, code, msg)
+}
+
+// MaxPrintable is how much of a text from the cluster Printable keeps.
+const MaxPrintable = 512
+
+// Printable returns s, a text from the cluster (an API server's message, a
+// pod's or condition's status message: anyone who may write an object's
+// status, a node included, chooses it), fit for an error or a progress
+// line that a person reads: cut to MaxPrintable bytes at a character's
+// start ("…" marks the cut), its control characters, bidirectional
+// formatting and invalid UTF-8 escaped as package termsafe does.
+func Printable(s string) string {
+	cut := len(s) > MaxPrintable
+	if cut {
+		n := MaxPrintable
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n--
+		}
+		s = s[:n]
+	}
+	var b strings.Builder
+	w := termsafe.New(&b)
+	w.Write([]byte(s))
+	w.Flush()
+	if cut {
+		b.WriteString("…")
+	}
+	return b.String()
 }
 
 func isNotFound(err error) bool { return err != nil && errdefs.IsNotFound(err) }

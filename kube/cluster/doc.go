@@ -14,4 +14,10 @@
 //     exists, 401, 403, 422 invalid, 5xx unavailable), with its message.
 //   - An exec's outcome (its exit code) is a result, not an error; an
 //     error means the exec could not be run or its end is unknown.
+//   - No redirect is followed (a 3xx is an error naming its status), so
+//     credentials reach the kubeconfig's server alone.
+//   - Every answer is read up to a cap: maxBody, or PodLog's own, which
+//     says when the log went on past it.
+//   - Text from the cluster put in an error is Printable: cut, and its
+//     control characters escaped.
 package cluster

@@ -178,5 +178,5 @@ func ExitCode(status []byte) (int, error) {
 	case st.Code >= 500:
 		kind = errdefs.ErrUnavailable
 	}
-	return -1, fmt.Errorf("%w: the exec failed: %s", kind, cmp.Or(st.Message, st.Reason, "no reason given"))
+	return -1, fmt.Errorf("%w: the exec failed: %s", kind, Printable(cmp.Or(st.Message, st.Reason, "no reason given")))
 }

@@ -2,9 +2,13 @@ package cluster
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/containerd/errdefs"
 )
 
 // The agent-sandbox API group of claims and warm pools.
@@ -33,6 +37,10 @@ const (
 	// it is at most MaxResultBytes.
 	ResultCondition = "airlock.dev/result"
 	MaxResultBytes  = 512 << 10
+	// AnnotationReceiptKey holds, on an airlock node's Node, the base64
+	// ed25519 public key its receipts are signed with: a client holds the
+	// Result in a pod's ResultCondition to it.
+	AnnotationReceiptKey = "airlock.dev/receipt-key"
 )
 
 // NameRef names an object in the same namespace.
@@ -225,10 +233,24 @@ func (c *Client) DeletePod(ctx context.Context, ns, name string) error {
 	return err
 }
 
-// PodLog reads up to limit bytes of container's log in pod ns/name.
-func (c *Client) PodLog(ctx context.Context, ns, name, container string, limit int64) ([]byte, error) {
-	q := url.Values{"container": {container}, "limitBytes": {strconv.FormatInt(limit, 10)}}
-	var raw rawBody
-	err := c.do(ctx, "GET", "/api/v1/namespaces/"+url.PathEscape(ns)+"/pods/"+url.PathEscape(name)+"/log", q, nil, &raw)
-	return raw, err
+// PodLog reads container's log in pod ns/name, up to limit bytes (its
+// own cap, not maxBody's); truncated says that the log went on past them.
+func (c *Client) PodLog(ctx context.Context, ns, name, container string, limit int64) (log []byte, truncated bool, err error) {
+	// One byte more than kept tells a log of exactly limit bytes from a
+	// longer one.
+	q := url.Values{"container": {container}, "limitBytes": {strconv.FormatInt(limit+1, 10)}}
+	path := "/api/v1/namespaces/" + url.PathEscape(ns) + "/pods/" + url.PathEscape(name) + "/log"
+	resp, err := c.send(ctx, "GET", path, q, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: reading the log of pod %s/%s: %v", errdefs.ErrUnavailable, ns, name, err)
+	}
+	if int64(len(b)) > limit {
+		return b[:limit], true, nil
+	}
+	return b, false, nil
 }

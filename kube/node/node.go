@@ -61,6 +61,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/kube"
+	"github.com/airlock-sandbox/airlock/kube/cluster"
 	"github.com/airlock-sandbox/airlock/receipt"
 )
 
@@ -69,8 +70,9 @@ const NodeLabel = "airlock.dev/node"
 
 // KeyAnnotation holds, on an airlock node's Node, the base64 ed25519 public
 // key its receipts are signed with: `airlock receipt verify --trust` takes
-// a file of these.
-const KeyAnnotation = "airlock.dev/receipt-key"
+// a file of these, and `airlock run` and `batch --engine kube` hold a
+// pod's Result to its node's.
+const KeyAnnotation = cluster.AnnotationReceiptKey
 
 // Config is one node's.
 type Config struct {

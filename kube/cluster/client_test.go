@@ -1,0 +1,96 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/containerd/errdefs"
+)
+
+// serve is an API server answering with h, and a client of it.
+func serve(t *testing.T, h http.Handler) *Client {
+	t.Helper()
+	srv := httptest.NewTLSServer(h)
+	t.Cleanup(srv.Close)
+	return New(&Config{Server: srv.URL, TLS: srv.Client().Transport.(*http.Transport).TLSClientConfig, Token: "tok"})
+}
+
+// An API server's redirect is refused, naming its status: neither a
+// request nor a pod exec's WebSocket follows it, so no credentials and no
+// request reach where it points, on another port of the same host
+// included.
+func TestNoRedirect(t *testing.T) {
+	var elsewhere atomic.Int32
+	other := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		elsewhere.Add(1)
+		t.Errorf("the redirect was followed: %s %s, Authorization %q", r.Method, r.URL, r.Header.Get("Authorization"))
+		http.Error(w, "INTERNAL-SECRET-BODY", http.StatusInternalServerError)
+	}))
+	defer other.Close()
+	c := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+"/latest/meta-data/", http.StatusFound)
+	}))
+	_, err := c.Pod(context.Background(), "default", "p")
+	if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "302") || !strings.Contains(err.Error(), "redirect") || strings.Contains(err.Error(), "SECRET") {
+		t.Errorf("a request: %v; want unavailable, naming the 302 redirect", err)
+	}
+	if _, err := c.Exec(context.Background(), Exec{Namespace: "default", Pod: "p", Argv: []string{"true"}}); !strings.Contains(fmt.Sprint(err), "302") {
+		t.Errorf("a pod exec: %v; want an error naming the 302 redirect", err)
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Errorf("the redirect's target was asked %d times", n)
+	}
+}
+
+// An API server's message reaches an error cut to MaxPrintable bytes, and
+// with its control sequences escaped: it is the server's word, and it
+// ends on a person's terminal.
+func TestStatusErrorPrintable(t *testing.T) {
+	msg := "\x1b]0;pwned\x07\x1b[2J\x1b[1;1Hall 40 jobs passed \u202e" + strings.Repeat("é", 600)
+	c := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusForbidden)
+		json.NewEncoder(w).Encode(Status{Status: "Failure", Message: msg, Code: http.StatusForbidden})
+	}))
+	_, err := c.Pod(context.Background(), "default", "p")
+	if !errdefs.IsPermissionDenied(err) {
+		t.Fatalf("err = %v; want permission denied", err)
+	}
+	s := err.Error()
+	if strings.ContainsAny(s, "\x1b\x07\u202e") || !strings.Contains(s, `\x1b]0;pwned`) || !strings.HasSuffix(s, "é…") {
+		t.Errorf("the message is not escaped and cut: %q", s)
+	}
+	if len(s) > 2*MaxPrintable {
+		t.Errorf("the error is %d bytes; the server's message is kept to %d", len(s), MaxPrintable)
+	}
+}
+
+// A pod's log is read up to PodLog's own limit, past the cap of other
+// answers, and a longer one says that it was cut.
+func TestPodLogLimit(t *testing.T) {
+	const limit = 2*maxBody + 3
+	var size atomic.Int64
+	c := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/api/v1/namespaces/default/pods/p/log" || r.URL.Query().Get("limitBytes") != fmt.Sprint(limit+1) {
+			t.Errorf("asked %s", r.URL)
+		}
+		// The server ignores limitBytes: the client holds its own.
+		w.Write(bytes.Repeat([]byte("x"), int(size.Load())))
+	}))
+	for _, tc := range []struct {
+		size      int64
+		truncated bool
+	}{{maxBody + 1, false}, {limit, false}, {limit + 1, true}, {limit + 100, true}} {
+		size.Store(tc.size)
+		log, truncated, err := c.PodLog(context.Background(), "default", "p", "sandbox", limit)
+		if err != nil || truncated != tc.truncated || int64(len(log)) != min(tc.size, limit) {
+			t.Errorf("a log of %d bytes: %d bytes read, truncated %v, %v; want %d, %v", tc.size, len(log), truncated, err, min(tc.size, limit), tc.truncated)
+		}
+	}
+}

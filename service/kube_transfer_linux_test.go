@@ -45,6 +45,13 @@ func floodingSandbox(t *testing.T, mib int) (*Service, string) {
 			`{"status":"Failure","reason":"NonZeroExitCode","details":{"causes":[{"reason":"ExitCode","message":"1"}]}}`...))
 		c.Close(websocket.StatusNormalClosure, "")
 	})
+	return claimedSandbox(t, mux)
+}
+
+// claimedSandbox is a service with one cluster sandbox, whose API server
+// is mux: pod "p" in namespace "default".
+func claimedSandbox(t *testing.T, mux http.Handler) (*Service, string) {
+	t.Helper()
 	cfg, kc := clustertest.Serve(t, mux)
 	root := t.TempDir()
 	id := "sb-0123456789abcdef0123"

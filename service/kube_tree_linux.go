@@ -242,6 +242,9 @@ func parseListing(out []byte, dir string, max int) ([]kubeEntry, bool, error) {
 		if err == nil && len(comps) == 0 {
 			err = runner.Refusal(runner.ReasonInvalidPath, "the entry names nothing below %s", dir)
 		}
+		if err == nil {
+			rel = strings.Join(comps, "/") // the name the host writes, as judged
+		}
 		list = append(list, kubeEntry{kind: rec[0], rel: rel, comps: comps, err: err})
 	}
 	return list, false, nil
@@ -300,6 +303,12 @@ func (s *Service) downloadTreeKube(ctx context.Context, id, dir string, sink run
 	}
 	over = over || capped.full
 	var skip []string // refused directories: their entries go with them
+	// delivered holds the directories beneath dir given to the sink. The
+	// walk lists a directory before its entries, so an entry whose
+	// directory was not delivered is one the sandbox wrote into the
+	// listing, past the judging of that directory (.git/config before
+	// .git): it is refused.
+	delivered := map[string]bool{"": true}
 	for _, e := range list {
 		if err := ctx.Err(); err != nil {
 			return sum, err
@@ -308,6 +317,11 @@ func (s *Service) downloadTreeKube(ctx context.Context, id, dir string, sink run
 			continue
 		}
 		t := runner.Transfer{Direction: runner.DirectionDownload, Path: runner.TreePath(dir, e.rel)}
+		if e.err == nil {
+			if parent := strings.Join(e.comps[:len(e.comps)-1], "/"); !delivered[parent] {
+				e.err = runner.Refusal(runner.ReasonInvalidPath, "listed before its directory %s was, which the listing's walk never does: the sandbox wrote it", runner.TreePath(dir, parent))
+			}
+		}
 		if e.err != nil {
 			runner.RecordTreeEntry(&sum, each, t, e.err)
 			skip = append(skip, e.rel)
@@ -330,6 +344,7 @@ func (s *Service) downloadTreeKube(ctx context.Context, id, dir string, sink run
 				skip = append(skip, e.rel)
 				continue
 			}
+			delivered[e.rel] = true
 			sum.Dirs++
 		case 'f':
 			if err := s.kubeTreeFile(ctx, id, dir, e, sink, dotfiles, lim, &sum, each, t); err != nil {

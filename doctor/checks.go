@@ -192,13 +192,21 @@ func checkDockerd(ctx context.Context, o Options) Check {
 	detail, err := o.DockerRuntime(ctx, isolation.Mode(o.Isolation))
 	if err != nil {
 		fix := "start dockerd and register airlock's runsc with it: `make setup` does both"
-		if errors.Is(err, fs.ErrPermission) {
+		var f fixer
+		switch {
+		case errors.As(err, &f):
+			fix = f.Fix()
+		case errors.Is(err, fs.ErrPermission):
 			fix = "run airlock as root (or as a member of the docker group)"
 		}
 		return bad(needed, name, err.Error()+only, fix)
 	}
 	return ok(name, detail)
 }
+
+// fixer is an error that says how to fix what it reports, as the docker
+// engine's refusal of a dockerd that would drop airlock's limits does.
+type fixer interface{ Fix() string }
 
 func checkSpace(_ context.Context, o Options) Check {
 	free, err := freeBytes(o.Root)

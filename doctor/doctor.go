@@ -45,9 +45,10 @@ type Options struct {
 	Runsc string
 	// Agent is where the exec agent of gVisor sandboxes is installed.
 	Agent string
-	// DockerRuntime is the docker engine's check of dockerd and its
-	// runtime for a mode, describing what it found; nil when there is no
-	// docker engine.
+	// DockerRuntime is the docker engine's check of dockerd (that it
+	// answers and can apply every limit) and its runtime for a mode,
+	// describing what it found; nil when there is no docker engine. An
+	// error with a Fix() string method says its own fix.
 	DockerRuntime func(context.Context, isolation.Mode) (string, error)
 	// DockerRegistered returns dockerd's entry for the runtime the docker
 	// engine runs gVisor under; nil when there is no docker engine.

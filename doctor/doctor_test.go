@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
 )
 
@@ -374,6 +377,35 @@ func TestCheckAgent(t *testing.T) {
 		c := checkAgent(context.Background(), Options{Engine: tc.engine, Isolation: tc.mode, Agent: tc.path})
 		if c.Status != tc.status || (c.Status == StatusWarn && c.Fix == "") {
 			t.Errorf("%s: %+v; want status %s", tc.name, c, tc.status)
+		}
+	}
+}
+
+// fixedErr is an error that says its own fix, as the docker engine's
+// refusal of a dockerd that would drop airlock's limits does.
+type fixedErr struct{ msg, fix string }
+
+func (e fixedErr) Error() string { return e.msg }
+func (e fixedErr) Fix() string   { return e.fix }
+
+// The dockerd row FAILs with the docker engine's refusal, and gives the
+// refusal's own fix rather than the generic one.
+func TestCheckDockerdFix(t *testing.T) {
+	limits := fixedErr{"unavailable: dockerd says false for SwapLimit", "boot with `swapaccount=1`"}
+	for _, tc := range []struct {
+		name, engine string
+		err          error
+		status, fix  string
+	}{
+		{"limits", "docker", fmt.Errorf("checking: %w", limits), StatusFail, limits.fix},
+		{"limits, not needed", "oci", limits, StatusWarn, limits.fix},
+		{"unreachable", "docker", errdefs.ErrUnavailable, StatusFail, "`make setup`"},
+		{"permission", "docker", fs.ErrPermission, StatusFail, "as root"},
+	} {
+		o := Options{Engine: tc.engine, Isolation: "gvisor", DockerRuntime: func(context.Context, isolation.Mode) (string, error) { return "", tc.err }}
+		c := checkDockerd(context.Background(), o)
+		if c.Status != tc.status || !strings.Contains(c.Detail, tc.err.Error()) || !strings.Contains(c.Fix, tc.fix) {
+			t.Errorf("%s: %+v; want status %s, the error, and a fix naming %q", tc.name, c, tc.status, tc.fix)
 		}
 	}
 }

@@ -75,6 +75,17 @@ type daemonFacts struct {
 	// sandboxLogs is the --debug-log pattern registered with airlock's
 	// runsc ("<root>/sandbox-logs/%ID%/"), or "" when there is none.
 	sandboxLogs string
+	// noLimits names the limit facts (limitFacts) dockerd's info says
+	// are false: it would drop those limits from every container.
+	noLimits []string
+}
+
+// limits refuses a dockerd that would drop a limit of airlock's policy.
+func (f daemonFacts) limits(host string) error {
+	if len(f.noLimits) == 0 {
+		return nil
+	}
+	return &limitsError{Host: host, Missing: f.noLimits}
 }
 
 // learn keeps what runs need to know from dockerd's info.
@@ -82,6 +93,7 @@ func (e *Engine) learn(info system.Info) daemonFacts {
 	f := &daemonFacts{
 		cgroupfs:    info.CgroupDriver == "cgroupfs",
 		sandboxLogs: logPattern(info.Runtimes[e.gvisor].Args),
+		noLimits:    missingLimits(info),
 	}
 	if old := e.daemon.Swap(f); old == nil || old.sandboxLogs != f.sandboxLogs {
 		e.privateLogs(f.sandboxLogs)
@@ -174,8 +186,9 @@ func unavailable(host string, err error) error {
 		errdefs.ErrUnavailable, host, err)
 }
 
-// Check implements engine.Engine: dockerd answers, the isolation mode's
-// runtime is registered, and the image is present under exactly its ID.
+// Check implements engine.Engine: dockerd answers and can apply every
+// limit, the isolation mode's runtime is registered, and the image is
+// present under exactly its ID.
 func (e *Engine) Check(ctx context.Context, j *engine.SandboxSpec) error {
 	if j.Policy.Egress.On() {
 		return fmt.Errorf("%w: --allow-host and --credential: %s", errdefs.ErrInvalidArgument, isolation.DockerNoEgress)
@@ -198,11 +211,12 @@ func (e *Engine) Check(ctx context.Context, j *engine.SandboxSpec) error {
 	return checkImageConfig(j.Image.String(), img.Config.Volumes, img.Config.Labels)
 }
 
-// CheckRuntime checks that dockerd answers and has the isolation mode's
-// runtime registered as airlock needs it (present and, for runsc, with
-// every flag of airlock's policy and the sandbox log); it returns a line
-// describing what it found. dockerd may be on another host, so the
-// runtime's path is dockerd's to check.
+// CheckRuntime checks that dockerd answers, says it can apply every limit
+// of airlock's policy (limitFacts), and has the isolation mode's runtime
+// registered as airlock needs it (present and, for runsc, with every flag
+// of airlock's policy and the sandbox log); it returns a line describing
+// what it found. dockerd may be on another host, so the runtime's path is
+// dockerd's to check.
 func (e *Engine) CheckRuntime(ctx context.Context, m isolation.Mode) (string, error) {
 	rt, ok := e.runtimeName(m)
 	if !ok {
@@ -213,7 +227,9 @@ func (e *Engine) CheckRuntime(ctx context.Context, m isolation.Mode) (string, er
 	if err != nil {
 		return "", unavailable(e.cli.DaemonHost(), err)
 	}
-	e.learn(info)
+	if err := e.learn(info).limits(e.cli.DaemonHost()); err != nil {
+		return "", err
+	}
 	ver := fmt.Sprintf("dockerd %s (API %s)", info.ServerVersion, e.cli.ClientVersion())
 	r, ok := info.Runtimes[rt]
 	if !ok {

@@ -91,6 +91,8 @@ func stream(w http.ResponseWriter, r *http.Request) {
 // goodInfo is a dockerd with airlock's runsc registered as setup does.
 var goodInfo = map[string]any{
 	"CgroupDriver": "systemd",
+	// Every limit applies (limitFacts).
+	"MemoryLimit": true, "SwapLimit": true, "PidsLimit": true, "CpuCfsQuota": true,
 	"Runtimes": map[string]any{
 		"airlock-runsc": map[string]any{"path": "/usr/local/bin/runsc", "runtimeArgs": []string{"--network=none", "--oci-seccomp", "--debug-log=/var/lib/airlock/sandbox-logs/%ID%/", "--debug-command=boot"}},
 	},
@@ -151,17 +153,20 @@ func runWithin(t *testing.T, e *Engine, m isolation.Mode, limit time.Duration) e
 	}
 }
 
+// hijackAttach answers an attach as dockerd does, and holds the stream
+// until the request ends.
+func hijackAttach(w http.ResponseWriter, r *http.Request) {
+	conn, _, err := w.(http.Hijacker).Hijack()
+	if err != nil {
+		return
+	}
+	conn.Write([]byte("HTTP/1.1 101 UPGRADED\r\nContent-Type: application/vnd.docker.raw-stream\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n"))
+	<-r.Context().Done()
+	conn.Close()
+}
+
 func TestSetupCallsAreBounded(t *testing.T) {
 	const cid = "c0ffee"
-	upgrade := func(w http.ResponseWriter, r *http.Request) {
-		conn, _, err := w.(http.Hijacker).Hijack()
-		if err != nil {
-			return
-		}
-		conn.Write([]byte("HTTP/1.1 101 UPGRADED\r\nContent-Type: application/vnd.docker.raw-stream\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n"))
-		<-r.Context().Done()
-		conn.Close()
-	}
 	for _, tc := range []struct {
 		name, hung, removed string
 		routes              map[string]http.HandlerFunc
@@ -173,11 +178,11 @@ func TestSetupCallsAreBounded(t *testing.T) {
 			"POST /containers/" + cid + "/attach": hang,
 		}},
 		{"wait", "POST /containers/" + cid + "/wait", "DELETE /containers/" + cid, map[string]http.HandlerFunc{
-			"POST /containers/" + cid + "/attach": upgrade,
+			"POST /containers/" + cid + "/attach": hijackAttach,
 			"POST /containers/" + cid + "/wait":   hang,
 		}},
 		{"start", "POST /containers/" + cid + "/start", "DELETE /containers/" + cid, map[string]http.HandlerFunc{
-			"POST /containers/" + cid + "/attach": upgrade,
+			"POST /containers/" + cid + "/attach": hijackAttach,
 			"POST /containers/" + cid + "/wait":   stream,
 			"POST /containers/" + cid + "/start":  hang,
 		}},
@@ -231,6 +236,7 @@ func TestRunWithoutDaemonFactsCreatesNothing(t *testing.T) {
 func TestGVisorWithoutSandboxLogsIsRefused(t *testing.T) {
 	info := map[string]any{
 		"CgroupDriver": "systemd",
+		"MemoryLimit":  true, "SwapLimit": true, "PidsLimit": true, "CpuCfsQuota": true,
 		"Runtimes": map[string]any{
 			"airlock-runsc": map[string]any{"path": "/usr/local/bin/runsc", "runtimeArgs": []string{"--network=none", "--oci-seccomp"}},
 		},

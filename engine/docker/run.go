@@ -71,6 +71,9 @@ func (e *Engine) Run(ctx context.Context, s *engine.SandboxSpec) (_ engine.Task,
 	if err != nil {
 		return nil, err
 	}
+	if err := facts.limits(e.cli.DaemonHost()); err != nil {
+		return nil, err
+	}
 	if s.Policy.Isolation == isolation.GVisor && facts.sandboxLogs == "" {
 		return nil, noSandboxLogs(e.gvisor)
 	}
@@ -114,6 +117,9 @@ func (e *Engine) Run(ctx context.Context, s *engine.SandboxSpec) (_ engine.Task,
 		return nil, classify("creating sandbox", e.cli.DaemonHost(), err)
 	}
 	r.cid = created.ID
+	if err := createWarnings(created.Warnings); err != nil {
+		return nil, err // Destroy removes it
+	}
 	r.log.Debug("created", "container", r.cid)
 	r.w = e.watchEvents(r.bg, r.cid, since)
 	if s.Policy.Isolation == isolation.GVisor && facts.sandboxLogs != "" {

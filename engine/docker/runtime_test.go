@@ -22,6 +22,7 @@ func TestEngineRunsUnderItsRootsRuntime(t *testing.T) {
 	root := t.TempDir()
 	info := map[string]any{
 		"CgroupDriver": "systemd",
+		"MemoryLimit":  true, "SwapLimit": true, "PidsLimit": true, "CpuCfsQuota": true,
 		"Runtimes": map[string]any{
 			"airlock-runsc":      goodInfo["Runtimes"].(map[string]any)["airlock-runsc"],
 			"airlock-runsc-mine": map[string]any{"path": root + "/tools/runsc", "runtimeArgs": []string{"--network=none", "--oci-seccomp", "--debug-log=" + root + "/sandbox-logs/%ID%/", "--debug-command=boot"}},

@@ -169,6 +169,9 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (sb engine.S
 	if err != nil {
 		return nil, err
 	}
+	if err := facts.limits(e.cli.DaemonHost()); err != nil {
+		return nil, err
+	}
 	// Every step below undoes itself if a later one fails.
 	var undo []func()
 	defer func() {
@@ -240,6 +243,9 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (sb engine.S
 	}
 	cid := created.ID
 	undo = append(undo, func() { remove(cid) })
+	if err := createWarnings(created.Warnings); err != nil {
+		return nil, err
+	}
 	if s.Policy.Isolation == isolation.GVisor {
 		if dir := facts.sandboxLogDir(cid); dir != "" {
 			undo = append(undo, func() { os.RemoveAll(dir) })

@@ -17,7 +17,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/containerd/cgroups/v3"
@@ -79,6 +81,9 @@ func New(id string, l Limits) (*Group, error) {
 	g := &Group{path: path}
 	var err error
 	if Unified() {
+		if err := v2Controllers(); err != nil {
+			return nil, fmt.Errorf("creating cgroup %s: %w", path, err)
+		}
 		g.v2, err = cgroup2.NewManager(mountpoint, path, cgroup2.ToResources(res))
 	} else {
 		g.v1, err = cgroup1.New(cgroup1.StaticPath(path), res, cgroup1.WithHierarchy(v1Subsystems))
@@ -96,21 +101,84 @@ func New(id string, l Limits) (*Group, error) {
 	return g, nil
 }
 
+// limited are the controllers whose limits New sets. A group without one
+// of them would hold no such limit, so New fails closed without it.
+var limited = []cgroup1.Name{cgroup1.Memory, cgroup1.Cpu, cgroup1.Pids}
+
 // v1Subsystems limits a v1 group to the controllers airlock uses, so that a
-// host without, say, net_prio still works.
+// host without, say, net_prio still works, and refuses a host where a
+// controller of limited's is not a mounted hierarchy. cgroup1.Default leaves
+// out a hierarchy that is not there, and keeps a directory left where one
+// is not mounted (on /sys/fs/cgroup's tmpfs, where the limits would be
+// written to plain files): either way New would succeed without the limit.
 func v1Subsystems() ([]cgroup1.Subsystem, error) {
 	all, err := cgroup1.Default()
 	if err != nil {
 		return nil, err
 	}
+	mounts, err := v1Mounts()
+	if err != nil {
+		return nil, err
+	}
 	var out []cgroup1.Subsystem
+	have := map[cgroup1.Name]bool{}
 	for _, s := range all {
 		switch s.Name() {
 		case cgroup1.Memory, cgroup1.Cpu, cgroup1.Cpuacct, cgroup1.Pids, cgroup1.Freezer, cgroup1.Devices, cgroup1.Cpuset:
 			out = append(out, s)
 		}
+		if p, ok := s.(interface{ Path(string) string }); ok {
+			dir, err := filepath.EvalSymlinks(p.Path("/"))
+			have[s.Name()] = err == nil && slices.Contains(mounts[string(s.Name())], dir)
+		}
+	}
+	for _, c := range limited {
+		if !have[c] {
+			return nil, fmt.Errorf("the cgroup v1 %s controller is not mounted at %s, so a sandbox would run without its %s limit; mount it there (systemd does at boot; memory may need the kernel parameter cgroup_enable=memory)",
+				c, filepath.Join(mountpoint, string(c)), c)
+		}
 	}
 	return out, nil
+}
+
+// v1Mounts maps each cgroup v1 controller to where its hierarchy is
+// mounted, from /proc/self/mountinfo.
+func v1Mounts() (map[string][]string, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("finding the cgroup v1 hierarchies: %w", err)
+	}
+	m := map[string][]string{}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		// "id parent dev root mountpoint options [optional...] - fstype source superoptions"
+		pre, post, ok := strings.Cut(line, " - ")
+		f, p := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(f) < 5 || len(p) < 3 || p[0] != "cgroup" {
+			continue
+		}
+		for _, o := range strings.Split(p[2], ",") {
+			m[o] = append(m[o], f[4])
+		}
+	}
+	return m, nil
+}
+
+// v2Controllers refuses a unified hierarchy that does not offer every
+// controller of limited's. cgroup2.NewManager fails without one too, when
+// it enables it or writes its limit, but less plainly.
+func v2Controllers() error {
+	b, err := os.ReadFile(filepath.Join(mountpoint, "cgroup.controllers"))
+	if err != nil {
+		return fmt.Errorf("reading the cgroup v2 controllers: %w", err)
+	}
+	have := strings.Fields(string(b))
+	for _, c := range limited {
+		if !slices.Contains(have, string(c)) {
+			return fmt.Errorf("the cgroup v2 hierarchy at %s offers no %s controller, so a sandbox would run without its %s limit; boot without cgroup_disable=%s, and leave it on no cgroup v1 hierarchy",
+				mountpoint, c, c, c)
+		}
+	}
+	return nil
 }
 
 // PathOf is the path of run id's group, as a runtime spec's cgroupsPath.

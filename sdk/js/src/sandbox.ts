@@ -8,7 +8,7 @@ import { Readable } from "node:stream";
 import { AirlockError, errorOf, isErrorKind } from "./errors.js";
 import { ConnectionOptions, Transport, ndjson, readAll } from "./transport.js";
 import { ExecHandle } from "./spawn.js";
-import { tarStream, untar } from "./tar.js";
+import { type TarEntry, tarStream, untar } from "./tar.js";
 import type { components } from "./api.js";
 
 /** The API's schemas, generated from server/openapi.json (npm run gen:types). */
@@ -276,11 +276,13 @@ export class Files {
   /**
    * Read the file at path, through airlock's artifact scanner: a refused
    * file is an AirlockError whose `reason` is the scanner's word
-   * (type_not_allowed, symlink, is_directory, …).
+   * (type_not_allowed, symlink, is_directory, …). The file is read into
+   * memory: at most its Content-Length, and at most the connection's
+   * maxReadBytes (default 1 GiB).
    */
   async read(path: string, opts: { signal?: AbortSignal } = {}): Promise<Buffer> {
     const res = await this.#t.request("GET", `/v1/sandboxes/${enc(this.#id)}/files?path=${enc(path)}`, { signal: opts.signal });
-    return readAll(res);
+    return readAll(res, this.#t.maxReadBytes, `the file ${JSON.stringify(path)}`, "maxReadBytes");
   }
 
   /**
@@ -289,7 +291,9 @@ export class Files {
    * read. Returns one result per input path, in input order: accepted
    * with its content, or refused with its reason word (not_found,
    * symlink, hidden_name, too_large, …); a refusal never throws. A path
-   * given twice is read once, and both get its result.
+   * given twice is read once, and both get its result. Each request's
+   * answer is read into memory, at most the connection's maxReadBytes
+   * (default 1 GiB).
    */
   async readMany(paths: string[], opts: { signal?: AbortSignal } = {}): Promise<ReadResult[]> {
     const abs = (p: string) => (p.startsWith("/") ? p : "/home/user/" + p);
@@ -309,7 +313,13 @@ export class Files {
         headers: { accept: "application/x-tar" },
         signal: opts.signal,
       });
-      const entries = untar(await readAll(res));
+      const tar = await readAll(res, this.#t.maxReadBytes, `files/read: the tar answer for ${idx.length} paths`, "maxReadBytes");
+      let entries: TarEntry[];
+      try {
+        entries = untar(tar);
+      } catch (err) {
+        throw errorOf("internal", `files/read: ${(err as Error).message}`, res.statusCode, undefined, err);
+      }
       const last = entries.pop();
       if (last?.name !== ".airlock-report.json") throw errorOf("internal", "files/read: the stream does not end with its report");
       const rep = JSON.parse(last.data.toString("utf8")) as TreeReport;
@@ -420,7 +430,7 @@ export class Sandbox {
       headers: { accept: "application/x-ndjson" },
       signal: opts.signal,
     });
-    return consumeExecStream(ndjson(res), opts);
+    return consumeExecStream(ndjson(res, this.#t.maxJsonBytes), opts);
   }
 
   /**
@@ -437,7 +447,7 @@ export class Sandbox {
   /** Destroy the sandbox. Idempotent: one already gone is not an error. */
   async close(): Promise<void> {
     try {
-      await this.#t.request("DELETE", `/v1/sandboxes/${enc(this.id)}`).then(readAll);
+      await this.#t.request("DELETE", `/v1/sandboxes/${enc(this.id)}`).then((res) => readAll(res, this.#t.maxJsonBytes));
     } catch (err) {
       if (err instanceof AirlockError && err.kind === "not_found") return;
       throw err;

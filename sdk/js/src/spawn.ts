@@ -6,7 +6,7 @@
  */
 import WebSocket from "ws";
 import { AirlockError, errorFromResponse, errorOf, isErrorKind } from "./errors.js";
-import type { Transport } from "./transport.js";
+import { type Transport, MAX_ERROR_BODY_BYTES, readHead } from "./transport.js";
 import type { Result, Schemas } from "./sandbox.js";
 
 /** The callbacks and retry budget of Sandbox.spawn. */
@@ -104,12 +104,11 @@ export class ExecHandle {
       ws.send(JSON.stringify(first));
     });
     ws.on("unexpected-response", (_req, res) => {
-      const chunks: Buffer[] = [];
-      res.on("data", (c: Buffer) => chunks.push(c));
-      res.on("end", () => {
-        this.#fail(errorFromResponse(res.statusCode ?? 0, Buffer.concat(chunks).toString("utf8")));
+      const fail = (body: Buffer) => {
+        this.#fail(errorFromResponse(res.statusCode ?? 0, body.toString("utf8")));
         ws.terminate();
-      });
+      };
+      readHead(res, MAX_ERROR_BODY_BYTES).then(fail, () => fail(Buffer.alloc(0)));
     });
     ws.on("message", (data) => this.#onMessage(data.toString()));
     ws.on("error", () => {

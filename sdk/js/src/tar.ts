@@ -84,15 +84,21 @@ function cstring(b: Buffer): string {
   return b.subarray(0, nul < 0 ? b.length : nul).toString("utf8");
 }
 
+/**
+ * A numeric header field: octal, or base-256 as Go writes sizes past
+ * 8 GiB without PAX. NaN for what is not a number of 0 or more: garbage,
+ * or a negative base-256 value (its first byte 0xff).
+ */
 function numeric(b: Buffer): number {
   if (b[0] & 0x80) {
-    // base-256, as Go writes sizes past 8 GiB without PAX
-    let n = b[0] & 0x7f;
+    if (b[0] & 0x40) return NaN;
+    let n = b[0] & 0x3f;
     for (let i = 1; i < b.length; i++) n = n * 256 + b[i];
     return n;
   }
   const s = cstring(b).trim();
-  return s === "" ? 0 : parseInt(s, 8);
+  if (s === "") return 0;
+  return /^[0-7]+$/.test(s) ? parseInt(s, 8) : NaN;
 }
 
 /** The records of a PAX header's data. */
@@ -114,8 +120,10 @@ function paxRecords(data: Buffer): Map<string, string> {
 
 /**
  * The entries of a whole tar stream: ustar names with their prefix, PAX
- * path and size records, base-256 sizes. A stream cut inside an entry, or
- * a header whose checksum fails, is an Error.
+ * path and size records, base-256 sizes. A stream cut inside an entry, a
+ * header whose checksum fails, or a size that is not a whole number of 0
+ * or more (a negative size would send the reader back, forever) is an
+ * Error.
  */
 export function untar(buf: Buffer): TarEntry[] {
   const out: TarEntry[] = [];
@@ -131,11 +139,21 @@ export function untar(buf: Buffer): TarEntry[] {
     let name = cstring(h.subarray(0, 100));
     const prefix = h.subarray(257, 263).toString("latin1") === "ustar\0" ? cstring(h.subarray(345, 500)) : "";
     if (prefix) name = prefix + "/" + name;
-    const size = pax.has("size") ? Number(pax.get("size")) : numeric(h.subarray(124, 136));
+    const raw = pax.get("size");
+    const size = raw === undefined ? numeric(h.subarray(124, 136)) : /^[0-9]+$/.test(raw) ? Number(raw) : NaN;
+    const entry = JSON.stringify(pax.get("path") ?? name);
+    if (!Number.isSafeInteger(size) || size < 0) {
+      const said = raw === undefined ? `header size field, hex ${h.subarray(124, 136).toString("hex")}` : `PAX size ${JSON.stringify(raw)}`;
+      throw new Error(`tar: the entry ${entry} at byte ${off} has a size that is not a whole number of bytes (${said}): the server's tar stream is malformed`);
+    }
     const start = off + BLOCK;
-    if (start + size > buf.length) throw new Error(`tar: the stream ends inside ${JSON.stringify(name)}`);
+    if (start + size > buf.length) {
+      throw new Error(`tar: the stream ends inside ${entry}, which says it has ${size} bytes and ${buf.length - start} are left: the server's tar stream is cut or malformed`);
+    }
     const data = buf.subarray(start, start + size);
-    off = start + Math.ceil(size / BLOCK) * BLOCK;
+    const next = start + Math.ceil(size / BLOCK) * BLOCK;
+    if (!(next > off)) throw new Error(`tar: the entry ${entry} at byte ${off} does not move the stream on: the server's tar stream is malformed`);
+    off = next;
     if (type === "x") {
       pax = paxRecords(data);
       continue;

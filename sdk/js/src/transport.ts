@@ -16,7 +16,34 @@ export interface ConnectionOptions {
   url?: string;
   /** The bearer token; required over TCP. Default: $AIRLOCK_TOKEN. */
   token?: string;
+  /**
+   * The most bytes of one JSON value the client takes from the server: a
+   * JSON response body, or one line of an exec's NDJSON stream. Default
+   * DEFAULT_MAX_JSON_BYTES (64 MiB). An exec's Result holds the head of
+   * its stdout and stderr, up to the output limit each, and JSON may
+   * write a byte of output as up to 6 (`\u0000`): raise this for execs
+   * whose output limit is past a few MiB.
+   */
+  maxJsonBytes?: number;
+  /**
+   * The most bytes one file read takes into memory: the body of
+   * Files.read (which the server sizes with Content-Length), and the
+   * whole tar answer of one Files.readMany request. Default
+   * DEFAULT_MAX_READ_BYTES (1 GiB, the default workspace size, which is
+   * what the server lets one read carry); raise it to read more at once
+   * from a larger workspace.
+   */
+  maxReadBytes?: number;
 }
+
+/** The default of ConnectionOptions.maxJsonBytes: 64 MiB. */
+export const DEFAULT_MAX_JSON_BYTES = 64 << 20;
+
+/** The default of ConnectionOptions.maxReadBytes: 1 GiB. */
+export const DEFAULT_MAX_READ_BYTES = 1 << 30;
+
+/** The most bytes of an error response's body that are read: its error shape is small. */
+export const MAX_ERROR_BODY_BYTES = 1 << 20;
 
 /** The default socket of `airlock serve`. */
 export const DEFAULT_SOCKET = "/run/airlock/airlock.sock";
@@ -34,9 +61,15 @@ export interface RequestOptions {
 export class Transport {
   readonly socketPath?: string;
   readonly base?: URL;
+  /** See ConnectionOptions.maxJsonBytes. */
+  readonly maxJsonBytes: number;
+  /** See ConnectionOptions.maxReadBytes. */
+  readonly maxReadBytes: number;
   readonly #token?: string;
 
   constructor(opts: ConnectionOptions = {}) {
+    this.maxJsonBytes = byteCap("maxJsonBytes", opts.maxJsonBytes, DEFAULT_MAX_JSON_BYTES);
+    this.maxReadBytes = byteCap("maxReadBytes", opts.maxReadBytes, DEFAULT_MAX_READ_BYTES);
     const url = opts.url ?? (opts.socketPath ? undefined : process.env.AIRLOCK_URL || undefined);
     this.#token = opts.token ?? (process.env.AIRLOCK_TOKEN || undefined);
     if (url) {
@@ -108,7 +141,7 @@ export class Transport {
     });
     const status = res.statusCode ?? 0;
     if (status < 200 || status > 299) {
-      throw errorFromResponse(status, (await readAll(res)).toString("utf8"));
+      throw errorFromResponse(status, (await readHead(res, MAX_ERROR_BODY_BYTES)).toString("utf8"));
     }
     return res;
   }
@@ -116,7 +149,7 @@ export class Transport {
   /** Send a request and parse its JSON response. */
   async json<T>(method: string, path: string, opts: RequestOptions = {}): Promise<T> {
     const res = await this.request(method, path, { ...opts, headers: { accept: "application/json", ...opts.headers } });
-    const text = (await readAll(res)).toString("utf8");
+    const text = (await readAll(res, this.maxJsonBytes, `${method} ${path}: the JSON answer`, "maxJsonBytes")).toString("utf8");
     if (text.trim() === "") return undefined as T;
     try {
       return JSON.parse(text) as T;
@@ -138,27 +171,106 @@ export class Transport {
   }
 }
 
-/** All of a response's body. */
-export async function readAll(res: Readable): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  for await (const c of res) chunks.push(c as Buffer);
-  return Buffer.concat(chunks);
+function byteCap(name: string, v: number | undefined, def: number): number {
+  if (v === undefined) return def;
+  if (!Number.isSafeInteger(v) || v <= 0) throw errorOf("invalid_input", `${name} ${v}: give a positive whole number of bytes`);
+  return v;
 }
 
-/** The lines of an NDJSON response, parsed, as they arrive. */
-export async function* ndjson(res: Readable): AsyncGenerator<unknown> {
-  let buf = "";
-  res.setEncoding("utf8");
+/** A byte count for messages: "64 MiB", "1 GiB", "1000 bytes". */
+function bytes(n: number): string {
+  for (const [unit, k] of [["GiB", 30], ["MiB", 20], ["KiB", 10]] as const) {
+    if (n >= 2 ** k && n % 2 ** k === 0) return `${n / 2 ** k} ${unit}`;
+  }
+  return `${n} bytes`;
+}
+
+/** The Content-Length of a response, when it has a valid one. */
+function contentLength(res: Readable): number | undefined {
+  const v = (res as Partial<http.IncomingMessage>).headers?.["content-length"];
+  if (typeof v !== "string" || !/^[0-9]+$/.test(v)) return undefined;
+  const n = Number(v);
+  return Number.isSafeInteger(n) ? n : undefined;
+}
+
+/**
+ * All of a response's body, at most max bytes: an answer whose
+ * Content-Length, or whose body, passes max is an internal AirlockError
+ * naming what and the option (option) that raises max, and the response
+ * is dropped. Node's parser ends a body at its Content-Length.
+ */
+export async function readAll(res: Readable, max = DEFAULT_MAX_JSON_BYTES, what = "the answer", option = "maxJsonBytes"): Promise<Buffer> {
+  const tooBig = () => {
+    res.destroy();
+    return errorOf("internal", `${what} passes ${bytes(max)}, the most this client takes (${option}); raise ${option} if it is expected`);
+  };
+  const declared = contentLength(res);
+  if (declared !== undefined && declared > max) throw tooBig();
+  const chunks: Buffer[] = [];
+  let n = 0;
+  for await (const c of res) {
+    n += (c as Buffer).length;
+    if (n > max) throw tooBig();
+    chunks.push(c as Buffer);
+  }
+  return Buffer.concat(chunks, n);
+}
+
+/** The first max bytes of a response's body; the rest is not read, and the response is dropped. */
+export async function readHead(res: Readable, max: number): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  let n = 0;
+  for await (const c of res) {
+    const b = c as Buffer;
+    chunks.push(b.subarray(0, max - n));
+    n += Math.min(b.length, max - n);
+    if (n >= max) break; // leaving the loop destroys the response
+  }
+  return Buffer.concat(chunks, n);
+}
+
+/**
+ * The lines of an NDJSON response, parsed, as they arrive. Each chunk is
+ * scanned once for its newlines; a line longer than maxLine bytes is an
+ * internal AirlockError (a stream that never ends its line would
+ * otherwise grow without bound), and the response is dropped.
+ */
+export async function* ndjson(res: Readable, maxLine = DEFAULT_MAX_JSON_BYTES): AsyncGenerator<unknown> {
+  // The current line's pieces; a newline byte is never inside a UTF-8
+  // sequence, so lines are cut as bytes and decoded whole.
+  let parts: Buffer[] = [];
+  let held = 0;
+  const hold = (piece: Buffer) => {
+    if (held + piece.length > maxLine) {
+      res.destroy();
+      throw errorOf(
+        "internal",
+        `the server's NDJSON stream has a line past ${bytes(maxLine)} with no end, the most this client takes (maxJsonBytes): ` +
+          "the stream is malformed, or an exec's output limit asks for more; raise maxJsonBytes if it is expected",
+      );
+    }
+    if (piece.length > 0) parts.push(piece);
+    held += piece.length;
+  };
+  const take = () => {
+    const line = Buffer.concat(parts, held).toString("utf8").trim();
+    parts = [];
+    held = 0;
+    return line;
+  };
   for await (const chunk of res) {
-    buf += chunk as string;
-    let nl: number;
-    while ((nl = buf.indexOf("\n")) >= 0) {
-      const line = buf.slice(0, nl).trim();
-      buf = buf.slice(nl + 1);
+    const c = typeof chunk === "string" ? Buffer.from(chunk, "utf8") : (chunk as Buffer);
+    let start = 0;
+    for (let nl = c.indexOf(0x0a); nl >= 0; nl = c.indexOf(0x0a, start)) {
+      hold(c.subarray(start, nl));
+      start = nl + 1;
+      const line = take();
       if (line) yield parseLine(line);
     }
+    hold(c.subarray(start));
   }
-  if (buf.trim()) yield parseLine(buf.trim());
+  const line = take();
+  if (line) yield parseLine(line);
 }
 
 function parseLine(line: string): unknown {

@@ -29,11 +29,11 @@ from .errors import (
     Unavailable,
 )
 from .sandbox import READ_MANY_MAX, Files, Result, Sandbox, argv_of, run, stream_bytes
-from .transport import DEFAULT_SOCKET, Transport
+from .transport import DEFAULT_MAX_JSON_BYTES, DEFAULT_MAX_READ_BYTES, DEFAULT_SOCKET, Transport
 
 __version__ = "0.1.0"
 
 __all__ = [
     "KINDS", "AirlockError", "AlreadyExists", "Canceled", "Conflict", "Internal", "InvalidInput", "NotFound",
-    "OverLimit", "PermissionDenied", "SandboxLost", "Timeout", "Unauthorized", "Unavailable", "READ_MANY_MAX", "Files", "Result", "Sandbox", "argv_of", "run", "stream_bytes", "DEFAULT_SOCKET", "Transport",
+    "OverLimit", "PermissionDenied", "SandboxLost", "Timeout", "Unauthorized", "Unavailable", "READ_MANY_MAX", "Files", "Result", "Sandbox", "argv_of", "run", "stream_bytes", "DEFAULT_SOCKET", "DEFAULT_MAX_JSON_BYTES", "DEFAULT_MAX_READ_BYTES", "Transport",
 ]  # fmt: skip

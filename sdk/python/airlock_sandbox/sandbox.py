@@ -16,7 +16,7 @@ import urllib.parse
 from typing import Any, BinaryIO, Callable, Iterable, Mapping, Sequence, Union
 
 from .errors import AirlockError, error_of
-from .transport import Transport, ndjson
+from .transport import Transport, _too_big, ndjson, read_capped
 
 Duration = Union[str, int, float]
 Size = Union[str, int]
@@ -186,10 +186,12 @@ class Files:
     def read(self, path: str) -> bytes:
         """Read the file at path, through airlock's artifact scanner: a
         refused file raises an AirlockError whose ``reason`` is the scanner's
-        word (type_not_allowed, symlink, is_directory, not_found, …)."""
+        word (type_not_allowed, symlink, is_directory, not_found, …). The
+        file is read into memory: at most its Content-Length, and at most
+        the transport's ``max_read_bytes`` (default 1 GiB)."""
         resp = self._t.request("GET", f"/v1/sandboxes/{_quote(self._id)}/files?path={_quote(path)}")
         try:
-            return resp.read()
+            return read_capped(resp, self._t.max_read_bytes, f"the file {path!r}", "max_read_bytes")
         finally:
             resp.close()
 
@@ -200,7 +202,8 @@ class Files:
         order: accepted with its bytes as ``content``, or refused with its
         ``reason`` word (not_found, symlink, hidden_name, too_large, …; a
         refusal is never raised). A path given twice is read once, and
-        both get its record."""
+        both get its record. Each request's answer is read into memory, at
+        most the transport's ``max_read_bytes`` (default 1 GiB)."""
         out: list[dict[str, Any] | None] = [None] * len(paths)
         first: dict[str, int] = {}
         unique: list[int] = []
@@ -215,13 +218,24 @@ class Files:
                 json_body={"paths": [paths[i] for i in idx]}, headers={"Accept": "application/x-tar"},
             )  # fmt: skip
             entries: list[tuple[str, bytes]] = []
+            cap = self._t.max_read_bytes
+            what = f"files/read: the tar answer for {len(idx)} paths"
             try:
-                # The stream is read as it arrives, an entry at a time.
-                with tarfile.open(fileobj=resp, mode="r|") as tf:
+                # The stream is read as it arrives, an entry at a time, and
+                # no further than the cap, headers and skipped data included.
+                with tarfile.open(fileobj=_CappedReader(resp, cap, what), mode="r|") as tf:
+                    held = 0
                     for m in tf:
                         f = tf.extractfile(m) if m.isfile() else None
-                        if f is not None:
-                            entries.append((m.name, f.read()))
+                        if f is None:
+                            continue
+                        if m.size < 0:
+                            raise error_of("internal", f"files/read: the entry {m.name!r} has a negative size ({m.size}): the server's tar stream is malformed")
+                        if m.size > cap - held:
+                            raise _too_big(f"files/read: the entry {m.name!r} ({m.size} bytes, after {held} of others)", cap, "max_read_bytes")
+                        data = f.read(m.size)
+                        held += len(data)
+                        entries.append((m.name, data))
             except tarfile.TarError as e:
                 raise error_of("internal", f"files/read: the answer is not a whole tar stream: {e}") from e
             finally:
@@ -245,6 +259,23 @@ class Files:
             if out[i] is None:
                 out[i] = {**(out[first[_absolute(p)]] or {}), "path": p}
         return [r for r in out if r is not None]
+
+
+class _CappedReader:
+    """A response as tarfile's stream mode reads it, raising an Internal
+    error once more than limit bytes have been asked of it."""
+
+    def __init__(self, resp: Any, limit: int, what: str):
+        self._resp, self._left, self._limit, self._what = resp, limit, limit, what
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0:
+            n = self._left + 1
+        b = self._resp.read(min(n, self._left + 1))
+        self._left -= len(b)
+        if self._left < 0:
+            raise _too_big(self._what, self._limit, "max_read_bytes")
+        return b
 
 
 def _absolute(path: str) -> str:
@@ -318,10 +349,13 @@ class Sandbox:
         url: str | None = None,
         token: str | None = None,
         request_timeout: float | None = None,
+        max_json_bytes: int | None = None,
+        max_read_bytes: int | None = None,
     ) -> "Sandbox":
         """Create a sandbox (POST /v1/sandboxes); it is ready when this returns.
-        ``extra`` passes any other CLI flag by its JSON name."""
-        t = Transport(socket_path, url, token, request_timeout)
+        ``extra`` passes any other CLI flag by its JSON name; ``max_json_bytes``
+        and ``max_read_bytes`` are the client's caps (see :class:`Transport`)."""
+        t = Transport(socket_path, url, token, request_timeout, max_json_bytes=max_json_bytes, max_read_bytes=max_read_bytes)
         body = _compact(
             {
                 **_policy(template, image, timeout, memory, cpus, pids, output_limit, env, engine, isolation, extra),
@@ -339,16 +373,27 @@ class Sandbox:
         return cls(t, info["id"])
 
     @classmethod
-    def connect(cls, sandbox_id: str, *, socket_path: str | None = None, url: str | None = None, token: str | None = None, request_timeout: float | None = None) -> "Sandbox":
+    def connect(
+        cls,
+        sandbox_id: str,
+        *,
+        socket_path: str | None = None,
+        url: str | None = None,
+        token: str | None = None,
+        request_timeout: float | None = None,
+        max_json_bytes: int | None = None,
+        max_read_bytes: int | None = None,
+    ) -> "Sandbox":
         """A handle on an existing sandbox; it checks that the sandbox exists."""
-        sb = cls(Transport(socket_path, url, token, request_timeout), sandbox_id)
+        t = Transport(socket_path, url, token, request_timeout, max_json_bytes=max_json_bytes, max_read_bytes=max_read_bytes)
+        sb = cls(t, sandbox_id)
         sb.info()
         return sb
 
     @staticmethod
-    def list(*, socket_path: str | None = None, url: str | None = None, token: str | None = None) -> list[dict[str, Any]]:
+    def list(*, socket_path: str | None = None, url: str | None = None, token: str | None = None, max_json_bytes: int | None = None) -> list[dict[str, Any]]:
         """The sandboxes the server knows, oldest first."""
-        return Transport(socket_path, url, token).json("GET", "/v1/sandboxes") or []
+        return Transport(socket_path, url, token, max_json_bytes=max_json_bytes).json("GET", "/v1/sandboxes") or []
 
     def info(self) -> dict[str, Any]:
         """The server's record of this sandbox."""
@@ -398,7 +443,7 @@ class Sandbox:
         if on_stdout is None and on_stderr is None:
             return Result(self._t.json("POST", path, json_body=body))
         resp = self._t.request("POST", path, json_body=body, headers={"Accept": "application/x-ndjson"})
-        return consume_exec_stream(ndjson(resp), on_stdout, on_stderr)
+        return consume_exec_stream(ndjson(resp, self._t.max_json_bytes), on_stdout, on_stderr)
 
     def close(self) -> None:
         """Destroy the sandbox. Idempotent: one already gone is not an error."""
@@ -446,16 +491,18 @@ def run(
     url: str | None = None,
     token: str | None = None,
     request_timeout: float | None = None,
+    max_json_bytes: int | None = None,
     **policy: Any,
 ) -> Result:
     """A one-shot run (POST /v1/runs): a fresh sandbox for one command, gone
     when it ends. ``policy`` takes the keywords of Sandbox.create's policy
     (image, timeout, memory, cpus, pids, output_limit, env, engine,
-    isolation, template, extra). Returns the Result of ``airlock run --json``."""
+    isolation, template, extra). Returns the Result of ``airlock run --json``;
+    ``max_json_bytes`` caps it (see :class:`Transport`)."""
     unknown = set(policy) - {"template", "image", "timeout", "memory", "cpus", "pids", "output_limit", "env", "engine", "isolation", "extra"}
     if unknown:
         raise TypeError(f"run() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
-    t = Transport(socket_path, url, token, request_timeout)
+    t = Transport(socket_path, url, token, request_timeout, max_json_bytes=max_json_bytes)
     body = _compact({**_policy(**policy), "argv": argv_of(command), "stdin_b64": _b64(stdin), "workdir": workdir})
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
     return Result(t.json("POST", "/v1/runs", json_body=body, headers=headers))

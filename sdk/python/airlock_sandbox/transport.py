@@ -15,6 +15,22 @@ from .errors import AirlockError, error_from_response, error_of
 
 DEFAULT_SOCKET = "/run/airlock/airlock.sock"
 
+#: The default of ``max_json_bytes``: the most bytes of one JSON value the
+#: client takes from the server, a JSON answer or one line of an exec's
+#: NDJSON stream. An exec's Result holds the head of its stdout and stderr,
+#: up to the output limit each, and JSON may write a byte of output as up to
+#: 6 (``\u0000``): raise it for execs whose output limit is past a few MiB.
+DEFAULT_MAX_JSON_BYTES = 64 << 20
+
+#: The default of ``max_read_bytes``: the most bytes one file read takes
+#: into memory, the body of Files.read and the whole tar answer of one
+#: Files.read_many request. 1 GiB is the default workspace size, which is
+#: what the server lets one read carry.
+DEFAULT_MAX_READ_BYTES = 1 << 30
+
+#: The most bytes of an error answer's body that are read: its error shape is small.
+MAX_ERROR_BODY_BYTES = 1 << 20
+
 
 class _UnixConnection(http.client.HTTPConnection):
     def __init__(self, path: str, timeout: float | None):
@@ -40,10 +56,24 @@ class Transport:
     over ``socket_path`` (default ``$AIRLOCK_SOCKET``, else
     ``/run/airlock/airlock.sock``). ``token`` (default ``$AIRLOCK_TOKEN``)
     is required over TCP. ``timeout`` bounds each socket operation, in
-    seconds (None waits as long as the server takes).
+    seconds (None waits as long as the server takes). ``max_json_bytes``
+    (default :data:`DEFAULT_MAX_JSON_BYTES`, 64 MiB) caps one JSON answer or
+    NDJSON line, ``max_read_bytes`` (default :data:`DEFAULT_MAX_READ_BYTES`,
+    1 GiB) one file read; past them a call raises :class:`Internal`.
     """
 
-    def __init__(self, socket_path: str | None = None, url: str | None = None, token: str | None = None, timeout: float | None = None):
+    def __init__(
+        self,
+        socket_path: str | None = None,
+        url: str | None = None,
+        token: str | None = None,
+        timeout: float | None = None,
+        *,
+        max_json_bytes: int | None = None,
+        max_read_bytes: int | None = None,
+    ):
+        self.max_json_bytes = _byte_cap("max_json_bytes", max_json_bytes, DEFAULT_MAX_JSON_BYTES)
+        self.max_read_bytes = _byte_cap("max_read_bytes", max_read_bytes, DEFAULT_MAX_READ_BYTES)
         if url is None and socket_path is None:
             url = os.environ.get("AIRLOCK_URL") or None
         self.token = token if token is not None else (os.environ.get("AIRLOCK_TOKEN") or None)
@@ -103,11 +133,17 @@ class Transport:
             raise error_of("unavailable", f"reaching airlock at {self.where}: {e}{hint}") from e
         if not 200 <= resp.status <= 299:
             try:
-                data = resp.read()
+                data = resp.read(MAX_ERROR_BODY_BYTES)  # the rest is never read
             finally:
                 resp.close()
                 conn.close()
             raise error_from_response(resp.status, data)
+        # No connection is reused: hand it to the response, so that closing
+        # the response, read or not, closes it (a socket's fd lives until
+        # its last file is closed).
+        if conn.sock is not None:
+            conn.sock.close()
+            conn.sock = None
         return resp
 
     def json(self, method: str, path: str, **kw: Any) -> Any:
@@ -115,7 +151,7 @@ class Transport:
         headers = {"Accept": "application/json", **(kw.pop("headers", None) or {})}
         resp = self.request(method, path, headers=headers, **kw)
         try:
-            data = resp.read()
+            data = read_capped(resp, self.max_json_bytes, f"{method} {path}: the JSON answer", "max_json_bytes")
         finally:
             resp.close()
         if not data.strip():
@@ -126,13 +162,62 @@ class Transport:
             raise error_of("internal", f"{method} {path}: the server's answer is not JSON: {data[:200]!r}", resp.status) from e
 
 
-def ndjson(resp: http.client.HTTPResponse) -> Iterator[Any]:
-    """The lines of an NDJSON response, parsed, as they arrive."""
+def _byte_cap(name: str, v: int | None, default: int) -> int:
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise error_of("invalid_input", f"{name} {v!r}: give a positive whole number of bytes")
+    return v
+
+
+def _bytes(n: int) -> str:
+    """A byte count for messages: "64 MiB", "1 GiB", "1000 bytes"."""
+    for unit, k in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << k and n % (1 << k) == 0:
+            return f"{n >> k} {unit}"
+    return f"{n} bytes"
+
+
+def _too_big(what: str, limit: int, option: str) -> AirlockError:
+    return error_of("internal", f"{what} passes {_bytes(limit)}, the most this client takes ({option}); raise {option} if it is expected")
+
+
+def read_capped(resp: http.client.HTTPResponse, limit: int, what: str, option: str) -> bytes:
+    """All of a response's body, at most limit bytes: one whose
+    Content-Length, or whose body, passes limit raises an Internal error
+    naming what and the option that raises limit, and is not read on.
+    The caller closes resp."""
+    if resp.length is not None:
+        if resp.length > limit:
+            raise _too_big(what, limit, option)
+        return resp.read()  # exactly Content-Length bytes
+    chunks: list[bytes] = []
+    n = 0
+    while True:
+        b = resp.read(min(1 << 20, limit + 1 - n))
+        if not b:
+            return b"".join(chunks)
+        n += len(b)
+        if n > limit:
+            raise _too_big(what, limit, option)
+        chunks.append(b)
+
+
+def ndjson(resp: http.client.HTTPResponse, max_line: int = DEFAULT_MAX_JSON_BYTES) -> Iterator[Any]:
+    """The lines of an NDJSON response, parsed, as they arrive. A line
+    longer than max_line bytes raises an Internal error (a stream that
+    never ends its line would otherwise grow without bound)."""
     try:
         while True:
-            line = resp.readline()
+            line = resp.readline(max_line + 1)
             if not line:
                 return
+            if len(line) > max_line and not line.endswith(b"\n"):
+                raise error_of(
+                    "internal",
+                    f"the server's NDJSON stream has a line past {_bytes(max_line)} with no end, the most this client takes "
+                    "(max_json_bytes): the stream is malformed, or an exec's output limit asks for more; raise max_json_bytes if it is expected",
+                )
             line = line.strip()
             if not line:
                 continue
@@ -144,4 +229,4 @@ def ndjson(resp: http.client.HTTPResponse) -> Iterator[Any]:
         resp.close()
 
 
-__all__ = ["Transport", "ndjson", "DEFAULT_SOCKET", "AirlockError"]
+__all__ = ["Transport", "ndjson", "read_capped", "DEFAULT_SOCKET", "DEFAULT_MAX_JSON_BYTES", "DEFAULT_MAX_READ_BYTES", "MAX_ERROR_BODY_BYTES", "AirlockError"]

@@ -311,5 +311,205 @@ class ReadManyTest(unittest.TestCase):
         self.assertEqual(got[-1]["content"], b"x,y\n")
         self.assertTrue(all(r["reason"] == "not_found" for r in got[:-1]))
 
+
+#: What a hostile server pumps: far more than loopback's socket buffers hold,
+#: so that an answer ends only if the client reads it all.
+PUMPED = 128 << 20
+
+
+def _tar_header(name: str, size: int | bytes, kind: bytes) -> bytes:
+    """A ustar header as a hostile server could write it: size in octal, or
+    the 12 raw bytes of the size field."""
+    h = bytearray(512)
+    h[0 : len(name)] = name.encode()
+    h[100:108] = b"0000644\0"
+    h[124:136] = size if isinstance(size, bytes) else b"%011o\0" % size
+    h[148:156] = b" " * 8
+    h[156:157] = kind
+    h[257:265] = b"ustar\x0000"
+    h[148:156] = b"%06o\0 " % sum(h)
+    return bytes(h)
+
+
+class _HostileServer:
+    """A stand-in for a hostile airlock serve at the HTTP boundary: answer
+    is called with each request's handler; ended records, per answer,
+    whether the server got to its end before the client hung up."""
+
+    def __init__(self, answer):
+        import http.server
+        import threading
+
+        fake = self
+        self.ended: list[bool] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                self._answer()
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self._answer()
+
+            def _answer(self):
+                self.connection.settimeout(20)
+                try:
+                    answer(self)
+                    fake.ended.append(True)
+                except OSError:
+                    fake.ended.append(False)
+
+            def send(self, status: int, body: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def pump(self, status: int, head: bytes, fill: bytes, tail: bytes = b"") -> None:
+                """head, PUMPED bytes of fill and tail, chunked."""
+                self.send_response(status)
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                chunk = fill * (64 << 10)
+                for part in [head, *[chunk] * (PUMPED // len(chunk)), tail]:
+                    if part:
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+                self.wfile.write(b"0\r\n\r\n")
+
+            def declare(self, length: int) -> None:
+                """Say Content-Length and send nothing, until the client hangs up."""
+                self.send_response(200)
+                self.send_header("Content-Length", str(length))
+                self.end_headers()
+                self.wfile.flush()
+                if self.connection.recv(1) == b"":
+                    raise ConnectionResetError("the client hung up")
+
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.srv.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.srv.server_address[1]}"
+
+    def closed(self, n: int) -> list[bool]:
+        """Polls until n answers have ended or failed; returns the records."""
+        import time
+
+        deadline = time.monotonic() + 20
+        while len(self.ended) < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return self.ended
+
+    def close(self) -> None:
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+class HostileServerTest(unittest.TestCase):
+    """A hostile or broken server must not grow the client's memory without
+    bound: each answer is read up to a cap, and the rest never read."""
+
+    def serve(self, answer) -> _HostileServer:
+        fake = _HostileServer(answer)
+        self.addCleanup(fake.close)
+        return fake
+
+    def test_caps_default_and_are_checked(self):
+        from airlock_sandbox.transport import DEFAULT_MAX_JSON_BYTES, DEFAULT_MAX_READ_BYTES
+
+        t = al.Transport(url="http://127.0.0.1:1")
+        self.assertEqual((t.max_json_bytes, t.max_read_bytes), (DEFAULT_MAX_JSON_BYTES, DEFAULT_MAX_READ_BYTES))
+        self.assertEqual((DEFAULT_MAX_JSON_BYTES, DEFAULT_MAX_READ_BYTES), (64 << 20, 1 << 30))
+        for bad in (0, -1, 1.5, True, "1MiB"):
+            with self.assertRaises(al.InvalidInput):
+                al.Transport(url="http://127.0.0.1:1", max_json_bytes=bad)
+
+    def test_ndjson_line_at_and_past_its_cap(self):
+        import io
+
+        from airlock_sandbox.transport import ndjson
+
+        def lines(data: bytes, cap: int) -> list:
+            return list(ndjson(io.BufferedReader(io.BytesIO(data), 64), cap))
+
+        line = b'{"a":"' + b"x" * 20 + b'"}'  # 28 bytes
+        self.assertEqual(lines(line + b"\r\n\n" + line, 29), [{"a": "x" * 20}] * 2)
+        self.assertEqual(lines(line + b"\n", 28), [{"a": "x" * 20}])
+        with self.assertRaisesRegex(al.Internal, r"line past 27 bytes with no end.*max_json_bytes"):
+            lines(line + b"\n", 27)
+
+    def test_exec_stream_line_past_max_json_bytes(self):
+        def answer(h):
+            if h.command == "GET":
+                return h.send(200, b'{"id":"sb-x"}')
+            h.pump(200, b'{"type":"stdout","data_b64":"', b"A", b'"}\n')  # one line of 128 MiB
+
+        fake = self.serve(answer)
+        sb = al.Sandbox.connect("sb-x", url=fake.url, token="t", max_json_bytes=1 << 20)
+        with self.assertRaisesRegex(al.Internal, r"line past 1 MiB with no end.*max_json_bytes"):
+            sb.exec("true", on_stdout=lambda b: None)
+        self.assertEqual(fake.closed(2), [True, False])
+
+    def test_json_answer_past_max_json_bytes(self):
+        def answer(h):
+            if h.path.endswith("/declared"):
+                return h.declare(PUMPED)
+            if h.path.endswith("/small"):
+                return h.send(200, b'{"id":"' + b"a" * (4 << 20) + b'"}')
+            h.pump(200, b'{"id":"', b"a", b'"}')
+
+        fake = self.serve(answer)
+        cap = r"passes 1 MiB, the most this client takes \(max_json_bytes\)"
+        for sid in ("sb-x", "declared"):
+            with self.assertRaisesRegex(al.Internal, cap):
+                al.Sandbox.connect(sid, url=fake.url, token="t", max_json_bytes=1 << 20)
+        self.assertEqual(fake.closed(2), [False, False])
+        sb = al.Sandbox.connect("small", url=fake.url, token="t", max_json_bytes=8 << 20)
+        self.assertEqual(len(sb.info()["id"]), 4 << 20)
+
+    def test_error_body_is_read_up_to_1_MiB(self):
+        fake = self.serve(lambda h: h.pump(404, b"", b"b"))
+        with self.assertRaises(al.NotFound) as cm:
+            al.Sandbox.connect("sb-x", url=fake.url, token="t")
+        self.assertRegex(str(cm.exception), r"HTTP 404: b{500}$")
+        self.assertEqual(fake.closed(1), [False])
+
+    def test_file_reads_past_max_read_bytes(self):
+        def answer(h):
+            if h.command == "POST":
+                return h.pump(200, _tar_header("home/user/a.txt", PUMPED, b"0"), b"c")
+            if h.path.endswith("=declared"):
+                return h.declare(PUMPED)
+            if h.path.endswith("=small"):
+                return h.send(200, b"c" * (2 << 20))
+            h.pump(200, b"", b"c")  # chunked: no Content-Length
+
+        fake = self.serve(answer)
+        files = al.Files(al.Transport(url=fake.url, token="t", max_read_bytes=1 << 20), "sb-x")
+        cap = r"passes 1 MiB, the most this client takes \(max_read_bytes\)"
+        for read in (lambda: files.read("chunked"), lambda: files.read("declared"), lambda: files.read_many(["a.txt"])):
+            with self.assertRaisesRegex(al.Internal, cap):
+                read()
+        self.assertEqual(fake.closed(3), [False, False, False])
+        roomy = al.Files(al.Transport(url=fake.url, token="t", max_read_bytes=4 << 20), "sb-x")
+        self.assertEqual(len(roomy.read("small")), 2 << 20)
+
+    def test_read_many_refuses_a_negative_or_huge_entry_size(self):
+        end = b"\0" * 1024
+        record = b"14 size=-1536\n"
+        negative = _tar_header("PaxHeader", len(record), b"x") + record.ljust(512, b"\0") + _tar_header("home/user/a.txt", 0, b"0") + end
+        huge = _tar_header("home/user/a.txt", b"\x80" + b"\xff" * 11, b"0") + end
+        answers = [negative, huge]
+        fake = self.serve(lambda h: h.send(200, answers.pop(0)))
+        files = al.Files(al.Transport(url=fake.url, token="t"), "sb-x")
+        with self.assertRaisesRegex(al.Internal, r"'home/user/a.txt' has a negative size \(-1536\).*malformed"):
+            files.read_many(["a.txt"])
+        with self.assertRaisesRegex(al.Internal, r"'home/user/a.txt' \(\d+ bytes, after 0 of others\) passes 1 GiB"):
+            files.read_many(["a.txt"])
+
+
 if __name__ == "__main__":
     unittest.main()

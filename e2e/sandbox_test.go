@@ -455,3 +455,49 @@ func TestRuntimeEnvironmentClean(t *testing.T) {
 	}
 	t.Logf("%d processes of sandbox %s checked", len(pids), id)
 }
+
+// A sandbox's id is no secret (its supervisor's command line shows it),
+// so its areas are kept from other users by the directory above them:
+// neither another user nor one with the sandbox's own uid reads or writes
+// a sandbox's workspace, /tmp or uploads from the host.
+func TestSandboxAreasPrivate(t *testing.T) {
+	si := sbCreate(t)
+	defer airlock(nil, "sandbox", "rm", si.ID)
+	if res, c := sbExec(t, si.ID, nil, "sh", "-c", "echo secret > /home/user/s && echo secret > /tmp/s"); res.ExitCode != 0 {
+		t.Fatalf("writing the files: %+v %s", res, c.stderr)
+	}
+	dir := runner.SandboxDir(rootDir, si.ID)
+	// The tests' root lies in private directories: let others through
+	// them for now, as /var/lib/airlock lets them through.
+	for d := rootDir; d != "/tmp" && d != "/"; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			os.Chmod(d, fi.Mode().Perm()|0o001)
+			defer os.Chmod(d, fi.Mode().Perm())
+		}
+	}
+	for _, p := range []string{"workspace/s", "tmp/s"} {
+		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
+			t.Fatalf("root does not see %s: %v", p, err)
+		}
+	}
+	for _, uid := range []uint32{4242, 65534} {
+		for _, c := range [][]string{
+			{"cat", filepath.Join(dir, "workspace/s")},
+			{"cat", filepath.Join(dir, "tmp/s")},
+			{"touch", filepath.Join(dir, "workspace/planted")},
+		} {
+			cmd := exec.Command(c[0], c[1:]...)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+			if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "Permission denied") {
+				t.Errorf("uid %d: %v: %v %q; want permission denied", uid, c, err, out)
+			}
+		}
+	}
+	if fi, err := os.Stat(filepath.Dir(dir)); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("%s: %v %v; want 0700", filepath.Dir(dir), fi.Mode(), err)
+	}
+}

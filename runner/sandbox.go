@@ -199,7 +199,7 @@ func (r *Runner) Create(ctx context.Context, s SandboxSpec) (_ *Sandbox, err err
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(sandboxesDir(r.root), 0o711); err != nil {
+	if err := privateDir(sandboxesDir(r.root)); err != nil {
 		return nil, fmt.Errorf("%w: creating the sandboxes directory: %v", errdefs.ErrUnavailable, err)
 	}
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.lockWait)

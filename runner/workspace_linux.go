@@ -117,7 +117,7 @@ func CreateAreas(ctx context.Context, root, id string, s AreasSpec) (_ *Areas, e
 	ctx, cancel := context.WithTimeout(ctx, areaTimeout)
 	defer cancel()
 	a := &Areas{Dir: SandboxDir(root, id), UID: s.UID, GID: s.GID}
-	if err := os.MkdirAll(filepath.Dir(a.Dir), 0o711); err != nil {
+	if err := privateDir(filepath.Dir(a.Dir)); err != nil {
 		return nil, fmt.Errorf("%w: creating the sandboxes directory: %v", errdefs.ErrUnavailable, err)
 	}
 	if err := os.Mkdir(a.Dir, 0o700); err != nil {
@@ -131,7 +131,8 @@ func CreateAreas(ctx context.Context, root, id string, s AreasSpec) (_ *Areas, e
 			RemoveAreas(context.WithoutCancel(ctx), a.Dir)
 		}
 	}()
-	// Private, but reachable by the gofer and the sandbox's user below.
+	// Its parent is root's alone (privateDir); below it, the areas are
+	// reachable by the gofer and the sandbox's user, as a run's are.
 	if err := os.Chmod(a.Dir, 0o711); err != nil {
 		return nil, fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
@@ -421,4 +422,16 @@ func loopsUnder(dir string) []string {
 		}
 	}
 	return out
+}
+
+// privateDir makes dir, the parent of every sandbox's areas, root's alone
+// (0700), as runs/ is: a sandbox's id is no secret (its supervisor's
+// command line shows it), so a directory other users may enter would let
+// them read, and the sandbox's uid write, any sandbox's files below it.
+// An older airlock made it 0711; it is narrowed here.
+func privateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return os.Chmod(dir, 0o700)
 }

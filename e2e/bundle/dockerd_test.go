@@ -501,8 +501,8 @@ var openByDesign = []struct {
 	{"tools", 0o755, "airlock's pinned runsc and the exec agent: public binaries"},
 	{"tools/runsc", 0o755, "as tools"},
 	{"tools/airlock-agent", 0o755, "as tools"},
-	{"sandboxes", 0o711, "entered, never listed: the gofer and the sandbox's uid reach each sandbox's areas below"},
-	{"sandboxes/*", 0o711, "as sandboxes"},
+	{"sandboxes", 0o700, "root's alone: a sandbox's id is no secret, so no other user may enter (runs/ likewise)"},
+	{"sandboxes/*", 0o711, "below a directory root's alone: the gofer and the sandbox's uid reach the areas"},
 	// The sandbox's own areas, owned by its uid, with whatever modes the
 	// program gives its files (SECURITY.md, "A sandbox's /tmp is a host
 	// tmpfs").

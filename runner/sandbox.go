@@ -643,5 +643,5 @@ func (r *Runner) destroySandbox(ctx context.Context, id string, why lifecycle.St
 		errs = append(errs, freeSandbox(bg, r.root, []engine.Reaper{r.engine}, id))
 		return errors.Join(errs...)
 	}
-	return destroySandbox(ctx, lc, r.root, id, why, free)
+	return destroySandbox(ctx, lc, r.root, id, why, false, free)
 }

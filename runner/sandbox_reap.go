@@ -34,12 +34,12 @@ func freeSandbox(ctx context.Context, root string, reapers []engine.Reaper, id s
 
 // destroySandbox frees sandbox id once, through the lifecycle's Destroy
 // (which waits for a create in progress), or directly, with an audit
-// event, when the lifecycle no longer knows it but something is left.
-func destroySandbox(ctx context.Context, lc *lifecycle.Store, root, id string, why lifecycle.State, free func() error) error {
+// event, when the lifecycle no longer knows it but something is left:
+// its record or areas, or, held, what this root's engine state names of
+// it (a create whose undo failed leaves a bundle or a checkpoint alone).
+func destroySandbox(ctx context.Context, lc *lifecycle.Store, root, id string, why lifecycle.State, held bool, free func() error) error {
 	if rec, gerr := lc.Get(id); gerr == nil && (rec.State == "" || rec.State == lifecycle.Terminated) {
-		_, ierr := os.Lstat(infoPath(root, id))
-		_, derr := os.Lstat(SandboxDir(root, id))
-		if ierr != nil && derr != nil {
+		if !held && unrecorded(root, id) {
 			return nil // gone
 		}
 		err := free()
@@ -53,6 +53,13 @@ func destroySandbox(ctx context.Context, lc *lifecycle.Store, root, id string, w
 		return fmt.Errorf("%w: sandbox %q: %v; another airlock process held its lock for more than %v: try again", errdefs.ErrConflict, id, err, lockTimeout)
 	}
 	return err
+}
+
+// unrecorded says whether sandbox id has neither a record nor areas.
+func unrecorded(root, id string) bool {
+	_, ierr := os.Lstat(infoPath(root, id))
+	_, derr := os.Lstat(SandboxDir(root, id))
+	return ierr != nil && derr != nil
 }
 
 // reapSandboxes destroys every sandbox under root that is past its
@@ -109,7 +116,7 @@ func reapSandboxes(ctx context.Context, lc *lifecycle.Store, root string, reaper
 			continue
 		}
 		free := func() error { return freeSandbox(ctx, root, reapers(), id) }
-		if err := destroySandbox(ctx, lc, root, id, why, free); err != nil {
+		if err := destroySandbox(ctx, lc, root, id, why, extra[id], free); err != nil {
 			errs = append(errs, fmt.Errorf("reaping sandbox %q: %w", id, err))
 		}
 		rep.Reaped = append(rep.Reaped, id)
@@ -138,5 +145,5 @@ func RemoveSandbox(ctx context.Context, root string, reapers []engine.Reaper, id
 			return err
 		}
 	}
-	return destroySandbox(ctx, lc, root, id, lifecycle.Orphaned, func() error { return freeSandbox(ctx, root, reapers, id) })
+	return destroySandbox(ctx, lc, root, id, lifecycle.Orphaned, false, func() error { return freeSandbox(ctx, root, reapers, id) })
 }

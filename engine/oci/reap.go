@@ -72,9 +72,11 @@ func (e *Engine) Leftovers(ctx context.Context) ([]string, error) {
 	}
 	// Run cgroups are the host's, not this root's: a group this root has
 	// no other trace of may be another root's run, and is taken only when
-	// nothing runs in it and it is older than a create.
+	// nothing runs in it and it is older than a create. A sandbox's is
+	// never taken so: an idle old one may be another root's paused
+	// sandbox, which its own root resumes into it.
 	for _, id := range cgroup.IDs() {
-		if !seen[id] && cgroup.Idle(id, cgroupGrace) {
+		if !seen[id] && !strings.HasPrefix(id, "sb-") && cgroup.Idle(id, cgroupGrace) {
 			seen[id] = true
 		}
 	}

@@ -91,7 +91,8 @@ func TestInputSwapRace(t *testing.T) {
 
 // TestBatchInputConfined: job inputs resolve beneath the batch file's
 // directory; one outside (by "..", an absolute path, a symlink, airlock's
-// own keys) is that job's error while the other jobs run.
+// own keys), the jobs file itself, or a hard link another user made to a
+// file of root's is that job's error while the other jobs run.
 func TestBatchInputConfined(t *testing.T) {
 	dir := t.TempDir()
 	outside := t.TempDir()
@@ -108,12 +109,22 @@ func TestBatchInputConfined(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A user's directory in the tree, holding a link to root's file.
+	os.MkdirAll(filepath.Join(dir, "users"), 0o755)
+	if err := os.Link(filepath.Join(outside, "secret.txt"), filepath.Join(dir, "users", "secret.txt")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(filepath.Join(dir, "users"), 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
 	jobs := map[string]string{
-		"dotdot":  filepath.Join(rel, "secret.txt"),
-		"abs":     filepath.Join(outside, "secret.txt"),
-		"symlink": "out-link/secret.txt",
-		"keys":    keys,
-		"passwd":  "/etc/passwd",
+		"dotdot":   filepath.Join(rel, "secret.txt"),
+		"abs":      filepath.Join(outside, "secret.txt"),
+		"symlink":  "out-link/secret.txt",
+		"keys":     keys,
+		"passwd":   "/etc/passwd",
+		"jobsfile": "jobs.jsonl",
+		"hardlink": "users",
 	}
 	var lines []string
 	add := func(id string, job map[string]any) {

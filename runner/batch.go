@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -50,6 +52,8 @@ type Job struct {
 
 	// inputRoot confines Inputs; set from BatchOptions.InputRoot.
 	inputRoot string
+	// private are the files no input may hold (BatchOptions.JobsFile).
+	private []privateFile
 }
 
 // JobInput is an Input in a batch file. Host is a relative path beneath
@@ -77,6 +81,12 @@ type BatchResult struct {
 	// Pass is set when the job gave an expected stdout.
 	Pass *bool `json:"pass,omitempty"`
 	Result
+	// ArtifactsDir and QuarantineDir are where the job delivered its
+	// files: a directory of its own beneath the batch's Output.Artifacts
+	// and Output.Quarantine, named by its run id (DIR/<id>). An artifact's
+	// path, and a rejection's quarantined name, are relative to them.
+	ArtifactsDir  string `json:"artifacts_dir,omitempty"`
+	QuarantineDir string `json:"quarantine_dir,omitempty"`
 }
 
 // BatchOptions shape a batch.
@@ -91,6 +101,13 @@ type BatchOptions struct {
 	// batch file's directory, or --input-root). Empty refuses every job
 	// input.
 	InputRoot string
+	// JobsFile and Results, when set, are the batch's jobs file and its
+	// results file (as os.Stat or File.Stat returns them). No job may take
+	// either as an input, by any name or hard link and at any depth of
+	// an input tree (they are matched by device and inode): the jobs file
+	// holds every job's expected stdout, the results file the other jobs'
+	// output. The CLI's default input root is the directory they are in.
+	JobsFile, Results os.FileInfo
 	// Template, when set, resolves templates; without it a job that names
 	// one fails as invalid input.
 	Template *BatchTemplate
@@ -122,8 +139,12 @@ const MaxJobLine = 16 << 20
 // ParseJobs reads a batch file. A line that is not a valid job (too long,
 // not JSON, no id...) does not stop the others: it comes back as a
 // BatchResult with Reason error and ErrorKind invalid_input, in file order
-// among the jobs. Memory stays bounded: the rest of an over-long line is
-// skipped, not held.
+// among the jobs, whose JobID is "line-N" (N its line number) whatever id
+// the line named; its Error names that id. An invalid line so never
+// answers for a job: a later line of that id still runs, and a resumed
+// batch still runs it. Ids of that form are kept for invalid lines: a job
+// that takes one is refused. Memory stays bounded: the rest of an
+// over-long line is skipped, not held.
 func ParseJobs(r io.Reader) ([]Job, []BatchResult, error) {
 	var jobs []Job
 	var bad []BatchResult
@@ -136,13 +157,13 @@ func ParseJobs(r io.Reader) ([]Job, []BatchResult, error) {
 			return jobs, bad, fmt.Errorf("reading line %d: %w", n, err)
 		}
 		if line := bytes.TrimSpace(raw); long || len(line) > 0 && line[0] != '#' {
-			j, err := parseJob(n, line, long, seen)
+			j, err := parseJob(line, long, seen)
 			if err != nil {
-				id := j.ID
-				if id == "" || seen[id] {
-					id = fmt.Sprintf("line-%d", n)
+				what := fmt.Sprintf("line %d", n)
+				if j.ID != "" {
+					what += fmt.Sprintf(" (id %q)", j.ID)
 				}
-				bad = append(bad, BatchResult{JobID: id, Result: Result{Reason: ReasonError, ExitCode: -1, Error: err.Error(), ErrorKind: "invalid_input"}})
+				bad = append(bad, BatchResult{JobID: invalidLineID(n), Result: Result{Reason: ReasonError, ExitCode: -1, Error: what + " " + err.Error(), ErrorKind: "invalid_input"}})
 			} else {
 				seen[j.ID] = true
 				jobs = append(jobs, j)
@@ -154,23 +175,32 @@ func ParseJobs(r io.Reader) ([]Job, []BatchResult, error) {
 	}
 }
 
-// parseJob decodes line n of a batch file.
-func parseJob(n int, line []byte, long bool, seen map[string]bool) (Job, error) {
+// invalidLineID is the job id of line n's result when the line is not a
+// valid job.
+func invalidLineID(n int) string { return fmt.Sprintf("line-%d", n) }
+
+// lineID matches the ids invalidLineID makes, which no job may take.
+var lineID = regexp.MustCompile(`^line-[0-9]+$`)
+
+// parseJob decodes a line of a batch file. Its errors follow "line N".
+func parseJob(line []byte, long bool, seen map[string]bool) (Job, error) {
 	var j Job
 	if long {
-		return j, fmt.Errorf("line %d is longer than the %d-byte (16MiB) line limit; put big data in an input file", n, MaxJobLine)
+		return j, fmt.Errorf("is longer than the %d-byte (16MiB) line limit; put big data in an input file", MaxJobLine)
 	}
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.DisallowUnknownFields()
 	switch err := dec.Decode(&j); {
 	case err != nil:
-		return j, fmt.Errorf("line %d is not a job: %v", n, err)
+		return j, fmt.Errorf("is not a job: %v", err)
 	case j.ID == "":
-		return j, fmt.Errorf("line %d has no id", n)
+		return j, fmt.Errorf("has no id")
+	case lineID.MatchString(j.ID):
+		return j, fmt.Errorf("takes an id of the form line-N, which is kept for the results of invalid lines; rename the job")
 	case seen[j.ID]:
-		return j, fmt.Errorf("line %d repeats id %q", n, j.ID)
+		return j, fmt.Errorf("repeats the id of an earlier job")
 	case len(j.Argv) == 0:
-		return j, fmt.Errorf("line %d (%q) has no argv", n, j.ID)
+		return j, fmt.Errorf("has no argv")
 	}
 	return j, nil
 }
@@ -212,6 +242,10 @@ func (j Job) spec(base Spec, template string) (Spec, error) {
 	if j.Stdin != "" {
 		s.Stdin = strings.NewReader(j.Stdin)
 	}
+	// Counted before any is resolved: each takes a walk from the root.
+	if len(j.Inputs) > MaxInputs {
+		return s, fmt.Errorf("%d inputs: a job takes at most %d; pass a directory holding them as one input", len(j.Inputs), MaxInputs)
+	}
 	// The base's inputs are shared by every job: never append in place.
 	s.Inputs = slices.Clone(base.Inputs)
 	for _, in := range j.Inputs {
@@ -219,6 +253,7 @@ func (j Job) spec(base Spec, template string) (Spec, error) {
 		if err != nil {
 			return s, err
 		}
+		ji.private = j.private
 		s.Inputs = append(s.Inputs, ji)
 	}
 	// The limits given go through the one wire parser, and replace the
@@ -289,18 +324,26 @@ func jobInput(root string, in JobInput) (Input, error) {
 
 // RunBatch runs jobs, Parallel at a time, calling emit once per job as it
 // finishes (never concurrently). A job's failure, even an engine error, is
-// its own result; RunBatch stops early only when ctx is done.
+// its own result; RunBatch stops early only when ctx is done, and then
+// returns ctx's error (see EachJob).
 func (r *Runner) RunBatch(ctx context.Context, jobs []Job, opt BatchOptions, emit func(BatchResult)) error {
+	private, err := opt.privateFiles()
+	if err != nil {
+		return err
+	}
 	return EachJob(ctx, jobs, opt.Parallel, opt.Skip, func(j Job) BatchResult {
-		j.inputRoot = opt.InputRoot
+		j.inputRoot, j.private = opt.InputRoot, private
 		return r.runJob(ctx, j, opt)
 	}, emit)
 }
 
 // EachJob calls run for every job not in skip, parallel at a time, and
 // emit with each result as it comes (never concurrently). It stops
-// feeding jobs once ctx is done, waits for those started, and returns
-// ctx's error then.
+// feeding jobs once ctx is done and waits for those started. A job that
+// ends killed or failed once ctx is done was ended by that cancel, not by
+// itself: it is not emitted, so that a resumed batch runs it again.
+// EachJob returns ctx's error whenever ctx was done by the end, even with
+// every job fed, and nil otherwise.
 func EachJob(ctx context.Context, jobs []Job, parallel int, skip map[string]bool, run func(Job) BatchResult, emit func(BatchResult)) error {
 	todo := make(chan Job)
 	var mu sync.Mutex
@@ -309,13 +352,15 @@ func EachJob(ctx context.Context, jobs []Job, parallel int, skip map[string]bool
 		wg.Go(func() {
 			for j := range todo {
 				br := run(j)
+				if ctx.Err() != nil && (br.Reason == ReasonKilled || br.Reason == ReasonError) {
+					continue
+				}
 				mu.Lock()
 				emit(br)
 				mu.Unlock()
 			}
 		})
 	}
-	var err error
 feed:
 	for _, j := range jobs {
 		if skip[j.ID] {
@@ -324,13 +369,12 @@ feed:
 		select {
 		case todo <- j:
 		case <-ctx.Done():
-			err = ctx.Err()
 			break feed
 		}
 	}
 	close(todo)
 	wg.Wait()
-	return err
+	return ctx.Err()
 }
 
 // jobSpec turns a job into its Spec: on Base, or on its template.
@@ -358,13 +402,16 @@ func (r *Runner) runJob(ctx context.Context, j Job, opt BatchOptions) BatchResul
 	if err != nil {
 		err = fmt.Errorf("%w: job %q: %w", errdefs.ErrInvalidArgument, j.ID, err)
 	} else {
-		s.JobID, s.ExpectedStdout = j.ID, j.ExpectedStdout
+		// Each job delivers into a directory of its own, named by its run
+		// id (never its job id, which the job file chose).
+		s.JobID, s.ExpectedStdout, s.DeliverByRun = j.ID, j.ExpectedStdout, true
 		if opt.Pool != nil {
 			br.Result, err = opt.Pool.Run(ctx, s)
 		} else {
 			br.Result, err = r.Run(ctx, s)
 		}
 	}
+	br.ArtifactsDir, br.QuarantineDir = br.delivered.artifacts, br.delivered.quarantine
 	if err != nil {
 		if br.Result.ID == "" {
 			br.Result = Result{Reason: ReasonError, ExitCode: -1}

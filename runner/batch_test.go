@@ -2,11 +2,18 @@ package runner
 
 import (
 	"bufio"
+	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/internal/roottest"
 )
 
 func TestParseJobs(t *testing.T) {
@@ -27,13 +34,18 @@ not json
 	if len(jobs) != 2 || jobs[0].ID != "a" || jobs[1].ID != "b" || *jobs[1].ExpectedStdout != "x\n" {
 		t.Errorf("jobs %+v", jobs)
 	}
-	wantBad := []string{"line-5", "line-6", "line-7", "c", "d"}
+	// An invalid line's result is its line's, whatever id it named; the
+	// message names that id.
+	wantBad := []struct{ id, says string }{
+		{"line-5", "line 5 is not a job"}, {"line-6", "line 6 has no id"}, {"line-7", `line 7 (id "a") repeats`},
+		{"line-8", `line 8 (id "c") has no argv`}, {"line-9", `line 9 (id "d") is not a job`},
+	}
 	if len(bad) != len(wantBad) {
 		t.Fatalf("bad %+v", bad)
 	}
 	for i, b := range bad {
-		if b.JobID != wantBad[i] || b.Reason != ReasonError || b.ErrorKind != "invalid_input" || b.Error == "" {
-			t.Errorf("bad[%d] = %+v, want id %s", i, b, wantBad[i])
+		if b.JobID != wantBad[i].id || b.Reason != ReasonError || b.ErrorKind != "invalid_input" || !strings.HasPrefix(b.Error, wantBad[i].says) {
+			t.Errorf("bad[%d] = %s %q, want id %s saying %q", i, b.JobID, b.Error, wantBad[i].id, wantBad[i].says)
 		}
 	}
 }
@@ -231,5 +243,247 @@ func TestJobSpecTemplate(t *testing.T) {
 	opt.Template = &BatchTemplate{Apply: func(string, Spec) (Spec, error) { t.Error("Apply called"); return Spec{}, nil }}
 	if _, err := opt.jobSpec(Job{ID: "e", Argv: []string{"true"}, Template: "py", Limits: JobLimits{Memory: "lots"}}); err == nil {
 		t.Error("a malformed limit was accepted")
+	}
+}
+
+// No job takes the batch's jobs or results file as an input: not by name,
+// not by a hard link, not inside a directory it takes.
+func TestBatchInputsNeverJobsOrResults(t *testing.T) {
+	roottest.Require(t, "inputs are staged on a tmpfs mount")
+	fe := &fakeEngine{run: func(context.Context, *engine.SandboxSpec) (engine.Exit, error) { return engine.Exit{}, nil }}
+	r, _ := newFakeRunner(t, fe)
+	base := t.TempDir()
+	eval := filepath.Join(base, "eval")
+	for _, d := range []string{eval, filepath.Join(base, "linked"), filepath.Join(base, "data")} {
+		os.MkdirAll(d, 0o755)
+	}
+	jobsPath, outPath := filepath.Join(eval, "jobs.jsonl"), filepath.Join(eval, "results.jsonl")
+	os.WriteFile(jobsPath, []byte(`{"id":"t1","argv":["x"],"expected_stdout":"HIDDEN-ANSWER\n"}`+"\n"), 0o644)
+	os.WriteFile(outPath, []byte(`{"job_id":"t1","stdout":{"text":"OTHER-JOB-OUTPUT"}}`+"\n"), 0o600)
+	os.Link(outPath, filepath.Join(base, "linked", "r"))
+	os.WriteFile(filepath.Join(base, "data", "ok.txt"), []byte("ok"), 0o644)
+	jobsInfo, err1 := os.Stat(jobsPath)
+	outInfo, err2 := os.Stat(outPath)
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
+	}
+	refused := map[string]string{
+		"jobs":      "eval/jobs.jsonl",
+		"results":   "eval/results.jsonl",
+		"their-dir": "eval",
+		"hard-link": "linked",
+	}
+	var jobs []Job
+	for id, host := range refused {
+		jobs = append(jobs, Job{ID: id, Argv: []string{"cat"}, Inputs: []JobInput{{Host: host, Sandbox: "/work/x"}}})
+	}
+	jobs = append(jobs, Job{ID: "ok", Argv: []string{"cat"}, Inputs: []JobInput{{Host: "data", Sandbox: "/work/x"}}})
+	got := map[string]BatchResult{}
+	opt := BatchOptions{Parallel: 2, Base: fakeSpec(), InputRoot: base, JobsFile: jobsInfo, Results: outInfo}
+	if err := r.RunBatch(context.Background(), jobs, opt, func(b BatchResult) { got[b.JobID] = b }); err != nil {
+		t.Fatal(err)
+	}
+	for id, host := range refused {
+		b := got[id]
+		what := "results file"
+		if strings.Contains(host, "jobs") {
+			what = "jobs file"
+		}
+		if b.ErrorKind != "invalid_input" || !strings.Contains(b.Error, host) || !strings.Contains(b.Error, "no job may take it as an input") {
+			t.Errorf("job %s (input %s): %s %q, want a refusal naming the input", id, host, b.ErrorKind, b.Error)
+		}
+		if id != "their-dir" && !strings.Contains(b.Error, what) {
+			t.Errorf("job %s (input %s): %q, want it to say it is the %s", id, host, b.Error, what)
+		}
+	}
+	if b := got["ok"]; b.Reason != ReasonExited || b.Error != "" {
+		t.Errorf("job ok: %s %q", b.Reason, b.Error)
+	}
+	if n := fe.runs.Load(); n != 1 {
+		t.Errorf("%d jobs ran, want only ok", n)
+	}
+}
+
+// Each job delivers into a directory of its own, named by its run id, so
+// that no job can plant a name before another's.
+func TestBatchDeliversEachJobApart(t *testing.T) {
+	fe := &fakeEngine{run: func(_ context.Context, j *engine.SandboxSpec) (engine.Exit, error) {
+		for _, m := range j.Mounts {
+			if m.Target == "/out" {
+				os.WriteFile(filepath.Join(m.Source, "answer.txt"), []byte(j.Init.Argv[0]+"\n"), 0o644)
+				os.WriteFile(filepath.Join(m.Source, "page.html"), []byte("<html><body>"+j.Init.Argv[0]+"</body></html>"), 0o644)
+			}
+		}
+		return engine.Exit{}, nil
+	}}
+	r, _ := newFakeRunner(t, fe)
+	dest, quar := t.TempDir(), t.TempDir()
+	base := fakeSpec()
+	base.Output = Output{Artifacts: dest, Quarantine: quar}.WithDefaults()
+	jobs := []Job{{ID: "evil", Argv: []string{"forged"}}, {ID: "victim", Argv: []string{"honest"}}, {ID: "../up", Argv: []string{"dots"}}}
+	got := map[string]BatchResult{}
+	if err := r.RunBatch(context.Background(), jobs, BatchOptions{Parallel: 1, Base: base}, func(b BatchResult) { got[b.JobID] = b }); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jobs {
+		b := got[j.ID]
+		if b.Error != "" || len(b.Artifacts) != 1 || len(b.Rejected) != 1 {
+			t.Fatalf("job %s: artifacts %+v, rejected %+v, error %q", j.ID, b.Artifacts, b.Rejected, b.Error)
+		}
+		if b.ArtifactsDir != filepath.Join(dest, b.ID) || b.QuarantineDir != filepath.Join(quar, b.ID) {
+			t.Errorf("job %s (run %s): artifacts_dir %q, quarantine_dir %q, want the run's own beneath %s and %s", j.ID, b.ID, b.ArtifactsDir, b.QuarantineDir, dest, quar)
+		}
+		if body, err := os.ReadFile(filepath.Join(b.ArtifactsDir, b.Artifacts[0].Path)); err != nil || string(body) != j.Argv[0]+"\n" {
+			t.Errorf("job %s: %s holds %q (%v), want its own answer", j.ID, b.Artifacts[0].Path, body, err)
+		}
+		if _, err := os.Stat(filepath.Join(b.QuarantineDir, b.Rejected[0].Quarantined)); err != nil {
+			t.Errorf("job %s: quarantined %q: %v", j.ID, b.Rejected[0].Quarantined, err)
+		}
+	}
+	for _, d := range []string{dest, quar} {
+		ents, _ := os.ReadDir(d)
+		if len(ents) != len(jobs) {
+			t.Errorf("%s holds %d entries, want one directory per job", d, len(ents))
+		}
+		for _, e := range ents {
+			if !e.IsDir() || len(e.Name()) != 20 {
+				t.Errorf("%s holds %q, want only run ids", d, e.Name())
+			}
+		}
+	}
+}
+
+// A job takes at most MaxInputs inputs, counted before any is resolved.
+func TestJobSpecCapsInputs(t *testing.T) {
+	root := t.TempDir()
+	os.WriteFile(filepath.Join(root, "a"), nil, 0o644)
+	var ins []JobInput
+	for i := range MaxInputs + 1 {
+		ins = append(ins, JobInput{Host: "a", Sandbox: fmt.Sprintf("/w/%d", i)})
+	}
+	j := Job{ID: "x", Argv: []string{"true"}, Inputs: ins, inputRoot: filepath.Join(root, "missing")}
+	if _, err := j.spec(Spec{}, ""); err == nil || !strings.Contains(err.Error(), "at most 1024") {
+		t.Errorf("%d inputs: %v, want a refusal naming the cap", len(ins), err)
+	}
+	j.Inputs, j.inputRoot = ins[:MaxInputs], root
+	s, err := j.spec(fakeSpec(), "")
+	if err != nil {
+		t.Fatalf("%d inputs: %v", MaxInputs, err)
+	}
+	s.normalize()
+	if err := checkFiles(s); err != nil {
+		t.Errorf("%d inputs: %v", MaxInputs, err)
+	}
+	s.Inputs = append(s.Inputs, Input{Host: "b", Sandbox: "/w/b"})
+	if err := checkFiles(s); err == nil || !strings.Contains(err.Error(), "at most 1024") {
+		t.Errorf("%d inputs: %v, want a refusal naming the cap", len(s.Inputs), err)
+	}
+}
+
+func TestCheckOverlaps(t *testing.T) {
+	for _, c := range []struct {
+		paths []string
+		want  string // "" for none
+	}{
+		{[]string{"/out", "/work/a", "/work/b"}, ""},
+		{[]string{"/a", "/a-b", "/a.b", "/ab", "/a0"}, ""},
+		{[]string{"/a", "/a-b", "/a/b"}, "2 at /a/b overlaps 0 at /a"},
+		{[]string{"/a/b", "/a-b", "/a"}, "2 at /a overlaps 0 at /a/b"},
+		{[]string{"/x", "/a/b/c", "/a-", "/a/b"}, "3 at /a/b overlaps 1 at /a/b/c"},
+		{[]string{"/w/x", "/w/y", "/w/x"}, "2 at /w/x overlaps 0 at /w/x"},
+		{[]string{"/w", "/w0", "/w/0"}, "2 at /w/0 overlaps 0 at /w"},
+	} {
+		var claims []sandboxClaim
+		for i, p := range c.paths {
+			claims = append(claims, sandboxClaim{p, fmt.Sprint(i)})
+		}
+		err := checkOverlaps(claims)
+		if (err == nil) != (c.want == "") || err != nil && err.Error() != c.want {
+			t.Errorf("%q: %v, want %q", c.paths, err, c.want)
+		}
+	}
+}
+
+// The overlap check is not quadratic: a line's worth of inputs (far past
+// the cap, as a caller other than a batch could give) takes well under
+// the deadline, where comparing every pair would take an hour.
+func TestCheckOverlapsScales(t *testing.T) {
+	var claims []sandboxClaim
+	for i := range 500_000 {
+		claims = append(claims, sandboxClaim{fmt.Sprintf("/w/%d", i), "input"})
+	}
+	done := make(chan error, 1)
+	go func() { done <- checkOverlaps(claims) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("checking 500,000 distinct paths took over 20s")
+	}
+}
+
+// An invalid line never answers for a job id: its result is its line's,
+// so the real job of that id runs, and a resume still runs it.
+func TestParseJobsInvalidLineTakesNoJobID(t *testing.T) {
+	jobs, bad, err := ParseJobs(strings.NewReader(`{"id":"victim"}` + "\n" + `{"id":"victim","argv":["python3","solve.py"]}` + "\n" +
+		`{"id":"line-2","argv":["true"]}` + "\n" + `{"id":"line-9","argv":["true"]}` + "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 1 || jobs[0].ID != "victim" || len(jobs[0].Argv) != 2 {
+		t.Errorf("jobs %+v, want the real victim", jobs)
+	}
+	want := []struct{ id, says string }{
+		{"line-1", `line 1 (id "victim") has no argv`},
+		{"line-3", `line 3 (id "line-2") takes an id of the form line-N`},
+		{"line-4", `line 4 (id "line-9") takes an id of the form line-N`},
+	}
+	if len(bad) != len(want) {
+		t.Fatalf("bad %+v", bad)
+	}
+	for i, b := range bad {
+		if b.JobID != want[i].id || !strings.HasPrefix(b.Error, want[i].says) {
+			t.Errorf("bad[%d]: %s %q, want %s saying %q", i, b.JobID, b.Error, want[i].id, want[i].says)
+		}
+	}
+}
+
+// A batch cancelled with a job in flight writes no line for that job, so
+// a resume runs it again; the jobs that ended by themselves keep theirs,
+// and RunBatch says it was cancelled even with every job fed.
+func TestRunBatchCancelledWritesNoLine(t *testing.T) {
+	started := make(chan struct{})
+	fe := &fakeEngine{run: func(ctx context.Context, j *engine.SandboxSpec) (engine.Exit, error) {
+		if j.Init.Argv[0] == "quick" {
+			return engine.Exit{}, nil
+		}
+		close(started)
+		<-ctx.Done()
+		return engine.Exit{Code: 137, Killed: true}, nil
+	}}
+	r, _ := newFakeRunner(t, fe)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	jobs := []Job{{ID: "quick", Argv: []string{"quick"}}, {ID: "long", Argv: []string{"sleep"}}}
+	var got []BatchResult
+	quickDone := make(chan struct{})
+	go func() {
+		<-started
+		<-quickDone
+		cancel()
+	}()
+	err := r.RunBatch(ctx, jobs, BatchOptions{Parallel: 2, Base: fakeSpec()}, func(b BatchResult) {
+		got = append(got, b)
+		if b.JobID == "quick" {
+			close(quickDone)
+		}
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("RunBatch: %v, want the cancellation", err)
+	}
+	if len(got) != 1 || got[0].JobID != "quick" || got[0].Reason != ReasonExited {
+		t.Errorf("lines %+v, want only quick's", got)
 	}
 }

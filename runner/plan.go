@@ -12,6 +12,7 @@ import (
 	"os"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -121,38 +122,39 @@ func NewSandboxID() (string, error) {
 	return "sb-" + id, err
 }
 
+// MaxInputs caps the inputs of one run (or batch job): each is a mount
+// and a staging walk, and no real run needs more; a tree goes in as one
+// directory input.
+const MaxInputs = 1024
+
 // checkFiles validates inputs, the working directory and the output
 // directory: sandbox paths must be absolute, clean, off the system's
 // directories, and distinct.
 func checkFiles(s Spec) error {
-	seen := map[string]string{}
-	claim := func(p, what string) error {
-		if err := checkSandboxPath(p); err != nil {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		for q, other := range seen {
-			if p == q || strings.HasPrefix(p, q+"/") || strings.HasPrefix(q, p+"/") {
-				return fmt.Errorf("%s at %s overlaps %s at %s", what, p, other, q)
-			}
-		}
-		seen[p] = what
-		return nil
+	if len(s.Inputs) > MaxInputs {
+		return fmt.Errorf("%d inputs: a run takes at most %d; pass a directory holding them as one input", len(s.Inputs), MaxInputs)
 	}
+	var claims []sandboxClaim
 	if !s.Output.Disabled {
-		if err := claim(s.Output.Dir, "the output directory"); err != nil {
-			return err
+		if err := checkSandboxPath(s.Output.Dir); err != nil {
+			return fmt.Errorf("the output directory: %w", err)
 		}
 		if s.Output.Size < 1<<20 || s.Output.Files < 1 || s.Output.MaxFileSize < 1 {
 			return fmt.Errorf("the output directory needs at least 1MiB and 1 file")
 		}
+		claims = append(claims, sandboxClaim{s.Output.Dir, "the output directory"})
 	}
 	for _, in := range s.Inputs {
 		if in.Host == "" {
 			return fmt.Errorf("an input needs a host path")
 		}
-		if err := claim(in.Sandbox, "input "+in.Host); err != nil {
-			return err
+		if err := checkSandboxPath(in.Sandbox); err != nil {
+			return fmt.Errorf("input %s: %w", in.Host, err)
 		}
+		claims = append(claims, sandboxClaim{in.Sandbox, "input " + in.Host})
+	}
+	if err := checkOverlaps(claims); err != nil {
+		return err
 	}
 	if s.Workdir != "" && (!path.IsAbs(s.Workdir) || path.Clean(s.Workdir) != s.Workdir) {
 		return fmt.Errorf("workdir %q must be an absolute, clean path", s.Workdir)
@@ -161,6 +163,51 @@ func checkFiles(s Spec) error {
 		return fmt.Errorf("input limit must be positive")
 	}
 	return nil
+}
+
+// sandboxClaim is a sandbox path a run mounts something at, and what.
+type sandboxClaim struct{ path, what string }
+
+// checkOverlaps refuses two claims of one path, or of a path and one
+// beneath it, in O(n log n): sorted with '/' below every other byte, a
+// path's descendants follow it at once ("/a", "/a/b", "/a-b"), so only
+// neighbours need comparing. Of an overlapping pair, the one claimed
+// later is named first, as the claims were given.
+func checkOverlaps(claims []sandboxClaim) error {
+	order := make([]int, len(claims))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return comparePaths(claims[a].path, claims[b].path) })
+	for k := 1; k < len(order); k++ {
+		i, j := order[k-1], order[k]
+		p, q := claims[i].path, claims[j].path
+		if p == q || strings.HasPrefix(q, p+"/") {
+			if i > j {
+				i, j = j, i
+			}
+			return fmt.Errorf("%s at %s overlaps %s at %s", claims[j].what, claims[j].path, claims[i].what, claims[i].path)
+		}
+	}
+	return nil
+}
+
+// comparePaths orders paths byte by byte, but with '/' before every other
+// byte, so that a directory's descendants sort right after it.
+func comparePaths(a, b string) int {
+	for i := range min(len(a), len(b)) {
+		x, y := a[i], b[i]
+		switch {
+		case x == y:
+			continue
+		case x == '/':
+			return -1
+		case y == '/':
+			return 1
+		}
+		return cmp.Compare(x, y)
+	}
+	return cmp.Compare(len(a), len(b))
 }
 
 // loadSeccomp reads and compiles the named profile file, or airlock's

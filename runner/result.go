@@ -86,7 +86,15 @@ type Result struct {
 	Policy *isolation.Record `json:"policy,omitempty"`
 	// Receipt is the signed evidence of the run; see `airlock receipt verify`.
 	Receipt *receipt.Signed `json:"receipt,omitempty"`
+
+	// delivered holds where a run that delivers by run (Spec.DeliverByRun)
+	// put its files; a batch result shows it (BatchResult.ArtifactsDir).
+	delivered delivery
 }
+
+// delivery is where a run's files went: its own directories beneath
+// Output.Artifacts and Output.Quarantine.
+type delivery struct{ artifacts, quarantine string }
 
 // limitsOf is what the Result and the run's record show of l.
 func limitsOf(l isolation.Limits) isolation.LimitsRecord { return l.Record() }

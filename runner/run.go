@@ -382,7 +382,11 @@ func (r *Runner) execute(ctx context.Context, s Spec, job *engine.SandboxSpec, s
 	if sc.out != "" {
 		// The engine has removed the sandbox: no process is left to race
 		// the scan.
-		if err := collectOutput(ctx, sc.out, s.Output, &res); err != nil {
+		o := s.Output
+		if s.DeliverByRun {
+			o = deliverByRun(o, &res)
+		}
+		if err := collectOutput(ctx, sc.out, o, &res); err != nil {
 			res.Reason, res.Error = ReasonError, err.Error()
 			return res, err
 		}

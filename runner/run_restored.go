@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -54,6 +55,9 @@ func (r *Runner) RunRestored(ctx context.Context, s Spec, base SandboxSpec, argv
 	if len(s.Inputs) > 0 {
 		return Result{}, "inputs are mounted at boot, and a restored sandbox's mounts are its snapshot's", nil
 	}
+	if s.DeliverByRun {
+		return Result{}, "delivery into a directory per run is a cold run's", nil
+	}
 	if why := fitsShape(s.Output, job, base.Output, b); why != "" {
 		return Result{}, why, nil
 	}
@@ -97,6 +101,22 @@ func (sb *Sandbox) collect(ctx context.Context, o Output, res *Result) error {
 		return nil
 	}
 	return collectOutput(ctx, out, o, res)
+}
+
+// deliverByRun points o's delivery directories at the run's own beneath
+// them, DIR/<res.ID>, and records them in res (Spec.DeliverByRun). The
+// run ID is airlock's (20 hex digits), never a job's; artifacts.Collect
+// makes the directory as it makes DIR, refusing one another user owns.
+func deliverByRun(o Output, res *Result) Output {
+	if o.Artifacts != "" {
+		o.Artifacts = filepath.Join(o.Artifacts, res.ID)
+		res.delivered.artifacts = o.Artifacts
+	}
+	if o.Quarantine != "" {
+		o.Quarantine = filepath.Join(o.Quarantine, res.ID)
+		res.delivered.quarantine = o.Quarantine
+	}
+	return o
 }
 
 // collectOutput scans (and delivers) output directory dir into res's

@@ -68,6 +68,12 @@ type Spec struct {
 	// job id and the verdict (see BatchResult.Pass).
 	JobID          string
 	ExpectedStdout *string
+	// DeliverByRun puts the run's delivered and quarantined files in a
+	// directory of its own beneath Output.Artifacts and Output.Quarantine,
+	// named by the run's ID (DIR/<id>/), so that runs sharing those
+	// directories (a batch's jobs) cannot take or plant each other's
+	// names. A batch result's ArtifactsDir and QuarantineDir name them.
+	DeliverByRun bool
 }
 
 // Input puts a host file or directory into the sandbox, read-only.
@@ -79,6 +85,10 @@ type Input struct {
 	Beneath string
 	// Sandbox is where it appears; default /work/<base name of Host>.
 	Sandbox string
+
+	// private are the files this input may not hold, at any depth: a
+	// batch's jobs and results files (BatchOptions.JobsFile).
+	private []privateFile
 }
 
 // Output is the sandbox's one writable directory besides /tmp. Zero fields

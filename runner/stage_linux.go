@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -68,6 +69,35 @@ type devIno struct{ dev, ino uint64 }
 
 func devInoOf(st *unix.Stat_t) devIno { return devIno{uint64(st.Dev), st.Ino} }
 
+// privateFile is a file no batch input may hold, and what it is.
+type privateFile struct {
+	id   devIno
+	what string
+}
+
+// privateFiles are the batch's jobs and results files, by device and
+// inode. A file that cannot be identified so is refused, not skipped.
+func (opt BatchOptions) privateFiles() ([]privateFile, error) {
+	var out []privateFile
+	for _, f := range []struct {
+		info        os.FileInfo
+		field, what string
+	}{
+		{opt.JobsFile, "JobsFile", "the batch's jobs file, which holds every job's expected_stdout"},
+		{opt.Results, "Results", "the batch's results file (--out), which holds the other jobs' output"},
+	} {
+		if f.info == nil {
+			continue
+		}
+		st, ok := f.info.Sys().(*syscall.Stat_t)
+		if !ok {
+			return nil, fmt.Errorf("%w: BatchOptions.%s gives no device and inode; pass what os.Stat returns", errdefs.ErrInvalidArgument, f.field)
+		}
+		out = append(out, privateFile{id: devIno{uint64(st.Dev), st.Ino}, what: f.what})
+	}
+	return out, nil
+}
+
 // stager is one run's input copy.
 type stager struct {
 	ctx     context.Context
@@ -75,10 +105,19 @@ type stager struct {
 	total   int64
 	entries int
 	// protected holds airlock's root and the directories right below it
-	// (keys, store, state, runs): never an input.
-	protected map[devIno]string
-	buf       []byte
-	inputs    []receipt.File
+	// (keys, store, state, runs): never an input. protectedFiles holds
+	// the files in the root and in keys (the audit log, the receipt key),
+	// which a hard link could otherwise put in an input tree.
+	protected, protectedFiles map[devIno]string
+	buf                       []byte
+	inputs                    []receipt.File
+
+	// The input being staged: the files it may not hold (a batch's jobs
+	// and results files), and its root (a batch's input root, or the
+	// path --input named) and that root's owner.
+	private  []privateFile
+	rootName string
+	rootUID  uint32
 }
 
 // stageInputs mounts the input tmpfs and copies every input into it.
@@ -87,7 +126,7 @@ func (sc *scratch) stageInputs(ctx context.Context, root string, inputs []Input,
 	defer cancel()
 	st := &stager{ctx: ctx, limit: limit, buf: make([]byte, 256<<10)}
 	var err error
-	if st.protected, err = protectedDirs(root); err != nil {
+	if st.protected, st.protectedFiles, err = protectedDirs(root); err != nil {
 		return fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 	}
 	in := filepath.Join(sc.dir, "in")
@@ -133,33 +172,63 @@ func earliest(a, b time.Time) time.Time {
 }
 
 // protectedDirs identifies airlock's root and its subdirectories by device
-// and inode, so no name, symlink or bind mount can make them an input.
-func protectedDirs(root string) (map[devIno]string, error) {
-	out := map[devIno]string{}
+// and inode, so no name, symlink or bind mount can make them an input; and
+// the regular files in the root and in its keys directory, so no hard link
+// can.
+//
+// Only those files are listed, because only they need it and listing them
+// is cheap (a handful). Every other file of airlock's is below a
+// subdirectory of the root, and those are refused whole by the directory
+// check. A hard link to one from inside an input tree is what is left:
+// making one takes resolving its path, which another user cannot do below
+// the root's 0700 directories (keys, state, runs, store); and should one
+// be made all the same (the root, or a searchable subdirectory, with
+// fs.protected_hardlinks=0), the file is root's with two links, which
+// (*stager).linked refuses in any tree whose root and holding directory
+// are not root's. A tree of root's own can be linked into only by root.
+func protectedDirs(root string) (dirs, files map[devIno]string, err error) {
+	dirs, files = map[devIno]string{}, map[devIno]string{}
 	var st unix.Stat_t
 	if err := unix.Stat(root, &st); err != nil {
-		return nil, fmt.Errorf("checking airlock's root %q: %v", root, err)
+		return nil, nil, fmt.Errorf("checking airlock's root %q: %v", root, err)
 	}
-	out[devInoOf(&st)] = root
+	dirs[devInoOf(&st)] = root
 	ents, err := os.ReadDir(root)
 	if err != nil {
-		return nil, fmt.Errorf("checking airlock's root %q: %v", root, err)
+		return nil, nil, fmt.Errorf("checking airlock's root %q: %v", root, err)
 	}
 	for _, e := range ents {
 		// Followed: a symlink here is airlock's data kept elsewhere.
 		p := filepath.Join(root, e.Name())
-		if unix.Stat(p, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
-			out[devInoOf(&st)] = p
+		if unix.Stat(p, &st) != nil {
+			continue
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			dirs[devInoOf(&st)] = p
+		case unix.S_IFREG:
+			files[devInoOf(&st)] = p
 		}
 	}
-	return out, nil
+	keys, err := os.ReadDir(filepath.Join(root, "keys"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, nil, fmt.Errorf("checking airlock's keys in %q: %v", root, err)
+	}
+	for _, e := range keys {
+		p := filepath.Join(root, "keys", e.Name())
+		if unix.Lstat(p, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+			files[devInoOf(&st)] = p
+		}
+	}
+	return dirs, files, nil
 }
 
 // open resolves an input's host path to its parent directory fd and its
 // own name in it, the one step done by name.
 func (st *stager) open(in Input) (parent int, name string, err error) {
 	if in.Beneath != "" {
-		return openBeneath(in)
+		parent, name, st.rootUID, err = openBeneath(in)
+		return parent, name, err
 	}
 	src, err := filepath.Abs(in.Host)
 	if err != nil {
@@ -181,32 +250,36 @@ func (st *stager) open(in Input) (parent int, name string, err error) {
 }
 
 // openBeneath resolves a batch input: a relative path beneath its root,
-// through no symlink and no "..", to its parent's fd and its name. The root
-// itself is resolved by name, once.
-func openBeneath(in Input) (parent int, name string, err error) {
+// through no symlink and no "..", to its parent's fd and its name, and
+// gives the root's owner. The root itself is resolved by name, once.
+func openBeneath(in Input) (parent int, name string, rootUID uint32, err error) {
 	dir, base := path.Split(path.Clean(in.Host))
 	if base == "" || base == "." || base == ".." || path.IsAbs(in.Host) {
-		return -1, "", fmt.Errorf("%w: name a file or directory beneath the input root %q", errdefs.ErrInvalidArgument, in.Beneath)
+		return -1, "", 0, fmt.Errorf("%w: name a file or directory beneath the input root %q", errdefs.ErrInvalidArgument, in.Beneath)
 	}
 	rfd, err := unix.Open(in.Beneath, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return -1, "", fmt.Errorf("%w: opening the input root %q: %v", errdefs.ErrNotFound, in.Beneath, err)
+		return -1, "", 0, fmt.Errorf("%w: opening the input root %q: %v", errdefs.ErrNotFound, in.Beneath, err)
 	}
 	defer unix.Close(rfd)
+	var rs unix.Stat_t
+	if err := unix.Fstat(rfd, &rs); err != nil {
+		return -1, "", 0, fmt.Errorf("%w: checking the input root %q: %v", errdefs.ErrNotFound, in.Beneath, err)
+	}
 	fd, err := unix.Openat2(rfd, cmp.Or(dir, "."), &unix.OpenHow{
 		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 	})
 	if err != nil {
-		return -1, "", beneathError(in, err)
+		return -1, "", 0, beneathError(in, err)
 	}
-	return fd, base, nil
+	return fd, base, rs.Uid, nil
 }
 
 // checkBeneath checks that a batch input resolves beneath its root and is
 // no symlink itself, without copying anything.
 func checkBeneath(in Input) error {
-	parent, base, err := openBeneath(in)
+	parent, base, _, err := openBeneath(in)
 	if err != nil {
 		return err
 	}
@@ -248,11 +321,25 @@ func (st *stager) input(dst int, name string, in Input) error {
 	if err := st.checkAncestors(parent, base); err != nil {
 		return err
 	}
+	// A batch input's root is its input root; --input's, the path named,
+	// which a file named directly is its own (the command line vouches
+	// for it).
+	st.private, st.rootName = in.private, in.Beneath
+	dirUID := s.Uid
+	if in.Beneath == "" {
+		st.rootName, st.rootUID = in.Host, s.Uid
+	} else {
+		var ps unix.Stat_t
+		if err := unix.Fstat(parent, &ps); err != nil {
+			return fmt.Errorf("%w: %v", errdefs.ErrNotFound, err)
+		}
+		dirUID = ps.Uid
+	}
 	switch s.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
 		return st.dir(parent, base, dst, name, in.Sandbox, &s, 0)
 	case unix.S_IFREG:
-		return st.file(parent, base, dst, name, in.Sandbox, &s, 0)
+		return st.file(parent, base, dst, name, in.Sandbox, &s, 0, dirUID)
 	case unix.S_IFLNK:
 		if in.Beneath != "" {
 			return beneathError(in, unix.ELOOP)
@@ -374,7 +461,7 @@ func (st *stager) dir(parent int, name string, dst int, dname, sandbox string, s
 			}
 			err = st.dir(fd, n, sub, n, path.Join(sandbox, n), &es, depth+1)
 		case unix.S_IFREG:
-			err = st.file(fd, n, sub, n, path.Join(sandbox, n), &es, depth+1)
+			err = st.file(fd, n, sub, n, path.Join(sandbox, n), &es, depth+1, fst.Uid)
 		default:
 			// Symlinks are never followed; devices, FIFOs and sockets are
 			// not inputs.
@@ -414,8 +501,8 @@ func (st *stager) readNames(fd int) ([]string, error) {
 }
 
 // file copies the regular file name in parent, already lstat'ed as s, to
-// dname in dst.
-func (st *stager) file(parent int, name string, dst int, dname, sandbox string, s *unix.Stat_t, depth int) error {
+// dname in dst; dirUID owns parent.
+func (st *stager) file(parent int, name string, dst int, dname, sandbox string, s *unix.Stat_t, depth int, dirUID uint32) error {
 	if err := st.count(); err != nil {
 		return err
 	}
@@ -436,6 +523,9 @@ func (st *stager) file(parent int, name string, dst int, dname, sandbox string, 
 	var fst unix.Stat_t
 	if err := unix.Fstat(fd, &fst); err != nil || devInoOf(&fst) != devInoOf(s) || fst.Mode&unix.S_IFMT != unix.S_IFREG {
 		return fmt.Errorf("%w: %s: %w", errdefs.ErrInvalidArgument, sandbox, errChanged)
+	}
+	if err := st.linked(&fst, sandbox, dirUID); err != nil {
+		return err
 	}
 	if fst.Size > remaining {
 		return st.overLimit()
@@ -468,6 +558,33 @@ func (st *stager) file(parent int, name string, dst int, dname, sandbox string, 
 	}
 	st.total += n
 	st.inputs = append(st.inputs, receipt.File{Path: sandbox, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))})
+	return nil
+}
+
+// linked refuses a file, as opened (fstat), that is not the input tree's
+// own however it got there: a batch's jobs or results file, a file of
+// airlock's root, or a file with more than one link that is not owned by
+// the owner of the input root and of the directory holding it. airlock
+// reads as root, and on a host with fs.protected_hardlinks=0 anyone who
+// can write in the tree can hard-link into it a file they cannot read
+// (/etc/shadow, another user's key).
+func (st *stager) linked(fst *unix.Stat_t, sandbox string, dirUID uint32) error {
+	id := devInoOf(fst)
+	for _, p := range st.private {
+		if p.id == id {
+			return fmt.Errorf("%w: %s is %s; no job may take it as an input, by any name or link. Keep the jobs and results files out of the inputs' directory (or set --input-root to a directory of inputs alone)", errdefs.ErrInvalidArgument, sandbox, p.what)
+		}
+	}
+	if p, ok := st.protectedFiles[id]; ok {
+		return fmt.Errorf("%w: %s is airlock's own file %q (a hard link to it), which is never an input", errdefs.ErrInvalidArgument, sandbox, p)
+	}
+	if fst.Nlink > 1 && (fst.Uid != st.rootUID || fst.Uid != dirUID) {
+		who := fmt.Sprintf("the input root %q is owned by uid %d", st.rootName, st.rootUID)
+		if fst.Uid == st.rootUID {
+			who = fmt.Sprintf("the directory holding it is owned by uid %d", dirUID)
+		}
+		return fmt.Errorf("%w: %s has %d hard links and is owned by uid %d, but %s: a hard link can put another user's file (or /etc/shadow) in a tree, and airlock reads as root. Copy the file into the tree instead of linking it (cp, not ln)", errdefs.ErrInvalidArgument, sandbox, fst.Nlink, fst.Uid, who)
+	}
 	return nil
 }
 

@@ -326,3 +326,72 @@ func TestStageInputsDeadline(t *testing.T) {
 		t.Errorf("past the deadline: %v", err)
 	}
 }
+
+// A file with more than one link is staged only when the owner of the
+// input root and of the directory holding it owns it: on a host with
+// fs.protected_hardlinks=0, anyone who can write in a tree can link into
+// it a file they cannot read, and airlock copies as root. Nor is a file
+// of airlock's root ever staged, by a link in a tree of root's own.
+func TestStageInputsRefusesForeignHardLinks(t *testing.T) {
+	roottest.Require(t, "inputs are staged on a tmpfs mount, and chown")
+	const user = 4321
+	base := t.TempDir()
+	root := filepath.Join(base, "root")
+	os.MkdirAll(filepath.Join(root, "keys"), 0o700)
+	os.WriteFile(filepath.Join(root, "audit.jsonl"), []byte("SECRET-AUDIT"), 0o600)
+	os.WriteFile(filepath.Join(root, "keys", "receipt.key"), []byte("SECRET-KEY"), 0o600)
+	shadow := filepath.Join(base, "shadow")
+	os.WriteFile(shadow, []byte("SECRET-SHADOW"), 0o600)
+
+	// A user's tree: their own linked files go in; root's do not.
+	tree := filepath.Join(base, "tree")
+	os.MkdirAll(filepath.Join(tree, "sub"), 0o755)
+	os.WriteFile(filepath.Join(tree, "own.txt"), []byte("own"), 0o644)
+	os.Link(filepath.Join(tree, "own.txt"), filepath.Join(tree, "sub", "own-again.txt"))
+	os.WriteFile(filepath.Join(tree, "by-root.txt"), []byte("root made it"), 0o644) // one link: root copied it in
+	os.Link(shadow, filepath.Join(tree, "sub", "shadow"))
+	// A tree of root's own, with a user's directory in it.
+	rtree := filepath.Join(base, "rtree")
+	os.MkdirAll(filepath.Join(rtree, "users"), 0o755)
+	os.Link(shadow, filepath.Join(rtree, "users", "shadow"))
+	os.WriteFile(filepath.Join(rtree, "a"), []byte("a"), 0o644)
+	os.Link(filepath.Join(rtree, "a"), filepath.Join(rtree, "b"))
+	os.Link(filepath.Join(root, "audit.jsonl"), filepath.Join(rtree, "audit"))
+	os.Link(filepath.Join(root, "keys", "receipt.key"), filepath.Join(rtree, "key"))
+	for _, p := range []string{tree, filepath.Join(tree, "sub"), filepath.Join(tree, "own.txt"), filepath.Join(rtree, "users")} {
+		if err := os.Lchown(p, user, user); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	for _, c := range []struct {
+		in   Input
+		want string // "" when staged
+	}{
+		{Input{Host: "tree/own.txt", Beneath: base}, "owned by uid 0"}, // the input root, base, is root's
+		{Input{Host: tree}, "has 3 hard links and is owned by uid 0, but the input root"},
+		{Input{Host: "sub", Beneath: tree}, "has 3 hard links and is owned by uid 0, but the input root"},
+		{Input{Host: "sub/shadow", Beneath: tree}, "Copy the file into the tree"},
+		{Input{Host: "own.txt", Beneath: tree}, ""},
+		{Input{Host: "by-root.txt", Beneath: tree}, ""},
+		{Input{Host: "users", Beneath: rtree}, "the directory holding it is owned by uid 4321"},
+		{Input{Host: rtree}, "airlock's own file"}, // audit, the first name met
+		{Input{Host: "b", Beneath: rtree}, ""},
+		{Input{Host: "audit", Beneath: rtree}, "airlock's own file"},
+		{Input{Host: "key", Beneath: rtree}, "airlock's own file"},
+		{Input{Host: filepath.Join(rtree, "audit")}, "airlock's own file"},
+	} {
+		c.in.Sandbox = "/work/x"
+		sc, err := stageFor(t, root, []Input{c.in}, 1<<20)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%+v: %v", c.in, err)
+		case c.want != "" && (err == nil || !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%+v: %v, want a refusal saying %q", c.in, err, c.want)
+		}
+		if stagedContains(t, sc.dir, []byte("SECRET")) {
+			t.Errorf("%+v: a secret was staged", c.in)
+		}
+		sc.cleanup()
+	}
+}

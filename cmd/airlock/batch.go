@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -53,15 +54,18 @@ and a job's env is added to --env. A job on a template (its "template", else
 the job's own image, env and limits may narrow them, never widen them; a job
 that would is refused as invalid input, and the others run.
 A job's input hosts are relative paths beneath the jobs file's directory (or
---input-root), never through a symlink, and never airlock's own state.
+--input-root; a default one every user may write in is refused), never
+through a symlink, and never airlock's own state, the jobs file or --out.
+With --artifacts DIR each job delivers into DIR/<run id>/ ("artifacts_dir").
 Each result is the Result of 'airlock run --json' plus "job_id" and, when the
 job gave expected_stdout, "pass". A line that is not a valid job becomes a
-result with reason "error" and never stops the batch.
+result with reason "error" and job_id "line-N", and never stops the batch.
 
 Re-running the same command resumes: jobs whose id already has a result in
---out are skipped. At the end a summary goes to stderr: counts by reason,
-pass and fail, and p50/p99 duration. airlock exits 0 once every job has a
-result, whatever the jobs did; 130 when interrupted (run it again to resume).
+--out are skipped (a torn last line is removed first). At the end a summary
+goes to stderr: counts by reason, pass and fail, and p50/p99 duration.
+airlock exits 0 once every job has a result, whatever the jobs did; 130 when
+interrupted, with no result for the jobs it killed (run it again to resume).
 
 --warm N keeps a warm pool of N sandboxes for the batch's settings (its
 --template, narrowed by the flags given, or its image and flags), started
@@ -115,8 +119,14 @@ func runBatch(cmd *cobra.Command, g *globals, f *batchFlags, path string) error 
 	jobs, bad, err := runner.ParseJobs(in)
 	jobsInfo, serr := in.Stat()
 	in.Close()
-	if err != nil {
+	if err = cmp.Or(err, serr); err != nil {
 		return fmt.Errorf("%w: reading %s: %v", errdefs.ErrInvalidArgument, path, err)
+	}
+	inputRoot := f.inputRoot
+	if f.run.engine != "kube" { // jobs on kube take no inputs
+		if inputRoot, err = batchInputRoot(f.inputRoot, path, jobs); err != nil {
+			return err
+		}
 	}
 	pol, err := f.run.policy()
 	if err != nil {
@@ -131,12 +141,20 @@ func runBatch(cmd *cobra.Command, g *globals, f *batchFlags, path string) error 
 		return fmt.Errorf("%w: opening --out: %v", errdefs.ErrInvalidArgument, err)
 	}
 	defer out.Close()
-	if outInfo, err := out.Stat(); serr == nil && err == nil && os.SameFile(jobsInfo, outInfo) {
+	outInfo, err := out.Stat()
+	if err != nil {
+		return fmt.Errorf("%w: checking --out: %v", errdefs.ErrUnavailable, err)
+	}
+	if os.SameFile(jobsInfo, outInfo) {
 		return usageError{fmt.Errorf("--out %s is the jobs file: results would be appended to the jobs; give another file", f.out)}
 	}
 	// Resume reads the results through the file just checked, never by
 	// its name again.
-	done, err := doneIDs(fmt.Sprintf("/proc/self/fd/%d", out.Fd()))
+	outPath := fmt.Sprintf("/proc/self/fd/%d", out.Fd())
+	if err := mendTail(out, outPath, f.out, cmd.ErrOrStderr()); err != nil {
+		return err
+	}
+	done, err := doneIDs(outPath)
 	if err != nil {
 		return err
 	}
@@ -183,7 +201,8 @@ func runBatch(cmd *cobra.Command, g *globals, f *batchFlags, path string) error 
 	if f.run.engine == "kube" {
 		runErr = batchKube(cmd, g, f, jobs, done, emit)
 	} else {
-		opt := runner.BatchOptions{Parallel: f.parallel, Base: base, Skip: done, InputRoot: cmp.Or(f.inputRoot, filepath.Dir(path)), Template: tmpl}
+		opt := runner.BatchOptions{Parallel: f.parallel, Base: base, Skip: done, InputRoot: inputRoot, Template: tmpl,
+			JobsFile: jobsInfo, Results: outInfo}
 		if f.warm > 0 && total > countDone(jobs, bad, done) {
 			if opt.Pool, err = newBatchPool(cmd, r, opt, f.warm); err != nil {
 				return err
@@ -200,11 +219,103 @@ func runBatch(cmd *cobra.Command, g *globals, f *batchFlags, path string) error 
 		return fmt.Errorf("writing results: %w", err)
 	}
 	printSummary(cmd.ErrOrStderr(), runner.Summarize(results), len(done), time.Since(start))
-	if runErr != nil {
+	switch {
+	case runErr != nil && cmd.Context().Err() != nil:
 		fmt.Fprintf(cmd.ErrOrStderr(), "airlock: batch interrupted; run the same command again to resume\n")
 		return &exitErr{code: exitKilled}
+	case runErr != nil:
+		return runErr
 	}
 	return nil
+}
+
+// batchInputRoot is the directory job inputs are confined to: --input-root,
+// or else the jobs file's directory. That default is refused, when a job
+// takes inputs, if every user may write in it (/tmp): anyone could plant
+// or hard-link files there for the jobs to read.
+func batchInputRoot(flag, jobsPath string, jobs []runner.Job) (string, error) {
+	if flag != "" {
+		return flag, nil
+	}
+	dir := filepath.Dir(jobsPath)
+	if !slices.ContainsFunc(jobs, func(j runner.Job) bool { return len(j.Inputs) > 0 }) {
+		return dir, nil
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return "", fmt.Errorf("%w: the jobs file's directory: %v", errdefs.ErrNotFound, err)
+	}
+	if fi.Mode().Perm()&0o002 != 0 {
+		return "", usageError{fmt.Errorf("jobs take inputs, and their default input root, the jobs file's directory %s, is writable by every user: anyone could plant or link files there for the jobs to read. Keep the jobs file and its inputs in a directory of your own, or give --input-root DIR", dir)}
+	}
+	return dir, nil
+}
+
+// mendTail readies the results file out (readable at path, shown as name)
+// for appending. A last line with no newline, from a batch that stopped
+// mid-write, would take the next result onto it: a torn line, which is no
+// result, is cut off (its job runs again); a whole result that lost only
+// its newline gets one. Either is said on w.
+func mendTail(out *os.File, path, name string, w io.Writer) error {
+	r, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("%w: reading --out: %v", errdefs.ErrInvalidArgument, err)
+	}
+	defer r.Close()
+	fi, err := r.Stat()
+	if err != nil {
+		return fmt.Errorf("%w: reading --out: %v", errdefs.ErrInvalidArgument, err)
+	}
+	size := fi.Size()
+	var last [1]byte
+	if size == 0 {
+		return nil
+	}
+	if _, err := r.ReadAt(last[:], size-1); err != nil {
+		return fmt.Errorf("%w: reading --out: %v", errdefs.ErrInvalidArgument, err)
+	}
+	if last[0] == '\n' {
+		return nil
+	}
+	start, err := lastLineStart(r, size)
+	if err != nil {
+		return fmt.Errorf("%w: reading --out: %v", errdefs.ErrInvalidArgument, err)
+	}
+	var line struct {
+		JobID string `json:"job_id"`
+	}
+	dec := json.NewDecoder(io.NewSectionReader(r, start, size-start))
+	if dec.Decode(&line) == nil && line.JobID != "" {
+		if _, err := dec.Token(); errors.Is(err, io.EOF) {
+			if _, err := out.Write([]byte("\n")); err != nil {
+				return fmt.Errorf("writing results: %w", err)
+			}
+			sayf(w, "--out %s ended without a newline after job %q's result; added one", name, line.JobID)
+			return nil
+		}
+	}
+	if err := out.Truncate(start); err != nil {
+		return fmt.Errorf("writing results: %w", err)
+	}
+	sayf(w, "--out %s ended in a torn line (%d bytes, from a batch that stopped mid-write); removed it, and its job runs again", name, size-start)
+	return nil
+}
+
+// lastLineStart is the offset just past the last newline in the first
+// size bytes of r, 0 when there is none.
+func lastLineStart(r io.ReaderAt, size int64) (int64, error) {
+	buf := make([]byte, 64<<10)
+	for end := size; end > 0; {
+		n := min(end, int64(len(buf)))
+		if _, err := r.ReadAt(buf[:n], end-n); err != nil {
+			return 0, err
+		}
+		if i := bytes.LastIndexByte(buf[:n], '\n'); i >= 0 {
+			return end - n + int64(i) + 1, nil
+		}
+		end -= n
+	}
+	return 0, nil
 }
 
 // doneIDs reads the ids that already have a result in the output file.

@@ -89,5 +89,9 @@ func (s *Server) HTTPHandler() http.Handler {
 		Logger:              s.log,
 		SessionTimeout:      s.sessionTimeout,
 		MaxRequestBodyBytes: maxMessage,
+		// A client that hangs up ends its call, and so its sandbox_exec
+		// (protocol 2026-07-28 on; before it, an abandoned exec runs to
+		// its timeout and counts against the service's --max-execs).
+		PropagateRequestCancellation: true,
 	}))
 }

@@ -114,6 +114,48 @@ func readInfo(root, id string) (SandboxInfo, error) {
 	return si, nil
 }
 
+// recordCache is the last record read of one sandbox, for a reader that
+// reads it again and again (the supervisor, every superviseTick): an
+// unchanged file (the same inode, size and modification time; every write
+// replaces the file) is not parsed again. Since a freed inode may be
+// reused within the clock's granularity, a record is parsed again at least
+// every recordCacheAge, and a reader about to act on a cached record
+// (cached says so) reads it afresh first.
+type recordCache struct {
+	root, id string
+	fi       os.FileInfo
+	at       time.Time
+	si       SandboxInfo
+	parses   int // for tests
+}
+
+const recordCacheAge = time.Minute
+
+// read is readInfo, parsing the record only when its file has changed;
+// cached reports a record not parsed now.
+func (c *recordCache) read() (si SandboxInfo, cached bool, err error) {
+	fi, err := os.Stat(infoPath(c.root, c.id))
+	if err == nil && c.fi != nil && sameFile(c.fi, fi) && time.Since(c.at) < recordCacheAge {
+		return c.si, true, nil
+	}
+	c.fi = nil
+	c.parses++
+	si, err = readInfo(c.root, c.id)
+	if err == nil && fi != nil {
+		c.fi, c.at, c.si = fi, time.Now(), si
+	}
+	return si, false, err
+}
+
+// forget makes the next read parse the record.
+func (c *recordCache) forget() { c.fi = nil }
+
+// sameFile reports whether a and b, two stats of one path, saw the same
+// unchanged file.
+func sameFile(a, b os.FileInfo) bool {
+	return os.SameFile(a, b) && a.Size() == b.Size() && a.ModTime().Equal(b.ModTime())
+}
+
 // updateInfo changes sandbox id's record under the sandboxes lock; a
 // record that is gone stays gone. The change is not synced: no sandbox
 // outlives a power loss, and an exec's bookkeeping (twice per exec) is
@@ -136,10 +178,19 @@ func writeInfo(root string, si *SandboxInfo) error {
 	return saveInfo(root, si, atomicfile.WriteFile)
 }
 
+// maxRecordBytes caps a sandbox's record. Every face caps the lists that
+// go into one (package wire), so a real record is a few KiB; the record is
+// read at every exec, listing and supervisor tick, so one past the cap is
+// a bug, refused before it is written.
+const maxRecordBytes = 1 << 20
+
 func saveInfo(root string, si *SandboxInfo, write func(string, []byte, os.FileMode) error) error {
 	saved := *si
 	saved.State, saved.Error = "", "" // the lifecycle's to say
 	b, _ := json.Marshal(saved)
+	if len(b) > maxRecordBytes {
+		return fmt.Errorf("%w: the record of sandbox %q would be %d bytes, past the cap of %d", errdefs.ErrInternal, si.ID, len(b), maxRecordBytes)
+	}
 	if err := write(infoPath(root, si.ID), b, 0o600); err != nil {
 		return fmt.Errorf("%w: writing the record of sandbox %q: %v", errdefs.ErrUnavailable, si.ID, err)
 	}

@@ -100,8 +100,9 @@ func (r *Runner) Supervise(ctx context.Context, id string) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go r.serve(sctx, id)
+	rc := &recordCache{root: r.root, id: id}
 	for {
-		si, err := readInfo(r.root, id)
+		si, cached, err := rc.read()
 		if errdefs.IsNotFound(err) {
 			return nil
 		}
@@ -125,6 +126,10 @@ func (r *Runner) Supervise(ctx context.Context, id string) error {
 			wait = 0
 		} else if dl := si.Deadline(now); dl.Sub(now) < wait {
 			wait = dl.Sub(now)
+		}
+		if wait <= 0 && cached {
+			rc.forget() // act only on the record as it is now
+			continue
 		}
 		if wait <= 0 {
 			derr := r.destroySandbox(ctx, id, why)

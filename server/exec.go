@@ -7,11 +7,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock/runner"
 )
@@ -40,6 +42,9 @@ type execSession struct {
 
 	kill  context.CancelFunc
 	stdin *stdinFeed
+	// reg, for an exec kept for reconnects, counts its output against
+	// the registry's buffer.
+	reg *execRegistry
 }
 
 func newExecID() string {
@@ -60,6 +65,9 @@ func (w streamWriter) Write(p []byte) (int, error) {
 	close(e.wake)
 	e.wake = make(chan struct{})
 	e.mu.Unlock()
+	if e.reg != nil {
+		e.reg.grow(e, int64(len(p)))
+	}
 	return len(p), nil
 }
 
@@ -178,13 +186,22 @@ func (f *stdinFeed) close() {
 	f.mu.Unlock()
 }
 
-// execRegistry holds the execs a WebSocket client may reconnect to.
+// execRegistry holds the execs a WebSocket client may reconnect to, and
+// counts the output they keep against max: past it, the output of ended
+// execs goes, oldest first, and while that is not enough new ones are
+// refused (room).
 type execRegistry struct {
-	mu sync.Mutex
-	m  map[string]*execSession
+	mu    sync.Mutex
+	m     map[string]*execSession
+	kept  map[*execSession]int64 // output bytes of each exec in m
+	ended []*execSession         // those of m that have ended, oldest first
+	total int64                  // the sum of kept
+	max   int64
 }
 
-func newExecRegistry() *execRegistry { return &execRegistry{m: map[string]*execSession{}} }
+func newExecRegistry(max int64) *execRegistry {
+	return &execRegistry{m: map[string]*execSession{}, kept: map[*execSession]int64{}, max: max}
+}
 
 func (r *execRegistry) get(id string) *execSession {
 	r.mu.Lock()
@@ -192,33 +209,98 @@ func (r *execRegistry) get(id string) *execSession {
 	return r.m[id]
 }
 
-func (r *execRegistry) add(e *execSession) {
+// add registers e, unless the output kept is at max even after dropping
+// that of every ended exec.
+func (r *execRegistry) add(e *execSession) error {
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.trim()
+	if r.total >= r.max {
+		return newError(KindOverLimit, fmt.Sprintf("WebSocket execs in progress keep %d bytes of output for reconnects, the most this server allows (--max-exec-buffer %d); wait for one to end, then retry", r.total, r.max))
+	}
 	r.m[e.id] = e
-	r.mu.Unlock()
+	r.kept[e] = 0
+	e.reg = r
+	return nil
 }
 
-func (r *execRegistry) forget(id string) {
+// grow counts n more bytes of e's output.
+func (r *execRegistry) grow(e *execSession, n int64) {
 	r.mu.Lock()
-	delete(r.m, id)
+	defer r.mu.Unlock()
+	if _, ok := r.kept[e]; !ok {
+		return // dropped already
+	}
+	r.kept[e] += n
+	r.total += n
+	r.trim()
+}
+
+// ended marks e as ended: its output may be dropped for room.
+func (r *execRegistry) end(e *execSession) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.kept[e]; ok {
+		r.ended = append(r.ended, e)
+	}
+	r.trim()
+}
+
+// trim drops ended execs, oldest first, while the output kept passes
+// max; r.mu is held.
+func (r *execRegistry) trim() {
+	for r.total > r.max && len(r.ended) > 0 {
+		e := r.ended[0]
+		r.ended = r.ended[1:]
+		r.drop(e)
+	}
+}
+
+// drop forgets e; r.mu is held. A client still attached to e reads on
+// from its own reference.
+func (r *execRegistry) drop(e *execSession) {
+	n, ok := r.kept[e]
+	if !ok {
+		return
+	}
+	r.total -= n
+	delete(r.kept, e)
+	delete(r.m, e.id)
+	for i, x := range r.ended {
+		if x == e {
+			r.ended = append(r.ended[:i:i], r.ended[i+1:]...)
+			break
+		}
+	}
+}
+
+func (r *execRegistry) forget(e *execSession) {
+	r.mu.Lock()
+	r.drop(e)
 	r.mu.Unlock()
 }
 
 // startExec runs spec in sb on ctx, in the background, its output kept
 // in the returned session. keep registers it for reconnects until
-// execKeep after it ends.
-// done releases the sandbox's runner once the exec has ended.
-func (s *Server) startExec(ctx context.Context, sb *runner.Sandbox, done func(), spec runner.ExecSpec, withStdin, keep bool) *execSession {
+// execKeep after it ends, refused as over_limit while the output kept
+// is at Options.MaxExecBuffer.
+// done releases the sandbox's runner once the exec has ended, or at once
+// if it is refused.
+func (s *Server) startExec(ctx context.Context, sb *runner.Sandbox, done func(), spec runner.ExecSpec, withStdin, keep bool) (*execSession, error) {
 	ctx, kill := context.WithCancel(ctx)
 	e := &execSession{id: newExecID(), sandboxID: sb.ID(), wake: make(chan struct{}), kill: kill}
+	if keep {
+		if err := s.execs.add(e); err != nil {
+			kill()
+			done()
+			return nil, err
+		}
+	}
 	if withStdin {
 		e.stdin = newStdinFeed()
 		spec.Stdin = e.stdin.pr
 	}
 	spec.Stdout, spec.Stderr = streamWriter{e, streamStdout}, streamWriter{e, streamStderr}
-	if keep {
-		s.execs.add(e)
-	}
 	s.inflight.Add(1)
 	go func() {
 		defer s.inflight.Done()
@@ -238,10 +320,11 @@ func (s *Server) startExec(ctx context.Context, sb *runner.Sandbox, done func(),
 		s.metrics.result(res)
 		e.finish(res, err)
 		if keep {
-			time.AfterFunc(execKeep, func() { s.execs.forget(e.id) })
+			s.execs.end(e)
+			time.AfterFunc(execKeep, func() { s.execs.forget(e) })
 		}
 	}()
-	return e
+	return e, nil
 }
 
 // outEvent is one chunk of output, in NDJSON and on the WebSocket.
@@ -262,22 +345,40 @@ type errorEvent struct {
 	Error ErrorDetail `json:"error"`
 }
 
+// maxPiece caps the output one event carries.
+const maxPiece = 64 << 10
+
+// pieceLen is how much of c the next event carries: at most maxPiece,
+// cut before a UTF-8 sequence that maxPiece would split.
+func pieceLen(c []byte) int {
+	if len(c) <= maxPiece {
+		return len(c)
+	}
+	for n := maxPiece; n > maxPiece-utf8.UTFMax; n-- {
+		if utf8.RuneStart(c[n]) {
+			return n
+		}
+	}
+	return maxPiece
+}
+
 // pump sends e's output from off on, then its end, through send.
 func pump(ctx context.Context, e *execSession, off [2]int64, text bool, send func(v any) error) error {
 	for {
 		chunks, done, wake := e.snapshot(off)
 		for i, c := range chunks {
-			if len(c) == 0 {
-				continue
+			for len(c) > 0 {
+				n := pieceLen(c)
+				ev := outEvent{Type: streamNames[i], DataB64: base64.StdEncoding.EncodeToString(c[:n]), Offset: off[i]}
+				if text && utf8.Valid(c[:n]) {
+					ev.Data = string(c[:n])
+				}
+				if err := send(ev); err != nil {
+					return err
+				}
+				off[i] += int64(n)
+				c = c[n:]
 			}
-			ev := outEvent{Type: streamNames[i], DataB64: base64.StdEncoding.EncodeToString(c), Offset: off[i]}
-			if text {
-				ev.Data = strings.ToValidUTF8(string(c), "\uFFFD")
-			}
-			if err := send(ev); err != nil {
-				return err
-			}
-			off[i] += int64(len(c))
 		}
 		if done {
 			res, err := e.outcome()
@@ -326,7 +427,7 @@ func (s *Server) postExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// A client that hangs up kills the exec, as ^C does to airlock exec.
-	e := s.startExec(r.Context(), sb, done, spec, false, false)
+	e, _ := s.startExec(r.Context(), sb, done, spec, false, false) // only a kept exec is refused
 	if !acceptsNDJSON(r) {
 		<-e.wait()
 		res, err := e.outcome()

@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/lifecycle"
 	"github.com/airlock-sandbox/airlock/runner"
+	"github.com/airlock-sandbox/airlock/service"
 )
 
 // liveEng is the refusing engine whose Open gives a fake live sandbox whose
@@ -50,6 +51,13 @@ const liveID = "sb-00112233445566778899"
 // a "live" sandbox liveID recorded by hand (ready, output limit outLimit).
 func liveServer(t *testing.T, ceil runner.Ceilings, outLimit int64, exec func(ctx context.Context, p *engine.Process) (engine.Exit, error)) (*Server, *liveEng, string) {
 	t.Helper()
+	return liveServerWith(t, ceil, outLimit, exec, Options{})
+}
+
+// liveServerWith is liveServer with opt (its Service made here) and the
+// service's options svcOpts.
+func liveServerWith(t *testing.T, ceil runner.Ceilings, outLimit int64, exec func(ctx context.Context, p *engine.Process) (engine.Exit, error), opt Options, svcOpts ...service.Option) (*Server, *liveEng, string) {
+	t.Helper()
 	root := t.TempDir()
 	fuzztest.PutTemplate(t, root, "fz", runner.Spec{Policy: isolation.Policy{Limits: isolation.Limits{Timeout: 10 * time.Second, Memory: 256 << 20, CPUs: 500, Pids: 64, Output: 64 << 10}}}, "auto")
 	eng := &liveEng{Refusing: &enginetest.Refusing{}, exec: exec}
@@ -77,7 +85,8 @@ func liveServer(t *testing.T, ceil runner.Ceilings, outLimit int64, exec func(ct
 		t.Fatal(err)
 	}
 	l.Release()
-	s, err := New(Options{Service: fuzztest.Service(root, rn), Token: testToken})
+	opt.Service, opt.Token = service.New(root, fuzztest.Engines(rn), svcOpts...), testToken
+	s, err := New(opt)
 	if err != nil {
 		t.Fatal(err)
 	}

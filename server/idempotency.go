@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 	"time"
 
@@ -22,6 +23,17 @@ const idemTTL = 24 * time.Hour
 // first, and a retry of one runs again.
 var idemMaxBytes int64 = 256 << 20
 
+// idemMaxDiskBytes bounds the creates' answers kept on disk under
+// <root>/server/idempotency: past it, the oldest files are removed first,
+// down to 7/8 of it, and a retry of one of their keys after a restart
+// creates again.
+var idemMaxDiskBytes int64 = 1 << 30
+
+// idemSweepEvery is how often a save lists the directory to remove the
+// answers past idemTTL; it is listed at once when it passes
+// idemMaxDiskBytes.
+const idemSweepEvery = time.Hour
+
 // idempotency replays the first successful response to a request retried
 // with the same Idempotency-Key, and makes a retry that arrives while the
 // first is in progress wait for it. Creates are also kept on disk, so a
@@ -31,6 +43,8 @@ type idempotency struct {
 	mu    sync.Mutex
 	m     map[string]*idemEntry
 	bytes int64 // of the answers in m
+	disk  int64 // of the files in dir, at the last sweep and written since
+	swept time.Time
 }
 
 type idemEntry struct {
@@ -156,19 +170,63 @@ func (i *idempotency) load(name string) (*idemEntry, error) {
 	return e, nil
 }
 
+// save keeps key n's answer on disk; call with i.mu held.
 func (i *idempotency) save(name string, e *idemEntry) {
 	if err := os.MkdirAll(i.dir, 0o700); err != nil {
 		return
 	}
 	b, _ := json.Marshal(e)
-	atomicfile.WriteFile(filepath.Join(i.dir, name+".json"), b, 0o600)
-	// Forget keys past their time.
-	ents, _ := os.ReadDir(i.dir)
+	if err := atomicfile.WriteFile(filepath.Join(i.dir, name+".json"), b, 0o600); err != nil {
+		return
+	}
+	i.disk += int64(len(b))
+	if i.disk > idemMaxDiskBytes || time.Since(i.swept) > idemSweepEvery {
+		i.sweep(name + ".json")
+	}
+}
+
+// sweep lists the directory: it removes the answers past idemTTL, then,
+// while the rest pass idemMaxDiskBytes, the oldest down to 7/8 of it, all
+// but keep (the answer just saved); call with i.mu held.
+func (i *idempotency) sweep(keep string) {
+	i.swept = time.Now()
+	ents, err := os.ReadDir(i.dir)
+	if err != nil {
+		return
+	}
+	type file struct {
+		name string
+		size int64
+		mod  time.Time
+	}
+	var files []file
+	var total int64
 	for _, de := range ents {
-		if fi, err := de.Info(); err == nil && time.Since(fi.ModTime()) > idemTTL {
-			if err := os.Remove(filepath.Join(i.dir, de.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		fi, err := de.Info()
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		if time.Since(fi.ModTime()) > idemTTL && de.Name() != keep {
+			if err := os.Remove(filepath.Join(i.dir, de.Name())); err == nil || errors.Is(err, fs.ErrNotExist) {
 				continue
 			}
 		}
+		files = append(files, file{de.Name(), fi.Size(), fi.ModTime()})
+		total += fi.Size()
 	}
+	if total > idemMaxDiskBytes {
+		sort.Slice(files, func(a, b int) bool { return files[a].mod.Before(files[b].mod) })
+		for _, f := range files {
+			if total <= idemMaxDiskBytes/8*7 {
+				break
+			}
+			if f.name == keep {
+				continue
+			}
+			if err := os.Remove(filepath.Join(i.dir, f.name)); err == nil || errors.Is(err, fs.ErrNotExist) {
+				total -= f.size
+			}
+		}
+	}
+	i.disk = total
 }

@@ -28,6 +28,9 @@ const (
 	// airlock's root: the largest workspace serve takes by default, so
 	// that any one file fits when it is alone.
 	DefaultMaxSpool = 16 << 30
+	// DefaultMaxExecBuffer is the most output WebSocket execs keep, all
+	// together, for reconnects.
+	DefaultMaxExecBuffer = 512 << 20
 	// DefaultReadTimeout bounds the reading of a request, its body
 	// included (file uploads extend it). Once the body is read, net/http
 	// lifts it: a handler may run long after (an exec's stream, MCP's).
@@ -71,6 +74,11 @@ type Options struct {
 	// server's spool at once (default DefaultMaxSpool); a download that
 	// would pass it is refused as unavailable.
 	MaxSpool int64
+	// MaxExecBuffer caps the output bytes all WebSocket execs keep for
+	// reconnects at once (default DefaultMaxExecBuffer). Past it the kept
+	// output of ended execs is dropped, oldest first, and while that is
+	// not enough a new WebSocket exec is refused as over_limit.
+	MaxExecBuffer int64
 	// Extra mounts more handlers behind the same authentication, by path
 	// prefix ("/mcp" serves /mcp and everything below it).
 	Extra map[string]http.Handler
@@ -114,10 +122,11 @@ func New(opt Options) (*Server, error) {
 	opt.FetchMaxFiles = orDefault(opt.FetchMaxFiles, DefaultFetchMaxFiles)
 	opt.FetchMaxBytes = orDefault(opt.FetchMaxBytes, DefaultFetchMaxBytes)
 	opt.MaxSpool = orDefault(opt.MaxSpool, DefaultMaxSpool)
+	opt.MaxExecBuffer = orDefault(opt.MaxExecBuffer, DefaultMaxExecBuffer)
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{opt: opt, svc: opt.Service, log: opt.Log, mux: http.NewServeMux(), execs: newExecRegistry(), spoolBudget: &spoolBudget{max: opt.MaxSpool}}
+	s := &Server{opt: opt, svc: opt.Service, log: opt.Log, mux: http.NewServeMux(), execs: newExecRegistry(opt.MaxExecBuffer), spoolBudget: &spoolBudget{max: opt.MaxSpool}}
 	s.base, s.stop = context.WithCancel(context.Background())
 	s.metrics = newMetrics(opt.Service.Sandboxes)
 	s.idem = newIdempotency(opt.Service.Root())

@@ -110,7 +110,10 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 		}
 		// The exec runs on the server's lifetime: a dropped connection
 		// leaves it running for a reconnect.
-		e = s.startExec(s.base, sb, done, spec, q.Stdin, true)
+		if e, err = s.startExec(s.base, sb, done, spec, q.Stdin, true); err != nil {
+			fail(err)
+			return
+		}
 	case "reconnect":
 		var m wsMessage
 		if err := decodeJSON(bytesReader(first), &m); err != nil {

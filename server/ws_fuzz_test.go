@@ -63,7 +63,7 @@ func FuzzWSMessages(f *testing.F) {
 		e.out = [2][]byte{bytes.Clone(out[0]), bytes.Clone(out[1])}
 		s.execs.add(e)
 		defer func() {
-			s.execs.forget(eid)
+			s.execs.forget(e)
 			e.stdin.close()
 			e.stdin.pr.Close()
 		}()
@@ -240,7 +240,7 @@ func FuzzWSFrames(f *testing.F) {
 		e.out = [2][]byte{[]byte("out"), []byte("err")}
 		e.finish(runner.Result{ID: "ex-fuzz", Reason: runner.ReasonExited}, nil)
 		s.execs.add(e)
-		defer s.execs.forget(e.id)
+		defer s.execs.forget(e)
 
 		c, err := net.Dial("tcp", addr)
 		if err != nil {

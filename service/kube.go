@@ -131,6 +131,11 @@ func (s *Service) ExecKube(ctx context.Context, id string, spec runner.ExecSpec)
 			return runner.Result{}, fmt.Errorf("%w: sandbox %q runs on Kubernetes, where a pod exec cannot carry %s", errdefs.ErrInvalidArgument, id, c.what)
 		}
 	}
+	release, err := s.AdmitExec(id)
+	if err != nil {
+		return runner.Result{}, err
+	}
+	defer release()
 	r, err := s.claims().Get(id)
 	if err != nil {
 		return runner.Result{}, err

@@ -219,7 +219,7 @@ func (s *Service) OpenFiles(ctx context.Context, id string) (f Files, limit int6
 	if _, ok, err := s.KubeSandbox(id); ok {
 		return kubeFiles{s, id, ctx}, int64(runner.DefaultWorkspaceSize), func() {}, err
 	}
-	sb, done, err := s.Open(ctx, id)
+	sb, done, err := s.open(ctx, id)
 	if err != nil {
 		return nil, 0, nil, err
 	}

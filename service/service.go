@@ -3,7 +3,7 @@
 // it and nothing else. It owns the engines by name (through Engines, which
 // the CLI supplies from package engines, the one place that builds
 // concrete engines), the runs,
-// admission under --max-sandboxes, dispatch by sandbox id, destroy with the
+// admission under --max-sandboxes and of execs under --max-execs, dispatch by sandbox id, destroy with the
 // reapers' fallback, and templates with the engine they pin. Policy is
 // parsed before it gets here (package wire); what a face does with a
 // runner's answer is the face's own translation.
@@ -38,6 +38,7 @@ type Service struct {
 	engines   Engines
 	engine    string
 	gate      *admission.Gate
+	execs     *execGate
 	templates *templates.Store
 	pools     pools
 	// runCode maps a /run_code language to its run-code template.
@@ -134,9 +135,28 @@ func (s *Service) ForSandbox(ctx context.Context, id string) (*runner.Runner, fu
 	return s.engines.Runner(ctx, si.Engine)
 }
 
-// Open reconnects to live sandbox id on its engine; done releases the
-// runner once the caller is through with the sandbox.
+// Open reconnects to live sandbox id on its engine to run one exec in
+// it, admitted under WithExecLimits; done releases the runner and the
+// exec's room once the exec has ended.
 func (s *Service) Open(ctx context.Context, id string) (sb *runner.Sandbox, done func(), err error) {
+	if err := s.onCluster(id); err != nil {
+		return nil, nil, err
+	}
+	release, err := s.AdmitExec(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	sb, free, err := s.open(ctx, id)
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	return sb, func() { free(); release() }, nil
+}
+
+// open reconnects to live sandbox id on its engine; done releases the
+// runner once the caller is through with the sandbox.
+func (s *Service) open(ctx context.Context, id string) (sb *runner.Sandbox, done func(), err error) {
 	if err := s.onCluster(id); err != nil {
 		return nil, nil, err
 	}

@@ -196,18 +196,44 @@ func isZero(s string) bool {
 	return i > 0 && strings.Trim(s[:i], ".") != "" && (i == len(s) || s[i] < '0' || s[i] > '9')
 }
 
-// MIMEList checks field's MIME types; blanks are dropped, and an empty
-// list is refused.
+// The caps on list fields. Every one is far past what a real policy
+// lists, and each list is kept in the sandbox's record and receipts (the
+// MIME and egress lists) or the program's environment: the caps bound
+// what a request of --max-body could otherwise put there.
+const (
+	// MaxMIMETypes caps artifact_types and download_types.
+	MaxMIMETypes = 64
+	// MaxAllowHosts caps allow_host.
+	MaxAllowHosts = 256
+	// MaxCredentials caps credential.
+	MaxCredentials = 64
+	// MaxEnv caps env.
+	MaxEnv = 1024
+)
+
+// tooMany refuses field's list of n entries, over max.
+func tooMany(field string, n, max int, what string) *Error {
+	return &Error{Field: field, Value: fmt.Sprintf("with %d entries", n), Want: fmt.Sprintf("give at most %d %s", max, what)}
+}
+
+// MIMEList checks field's MIME types; blanks and repeats are dropped,
+// more than MaxMIMETypes are refused, and so is an empty list.
 func MIMEList(field string, in []string) ([]string, error) {
 	var out []string
+	n := 0
 	for _, t := range in {
 		if t = strings.TrimSpace(t); t == "" {
 			continue
 		}
+		if n++; n > MaxMIMETypes {
+			return nil, tooMany(field, len(in), MaxMIMETypes, "MIME types")
+		}
 		if mimetype.Lookup(t) == nil {
 			return nil, refuse(field, t, "unknown MIME type; known examples: "+strings.Join(artifacts.DefaultTypes, ", "))
 		}
-		out = append(out, t)
+		if !slices.Contains(out, t) {
+			out = append(out, t)
+		}
 	}
 	if len(out) == 0 {
 		return nil, refuse(field, strings.Join(in, ","), "empty; list at least one MIME type, such as text/plain")
@@ -232,6 +258,9 @@ func (p *Policy) Parse() (isolation.Policy, error) {
 		return pol, refuse("engine", p.Engine, "only a sandbox create takes it (POST /v1/sandboxes with a template alone, on a server started with --kubeconfig); one-shot runs on a cluster are `airlock run --engine kube` and `airlock batch --engine kube`")
 	default:
 		return pol, refuse("engine", p.Engine, "use auto, oci or docker")
+	}
+	if len(p.Env) > MaxEnv {
+		return pol, tooMany("env", len(p.Env), MaxEnv, "NAME=VALUE entries")
 	}
 	l := &pol.Limits
 	for _, f := range []struct {
@@ -283,11 +312,17 @@ func (p *Policy) ParseClient(template string) (isolation.Policy, error) {
 	return p.Parse()
 }
 
-// ParseEgress reads allow_host and credential entries. The first refused
-// entry is an *Error.
+// ParseEgress reads allow_host and credential entries, MaxAllowHosts and
+// MaxCredentials at most. The first refused entry is an *Error.
 func ParseEgress(allowHost, credential []string) (isolation.Egress, error) {
 	var e isolation.Egress
 	var err error
+	if len(allowHost) > MaxAllowHosts {
+		return e, tooMany("allow_host", len(allowHost), MaxAllowHosts, "HOST[:PORT] entries; a wildcard such as *.example.com covers a domain's hosts")
+	}
+	if len(credential) > MaxCredentials {
+		return e, tooMany("credential", len(credential), MaxCredentials, "credential routes")
+	}
 	if e.Allow, err = egress.ParseAllowlist(allowHost); err != nil {
 		return e, fromEgress(err)
 	}

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -165,5 +166,57 @@ func TestParseClientCredentials(t *testing.T) {
 	}
 	if p, err := (&Policy{AllowHost: []string{"pypi.org"}}).ParseClient(""); err != nil || !p.Egress.On() {
 		t.Errorf("a client's allowlist: %+v, %v", p.Egress, err)
+	}
+}
+
+// Each list field is capped, in the same words on every face: the MIME
+// and egress lists go into the sandbox's record and every receipt, and a
+// request body of --max-body could otherwise fill them with a million
+// entries.
+func TestListCaps(t *testing.T) {
+	n := func(k int, s string) []string {
+		l := make([]string, k)
+		for i := range l {
+			l[i] = s
+		}
+		return l
+	}
+	hosts := func(k int) []string {
+		l := make([]string, k)
+		for i := range l {
+			l[i] = fmt.Sprintf("h%d.example.com", i)
+		}
+		return l
+	}
+	for _, c := range []struct {
+		name string
+		in   Policy
+		err  string // the whole message
+	}{
+		{"artifact_types", Policy{ArtifactTypes: n(MaxMIMETypes+1, "text/plain")}, "artifact_types with 65 entries: give at most 64 MIME types"},
+		{"allow_host", Policy{AllowHost: hosts(MaxAllowHosts + 1)}, "allow_host with 257 entries: give at most 256 HOST[:PORT] entries; a wildcard such as *.example.com covers a domain's hosts"},
+		{"credential", Policy{Credential: n(MaxCredentials+1, "api.example.com=Authorization:KEY")}, "credential with 65 entries: give at most 64 credential routes"},
+		{"env", Policy{Env: n(MaxEnv+1, "A=1")}, "env with 1025 entries: give at most 1024 NAME=VALUE entries"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := c.in.Parse()
+			if err == nil {
+				_, err = c.in.ParseOutput()
+			}
+			var we *Error
+			if !errors.As(err, &we) || we.Field != c.name || !errdefs.IsInvalidArgument(err) || err.Error() != c.err {
+				t.Fatalf("%v; want the invalid input %q", err, c.err)
+			}
+		})
+	}
+	if _, err := MIMEList("download_types", n(1_000_000, "text/plain")); err == nil || err.Error() != "download_types with 1000000 entries: give at most 64 MIME types" {
+		t.Errorf("a million download_types: %v", err)
+	}
+	// At the caps, lists pass; repeats are dropped.
+	if l, err := MIMEList("download_types", append(n(MaxMIMETypes-1, "text/plain"), "", "application/json")); err != nil || strings.Join(l, ",") != "text/plain,application/json" {
+		t.Errorf("64 MIME types: %q, %v", l, err)
+	}
+	if p, err := (&Policy{AllowHost: hosts(MaxAllowHosts), Env: n(MaxEnv, "A=1")}).Parse(); err != nil || len(p.Egress.Allow.Entries()) != MaxAllowHosts {
+		t.Errorf("256 hosts, 1024 env entries: %v", err)
 	}
 }

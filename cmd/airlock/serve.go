@@ -27,11 +27,11 @@ import (
 )
 
 type serveFlags struct {
-	socket, listen, tokenFile, tlsCert, tlsKey, maxBody, maxSpool, addrFile string
-	maxSandboxes, maxConnections, maxMCPSessions                            int
-	pools, sandboxPools, runCode                                            []string
-	poolExhausted                                                           string
-	poolMaxAge                                                              time.Duration
+	socket, listen, tokenFile, tlsCert, tlsKey, maxBody, maxSpool, addrFile, maxExecBuffer string
+	maxSandboxes, maxConnections, maxMCPSessions, maxExecs                                 int
+	pools, sandboxPools, runCode                                                           []string
+	poolExhausted                                                                          string
+	poolMaxAge                                                                             time.Duration
 	// The ceilings every face's requests are held to.
 	maxMemory, maxOutput, maxEgress, maxWorkspace string
 	maxTimeout, maxTTL                            time.Duration
@@ -123,6 +123,17 @@ streamed), one-file transfers, inspect, list and delete reach it by id.
 Everything else about it (trees, pause, the WebSocket) is refused,
 saying so. docs/kubernetes.md.
 
+--max-execs caps the execs in progress at once on every face (POST
+…/exec, its NDJSON stream, the exec WebSocket and MCP's sandbox_exec),
+and one sandbox runs at most 64 of them; past either an exec is refused
+with 429 over_limit. A WebSocket exec goes on running when its client
+leaves, so that a reconnect resumes it, and counts until it ends.
+--max-exec-buffer caps the output all WebSocket execs keep for reconnects
+(each keeps its whole output until 5 minutes after it ends): past it the
+kept output of ended execs is dropped, oldest first (a reconnect to one
+is not found), and while that is not enough a new WebSocket exec is
+refused with 429 over_limit.
+
 --max-mcp-sessions caps the MCP sessions open at once at /mcp. A session
 lives from a client's initialize until the client closes it (DELETE /mcp)
 or it has been idle for 30 minutes; past the cap a new one is refused
@@ -145,6 +156,8 @@ it close them, or raise the cap.`,
 	fl.StringVar(&f.tlsCert, "tls-cert", "", "TLS certificate for --listen (required for a non-loopback address)")
 	fl.StringVar(&f.tlsKey, "tls-key", "", "TLS key for --listen")
 	fl.IntVar(&f.maxSandboxes, "max-sandboxes", server.DefaultMaxSandboxes, "cap on live sandboxes plus one-shot runs in progress (429 over_limit past it)")
+	fl.IntVar(&f.maxExecs, "max-execs", service.DefaultMaxExecs, fmt.Sprintf("cap on the execs in progress at once, of every face (429 over_limit past it; one sandbox may run at most %d)", service.DefaultMaxExecsPerSandbox))
+	fl.StringVar(&f.maxExecBuffer, "max-exec-buffer", units.Bytes(server.DefaultMaxExecBuffer).String(), "cap on the output all WebSocket execs keep for reconnects (past it ended execs' output is dropped, oldest first, then new WebSocket execs get 429 over_limit)")
 	fl.IntVar(&f.maxConnections, "max-connections", server.DefaultMaxConnections, "cap on the connections open at once on each listener (new ones wait past it)")
 	fl.IntVar(&f.maxMCPSessions, "max-mcp-sessions", mcpserver.DefaultMaxSessions, "cap on the MCP sessions open at once at /mcp (a new one is refused with 429 over_limit past it; closing one, or its 30m idle timeout, frees its slot)")
 	fl.StringVar(&f.maxBody, "max-body", units.Bytes(server.DefaultMaxBody).String(), "cap on JSON request bodies")
@@ -178,6 +191,13 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 	}
 	if f.maxSandboxes <= 0 {
 		return usageError{fmt.Errorf("--max-sandboxes %d: give a positive number", f.maxSandboxes)}
+	}
+	maxExecBuffer, err := units.ParseBytes(f.maxExecBuffer)
+	if err != nil || maxExecBuffer <= 0 {
+		return usageError{fmt.Errorf("--max-exec-buffer %q: give a positive size such as 512MiB", f.maxExecBuffer)}
+	}
+	if f.maxExecs <= 0 {
+		return usageError{fmt.Errorf("--max-execs %d: give a positive number", f.maxExecs)}
 	}
 	if f.maxConnections <= 0 {
 		return usageError{fmt.Errorf("--max-connections %d: give a positive number", f.maxConnections)}
@@ -255,7 +275,8 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 	// runs, one set of runners (with the ceilings), one set of pools.
 	host := g.host(engines.Shared(), engines.WithRunnerOptions(runner.WithCeilings(ceil)))
 	defer host.Close()
-	opts := []service.Option{service.WithAdmission(admission.New(g.root, f.maxSandboxes)), service.WithLogger(g.serverLogger()),
+	opts := []service.Option{service.WithAdmission(admission.New(g.root, f.maxSandboxes)),
+		service.WithExecLimits(f.maxExecs, service.DefaultMaxExecsPerSandbox), service.WithLogger(g.serverLogger()),
 		service.WithPools(pools, service.PoolOptions{MaxAge: f.poolMaxAge, FailWhenEmpty: f.poolExhausted == "fail"}),
 		service.WithRunCodeTemplates(runCode)}
 	if kube != nil {
@@ -264,7 +285,8 @@ func runServe(cmd *cobra.Command, g *globals, f *serveFlags) error {
 	svc := service.New(g.root, host, opts...)
 	srv, err := server.New(server.Options{
 		Service: svc, Token: token, MaxBody: int64(maxBody), MaxConnections: f.maxConnections, MaxSpool: int64(maxSpool),
-		Sweep: true,
+		MaxExecBuffer: int64(maxExecBuffer),
+		Sweep:         true,
 		// MCP's streamable HTTP, behind the same token.
 		Extra: map[string]http.Handler{
 			"/mcp": mcpserver.New(svc, mcpserver.WithLogger(g.serverLogger()), mcpserver.WithVersion(version), mcpserver.WithMaxSessions(f.maxMCPSessions)).HTTPHandler(),

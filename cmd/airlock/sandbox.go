@@ -10,10 +10,8 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
-	"github.com/gabriel-vasile/mimetype"
 	"github.com/spf13/cobra"
 
-	"github.com/airlock-sandbox/airlock/artifacts"
 	"github.com/airlock-sandbox/airlock/internal/proc"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/service"
@@ -157,17 +155,9 @@ func (f *sandboxCreateFlags) spec(cmd *cobra.Command, g *globals) (runner.Sandbo
 		s.Labels[k] = v
 	}
 	if f.downloadTypes != "" {
-		for _, t := range strings.Split(f.downloadTypes, ",") {
-			if t = strings.TrimSpace(t); t == "" {
-				continue
-			}
-			if mimetype.Lookup(t) == nil {
-				return s, usageError{fmt.Errorf("--download-types: unknown MIME type %q; known examples: %s", t, strings.Join(artifacts.DefaultTypes, ", "))}
-			}
-			s.DownloadTypes = append(s.DownloadTypes, t)
-		}
-		if len(s.DownloadTypes) == 0 {
-			return s, usageError{errors.New("--download-types is empty; list at least one MIME type, such as text/plain")}
+		var err error
+		if s.DownloadTypes, err = wire.MIMEList("download_types", strings.Split(f.downloadTypes, ",")); err != nil {
+			return s, asFlag(err)
 		}
 	}
 	return s, nil

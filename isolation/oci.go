@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -643,12 +644,13 @@ func checkOCIMount(m specs.Mount, tmpSource string, binds []Bind) string {
 // directories (hostThermal).
 func maskedPaths() []string { return append(slices.Clone(ociMaskedPaths), hostThermal()...) }
 
-// hostThermal lists the host's per-CPU thermal_throttle directories; a
-// CPU without one has nothing to mask. Golden tests fix it.
-var hostThermal = func() []string {
+// hostThermal lists the host's per-CPU thermal_throttle directories, read
+// once, not at every spec; a CPU without one has nothing to mask. Golden
+// tests fix it.
+var hostThermal = sync.OnceValue(func() []string {
 	dirs, _ := filepath.Glob("/sys/devices/system/cpu/cpu[0-9]*/thermal_throttle")
 	return dirs
-}
+})
 
 // checkPaths reports, through bad, each of the paths OCISpec masks or
 // makes read-only that masked or readonly lacks.

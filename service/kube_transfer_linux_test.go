@@ -22,6 +22,21 @@ import (
 // pod exec writes mib MiB to stderr and exits 1.
 func floodingSandbox(t *testing.T, mib int) (*Service, string) {
 	t.Helper()
+	return execSandbox(t, func(ctx context.Context, c *websocket.Conn, _ []string) {
+		frame := append([]byte{cluster.ChannelStderr}, strings.Repeat("E", 1<<20-1)...)
+		for range mib {
+			c.Write(ctx, websocket.MessageBinary, frame)
+		}
+		c.Write(ctx, websocket.MessageBinary, append([]byte{cluster.ChannelError},
+			`{"status":"Failure","reason":"NonZeroExitCode","details":{"causes":[{"reason":"ExitCode","message":"1"}]}}`...))
+	})
+}
+
+// execSandbox is claimedSandbox whose pod execs are answered by exec, given
+// the exec's command; its stdin is read and dropped, and the stream closed
+// once exec returns.
+func execSandbox(t *testing.T, exec func(ctx context.Context, c *websocket.Conn, argv []string)) (*Service, string) {
+	t.Helper()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/v1/namespaces/default/pods/p/exec", func(w http.ResponseWriter, r *http.Request) {
 		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{cluster.Protocol}})
@@ -37,12 +52,7 @@ func floodingSandbox(t *testing.T, mib int) (*Service, string) {
 				}
 			}
 		}()
-		frame := append([]byte{cluster.ChannelStderr}, strings.Repeat("E", 1<<20-1)...)
-		for range mib {
-			c.Write(ctx, websocket.MessageBinary, frame)
-		}
-		c.Write(ctx, websocket.MessageBinary, append([]byte{cluster.ChannelError},
-			`{"status":"Failure","reason":"NonZeroExitCode","details":{"causes":[{"reason":"ExitCode","message":"1"}]}}`...))
+		exec(ctx, c, r.URL.Query()["command"])
 		c.Close(websocket.StatusNormalClosure, "")
 	})
 	return claimedSandbox(t, mux)

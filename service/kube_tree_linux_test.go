@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -27,14 +26,7 @@ func TestDownloadTreeKubeListingInjected(t *testing.T) {
 	listing := "f/home/user/out/.git/config\x00" + // written in by the sandbox
 		"d/home/user/out/a/deep\x00" + // a directory under one not yet listed
 		"f/home/user/out/report.txt\x00d/home/user/out/.git\x00f/home/user/out/.git/config\x00d/home/user/out/a\x00f/home/user/out/a/b.txt\x00"
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /api/v1/namespaces/default/pods/p/exec", func(w http.ResponseWriter, r *http.Request) {
-		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{cluster.Protocol}})
-		if err != nil {
-			return
-		}
-		defer c.CloseNow()
-		argv := r.URL.Query()["command"]
+	s, id := execSandbox(t, func(ctx context.Context, c *websocket.Conn, argv []string) {
 		out := ""
 		switch argv[2] {
 		case listScript:
@@ -42,11 +34,9 @@ func TestDownloadTreeKubeListingInjected(t *testing.T) {
 		case downloadScript:
 			out = files[argv[4]]
 		}
-		c.Write(r.Context(), websocket.MessageBinary, append([]byte{cluster.ChannelStdout}, out...))
-		c.Write(r.Context(), websocket.MessageBinary, append([]byte{cluster.ChannelError}, `{"status":"Success"}`...))
-		c.Close(websocket.StatusNormalClosure, "")
+		c.Write(ctx, websocket.MessageBinary, append([]byte{cluster.ChannelStdout}, out...))
+		c.Write(ctx, websocket.MessageBinary, append([]byte{cluster.ChannelError}, `{"status":"Success"}`...))
 	})
-	s, id := claimedSandbox(t, mux)
 	dst := t.TempDir()
 	d, err := artifacts.OpenDest(dst)
 	if err != nil {

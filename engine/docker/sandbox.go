@@ -464,6 +464,29 @@ func (s *sandbox) Exec(ctx context.Context, p *engine.Process) (engine.Exit, err
 	if timeout <= 0 {
 		timeout = s.timeout
 	}
+	exit, err := s.exec(ctx, p, timeout)
+	if errors.Is(err, errNotStarted) && p.Stdin == nil && !p.Detach && ctx.Err() == nil {
+		// runsc under load now and then fails an exec before its program
+		// starts ("OCI runtime exec failed"). Nothing ran, nothing was
+		// read for it and nothing of it reached the caller's writers, so
+		// it is tried once more. With stdin it is not: the first attempt
+		// may have read some.
+		time.Sleep(retryPause)
+		exit, err = s.exec(ctx, p, timeout)
+	}
+	return exit, err
+}
+
+// errNotStarted is wrapped when the runtime did not start an exec's
+// program: no pid, and dockerd's error held back from the caller.
+var errNotStarted = errors.New("the runtime did not start the program")
+
+// retryPause is the wait before an exec the runtime did not start is
+// tried again.
+var retryPause = 100 * time.Millisecond
+
+// exec runs p once in the sandbox.
+func (s *sandbox) exec(ctx context.Context, p *engine.Process, timeout time.Duration) (engine.Exit, error) {
 	bg := context.WithoutCancel(ctx)
 	opts := container.ExecOptions{
 		User:         s.user,
@@ -620,7 +643,7 @@ wait:
 		if err := s.alive(bg); err != nil {
 			return engine.Exit{}, err
 		}
-		return engine.Exit{}, fmt.Errorf("%w: the runtime did not start %q in sandbox %q: %q; try again", errdefs.ErrUnavailable, p.Argv[0], s.id, stdout.heldText())
+		return engine.Exit{}, fmt.Errorf("%w: %w (%q in sandbox %q): %q; try again", errdefs.ErrUnavailable, errNotStarted, p.Argv[0], s.id, stdout.heldText())
 	}
 	if err := stdout.open(); err != nil && streamErr == nil {
 		streamErr = err

@@ -23,6 +23,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/safeopen"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/seccomp"
+	"github.com/airlock-sandbox/airlock/wire"
 )
 
 // plan converts a Spec into a one-shot sandbox's spec, refusing anything
@@ -42,10 +43,7 @@ func (r *Runner) plan(s Spec) (*engine.SandboxSpec, error) {
 	if err := pol.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
 	}
-	if err := checkArgv(s.Argv); err != nil {
-		return nil, err
-	}
-	if err := checkEnv(s.Env); err != nil {
+	if err := checkCommand(s.Argv, s.Env); err != nil {
 		return nil, err
 	}
 	if err := checkFiles(s); err != nil {
@@ -89,6 +87,39 @@ func checkArgv(argv []string) error {
 		if strings.ContainsRune(a, 0) {
 			return fmt.Errorf("%w: argument %q contains a NUL byte", errdefs.ErrInvalidArgument, a)
 		}
+	}
+	return nil
+}
+
+// The bounds of a command's argv and env, the kernel's own for execve(2)
+// with the default 8 MiB stack: a string of at most 128 KiB, 2 MiB in
+// all. A command past them could never start; it is refused up front,
+// saying so, rather than failing in the sandbox with E2BIG.
+const (
+	maxArgString = 128 << 10
+	maxArgBytes  = 2 << 20
+)
+
+// checkCommand validates a command's argv and env, each and together.
+func checkCommand(argv, env []string) error {
+	if err := checkArgv(argv); err != nil {
+		return err
+	}
+	if err := checkEnv(env); err != nil {
+		return err
+	}
+	if len(env) > wire.MaxEnv {
+		return fmt.Errorf("%w: %d environment entries; give at most %d", errdefs.ErrInvalidArgument, len(env), wire.MaxEnv)
+	}
+	total := 0
+	for _, s := range slices.Concat(argv, env) {
+		if len(s) > maxArgString {
+			return fmt.Errorf("%w: an argument or environment entry of %d bytes (starting %.40q); a program takes at most %d KiB in one (the kernel's MAX_ARG_STRLEN): pass large data as stdin or an input file", errdefs.ErrInvalidArgument, len(s), s, maxArgString>>10)
+		}
+		total += len(s) + 1 + 8 // the string, its NUL and its pointer
+	}
+	if total > maxArgBytes {
+		return fmt.Errorf("%w: the command's arguments and environment take %d bytes; a program takes at most %d MiB of them (the kernel's ARG_MAX): pass large data as stdin or an input file", errdefs.ErrInvalidArgument, total, maxArgBytes>>20)
 	}
 	return nil
 }

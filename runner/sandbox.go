@@ -423,10 +423,7 @@ func (r *Runner) Sandboxes(ctx context.Context) ([]SandboxInfo, error) { return 
 // still an error response.
 func (sb *Sandbox) CheckExec(p ExecSpec) (isolation.LimitsRecord, error) {
 	limits := sb.info.Limits
-	if err := checkArgv(p.Argv); err != nil {
-		return limits, err
-	}
-	if err := checkEnv(p.Env); err != nil {
+	if err := checkCommand(p.Argv, p.Env); err != nil {
 		return limits, err
 	}
 	if p.Workdir != "" && (!path.IsAbs(p.Workdir) || path.Clean(p.Workdir) != p.Workdir) {

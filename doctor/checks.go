@@ -131,7 +131,25 @@ func checkCgroups(context.Context, Options) Check {
 	if missing := missingControllers(have); len(missing) > 0 {
 		return fail(name, fmt.Sprintf("%s; missing controllers: %s", ver, strings.Join(missing, ", ")), fix)
 	}
+	if !swapAccounted(mode == cgroups.Unified) {
+		return fail(name, ver+"; the kernel accounts no swap in cgroups, so a memory limit could be passed by swapping (airlock refuses to run)",
+			"boot the kernel with swapaccount=1: add it to GRUB_CMDLINE_LINUX in /etc/default/grub, run update-grub and reboot")
+	}
 	return ok(name, fmt.Sprintf("%s; controllers %s available", ver, strings.Join(controllers, ", ")))
+}
+
+// swapAccounted reports whether memory groups bound swap: v1's memory
+// hierarchy has memory.memsw.*, and v2's groups memory.swap.max (the
+// root has none, so its children are asked; with no child holding the
+// memory controller yet, nothing says otherwise).
+func swapAccounted(unified bool) bool {
+	if !unified {
+		_, err := os.Stat(filepath.Join(cgroupRoot, "memory", "memory.memsw.limit_in_bytes"))
+		return err == nil
+	}
+	limited, _ := filepath.Glob(filepath.Join(cgroupRoot, "*", "memory.max"))
+	swap, _ := filepath.Glob(filepath.Join(cgroupRoot, "*", "memory.swap.max"))
+	return len(limited) == 0 || len(swap) > 0
 }
 
 func missingControllers(have func(string) bool) []string {

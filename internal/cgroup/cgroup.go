@@ -89,6 +89,7 @@ func New(id string, l Limits) (*Group, error) {
 		g.v1, err = cgroup1.New(cgroup1.StaticPath(path), res, cgroup1.WithHierarchy(v1Subsystems))
 	}
 	if err != nil {
+		err = swapAdvice(err)
 		// The library creates a hierarchy's directory, then writes its
 		// limits: a refused write leaves the directories made so far.
 		ctx, cancel := context.WithTimeout(context.Background(), removeTimeout)
@@ -99,6 +100,26 @@ func New(id string, l Limits) (*Group, error) {
 		return nil, fmt.Errorf("creating cgroup %s: %w", path, err)
 	}
 	return g, nil
+}
+
+// swapFiles are the files that bound a group's swap, v1's and v2's.
+var swapFiles = []string{"memory.memsw.limit_in_bytes", "memory.swap.max"}
+
+// swapAdvice explains err, New's, when it is the write of a swap limit
+// into a group that has no such file: the kernel accounts no swap (the
+// write is refused with EACCES, which reads as a permission problem).
+// Without swap accounting a memory limit could be passed by swapping, so
+// New fails; the fix is the host's boot parameter. Call it before the
+// group is removed.
+func swapAdvice(err error) error {
+	var pe *fs.PathError
+	if !errors.As(err, &pe) || !slices.Contains(swapFiles, filepath.Base(pe.Path)) {
+		return err
+	}
+	if _, serr := os.Stat(pe.Path); !errors.Is(serr, fs.ErrNotExist) {
+		return err
+	}
+	return fmt.Errorf("this host's kernel accounts no swap in cgroups (%s does not exist), so a sandbox could pass its memory limit by swapping: boot the kernel with swapaccount=1 (add it to GRUB_CMDLINE_LINUX in /etc/default/grub, run update-grub and reboot): %w", pe.Path, err)
 }
 
 // limited are the controllers whose limits New sets. A group without one

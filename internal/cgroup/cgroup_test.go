@@ -2,11 +2,14 @@ package cgroup
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -177,4 +180,30 @@ func TestIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd.Wait()
+}
+
+// A swap limit's write into a group without the file is the kernel's
+// missing swap accounting, said so with its fix; any other failed write
+// is left as it is.
+func TestSwapAdvice(t *testing.T) {
+	dir := t.TempDir()
+	missing := &fs.PathError{Op: "open", Path: filepath.Join(dir, "memory.memsw.limit_in_bytes"), Err: fs.ErrPermission}
+	err := swapAdvice(fmt.Errorf("creating: %w", missing))
+	if !errors.Is(err, fs.ErrPermission) || !strings.Contains(err.Error(), "swapaccount=1") {
+		t.Fatalf("v1: %v; want the boot parameter named, the cause kept", err)
+	}
+	if err := swapAdvice(&fs.PathError{Op: "open", Path: filepath.Join(dir, "memory.swap.max"), Err: fs.ErrPermission}); !strings.Contains(err.Error(), "swapaccount=1") {
+		t.Fatalf("v2: %v", err)
+	}
+	present := filepath.Join(dir, "memory.swap.max")
+	os.WriteFile(present, nil, 0o600)
+	for _, e := range []error{
+		&fs.PathError{Op: "open", Path: present, Err: fs.ErrPermission},
+		&fs.PathError{Op: "open", Path: filepath.Join(dir, "memory.limit_in_bytes"), Err: fs.ErrPermission},
+		errors.New("other"),
+	} {
+		if got := swapAdvice(e); got != e {
+			t.Errorf("swapAdvice(%v) = %v; want it unchanged", e, got)
+		}
+	}
 }

@@ -27,7 +27,7 @@ type fusionReply struct {
 }
 
 // runCodeJob is what each pooled job prints, as one JSON line.
-const runCodeJob = `import json, os, random, sys, tempfile, uuid
+const runCodeJob = `import json, os, random, ssl, sys, tempfile, uuid
 seen = [p for p in ("/tmp/marker", "/home/user/marker") if os.path.exists(p)]
 run = sys.stdin.read().strip()
 for p in ("/tmp/marker", "/home/user/marker"):
@@ -46,7 +46,7 @@ for p in os.listdir("/proc"):
 print(json.dumps({
     "seen": seen, "run": run, "data": open("data.txt").read(),
     "random": repr(random.random()), "urandom": os.urandom(16).hex(),
-    "uuid": str(uuid.uuid4()), "mktemp": tempfile.mktemp(),
+    "uuid": str(uuid.uuid4()), "mktemp": tempfile.mktemp(), "openssl": ssl.RAND_bytes(16).hex(),
     "forked": b"airlock-run-code" in server, "preloaded": "json" in sys.modules and "decimal" in sys.modules,
     "main": __name__, "argv0": sys.argv[0], "cwd": os.getcwd(), "clients": clients,
 }))
@@ -59,7 +59,7 @@ print("to stderr", file=sys.stderr)
 // exec agent: no run-code client process runs), each seeing a
 // fresh /tmp and workspace (no call sees another's marker), its own
 // files and stdin, and distinct ids and random values (random, urandom,
-// uuid4, tempfile names); exit codes, SystemExit, signals and stderr come
+// uuid4, tempfile names, OpenSSL's RAND_bytes); exit codes, SystemExit, signals and stderr come
 // back; a timeout kills the job. Nothing is left behind (TestMain).
 func TestServeRunCodePool(t *testing.T) {
 	if engineName != "oci" || isolationName != "gvisor" {
@@ -69,7 +69,8 @@ func TestServeRunCodePool(t *testing.T) {
 		}
 		return
 	}
-	poolTemplate(t, "e2e-rc", "--run-code", "python", "--import", "json", "--import", "decimal", "--timeout", "20s")
+	// ssl is imported ahead, so that OpenSSL's generator is in the snapshot.
+	poolTemplate(t, "e2e-rc", "--run-code", "python", "--import", "json", "--import", "decimal", "--import", "ssl", "--timeout", "20s")
 	s := startServer(t, "--run-code-template", "python=e2e-rc", "--pool-sandboxes", "e2e-rc=2")
 	a := s.apis()[0]
 	data := base64.StdEncoding.EncodeToString([]byte("request data\n"))
@@ -86,6 +87,7 @@ func TestServeRunCodePool(t *testing.T) {
 			Seen                             []string
 			Run, Data, Random, Urandom, UUID string
 			Mktemp, Main, Argv0, Cwd         string
+			OpenSSL                          string `json:"openssl"`
 			Forked, Preloaded                bool
 			Clients                          []string
 		}
@@ -96,7 +98,7 @@ func TestServeRunCodePool(t *testing.T) {
 			got.Main != "__main__" || got.Argv0 != "/home/user/.airlock_main.py" || got.Cwd != "/home/user" {
 			t.Fatalf("call %d: %+v", i, got)
 		}
-		for k, v := range map[string]string{"sandbox": r.Executor, "random": got.Random, "urandom": got.Urandom, "uuid": got.UUID, "mktemp": got.Mktemp} {
+		for k, v := range map[string]string{"sandbox": r.Executor, "random": got.Random, "urandom": got.Urandom, "uuid": got.UUID, "mktemp": got.Mktemp, "openssl": got.OpenSSL} {
 			if seen[k] == nil {
 				seen[k] = map[string]bool{}
 			}

@@ -120,6 +120,12 @@ def reseed():
     np = sys.modules.get("numpy")
     if np is not None:
         np.random.seed()
+    ssl = sys.modules.get("ssl")
+    if ssl is not None:
+        # OpenSSL reseeds when its pid changes, and the spare child has
+        # the same pid in every clone: stir its generator with the OS's
+        # bytes too, whatever drew from it before the snapshot.
+        ssl.RAND_add(os.urandom(32), 32.0)
 
 
 def run(fds, job):

@@ -6,7 +6,7 @@
  */
 import WebSocket from "ws";
 import { AirlockError, errorFromResponse, errorOf, isErrorKind } from "./errors.js";
-import { type Transport, MAX_ERROR_BODY_BYTES, readHead } from "./transport.js";
+import { type Transport, MAX_ERROR_BODY_BYTES, bytes, readHead } from "./transport.js";
 import type { Result, Schemas } from "./sandbox.js";
 
 /** The callbacks and retry budget of Sandbox.spawn. */
@@ -96,7 +96,8 @@ export class ExecHandle {
     const url = this.#t.base
       ? new URL(this.#path, this.#t.base).toString().replace(/^http/, "ws")
       : `ws+unix://${this.#t.socketPath}:${this.#path}`;
-    const ws = new WebSocket(url, { headers, perMessageDeflate: false });
+    const max = this.#t.maxJsonBytes;
+    const ws = new WebSocket(url, { headers, perMessageDeflate: false, maxPayload: max });
     this.#ws = ws;
     let opened = false;
     ws.on("open", () => {
@@ -111,8 +112,18 @@ export class ExecHandle {
       readHead(res, MAX_ERROR_BODY_BYTES).then(fail, () => fail(Buffer.alloc(0)));
     });
     ws.on("message", (data) => this.#onMessage(data.toString()));
-    ws.on("error", () => {
-      // "close" follows and decides.
+    ws.on("error", (err: Error & { code?: string }) => {
+      // A message past maxPayload would be met again on a reconnect.
+      if (err.code === "WS_ERR_UNSUPPORTED_MESSAGE_LENGTH") {
+        this.#fail(
+          errorOf(
+            "internal",
+            `a message on the exec's WebSocket passed ${bytes(max)}, the most this client takes (maxJsonBytes): ` +
+              "an exec's output limit asks for more; raise maxJsonBytes if it is expected",
+          ),
+        );
+      }
+      // Otherwise "close" follows and decides.
     });
     ws.on("close", () => {
       if (this.#done) return;

@@ -18,7 +18,8 @@ export interface ConnectionOptions {
   token?: string;
   /**
    * The most bytes of one JSON value the client takes from the server: a
-   * JSON response body, or one line of an exec's NDJSON stream. Default
+   * JSON response body, one line of an exec's NDJSON stream, or one
+   * message of an exec's WebSocket. Default
    * DEFAULT_MAX_JSON_BYTES (64 MiB). An exec's Result holds the head of
    * its stdout and stderr, up to the output limit each, and JSON may
    * write a byte of output as up to 6 (`\u0000`): raise this for execs
@@ -178,7 +179,7 @@ function byteCap(name: string, v: number | undefined, def: number): number {
 }
 
 /** A byte count for messages: "64 MiB", "1 GiB", "1000 bytes". */
-function bytes(n: number): string {
+export function bytes(n: number): string {
   for (const [unit, k] of [["GiB", 30], ["MiB", 20], ["KiB", 10]] as const) {
     if (n >= 2 ** k && n % 2 ** k === 0) return `${n / 2 ** k} ${unit}`;
   }

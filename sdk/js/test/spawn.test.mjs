@@ -106,3 +106,11 @@ test("spawn in a gone sandbox fails with not_found", async () => {
   await gone.close();
   await assert.rejects(gone.spawn(["true"]).result, NotFoundError);
 });
+
+test("spawn: a WebSocket message past maxJsonBytes fails naming the option", async () => {
+  // The server sends at most 64 KiB of output a message, base64 in JSON:
+  // past 16 KiB here.
+  const small = await Sandbox.connect(sb.id, { socketPath, maxJsonBytes: 16 << 10 });
+  const h = small.spawn(["python3", "-c", "import sys; sys.stdout.write('x' * 65536)"], { stdin: false });
+  await assert.rejects(h.result, (err) => err.kind === "internal" && /maxJsonBytes/.test(err.message));
+});

@@ -39,12 +39,14 @@ type Job struct {
 	Inputs []JobInput `json:"inputs,omitempty"`
 	Limits JobLimits  `json:"limits,omitzero"`
 	// AllowHost and Credential are the job's egress (wire.Policy's
-	// fields of those names); given, they replace the batch's. A job
-	// names credentials only to narrow its template's.
+	// fields of those names); given, they replace the batch's, within
+	// BatchOptions.Ceilings. A job names credentials only to narrow its
+	// template's.
 	AllowHost  []string `json:"allow_host,omitempty"`
 	Credential []string `json:"credential,omitempty"`
 	// EgressLimit caps the job's egress bytes (wire.Policy's
-	// egress_limit); given, it replaces the batch's.
+	// egress_limit); given, it replaces the batch's, within
+	// BatchOptions.Ceilings.
 	EgressLimit string `json:"egress_limit,omitempty"`
 	// ExpectedStdout, when set, decides Pass: the program must exit 0 and
 	// print exactly this.
@@ -64,7 +66,8 @@ type JobInput struct {
 }
 
 // JobLimits are a job's limits in the CLI's units; empty fields take the
-// batch's defaults.
+// batch's defaults, and given ones replace them within
+// BatchOptions.Ceilings.
 type JobLimits struct {
 	Timeout string `json:"timeout,omitempty"`
 	Memory  string `json:"memory,omitempty"`
@@ -114,6 +117,10 @@ type BatchOptions struct {
 	// Pool, when set, is the batch's warm pool: jobs that fit it run on
 	// its sandboxes, the others cold (see Pool.Run).
 	Pool *Pool
+	// Ceilings, when set, bound what each job may ask for (see
+	// BatchCeilings); nil bounds nothing, and a job's fields then replace
+	// Base's.
+	Ceilings *BatchCeilings
 }
 
 // BatchTemplate is how a batch resolves sandbox templates. A job on a
@@ -377,8 +384,24 @@ feed:
 	return ctx.Err()
 }
 
-// jobSpec turns a job into its Spec: on Base, or on its template.
+// jobSpec turns a job into its Spec, on Base or on its template, and
+// refuses it over the batch's ceilings.
 func (opt BatchOptions) jobSpec(j Job) (Spec, error) {
+	if err := opt.Ceilings.checkTemplate(j); err != nil {
+		return Spec{}, err
+	}
+	s, err := opt.templatedSpec(j)
+	if err != nil {
+		return Spec{}, err
+	}
+	if err := opt.Ceilings.check(j, s); err != nil {
+		return Spec{}, err
+	}
+	return s, nil
+}
+
+// templatedSpec turns a job into its Spec: on Base, or on its template.
+func (opt BatchOptions) templatedSpec(j Job) (Spec, error) {
 	name := j.Template
 	if name == "" && opt.Template != nil {
 		name = opt.Template.Default

@@ -466,3 +466,36 @@ func TestRunBatchCancelledWritesNoLine(t *testing.T) {
 		t.Errorf("lines %+v, want only quick's", got)
 	}
 }
+
+// BatchCeilings bound what a job asks, whatever gave it; nil bounds
+// nothing, and an empty Egress allows none.
+func TestJobSpecCeilings(t *testing.T) {
+	base := Spec{}
+	base.Policy.Limits.Memory = 256 << 20
+	job := Job{ID: "a", Argv: []string{"true"}, Limits: JobLimits{Memory: "1GiB"}, AllowHost: []string{"pypi.org"}}
+	if s, err := (BatchOptions{Base: base}).jobSpec(job); err != nil || s.Policy.Limits.Memory != 1<<30 {
+		t.Errorf("no ceilings: %+v, %v; want the job's own memory", s.Policy.Limits, err)
+	}
+	c := &BatchCeilings{}
+	c.Limits.Memory = 256 << 20
+	_, err := BatchOptions{Base: base, Ceilings: c}.jobSpec(job)
+	for _, w := range []string{"memory 1GiB is above this batch's ceiling of 256MiB", `allow_host "pypi.org" is not on this batch's allowlist (none`} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("over the ceilings: %v, want it to say %q", err, w)
+		}
+	}
+	job.Limits.Memory, job.AllowHost = "128MiB", nil
+	if s, err := (BatchOptions{Base: base, Ceilings: c}).jobSpec(job); err != nil || s.Policy.Limits.Memory != 128<<20 {
+		t.Errorf("within the ceilings: %+v, %v", s.Policy.Limits, err)
+	}
+	// A batch's one template is the only one a job may name.
+	c.Template = "py"
+	apply := func(name string, e Spec) (Spec, error) { return e, nil }
+	opt := BatchOptions{Base: base, Ceilings: c, Template: &BatchTemplate{Default: "py", Apply: apply}}
+	if _, err := opt.jobSpec(Job{ID: "b", Argv: []string{"true"}, Template: "np"}); err == nil || !strings.Contains(err.Error(), `may not name another`) {
+		t.Errorf("another template: %v", err)
+	}
+	if _, err := opt.jobSpec(Job{ID: "c", Argv: []string{"true"}, Template: "py"}); err != nil {
+		t.Errorf("the batch's template: %v", err)
+	}
+}

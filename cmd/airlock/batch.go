@@ -19,10 +19,12 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
 	"github.com/airlock-sandbox/airlock/internal/safeopen"
 	"github.com/airlock-sandbox/airlock/internal/termsafe"
+	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
 )
 
@@ -49,10 +51,19 @@ result per job to --out as each finishes. A job is one JSON object per line:
    "limits": {"timeout": "5s", "memory": "256MiB", "cpus": "1", "pids": 64, "output": "1MiB"}}
 
 Only id and argv are required; the run flags below are every job's defaults,
-and a job's env is added to --env. A job on a template (its "template", else
---template) takes the template's settings: the flags given explicitly and
-the job's own image, env and limits may narrow them, never widen them; a job
-that would is refused as invalid input, and the others run.
+and a job's env is added to --env. The jobs file is read as hostile: a job
+may narrow the command line, never widen it. A limit flag given explicitly
+(--timeout, --memory, --cpus, --pids, --output-limit, --egress-limit) is
+also a ceiling: a job's own limit may be lower, never higher (a flag left
+out is only a default). A job's allow_host and credential must be within
+--allow-host and --credential, else within --template's; with neither, no
+job reaches the network, not even by naming a template with egress. With
+--template, a job may name no other template. A job on a template (its
+"template", else --template) takes the template's settings: the flags given
+explicitly and the job's own image, env and limits may narrow them, never
+widen them. A job that asks for more than any of these is refused as
+invalid input, its result naming the field, the ceiling and the flag, and
+the others run.
 A job's input hosts are relative paths beneath the jobs file's directory (or
 --input-root; a default one every user may write in is refused), never
 through a symlink, and never airlock's own state, the jobs file or --out.
@@ -87,6 +98,7 @@ have run twice, so jobs should be safe to repeat.`,
   airlock batch jobs.jsonl --out results.jsonl --template py
   airlock batch jobs.jsonl --out results.jsonl --parallel 4 --warm 4 --engine oci
   airlock batch jobs.jsonl --out results.jsonl --parallel 4 --timeout 10s --memory 256MiB
+  airlock batch jobs.jsonl --out results.jsonl --allow-host pypi.org --egress-limit 256MiB
   airlock batch jobs.jsonl --out results.jsonl --parallel 8 --engine kube --template py`,
 		Args: exactArgs(1, "give the jobs file"),
 		RunE: func(cmd *cobra.Command, args []string) error { return runBatch(cmd, g, f, args[0]) },
@@ -161,10 +173,14 @@ func runBatch(cmd *cobra.Command, g *globals, f *batchFlags, path string) error 
 	var (
 		r    *runner.Runner
 		tmpl *runner.BatchTemplate
+		ceil *runner.BatchCeilings
 	)
 	if f.run.engine != "kube" {
 		var engineName string
 		if tmpl, engineName, err = g.batchTemplates(cmd, &f.run, base); err != nil {
+			return err
+		}
+		if ceil, err = batchCeilings(cmd.Flags(), tmpl); err != nil {
 			return err
 		}
 		rn, closeRunner, err := g.service(engineName).ForNew(cmd.Context(), "")
@@ -202,7 +218,7 @@ func runBatch(cmd *cobra.Command, g *globals, f *batchFlags, path string) error 
 		runErr = batchKube(cmd, g, f, jobs, done, emit)
 	} else {
 		opt := runner.BatchOptions{Parallel: f.parallel, Base: base, Skip: done, InputRoot: inputRoot, Template: tmpl,
-			JobsFile: jobsInfo, Results: outInfo}
+			JobsFile: jobsInfo, Results: outInfo, Ceilings: ceil}
 		if f.warm > 0 && total > countDone(jobs, bad, done) {
 			if opt.Pool, err = newBatchPool(cmd, r, opt, f.warm); err != nil {
 				return err
@@ -227,6 +243,41 @@ func runBatch(cmd *cobra.Command, g *globals, f *batchFlags, path string) error 
 		return runErr
 	}
 	return nil
+}
+
+// batchCeilings are what the batch's command line lets a job line ask
+// for at most: the limits and egress limit its flags give explicitly (a
+// flag left out bounds nothing: its default is only a default), and its
+// egress. A line's hosts and credentials must be within --allow-host and
+// --credential when given, else within --template's, else there are
+// none: a line never turns the network on by itself, not even by naming
+// a template with egress. With --template, lines may name no other.
+func batchCeilings(fl *pflag.FlagSet, tmpl *runner.BatchTemplate) (*runner.BatchCeilings, error) {
+	ex := tmpl.Explicit.Policy
+	c := &runner.BatchCeilings{Limits: ex.Limits, Template: tmpl.Default}
+	c.Egress.Bytes = ex.Egress.Bytes
+	var own isolation.Egress // --template's
+	if tmpl.Default != "" {
+		s, err := tmpl.Apply(tmpl.Default, runner.Spec{})
+		if err != nil {
+			return nil, err
+		}
+		own = s.Policy.Egress
+	}
+	byTemplate := fmt.Sprintf("--template %q", tmpl.Default)
+	switch {
+	case fl.Changed("allow-host"):
+		c.Egress.Allow, c.AllowFrom = ex.Egress.Allow, "--allow-host"
+	case tmpl.Default != "":
+		c.Egress.Allow, c.AllowFrom = own.Allow, byTemplate
+	}
+	switch {
+	case fl.Changed("credential"):
+		c.Egress.Credentials, c.CredentialFrom = ex.Egress.Credentials, "--credential"
+	case tmpl.Default != "":
+		c.Egress.Credentials, c.CredentialFrom = own.Credentials, byTemplate
+	}
+	return c, nil
 }
 
 // batchInputRoot is the directory job inputs are confined to: --input-root,

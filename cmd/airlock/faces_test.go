@@ -121,12 +121,15 @@ func (f *faces) http(body string) checked {
 	return f.took(e.Error.Kind, e.Error.Message)
 }
 
-// batch is `airlock batch` on one job line, with no flags.
-func (f *faces) batch(line string) checked {
+// batch is `airlock batch FLAGS` on one job line.
+func (f *faces) batch(line string, flags ...string) checked {
 	f.t.Helper()
 	var base runFlags
 	cmd := &cobra.Command{Use: "batch"}
 	addRunFlags(cmd, &base)
+	if err := cmd.ParseFlags(flags); err != nil {
+		f.t.Fatal(err)
+	}
 	pol, err := base.policy()
 	if err != nil {
 		f.t.Fatal(err)
@@ -140,8 +143,12 @@ func (f *faces) batch(line string) checked {
 	if err != nil {
 		f.t.Fatal(err)
 	}
+	ceil, err := batchCeilings(cmd.Flags(), tmpl)
+	if err != nil {
+		f.t.Fatal(err)
+	}
 	var res runner.BatchResult
-	f.rn.RunBatch(context.Background(), jobs, runner.BatchOptions{Base: runner.Spec{Policy: pol}, Template: tmpl}, func(r runner.BatchResult) { res = r })
+	f.rn.RunBatch(context.Background(), jobs, runner.BatchOptions{Base: runner.Spec{Policy: pol}, Template: tmpl, Ceilings: ceil}, func(r runner.BatchResult) { res = r })
 	return f.took(res.ErrorKind, res.Error)
 }
 
@@ -201,10 +208,13 @@ func recordHash(t *testing.T, p *isolation.Policy) string {
 // and MCP reaches the engine as one policy: the same isolation.Record.
 func TestOnePolicyEveryFace(t *testing.T) {
 	f := newFaces(t)
+	// A batch line may only narrow the batch's --allow-host: the batch
+	// gives the hosts too.
+	hosts := []string{"--allow-host", "pypi.org", "--allow-host", "*.pythonhosted.org:443"}
 	got := map[string]checked{
 		"cli":   f.cli("--memory", "256MiB", "--timeout", "20s", "--allow-host", "PyPI.org", "--allow-host", "*.pythonhosted.org:443", "--egress-limit", "2GiB"),
 		"api":   f.http(`{"memory":"256MiB","timeout":"20s","allow_host":["PyPI.org","*.pythonhosted.org:443"],"egress_limit":"2GiB"}`),
-		"batch": f.batch(`{"id":"a","argv":["true"],"limits":{"memory":"256MiB","timeout":"20s"},"allow_host":["PyPI.org","*.pythonhosted.org:443"],"egress_limit":"2GiB"}`),
+		"batch": f.batch(`{"id":"a","argv":["true"],"limits":{"memory":"256MiB","timeout":"20s"},"allow_host":["PyPI.org","*.pythonhosted.org:443"],"egress_limit":"2GiB"}`, hosts...),
 		"file":  f.file(map[string]any{"memory": "256MiB", "timeout": "20s", "allow_host": []string{"PyPI.org", "*.pythonhosted.org:443"}, "egress_limit": "2GiB"}),
 		"mcp":   f.tool(map[string]any{"memory": "256MiB", "timeout_s": 20, "allow_host": []string{"PyPI.org", "*.pythonhosted.org:443"}, "egress_limit": "2GiB"}),
 	}

@@ -25,6 +25,10 @@
 //     image_ref and usage are not bound.
 //   - The policy hash is Hash(Policy), an isolation.Record: JSON-tagged,
 //     with no host path.
+//   - A receipt an airlock node signs for a one-shot pod names the pod's
+//     UID (pod_uid), so it holds for that pod alone. Fields added to
+//     version 2 since it began are omitted when empty: a receipt without
+//     them signs the same bytes it always did.
 //   - Version 1 receipts still verify, alone: they bind no Result, no
 //     captured bytes, no job id and no verdict.
 package receipt

@@ -29,6 +29,9 @@ func (s Signed) Explain() string {
 		}
 		line("  for batch job %s, which %s", show(r.JobID), verdict)
 	}
+	if r.PodUID != "" {
+		line("  for Kubernetes pod UID %s", show(r.PodUID))
+	}
 	if r.Snapshot != "" {
 		line("  in a sandbox restored from snapshot %s", digest(r.Snapshot))
 	}

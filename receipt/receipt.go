@@ -19,7 +19,9 @@ import (
 // Version is the receipt format this package writes. Version 2 binds the
 // Result around the receipt: the captured stream bytes, the batch job id
 // and verdict, the rejected files and the policy record. Version 1
-// receipts still verify, alone (see receiptV1).
+// receipts still verify, alone (see receiptV1). Fields added since, such
+// as PodUID, are omitted when empty, so a version 2 receipt without them
+// signs the same bytes it always did.
 const Version = 2
 
 var (
@@ -42,6 +44,10 @@ type Receipt struct {
 	SandboxID string `json:"sandbox_id,omitempty"`
 	// JobID is the batch job the run was for; "" outside a batch.
 	JobID string `json:"job_id,omitempty"`
+	// PodUID is the UID of the Kubernetes pod whose program an airlock
+	// node ran (a one-shot pod's exec), so that the receipt holds for
+	// that pod alone; "" for anything else.
+	PodUID string `json:"pod_uid,omitempty"`
 	// Pass is the expected-stdout verdict, when the job gave one: the
 	// program exited 0 and printed exactly the expected bytes.
 	Pass *bool `json:"pass,omitempty"`

@@ -510,3 +510,43 @@ func TestLoadOrCreateKeyRefuses(t *testing.T) {
 		}
 	})
 }
+
+// A receipt names the pod an airlock node ran it for, signed; one that
+// names none signs the bytes it did before pod_uid existed.
+func TestPodUID(t *testing.T) {
+	key := newKey(t)
+	r := sample()
+	plain, err := Canonical(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(plain), "pod_uid") {
+		t.Errorf("a receipt of no pod signs a pod_uid: %s", plain)
+	}
+	r.PodUID = "0b5e6a7c-uid"
+	s, err := Sign(key, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Verify(s, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Explain(); !strings.Contains(got, "for Kubernetes pod UID 0b5e6a7c-uid") {
+		t.Errorf("Explain does not name the pod:\n%s", got)
+	}
+	var buf bytes.Buffer
+	if err := s.Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	back, err := Read(&buf)
+	if err != nil || back.Receipt.PodUID != r.PodUID || Verify(back, nil) != nil {
+		t.Errorf("read back: %+v, %v", back.Receipt.PodUID, err)
+	}
+	for _, uid := range []string{"", "another-pod"} {
+		s2 := s
+		s2.Receipt.PodUID = uid
+		if err := Verify(s2, nil); !errors.Is(err, ErrBadSignature) {
+			t.Errorf("pod_uid changed to %q: Verify = %v", uid, err)
+		}
+	}
+}

@@ -97,7 +97,8 @@ type Stream struct {
 	Tail []byte
 	// Bytes is how many bytes the program wrote in total.
 	Bytes int64
-	// Truncated is set when Bytes passed the cap.
+	// Truncated is set when Bytes passed the cap, or when the Result
+	// was cut to fit a size (Sandbox.FitResult).
 	Truncated bool
 	// SHA256 is the hex sha256 of all Bytes, including those not kept.
 	SHA256 string

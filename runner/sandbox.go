@@ -97,6 +97,10 @@ type ExecSpec struct {
 	// elsewhere, such as an airlock node's one-shot pod.
 	JobID          string
 	ExpectedStdout *string
+	// PodUID, when set, goes into the exec's receipt: the UID of the
+	// Kubernetes pod whose program the exec is (an airlock node's one-shot
+	// pod), so that the receipt holds for that pod alone.
+	PodUID string
 	// Collect, when set, ends the sandbox with the exec: once the program
 	// has ended, every process of the sandbox is ended and the output
 	// directory collected under Collect's rules, as a run's is, into the
@@ -543,7 +547,7 @@ func (sb *Sandbox) Exec(ctx context.Context, p ExecSpec) (Result, error) {
 		rec, serr := resultReceipt(res, pol, p.Argv, si.RuntimeVersion)
 		if serr == nil {
 			rec.ImageManifest = si.ImageManifest
-			rec.JobID, rec.Pass = p.JobID, passOf(res, p.ExpectedStdout)
+			rec.JobID, rec.Pass, rec.PodUID = p.JobID, passOf(res, p.ExpectedStdout), p.PodUID
 			addOutput(&rec, res)
 			serr = sb.r.seal(rec, &res)
 		}

@@ -136,9 +136,13 @@ func TestSandboxExecProtocol(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := sb2.Exec(ctx, ExecSpec{Argv: []string{"python3", "-c", "x"}})
+	res, err := sb2.Exec(ctx, ExecSpec{Argv: []string{"python3", "-c", "x"}, PodUID: "pod-uid-1"})
 	if err != nil || res.Reason != ReasonExited || res.ExitCode != 3 || string(res.Stdout.Head) != "secret-output" || res.SandboxID != id {
 		t.Fatalf("exec: %+v, %v", res, err)
+	}
+	// A node's exec for a pod binds the pod's UID into its receipt.
+	if res.Receipt == nil || res.Receipt.Receipt.PodUID != "pod-uid-1" {
+		t.Fatalf("exec's receipt: %+v", res.Receipt)
 	}
 	if st := stateOf(t, root, id); st != lifecycle.Ready {
 		t.Fatalf("state after an exec: %s", st)

@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"context"
 	"crypto/ed25519"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -61,11 +63,12 @@ const kubeGrace = time.Minute
 // RunKube runs o.Argv once in a pod of its own on the cluster, waits for
 // its end, and deletes the pod. The result is the Result the pod's
 // airlock node signed, once its receipt verifies against the key the node
-// publishes, for o's job and argv (see verifyResult); a pod whose node
-// gave none has the reason and exit code of its container's terminated
-// state (an airlock node writes airlock's reason word there) and its log
-// as stdout, stdout and stderr as one stream. A pod the node refuses is
-// invalid input naming the field. The wait ends when the pod's phase is
+// publishes, for this pod, o's job and argv (see verifyResult); a pod of
+// an airlock node without one fails the run (see kubeResult). A pod of a
+// node that publishes no key has the reason and exit code of its
+// container's terminated state and its log as stdout, stdout and stderr
+// as one stream. A pod the node refuses is invalid input naming the
+// field. The wait ends when the pod's phase is
 // Succeeded or Failed, or Grace past its activeDeadlineSeconds.
 func (s *Service) RunKube(ctx context.Context, o KubeRun) (res runner.Result, err error) {
 	res = runner.Result{Engine: claim.Engine, Reason: runner.ReasonError, ExitCode: -1}
@@ -139,7 +142,7 @@ func (s *Service) RunKube(ctx context.Context, o KubeRun) (res runner.Result, er
 				deadline, endBy = time.Time{}, time.Now().Add(activeDeadline(p)+o.Grace)
 			}
 			if p.Status.Phase == "Succeeded" || p.Status.Phase == "Failed" {
-				return kubeResult(ctx, c, res, ns, name, p, o)
+				return kubeResult(ctx, c, res, ns, name, made.Metadata.UID, p, o)
 			}
 			if n := p.Spec.NodeName; n != "" && time.Since(checked) >= nodeCheck {
 				checked = time.Now()
@@ -175,20 +178,29 @@ func activeDeadline(p *cluster.Pod) time.Duration {
 	return runner.DefaultTTL
 }
 
-// kubeResult reads the outcome of p, the ended pod ns/name: the Result
-// its airlock node gave, once it verifies (receipt and separate streams
-// included), or else its terminated state and log.
-func kubeResult(ctx context.Context, c *cluster.Client, res runner.Result, ns, name string, p *cluster.Pod, o KubeRun) (runner.Result, error) {
+// kubeResult reads the outcome of p, the ended pod ns/name. On an
+// airlock node (one that publishes a receipt key) it is the Result the
+// node gave, once it verifies (receipt and separate streams included),
+// and nothing else: a pod whose program ran but that has no Result is
+// data loss, and one whose node ran no program (the exec failed, the
+// sandbox was never made) is unavailable; neither takes the exit code in
+// the container's state, which whoever may write pods/status can forge.
+// On any other node it is the container's terminated state and the log.
+func kubeResult(ctx context.Context, c *cluster.Client, res runner.Result, ns, name, uid string, p *cluster.Pod, o KubeRun) (runner.Result, error) {
 	node := p.Spec.NodeName
+	pub, err := receiptKey(ctx, c, node)
+	if err != nil {
+		return res, fmt.Errorf("%w: pod %s/%s: %w", errdefs.ErrUnavailable, ns, name, err)
+	}
 	if cd := p.Condition(cluster.ResultCondition); cd != nil {
 		var nr runner.Result
 		if err := json.Unmarshal([]byte(cd.Message), &nr); err != nil || nr.Receipt == nil {
-			return res, fmt.Errorf("%w: pod %s/%s's %s condition, from node %s, is not a Result with a receipt (%v)",
-				errdefs.ErrDataLoss, ns, name, cluster.ResultCondition, node, err)
+			return res, fmt.Errorf("%w: pod %s/%s's %s condition, from node %s, is not a Result with a receipt (%v); %s",
+				errdefs.ErrDataLoss, ns, name, cluster.ResultCondition, node, err, notVerified(ns, name, node))
 		}
-		if err := verifyResult(ctx, c, p, o, nr); err != nil {
-			return res, fmt.Errorf("%w: pod %s/%s's Result (its %s condition) is not node %s's for this run: %w",
-				errdefs.ErrDataLoss, ns, name, cluster.ResultCondition, node, err)
+		if err := verifyResult(p, uid, o, nr, pub); err != nil {
+			return res, fmt.Errorf("%w: pod %s/%s's Result (its %s condition) is not node %s's for this run: %w; %s",
+				errdefs.ErrDataLoss, ns, name, cluster.ResultCondition, node, err, notVerified(ns, name, node))
 		}
 		return nr, nil
 	}
@@ -204,6 +216,9 @@ func kubeResult(ctx context.Context, c *cluster.Client, res runner.Result, ns, n
 			errdefs.ErrUnavailable, ns, name, cluster.Printable(p.Status.Phase), node, cluster.Printable(why), ns, name)
 	}
 	term := cs[0].State.Terminated
+	if pub != nil {
+		return res, noResult(ns, name, node, term.Reason, term.Message)
+	}
 	log, cut, err := c.PodLog(ctx, ns, name, claim.Container, kubeLogCap)
 	if err != nil {
 		return res, fmt.Errorf("reading the log of pod %s/%s: %w", ns, name, err)
@@ -227,30 +242,77 @@ func kubeResult(ctx context.Context, c *cluster.Client, res runner.Result, ns, n
 	return res, nil
 }
 
+// noResult is the error of pod ns/name, ended on airlock node node with
+// its container terminated for reason (message) but no Result. A node
+// gives a Result for every program that ran, so its absence there is data
+// loss; the node's words for a program with no outcome (see noOutcome)
+// are an error of their own (a failed exec's is in the message).
+// Either way the container's exit code is nobody's signed word, and is
+// not given.
+func noResult(ns, name, node, reason, message string) error {
+	why := cluster.Printable(cmp.Or(reason, "no reason given"))
+	if message != "" {
+		why += ": " + cluster.Printable(message)
+	}
+	if slices.Contains(noOutcome, reason) {
+		return fmt.Errorf("%w: pod %s/%s's program gave no outcome on node %s (%s); see `kubectl describe pod -n %s %s` and the node's log",
+			errdefs.ErrUnavailable, ns, name, node, why, ns, name)
+	}
+	return fmt.Errorf("%w: pod %s/%s ended on airlock node %s (its container says %s) without the %s condition that carries its signed Result, which that node gives for every program that ran: its outcome is not verified, and not given; %s",
+		errdefs.ErrDataLoss, ns, name, node, why, cluster.ResultCondition, notVerified(ns, name, node))
+}
+
+// noOutcome are the reasons an airlock node gives a pod whose program
+// has no outcome: its exec failed or its sandbox was destroyed under it
+// (runner's words), or it never ran, or was lost with the node's previous
+// process, or the pod was deleted while it ran (kube/node's).
+var noOutcome = []string{string(runner.ReasonError), string(runner.ReasonDestroyed), "AirlockCreateFailed", "AirlockNodeRestarted", "Deleted"}
+
+// notVerified says what to do when a pod's Result does not verify or is
+// missing: that is no bug of the client's.
+func notVerified(ns, name, node string) string {
+	return fmt.Sprintf("the pod's status was changed by someone other than its node (whoever may update pods/status), or node %s runs an airlock older than this client's; "+
+		"see `kubectl get pod -n %s %s -o yaml` and the node's log", node, ns, name)
+}
+
+// receiptKey is the receipt key node publishes on its Node
+// (cluster.AnnotationReceiptKey); nil when it publishes none, as a node
+// that is not airlock's. A Node that cannot be read is an error: whether
+// the pod's outcome must be a signed Result depends on it.
+func receiptKey(ctx context.Context, c *cluster.Client, node string) (ed25519.PublicKey, error) {
+	if node == "" {
+		return nil, fmt.Errorf("the pod names no node, whose key would verify its Result")
+	}
+	n, err := c.Node(ctx, node)
+	if err != nil {
+		return nil, fmt.Errorf("reading node %s, whose receipt key verifies the pod's Result: %w", node, err)
+	}
+	v := n.Metadata.Annotations[cluster.AnnotationReceiptKey]
+	if v == "" {
+		return nil, nil
+	}
+	pub, err := base64.StdEncoding.DecodeString(v)
+	if err != nil || len(pub) != ed25519.PublicKeySize {
+		return nil, fmt.Errorf("node %s's annotation %s is not a base64 ed25519 public key", node, cluster.AnnotationReceiptKey)
+	}
+	return pub, nil
+}
+
 // verifyResult holds nr, the Result in pod p's ResultCondition, to the
 // run o asked for. Whoever may update pods/status can write that
 // condition (airlock node controller's credentials reach every pod's),
 // but only the pod's node holds the key its receipts are signed with,
-// published on its Node (cluster.AnnotationReceiptKey): the receipt must
-// verify against that key, be of a version that binds the Result around
-// it, name o's job ("" outside a batch) and the hash of o.Argv, and the
+// pub, published on its Node (cluster.AnnotationReceiptKey): the receipt
+// must verify against that key, be of a version that binds the Result
+// around it, name uid, the UID of the pod the run made (so a Result the
+// node signed for another pod, such as an earlier run of the same job, is
+// refused), o's job ("" outside a batch) and the hash of o.Argv, and the
 // Result, as the run or batch gives it on, must agree with it field by
 // field.
-//
-// The receipt binds no pod: an older Result the same node signed for the
-// same job and argv (an earlier run of it) passes these checks.
-func verifyResult(ctx context.Context, c *cluster.Client, p *cluster.Pod, o KubeRun, nr runner.Result) error {
+func verifyResult(p *cluster.Pod, uid string, o KubeRun, nr runner.Result, pub ed25519.PublicKey) error {
 	node := p.Spec.NodeName
-	if node == "" {
-		return fmt.Errorf("the pod names no node, whose key would verify it")
-	}
-	n, err := c.Node(ctx, node)
-	if err != nil {
-		return fmt.Errorf("reading node %s, whose receipt key verifies it: %w", node, err)
-	}
-	pub, err := base64.StdEncoding.DecodeString(n.Metadata.Annotations[cluster.AnnotationReceiptKey])
-	if err != nil || len(pub) != ed25519.PublicKeySize {
-		return fmt.Errorf("node %s publishes no receipt key (the annotation %s on its Node is not a base64 ed25519 public key): it is no airlock node", node, cluster.AnnotationReceiptKey)
+	if pub == nil {
+		return fmt.Errorf("node %s publishes no receipt key (the annotation %s on its Node): it is no airlock node", node, cluster.AnnotationReceiptKey)
 	}
 	s := *nr.Receipt
 	if err := receipt.Verify(s, pub); err != nil {
@@ -258,6 +320,9 @@ func verifyResult(ctx context.Context, c *cluster.Client, p *cluster.Pod, o Kube
 	}
 	if s.Legacy() {
 		return fmt.Errorf("its receipt is version 1, which binds no Result around it")
+	}
+	if got := s.Receipt.PodUID; got != uid || uid == "" || p.Metadata.UID != uid {
+		return fmt.Errorf("its receipt is for pod UID %q, not the UID %q of the pod this run made", got, uid)
 	}
 	if r := s.Receipt; r.JobID != o.JobID {
 		return fmt.Errorf("its receipt is for job %q, not %q", r.JobID, o.JobID)
@@ -292,12 +357,19 @@ func verifyResult(ctx context.Context, c *cluster.Client, p *cluster.Pod, o Kube
 }
 
 // passOf is a batch job's verdict, as a node gives it: the program exited
-// 0 and printed exactly expected. Nil when there is nothing expected.
+// 0 and printed exactly expected, within its output cap. It is judged on
+// the stream's total size and sha256 (which the receipt binds), not on
+// the bytes the Result carries: a node cuts those of a Result too large
+// for the pod's status (runner's Sandbox.FitResult). Nil when there is
+// nothing expected.
 func passOf(res runner.Result, expected *string) *bool {
 	if expected == nil {
 		return nil
 	}
-	pass := res.Reason == runner.ReasonExited && res.ExitCode == 0 && !res.Stdout.Truncated && string(res.Stdout.Head) == *expected
+	sum := sha256.Sum256([]byte(*expected))
+	out := res.Stdout
+	pass := res.Reason == runner.ReasonExited && res.ExitCode == 0 && out.Bytes <= res.Limits.OutputBytes &&
+		out.Bytes == int64(len(*expected)) && out.SHA256 == hex.EncodeToString(sum[:])
 	return &pass
 }
 

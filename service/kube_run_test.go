@@ -87,9 +87,9 @@ func TestCreateKubeForRefusals(t *testing.T) {
 }
 
 // oneShotAPI is the part of an API server a one-shot run meets:
-// SandboxTemplate "py", pod "py-run-abc" made from it, whose status is
-// status's (the node's word, or whoever else writes pods/status), node
-// "n1", which publishes key, and the pod's log.
+// SandboxTemplate "py", pod "py-run-abc" (UID thisPod) made from it,
+// whose status is status's (the node's word, or whoever else writes
+// pods/status), node "n1", which publishes key, and the pod's log.
 type oneShotAPI struct {
 	mu      sync.Mutex
 	status  map[string]any
@@ -104,13 +104,13 @@ func (a *oneShotAPI) handler() http.Handler {
 		w.Write([]byte(`{"spec":{"podTemplate":{"metadata":{},"spec":{"activeDeadlineSeconds":1,"containers":[{"name":"sandbox","image":"x"}]}}}}`))
 	})
 	m.HandleFunc("POST /api/v1/namespaces/default/pods", func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte(`{"metadata":{"name":"py-run-abc","namespace":"default"}}`))
+		w.Write([]byte(`{"metadata":{"name":"py-run-abc","namespace":"default","uid":"` + thisPod + `"}}`))
 	})
 	m.HandleFunc("GET /api/v1/namespaces/default/pods/py-run-abc", func(w http.ResponseWriter, r *http.Request) {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		json.NewEncoder(w).Encode(map[string]any{
-			"metadata": map[string]any{"name": "py-run-abc", "namespace": "default"},
+			"metadata": map[string]any{"name": "py-run-abc", "namespace": "default", "uid": thisPod},
 			"spec":     map[string]any{"nodeName": "n1", "activeDeadlineSeconds": 1},
 			"status":   a.status,
 		})
@@ -160,16 +160,36 @@ func hexSum(b string) string {
 	return hex.EncodeToString(s[:])
 }
 
+// thisPod is the UID of the pod oneShotAPI makes.
+const thisPod = "0b5e6a7c-uid-of-this-pod"
+
 // nodeResult is the Result, as JSON, an airlock node gives for an exec of
-// argv for job that exited code after printing stdout, its receipt signed
-// with key, with the verdict on "42\n" when job is not "".
+// argv for job, of pod thisPod, that exited code after printing stdout,
+// its receipt signed with key, with the verdict on "42\n" when job is not
+// "".
 func nodeResult(t *testing.T, key ed25519.PrivateKey, job string, argv []string, code int, stdout string) []byte {
-	return judgedResult(t, key, job, argv, code, stdout, "42\n")
+	return nodeRun{job: job, argv: argv, code: code, stdout: stdout, expected: "42\n", pod: thisPod}.result(t, key)
 }
 
 // judgedResult is nodeResult, the verdict on expected.
 func judgedResult(t *testing.T, key ed25519.PrivateKey, job string, argv []string, code int, stdout, expected string) []byte {
+	return nodeRun{job: job, argv: argv, code: code, stdout: stdout, expected: expected, pod: thisPod}.result(t, key)
+}
+
+// nodeRun is an exec an airlock node ran for pod UID pod: argv, for job,
+// exited code after printing stdout, judged on expected. With cut > 0 its
+// Result carries only the first and last cut bytes of stdout, marked
+// truncated, as a node cuts a Result too large for a pod's status.
+type nodeRun struct {
+	job, stdout, expected, pod string
+	argv                       []string
+	code, cut                  int
+}
+
+// result is r's Result as JSON, its receipt signed with key.
+func (r nodeRun) result(t *testing.T, key ed25519.PrivateKey) []byte {
 	t.Helper()
+	job, argv, code, stdout, expected := r.job, r.argv, r.code, r.stdout, r.expected
 	pol := isolation.Record{
 		Isolation: isolation.GVisor,
 		Limits:    isolation.LimitsRecord{TimeoutMS: 30000, MemoryBytes: 512 << 20, MilliCPUs: 1000, CPUs: 1, Pids: 256, OutputBytes: 1 << 20, TmpBytes: 64 << 20, FileSizeBytes: 64 << 20, OpenFiles: 1024},
@@ -182,6 +202,9 @@ func judgedResult(t *testing.T, key ed25519.PrivateKey, job string, argv []strin
 		Stdout:    runner.Stream{Head: []byte(stdout), Bytes: int64(len(stdout)), SHA256: hexSum(stdout)},
 		Stderr:    runner.Stream{SHA256: hexSum("")},
 		StartedAt: start, FinishedAt: start.Add(1500 * time.Millisecond)}
+	if r.cut > 0 {
+		res.Stdout.Head, res.Stdout.Tail, res.Stdout.Truncated = []byte(stdout[:r.cut]), []byte(stdout[len(stdout)-r.cut:]), true
+	}
 	polHash, _ := receipt.Hash(pol)
 	argvHash, _ := receipt.Hash(argv)
 	var pass *bool
@@ -189,11 +212,11 @@ func judgedResult(t *testing.T, key ed25519.PrivateKey, job string, argv []strin
 		p := code == 0 && stdout == expected
 		pass = &p
 	}
-	signed, err := receipt.Sign(key, receipt.Receipt{RunID: res.ID, SandboxID: res.SandboxID, JobID: job, Pass: pass,
+	signed, err := receipt.Sign(key, receipt.Receipt{RunID: res.ID, SandboxID: res.SandboxID, JobID: job, Pass: pass, PodUID: r.pod,
 		Image: res.Image, Engine: res.Engine, Runtime: "runsc", RuntimeVersion: "release-1", Isolation: res.Isolation,
 		SeccompSHA256: res.Seccomp, Policy: pol, PolicySHA256: polHash, ArgvSHA256: argvHash,
 		Inputs: []receipt.File{}, Artifacts: []receipt.File{}, Rejected: []receipt.Rejection{},
-		Stdout: receipt.StreamOf(res.Stdout.SHA256, res.Stdout.Bytes, false, res.Stdout.Head, nil),
+		Stdout: receipt.StreamOf(res.Stdout.SHA256, res.Stdout.Bytes, res.Stdout.Truncated, res.Stdout.Head, res.Stdout.Tail),
 		Stderr: receipt.StreamOf(res.Stderr.SHA256, 0, false, nil, nil),
 		Reason: string(res.Reason), ExitCode: code, AirlockVersion: "v1", StartedAt: res.StartedAt, FinishedAt: res.FinishedAt})
 	if err != nil {
@@ -255,6 +278,12 @@ func TestRunKubeVerifiesResult(t *testing.T) {
 		{"edited", nodePub, edited, "exit_code", "job-1"},
 		{"version 1", base64.StdEncoding.EncodeToString(v1Signed.PublicKey), string(v1Result), "version 1", "job-1"},
 		{"no key on the node", "", string(genuine), "node n1 publishes no receipt key", "job-1"},
+		// The same node's Result for another pod: an earlier run of this
+		// job and argv, replayed.
+		{"another pod's", nodePub, string(nodeRun{job: "job-1", argv: argv, code: 0, stdout: "42\n", expected: "42\n", pod: "uid-of-an-earlier-pod"}.result(t, nodeKey)),
+			`its receipt is for pod UID "uid-of-an-earlier-pod", not the UID "` + thisPod + `" of the pod this run made`, "job-1"},
+		{"no pod's", nodePub, string(nodeRun{job: "job-1", argv: argv, code: 0, stdout: "42\n", expected: "42\n"}.result(t, nodeKey)),
+			`its receipt is for pod UID "", not`, "job-1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := &oneShotAPI{key: tc.key, status: ended(0, tc.result), log: []byte("forged\n")}
@@ -350,5 +379,84 @@ func TestRunKubeLogCap(t *testing.T) {
 		if wantSum := hexSum(string(log)); whole && res.Stdout.SHA256 != wantSum || !whole && res.Stdout.SHA256 != "" {
 			t.Errorf("a log of %d bytes: sha256 %q", tc.size, res.Stdout.SHA256)
 		}
+	}
+}
+
+// A Result a node cut to fit the pod's status carries only part of stdout:
+// it verifies, and the verdict is still the one on all the program wrote,
+// by its size and hash.
+func TestRunKubeCutResult(t *testing.T) {
+	nodeKey, nodePub := newKey(t)
+	argv := []string{"python3", "x.py"}
+	stdout := strings.Repeat("0123456789", 100)
+	for _, tc := range []struct {
+		name, expected string
+		pass           bool
+	}{{"passed", stdout, true}, {"did not pass", stdout + "!", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := nodeRun{job: "job-1", argv: argv, stdout: stdout, expected: tc.expected, pod: thisPod, cut: 10}
+			a := &oneShotAPI{key: nodePub, status: ended(0, string(r.result(t, nodeKey)))}
+			res, err := a.run(t, context.Background(), KubeRun{Argv: argv, JobID: "job-1", ExpectedStdout: &tc.expected})
+			if err != nil || res.Receipt == nil || !res.Stdout.Truncated || len(res.Stdout.Head) != 10 || res.Stdout.Bytes != int64(len(stdout)) {
+				t.Fatalf("a cut Result: %+v, %v", res.Stdout, err)
+			}
+			if p := res.Receipt.Receipt.Pass; p == nil || *p != tc.pass {
+				t.Errorf("pass %v, want %v", p, tc.pass)
+			}
+		})
+	}
+}
+
+// A pod of an airlock node (one that publishes a receipt key) is given
+// only with its verified Result: without one, the exit code in its
+// container's state (anyone's who may write pods/status) is not taken.
+// A node that publishes no key is no airlock node: its pods fall back to
+// that state and the log.
+func TestRunKubeNoResult(t *testing.T) {
+	_, nodePub := newKey(t)
+	terminated := func(reason, message string) map[string]any {
+		return map[string]any{"phase": "Failed", "reason": reason, "message": message,
+			"containerStatuses": []any{map[string]any{"name": "sandbox", "state": map[string]any{"terminated": map[string]any{"exitCode": -1, "reason": reason, "message": message}}}}}
+	}
+	for _, tc := range []struct {
+		name, key string
+		status    map[string]any
+		is        func(error) bool
+		says      []string
+	}{
+		{"condition removed", nodePub, ended(0, ""), errdefs.IsDataLoss,
+			[]string{"airlock node n1", "without the airlock.dev/result condition", "not verified", "kubectl get pod -n default py-run-abc -o yaml", "node's log"}},
+		{"condition removed, a failure written", nodePub, ended(3, ""), errdefs.IsDataLoss, []string{"airlock node n1", "airlock.dev/result"}},
+		{"the exec failed", nodePub, terminated("error", "starting the program: runsc: boom"), errdefs.IsUnavailable,
+			[]string{"gave no outcome on node n1", "error: starting the program: runsc: boom"}},
+		{"destroyed under it", nodePub, terminated("destroyed", "another airlock process destroyed the sandbox"), errdefs.IsUnavailable, []string{"gave no outcome on node n1"}},
+		{"never made", nodePub, terminated("AirlockCreateFailed", "unavailable: no runsc"), errdefs.IsUnavailable,
+			[]string{"gave no outcome on node n1", "AirlockCreateFailed: unavailable: no runsc"}},
+		{"a key that is not one", "not-a-key", ended(0, ""), errdefs.IsUnavailable, []string{"node n1's annotation airlock.dev/receipt-key is not a base64 ed25519 public key"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := &oneShotAPI{key: tc.key, status: tc.status, log: []byte("forged\n")}
+			res, err := a.run(t, context.Background(), KubeRun{Argv: []string{"true"}})
+			if !tc.is(err) {
+				t.Fatalf("err = %v; want another kind", err)
+			}
+			for _, want := range tc.says {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("err = %v; want it to say %q", err, want)
+				}
+			}
+			if res.ExitCode != -1 || res.Reason != runner.ReasonError || len(res.Stdout.Head) != 0 {
+				t.Errorf("the pod's unverified state was taken: %+v", res)
+			}
+			if a.deletes != 1 {
+				t.Errorf("the pod was deleted %d times", a.deletes)
+			}
+		})
+	}
+	// No key: not an airlock node, and the fallback holds.
+	a := &oneShotAPI{status: ended(3, ""), log: []byte("its log\n")}
+	res, err := a.run(t, context.Background(), KubeRun{Argv: []string{"true"}})
+	if err != nil || res.ExitCode != 3 || string(res.Stdout.Head) != "its log\n" || res.Receipt != nil {
+		t.Errorf("a node with no key: %+v, %v", res, err)
 	}
 }

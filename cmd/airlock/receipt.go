@@ -43,9 +43,10 @@ job_id and pass, image, engine, isolation, the seccomp profile, limits and
 policy, reason, exit code, times, every artifact and rejected file, and
 stdout and stderr (the bytes carried as text, base64 and tail, and the
 totals). image_ref, usage, pool, egress, error and error_kind are not
-covered. Keys are read as written: a key repeated, or a field's name in
-another case, does not verify. A version 1 receipt covers
-only itself. Exits 0 when the receipt verifies, 65 when it does not.`,
+covered. A receipt an airlock node signed for a one-shot pod names the
+pod's UID (pod_uid), shown below. Keys are read as written: a key
+repeated, or a field's name in another case, does not verify. A version
+1 receipt covers only itself. Exits 0 when the receipt verifies, 65 when it does not.`,
 		Args: exactArgs(1, "give the file holding the receipt"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			b, err := os.ReadFile(args[0])

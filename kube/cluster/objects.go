@@ -33,8 +33,9 @@ const (
 	AnnotationJobID          = "airlock.dev/job-id"
 	AnnotationExpectedStdout = "airlock.dev/expected-stdout"
 	// ResultCondition is the pod condition in which an airlock node gives
-	// an ended pod's Result, receipt included, as JSON (its message), when
-	// it is at most MaxResultBytes.
+	// the Result of every pod's program that ran, receipt included, as
+	// JSON (its message) of at most MaxResultBytes: a larger Result has
+	// its streams cut to fit, and its receipt signed again.
 	ResultCondition = "airlock.dev/result"
 	MaxResultBytes  = 512 << 10
 	// AnnotationReceiptKey holds, on an airlock node's Node, the base64

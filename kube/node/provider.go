@@ -260,11 +260,21 @@ func (p *Provider) run(ctx context.Context, pd *pod, sb *runner.Sandbox, w Work,
 	defer logf.Close()
 	out := &lockedWriter{w: logf}
 	res, err := sb.Exec(ctx, runner.ExecSpec{Argv: w.Argv, Workdir: w.Workdir, Stdout: out, Stderr: out, Timeout: w.Sandbox.TTL,
-		JobID: w.JobID, ExpectedStdout: w.ExpectedStdout})
+		JobID: w.JobID, ExpectedStdout: w.ExpectedStdout, PodUID: string(pd.obj.UID)})
+	var result string
+	if err == nil && res.Receipt != nil {
+		// A program that ran has its Result given, whatever its size: a
+		// client takes no airlock node's pod's outcome without one.
+		if result, err = resultMessage(res, sb.FitResult); err != nil {
+			err = fmt.Errorf("the program ran, but its Result could not be given in the pod's status: %w", err)
+		}
+	}
 	term := &corev1.ContainerStateTerminated{ExitCode: int32(res.ExitCode), Reason: string(res.Reason), Message: res.Error,
 		StartedAt: metav1.NewTime(res.StartedAt), FinishedAt: metav1.Now(), ContainerID: "airlock://" + sb.ID()}
 	if err != nil {
+		// No program outcome to give: the client reports an error.
 		term.ExitCode, term.Reason, term.Message = -1, string(runner.ReasonError), err.Error()
+		p.log.Warn("pod's program has no Result to give", "pod", key(pd.obj.Namespace, pd.obj.Name), "error", err)
 	}
 	p.svc.Destroy(context.Background(), sb.ID())
 
@@ -277,15 +287,27 @@ func (p *Provider) run(ctx context.Context, pd *pod, sb *runner.Sandbox, w Work,
 	if term.ExitCode != 0 || term.Reason != string(runner.ReasonExited) {
 		phase = corev1.PodFailed
 	}
-	if err == nil && res.Receipt != nil {
-		if b, jerr := json.Marshal(res); jerr == nil && len(b) <= cluster.MaxResultBytes {
-			pd.result = string(b)
-		} else {
-			p.log.Warn("pod's result not published", "pod", key(pd.obj.Namespace, pd.obj.Name), "bytes", len(b), "error", jerr)
-		}
-	}
+	pd.result = result
 	p.terminate(pd, phase, term)
 	p.log.Info("pod ended", "pod", key(pd.obj.Namespace, pd.obj.Name), "reason", term.Reason, "exit_code", term.ExitCode)
+}
+
+// resultMessage is the message of a pod's cluster.ResultCondition: res,
+// the Result of its program, as JSON, cut by fit (Sandbox.FitResult), its
+// receipt signed again, when it is larger than cluster.MaxResultBytes.
+func resultMessage(res runner.Result, fit func(runner.Result, int) (runner.Result, error)) (string, error) {
+	res, err := fit(res, cluster.MaxResultBytes)
+	if err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		return "", fmt.Errorf("encoding the Result: %w", err)
+	}
+	if len(b) > cluster.MaxResultBytes {
+		return "", fmt.Errorf("the Result is %d bytes, over the %d a pod's status takes", len(b), cluster.MaxResultBytes)
+	}
+	return string(b), nil
 }
 
 // terminate records the pod's end; call with p.mu held.

@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -16,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/airlock-sandbox/airlock/engines"
+	"github.com/airlock-sandbox/airlock/kube/cluster"
+	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/service"
 )
 
@@ -142,5 +145,35 @@ func TestTailStart(t *testing.T) {
 		if !bytes.Equal(b[got:], want) {
 			t.Fatalf("case %d, %d lines of %d bytes: from %d, %d bytes; want the last %d", i, n, len(b), got, len(b)-int(got), len(want))
 		}
+	}
+}
+
+// TestResultMessage: a program's Result is given in its pod's status
+// whatever its size, cut to fit (runner's Sandbox.FitResult, tested
+// there) when it is too large; one still too large is an error, so the
+// pod ends with the exec failed, never with its Result left out.
+func TestResultMessage(t *testing.T) {
+	big := runner.Result{ID: "ex-1", Reason: runner.ReasonExited, Stdout: runner.Stream{Head: bytes.Repeat([]byte("x"), cluster.MaxResultBytes)}}
+	var asked int
+	cut := func(r runner.Result, max int) (runner.Result, error) {
+		asked = max
+		r.Stdout.Head, r.Stdout.Truncated = r.Stdout.Head[:max/2], true
+		return r, nil
+	}
+	msg, err := resultMessage(big, cut)
+	if err != nil || asked != cluster.MaxResultBytes || len(msg) > cluster.MaxResultBytes || !strings.Contains(msg, `"truncated":true`) {
+		t.Errorf("a Result too large: %d bytes, asked to fit %d, %v", len(msg), asked, err)
+	}
+	asIs := func(r runner.Result, _ int) (runner.Result, error) { return r, nil }
+	if msg, err := resultMessage(big, asIs); err == nil || msg != "" {
+		t.Errorf("a Result left too large: %d bytes given, %v", len(msg), err)
+	}
+	failed := func(r runner.Result, _ int) (runner.Result, error) { return r, errors.New("no key") }
+	if _, err := resultMessage(big, failed); err == nil || !strings.Contains(err.Error(), "no key") {
+		t.Errorf("a Result that could not be cut: %v", err)
+	}
+	small := runner.Result{ID: "ex-1", Reason: runner.ReasonExited}
+	if msg, err := resultMessage(small, asIs); err != nil || !strings.Contains(msg, `"id":"ex-1"`) {
+		t.Errorf("a small Result: %q, %v", msg, err)
 	}
 }

@@ -1645,6 +1645,8 @@ export interface components {
             job_id?: string;
             /** @description Pass is the expected-stdout verdict, when the job gave one: the program exited 0 and printed exactly the expected bytes. */
             pass?: boolean;
+            /** @description PodUID is the UID of the Kubernetes pod whose program an airlock node ran (a one-shot pod's exec), so that the receipt holds for that pod alone; "" for anything else. */
+            pod_uid?: string;
             /** @description Policy is the effective policy; PolicySHA256 is Hash(Policy). */
             policy: {
                 /** @description Egress is the allowlist and credential routes of a sandbox given the network through its egress proxy; absent for one with none. */

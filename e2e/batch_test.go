@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -131,6 +132,29 @@ func TestBatch(t *testing.T) {
 	}
 	if !strings.Contains(c.stderr, "10 jobs run") {
 		t.Errorf("resume summary:\n%s", c.stderr)
+	}
+
+	// The whole results file verifies against the jobs file, and a line
+	// removed or a verdict edited does not.
+	v := airlock(nil, "receipt", "verify", outPath, "--jobs", jobsPath)
+	if v.code != 0 || !strings.Contains(v.stdout, fmt.Sprintf("%d lines; %d verified (60 passed, 30 failed their expected stdout), 1 errors with no receipt, 0 NOT verified", len(expect), len(expect)-1)) {
+		t.Errorf("receipt verify of the results: exit %d\n%s%s", v.code, v.stdout, v.stderr)
+	}
+	b, _ = os.ReadFile(outPath)
+	all := strings.SplitAfter(strings.TrimSuffix(string(b), "\n"), "\n")
+	edited := slices.Clone(all)
+	for i, l := range edited {
+		if strings.Contains(l, `"pass":false`) {
+			edited[i] = strings.Replace(l, `"pass":false`, `"pass":true`, 1)
+			break
+		}
+	}
+	for name, lines := range map[string][]string{"a line removed": all[:len(all)-1], "the invalid line's error removed": all[1:], "a verdict edited": edited} {
+		p := filepath.Join(dir, "tampered.jsonl")
+		os.WriteFile(p, []byte(strings.Join(lines, "")), 0o644)
+		if v := airlock(nil, "receipt", "verify", p, "--jobs", jobsPath); v.code != 65 || !strings.Contains(v.stderr, "the results do NOT verify") {
+			t.Errorf("%s: exit %d\n%s%s", name, v.code, v.stdout, v.stderr)
+		}
 	}
 	noSandboxLeft(t)
 }

@@ -4,9 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/ed25519"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -336,9 +334,9 @@ func verifyResult(p *cluster.Pod, uid string, o KubeRun, nr runner.Result, pub e
 	}
 	// The verdict is the node's, on the expected stdout it was given (an
 	// annotation, which pods/status can change before the node reads it):
-	// it must be this run's, on its Result.
-	if got, want := s.Receipt.Pass, passOf(nr, o.ExpectedStdout); !equalPass(got, want) {
-		return fmt.Errorf("its receipt's verdict (pass %s) is not the verdict on the expected stdout sent (%s)", showPass(got), showPass(want))
+	// it must be the verdict on this run's, judged on the signed stdout.
+	if got, want := s.Receipt.Pass, receipt.Verdict(s.Receipt, o.ExpectedStdout); !receipt.SamePass(got, want) {
+		return fmt.Errorf("its receipt's verdict (pass %s) is not the verdict on the expected stdout sent (%s)", receipt.ShowPass(got), receipt.ShowPass(want))
 	}
 	// A batch gives the Result on as a job's line, with the job's id and
 	// the receipt's verdict.
@@ -354,32 +352,6 @@ func verifyResult(p *cluster.Pod, uid string, o KubeRun, nr runner.Result, pub e
 		return fmt.Errorf("it disagrees with its receipt: %w", err)
 	}
 	return nil
-}
-
-// passOf is a batch job's verdict, as a node gives it: the program exited
-// 0 and printed exactly expected, within its output cap. It is judged on
-// the stream's total size and sha256 (which the receipt binds), not on
-// the bytes the Result carries: a node cuts those of a Result too large
-// for the pod's status (runner's Sandbox.FitResult). Nil when there is
-// nothing expected.
-func passOf(res runner.Result, expected *string) *bool {
-	if expected == nil {
-		return nil
-	}
-	sum := sha256.Sum256([]byte(*expected))
-	out := res.Stdout
-	pass := res.Reason == runner.ReasonExited && res.ExitCode == 0 && out.Bytes <= res.Limits.OutputBytes &&
-		out.Bytes == int64(len(*expected)) && out.SHA256 == hex.EncodeToString(sum[:])
-	return &pass
-}
-
-func equalPass(a, b *bool) bool { return a == nil && b == nil || a != nil && b != nil && *a == *b }
-
-func showPass(p *bool) string {
-	if p == nil {
-		return "none"
-	}
-	return fmt.Sprint(*p)
 }
 
 // kubeReasons are the reason words an airlock node writes that a result

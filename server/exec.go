@@ -16,11 +16,19 @@ import (
 	"unicode/utf8"
 
 	"github.com/airlock-sandbox/airlock/runner"
+	"github.com/airlock-sandbox/airlock/units"
 )
 
-// An exec's output is kept server-side as it arrives (the runner passes
-// at most the output limit of each stream live), so that streams can send
-// it at their own pace and a WebSocket client can resume from any offset.
+// An exec's output passes through its session on its way to the
+// clients that stream it, in a window per stream (outBuf): the bytes every
+// attached reader has been sent are dropped, but for the last execRetain
+// of an exec kept for reconnects (WebSocket). While a stream holds its
+// cap, its writer waits for a reader to take some, and so the program
+// waits on its write: memory stays bounded by constants whatever the
+// output limit. Writers stop waiting once the exec is being ended (killed,
+// its client gone, its timeout or output limit passed, the server
+// stopping), so that the engine can drain and reap it; what then does not
+// fit is dropped, and the stream ends there.
 
 const (
 	streamStdout = 0
@@ -29,22 +37,104 @@ const (
 
 var streamNames = [2]string{"stdout", "stderr"}
 
+const (
+	// execWindow is how many bytes of one stream may wait to be sent:
+	// 16 events of maxPiece, enough to keep a reader busy, while the 256
+	// execs --max-execs allows hold 512MiB at most.
+	execWindow = 1 << 20
+	// execRetain is how many bytes already sent a WebSocket exec keeps
+	// per stream for a reconnect. What a dropped connection loses is what
+	// was in flight: the two ends' socket buffers, well under 2MiB but on
+	// long fast links (Linux grows a send buffer to 4MiB at most), and
+	// what the client had not yet handled. More would cost every WebSocket
+	// exec, whose most is then 2*(execRetain+execWindow), 6MiB.
+	execRetain = 2 << 20
+)
+
+// execUnread is how long a WebSocket exec's writers wait while no client
+// is attached: a reconnect after a dropped connection comes well within
+// it, and loses nothing. Past it the stream keeps its newest bytes and
+// drops the oldest, so that a program whose client is gone is not held
+// (nor an engine draining its output after it exited: the docker engine
+// gives up on a drain after 10s).
+var execUnread = 3 * time.Second
+
+// execGrace is how long past the exec's timeout its writers still wait:
+// the engine counts the timeout from the program's start, after the
+// exec's setup, then kills it and drains its output (the docker engine
+// gives up on a drain after 10s).
+var execGrace = 5 * time.Second
+
+// execFace says how an exec's output is taken.
+type execFace int
+
+const (
+	// faceResult: POST exec as JSON. The Result carries the output (its
+	// head and tail), so the session keeps none.
+	faceResult execFace = iota
+	// faceStream: POST exec as NDJSON, one reader from offset 0.
+	faceStream
+	// faceKept: the WebSocket, whose clients may reconnect from an
+	// offset within execRetain of what was sent.
+	faceKept
+)
+
 // execSession is one exec in progress or recently ended.
 type execSession struct {
 	id, sandboxID string
 
-	mu     sync.Mutex
-	out    [2][]byte
-	wake   chan struct{} // closed and replaced at each change
+	mu      sync.Mutex
+	out     [2]outBuf
+	cap     int64 // the most one stream holds: its retention and window
+	retain  int64
+	readers map[*execReader]struct{}
+	wake    chan struct{} // closed and replaced at each change
+	// ending, once set, lets the writers go on without waiting.
+	ending bool
+	// unread is when the last reader of a kept exec left (or the exec
+	// began): see execUnread.
+	unread time.Time
 	done   bool
+	ended  chan struct{} // closed once done
 	result runner.Result
 	err    error
 
 	kill  context.CancelFunc
 	stdin *stdinFeed
-	// reg, for an exec kept for reconnects, counts its output against
-	// the registry's buffer.
+	// reg, for an exec kept for reconnects, counts the output it holds
+	// against the registry's buffer.
 	reg *execRegistry
+}
+
+// outBuf is one stream's output from offset base on.
+type outBuf struct {
+	base int64
+	buf  []byte
+	// sent is the furthest offset a reader has been sent.
+	sent int64
+	// cut is set once the writer dropped bytes: the stream ends at
+	// base+len(buf).
+	cut bool
+	// limit is the exec's output limit: the runner passes a stream live
+	// up to it, and a stream that reaches it is being ended.
+	limit int64
+}
+
+func (b *outBuf) end() int64 { return b.base + int64(len(b.buf)) }
+
+// execReader is a client's place in each stream.
+type execReader struct {
+	e   *execSession
+	off [2]int64
+}
+
+func newExecSession(id, sandboxID string, face execFace) *execSession {
+	e := &execSession{id: id, sandboxID: sandboxID, cap: execWindow, readers: map[*execReader]struct{}{}, wake: make(chan struct{}), ended: make(chan struct{}), unread: time.Now()}
+	if face == faceKept {
+		e.retain = execRetain
+		e.cap += execRetain
+	}
+	return e
 }
 
 func newExecID() string {
@@ -53,29 +143,104 @@ func newExecID() string {
 	return "ex-" + hex.EncodeToString(b)
 }
 
+// changed wakes whoever waits on e; e.mu is held.
+func (e *execSession) changed() {
+	close(e.wake)
+	e.wake = make(chan struct{})
+}
+
+// held is the output e holds, for the registry.
+func (e *execSession) held() int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return int64(len(e.out[0].buf) + len(e.out[1].buf))
+}
+
+// count passes a change of n bytes held to the registry.
+func (e *execSession) count(n int64) {
+	if e.reg != nil && n != 0 {
+		e.reg.grow(e, n)
+	}
+}
+
 type streamWriter struct {
 	e *execSession
 	i int
 }
 
+// Write keeps p, waiting while the stream holds its cap, until a reader
+// takes some or the exec is being ended; then what does not fit is
+// dropped. It never fails, as the runner's capture never does.
 func (w streamWriter) Write(p []byte) (int, error) {
-	e := w.e
+	e, n := w.e, len(p)
 	e.mu.Lock()
-	e.out[w.i] = append(e.out[w.i], p...)
-	close(e.wake)
-	e.wake = make(chan struct{})
-	e.mu.Unlock()
-	if e.reg != nil {
-		e.reg.grow(e, int64(len(p)))
+	b := &e.out[w.i]
+	var added int64
+	for len(p) > 0 && !b.cut {
+		room := e.cap - int64(len(b.buf))
+		if room <= 0 {
+			if e.ending {
+				b.cut = true
+				e.changed()
+				break
+			}
+			unread := e.retain > 0 && len(e.readers) == 0
+			wait := execUnread - time.Since(e.unread)
+			if unread && wait <= 0 {
+				// No client for execUnread: the oldest bytes go.
+				d := min(int64(len(p)), e.cap) - room
+				b.buf = b.buf[d:]
+				b.base += d
+				added -= d
+				continue
+			}
+			wake := e.wake
+			e.mu.Unlock()
+			e.count(added)
+			added = 0
+			if unread {
+				t := time.NewTimer(wait)
+				select {
+				case <-wake:
+				case <-t.C:
+				}
+				t.Stop()
+			} else {
+				<-wake
+			}
+			e.mu.Lock()
+			continue
+		}
+		k := min(room, int64(len(p)))
+		b.buf = append(b.buf, p[:k]...)
+		p = p[k:]
+		added += k
+		if b.limit > 0 && b.end() >= b.limit {
+			// The runner kills the exec at its output limit.
+			e.ending = true
+		}
+		e.changed()
 	}
-	return len(p), nil
+	e.mu.Unlock()
+	e.count(added)
+	return n, nil
+}
+
+// end lets the writers go on without waiting: the exec is being ended.
+func (e *execSession) end() {
+	e.mu.Lock()
+	if !e.ending {
+		e.ending = true
+		e.changed()
+	}
+	e.mu.Unlock()
 }
 
 func (e *execSession) finish(res runner.Result, err error) {
 	e.mu.Lock()
-	e.done, e.result, e.err = true, res, err
-	close(e.wake)
-	e.wake = make(chan struct{})
+	e.done, e.ending, e.result, e.err = true, true, res, err
+	close(e.ended)
+	e.changed()
 	e.mu.Unlock()
 }
 
@@ -86,15 +251,81 @@ func (e *execSession) outcome() (runner.Result, error) {
 	return e.result, e.err
 }
 
-// snapshot returns what lies past off in each stream, whether the exec
-// has ended (then the chunks are the last), and a channel closed at the
-// next change.
-func (e *execSession) snapshot(off [2]int64) (chunks [2][]byte, done bool, wake chan struct{}) {
+// wait returns a channel closed once the exec has ended.
+func (e *execSession) wait() <-chan struct{} { return e.ended }
+
+// attach adds a reader from off, which must lie within what e holds.
+func (e *execSession) attach(off [2]int64) (*execReader, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for i, o := range off {
+		b := &e.out[i]
+		switch {
+		case o < 0 || o > b.end():
+			return nil, invalid("%s_offset %d: the exec has written %d bytes of %s so far; give an offset from 0 to that", streamNames[i], o, b.end(), streamNames[i])
+		case o < b.base:
+			return nil, newError(KindNotFound, fmt.Sprintf("%s_offset %d: the output before offset %d of %s is no longer kept (the server keeps the last %s of each stream already sent); reconnect from %d or later, and find the rest in the exit event's Result (its head and tail)", streamNames[i], o, b.base, streamNames[i], units.Bytes(e.retain), b.base))
+		}
+	}
+	r := &execReader{e: e, off: off}
+	e.readers[r] = struct{}{}
+	return r, nil
+}
+
+// detach removes r: the output only it had left to take may go.
+func (r *execReader) detach() {
+	e := r.e
+	e.mu.Lock()
+	delete(e.readers, r)
+	if len(e.readers) == 0 {
+		e.unread = time.Now()
+	}
+	freed := e.trim(0) + e.trim(1)
+	e.mu.Unlock()
+	e.count(-freed)
+}
+
+// advance records that r was sent n more bytes of stream i.
+func (r *execReader) advance(i int, n int64) {
+	e := r.e
+	e.mu.Lock()
+	r.off[i] += n
+	b := &e.out[i]
+	b.sent = max(b.sent, r.off[i])
+	freed := e.trim(i)
+	e.mu.Unlock()
+	e.count(-freed)
+}
+
+// trim drops what stream i no longer needs: the bytes every reader has
+// been sent, but for the retention behind the furthest one; e.mu is held.
+// It returns how many went.
+func (e *execSession) trim(i int) int64 {
+	b := &e.out[i]
+	keep := b.sent - e.retain
+	for r := range e.readers {
+		keep = min(keep, r.off[i])
+	}
+	if k := keep - b.base; k > 0 {
+		b.buf = b.buf[k:]
+		b.base = keep
+		e.changed()
+		return k
+	}
+	return 0
+}
+
+// snapshot returns what lies past r's offsets in each stream, whether
+// the exec has ended (then the chunks are the last), and a channel closed
+// at the next change.
+func (r *execReader) snapshot() (chunks [2][]byte, done bool, wake chan struct{}) {
+	e := r.e
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for i := range chunks {
-		if off[i] < int64(len(e.out[i])) {
-			chunks[i] = e.out[i][off[i]:len(e.out[i]):len(e.out[i])]
+		b := &e.out[i]
+		if from := r.off[i] - b.base; from < int64(len(b.buf)) {
+			chunks[i] = b.buf[from:len(b.buf):len(b.buf)]
 		}
 	}
 	return chunks, e.done, e.wake
@@ -187,13 +418,13 @@ func (f *stdinFeed) close() {
 }
 
 // execRegistry holds the execs a WebSocket client may reconnect to, and
-// counts the output they keep against max: past it, the output of ended
-// execs goes, oldest first, and while that is not enough new ones are
-// refused (room).
+// counts the output they hold (at most 2*(execRetain+execWindow) each)
+// against max: past it, the output of ended execs goes, oldest first, and
+// while that is not enough new ones are refused (add).
 type execRegistry struct {
 	mu    sync.Mutex
 	m     map[string]*execSession
-	kept  map[*execSession]int64 // output bytes of each exec in m
+	kept  map[*execSession]int64 // output bytes each exec of m holds
 	ended []*execSession         // those of m that have ended, oldest first
 	total int64                  // the sum of kept
 	max   int64
@@ -209,22 +440,24 @@ func (r *execRegistry) get(id string) *execSession {
 	return r.m[id]
 }
 
-// add registers e, unless the output kept is at max even after dropping
+// add registers e, unless the output held is at max even after dropping
 // that of every ended exec.
 func (r *execRegistry) add(e *execSession) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.trim()
 	if r.total >= r.max {
-		return newError(KindOverLimit, fmt.Sprintf("WebSocket execs in progress keep %d bytes of output for reconnects, the most this server allows (--max-exec-buffer %d); wait for one to end, then retry", r.total, r.max))
+		return newError(KindOverLimit, fmt.Sprintf("WebSocket execs in progress hold %d bytes of output for their clients and reconnects, the most this server allows (--max-exec-buffer %d); wait for one to end, then retry", r.total, r.max))
 	}
 	r.m[e.id] = e
-	r.kept[e] = 0
+	// e may hold output already (a test's session).
+	r.kept[e] = e.held()
+	r.total += r.kept[e]
 	e.reg = r
 	return nil
 }
 
-// grow counts n more bytes of e's output.
+// grow counts n more bytes (fewer, when negative) held by e.
 func (r *execRegistry) grow(e *execSession, n int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -246,7 +479,7 @@ func (r *execRegistry) end(e *execSession) {
 	r.trim()
 }
 
-// trim drops ended execs, oldest first, while the output kept passes
+// trim drops ended execs, oldest first, while the output held passes
 // max; r.mu is held.
 func (r *execRegistry) trim() {
 	for r.total > r.max && len(r.ended) > 0 {
@@ -280,16 +513,17 @@ func (r *execRegistry) forget(e *execSession) {
 	r.mu.Unlock()
 }
 
-// startExec runs spec in sb on ctx, in the background, its output kept
-// in the returned session. keep registers it for reconnects until
-// execKeep after it ends, refused as over_limit while the output kept
-// is at Options.MaxExecBuffer.
+// startExec runs spec in sb on ctx, in the background, its output passed
+// through the returned session as face asks. A kept exec is registered
+// for reconnects until execKeep after it ends, refused as over_limit
+// while the output held is at Options.MaxExecBuffer.
 // done releases the sandbox's runner once the exec has ended, or at once
 // if it is refused.
-func (s *Server) startExec(ctx context.Context, sb *runner.Sandbox, done func(), spec runner.ExecSpec, withStdin, keep bool) (*execSession, error) {
+func (s *Server) startExec(ctx context.Context, sb *runner.Sandbox, done func(), spec runner.ExecSpec, withStdin bool, face execFace) (*execSession, error) {
 	ctx, kill := context.WithCancel(ctx)
-	e := &execSession{id: newExecID(), sandboxID: sb.ID(), wake: make(chan struct{}), kill: kill}
-	if keep {
+	e := newExecSession(newExecID(), sb.ID(), face)
+	e.kill = kill
+	if face == faceKept {
 		if err := s.execs.add(e); err != nil {
 			kill()
 			done()
@@ -300,11 +534,28 @@ func (s *Server) startExec(ctx context.Context, sb *runner.Sandbox, done func(),
 		e.stdin = newStdinFeed()
 		spec.Stdin = e.stdin.pr
 	}
-	spec.Stdout, spec.Stderr = streamWriter{e, streamStdout}, streamWriter{e, streamStderr}
+	// Writers wait no longer once the exec is killed, its client gone,
+	// or its timeout passed: the engine then kills it and drains its
+	// output, which must not wait on a reader that may never come. An
+	// exec that CheckExec refuses fails in Exec before it writes.
+	wctx := ctx
+	stopTimer := func() {}
+	if face != faceResult {
+		limits, _ := sb.CheckExec(spec)
+		for i := range e.out {
+			e.out[i].limit = limits.OutputBytes
+		}
+		if limits.TimeoutMS > 0 {
+			wctx, stopTimer = context.WithTimeout(ctx, time.Duration(limits.TimeoutMS)*time.Millisecond+execGrace)
+		}
+		context.AfterFunc(wctx, e.end)
+		spec.Stdout, spec.Stderr = streamWriter{e, streamStdout}, streamWriter{e, streamStderr}
+	}
 	s.inflight.Add(1)
 	go func() {
 		defer s.inflight.Done()
 		defer kill()
+		defer stopTimer()
 		defer done()
 		begin := time.Now()
 		res, err := sb.Exec(ctx, spec)
@@ -319,7 +570,7 @@ func (s *Server) startExec(ctx context.Context, sb *runner.Sandbox, done func(),
 		}
 		s.metrics.result(res)
 		e.finish(res, err)
-		if keep {
+		if face == faceKept {
 			s.execs.end(e)
 			time.AfterFunc(execKeep, func() { s.execs.forget(e) })
 		}
@@ -362,26 +613,27 @@ func pieceLen(c []byte) int {
 	return maxPiece
 }
 
-// pump sends e's output from off on, then its end, through send.
-func pump(ctx context.Context, e *execSession, off [2]int64, text bool, send func(v any) error) error {
+// pump sends the output past r's offsets, then the exec's end, through
+// send.
+func pump(ctx context.Context, r *execReader, text bool, send func(v any) error) error {
 	for {
-		chunks, done, wake := e.snapshot(off)
+		chunks, done, wake := r.snapshot()
 		for i, c := range chunks {
 			for len(c) > 0 {
 				n := pieceLen(c)
-				ev := outEvent{Type: streamNames[i], DataB64: base64.StdEncoding.EncodeToString(c[:n]), Offset: off[i]}
+				ev := outEvent{Type: streamNames[i], DataB64: base64.StdEncoding.EncodeToString(c[:n]), Offset: r.off[i]}
 				if text && utf8.Valid(c[:n]) {
 					ev.Data = string(c[:n])
 				}
 				if err := send(ev); err != nil {
 					return err
 				}
-				off[i] += int64(n)
+				r.advance(i, int64(n))
 				c = c[n:]
 			}
 		}
 		if done {
-			res, err := e.outcome()
+			res, err := r.e.outcome()
 			if err != nil {
 				return send(errorEvent{Type: "error", Error: errorDetail(err)})
 			}
@@ -427,8 +679,8 @@ func (s *Server) postExec(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// A client that hangs up kills the exec, as ^C does to airlock exec.
-	e, _ := s.startExec(r.Context(), sb, done, spec, false, false) // only a kept exec is refused
 	if !acceptsNDJSON(r) {
+		e, _ := s.startExec(r.Context(), sb, done, spec, false, faceResult) // only a kept exec is refused
 		<-e.wait()
 		res, err := e.outcome()
 		if err != nil {
@@ -440,7 +692,17 @@ func (s *Server) postExec(w http.ResponseWriter, r *http.Request) {
 	}
 	// The exec may run as long as its timeout; each line, not the whole,
 	// must reach a client that reads within lineTimeout. One that stops
-	// reading ends the handler, and with it the exec and its output held.
+	// reading ends the handler, and with it the exec and its output held
+	// (a window: the program waits on its writes meanwhile).
+	e, _ := s.startExec(r.Context(), sb, done, spec, false, faceStream)
+	rd, err := e.attach([2]int64{})
+	if err != nil {
+		e.kill()
+		<-e.wait()
+		writeError(w, err)
+		return
+	}
+	defer rd.detach()
 	rc := http.NewResponseController(w)
 	rc.SetWriteDeadline(time.Now().Add(lineTimeout))
 	w.Header().Set("Content-Type", "application/x-ndjson")
@@ -448,7 +710,7 @@ func (s *Server) postExec(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	rc.Flush()
 	enc := json.NewEncoder(w)
-	pump(r.Context(), e, [2]int64{}, false, func(v any) error {
+	pump(r.Context(), rd, false, func(v any) error {
 		rc.SetWriteDeadline(time.Now().Add(lineTimeout))
 		if err := enc.Encode(v); err != nil {
 			return err
@@ -460,22 +722,6 @@ func (s *Server) postExec(w http.ResponseWriter, r *http.Request) {
 // lineTimeout bounds the sending of one NDJSON line, as a WebSocket
 // message's is bounded.
 var lineTimeout = time.Minute
-
-// wait returns a channel closed once the exec has ended.
-func (e *execSession) wait() <-chan struct{} {
-	ch := make(chan struct{})
-	go func() {
-		for {
-			_, done, wake := e.snapshot([2]int64{1 << 62, 1 << 62})
-			if done {
-				close(ch)
-				return
-			}
-			<-wake
-		}
-	}()
-	return ch
-}
 
 func acceptsNDJSON(r *http.Request) bool {
 	for _, a := range strings.Split(r.Header.Get("Accept"), ",") {

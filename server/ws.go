@@ -86,7 +86,7 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var e *execSession
-	off := [2]int64{}
+	var rd *execReader
 	switch head.Type {
 	case "execute":
 		var q ExecRequest
@@ -110,7 +110,11 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 		}
 		// The exec runs on the server's lifetime: a dropped connection
 		// leaves it running for a reconnect.
-		if e, err = s.startExec(s.base, sb, done, spec, q.Stdin, true); err != nil {
+		if e, err = s.startExec(s.base, sb, done, spec, q.Stdin, faceKept); err != nil {
+			fail(err)
+			return
+		}
+		if rd, err = e.attach([2]int64{}); err != nil {
 			fail(err)
 			return
 		}
@@ -124,20 +128,19 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 			fail(newError(KindNotFound, fmt.Sprintf("exec %q is not known in sandbox %q: it ended more than %v ago, or another server ran it", m.ExecID, id, execKeep)))
 			return
 		}
-		off = [2]int64{m.StdoutOffset, m.StderrOffset}
-		e.mu.Lock()
-		have := [2]int64{int64(len(e.out[0])), int64(len(e.out[1]))}
-		e.mu.Unlock()
-		for i := range off {
-			if off[i] < 0 || off[i] > have[i] {
-				fail(invalid("%s_offset %d: the exec has written %d bytes of %s so far; give an offset from 0 to that", streamNames[i], off[i], have[i], streamNames[i]))
-				return
-			}
+		// An offset older than the exec keeps is not_found, as an exec
+		// no longer kept is.
+		if rd, err = e.attach([2]int64{m.StdoutOffset, m.StderrOffset}); err != nil {
+			fail(err)
+			return
 		}
 	default:
 		fail(invalid("the first message must be execute or reconnect, not %q", head.Type))
 		return
 	}
+	// Detached, the exec keeps only its retention: with no client, it
+	// waits once its window is full, until a reconnect or its timeout.
+	defer rd.detach()
 	if err := send(startedEvent{Type: "started", ExecID: e.id, MaxMessageBytes: wsMessageLimit}); err != nil {
 		return
 	}
@@ -194,7 +197,7 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}()
-	if err := pump(ctx, e, off, true, send); err != nil {
+	if err := pump(ctx, rd, true, send); err != nil {
 		if !errors.Is(err, context.Canceled) {
 			conn.Close(websocket.StatusInternalError, "")
 		}

@@ -59,8 +59,8 @@ func FuzzWSMessages(f *testing.F) {
 	out := [2][]byte{[]byte("stdout bytes"), []byte("err")}
 
 	f.Fuzz(func(t *testing.T, first string, rest []byte) {
-		e := &execSession{id: eid, sandboxID: sid, wake: make(chan struct{}), kill: func() {}, stdin: newStdinFeed()}
-		e.out = [2][]byte{bytes.Clone(out[0]), bytes.Clone(out[1])}
+		e := keptSession(eid, sid, out)
+		e.stdin = newStdinFeed()
 		s.execs.add(e)
 		defer func() {
 			s.execs.forget(e)
@@ -236,8 +236,7 @@ func FuzzWSFrames(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		// An exec that has ended, so that a reconnect gets its output and
 		// exit at once.
-		e := &execSession{id: "ex-fuzz", sandboxID: sid, wake: make(chan struct{}), kill: func() {}}
-		e.out = [2][]byte{[]byte("out"), []byte("err")}
+		e := keptSession("ex-fuzz", sid, [2][]byte{[]byte("out"), []byte("err")})
 		e.finish(runner.Result{ID: "ex-fuzz", Reason: runner.ReasonExited}, nil)
 		s.execs.add(e)
 		defer s.execs.forget(e)

@@ -44,7 +44,9 @@ func TestCheckResults(t *testing.T) {
 	c := batchLine(t, key, "c", "anything\n", 0, nil)
 	errLine := []byte(`{"job_id":"d","id":"","reason":"error","exit_code":-1,"error":"the engine failed","error_kind":"unavailable"}`)
 	jobs := map[string]*string{"a": exp("42\n"), "b": exp("42\n"), "c": nil, "d": exp("x")}
-	file := func(lines ...[]byte) *bytes.Reader { return bytes.NewReader(append(bytes.Join(lines, []byte("\n")), '\n')) }
+	file := func(lines ...[]byte) *bytes.Reader {
+		return bytes.NewReader(append(bytes.Join(lines, []byte("\n")), '\n'))
+	}
 
 	rep, err := CheckResults(file(a, b, c, errLine), trusting(key.Public().(ed25519.PublicKey)), jobs)
 	if err != nil || !rep.OK() || rep.Verified != 3 || rep.UnsignedErrors != 1 || rep.Passed != 1 || rep.Failed != 1 {

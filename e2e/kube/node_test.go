@@ -627,7 +627,7 @@ func TestNodes(t *testing.T) {
 	a = nodes["airlock-a"]
 	partition(t, cs, nodes["airlock-b"], image)
 
-	engineKube(t, cs, nodes)
+	engineKube(t, cs, nodes, all)
 	serveKube(t)
 
 	// Deleting every pod leaves no sandbox on either node.
@@ -866,7 +866,7 @@ func batchKube(t *testing.T, cs *kubernetes.Clientset, nodes map[string]*node, t
 // root of its own, standing for a laptop), airlock exec reaches it with
 // stdin and exit codes, ls and inspect show it, what cannot reach it says
 // so, and rm leaves no claim, pod or sandbox.
-func engineKube(t *testing.T, cs *kubernetes.Clientset, nodes map[string]*node) {
+func engineKube(t *testing.T, cs *kubernetes.Clientset, nodes map[string]*node, trust string) {
 	ctx := context.Background()
 	client := filepath.Join(tmp, "client")
 	if err := os.MkdirAll(client, 0o700); err != nil {
@@ -989,6 +989,20 @@ func engineKube(t *testing.T, cs *kubernetes.Clientset, nodes map[string]*node) 
 	if out, errs, code := run("", "run", "--json", "--engine", "kube", "--template", "kt", "--", "sh", "-c", "echo ok"); code != 0 ||
 		!strings.Contains(out, `"reason":"exited"`) || !strings.Contains(out, `"engine":"oci"`) || !strings.Contains(out, `"exit_code":0`) || !strings.Contains(out, `"receipt":`) {
 		t.Errorf("run --json --engine kube: exit %d, %s %s", code, out, errs)
+	}
+	// A Result too large for the pod's status (512 KiB) is cut to fit by
+	// its node and signed again: it names its pod, and verifies.
+	big, errs, code := run("", "run", "--json", "--engine", "kube", "--template", "kt", "--", "sh", "-c", "head -c 800000 /dev/zero | tr '\\0' x")
+	var res runner.Result
+	if err := json.Unmarshal([]byte(big), &res); code != 0 || err != nil || !res.Stdout.Truncated || res.Stdout.Bytes != 800000 ||
+		res.Receipt == nil || res.Receipt.Receipt.PodUID == "" || len(big) > 600<<10 {
+		t.Errorf("run --json --engine kube of 800000 bytes: exit %d, %v, %d bytes of result: %.300s %s", code, err, len(big), big, errs)
+	} else {
+		f := filepath.Join(t.TempDir(), "big.json")
+		os.WriteFile(f, []byte(big), 0o600)
+		if out, errs, code := run("", "receipt", "verify", "--trust", trust, f); code != 0 || !strings.Contains(out, "pod UID "+res.Receipt.Receipt.PodUID) {
+			t.Errorf("receipt verify of the cut Result: exit %d, %s %s", code, out, errs)
+		}
 	}
 	if _, errs, code := run("", "run", "--engine", "kube", "--template", "nope", "--", "true"); code != 66 || !strings.Contains(errs, "airlock kube render --template nope") {
 		t.Errorf("run --engine kube on no template: exit %d, %s", code, errs)

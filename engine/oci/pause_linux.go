@@ -40,6 +40,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/gvisor"
 	"github.com/airlock-sandbox/airlock/internal/netns"
 	"github.com/airlock-sandbox/airlock/isolation"
+	"github.com/airlock-sandbox/airlock/units"
 )
 
 // checkpointDone marks a checkpoint that runsc wrote whole;
@@ -131,6 +132,9 @@ func (e *Engine) Pause(ctx context.Context, id string) (err error) {
 	if err := os.MkdirAll(e.checkpointsDir(), 0o700); err != nil {
 		return fmt.Errorf("%w: creating the checkpoints directory: %v", errdefs.ErrUnavailable, err)
 	}
+	if err := roomToPause(id, e.checkpointsDir()); err != nil {
+		return err
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("%w: removing an earlier checkpoint of %q: %v", errdefs.ErrUnavailable, id, err)
 	}
@@ -185,6 +189,38 @@ func (e *Engine) Pause(ctx context.Context, id string) (err error) {
 		return err
 	}
 	e.log.Debug("sandbox paused", "sandbox_id", id, "steps", lap("state"))
+	return nil
+}
+
+// pauseReserve is the space a pause leaves free on the file system of
+// airlock's root, beside the checkpoint: records, receipts and the audit
+// log are written there, and a full disk fails every run (closed).
+const pauseReserve = 512 << 20
+
+// roomToPause refuses to pause sandbox id unless dir's file system has
+// room for its checkpoint, counted as the memory its cgroup holds (an
+// upper bound: its pages, and cache), and pauseReserve beside it. A
+// client's pauses would otherwise fill the disk of airlock's root.
+func roomToPause(id, dir string) error {
+	need, err := cgroup.MemoryInUse(id)
+	if err != nil {
+		return fmt.Errorf("%w: sizing the checkpoint of %q: %v", errdefs.ErrUnavailable, id, err)
+	}
+	return roomFor(dir, need, pauseReserve, fmt.Sprintf("pausing sandbox %q", id))
+}
+
+// roomFor refuses what, which writes need bytes under dir, unless dir's
+// file system keeps reserve free beside them.
+func roomFor(dir string, need, reserve int64, what string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return fmt.Errorf("%w: reading the free space under %s: %v", errdefs.ErrUnavailable, dir, err)
+	}
+	free := int64(st.Bavail) * st.Bsize
+	if free-need < reserve {
+		return fmt.Errorf("%w: %s needs about %s for its checkpoint under %s (the memory it holds) and %s kept free beside it; the file system has %s free: free space there, or resume or destroy paused sandboxes",
+			errdefs.ErrUnavailable, what, units.Bytes(need), dir, units.Bytes(reserve), units.Bytes(max(free, 0)))
+	}
 	return nil
 }
 

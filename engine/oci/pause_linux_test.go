@@ -8,8 +8,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
@@ -88,5 +90,28 @@ func TestSpawnOutputBounded(t *testing.T) {
 	_, _, err = s.execSpawn(t.Context(), &q)
 	if err == nil || len(err.Error()) > 2*spawnOutput {
 		t.Fatalf("the spawn's error holds %d bytes of the sandbox's writing: %.200v", len(fmt.Sprint(err)), err)
+	}
+}
+
+// A pause needs room for its checkpoint and the reserve beside it on the
+// file system of airlock's root, else it is refused before runsc writes.
+func TestRoomFor(t *testing.T) {
+	dir := t.TempDir()
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	free := int64(st.Bavail) * st.Bsize
+	if err := roomFor(dir, 0, 0, "pausing x"); err != nil {
+		t.Fatalf("nothing needed: %v", err)
+	}
+	for _, c := range []struct{ need, reserve int64 }{{free + 1<<30, 0}, {0, free + 1<<30}, {free / 2, free}} {
+		err := roomFor(dir, c.need, c.reserve, "pausing x")
+		if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "pausing x needs about") || !strings.Contains(err.Error(), "destroy paused sandboxes") {
+			t.Errorf("need %d, reserve %d of %d free: %v; want unavailable, saying how to make room", c.need, c.reserve, free, err)
+		}
+	}
+	if err := roomToPause("sb-no-such-sandbox", dir); !errdefs.IsUnavailable(err) {
+		t.Errorf("a sandbox with no cgroup: %v; want unavailable", err)
 	}
 }

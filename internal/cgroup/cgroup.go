@@ -260,6 +260,21 @@ func (g *Group) Stats() (Stats, error) {
 	return s, nil
 }
 
+// MemoryInUse is the memory group id is charged with now (v2's
+// memory.current, v1's memory.usage_in_bytes): the sandbox's memory, page
+// cache included.
+func MemoryInUse(id string) (int64, error) {
+	f := filepath.Join(mountpoint, "memory", PathOf(id), "memory.usage_in_bytes")
+	if Unified() {
+		f = filepath.Join(mountpoint, PathOf(id), "memory.current")
+	}
+	n, err := readUint(f)
+	if err != nil {
+		return 0, fmt.Errorf("reading the memory of cgroup %s: %w", PathOf(id), err)
+	}
+	return int64(n), nil
+}
+
 // Empty reports whether no process is left in the group.
 func (g *Group) Empty() (bool, error) {
 	if g.v2 != nil {

@@ -125,10 +125,10 @@ func (s *Service) RunKube(ctx context.Context, o KubeRun) (res runner.Result, er
 		}
 		if err == nil {
 			node = p.Spec.NodeName
-			if p.Status.Reason == "AirlockRefused" {
+			if p.Status.Reason == cluster.ReasonRefused {
 				return res, fmt.Errorf("%w: pod %s/%s refused by node %s: %s", errdefs.ErrInvalidArgument, ns, name, node, cluster.Printable(p.Status.Message))
 			}
-			if p.Status.Reason == "AirlockNodeLost" {
+			if p.Status.Reason == cluster.ReasonNodeLost {
 				// airlock node controller failed it: its node's lease expired.
 				return res, fmt.Errorf("%w: %w: pod %s/%s: %s; the run can be tried again",
 					errdefs.ErrUnavailable, ErrNodeLost, ns, name, cluster.Printable(p.Status.Message))
@@ -263,8 +263,8 @@ func noResult(ns, name, node, reason, message string) error {
 // noOutcome are the reasons an airlock node gives a pod whose program
 // has no outcome: its exec failed or its sandbox was destroyed under it
 // (runner's words), or it never ran, or was lost with the node's previous
-// process, or the pod was deleted while it ran (kube/node's).
-var noOutcome = []string{string(runner.ReasonError), string(runner.ReasonDestroyed), "AirlockCreateFailed", "AirlockNodeRestarted", "Deleted"}
+// process, or the pod was deleted while it ran (cluster's).
+var noOutcome = []string{string(runner.ReasonError), string(runner.ReasonDestroyed), cluster.ReasonCreateFailed, cluster.ReasonNodeRestarted, cluster.ReasonDeleted}
 
 // notVerified says what to do when a pod's Result does not verify or is
 // missing: that is no bug of the client's.

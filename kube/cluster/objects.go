@@ -44,6 +44,25 @@ const (
 	AnnotationReceiptKey = "airlock.dev/receipt-key"
 )
 
+// Pod status reasons of an airlock node's own, beside airlock's run
+// reasons (exited, timeout, oom, output_limit …) in a container's
+// terminated state.
+const (
+	// ReasonRefused: the pod asks for what the node does not honour.
+	ReasonRefused = "AirlockRefused"
+	// ReasonCreateFailed: the sandbox could not be made.
+	ReasonCreateFailed = "AirlockCreateFailed"
+	// ReasonNodeRestarted: the pod's program was lost with the node's
+	// previous process; it is never started a second time.
+	ReasonNodeRestarted = "AirlockNodeRestarted"
+	// ReasonDeleted: the pod was deleted while its program ran.
+	ReasonDeleted = "Deleted"
+	// ReasonNodeLost: the pod's node stopped renewing its lease while the
+	// pod ran; airlock's cluster controller failed the pod, and the node,
+	// should it come back, ends the pod's sandbox.
+	ReasonNodeLost = "AirlockNodeLost"
+)
+
 // NameRef names an object in the same namespace.
 type NameRef struct {
 	Name string `json:"name"`

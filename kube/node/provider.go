@@ -26,23 +26,13 @@ import (
 	"github.com/airlock-sandbox/airlock/service"
 )
 
-// Pod status reasons of the node's own, beside airlock's run reasons
-// (exited, timeout, oom, output_limit …) in a container's terminated
-// state.
+// Pod status reasons of the node's own (cluster's, which clients read).
 const (
-	// ReasonRefused: the pod asks for what the node does not honour.
-	ReasonRefused = "AirlockRefused"
-	// ReasonCreateFailed: the sandbox could not be made.
-	ReasonCreateFailed = "AirlockCreateFailed"
-	// ReasonNodeRestarted: the pod's program was lost with the node's
-	// previous process; it is never started a second time.
-	ReasonNodeRestarted = "AirlockNodeRestarted"
-	// ReasonDeleted: the pod was deleted while its program ran.
-	ReasonDeleted = "Deleted"
-	// ReasonNodeLost: the pod's node stopped renewing its lease while the
-	// pod ran; airlock's cluster controller failed the pod, and the node,
-	// should it come back, ends the pod's sandbox.
-	ReasonNodeLost = "AirlockNodeLost"
+	ReasonRefused       = cluster.ReasonRefused
+	ReasonCreateFailed  = cluster.ReasonCreateFailed
+	ReasonNodeRestarted = cluster.ReasonNodeRestarted
+	ReasonDeleted       = cluster.ReasonDeleted
+	ReasonNodeLost      = cluster.ReasonNodeLost
 )
 
 // Sandbox labels that tie a sandbox to its pod and node.

@@ -227,7 +227,7 @@ func checkDockerd(ctx context.Context, o Options) Check {
 type fixer interface{ Fix() string }
 
 func checkSpace(_ context.Context, o Options) Check {
-	free, err := freeBytes(o.Root)
+	free, err := engine.FreeBytes(o.Root)
 	if err != nil {
 		return fail("free space", err.Error(), "create airlock's root with `make setup`, or pass --root")
 	}

@@ -212,11 +212,11 @@ func roomToPause(id, dir string) error {
 // roomFor refuses what, which writes need bytes under dir, unless dir's
 // file system keeps reserve free beside them.
 func roomFor(dir string, need, reserve int64, what string) error {
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
+	avail, err := engine.FreeBytes(dir)
+	if err != nil {
 		return fmt.Errorf("%w: reading the free space under %s: %v", errdefs.ErrUnavailable, dir, err)
 	}
-	free := int64(st.Bavail) * st.Bsize
+	free := int64(min(avail, 1<<62))
 	if free-need < reserve {
 		return fmt.Errorf("%w: %s needs about %s for its checkpoint under %s (the memory it holds) and %s kept free beside it; the file system has %s free: free space there, or resume or destroy paused sandboxes",
 			errdefs.ErrUnavailable, what, units.Bytes(need), dir, units.Bytes(reserve), units.Bytes(max(free, 0)))

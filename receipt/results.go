@@ -67,10 +67,6 @@ func (r ResultsReport) OK() bool { return r.NotVerified == 0 && len(r.Missing) =
 // name; an error (ErrUntrustedKey) when no key it trusts signed it.
 type KeyFor func(Signed) (ed25519.PublicKey, string, error)
 
-// maxResultsLine bounds one line of a results file: a Result carries at
-// most its output limits' heads, which airlock serve caps at 1 GiB each.
-const maxResultsLine = 4 << 30
-
 // CheckResults verifies each line of the results file r. keyFor picks
 // each receipt's key. jobs, when not nil, are the batch's jobs, each id
 // with its expected stdout (nil for none): each must be answered by one
@@ -85,9 +81,6 @@ func CheckResults(r io.Reader, keyFor KeyFor, jobs map[string]*string) (ResultsR
 		line, err := br.ReadBytes('\n')
 		if err != nil && !errors.Is(err, io.EOF) {
 			return rep, fmt.Errorf("reading line %d: %w", n, err)
-		}
-		if len(line) > maxResultsLine {
-			return rep, fmt.Errorf("line %d is over %d bytes: no Result is", n, maxResultsLine)
 		}
 		if b := bytes.TrimSpace(line); len(b) > 0 {
 			c := checkLine(n, b, keyFor, jobs, seen)

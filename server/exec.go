@@ -24,11 +24,12 @@ import (
 // attached reader has been sent are dropped, but for the last execRetain
 // of an exec kept for reconnects (WebSocket). While a stream holds its
 // cap, its writer waits for a reader to take some, and so the program
-// waits on its write: memory stays bounded by constants whatever the
-// output limit. Writers stop waiting once the exec is being ended (killed,
-// its client gone, its timeout or output limit passed, the server
-// stopping), so that the engine can drain and reap it; what then does not
-// fit is dropped, and the stream ends there.
+// waits on its write (a WebSocket exec with no client, for execUnread at
+// most): memory stays bounded by constants whatever the output limit.
+// Writers stop waiting once the exec is being ended (killed, its client
+// gone, its timeout or output limit passed, the server stopping), so that
+// the engine can drain and reap it; what then does not fit is dropped,
+// and the stream ends there.
 
 const (
 	streamStdout = 0

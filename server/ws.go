@@ -139,7 +139,8 @@ func (s *Server) execWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Detached, the exec keeps only its retention: with no client, it
-	// waits once its window is full, until a reconnect or its timeout.
+	// waits once its window is full, for up to execUnread, then keeps its
+	// newest bytes.
 	defer rd.detach()
 	if err := send(startedEvent{Type: "started", ExecID: e.id, MaxMessageBytes: wsMessageLimit}); err != nil {
 		return

@@ -6,7 +6,11 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/engine"
 )
@@ -18,25 +22,8 @@ import (
 // state gone and its pages not yet (cut as it removed them), the next
 // resume leaves the running sandbox as it is and removes the rest.
 func TestResumeCutShort(t *testing.T) {
-	e, specOf := gvisorEngine(t)
+	e, spec := countingSandbox(t, "cut-resume")
 	ctx := context.Background()
-	spec := specOf("cut-resume")
-	sb, err := e.Create(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := sb.Destroy(ctx); err != nil {
-			t.Error(err)
-		}
-		if left := leftovers(t, e, spec.ID); len(left) > 0 {
-			t.Errorf("left: %v", left)
-		}
-	}()
-	if _, err := sb.Exec(ctx, &engine.Process{Argv: []string{"python3", "-c", counter}, Detach: true}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the counter", func() bool { _, n := readCount(spec.TmpSource); return n > 5 })
 	counts := func(what string) {
 		t.Helper()
 		_, n := readCount(spec.TmpSource)
@@ -128,4 +115,66 @@ func TestResumeCutShort(t *testing.T) {
 	if after.st.Pid != before.st.Pid || after.st.Start != before.st.Start {
 		t.Errorf("the running sandbox was restored again: pid %d, was %d", after.st.Pid, before.st.Pid)
 	}
+}
+
+// A pause and a snapshot write the sandbox's memory under airlock's root;
+// where that file system has no room for it and the reserve beside it,
+// each is refused before runsc writes, saying how to make room, and the
+// sandbox runs on as it was (a checkpoint that failed for want of room
+// would have stopped it).
+func TestSnapshotOrPauseNeedsRoom(t *testing.T) {
+	e, spec := countingSandbox(t, "no-room")
+	ctx := context.Background()
+	// Each directory a small file system of its own: 64 MiB, less than
+	// the reserve alone.
+	for _, dir := range []string{e.checkpointsDir(), e.snapshotsDir()} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=64m,mode=0700"); err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Unmount(dir, unix.MNT_DETACH)
+	}
+	for what, try := range map[string]func() error{
+		"pause":    func() error { return e.Pause(ctx, spec.ID) },
+		"snapshot": func() error { _, err := e.Snapshot(ctx, spec.ID); return err },
+	} {
+		err := try()
+		if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "needs about") || !strings.Contains(err.Error(), "free space there") {
+			t.Errorf("%s with 64 MiB free: %v; want it refused as unavailable, saying how to make room", what, err)
+		}
+		_, n := readCount(spec.TmpSource)
+		waitFor(t, "the counter after the refused "+what, func() bool { _, m := readCount(spec.TmpSource); return m > n })
+	}
+	if paused, err := e.Paused(ctx, spec.ID); err != nil || paused {
+		t.Errorf("Paused = %v, %v; want the sandbox running", paused, err)
+	}
+}
+
+// countingSandbox is a gVisor sandbox id on an engine of the test's own,
+// its Python counter (counter) counting; destroyed when the test ends,
+// with nothing of it left.
+func countingSandbox(t *testing.T, id string) (*Engine, *engine.SandboxSpec) {
+	t.Helper()
+	e, specOf := gvisorEngine(t)
+	ctx := context.Background()
+	spec := specOf(id)
+	sb, err := e.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := sb.Destroy(ctx); err != nil {
+			t.Error(err)
+		}
+		if left := leftovers(t, e, spec.ID); len(left) > 0 {
+			t.Errorf("left: %v", left)
+		}
+	})
+	if _, err := sb.Exec(ctx, &engine.Process{Argv: []string{"python3", "-c", counter}, Detach: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the counter", func() bool { _, n := readCount(spec.TmpSource); return n > 5 })
+	return e, spec
 }

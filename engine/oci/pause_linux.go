@@ -132,7 +132,7 @@ func (e *Engine) Pause(ctx context.Context, id string) (err error) {
 	if err := os.MkdirAll(e.checkpointsDir(), 0o700); err != nil {
 		return fmt.Errorf("%w: creating the checkpoints directory: %v", errdefs.ErrUnavailable, err)
 	}
-	if err := roomToPause(id, e.checkpointsDir()); err != nil {
+	if err := roomToCheckpoint(id, e.checkpointsDir(), fmt.Sprintf("pausing sandbox %q", id)); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(dir); err != nil {
@@ -192,21 +192,23 @@ func (e *Engine) Pause(ctx context.Context, id string) (err error) {
 	return nil
 }
 
-// pauseReserve is the space a pause leaves free on the file system of
-// airlock's root, beside the checkpoint: records, receipts and the audit
-// log are written there, and a full disk fails every run (closed).
-const pauseReserve = 512 << 20
+// checkpointReserve is the space a checkpoint (a pause's, a snapshot's)
+// leaves free on the file system of airlock's root: records, receipts and
+// the audit log are written there, and a full disk fails every run
+// (closed).
+const checkpointReserve = 512 << 20
 
-// roomToPause refuses to pause sandbox id unless dir's file system has
-// room for its checkpoint, counted as the memory its cgroup holds (an
-// upper bound: its pages, and cache), and pauseReserve beside it. A
-// client's pauses would otherwise fill the disk of airlock's root.
-func roomToPause(id, dir string) error {
+// roomToCheckpoint refuses what, a checkpoint of sandbox id into dir,
+// unless dir's file system has room for it, counted as the memory the
+// sandbox's cgroup holds (an upper bound: its pages, and cache), and
+// checkpointReserve beside it. Clients' pauses, or templates warmed from
+// a large program, would otherwise fill the disk of airlock's root.
+func roomToCheckpoint(id, dir, what string) error {
 	need, err := cgroup.MemoryInUse(id)
 	if err != nil {
 		return fmt.Errorf("%w: sizing the checkpoint of %q: %v", errdefs.ErrUnavailable, id, err)
 	}
-	return roomFor(dir, need, pauseReserve, fmt.Sprintf("pausing sandbox %q", id))
+	return roomFor(dir, need, checkpointReserve, what)
 }
 
 // roomFor refuses what, which writes need bytes under dir, unless dir's
@@ -218,7 +220,7 @@ func roomFor(dir string, need, reserve int64, what string) error {
 	}
 	free := int64(min(avail, 1<<62))
 	if free-need < reserve {
-		return fmt.Errorf("%w: %s needs about %s for its checkpoint under %s (the memory it holds) and %s kept free beside it; the file system has %s free: free space there, or resume or destroy paused sandboxes",
+		return fmt.Errorf("%w: %s needs about %s for its checkpoint under %s (the memory it holds) and %s kept free beside it; the file system has %s free: free space there, or resume or destroy paused sandboxes, or remove snapshot templates no longer used (`airlock template rm`)",
 			errdefs.ErrUnavailable, what, units.Bytes(need), dir, units.Bytes(reserve), units.Bytes(max(free, 0)))
 	}
 	return nil

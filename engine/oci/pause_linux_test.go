@@ -111,7 +111,7 @@ func TestRoomFor(t *testing.T) {
 			t.Errorf("need %d, reserve %d of %d free: %v; want unavailable, saying how to make room", c.need, c.reserve, free, err)
 		}
 	}
-	if err := roomToPause("sb-no-such-sandbox", dir); !errdefs.IsUnavailable(err) {
+	if err := roomToCheckpoint("sb-no-such-sandbox", dir, "pausing x"); !errdefs.IsUnavailable(err) {
 		t.Errorf("a sandbox with no cgroup: %v; want unavailable", err)
 	}
 }

@@ -83,6 +83,9 @@ func (e *Engine) Snapshot(ctx context.Context, id string) (_ string, err error) 
 	if err := os.MkdirAll(e.snapshotsDir(), 0o700); err != nil {
 		return "", fmt.Errorf("%w: creating the snapshots directory: %v", errdefs.ErrUnavailable, err)
 	}
+	if err := roomToCheckpoint(id, e.snapshotsDir(), fmt.Sprintf("a snapshot of sandbox %q", id)); err != nil {
+		return "", err
+	}
 	// Written under a name of its own, then renamed to its content's: a
 	// snapshot cut short is never found under a name.
 	tmp, err := os.MkdirTemp(e.snapshotsDir(), ".new-"+id+"-")

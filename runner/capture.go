@@ -14,15 +14,17 @@ import (
 // maxTail bounds the tail kept after a stream passes its cap.
 const maxTail = 64 << 10
 
-// capture keeps a bounded picture of one output stream: the first limit
-// bytes (the head), and once the stream has passed its cap, the last bytes
-// after the head (the tail). Memory stays at limit+maxTail whatever the
+// capture keeps a bounded picture of one output stream: the first keep
+// bytes (the head), and once the stream has passed them, the last bytes
+// after the head (the tail). The first limit bytes go to live, and the
+// byte past limit calls over. Memory stays at keep+maxTail whatever the
 // program writes. Write never fails, so the engine keeps draining (and
 // counting) until the sandbox is gone.
 type capture struct {
 	mu      sync.Mutex
 	sum     hash.Hash // of every byte, kept or not
 	limit   int64
+	keep    int64 // <= limit
 	head    []byte
 	tail    []byte // ring buffer, len == cap once full
 	tailPos int
@@ -32,38 +34,60 @@ type capture struct {
 	fired   bool
 }
 
+// newCapture keeps the head up to the limit.
 func newCapture(limit int64, live io.Writer, over func()) *capture {
-	tailCap := min(limit, maxTail)
-	return &capture{sum: sha256.New(), limit: limit, head: make([]byte, 0, min(limit, 64<<10)), tail: make([]byte, 0, tailCap), live: live, over: over}
+	return newCaptureKeep(limit, 0, live, over)
+}
+
+// newCaptureKeep keeps at most keep bytes of the head; 0, or more than
+// limit, keeps limit's.
+func newCaptureKeep(limit, keep int64, live io.Writer, over func()) *capture {
+	if keep <= 0 || keep > limit {
+		keep = limit
+	}
+	return &capture{sum: sha256.New(), limit: limit, keep: keep, head: make([]byte, 0, min(keep, 64<<10)), tail: make([]byte, 0, min(limit, maxTail)), live: live, over: over}
 }
 
 func (c *capture) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	n := len(p)
+	at := c.total
 	c.total += int64(n)
 	c.sum.Write(p)
-	if room := c.limit - int64(len(c.head)); room > 0 {
+	if room := c.limit - at; room > 0 && c.live != nil {
+		// A slow or broken terminal must not stall the sandbox's pipe.
+		c.live.Write(p[:min(int64(len(p)), room)])
+	}
+	if room := c.keep - int64(len(c.head)); room > 0 {
 		take := p[:min(int64(len(p)), room)]
+		c.grow(len(take))
 		c.head = append(c.head, take...)
-		if c.live != nil {
-			// A slow or broken terminal must not stall the sandbox's pipe.
-			c.live.Write(take)
-		}
 		p = p[len(take):]
 	}
 	if len(p) > 0 {
 		c.addTail(p)
-		if !c.fired {
-			c.fired = true
-			c.mu.Unlock()
-			if c.over != nil {
-				c.over()
-			}
-			return n, nil
+	}
+	if c.total > c.limit && !c.fired {
+		c.fired = true
+		c.mu.Unlock()
+		if c.over != nil {
+			c.over()
 		}
+		return n, nil
 	}
 	c.mu.Unlock()
 	return n, nil
+}
+
+// grow makes room for k more head bytes, never past keep.
+func (c *capture) grow(k int) {
+	need := len(c.head) + k
+	if need <= cap(c.head) {
+		return
+	}
+	h := make([]byte, len(c.head), min(c.keep, max(int64(need), 2*int64(cap(c.head)))))
+	copy(h, c.head)
+	c.head = h
 }
 
 func (c *capture) addTail(p []byte) {
@@ -97,8 +121,9 @@ type Stream struct {
 	Tail []byte
 	// Bytes is how many bytes the program wrote in total.
 	Bytes int64
-	// Truncated is set when Bytes passed the cap, or when the Result
-	// was cut to fit a size (Sandbox.FitResult).
+	// Truncated is set when Bytes passed the cap, or the head kept
+	// (ExecSpec.ResultBytes), or when the Result was cut to fit a size
+	// (Sandbox.FitResult).
 	Truncated bool
 	// SHA256 is the hex sha256 of all Bytes, including those not kept.
 	SHA256 string
@@ -107,7 +132,7 @@ type Stream struct {
 func (c *capture) stream() Stream {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := Stream{Head: append([]byte{}, c.head...), Bytes: c.total, Truncated: c.total > c.limit, SHA256: hex.EncodeToString(c.sum.Sum(nil))}
+	s := Stream{Head: append([]byte{}, c.head...), Bytes: c.total, Truncated: c.total > c.keep, SHA256: hex.EncodeToString(c.sum.Sum(nil))}
 	if s.Truncated {
 		s.Tail = append(append([]byte{}, c.tail[c.tailPos:]...), c.tail[:c.tailPos]...)
 	}

@@ -89,6 +89,11 @@ type ExecSpec struct {
 	// Result's Limits hold the ones applied).
 	Timeout     time.Duration
 	OutputLimit units.Bytes
+	// ResultBytes, when above 0, is the most of each stream's head the
+	// Result keeps, for a caller that took the output live: the stream is
+	// then truncated past it, with its tail, total and sha256 as past the
+	// output limit, which still applies to the whole.
+	ResultBytes units.Bytes
 	// Detach starts the program in the background, where it lives until
 	// the sandbox ends; its output is discarded.
 	Detach bool
@@ -510,8 +515,9 @@ func (sb *Sandbox) Exec(ctx context.Context, p ExecSpec) (Result, error) {
 
 	runCtx, kill := context.WithCancelCause(ctx)
 	defer kill(nil)
-	stdout := newCapture(limits.OutputBytes, p.Stdout, func() { kill(errOutputLimit) })
-	stderr := newCapture(limits.OutputBytes, p.Stderr, func() { kill(errOutputLimit) })
+	keep := int64(p.ResultBytes)
+	stdout := newCaptureKeep(limits.OutputBytes, keep, p.Stdout, func() { kill(errOutputLimit) })
+	stderr := newCaptureKeep(limits.OutputBytes, keep, p.Stderr, func() { kill(errOutputLimit) })
 	res := Result{
 		ID: execID, SandboxID: sb.id, Snapshot: si.Snapshot, Image: si.Image, ImageRef: si.ImageRef, Engine: si.Engine,
 		Isolation: si.Isolation, Seccomp: si.Seccomp, Limits: limits,
@@ -547,7 +553,9 @@ func (sb *Sandbox) Exec(ctx context.Context, p ExecSpec) (Result, error) {
 		rec, serr := resultReceipt(res, pol, p.Argv, si.RuntimeVersion)
 		if serr == nil {
 			rec.ImageManifest = si.ImageManifest
-			rec.JobID, rec.Pass, rec.PodUID = p.JobID, passOf(res, p.ExpectedStdout), p.PodUID
+			// Judged on the whole stdout's size and sha256: its head may
+			// be cut (ResultBytes).
+			rec.JobID, rec.Pass, rec.PodUID = p.JobID, receipt.Verdict(rec, p.ExpectedStdout), p.PodUID
 			addOutput(&rec, res)
 			serr = sb.r.seal(rec, &res)
 		}

@@ -50,6 +50,11 @@ const (
 	// what the client had not yet handled. More would cost every WebSocket
 	// exec, whose most is then 2*(execRetain+execWindow), 6MiB.
 	execRetain = 2 << 20
+	// execResultBytes is the most of each stream's head a streamed exec's
+	// Result keeps (with its last 64KiB, total and sha256): its client had
+	// the whole as it came, so the output limit does not set what the
+	// server holds until the exec ends.
+	execResultBytes = 1 << 20
 )
 
 // execUnread is how long a WebSocket exec's writers wait while no client
@@ -551,6 +556,7 @@ func (s *Server) startExec(ctx context.Context, sb *runner.Sandbox, done func(),
 		}
 		context.AfterFunc(wctx, e.end)
 		spec.Stdout, spec.Stderr = streamWriter{e, streamStdout}, streamWriter{e, streamStderr}
+		spec.ResultBytes = execResultBytes
 	}
 	s.inflight.Add(1)
 	go func() {

@@ -1,9 +1,13 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http/httptest"
@@ -321,6 +325,67 @@ func TestPlainExecKeepsNoOutput(t *testing.T) {
 	}
 	if h := e.held(); h != 0 {
 		t.Errorf("the session of a plain POST exec keeps %d bytes of output", h)
+	}
+	s.inflight.Wait()
+}
+
+// TestStreamedExecResultBounded: a streamed exec's client gets the whole
+// output in its frames, and its Result keeps execResultBytes of each
+// head (with the tail, total and sha256), not the output limit's; a plain
+// POST exec's Result, the only carrier of its output, keeps it whole.
+func TestStreamedExecResultBounded(t *testing.T) {
+	const total = 3 << 20
+	out := make([]byte, total)
+	for i := range out {
+		out[i] = 'a' + byte(i/4093%26)
+	}
+	sum := sha256.Sum256(out)
+	s, _, _ := liveServer(t, runner.Ceilings{}, 8<<20, func(ctx context.Context, p *engine.Process) (engine.Exit, error) {
+		for b := out; len(b) > 0; b = b[min(len(b), 100<<10):] {
+			p.Stdout.Write(b[:min(len(b), 100<<10)])
+		}
+		return engine.Exit{}, nil
+	})
+	rec := do(t, s.Handler(), false, "POST", "/v1/sandboxes/"+liveID+"/exec", `{"argv":["x"]}`, "Accept", "application/x-ndjson")
+	var got []byte
+	var res runner.Result
+	sc := bufio.NewScanner(rec.Body)
+	sc.Buffer(nil, 4<<20)
+	for sc.Scan() {
+		var ev struct {
+			outEvent
+			Result runner.Result `json:"result"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatal(err)
+		}
+		switch ev.Type {
+		case "stdout":
+			b, _ := base64.StdEncoding.DecodeString(ev.DataB64)
+			got = append(got, b...)
+		case "exit":
+			res = ev.Result
+		default:
+			t.Fatalf("event %s", sc.Bytes())
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, out) {
+		t.Errorf("the client got %d bytes of %d", len(got), total)
+	}
+	st := res.Stdout
+	if len(st.Head) > execResultBytes || !bytes.Equal(st.Head, out[:len(st.Head)]) || !st.Truncated || st.Bytes != total ||
+		st.SHA256 != hex.EncodeToString(sum[:]) || !bytes.Equal(st.Tail, out[total-len(st.Tail):]) || len(st.Tail) == 0 {
+		t.Errorf("streamed Result: %d head and %d tail bytes of %d, truncated %v, sha256 %s", len(st.Head), len(st.Tail), st.Bytes, st.Truncated, st.SHA256)
+	}
+	rec = do(t, s.Handler(), false, "POST", "/v1/sandboxes/"+liveID+"/exec", `{"argv":["x"]}`, "Accept", "application/json")
+	if err := json.Unmarshal(rec.Body.Bytes(), &res); err != nil {
+		t.Fatal(err)
+	}
+	if st := res.Stdout; !bytes.Equal(st.Head, out) || st.Truncated || st.Bytes != total {
+		t.Errorf("plain Result: %d head bytes of %d, truncated %v", len(st.Head), st.Bytes, st.Truncated)
 	}
 	s.inflight.Wait()
 }

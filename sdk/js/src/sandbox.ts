@@ -416,7 +416,9 @@ export class Sandbox {
   /**
    * Run a command in the sandbox and return its Result. A string is run by
    * `sh -c`. With onStdout or onStderr the output streams to them as it
-   * arrives (NDJSON); the Result is the same either way. The program's own
+   * arrives (NDJSON); the Result then keeps at most the first 1 MiB and the
+   * last 64 KiB of each stream, with the size and sha256 of all of it, and
+   * is otherwise the same. The program's own
    * outcome (exit code, timeout, output cap) is in the Result, never thrown.
    */
   async exec(command: string | string[], opts: ExecOptions = {}): Promise<Result> {

@@ -425,7 +425,9 @@ class Sandbox:
     ) -> Result:
         """Run a command and return its Result. A string runs by ``sh -c``.
         With on_stdout or on_stderr the output streams to them as it arrives
-        (NDJSON); the Result is the same either way. The program's own
+        (NDJSON); the Result then keeps at most the first 1 MiB and the last
+        64 KiB of each stream, with the size and sha256 of all of it, and is
+        otherwise the same. The program's own
         outcome (exit code, timeout, output cap) is in the Result, never
         raised."""
         body = _compact(

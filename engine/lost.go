@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -48,6 +49,8 @@ var (
 // program's end. A sandbox that logged but never recorded the end died
 // from outside: a kill, or the host's OOM killer. Use it only where nothing
 // kills the sandbox after a clean end (under dockerd's shim, not runsc run).
+// A log CutGVisorLog cut judges the same: runsc appends the end after the
+// cut's line.
 func GVisorExited(dir string) (exited, logged bool) {
 	logs, _ := filepath.Glob(filepath.Join(dir, "*.boot.txt"))
 	for _, l := range logs {
@@ -61,6 +64,37 @@ func GVisorExited(dir string) (exited, logged bool) {
 		}
 	}
 	return false, logged
+}
+
+// CutGVisorLog empties the gVisor log file at path once it is larger than
+// bound, and writes one line saying so. runsc writes its log with O_APPEND,
+// so what it logs next, the end GVisorExited looks for included, comes
+// after that line. It returns the size cut, 0 for a log within bound. Call it
+// only while the sandbox runs: a cut after its end would take the end too.
+func CutGVisorLog(path string, bound int64) (int64, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return 0, err
+	}
+	if !fi.Mode().IsRegular() || fi.Size() <= bound {
+		return 0, nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	if fi, err = f.Stat(); err != nil {
+		return 0, err
+	}
+	if !fi.Mode().IsRegular() {
+		return 0, fmt.Errorf("%s: %w", path, fs.ErrInvalid)
+	}
+	if err := f.Truncate(0); err != nil {
+		return 0, err
+	}
+	_, err = fmt.Fprintf(f, "airlock cut this log at %d bytes (bound %d): the argv of execs, which the sandbox logs, grew it\n", fi.Size(), bound)
+	return fi.Size(), err
 }
 
 // GVisorSandboxKilled reads runsc run's log in dir: whether the sandbox

@@ -1,9 +1,12 @@
 package engine
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/containerd/errdefs"
@@ -53,5 +56,60 @@ func TestGVisorLogFlags(t *testing.T) {
 	want := []string{"--debug-log=/r/sandbox-logs/%ID%/", "--debug-command=boot"}
 	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// A log past the bound is cut to one line while runsc holds it open with
+// O_APPEND; what runsc writes next follows that line, and GVisorExited
+// judges the cut log as before.
+func TestCutGVisorLog(t *testing.T) {
+	const bound = 1 << 20
+	dir := t.TempDir()
+	path := filepath.Join(dir, "runsc.log.1.boot.txt")
+	runsc, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer runsc.Close()
+	line := []byte("I1202 kernel.go:1000] EXEC: []string{\"/.airlock-helper\", \"x\", \"true\", \"" + strings.Repeat("a", 64<<10) + "\"}\n")
+	write := func(b []byte) {
+		t.Helper()
+		if _, err := runsc.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range bound / len(line) {
+		write(line)
+	}
+	below, _ := os.ReadFile(path)
+	if n, err := CutGVisorLog(path, bound); n != 0 || err != nil {
+		t.Fatalf("a log within the bound: cut %d, %v", n, err)
+	}
+	if b, _ := os.ReadFile(path); !bytes.Equal(b, below) {
+		t.Fatal("a log within the bound was changed")
+	}
+
+	write(line)
+	size := int64(len(below) + len(line))
+	if n, err := CutGVisorLog(path, bound); n != size || err != nil {
+		t.Fatalf("cut %d, %v; want %d", n, err, size)
+	}
+	b, _ := os.ReadFile(path)
+	if !bytes.HasPrefix(b, []byte("airlock cut this log at "+strconv.FormatInt(size, 10)+" bytes")) || bytes.Count(b, []byte("\n")) != 1 {
+		t.Fatalf("cut log: %q", b)
+	}
+	if exited, logged := GVisorExited(dir); exited || !logged {
+		t.Errorf("cut log without an end: exited %v logged %v; want false true", exited, logged)
+	}
+	write([]byte("I1202 boot.go:779] application exiting with exit status 0\n"))
+	after, _ := os.ReadFile(path)
+	if !bytes.HasPrefix(after, b) || len(after) <= len(b) {
+		t.Fatalf("runsc's next line did not follow the cut's: %q", after)
+	}
+	if exited, logged := GVisorExited(dir); !exited || !logged {
+		t.Errorf("cut log with an end after: exited %v logged %v; want true true", exited, logged)
+	}
+	if _, err := CutGVisorLog(filepath.Join(dir, "gone.boot.txt"), bound); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a missing log: %v", err)
 	}
 }

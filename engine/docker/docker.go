@@ -60,6 +60,8 @@ type Engine struct {
 	daemon atomic.Pointer[daemonFacts]
 	// setupTimeout is setupTimeout; tests shorten it.
 	setupTimeout time.Duration
+	// maxSandboxLog is maxSandboxLog; tests lower it.
+	maxSandboxLog int64
 	// gvisor is the name dockerd knows this root's runsc by.
 	gvisor string
 	// root is the airlock root whose containers this engine makes and
@@ -151,7 +153,7 @@ func WithRoot(root string) Option {
 
 // New returns an engine. It does not contact the daemon.
 func New(opts ...Option) (*Engine, error) {
-	e := &Engine{log: slog.New(slog.DiscardHandler), setupTimeout: setupTimeout, gvisor: isolation.DockerRuntimes[isolation.GVisor]}
+	e := &Engine{log: slog.New(slog.DiscardHandler), setupTimeout: setupTimeout, maxSandboxLog: maxSandboxLog, gvisor: isolation.DockerRuntimes[isolation.GVisor]}
 	for _, o := range opts {
 		o(e)
 	}

@@ -372,6 +372,8 @@ type sandbox struct {
 
 	mu        sync.Mutex
 	destroyed bool
+	// logs are the gVisor sandbox's log files, once found (cutLog).
+	logs []string
 }
 
 func (s *sandbox) ID() string { return s.id }
@@ -474,7 +476,53 @@ func (s *sandbox) Exec(ctx context.Context, p *engine.Process) (engine.Exit, err
 		time.Sleep(retryPause)
 		exit, err = s.exec(ctx, p, timeout)
 	}
+	s.cutLog(ctx)
 	return exit, err
+}
+
+// maxSandboxLog bounds a live gVisor sandbox's log. The sandbox logs the
+// argv of every exec, up to a few MiB each, which would grow the log
+// without bound while the sandbox lives.
+const maxSandboxLog = 16 << 20
+
+// cutLog cuts the sandbox's gVisor log once it is past the engine's bound
+// (engine.CutGVisorLog): one stat per exec once the log is found. An exec
+// never fails for it.
+func (s *sandbox) cutLog(ctx context.Context) {
+	if !s.gvisor || s.gone() || s.proc.exited() {
+		return
+	}
+	s.mu.Lock()
+	logs := s.logs
+	s.mu.Unlock()
+	if len(logs) == 0 {
+		f, err := s.e.facts(ctx)
+		dir := f.sandboxLogDir(s.cid)
+		if err != nil || dir == "" {
+			return
+		}
+		// Not there (yet), or not readable by this user: nothing to cut.
+		logs, _ = filepath.Glob(filepath.Join(dir, "*.boot.txt"))
+		s.mu.Lock()
+		s.logs = logs
+		s.mu.Unlock()
+	}
+	for _, l := range logs {
+		n, err := engine.CutGVisorLog(l, s.e.maxSandboxLog)
+		if err != nil {
+			s.mu.Lock()
+			s.logs = nil // found again next time
+			s.mu.Unlock()
+		}
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			// Destroyed meanwhile.
+		case err != nil:
+			s.e.log.Warn("cutting the sandbox log", "sandbox_id", s.id, "path", l, "err", err)
+		case n > 0:
+			s.e.log.Debug("cut the sandbox log", "sandbox_id", s.id, "path", l, "bytes", n)
+		}
+	}
 }
 
 // errNotStarted is wrapped when the runtime did not start an exec's

@@ -673,3 +673,84 @@ func TestSandboxExecNotStarted(t *testing.T) {
 		}
 	})
 }
+
+// The gVisor sandbox logs every exec's argv: execs with a large one grow
+// its log past the bound, and the engine cuts it after each, so it never
+// holds much more than the bound. The end runsc logs after a cut is still
+// read as the program's.
+func TestSandboxLogBounded(t *testing.T) {
+	e := newTestEngine(t)
+	e.maxSandboxLog = 4 << 20
+	bb, _ := testImages(t, e)
+	ctx := context.Background()
+	sb := create(t, e, bb, isolation.GVisor)
+	cid := sandboxContainers(t, e, sb.ID())[0].ID
+	f, err := e.facts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := f.sandboxLogDir(cid)
+	// 1.5 MiB in arguments below Linux's 128 KiB each.
+	argv := []string{"true"}
+	for range 12 {
+		argv = append(argv, strings.Repeat("a", 127<<10))
+	}
+	size := func() (n int64) {
+		t.Helper()
+		logs, _ := filepath.Glob(filepath.Join(dir, "*.boot.txt"))
+		if len(logs) == 0 {
+			t.Fatalf("no sandbox log in %s", dir)
+		}
+		for _, l := range logs {
+			fi, err := os.Stat(l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += fi.Size()
+		}
+		return n
+	}
+	// One exec's line is its argv, quoted, and a little more.
+	most := e.maxSandboxLog + int64(len(strings.Join(argv, `", "`))) + 64<<10
+	for i := range 8 {
+		if r := run(t, sb, engine.Process{Argv: argv}); r.exit.Code != 0 {
+			t.Fatalf("exec %d: exit %d, stderr %q", i, r.exit.Code, r.stderr)
+		}
+		if n := size(); n > most {
+			t.Fatalf("after exec %d the sandbox log holds %d bytes; want at most %d", i, n, most)
+		}
+	}
+	if r := run(t, sb, sh("exit 3")); r.exit.Code != 3 {
+		t.Fatalf("exit 3 after a cut: exit %d, stderr %q", r.exit.Code, r.stderr)
+	}
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.boot.txt"))
+	if b, _ := os.ReadFile(logs[0]); !bytes.HasPrefix(b, []byte("airlock cut this log at ")) {
+		t.Fatalf("the sandbox log was never cut: it starts %q", b[:min(len(b), 200)])
+	}
+	if exited, logged := engine.GVisorExited(dir); exited || !logged {
+		t.Fatalf("live sandbox, cut log: exited %v logged %v; want false true", exited, logged)
+	}
+	// docker kill ends the program through runsc: the sandbox logs its end
+	// after the cut's line.
+	if err := e.cli.ContainerKill(ctx, cid, "KILL"); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	waitCh, errCh := e.cli.ContainerWait(wctx, cid, container.WaitConditionNotRunning)
+	select {
+	case <-waitCh:
+	case err := <-errCh:
+		t.Fatal(err)
+	}
+	if exited, logged := engine.GVisorExited(dir); !exited || !logged {
+		t.Fatalf("ended sandbox, cut log: exited %v logged %v; want true true", exited, logged)
+	}
+	if err := sb.Destroy(ctx); err != nil {
+		t.Fatalf("destroy: %v", err)
+	}
+	checkFreed(t, e, sb.ID())
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("sandbox log %s left: %v", dir, err)
+	}
+}

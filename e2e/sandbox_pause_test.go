@@ -276,6 +276,19 @@ func TestSandboxPauseResume(t *testing.T) {
 	if st := mustIn(t, root, "sandbox", "inspect", id); !strings.Contains(st, `"state":"ready"`) && !strings.Contains(st, `"state": "ready"`) {
 		t.Errorf("after an exec resumed it: %s", st)
 	}
+	// A command's resume returns before its used checkpoint is removed,
+	// by a process of its own.
+	mustIn(t, root, "sandbox", "pause", id)
+	mustIn(t, root, "sandbox", "resume", id)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		used, _ := filepath.Glob(filepath.Join(root, "oci", "checkpoints", ".used-*"))
+		if _, err := os.Stat(ck); len(used) == 0 && os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("checkpoints left 10s after the command's resume: %v", used)
+		}
+	}
 }
 
 // runc cannot checkpoint: its refusal says so and changes nothing.

@@ -83,7 +83,14 @@ func (h *Host) Engine(name string) (engine.Engine, func(), error) {
 		}
 		return e, func() { e.Close() }, nil
 	case "oci":
-		e, err := oci.New(h.root, oci.WithLogger(h.log), oci.WithEgressHosts(h.egressHosts), oci.WithEgressCA(h.egressCA))
+		opts := []oci.Option{oci.WithLogger(h.log), oci.WithEgressHosts(h.egressHosts), oci.WithEgressCA(h.egressCA)}
+		if !h.shared {
+			// One command's engine: its process exits once the call
+			// returns, and need not wait for a resume's used checkpoint
+			// to be removed.
+			opts = append(opts, oci.WithDetachedCleanup())
+		}
+		e, err := oci.New(h.root, opts...)
 		if err != nil {
 			return nil, nil, err
 		}

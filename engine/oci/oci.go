@@ -68,6 +68,9 @@ type Engine struct {
 	// bg is work calls leave to finish after they return: the removal of
 	// resumed sandboxes' used checkpoints. Close waits for it.
 	bg sync.WaitGroup
+	// detached has that work done by processes of its own instead
+	// (WithDetachedCleanup).
+	detached bool
 }
 
 // Option configures an Engine.
@@ -102,6 +105,13 @@ func WithEgressHosts(path string) Option { return func(e *Engine) { e.egressHost
 // proxies verify credential routes' hosts against (egress.LoadRoots),
 // read by each proxy when it is made: a lab's internal CA.
 func WithEgressCA(path string) Option { return func(e *Engine) { e.egressCA = path } }
+
+// WithDetachedCleanup has the work a call leaves after it returns (a
+// resumed sandbox's used checkpoint, as large as its memory, to remove)
+// done by a process of its own, which Close does not wait for: for a
+// caller that exits once the call returns, a CLI command. What such a
+// process leaves undone, the sandbox's destroy and the reaper remove.
+func WithDetachedCleanup() Option { return func(e *Engine) { e.detached = true } }
 
 // RunscPath is where setup installs airlock's pinned runsc under root.
 func RunscPath(root string) string { return filepath.Join(root, "tools", "runsc") }

@@ -400,23 +400,42 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 	}
 	// The pages, as large as the sandbox's memory, take tens of
 	// milliseconds to free: moved aside, they go after the resume returns
-	// (Close waits), and with the sandbox should this process end first.
-	// One that cannot be moved goes now: removed in the background under
-	// its own name, it could take a next pause's checkpoint with it.
+	// (Close waits, or a process of their own does), and with the sandbox
+	// should that not happen. One that cannot be moved goes now: removed
+	// in the background under its own name, it could take a next pause's
+	// checkpoint with it.
 	used := filepath.Join(e.checkpointsDir(), usedPrefix+id+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
 	remove := func() {
 		if err := os.RemoveAll(used); err != nil {
 			e.log.Warn("removing a used checkpoint", "sandbox_id", id, "err", err)
 		}
 	}
-	if err := os.Rename(dir, used); err != nil {
+	switch {
+	case os.Rename(dir, used) != nil:
 		used = dir
 		remove()
-	} else {
+	case !e.detached || !removeDetached(used):
 		e.bg.Go(remove)
 	}
 	e.log.Debug("sandbox resumed", "sandbox_id", id, "pid", pid, "steps", lap("moved aside"))
 	return nil
+}
+
+// removeDetached starts `rm -rf -- path` in a session of its own, which
+// outlives this process, and reports whether it started. Its exit is
+// waited for, should this process live that long.
+func removeDetached(path string) bool {
+	rm, err := exec.LookPath("rm")
+	if err != nil {
+		return false
+	}
+	cmd := exec.Command(rm, "-rf", "--", path)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return false
+	}
+	go cmd.Wait()
+	return true
 }
 
 // usedPrefix names a resumed sandbox's checkpoint being removed, in the

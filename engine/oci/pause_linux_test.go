@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
@@ -113,5 +114,30 @@ func TestRoomFor(t *testing.T) {
 	}
 	if err := roomToCheckpoint("sb-no-such-sandbox", dir, "pausing x"); !errdefs.IsUnavailable(err) {
 		t.Errorf("a sandbox with no cgroup: %v; want unavailable", err)
+	}
+}
+
+// A used checkpoint handed to a process of its own is removed by it,
+// whether or not this process waits.
+func TestRemoveDetached(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), ".used-sb-x-1")
+	if err := os.MkdirAll(filepath.Join(dir, "sub"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"pages.img", "sub/state"} {
+		if err := os.WriteFile(filepath.Join(dir, f), make([]byte, 1<<20), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !removeDetached(dir) {
+		t.Fatal("rm did not start")
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Lstat(dir); os.IsNotExist(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still there after 10s", dir)
+		}
 	}
 }

@@ -104,20 +104,11 @@ type stager struct {
 	limit   int64
 	total   int64
 	entries int
-	// protected holds airlock's root and the directories right below it
-	// (keys, store, state, runs): never an input. protectedFiles holds
-	// the files in the root and in keys (the audit log, the receipt key),
-	// which a hard link could otherwise put in an input tree.
-	protected, protectedFiles map[devIno]string
-	buf                       []byte
-	inputs                    []receipt.File
-
-	// The input being staged: the files it may not hold (a batch's jobs
-	// and results files), and its root (a batch's input root, or the
-	// path --input named) and that root's owner.
-	private  []privateFile
-	rootName string
-	rootUID  uint32
+	// The input being staged is the guard's tree: its root is a batch's
+	// input root, or the path --input named.
+	treeGuard
+	buf    []byte
+	inputs []receipt.File
 }
 
 // stageInputs mounts the input tmpfs and copies every input into it.
@@ -171,63 +162,11 @@ func earliest(a, b time.Time) time.Time {
 	return b
 }
 
-// protectedDirs identifies airlock's root and its subdirectories by device
-// and inode, so no name, symlink or bind mount can make them an input; and
-// the regular files in the root and in its keys directory, so no hard link
-// can.
-//
-// Only those files are listed, because only they need it and listing them
-// is cheap (a handful). Every other file of airlock's is below a
-// subdirectory of the root, and those are refused whole by the directory
-// check. A hard link to one from inside an input tree is what is left:
-// making one takes resolving its path, which another user cannot do below
-// the root's 0700 directories (keys, state, runs, store); and should one
-// be made all the same (the root, or a searchable subdirectory, with
-// fs.protected_hardlinks=0), the file is root's with two links, which
-// (*stager).linked refuses in any tree whose root and holding directory
-// are not root's. A tree of root's own can be linked into only by root.
-func protectedDirs(root string) (dirs, files map[devIno]string, err error) {
-	dirs, files = map[devIno]string{}, map[devIno]string{}
-	var st unix.Stat_t
-	if err := unix.Stat(root, &st); err != nil {
-		return nil, nil, fmt.Errorf("checking airlock's root %q: %v", root, err)
-	}
-	dirs[devInoOf(&st)] = root
-	ents, err := os.ReadDir(root)
-	if err != nil {
-		return nil, nil, fmt.Errorf("checking airlock's root %q: %v", root, err)
-	}
-	for _, e := range ents {
-		// Followed: a symlink here is airlock's data kept elsewhere.
-		p := filepath.Join(root, e.Name())
-		if unix.Stat(p, &st) != nil {
-			continue
-		}
-		switch st.Mode & unix.S_IFMT {
-		case unix.S_IFDIR:
-			dirs[devInoOf(&st)] = p
-		case unix.S_IFREG:
-			files[devInoOf(&st)] = p
-		}
-	}
-	keys, err := os.ReadDir(filepath.Join(root, "keys"))
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, nil, fmt.Errorf("checking airlock's keys in %q: %v", root, err)
-	}
-	for _, e := range keys {
-		p := filepath.Join(root, "keys", e.Name())
-		if unix.Lstat(p, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
-			files[devInoOf(&st)] = p
-		}
-	}
-	return dirs, files, nil
-}
-
 // open resolves an input's host path to its parent directory fd and its
 // own name in it, the one step done by name.
 func (st *stager) open(in Input) (parent int, name string, err error) {
 	if in.Beneath != "" {
-		parent, name, st.rootUID, err = openBeneath(in)
+		parent, name, st.root, err = openBeneath(in)
 		return parent, name, err
 	}
 	src, err := filepath.Abs(in.Host)
@@ -251,29 +190,30 @@ func (st *stager) open(in Input) (parent int, name string, err error) {
 
 // openBeneath resolves a batch input: a relative path beneath its root,
 // through no symlink and no "..", to its parent's fd and its name, and
-// gives the root's owner. The root itself is resolved by name, once.
-func openBeneath(in Input) (parent int, name string, rootUID uint32, err error) {
+// gives who may link in the root. The root itself is resolved by name,
+// once.
+func openBeneath(in Input) (parent int, name string, root linkOwner, err error) {
 	dir, base := path.Split(path.Clean(in.Host))
 	if base == "" || base == "." || base == ".." || path.IsAbs(in.Host) {
-		return -1, "", 0, fmt.Errorf("%w: name a file or directory beneath the input root %q", errdefs.ErrInvalidArgument, in.Beneath)
+		return -1, "", root, fmt.Errorf("%w: name a file or directory beneath the input root %q", errdefs.ErrInvalidArgument, in.Beneath)
 	}
 	rfd, err := unix.Open(in.Beneath, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return -1, "", 0, fmt.Errorf("%w: opening the input root %q: %v", errdefs.ErrNotFound, in.Beneath, err)
+		return -1, "", root, fmt.Errorf("%w: opening the input root %q: %v", errdefs.ErrNotFound, in.Beneath, err)
 	}
 	defer unix.Close(rfd)
 	var rs unix.Stat_t
 	if err := unix.Fstat(rfd, &rs); err != nil {
-		return -1, "", 0, fmt.Errorf("%w: checking the input root %q: %v", errdefs.ErrNotFound, in.Beneath, err)
+		return -1, "", root, fmt.Errorf("%w: checking the input root %q: %v", errdefs.ErrNotFound, in.Beneath, err)
 	}
 	fd, err := unix.Openat2(rfd, cmp.Or(dir, "."), &unix.OpenHow{
 		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 	})
 	if err != nil {
-		return -1, "", 0, beneathError(in, err)
+		return -1, "", root, beneathError(in, err)
 	}
-	return fd, base, rs.Uid, nil
+	return fd, base, dirOwner(&rs), nil
 }
 
 // checkBeneath checks that a batch input resolves beneath its root and is
@@ -322,24 +262,27 @@ func (st *stager) input(dst int, name string, in Input) error {
 		return err
 	}
 	// A batch input's root is its input root; --input's, the path named,
-	// which a file named directly is its own (the command line vouches
-	// for it).
-	st.private, st.rootName = in.private, in.Beneath
-	dirUID := s.Uid
+	// which a file named directly is its own, whatever its mode (the
+	// command line vouches for it).
+	st.private, st.rootWhat = in.private, fmt.Sprintf("the input root %q", in.Beneath)
+	dir := linkOwner{uid: s.Uid}
 	if in.Beneath == "" {
-		st.rootName, st.rootUID = in.Host, s.Uid
+		if s.Mode&unix.S_IFMT == unix.S_IFDIR {
+			dir = dirOwner(&s)
+		}
+		st.rootWhat, st.root = fmt.Sprintf("the input root %q", in.Host), dir
 	} else {
 		var ps unix.Stat_t
 		if err := unix.Fstat(parent, &ps); err != nil {
 			return fmt.Errorf("%w: %v", errdefs.ErrNotFound, err)
 		}
-		dirUID = ps.Uid
+		dir = dirOwner(&ps)
 	}
 	switch s.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
 		return st.dir(parent, base, dst, name, in.Sandbox, &s, 0)
 	case unix.S_IFREG:
-		return st.file(parent, base, dst, name, in.Sandbox, &s, 0, dirUID)
+		return st.file(parent, base, dst, name, in.Sandbox, &s, 0, dir)
 	case unix.S_IFLNK:
 		if in.Beneath != "" {
 			return beneathError(in, unix.ELOOP)
@@ -347,46 +290,6 @@ func (st *stager) input(dst int, name string, in Input) error {
 		return fmt.Errorf("%w: it is a symlink; name its target instead", errdefs.ErrInvalidArgument)
 	}
 	return fmt.Errorf("%w: it is a device, FIFO or socket (file type %#o), not a file or directory", errdefs.ErrInvalidArgument, s.Mode&unix.S_IFMT)
-}
-
-// checkAncestors refuses an input at or below airlock's root, walking up
-// by "..", so that no path spelling hides it.
-func (st *stager) checkAncestors(parent int, base string) error {
-	var s unix.Stat_t
-	if err := unix.Fstatat(parent, base, &s, unix.AT_SYMLINK_NOFOLLOW); err == nil {
-		if p, ok := st.protected[devInoOf(&s)]; ok {
-			return protectedError(p)
-		}
-	}
-	fd, err := unix.Openat(parent, ".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("%w: %v", errdefs.ErrNotFound, err)
-	}
-	for {
-		if err := unix.Fstat(fd, &s); err != nil {
-			unix.Close(fd)
-			return fmt.Errorf("%w: %v", errdefs.ErrNotFound, err)
-		}
-		if p, ok := st.protected[devInoOf(&s)]; ok {
-			unix.Close(fd)
-			return protectedError(p)
-		}
-		up, err := unix.Openat(fd, "..", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		unix.Close(fd)
-		if err != nil {
-			return fmt.Errorf("%w: %v", errdefs.ErrNotFound, err)
-		}
-		var us unix.Stat_t
-		if err := unix.Fstat(up, &us); err != nil || devInoOf(&us) == devInoOf(&s) {
-			unix.Close(up)
-			return nil // the top
-		}
-		fd = up
-	}
-}
-
-func protectedError(p string) error {
-	return fmt.Errorf("%w: it is in airlock's own state directory %q (keys, store, run state), which is never an input", errdefs.ErrInvalidArgument, p)
 }
 
 // count takes one entry off the staging budget and checks the deadline.
@@ -461,7 +364,7 @@ func (st *stager) dir(parent int, name string, dst int, dname, sandbox string, s
 			}
 			err = st.dir(fd, n, sub, n, path.Join(sandbox, n), &es, depth+1)
 		case unix.S_IFREG:
-			err = st.file(fd, n, sub, n, path.Join(sandbox, n), &es, depth+1, fst.Uid)
+			err = st.file(fd, n, sub, n, path.Join(sandbox, n), &es, depth+1, dirOwner(&fst))
 		default:
 			// Symlinks are never followed; devices, FIFOs and sockets are
 			// not inputs.
@@ -501,8 +404,8 @@ func (st *stager) readNames(fd int) ([]string, error) {
 }
 
 // file copies the regular file name in parent, already lstat'ed as s, to
-// dname in dst; dirUID owns parent.
-func (st *stager) file(parent int, name string, dst int, dname, sandbox string, s *unix.Stat_t, depth int, dirUID uint32) error {
+// dname in dst; dir may link in parent.
+func (st *stager) file(parent int, name string, dst int, dname, sandbox string, s *unix.Stat_t, depth int, dir linkOwner) error {
 	if err := st.count(); err != nil {
 		return err
 	}
@@ -524,8 +427,8 @@ func (st *stager) file(parent int, name string, dst int, dname, sandbox string, 
 	if err := unix.Fstat(fd, &fst); err != nil || devInoOf(&fst) != devInoOf(s) || fst.Mode&unix.S_IFMT != unix.S_IFREG {
 		return fmt.Errorf("%w: %s: %w", errdefs.ErrInvalidArgument, sandbox, errChanged)
 	}
-	if err := st.linked(&fst, sandbox, dirUID); err != nil {
-		return err
+	if why := st.linked(&fst, dir); why != "" {
+		return fmt.Errorf("%w: %s %s", errdefs.ErrInvalidArgument, sandbox, why)
 	}
 	if fst.Size > remaining {
 		return st.overLimit()
@@ -558,33 +461,6 @@ func (st *stager) file(parent int, name string, dst int, dname, sandbox string, 
 	}
 	st.total += n
 	st.inputs = append(st.inputs, receipt.File{Path: sandbox, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))})
-	return nil
-}
-
-// linked refuses a file, as opened (fstat), that is not the input tree's
-// own however it got there: a batch's jobs or results file, a file of
-// airlock's root, or a file with more than one link that is not owned by
-// the owner of the input root and of the directory holding it. airlock
-// reads as root, and on a host with fs.protected_hardlinks=0 anyone who
-// can write in the tree can hard-link into it a file they cannot read
-// (/etc/shadow, another user's key).
-func (st *stager) linked(fst *unix.Stat_t, sandbox string, dirUID uint32) error {
-	id := devInoOf(fst)
-	for _, p := range st.private {
-		if p.id == id {
-			return fmt.Errorf("%w: %s is %s; no job may take it as an input, by any name or link. Keep the jobs and results files out of the inputs' directory (or set --input-root to a directory of inputs alone)", errdefs.ErrInvalidArgument, sandbox, p.what)
-		}
-	}
-	if p, ok := st.protectedFiles[id]; ok {
-		return fmt.Errorf("%w: %s is airlock's own file %q (a hard link to it), which is never an input", errdefs.ErrInvalidArgument, sandbox, p)
-	}
-	if fst.Nlink > 1 && (fst.Uid != st.rootUID || fst.Uid != dirUID) {
-		who := fmt.Sprintf("the input root %q is owned by uid %d", st.rootName, st.rootUID)
-		if fst.Uid == st.rootUID {
-			who = fmt.Sprintf("the directory holding it is owned by uid %d", dirUID)
-		}
-		return fmt.Errorf("%w: %s has %d hard links and is owned by uid %d, but %s: a hard link can put another user's file (or /etc/shadow) in a tree, and airlock reads as root. Copy the file into the tree instead of linking it (cp, not ln)", errdefs.ErrInvalidArgument, sandbox, fst.Nlink, fst.Uid, who)
-	}
 	return nil
 }
 

@@ -1,10 +1,12 @@
 package runner
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -19,6 +21,7 @@ import (
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/artifacts"
 	"github.com/airlock-sandbox/airlock/internal/roottest"
 )
 
@@ -327,6 +330,63 @@ func TestStageInputsDeadline(t *testing.T) {
 	}
 }
 
+// linkFixture makes, in a new directory base, airlock's root with an
+// audit log and a receipt key, and shadow, a file of root's, mode 0600:
+// the files a hard link in a tree must not give away.
+func linkFixture(t *testing.T) (base, root, shadow string) {
+	t.Helper()
+	base = t.TempDir()
+	root = filepath.Join(base, "root")
+	os.MkdirAll(filepath.Join(root, "keys"), 0o700)
+	os.WriteFile(filepath.Join(root, "audit.jsonl"), []byte("SECRET-AUDIT"), 0o600)
+	os.WriteFile(filepath.Join(root, "keys", "receipt.key"), []byte("SECRET-KEY"), 0o600)
+	shadow = filepath.Join(base, "shadow")
+	os.WriteFile(shadow, []byte("SECRET-SHADOW"), 0o600)
+	return base, root, shadow
+}
+
+// modes chowns (to uid) and chmods each path as given, without following
+// a symlink.
+func modes(t *testing.T, uid int, owned []string, mode map[string]os.FileMode) {
+	t.Helper()
+	for _, p := range owned {
+		if err := os.Lchown(p, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for p, m := range mode {
+		if err := os.Chmod(p, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// stageCase is an input and the refusal it must meet, "" when staged.
+type stageCase struct {
+	in   Input
+	want string
+}
+
+// wantStaged stages each case alone and checks its outcome, and that no
+// file holding "SECRET" was staged.
+func wantStaged(t *testing.T, root string, cases []stageCase) {
+	t.Helper()
+	for _, c := range cases {
+		c.in.Sandbox = "/work/x"
+		sc, err := stageFor(t, root, []Input{c.in}, 1<<20)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%+v: %v", c.in, err)
+		case c.want != "" && (err == nil || !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%+v: %v, want a refusal saying %q", c.in, err, c.want)
+		}
+		if stagedContains(t, sc.dir, []byte("SECRET")) {
+			t.Errorf("%+v: a secret was staged", c.in)
+		}
+		sc.cleanup()
+	}
+}
+
 // A file with more than one link is staged only when the owner of the
 // input root and of the directory holding it owns it: on a host with
 // fs.protected_hardlinks=0, anyone who can write in a tree can link into
@@ -335,13 +395,7 @@ func TestStageInputsDeadline(t *testing.T) {
 func TestStageInputsRefusesForeignHardLinks(t *testing.T) {
 	roottest.Require(t, "inputs are staged on a tmpfs mount, and chown")
 	const user = 4321
-	base := t.TempDir()
-	root := filepath.Join(base, "root")
-	os.MkdirAll(filepath.Join(root, "keys"), 0o700)
-	os.WriteFile(filepath.Join(root, "audit.jsonl"), []byte("SECRET-AUDIT"), 0o600)
-	os.WriteFile(filepath.Join(root, "keys", "receipt.key"), []byte("SECRET-KEY"), 0o600)
-	shadow := filepath.Join(base, "shadow")
-	os.WriteFile(shadow, []byte("SECRET-SHADOW"), 0o600)
+	base, root, shadow := linkFixture(t)
 
 	// A user's tree: their own linked files go in; root's do not.
 	tree := filepath.Join(base, "tree")
@@ -358,16 +412,9 @@ func TestStageInputsRefusesForeignHardLinks(t *testing.T) {
 	os.Link(filepath.Join(rtree, "a"), filepath.Join(rtree, "b"))
 	os.Link(filepath.Join(root, "audit.jsonl"), filepath.Join(rtree, "audit"))
 	os.Link(filepath.Join(root, "keys", "receipt.key"), filepath.Join(rtree, "key"))
-	for _, p := range []string{tree, filepath.Join(tree, "sub"), filepath.Join(tree, "own.txt"), filepath.Join(rtree, "users")} {
-		if err := os.Lchown(p, user, user); err != nil {
-			t.Fatal(err)
-		}
-	}
+	modes(t, user, []string{tree, filepath.Join(tree, "sub"), filepath.Join(tree, "own.txt"), filepath.Join(rtree, "users")}, nil)
 
-	for _, c := range []struct {
-		in   Input
-		want string // "" when staged
-	}{
+	wantStaged(t, root, []stageCase{
 		{Input{Host: "tree/own.txt", Beneath: base}, "owned by uid 0"}, // the input root, base, is root's
 		{Input{Host: tree}, "has 3 hard links and is owned by uid 0, but the input root"},
 		{Input{Host: "sub", Beneath: tree}, "has 3 hard links and is owned by uid 0, but the input root"},
@@ -380,18 +427,167 @@ func TestStageInputsRefusesForeignHardLinks(t *testing.T) {
 		{Input{Host: "audit", Beneath: rtree}, "airlock's own file"},
 		{Input{Host: "key", Beneath: rtree}, "airlock's own file"},
 		{Input{Host: filepath.Join(rtree, "audit")}, "airlock's own file"},
+	})
+}
+
+// A root-owned directory others may write in (a 1777 drop directory, one
+// writable by another group) is anyone's for the hard-link rule: a file
+// of root's with two links in it may be another user's link to a file
+// they cannot read. A tree of root's own that no one else may write in
+// stages its linked files as before, and so does a user's 0775 directory
+// of their own private group (umask 002).
+func TestStageInputsRefusesLinksInWritableRoots(t *testing.T) {
+	roottest.Require(t, "inputs are staged on a tmpfs mount")
+	base, root, shadow := linkFixture(t)
+	drop := filepath.Join(base, "drop") // root's, mode 1777
+	os.MkdirAll(filepath.Join(drop, "sub"), 0o755)
+	os.Link(shadow, filepath.Join(drop, "notes.txt"))
+	os.WriteFile(filepath.Join(drop, "sub", "ok.txt"), []byte("ok"), 0o644)
+	group := filepath.Join(base, "group") // root's, group 4321, mode 0775
+	os.MkdirAll(group, 0o755)
+	os.Link(shadow, filepath.Join(group, "notes.txt"))
+	if err := os.Chown(group, 0, 4321); err != nil {
+		t.Fatal(err)
+	}
+	private := filepath.Join(base, "private") // root's, group root, mode 0775
+	os.MkdirAll(private, 0o755)
+	os.WriteFile(filepath.Join(private, "a"), []byte("a"), 0o644)
+	os.Link(filepath.Join(private, "a"), filepath.Join(private, "b"))
+	rtree := filepath.Join(base, "rtree") // root's, mode 0755, one subdirectory 0777
+	os.MkdirAll(filepath.Join(rtree, "open"), 0o755)
+	os.WriteFile(filepath.Join(rtree, "a"), []byte("a"), 0o644)
+	os.Link(filepath.Join(rtree, "a"), filepath.Join(rtree, "b"))
+	os.Link(shadow, filepath.Join(rtree, "open", "notes.txt"))
+	modes(t, 0, nil, map[string]os.FileMode{drop: 0o777 | os.ModeSticky, group: 0o775, private: 0o775, filepath.Join(rtree, "open"): 0o777})
+
+	wantStaged(t, root, []stageCase{
+		{Input{Host: drop}, `but the input root "` + drop + `" is writable by every user (mode 01777), so anyone may have linked it there`},
+		{Input{Host: "notes.txt", Beneath: drop}, "is writable by every user (mode 01777)"},
+		{Input{Host: "sub", Beneath: drop}, ""}, // one link each
+		{Input{Host: group}, "is writable by its group 4321 (mode 0775)"},
+		{Input{Host: private}, ""},
+		{Input{Host: rtree}, "the directory holding it is writable by every user (mode 0777)"},
+		{Input{Host: "open/notes.txt", Beneath: rtree}, "chmod go-w"},
+		{Input{Host: "a", Beneath: rtree}, ""},
+		{Input{Host: "b", Beneath: rtree}, ""},
+		{Input{Host: filepath.Join(rtree, "b")}, ""},
+	})
+}
+
+// tarHost runs TarHostTree on src, as airlock cp does, with airlock's
+// root at root, and returns the files it sent (name to bytes) and its
+// decisions.
+func tarHost(t *testing.T, src, root string) (map[string]string, *decisions, error) {
+	t.Helper()
+	var buf bytes.Buffer
+	d := &decisions{}
+	err := TarHostTree(context.Background(), src, &buf, "/home/user/x", 0, d.add, AirlockRoot(root))
+	sent := map[string]string{}
+	tr := tar.NewReader(&buf)
+	for err == nil {
+		h, terr := tr.Next()
+		if errors.Is(terr, io.EOF) {
+			break
+		}
+		if terr != nil {
+			t.Fatal(terr)
+		}
+		b, _ := io.ReadAll(tr)
+		sent[h.Name] = string(b)
+	}
+	return sent, d, err
+}
+
+// airlock cp reads a host tree as root, so it refuses what staging does:
+// a file with more than one link that anyone but its owner may have
+// linked into the tree (root's file in another user's tree, or in a
+// directory every user may write in), and any file or directory of
+// airlock's root. A tree of root's own with links between its own files
+// still copies.
+func TestTarHostTreeRefusesForeignHardLinks(t *testing.T) {
+	roottest.Require(t, "chown")
+	const user = 4321
+	base, root, shadow := linkFixture(t)
+	// A user's tree: their own linked files go; root's do not.
+	tree := filepath.Join(base, "tree")
+	os.MkdirAll(tree, 0o755)
+	os.WriteFile(filepath.Join(tree, "own.txt"), []byte("own"), 0o644)
+	os.Link(filepath.Join(tree, "own.txt"), filepath.Join(tree, "own-again.txt"))
+	os.Link(shadow, filepath.Join(tree, "notes.txt"))
+	// A tree of root's own, with a user's directory and a 1777 one in it.
+	rtree := filepath.Join(base, "rtree")
+	os.MkdirAll(filepath.Join(rtree, "users"), 0o755)
+	os.MkdirAll(filepath.Join(rtree, "drop"), 0o755)
+	os.WriteFile(filepath.Join(rtree, "a"), []byte("a"), 0o644)
+	os.Link(filepath.Join(rtree, "a"), filepath.Join(rtree, "b"))
+	os.Link(shadow, filepath.Join(rtree, "users", "shadow"))
+	os.Link(shadow, filepath.Join(rtree, "drop", "shadow"))
+	os.Link(filepath.Join(root, "audit.jsonl"), filepath.Join(rtree, "audit"))
+	os.Link(filepath.Join(root, "keys", "receipt.key"), filepath.Join(rtree, "key"))
+	// A drop directory of root's, mode 1777: anyone's.
+	drop := filepath.Join(base, "drop")
+	os.MkdirAll(drop, 0o755)
+	os.Link(shadow, filepath.Join(drop, "notes.txt"))
+	modes(t, user, []string{tree, filepath.Join(tree, "own.txt"), filepath.Join(rtree, "users")},
+		map[string]os.FileMode{filepath.Join(rtree, "drop"): 0o777 | os.ModeSticky, drop: 0o777 | os.ModeSticky})
+
+	for _, c := range []struct {
+		src     string
+		refused map[string][]string // path below the tree: what its refusal says
+		sent    map[string]string   // name: bytes
+	}{
+		{tree, map[string][]string{"notes.txt": {
+			filepath.Join(tree, "notes.txt") + ` has 5 hard links and is owned by uid 0, but the tree's root "` + tree + `" is owned by uid 4321`,
+			"Copy the file into the tree instead of linking it (cp, not ln)",
+		}}, map[string]string{"own.txt": "own", "own-again.txt": "own"}},
+		{rtree, map[string][]string{
+			"users/shadow": {"the directory holding it is owned by uid 4321"},
+			"drop/shadow":  {"the directory holding it is writable by every user (mode 01777)", "chmod go-w"},
+			"audit":        {"airlock's own file", "remove the link from the tree"},
+			"key":          {"airlock's own file"},
+		}, map[string]string{"a": "a", "b": "a", "users/": "", "drop/": ""}},
+		{drop, map[string][]string{"notes.txt": {`the tree's root "` + drop + `" is writable by every user (mode 01777), so anyone may have linked it there`}}, nil},
 	} {
-		c.in.Sandbox = "/work/x"
-		sc, err := stageFor(t, root, []Input{c.in}, 1<<20)
-		switch {
-		case c.want == "" && err != nil:
-			t.Errorf("%+v: %v", c.in, err)
-		case c.want != "" && (err == nil || !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), c.want)):
-			t.Errorf("%+v: %v, want a refusal saying %q", c.in, err, c.want)
+		sent, d, err := tarHost(t, c.src, root)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if stagedContains(t, sc.dir, []byte("SECRET")) {
-			t.Errorf("%+v: a secret was staged", c.in)
+		for rel, wants := range c.refused {
+			p := "/home/user/x/" + rel
+			d.want(t, p, artifacts.ReasonHardlink)
+			for _, want := range wants {
+				if tr := d.byPath[p]; !strings.Contains(tr.Detail, want) {
+					t.Errorf("%s: %q, want it to say %q", p, tr.Detail, want)
+				}
+			}
 		}
-		sc.cleanup()
+		for name, body := range sent {
+			if strings.Contains(body, "SECRET") || c.sent[name] != body {
+				t.Errorf("%s: %s sent %q", c.src, name, body)
+			}
+		}
+		if len(sent) != len(c.sent) || len(d.all) != len(c.refused) {
+			t.Errorf("%s: sent %v, decisions %v", c.src, sent, d.paths())
+		}
+	}
+
+	// airlock's root is never sent: named, or held by the tree.
+	for _, src := range []string{root, filepath.Join(root, "keys")} {
+		if _, _, err := tarHost(t, src, root); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "airlock's own state directory") {
+			t.Errorf("%s: %v, want a refusal naming airlock's state directory", src, err)
+		}
+	}
+	sent, d, err := tarHost(t, base, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.want(t, "/home/user/x/root", ReasonInvalidPath)
+	for name, body := range sent {
+		if strings.Contains(body, "SECRET-AUDIT") || strings.Contains(body, "SECRET-KEY") {
+			t.Errorf("%s: airlock's file was sent", name)
+		}
+	}
+	if sent["shadow"] != "SECRET-SHADOW" {
+		t.Errorf("root's own file in root's own tree was not sent: %v", d.paths())
 	}
 }

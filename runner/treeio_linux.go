@@ -2,6 +2,7 @@ package runner
 
 import (
 	"archive/tar"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"math"
 	"os"
 	"path"
+	"path/filepath"
 
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
@@ -32,8 +34,24 @@ const hostResolve = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOL
 // the sandbox would refuse, a file over maxFile bytes when maxFile is
 // positive) is left out and reported through each, its path shown below
 // base, the sandbox directory the tree goes to; nothing of it is opened or
-// sent. A file that changes size while read ends the stream with an error.
-func TarHostTree(ctx context.Context, src string, w io.Writer, base string, maxFile int64, each func(Transfer)) error {
+// sent. So is what the input stager refuses (treeGuard): a directory or
+// file of airlock's root, and a file with more than one link that anyone
+// but its owner may have linked in. A src at or below airlock's root is
+// refused whole. A file that changes size while read ends the stream with
+// an error.
+func TarHostTree(ctx context.Context, src string, w io.Writer, base string, maxFile int64, each func(Transfer), opts ...HostTreeOption) error {
+	h := &hostTree{src: src, base: base, maxFile: maxFile, each: each}
+	for _, o := range opts {
+		o(h)
+	}
+	var err error
+	h.protected, h.protectedFiles, err = protectedDirs(cmp.Or(h.airlockRoot, DefaultRoot))
+	if errors.Is(err, os.ErrNotExist) && h.airlockRoot == "" {
+		// No airlock state at the default root: nothing of it to keep out.
+		h.protected, h.protectedFiles = nil, nil
+	} else if err != nil {
+		return fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
+	}
 	fd, err := unix.Open(src, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	switch {
 	case errors.Is(err, unix.ELOOP):
@@ -46,22 +64,40 @@ func TarHostTree(ctx context.Context, src string, w io.Writer, base string, maxF
 		return fmt.Errorf("%w: opening %s: %v", errdefs.ErrUnavailable, src, err)
 	}
 	defer unix.Close(fd)
-	h := &hostTree{tw: tar.NewWriter(w), base: base, maxFile: maxFile, each: each}
-	if err := h.walk(ctx, fd, "", 0); err != nil {
+	if err := h.checkAncestors(fd, "."); err != nil {
+		return fmt.Errorf("%s: %w", src, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("%w: checking %s: %v", errdefs.ErrUnavailable, src, err)
+	}
+	h.rootWhat, h.root = fmt.Sprintf("the tree's root %q", src), dirOwner(&st)
+	h.tw = tar.NewWriter(w)
+	if err := h.walk(ctx, fd, "", 0, h.root); err != nil {
 		return err
 	}
 	return h.tw.Close()
 }
 
+// HostTreeOption sets how TarHostTree reads a host tree.
+type HostTreeOption func(*hostTree)
+
+// AirlockRoot names airlock's state directory, none of which TarHostTree
+// ever sends; DefaultRoot unless told.
+func AirlockRoot(root string) HostTreeOption { return func(h *hostTree) { h.airlockRoot = root } }
+
 type hostTree struct {
-	tw      *tar.Writer
-	base    string
-	maxFile int64
-	each    func(Transfer)
-	sum     TreeSummary // counts only the refusals reported here
+	tw          *tar.Writer
+	src, base   string
+	maxFile     int64
+	each        func(Transfer)
+	sum         TreeSummary // counts only the refusals reported here
+	airlockRoot string
+	treeGuard
 }
 
-func (h *hostTree) walk(ctx context.Context, dirfd int, rel string, depth int) error {
+// walk sends the directory dirfd, rel below src, in which dir may link.
+func (h *hostTree) walk(ctx context.Context, dirfd int, rel string, depth int, dir linkOwner) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -87,6 +123,10 @@ func (h *hostTree) walk(ctx context.Context, dirfd int, rel string, depth int) e
 				treeRecord(&h.sum, h.each, t, refuse(artifacts.ReasonTooMany, "nested deeper than %d directories", maxInputDepth))
 				continue
 			}
+			if p, ok := h.protected[devInoOf(&st)]; ok {
+				treeRecord(&h.sum, h.each, t, refuse(ReasonInvalidPath, "airlock's own state directory %q (keys, store, run state), which never goes into a sandbox; copy a tree that does not hold it", p))
+				continue
+			}
 			sub, err := h.open(dirfd, name, &st, unix.O_DIRECTORY)
 			if err != nil {
 				treeRecord(&h.sum, h.each, t, err)
@@ -94,7 +134,7 @@ func (h *hostTree) walk(ctx context.Context, dirfd int, rel string, depth int) e
 			}
 			err = h.tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: relp + "/", Mode: 0o755})
 			if err == nil {
-				err = h.walk(ctx, sub, relp, depth+1)
+				err = h.walk(ctx, sub, relp, depth+1, dirOwner(&st))
 			}
 			unix.Close(sub)
 			if err != nil {
@@ -105,7 +145,7 @@ func (h *hostTree) walk(ctx context.Context, dirfd int, rel string, depth int) e
 				treeRecord(&h.sum, h.each, t, refuse(ReasonTooLarge, "%d bytes, over the %d-byte file cap", st.Size, h.maxFile))
 				continue
 			}
-			if err := h.file(ctx, dirfd, name, relp, &st, t); err != nil {
+			if err := h.file(ctx, dirfd, name, relp, &st, t, dir); err != nil {
 				return err
 			}
 		case unix.S_IFLNK:
@@ -139,7 +179,8 @@ func (h *hostTree) open(dirfd int, name string, st *unix.Stat_t, flags uint64) (
 	return fd, nil
 }
 
-func (h *hostTree) file(ctx context.Context, dirfd int, name, rel string, st *unix.Stat_t, t Transfer) error {
+// file sends the regular file name in dirfd, in which dir may link.
+func (h *hostTree) file(ctx context.Context, dirfd int, name, rel string, st *unix.Stat_t, t Transfer, dir linkOwner) error {
 	fd, err := h.open(dirfd, name, st, 0)
 	if err != nil {
 		treeRecord(&h.sum, h.each, t, err)
@@ -147,6 +188,10 @@ func (h *hostTree) file(ctx context.Context, dirfd int, name, rel string, st *un
 	}
 	f := os.NewFile(uintptr(fd), name)
 	defer f.Close()
+	if why := h.linked(st, dir); why != "" {
+		treeRecord(&h.sum, h.each, t, refuse(artifacts.ReasonHardlink, "%s %s", filepath.Join(h.src, rel), why))
+		return nil
+	}
 	if err := h.tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Size: st.Size, Mode: 0o644}); err != nil {
 		return err
 	}

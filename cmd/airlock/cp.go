@@ -131,7 +131,7 @@ func runCp(cmd *cobra.Command, g *globals, src, dst string, fl cpFlags) error {
 		ctx := cmd.Context()
 		return copyTree(cmd, fl, func(each func(runner.Transfer)) (runner.TreeSummary, error) {
 			if dok {
-				return uploadTree(ctx, src, dpath, sb.IsDir, sb.Info().WorkspaceBytes, func(p string, r io.Reader) (runner.TreeSummary, error) {
+				return uploadTree(ctx, g.root, src, dpath, sb.IsDir, sb.Info().WorkspaceBytes, func(p string, r io.Reader) (runner.TreeSummary, error) {
 					return sb.UploadTree(ctx, p, r, each)
 				}, each)
 			}
@@ -257,8 +257,9 @@ func copyTree(cmd *cobra.Command, fl cpFlags, copyIt func(each func(runner.Trans
 
 // uploadTree sends the host directory host to the sandbox directory p:
 // into p/<name of host> when p is a directory (isDir), as p otherwise.
-// put writes the tar stream of the tree (files up to maxFile bytes).
-func uploadTree(ctx context.Context, host, p string, isDir func(string) (bool, error), maxFile int64,
+// put writes the tar stream of the tree (files up to maxFile bytes);
+// nothing of airlock's root goes in it.
+func uploadTree(ctx context.Context, root, host, p string, isDir func(string) (bool, error), maxFile int64,
 	put func(p string, r io.Reader) (runner.TreeSummary, error), each func(runner.Transfer)) (runner.TreeSummary, error) {
 	host, whole := contents(host)
 	p, _ = contents(p)
@@ -275,7 +276,7 @@ func uploadTree(ctx context.Context, host, p string, isDir func(string) (bool, e
 	pr, pw := io.Pipe()
 	hostErr := make(chan error, 1)
 	go func() {
-		err := runner.TarHostTree(ctx, host, pw, p, maxFile, each)
+		err := runner.TarHostTree(ctx, host, pw, p, maxFile, each, runner.AirlockRoot(root))
 		pw.CloseWithError(err)
 		hostErr <- err
 	}()
@@ -394,7 +395,7 @@ func cpKube(cmd *cobra.Command, g *globals, id, src, dst, spath, dpath string, u
 	if tree {
 		return copyTree(cmd, fl, func(each func(runner.Transfer)) (runner.TreeSummary, error) {
 			if up {
-				return uploadTree(ctx, src, dpath, isDir, int64(runner.DefaultWorkspaceSize), func(p string, r io.Reader) (runner.TreeSummary, error) {
+				return uploadTree(ctx, g.root, src, dpath, isDir, int64(runner.DefaultWorkspaceSize), func(p string, r io.Reader) (runner.TreeSummary, error) {
 					return svc.UploadTreeKube(ctx, id, p, r, each)
 				}, each)
 			}

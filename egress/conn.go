@@ -310,6 +310,8 @@ func (p *Proxy) forward(ctx context.Context, client activeConn, req *http.Reques
 	case err == nil:
 		p.record(rec)
 		return keep && (body == nil || body.eof)
+	case status == 0 && errors.As(err, &ref) && ref.reason == ReasonClosed && rec.Reason == ReasonClosed:
+		p.record(rec) // the sandbox went away mid-request: no one to answer
 	case status == 0 && errors.As(err, &ref):
 		if rec.Reason == ReasonClosed {
 			rec.Reason = ref.reason
@@ -325,21 +327,39 @@ func (p *Proxy) forward(ctx context.Context, client activeConn, req *http.Reques
 }
 
 // eofBody is a request's body as the upstream request reads it: it says
-// whether it was read to its end, and leaves closing to the server side.
+// whether it was read to its end, or why reading it from the sandbox
+// failed, and leaves closing to the server side.
 type eofBody struct {
 	r   io.Reader
 	eof bool
+	err error
 }
 
 func (b *eofBody) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
 	if err == io.EOF {
 		b.eof = true
+	} else if err != nil {
+		b.err = err
 	}
 	return n, err
 }
 
 func (*eofBody) Close() error { return nil }
+
+// sendFailed says why writing out to the upstream failed: the sandbox's
+// side, when reading its body did (it went away before the body's end,
+// or sent one the proxy cannot read), else the upstream's.
+func sendFailed(out *http.Request) *refusal {
+	b, ok := out.Body.(*eofBody)
+	switch {
+	case !ok || b.err == nil:
+		return &refusal{ReasonUpstream, "sending the request failed"}
+	case errors.Is(b.err, io.ErrUnexpectedEOF) || errors.As(b.err, new(net.Error)):
+		return &refusal{ReasonClosed, "the sandbox closed its connection before the request's body ended"}
+	}
+	return badRequest("the request's body could not be read")
+}
 
 // exchange writes out to the upstream and its response back to the
 // client; status is the upstream's, 0 before a response was read. The
@@ -348,7 +368,7 @@ func (*eofBody) Close() error { return nil }
 func (p *Proxy) exchange(up net.Conn, client net.Conn, out *http.Request, keep bool) (status int, kept bool, err error) {
 	bw := bufio.NewWriterSize(up, 4096)
 	if err := out.Write(bw); err != nil {
-		return 0, false, &refusal{ReasonUpstream, "sending the request failed"}
+		return 0, false, sendFailed(out)
 	}
 	if err := bw.Flush(); err != nil {
 		return 0, false, &refusal{ReasonUpstream, "sending the request failed"}
@@ -372,6 +392,12 @@ func (p *Proxy) exchange(up net.Conn, client net.Conn, out *http.Request, keep b
 			resp.Header.Write(client)
 			io.WriteString(client, "\r\n")
 			continue
+		}
+		if resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified {
+			// No body, whatever the header says: a chunked one would be
+			// written a last-chunk the client takes for its next response.
+			// (Response.Write writes none after the header for HEAD.)
+			resp.TransferEncoding, resp.ContentLength = nil, 0
 		}
 		kept = keep && (resp.ContentLength >= 0 || len(resp.TransferEncoding) > 0)
 		resp.Close = !kept

@@ -76,6 +76,26 @@ func TestHostsResolver(t *testing.T) {
 	}
 }
 
+// TestResolverRooted: the host's resolver is asked for rooted names, so
+// that its search list and ndots cannot make an allowed name another
+// ("x.example.org.corp.example"); a pinned name is still the pins'.
+func TestResolverRooted(t *testing.T) {
+	var asked []string
+	lookup := func(_ context.Context, network, host string) ([]netip.Addr, error) {
+		asked = append(asked, network+" "+host)
+		return []netip.Addr{netip.MustParseAddr("192.0.2.1")}, nil
+	}
+	r := Hosts{"mirror.lab": {netip.MustParseAddr("192.0.2.2")}}.Resolver(rooted(lookup))
+	for _, name := range []string{"x.example.org", "mirror", "x.example.org.", "mirror.lab"} {
+		if got, err := r(context.Background(), name); err != nil || len(got) != 1 {
+			t.Errorf("%s: %v, %v", name, got, err)
+		}
+	}
+	if want := []string{"ip x.example.org.", "ip mirror.", "ip x.example.org."}; !slices.Equal(asked, want) {
+		t.Errorf("asked %q; want %q", asked, want)
+	}
+}
+
 func TestLoadHosts(t *testing.T) {
 	dir := t.TempDir()
 	big := filepath.Join(dir, "big")

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,9 +19,23 @@ import (
 // the host's resolver (net.DefaultResolver).
 type Resolver func(ctx context.Context, host string) ([]netip.Addr, error)
 
-// systemResolver is the host's resolver.
+// systemResolver is the host's resolver, asked for rooted names: Go's
+// own, reading /etc/hosts and resolv.conf's servers, whatever
+// nsswitch.conf says, so that a name is answered alike on every host
+// (glibc's never reads /etc/hosts for a rooted name).
 func systemResolver(ctx context.Context, host string) ([]netip.Addr, error) {
-	return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	return rooted(goResolver.LookupNetIP)(ctx, host)
+}
+
+var goResolver = &net.Resolver{PreferGo: true}
+
+// rooted asks lookup for host as a rooted name ("x.example.org."), so
+// that the host's search list and ndots never make it another name: the
+// address dialled is the allowed name's own, or there is none.
+func rooted(lookup func(ctx context.Context, network, host string) ([]netip.Addr, error)) Resolver {
+	return func(ctx context.Context, host string) ([]netip.Addr, error) {
+		return lookup(ctx, "ip", strings.TrimSuffix(host, ".")+".")
+	}
 }
 
 // Limits bound one sandbox's egress. A zero field takes its default.
@@ -114,7 +129,11 @@ type Record struct {
 	// Addr is the address dialled, or when none could be, the first the
 	// name resolved to.
 	Addr netip.Addr `json:"addr,omitzero"`
-	// BytesUp went from the sandbox to the host, BytesDown back.
+	// BytesUp went from the sandbox to the host, BytesDown back: what
+	// the upstream connection carried, each byte taken from the budget.
+	// For a forwarded request, the request's and the response's headers
+	// count too (and a route's TLS); for a tunnel, the CONNECT and its
+	// 200 do not.
 	BytesUp   int64 `json:"bytes_up"`
 	BytesDown int64 `json:"bytes_down"`
 	Allowed   bool  `json:"allowed"`
@@ -398,10 +417,10 @@ func (p *Proxy) record(r Record) {
 }
 
 // sampled says whether r is written as the sampler allows: a refusal, or
-// an allowed connection that failed before a byte passed (no limit
-// bounds how often a sandbox may try those).
+// an allowed connection that moved no byte either way, however it ended
+// (it cost no budget, so no limit bounds how often a sandbox may make one).
 func sampled(r Record) bool {
-	return !r.Allowed || r.BytesUp == 0 && r.BytesDown == 0 && (r.Reason == ReasonDial || r.Reason == ReasonTLS)
+	return !r.Allowed || r.BytesUp == 0 && r.BytesDown == 0
 }
 
 // flushRefusals writes the count of refusals left out and not yet

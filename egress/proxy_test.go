@@ -410,20 +410,24 @@ func TestPortsNotAllowed(t *testing.T) {
 	}
 }
 
+// TestTraceRefused: TRACE and TRACK are refused in any case, since a
+// server may take "trace" as TRACE and echo a route's header.
 func TestTraceRefused(t *testing.T) {
 	s, c := upstream(t)
 	h := newHarness(t, []string{fmt.Sprintf("127.0.0.1:%d", portOf(t, s.URL))})
-	req, _ := http.NewRequest("TRACE", s.URL, nil)
-	resp, err := h.client(nil).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 405 || c.count() != 0 {
-		t.Errorf("TRACE: %d, upstream saw %d", resp.StatusCode, c.count())
-	}
-	if r := h.last(); r.Reason != ReasonMethod || r.Allowed {
-		t.Errorf("record %+v", r)
+	for _, method := range []string{"TRACE", "trace", "Trace", "TRACK", "track"} {
+		req, _ := http.NewRequest(method, s.URL, nil)
+		resp, err := h.client(nil).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 405 || c.count() != 0 {
+			t.Errorf("%s: %d, upstream saw %d", method, resp.StatusCode, c.count())
+		}
+		if r := h.last(); r.Reason != ReasonMethod || r.Allowed {
+			t.Errorf("%s: record %+v", method, r)
+		}
 	}
 }
 
@@ -679,6 +683,27 @@ func TestByteLimitUpload(t *testing.T) {
 	}
 }
 
+// TestUploadAborted: a body the sandbox stops sending is its side's end
+// (closed, or bad_request when it cannot be read), not the host's failure.
+func TestUploadAborted(t *testing.T) {
+	s, _ := upstream(t)
+	h := newHarness(t, []string{fmt.Sprintf("127.0.0.1:%d", portOf(t, s.URL))})
+	conn := dialRaw(t, h.addr)
+	fmt.Fprintf(conn, "POST %s/ HTTP/1.1\r\nContent-Length: 100\r\n\r\nabc", s.URL)
+	conn.Close()
+	if r := h.last(); !r.Allowed || r.Reason != ReasonClosed || r.BytesUp == 0 {
+		t.Errorf("closed mid-body: record %+v; want allowed, %s", r, ReasonClosed)
+	}
+	conn = dialRaw(t, h.addr)
+	fmt.Fprintf(conn, "POST %s/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", s.URL)
+	if st := status(t, conn); st != 400 {
+		t.Errorf("a malformed chunk: %d", st)
+	}
+	if r := h.last(); !r.Allowed || r.Reason != ReasonBadRequest {
+		t.Errorf("a malformed chunk: record %+v; want allowed, %s", r, ReasonBadRequest)
+	}
+}
+
 // tcpServer serves each connection with serve, on loopback; connections
 // stay open after serve returns, until the test ends.
 func tcpServer(t *testing.T, serve func(net.Conn)) net.Listener {
@@ -777,6 +802,41 @@ func TestUpstreamHostile(t *testing.T) {
 		code, _ := get(t, h.client(nil), "http://"+ln.Addr().String()+"/")
 		if r := h.last(); code != 502 || r.Reason != ReasonUpstreamHeader {
 			t.Errorf("%s: %d, record %+v", name, code, r)
+		}
+	}
+}
+
+// TestBodilessChunked: a 204, a 304 or an answer to HEAD has no body
+// even when the host says it is chunked, so nothing follows its header
+// and the kept connection's next answer is the client's next response.
+func TestBodilessChunked(t *testing.T) {
+	ln := tcpServer(t, func(c net.Conn) {
+		req, err := http.ReadRequest(bufio.NewReader(c))
+		if err != nil {
+			return
+		}
+		switch {
+		case req.URL.Path == "/ok":
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		case req.Method == http.MethodHead:
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+		default:
+			fmt.Fprintf(c, "HTTP/1.1 %s\r\nTransfer-Encoding: chunked\r\n\r\n", req.URL.Path[1:])
+		}
+	})
+	h := newHarness(t, []string{ln.Addr().String()})
+	next := "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok"
+	for first, want := range map[string]string{
+		"GET /204%20No%20Content":   "HTTP/1.1 204 No Content\r\n\r\n",
+		"GET /304%20Not%20Modified": "HTTP/1.1 304 Not Modified\r\n\r\n",
+		"HEAD /":                    "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+	} {
+		conn := dialRaw(t, h.addr)
+		method, path, _ := strings.Cut(first, " ")
+		fmt.Fprintf(conn, "%s http://%s%s HTTP/1.1\r\n\r\nGET http://%s/ok HTTP/1.1\r\nConnection: close\r\n\r\n", method, ln.Addr(), path, ln.Addr())
+		got, err := io.ReadAll(conn)
+		if err != nil || string(got) != want+next {
+			t.Errorf("%s: %q, %v; want %q", first, got, err, want+next)
 		}
 	}
 }
@@ -902,37 +962,55 @@ func TestAuditFailsBeforeServe(t *testing.T) {
 	<-dns
 }
 
-// TestFailedDialsSampled: an allowed host's closed port, tried in a loop,
-// costs no budget, so its dial_failed records are written under the
-// refusals' bound, and the last record counts those left out.
-func TestFailedDialsSampled(t *testing.T) {
+// TestEmptyConnectionsSampled: an allowed connection that moves no byte
+// (a closed port of an allowed host, a tunnel opened and closed empty)
+// costs no budget, so a sandbox making them in a loop has them written
+// under the refusals' bound, and the records count those left out.
+func TestEmptyConnectionsSampled(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	closed := ln.Addr().String()
 	ln.Close()
-	h := newHarness(t, []string{closed})
-	const n = 3 * refusedBurst
-	for range n {
-		if st := h.connect(closed); st != 502 {
-			t.Fatalf("CONNECT to a closed port: %d", st)
-		}
-	}
-	h.stop()
-	err = <-h.done
-	h.done <- err // for the cleanup's wait
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	written, left := 0, int64(0)
-	for _, r := range h.recs {
-		if r.Reason == ReasonDial {
-			written++
-		}
-		left += r.Suppressed
-	}
-	if written > refusedBurst+10 || int64(written)+left != n {
-		t.Errorf("%d dial_failed records written, %d counted as left out, for %d failed dials", written, left, n)
+	open := tcpServer(t, func(c net.Conn) { io.Copy(io.Discard, c); c.Close() }).Addr().String()
+	for name, try := range map[string]func(t *testing.T, h *harness){
+		"dial_failed": func(t *testing.T, h *harness) {
+			if st := h.connect(closed); st != 502 {
+				t.Fatalf("CONNECT to a closed port: %d", st)
+			}
+		},
+		"empty tunnel": func(_ *testing.T, h *harness) {
+			conn, _ := h.tunnelTo(open)
+			conn.Close()
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			const n = 3 * refusedBurst
+			// Closed tunnels end a moment later: none waits for a slot.
+			h := newHarness(t, []string{closed, open}, WithLimits(Limits{Conns: n}))
+			for range n {
+				try(t, h)
+			}
+			h.stop()
+			err := <-h.done
+			h.done <- err // for the cleanup's wait
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			written, left := 0, int64(0)
+			for _, r := range h.recs {
+				if r.Allowed {
+					written++
+				}
+				left += r.Suppressed
+			}
+			if written > refusedBurst+10 || int64(written)+left != n {
+				t.Errorf("%d allowed records written, %d counted as left out, for %d empty connections", written, left, n)
+			}
+			if b := h.p.Stats().Bytes; b != 0 {
+				t.Errorf("%d bytes of budget used", b)
+			}
+		})
 	}
 }
 

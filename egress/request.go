@@ -69,7 +69,8 @@ func parseTarget(req *http.Request) (target, error) {
 	case req.Method == http.MethodConnect:
 		t.kind = KindConnect
 		authority = req.RequestURI
-	case req.Method == http.MethodTrace || req.Method == "TRACK":
+	case strings.EqualFold(req.Method, http.MethodTrace) || strings.EqualFold(req.Method, "TRACK"):
+		// Method names are case-sensitive, but a server may take "trace".
 		return target{}, &refusal{ReasonMethod, "TRACE echoes a request's headers back and is not proxied"}
 	case req.URL.IsAbs():
 		t.kind = KindHTTP

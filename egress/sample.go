@@ -11,10 +11,11 @@ import (
 // counted in full (Stats), but written at most refusedBurst at once and one
 // every refusedEvery after that; a written refusal carries the count of
 // those left out before it, and the proxy's end writes one record with
-// the rest. Allowed connections that failed before a byte passed
-// (dial_failed, tls_failed) are sampled with them. Other allowed
-// connections are always written: they are bounded by the connection and
-// byte limits, and carry the bytes.
+// the rest. Allowed connections that moved no byte either way (a failed
+// dial, a tunnel opened and closed empty) cost no budget, so they are
+// sampled with them. Other allowed connections are always written: each
+// took at least one byte from the budget, so the byte limit bounds how
+// many there are, and they carry the bytes.
 const (
 	refusedBurst = 64
 	refusedEvery = 100 * time.Millisecond

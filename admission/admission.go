@@ -1,7 +1,7 @@
 // Package admission caps the sandboxes and one-shot runs live at once on
-// one airlock root. One Gate is made per server and handed to every face
-// that makes sandboxes or runs (the HTTP API, /run_code, MCP), so that
-// they share one count.
+// one airlock root, those claimed on a cluster included. One Gate is made
+// per server and handed to every face that makes sandboxes or runs (the
+// HTTP API, /run_code, MCP), so that they share one count.
 package admission
 
 import (
@@ -12,14 +12,16 @@ import (
 )
 
 // Gate admits a new sandbox or run while fewer than its maximum are live:
-// the sandboxes recorded under its root (warm pools' included) plus the
-// admissions not yet released. A nil Gate admits everything.
+// the sandboxes recorded under its root (warm pools' included), those
+// CountAlso counts, and the admissions not yet released. A nil Gate
+// admits everything.
 type Gate struct {
 	root string
 	max  int
 
 	mu      sync.Mutex
 	pending int
+	others  func() (int, error)
 }
 
 // New returns a Gate allowing max sandboxes and runs under root.
@@ -44,6 +46,29 @@ func (e *OverLimitError) Error() string {
 // ResourceExhausted classifies the error for errdefs.
 func (e *OverLimitError) ResourceExhausted() {}
 
+// CountAlso has g count, beside the sandboxes recorded under its root,
+// those others counts: the service's sandboxes on a cluster, whose
+// records this package does not read. It replaces an earlier call's.
+func (g *Gate) CountAlso(others func() (int, error)) {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.others = others
+}
+
+// live counts the sandboxes recorded; g.mu is held, so that a count and
+// the admission it allows are one step.
+func (g *Gate) live() (int, error) {
+	list, err := runner.ListSandboxes(g.root)
+	if err != nil || g.others == nil {
+		return len(list), err
+	}
+	n, err := g.others()
+	return len(list) + n, err
+}
+
 // Room says whether one more sandbox or run would be admitted now.
 func (g *Gate) Room() bool {
 	if g == nil {
@@ -51,8 +76,8 @@ func (g *Gate) Room() bool {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	list, err := runner.ListSandboxes(g.root)
-	return err == nil && len(list)+g.pending < g.max
+	n, err := g.live()
+	return err == nil && n+g.pending < g.max
 }
 
 // Admit reserves room for one more sandbox or run; release gives it back
@@ -64,11 +89,11 @@ func (g *Gate) Admit() (release func(), err error) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	list, err := runner.ListSandboxes(g.root)
+	n, err := g.live()
 	if err != nil {
 		return nil, err
 	}
-	if n := len(list) + g.pending; n >= g.max {
+	if n += g.pending; n >= g.max {
 		return nil, &OverLimitError{Live: n, Max: g.max}
 	}
 	return Reserve(&g.mu, &g.pending), nil

@@ -44,3 +44,27 @@ func TestNilGateAdmits(t *testing.T) {
 	}
 	release()
 }
+
+// What CountAlso counts is live too, and a count that fails refuses.
+func TestGateCountsOthers(t *testing.T) {
+	g := New(t.TempDir(), 2)
+	others, fail := 1, error(nil)
+	g.CountAlso(func() (int, error) { return others, fail })
+	release, err := g.Admit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ol *OverLimitError
+	if _, err := g.Admit(); !errors.As(err, &ol) || ol.Live != 2 {
+		t.Fatalf("an admission with 1 other and 1 pending under 2: %v", err)
+	}
+	release()
+	others = 0
+	if !g.Room() {
+		t.Fatal("no room once the others are gone")
+	}
+	fail = errors.New("unreadable")
+	if _, err := g.Admit(); !errors.Is(err, fail) || g.Room() {
+		t.Fatalf("a failed count: %v, room %v", err, g.Room())
+	}
+}

@@ -31,8 +31,18 @@ import (
 
 func (s *Service) claims() *claim.Store { return claim.Open(s.root) }
 
+// kubeCount counts the sandboxes on a cluster for admission: each from
+// its record's writing, before the claim is made, until rm has seen the
+// claim and its pod gone and removed the record. A corrupt record fails
+// the count, and so the admission.
+func (s *Service) kubeCount() (int, error) {
+	list, err := s.claims().List()
+	return len(list), err
+}
+
 // CreateKube claims a sandbox from a warm pool on a cluster (o.ID is
-// set here) and waits until it runs; admission counts it like any other.
+// set here) and waits until it runs; admission counts it like any other,
+// its record once written (kubeCount).
 func (s *Service) CreateKube(ctx context.Context, o claim.CreateOptions) (claim.Record, error) {
 	release, err := s.gate.Admit()
 	if err != nil {

@@ -57,8 +57,14 @@ type Option func(*Service)
 func WithEngine(name string) Option { return func(s *Service) { s.engine = name } }
 
 // WithAdmission caps the sandboxes and runs live at once by gate (airlock
-// serve's --max-sandboxes); without it every one is admitted.
-func WithAdmission(g *admission.Gate) Option { return func(s *Service) { s.gate = g } }
+// serve's --max-sandboxes), those claimed on a cluster included (the
+// service hands g their count); without it every one is admitted.
+func WithAdmission(g *admission.Gate) Option {
+	return func(s *Service) {
+		s.gate = g
+		g.CountAlso(s.kubeCount)
+	}
+}
 
 // WithLogger sets the logger; the default discards.
 func WithLogger(l *slog.Logger) Option { return func(s *Service) { s.log = l } }

@@ -67,8 +67,9 @@ func CheckName(name string) string { return checkName(name) }
 // rules and, when it passes, writes it to w: a symlink, a FIFO, a device,
 // a socket, a directory or a hardlinked file is refused without being
 // read (nothing is opened in a way that could block), the size is checked
-// on the open fd before reading, and the type is detected from the bytes
-// written, before any of them reach w. shown names the file in reports.
+// on the open fd before reading (a sparse file is refused, as Collect
+// refuses it), and the type is detected from the bytes written, before
+// any of them reach w. shown names the file in reports.
 // It returns an error only when it cannot do its job (w failed, ctx
 // done); a refused file is a Rejection.
 func CopyFile(ctx context.Context, dirfd int, name, shown string, w io.Writer, opt FileOptions) (Artifact, *Rejection, error) {
@@ -117,6 +118,9 @@ func CopyFile(ctx context.Context, dirfd int, name, shown string, w io.Writer, o
 	if fst.Size > opt.MaxBytes {
 		return reject(ReasonTooLarge, fmt.Sprintf("%d bytes, over the %d-byte file cap", fst.Size, opt.MaxBytes))
 	}
+	if sparse(&fst) {
+		return reject(ReasonTooLarge, fmt.Sprintf("%d bytes, of which %d are stored (a sparse file): airlock reads only files whose bytes were written", fst.Size, fst.Blocks*512))
+	}
 	return copyChecked(ctx, f, name, shown, w, opt, fst.Size < smallFile)
 }
 
@@ -164,7 +168,7 @@ func copyChecked(ctx context.Context, f io.Reader, name, shown string, w io.Writ
 		return reject(ReasonTypeMismatch, mismatchDetail(m, ext))
 	}
 	// The rest may grow while it is read (the sandbox lives): the cap holds.
-	cw := &countingWriter{w: w}
+	cw := &CountingWriter{W: w}
 	r := io.MultiReader(bytes.NewReader(head), io.LimitReader(ctxReader{ctx, f}, opt.MaxBytes+1-int64(k)))
 	var n int64
 	var sum []byte
@@ -183,7 +187,7 @@ func copyChecked(ctx context.Context, f io.Reader, name, shown string, w io.Writ
 		return Artifact{}, nil, fmt.Errorf("copying %q: %w", shown, err)
 	}
 	if n > opt.MaxBytes {
-		return Artifact{}, nil, fmt.Errorf("copying %q: %w: it grew past the %d-byte cap while being read; %d bytes were written", shown, ErrGrew, opt.MaxBytes, cw.n)
+		return Artifact{}, nil, fmt.Errorf("copying %q: %w: it grew past the %d-byte cap while being read; %d bytes were written", shown, ErrGrew, opt.MaxBytes, cw.N)
 	}
 	return Artifact{Path: shown, Size: n, SHA256: hex.EncodeToString(sum), MIME: baseType(m.String())}, nil, nil
 }
@@ -196,14 +200,15 @@ func sourceText(m *mimetype.MIME, ext string) bool {
 	return slices.Contains(sourceTypes, baseType(m.String())) && slices.Contains(sourceExtensions, ext)
 }
 
-type countingWriter struct {
-	w io.Writer
-	n int64
+// CountingWriter counts in N what passes through it to W.
+type CountingWriter struct {
+	W io.Writer
+	N int64
 }
 
-func (c *countingWriter) Write(p []byte) (int, error) {
-	k, err := c.w.Write(p)
-	c.n += int64(k)
+func (c *CountingWriter) Write(p []byte) (int, error) {
+	k, err := c.W.Write(p)
+	c.N += int64(k)
 	return k, err
 }
 

@@ -6,8 +6,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/gabriel-vasile/mimetype"
@@ -130,4 +132,23 @@ func (g *growWriter) Write(p []byte) (int, error) {
 	}
 	g.n += len(p)
 	return len(p), nil
+}
+
+// A sparse file is refused unread, as Collect refuses it: its size costs
+// the sandbox nothing, its reading costs the host.
+func TestCopyFileSparse(t *testing.T) {
+	dir := t.TempDir()
+	f, err := os.Create(filepath.Join(dir, "zeros.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Truncate(1 << 30)
+	f.Close()
+	fd, _ := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	defer unix.Close(fd)
+	w := CountingWriter{W: io.Discard}
+	_, rej, err := CopyFile(context.Background(), fd, "zeros.bin", "zeros.bin", &w, FileOptions{MaxBytes: 2 << 30, Types: []string{"application/octet-stream"}})
+	if err != nil || rej == nil || rej.Reason != ReasonTooLarge || !strings.Contains(rej.Detail, "a sparse file") || w.N != 0 {
+		t.Errorf("%v, %+v, %d bytes written; want refused unread as sparse", err, rej, w.N)
+	}
 }

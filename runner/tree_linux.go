@@ -36,7 +36,10 @@ import (
 //     directory from its fd and passes every file through the artifact
 //     scanner's one-file check (artifacts.CopyFile) into a TreeSink:
 //     directories named with a '.' are refused whole unless dotfiles are
-//     allowed, nesting is bounded, and the count and byte caps hold.
+//     allowed, nesting is bounded, and the count and byte caps hold. The
+//     byte cap counts what every file gave the sink, refused ones too (a
+//     file that grew while read is read to its cap, then refused): past
+//     it, the walk stops.
 //
 // Every entry gets one Transfer, given to the caller's function as it is
 // decided, so that no list grows with the tree.
@@ -525,7 +528,9 @@ func (a *Areas) DownloadFiles(ctx context.Context, paths []string, sink TreeSink
 // least of fileCap, lim.FileBytes and what is left of lim.Bytes), into
 // sink as its absolute name without the leading '/'. Every path gets one
 // record through each; more than lim.Files paths is invalid input,
-// refused before any is read; the error is otherwise set only when the
+// refused before any is read. The bytes the files gave sink, refused
+// ones included, count toward lim.Bytes: once past it, every path left is
+// refused too_large unread. The error is otherwise set only when the
 // whole transfer failed.
 func DownloadNamed(ctx context.Context, paths []string, sink TreeSink, fileCap int64, lim TreeLimits, each func(Transfer),
 	check func(p, name string) error, fetch func(p, name string, max int64, w io.Writer) (artifacts.Artifact, error)) (TreeSummary, error) {
@@ -537,6 +542,7 @@ func DownloadNamed(ctx context.Context, paths []string, sink TreeSink, fileCap i
 		return sum, fmt.Errorf("%w: %d paths, past the cap of %d a request; read the rest in another", errdefs.ErrInvalidArgument, len(paths), lim.Files)
 	}
 	seen := make(map[string]int, len(paths))
+	var read int64 // what sink was given, refused files included
 	for i, p := range paths {
 		if err := ctx.Err(); err != nil {
 			return sum, err
@@ -555,8 +561,12 @@ func DownloadNamed(ctx context.Context, paths []string, sink TreeSink, fileCap i
 			continue
 		}
 		seen[name] = i
-		left := lim.Bytes - sum.Bytes
-		err := DeliverTreeFile(sink, name[1:], t, &sum, each, func(w io.Writer) (artifacts.Artifact, error) {
+		if read > lim.Bytes {
+			treeRecord(&sum, each, t, refuse(ReasonTooLarge, "not read: the files read before it, refused ones included, passed the request's %d-byte cap; read it in another", lim.Bytes))
+			continue
+		}
+		left := lim.Bytes - read
+		err := DeliverTreeFile(sink, name[1:], t, &sum, each, &read, func(w io.Writer) (artifacts.Artifact, error) {
 			art, err := fetch(p, name, max(1, min(fileCap, lim.FileBytes, left)), w)
 			var te *TransferError
 			if errors.As(err, &te) && te.Reason == ReasonTooLarge && left < min(fileCap, lim.FileBytes) {
@@ -592,8 +602,10 @@ func TreeDirRefusal(name string, depth int, dotfiles bool) error {
 // or a refusal (a *TransferError) of this file alone, or any other
 // error, which ends the download. The file's record, completed, goes
 // through each and is counted in sum; a file the sink already has is
-// refused as exists. Only an error that ends the download is returned.
-func DeliverTreeFile(sink TreeSink, rel string, t Transfer, sum *TreeSummary, each func(Transfer), fetch func(io.Writer) (artifacts.Artifact, error)) error {
+// refused as exists. What fetch wrote is added to *read, whether the
+// file is kept or not: a tree's byte cap counts it. Only an error that
+// ends the download is returned.
+func DeliverTreeFile(sink TreeSink, rel string, t Transfer, sum *TreeSummary, each func(Transfer), read *int64, fetch func(io.Writer) (artifacts.Artifact, error)) error {
 	f, err := sink.File(rel)
 	if err != nil {
 		if errors.Is(err, artifacts.ErrExists) {
@@ -602,7 +614,9 @@ func DeliverTreeFile(sink TreeSink, rel string, t Transfer, sum *TreeSummary, ea
 		}
 		return err
 	}
-	art, err := fetch(f)
+	cw := &artifacts.CountingWriter{W: f}
+	art, err := fetch(cw)
+	*read += cw.N
 	if err != nil {
 		f.Discard()
 		if !IsRefusal(err) {
@@ -685,6 +699,8 @@ type treeDownload struct {
 	each    func(Transfer)
 	sum     *TreeSummary
 	entries int
+	// read is what the files gave the sink, refused ones included.
+	read int64
 }
 
 func (d *treeDownload) walk(ctx context.Context, dirfd int, rel string, depth int) error {
@@ -703,6 +719,12 @@ func (d *treeDownload) walk(ctx context.Context, dirfd int, rel string, depth in
 			stop := refuse(artifacts.ReasonTooMany, "the tree has more than %d entries; copy it in parts", d.lim.Files)
 			treeRecord(d.sum, d.each, t, stop)
 			d.sum.Stopped = artifacts.ReasonTooMany
+			return stop
+		}
+		if d.read > d.lim.Bytes {
+			stop := refuse(ReasonTooLarge, "the files read, refused ones included, pass the tree's %d-byte cap; copy it in parts", d.lim.Bytes)
+			treeRecord(d.sum, d.each, t, stop)
+			d.sum.Stopped = ReasonTooLarge
 			return stop
 		}
 		var st unix.Stat_t
@@ -744,10 +766,10 @@ func (d *treeDownload) walk(ctx context.Context, dirfd int, rel string, depth in
 // file passes one entry that is not a directory through the scanner into
 // the sink; only an error that ends the download is returned.
 func (d *treeDownload) file(ctx context.Context, dirfd int, name, rel string, t Transfer) error {
-	left := d.lim.Bytes - d.sum.Bytes
+	left := d.lim.Bytes - d.read
 	fo := artifacts.FileOptions{MaxBytes: max(1, min(d.opt.MaxBytes, d.lim.FileBytes, left)),
 		Types: d.opt.Types, SourceText: d.opt.SourceText, AllowDotfiles: d.opt.AllowDotfiles}
-	return DeliverTreeFile(d.sink, rel, t, d.sum, d.each, func(w io.Writer) (artifacts.Artifact, error) {
+	return DeliverTreeFile(d.sink, rel, t, d.sum, d.each, &d.read, func(w io.Writer) (artifacts.Artifact, error) {
 		art, rej, err := artifacts.CopyFile(ctx, dirfd, name, t.Path, w, fo)
 		switch {
 		case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR):

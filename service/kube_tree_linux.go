@@ -309,9 +309,16 @@ func (s *Service) downloadTreeKube(ctx context.Context, id, dir string, sink run
 	// listing, past the judging of that directory (.git/config before
 	// .git): it is refused.
 	delivered := map[string]bool{"": true}
+	var read int64 // what the files gave sink, refused ones included
 	for _, e := range list {
 		if err := ctx.Err(); err != nil {
 			return sum, err
+		}
+		if read > lim.Bytes {
+			stop := runner.Refusal(runner.ReasonTooLarge, "the files read, refused ones included, pass the tree's %d-byte cap; copy it in parts", lim.Bytes)
+			runner.RecordTreeEntry(&sum, each, top, stop)
+			sum.Stopped = runner.ReasonTooLarge
+			return sum, stop
 		}
 		if under(e.rel, skip) {
 			continue
@@ -347,7 +354,7 @@ func (s *Service) downloadTreeKube(ctx context.Context, id, dir string, sink run
 			delivered[e.rel] = true
 			sum.Dirs++
 		case 'f':
-			if err := s.kubeTreeFile(ctx, id, dir, e, sink, dotfiles, lim, &sum, each, t); err != nil {
+			if err := s.kubeTreeFile(ctx, id, dir, e, sink, dotfiles, lim, &sum, &read, each, t); err != nil {
 				return sum, err
 			}
 		case 'l':
@@ -368,10 +375,10 @@ func (s *Service) downloadTreeKube(ctx context.Context, id, dir string, sink run
 // kubeTreeFile fetches one listed file into sink; only an error that
 // ends the transfer is returned.
 func (s *Service) kubeTreeFile(ctx context.Context, id, dir string, e kubeEntry, sink runner.TreeSink, dotfiles bool, lim runner.TreeLimits,
-	sum *runner.TreeSummary, each func(runner.Transfer), t runner.Transfer) error {
-	left := lim.Bytes - sum.Bytes
+	sum *runner.TreeSummary, read *int64, each func(runner.Transfer), t runner.Transfer) error {
+	left := lim.Bytes - *read
 	opt := artifacts.FileOptions{MaxBytes: max(1, min(int64(kubeDownloadCap), lim.FileBytes, left)), Types: artifacts.SessionTypes, SourceText: true, AllowDotfiles: dotfiles}
-	return runner.DeliverTreeFile(sink, e.rel, t, sum, each, func(w io.Writer) (artifacts.Artifact, error) {
+	return runner.DeliverTreeFile(sink, e.rel, t, sum, each, read, func(w io.Writer) (artifacts.Artifact, error) {
 		got, err := s.downloadKube(ctx, id, strings.TrimSuffix(dir, "/")+"/"+strings.Join(e.comps, "/"), w, opt)
 		return artifacts.Artifact{Size: got.Size, SHA256: got.SHA256, MIME: got.MIME}, err
 	})

@@ -173,6 +173,9 @@ func checkFiles(s Spec) error {
 		if s.Output.Size < 1<<20 || s.Output.Files < 1 || s.Output.MaxFileSize < 1 {
 			return fmt.Errorf("the output directory needs at least 1MiB and 1 file")
 		}
+		if s.Output.Files > wire.MaxOutFiles {
+			return fmt.Errorf("the output directory's file cap (out_files, --out-files) %d: give at most %d", s.Output.Files, wire.MaxOutFiles)
+		}
 		claims = append(claims, sandboxClaim{s.Output.Dir, "the output directory"})
 	}
 	for _, in := range s.Inputs {

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"math"
 	"strings"
 	"testing"
 
@@ -43,5 +44,37 @@ func TestCheckCommandBounds(t *testing.T) {
 		case c.want != "" && (!errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), c.want)):
 			t.Errorf("%s: %v; want invalid input naming %q", c.name, err, c.want)
 		}
+	}
+}
+
+// An output directory's file cap past wire.MaxOutFiles is refused as
+// invalid input naming the field and the bound, whichever face set it: the
+// tmpfs's inode count would overflow, or stop bounding anything.
+func TestCheckFilesOutFilesBound(t *testing.T) {
+	for _, c := range []struct {
+		files int
+		want  string // "" when accepted
+	}{
+		{1, ""},
+		{wire.MaxOutFiles, ""},
+		{wire.MaxOutFiles + 1, "out_files, --out-files) 1000001: give at most 1000000"},
+		{1_000_000_000_000_000, "give at most 1000000"},
+		{math.MaxInt, "give at most 1000000"},
+	} {
+		s := Spec{Output: Output{Files: c.files}.WithDefaults()}
+		err := checkFiles(s)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%d files: %v; want it accepted", c.files, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%d files: %v; want a refusal saying %q", c.files, err, c.want)
+		}
+	}
+	r, err := New(WithRoot(t.TempDir()), WithEngine(&fakeEngine{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.plan(Spec{Argv: []string{"true"}, Output: Output{Files: math.MaxInt}.WithDefaults()}); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "out_files") {
+		t.Errorf("plan of MaxInt files: %v; want invalid input naming out_files", err)
 	}
 }

@@ -48,7 +48,8 @@ const (
 	// was in flight: the two ends' socket buffers, well under 2MiB but on
 	// long fast links (Linux grows a send buffer to 4MiB at most), and
 	// what the client had not yet handled. More would cost every WebSocket
-	// exec, whose most is then 2*(execRetain+execWindow), 6MiB.
+	// exec, whose most is then 2*(execRetain+execWindow), 6MiB
+	// (execReserve).
 	execRetain = 2 << 20
 	// execResultBytes is the most of each stream's head a streamed exec's
 	// Result keeps (with its last 64KiB, total and sha256): its client had
@@ -108,7 +109,7 @@ type execSession struct {
 	kill  context.CancelFunc
 	stdin *stdinFeed
 	// reg, for an exec kept for reconnects, counts the output it holds
-	// against the registry's buffer.
+	// against the registry's buffer (a running exec's most, reserved).
 	reg *execRegistry
 }
 
@@ -278,7 +279,9 @@ func (e *execSession) attach(off [2]int64) (*execReader, error) {
 	return r, nil
 }
 
-// detach removes r: the output only it had left to take may go.
+// detach removes r: the output only it had left to take may go, and the
+// writers, which may wait for r, look again (with no reader left, they
+// wait execUnread at most).
 func (r *execReader) detach() {
 	e := r.e
 	e.mu.Lock()
@@ -287,6 +290,7 @@ func (r *execReader) detach() {
 		e.unread = time.Now()
 	}
 	freed := e.trim(0) + e.trim(1)
+	e.changed()
 	e.mu.Unlock()
 	e.count(-freed)
 }
@@ -424,20 +428,40 @@ func (f *stdinFeed) close() {
 }
 
 // execRegistry holds the execs a WebSocket client may reconnect to, and
-// counts the output they hold (at most 2*(execRetain+execWindow) each)
-// against max: past it, the output of ended execs goes, oldest first, and
-// while that is not enough new ones are refused (add).
+// counts the output they may hold against max: a running exec its most,
+// execReserve, reserved when it is admitted (add), so that what is
+// admitted never grows past max; an ended one what it holds. Past max the
+// output of ended execs goes, oldest first, and while that is not enough
+// new execs are refused.
 type execRegistry struct {
 	mu    sync.Mutex
 	m     map[string]*execSession
-	kept  map[*execSession]int64 // output bytes each exec of m holds
-	ended []*execSession         // those of m that have ended, oldest first
-	total int64                  // the sum of kept
+	kept  map[*execSession]*keptExec
+	ended []*execSession // those of m that have ended, oldest first
+	total int64          // the sum of kept's charges
 	max   int64
 }
 
+// keptExec is what an exec of the registry holds, and whether it runs.
+type keptExec struct {
+	held    int64
+	running bool
+}
+
+// execReserve is the most a WebSocket exec holds: its retention and
+// window of each stream.
+const execReserve = 2 * (execRetain + execWindow)
+
+// charge is what k counts against the registry's max.
+func (k *keptExec) charge() int64 {
+	if k.running {
+		return execReserve
+	}
+	return k.held
+}
+
 func newExecRegistry(max int64) *execRegistry {
-	return &execRegistry{m: map[string]*execSession{}, kept: map[*execSession]int64{}, max: max}
+	return &execRegistry{m: map[string]*execSession{}, kept: map[*execSession]*keptExec{}, max: max}
 }
 
 func (r *execRegistry) get(id string) *execSession {
@@ -446,19 +470,23 @@ func (r *execRegistry) get(id string) *execSession {
 	return r.m[id]
 }
 
-// add registers e, unless the output held is at max even after dropping
-// that of every ended exec.
+// add registers e, reserving execReserve for it, unless that does not fit
+// under max even after dropping the output of every ended exec.
 func (r *execRegistry) add(e *execSession) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.trim()
-	if r.total >= r.max {
-		return newError(KindOverLimit, fmt.Sprintf("WebSocket execs in progress hold %d bytes of output for their clients and reconnects, the most this server allows (--max-exec-buffer %d); wait for one to end, then retry", r.total, r.max))
+	var droppable int64
+	for _, x := range r.ended {
+		droppable += r.kept[x].held
 	}
+	if r.total-droppable+execReserve > r.max {
+		return newError(KindOverLimit, fmt.Sprintf("the WebSocket execs in progress hold or may hold %s of output for their clients and reconnects, and a new one may hold %s: past the %s this server allows (--max-exec-buffer), room for %d WebSocket execs at once; wait for one to end, then retry", units.Bytes(r.total), units.Bytes(execReserve), units.Bytes(r.max), r.max/execReserve))
+	}
+	r.trim(execReserve)
 	r.m[e.id] = e
 	// e may hold output already (a test's session).
-	r.kept[e] = e.held()
-	r.total += r.kept[e]
+	r.kept[e] = &keptExec{held: e.held(), running: true}
+	r.total += execReserve
 	e.reg = r
 	return nil
 }
@@ -467,42 +495,46 @@ func (r *execRegistry) add(e *execSession) error {
 func (r *execRegistry) grow(e *execSession, n int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.kept[e]; !ok {
+	k, ok := r.kept[e]
+	if !ok {
 		return // dropped already
 	}
-	r.kept[e] += n
-	r.total += n
-	r.trim()
+	r.total -= k.charge()
+	k.held += n
+	r.total += k.charge()
+	r.trim(0)
 }
 
-// ended marks e as ended: its output may be dropped for room.
+// ended marks e as ended: it counts what it holds, which may be dropped
+// for room.
 func (r *execRegistry) end(e *execSession) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.kept[e]; ok {
+	if k, ok := r.kept[e]; ok && k.running {
+		r.total -= k.charge()
+		k.running = false
+		r.total += k.charge()
 		r.ended = append(r.ended, e)
 	}
-	r.trim()
+	r.trim(0)
 }
 
-// trim drops ended execs, oldest first, while the output held passes
-// max; r.mu is held.
-func (r *execRegistry) trim() {
-	for r.total > r.max && len(r.ended) > 0 {
-		e := r.ended[0]
-		r.ended = r.ended[1:]
-		r.drop(e)
+// trim drops ended execs, oldest first, while the output held and room
+// more pass max; r.mu is held.
+func (r *execRegistry) trim(room int64) {
+	for r.total+room > r.max && len(r.ended) > 0 {
+		r.drop(r.ended[0])
 	}
 }
 
 // drop forgets e; r.mu is held. A client still attached to e reads on
 // from its own reference.
 func (r *execRegistry) drop(e *execSession) {
-	n, ok := r.kept[e]
+	k, ok := r.kept[e]
 	if !ok {
 		return
 	}
-	r.total -= n
+	r.total -= k.charge()
 	delete(r.kept, e)
 	delete(r.m, e.id)
 	for i, x := range r.ended {
@@ -522,7 +554,7 @@ func (r *execRegistry) forget(e *execSession) {
 // startExec runs spec in sb on ctx, in the background, its output passed
 // through the returned session as face asks. A kept exec is registered
 // for reconnects until execKeep after it ends, refused as over_limit
-// while the output held is at Options.MaxExecBuffer.
+// while its most (execReserve) does not fit under Options.MaxExecBuffer.
 // done releases the sandbox's runner once the exec has ended, or at once
 // if it is refused.
 func (s *Server) startExec(ctx context.Context, sb *runner.Sandbox, done func(), spec runner.ExecSpec, withStdin bool, face execFace) (*execSession, error) {

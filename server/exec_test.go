@@ -208,6 +208,21 @@ func TestReconnectRetention(t *testing.T) {
 	}
 }
 
+// floodServer is a live server whose exec writes total bytes to stdout as
+// fast as it may, counting them in written.
+func floodServer(t *testing.T, total int64) (s *Server, written *atomic.Int64) {
+	written = new(atomic.Int64)
+	s, _, _ = liveServer(t, runner.Ceilings{}, 4*total, func(ctx context.Context, p *engine.Process) (engine.Exit, error) {
+		chunk := bytes.Repeat([]byte("y"), 32<<10)
+		for written.Load() < total {
+			p.Stdout.Write(chunk)
+			written.Add(int64(len(chunk)))
+		}
+		return engine.Exit{}, nil
+	})
+	return s, written
+}
+
 // TestWSPausedWithoutClient: a WebSocket exec whose client left holds at
 // most its window and retention per stream, its program waiting on its
 // writes (for execUnread); a reconnect from offset 0 then gets every
@@ -216,15 +231,7 @@ func TestWSPausedWithoutClient(t *testing.T) {
 	defer func(d time.Duration) { execUnread = d }(execUnread)
 	execUnread = time.Minute
 	const total = 16 << 20
-	var written atomic.Int64
-	s, _, _ := liveServer(t, runner.Ceilings{}, 64<<20, func(ctx context.Context, p *engine.Process) (engine.Exit, error) {
-		chunk := bytes.Repeat([]byte("y"), 32<<10)
-		for written.Load() < total {
-			p.Stdout.Write(chunk)
-			written.Add(int64(len(chunk)))
-		}
-		return engine.Exit{}, nil
-	})
+	s, written := floodServer(t, total)
 	defer s.inflight.Wait()
 	hs := liveHTTP(t, s)
 	conn, ev := wsExec(t, wsURL(hs), `{"type":"execute","argv":["x"]}`)
@@ -298,6 +305,34 @@ func TestWSUnreadDropsOldest(t *testing.T) {
 	}
 	if ev.Type != "exit" || !bytes.Equal(got, out[kept:]) {
 		t.Fatalf("from %d: %d bytes then %+v; want the newest %d bytes then exit", kept, len(got), ev, total-kept)
+	}
+}
+
+// TestWSClientLeavesMidFlood: a client that reads slowly, so that the
+// exec's window is full and its writer waits for that client, then
+// leaves, does not freeze the exec: its leaving wakes the writer, which
+// then waits execUnread at most for a reconnect and goes on to its end.
+func TestWSClientLeavesMidFlood(t *testing.T) {
+	defer func(d time.Duration) { execUnread = d }(execUnread)
+	execUnread = 50 * time.Millisecond
+	const total = 64 << 20
+	s, written := floodServer(t, total)
+	defer s.inflight.Wait()
+	hs := liveHTTP(t, s)
+	conn, ev := wsExec(t, wsURL(hs), `{"type":"execute","argv":["x"]}`)
+	e := s.execs.get(ev.ExecID)
+	readEvent(t, conn) // then no more: the socket's buffers fill, then the window
+	waitFor(t, "the window to fill while the client is attached", func() bool { return e.held() >= e.cap })
+	settled(t, written.Load)
+	conn.CloseNow()
+	select {
+	case <-e.wait():
+	case <-time.After(10 * time.Second):
+		e.end() // so that the server's inflight wait ends
+		t.Fatalf("the exec froze once its client left, at %d of %d bytes written", written.Load(), total)
+	}
+	if n := written.Load(); n < total {
+		t.Fatalf("the exec ended having written %d of %d bytes", n, total)
 	}
 }
 

@@ -114,16 +114,20 @@ func TestExecCaps(t *testing.T) {
 	}
 }
 
-// TestExecBuffer: the output WebSocket execs keep for reconnects stays
-// under --max-exec-buffer: ended execs' output goes oldest first, and
-// while running execs alone pass it, a new WebSocket exec is refused.
+// TestExecBuffer: a WebSocket exec reserves its most (execReserve)
+// under --max-exec-buffer when it is admitted, so that the output the
+// execs in progress may hold never passes it; ended execs count what they
+// hold, which goes oldest first for a new exec's room. A new exec that
+// does not fit even so is refused, naming the flag and how many fit, and
+// drops nothing.
 func TestExecBuffer(t *testing.T) {
-	const max = 1 << 20
+	const big = 600 << 10
+	const max = 2*execReserve + 1<<20
 	release := make(chan struct{})
 	s, _, _ := liveServerWith(t, runner.Ceilings{}, 8<<20, func(ctx context.Context, p *engine.Process) (engine.Exit, error) {
 		switch p.Argv[0] {
 		case "big":
-			p.Stdout.Write(bytes.Repeat([]byte("x"), 600<<10))
+			p.Stdout.Write(bytes.Repeat([]byte("x"), big))
 		case "hold":
 			p.Stdout.Write(bytes.Repeat([]byte("x"), 2<<20))
 			select {
@@ -151,38 +155,47 @@ func TestExecBuffer(t *testing.T) {
 		}
 		conn.CloseNow()
 	}
-	if n := kept(); n > max {
-		t.Errorf("%d bytes kept after three ended execs, past the cap %d", n, max)
-	}
-	if s.execs.get(ids[0]) != nil || s.execs.get(ids[2]) == nil {
-		t.Errorf("the oldest ended exec kept, or the newest dropped")
-	}
-	hold, ev := wsExec(t, wsURL(hs), `{"type":"execute","argv":["hold"]}`)
-	defer hold.CloseNow()
-	if ev.Type != "started" {
-		t.Fatalf("exec refused: %+v", ev)
-	}
-	for deadline := time.Now().Add(10 * time.Second); kept() <= max; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the running exec's output never counted")
+	waitFor(t, "the ended execs to count what they hold", func() bool { return kept() == 3*big })
+	for range 2 {
+		conn, ev := wsExec(t, wsURL(hs), `{"type":"execute","argv":["hold"]}`)
+		defer conn.CloseNow()
+		if ev.Type != "started" {
+			t.Fatalf("exec refused with room for it: %+v", ev)
 		}
 	}
-	if s.execs.get(ids[2]) != nil {
-		t.Errorf("an ended exec kept while a running one passes the cap")
+	// The second needed room: the two oldest ended execs went, not the newest.
+	if s.execs.get(ids[0]) != nil || s.execs.get(ids[1]) != nil || s.execs.get(ids[2]) == nil {
+		t.Errorf("ended execs kept %v %v %v, want only the newest", s.execs.get(ids[0]) != nil, s.execs.get(ids[1]) != nil, s.execs.get(ids[2]) != nil)
+	}
+	if n := kept(); n != 2*execReserve+big {
+		t.Errorf("%d bytes counted, want two running execs' most and an ended one's output, %d", n, 2*execReserve+big)
 	}
 	conn, ev := wsExec(t, wsURL(hs), `{"type":"execute","argv":["big"]}`)
 	conn.CloseNow()
-	if ev.Type != "error" || ev.Error.Kind != KindOverLimit || !strings.Contains(ev.Error.Message, "--max-exec-buffer") {
-		t.Errorf("WebSocket exec past the buffer: %+v, want over_limit naming --max-exec-buffer", ev)
+	if ev.Type != "error" || ev.Error.Kind != KindOverLimit || !strings.Contains(ev.Error.Message, "--max-exec-buffer") || !strings.Contains(ev.Error.Message, "room for 2 WebSocket execs") {
+		t.Errorf("WebSocket exec past the buffer: %+v, want over_limit naming --max-exec-buffer and how many fit", ev)
+	}
+	if s.execs.get(ids[2]) == nil {
+		t.Errorf("a refused exec dropped an ended one's output")
 	}
 	close(release)
 	s.inflight.Wait()
 	conn, ev = wsExec(t, wsURL(hs), `{"type":"execute","argv":["x"]}`)
 	conn.CloseNow()
 	if ev.Type != "started" {
-		t.Errorf("WebSocket exec once the output of ended ones may go: %+v", ev)
+		t.Errorf("WebSocket exec once the others ended: %+v", ev)
 	}
 	s.inflight.Wait()
+	// Once all have ended, each counts what it holds.
+	waitFor(t, "the count to be what the execs hold", func() bool {
+		s.execs.mu.Lock()
+		defer s.execs.mu.Unlock()
+		var held int64
+		for e := range s.execs.kept {
+			held += e.held()
+		}
+		return held == s.execs.total && s.execs.total <= max
+	})
 }
 
 // TestWSEventPieces: a WebSocket event carries at most 64 KiB of output,

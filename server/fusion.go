@@ -25,14 +25,14 @@ import (
 
 // FusionRequest is SandboxFusion's RunCodeRequest.
 type FusionRequest struct {
-	Code           string            `json:"code"`
-	Language       string            `json:"language"`
-	Stdin          *string           `json:"stdin"`
-	CompileTimeout *float64          `json:"compile_timeout"`
-	RunTimeout     *float64          `json:"run_timeout"`
-	MemoryLimitMB  *float64          `json:"memory_limit_MB"`
-	Files          map[string]string `json:"files"`
-	FetchFiles     []string          `json:"fetch_files"`
+	Code           string     `json:"code"`
+	Language       string     `json:"language"`
+	Stdin          *string    `json:"stdin"`
+	CompileTimeout *float64   `json:"compile_timeout"`
+	RunTimeout     *float64   `json:"run_timeout"`
+	MemoryLimitMB  *float64   `json:"memory_limit_MB"`
+	Files          CodeFiles  `json:"files"`
+	FetchFiles     FetchFiles `json:"fetch_files"`
 }
 
 // FusionRunResult is SandboxFusion's CommandRunResult.
@@ -73,9 +73,24 @@ const (
 	DefaultFetchMaxBytes = 64 << 20
 )
 
-// maxFetchNames bounds fetch_files itself: each name past what a response
-// carries is answered with an omission of its own, held until the answer.
+// maxFetchNames bounds fetch_files itself (FetchFiles): each name past
+// what a response carries is answered with an omission of its own, held
+// until the answer.
 const maxFetchNames = 1000
+
+// CodeFiles is files: wire.MaxCodeFiles at most.
+type CodeFiles map[string]string
+
+func (l *CodeFiles) UnmarshalJSON(b []byte) error {
+	return wire.DecodeList(b, (*map[string]string)(l), "files", wire.MaxCodeFiles, "files")
+}
+
+// FetchFiles is fetch_files: maxFetchNames at most.
+type FetchFiles []string
+
+func (l *FetchFiles) UnmarshalJSON(b []byte) error {
+	return wire.DecodeList(b, (*[]string)(l), "fetch_files", maxFetchNames, "names")
+}
 
 // omitted reasons of the response's own.
 const (
@@ -143,9 +158,6 @@ func (s *Server) fusion(ctx context.Context, q *FusionRequest) (FusionResponse, 
 	lang, ok := service.CodeLanguage(strings.ToLower(q.Language))
 	if !ok {
 		return sandboxError("language %q is not supported by airlock: use python or bash", q.Language)
-	}
-	if len(q.FetchFiles) > maxFetchNames {
-		return sandboxError("fetch_files names %d files; give at most %d (one response carries at most %d)", len(q.FetchFiles), maxFetchNames, s.opt.FetchMaxFiles)
 	}
 	timeout, err := fusionSeconds("run_timeout", q.RunTimeout)
 	if err != nil {

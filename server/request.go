@@ -37,7 +37,7 @@ type PolicyRequest struct {
 type RunRequest struct {
 	PolicyRequest
 	// Argv is the program and its arguments, never a shell string.
-	Argv []string `json:"argv"`
+	Argv Argv `json:"argv"`
 	// StdinB64 is the program's standard input, base64.
 	StdinB64 string `json:"stdin_b64,omitempty"`
 	// Workdir is the program's working directory.
@@ -55,9 +55,9 @@ type SandboxRequest struct {
 	// WorkspaceSize caps the workspace /home/user, a size.
 	WorkspaceSize string `json:"workspace_size,omitempty"`
 	// Labels are the caller's, shown by sandbox ls.
-	Labels map[string]string `json:"labels,omitempty"`
+	Labels Labels `json:"labels,omitempty"`
 	// DownloadTypes is the MIME allowlist of downloads from the sandbox.
-	DownloadTypes []string `json:"download_types,omitempty"`
+	DownloadTypes DownloadTypes `json:"download_types,omitempty"`
 }
 
 // ExecRequest is the body of POST /v1/sandboxes/{id}/exec, and of the
@@ -66,14 +66,14 @@ type ExecRequest struct {
 	// Type is "execute" in a WebSocket message, absent otherwise.
 	Type string `json:"type,omitempty"`
 	// Argv is the program and its arguments, never a shell string.
-	Argv []string `json:"argv"`
+	Argv Argv `json:"argv"`
 	// StdinB64 is the program's standard input, base64.
 	StdinB64 string `json:"stdin_b64,omitempty"`
 	// Stdin, over the WebSocket, keeps standard input open for input
 	// messages.
 	Stdin bool `json:"stdin,omitempty"`
 	// Env adds to the sandbox's environment, NAME=VALUE each.
-	Env []string `json:"env,omitempty"`
+	Env wire.Env `json:"env,omitempty"`
 	// Workdir is the program's working directory.
 	Workdir string `json:"workdir,omitempty"`
 	// Timeout is the exec's wall-clock limit, a duration.
@@ -88,7 +88,39 @@ type ExecRequest struct {
 type ReadFilesRequest struct {
 	// Paths are the files to read, absolute or relative to the
 	// workspace: runner.MaxDownloadFiles at most.
-	Paths []string `json:"paths"`
+	Paths ReadPaths `json:"paths"`
+}
+
+// The lists of the bodies beside the policy's, each capped while it is
+// decoded (wire.DecodeList).
+
+// Argv is argv: wire.MaxArgv entries at most.
+type Argv []string
+
+func (l *Argv) UnmarshalJSON(b []byte) error {
+	return wire.DecodeList(b, (*[]string)(l), "argv", wire.MaxArgv, "arguments; pass large data as stdin or an input file")
+}
+
+// Labels is labels: wire.MaxLabels at most.
+type Labels map[string]string
+
+func (l *Labels) UnmarshalJSON(b []byte) error {
+	return wire.DecodeList(b, (*map[string]string)(l), "labels", wire.MaxLabels, "labels")
+}
+
+// DownloadTypes is download_types: wire.MaxMIMETypes at most.
+type DownloadTypes []string
+
+func (l *DownloadTypes) UnmarshalJSON(b []byte) error {
+	return wire.DecodeList(b, (*[]string)(l), "download_types", wire.MaxMIMETypes, "MIME types")
+}
+
+// ReadPaths is a files/read request's paths: runner.MaxDownloadFiles at
+// most.
+type ReadPaths []string
+
+func (l *ReadPaths) UnmarshalJSON(b []byte) error {
+	return wire.DecodeList(b, (*[]string)(l), "paths", runner.MaxDownloadFiles, "paths a request")
 }
 
 func invalid(format string, args ...any) error {
@@ -104,8 +136,9 @@ func decodeJSON(r io.Reader, v any) error {
 		var mbe *http.MaxBytesError
 		var se *json.SyntaxError
 		var ute *json.UnmarshalTypeError
+		var fe *wire.Error
 		switch {
-		case errors.As(err, &mbe):
+		case errors.As(err, &mbe), errors.As(err, &fe):
 			return err
 		case errors.Is(err, io.EOF):
 			return invalid("the request body is empty; send a JSON object (see docs/api.md)")

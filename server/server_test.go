@@ -374,16 +374,15 @@ func TestServeDistinguishesSocketAndTCP(t *testing.T) {
 }
 
 // TestFusionFetchNamesBounded: a fetch_files of more names than the bound
-// is refused before a sandbox is made; each name past a response's files
-// would otherwise be an omission of its own, held until the answer.
+// is refused while the body is decoded, before a sandbox is made; each
+// name past a response's files would otherwise be an omission of its own,
+// held until the answer.
 func TestFusionFetchNamesBounded(t *testing.T) {
 	s, _ := newTestServer(t, nil)
 	names, _ := json.Marshal(slices.Repeat([]string{"a"}, maxFetchNames+1))
 	rec := do(t, s.Handler(), false, "POST", "/run_code", `{"code":"x","language":"python","files":{},"fetch_files":`+string(names)+`}`)
-	var r FusionResponse
-	json.Unmarshal(rec.Body.Bytes(), &r)
-	if rec.Code != 200 || r.Status != "SandboxError" || !strings.Contains(r.Message, "fetch_files names 1001 files; give at most 1000") {
-		t.Fatalf("%d %+v", rec.Code, r)
+	if e := errorOf(t, rec); rec.Code != 400 || e.Kind != KindInvalidInput || !strings.Contains(e.Message, "fetch_files with 1001 entries: give at most 1000 names") {
+		t.Fatalf("%d %+v", rec.Code, e)
 	}
 }
 

@@ -53,7 +53,7 @@ type Policy struct {
 	// FileSize caps any one file the program writes, a size.
 	FileSize string `json:"file_size,omitempty"`
 	// Env is the program's environment, NAME=VALUE each.
-	Env []string `json:"env,omitempty"`
+	Env Env `json:"env,omitempty"`
 	// Engine runs the work: auto, oci or docker; kube only for a sandbox
 	// create through airlock serve --kubeconfig, with a template alone (a
 	// SandboxClaim on its warm pool on the cluster).
@@ -69,7 +69,7 @@ type Policy struct {
 	// ArtifactMaxSize caps one artifact, a size.
 	ArtifactMaxSize string `json:"artifact_max_size,omitempty"`
 	// ArtifactTypes is the MIME allowlist of artifacts.
-	ArtifactTypes []string `json:"artifact_types,omitempty"`
+	ArtifactTypes ArtifactTypes `json:"artifact_types,omitempty"`
 	// ArtifactsAllowDotfiles accepts artifact paths with a component
 	// starting with '.'.
 	ArtifactsAllowDotfiles bool `json:"artifacts_allow_dotfiles,omitempty"`
@@ -77,13 +77,13 @@ type Policy struct {
 	// proxy, HOST[:PORT] each ("pypi.org", "*.pythonhosted.org",
 	// "192.0.2.10:8080"; docs/egress.md). Empty, the sandbox has no
 	// network at all.
-	AllowHost []string `json:"allow_host,omitempty"`
+	AllowHost AllowHosts `json:"allow_host,omitempty"`
 	// Credential lists the proxy's credential routes,
 	// HOST=HEADER:ENV or HOST=HEADER:@FILE each: the header's value is
 	// read from airlock's own environment or a host file and never enters
 	// the sandbox. Only the host's command line names its own; a client
 	// (the API, MCP, a batch line) may only narrow a template's.
-	Credential []string `json:"credential,omitempty"`
+	Credential Credentials `json:"credential,omitempty"`
 	// EgressLimit caps the bytes the egress proxy moves for the sandbox,
 	// both ways, over its whole life, a size such as 4GiB (default 1GiB).
 	// It needs an egress: allow_host, a credential, or a template's.
@@ -211,6 +211,13 @@ const (
 	MaxEnv = 1024
 )
 
+// MaxOutFiles caps out_files: the output tmpfs takes that many inodes,
+// and the scan after the run records each name.
+const MaxOutFiles = 1_000_000
+
+// allowHostWant is what allow_host's cap asks for.
+const allowHostWant = "HOST[:PORT] entries; a wildcard such as *.example.com covers a domain's hosts"
+
 // tooMany refuses field's list of n entries, over max.
 func tooMany(field string, n, max int, what string) *Error {
 	return &Error{Field: field, Value: fmt.Sprintf("with %d entries", n), Want: fmt.Sprintf("give at most %d %s", max, what)}
@@ -318,7 +325,7 @@ func ParseEgress(allowHost, credential []string) (isolation.Egress, error) {
 	var e isolation.Egress
 	var err error
 	if len(allowHost) > MaxAllowHosts {
-		return e, tooMany("allow_host", len(allowHost), MaxAllowHosts, "HOST[:PORT] entries; a wildcard such as *.example.com covers a domain's hosts")
+		return e, tooMany("allow_host", len(allowHost), MaxAllowHosts, allowHostWant)
 	}
 	if len(credential) > MaxCredentials {
 		return e, tooMany("credential", len(credential), MaxCredentials, "credential routes")
@@ -373,6 +380,9 @@ func (p *Policy) ParseOutput() (Output, error) {
 	if p.OutFiles != nil {
 		if o.Files, err = Count("out_files", *p.OutFiles); err != nil {
 			return o, err
+		}
+		if o.Files > MaxOutFiles {
+			return o, &Error{Field: "out_files", Value: strconv.Itoa(o.Files), Want: fmt.Sprintf("give at most %d: each file is an inode of the output directory's tmpfs, and an entry of the scan after the run", MaxOutFiles)}
 		}
 	}
 	if p.ArtifactTypes != nil {

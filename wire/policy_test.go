@@ -3,6 +3,7 @@ package wire
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -60,6 +61,9 @@ func TestParseOutput(t *testing.T) {
 	if err != nil || o.Dir != want.Dir || o.Size != want.Size || o.Files != want.Files || o.MaxFileSize != want.MaxFileSize || strings.Join(o.Types, ",") != "text/plain" || !o.AllowDotfiles {
 		t.Fatalf("%+v, %v; want %+v", o, err, want)
 	}
+	if o, err := (&Policy{OutFiles: ptr(MaxOutFiles)}).ParseOutput(); err != nil || o.Files != MaxOutFiles {
+		t.Fatalf("out_files at its cap: %+v, %v", o, err)
+	}
 	if o, err := (&Policy{OutDir: "none"}).ParseOutput(); err != nil || !o.Disabled {
 		t.Fatalf("out_dir none: %+v, %v", o, err)
 	}
@@ -69,6 +73,8 @@ func TestParseOutput(t *testing.T) {
 	}{
 		{Policy{OutDir: "none", OutLimit: "1MiB"}, `out_dir "none": there is no output directory`},
 		{Policy{OutFiles: ptr(0)}, "out_files 0: " + zeroLimit},
+		{Policy{OutFiles: ptr(MaxOutFiles + 1)}, "out_files 1000001: give at most 1000000"},
+		{Policy{OutFiles: ptr(math.MaxInt)}, fmt.Sprintf("out_files %d: give at most 1000000", math.MaxInt)},
 		{Policy{ArtifactTypes: []string{"text/klingon"}}, `artifact_types "text/klingon": unknown MIME type`},
 		{Policy{ArtifactTypes: []string{" "}}, `artifact_types " ": empty`},
 	} {

@@ -128,11 +128,13 @@ saying so. docs/kubernetes.md.
 and one sandbox runs at most 64 of them; past either an exec is refused
 with 429 over_limit. A WebSocket exec goes on running when its client
 leaves, so that a reconnect resumes it, and counts until it ends.
---max-exec-buffer caps the output all WebSocket execs keep for reconnects
-(each keeps its whole output until 5 minutes after it ends): past it the
-kept output of ended execs is dropped, oldest first (a reconnect to one
-is not found), and while that is not enough a new WebSocket exec is
-refused with 429 over_limit.
+--max-exec-buffer caps the output all WebSocket execs may hold for their
+clients and reconnects. A running WebSocket exec counts its most, 6MiB
+(3MiB a stream), from its start, so the default 512MiB admits 85 at once;
+an ended one counts what it keeps, until 5 minutes after it ends. A new
+WebSocket exec that does not fit drops the kept output of ended execs,
+oldest first (a reconnect to one is not found); if it still does not
+fit, it is refused with 429 over_limit.
 
 --max-mcp-sessions caps the MCP sessions open at once at /mcp. A session
 lives from a client's initialize until the client closes it (DELETE /mcp)
@@ -157,7 +159,7 @@ it close them, or raise the cap.`,
 	fl.StringVar(&f.tlsKey, "tls-key", "", "TLS key for --listen")
 	fl.IntVar(&f.maxSandboxes, "max-sandboxes", server.DefaultMaxSandboxes, "cap on live sandboxes plus one-shot runs in progress (429 over_limit past it)")
 	fl.IntVar(&f.maxExecs, "max-execs", service.DefaultMaxExecs, fmt.Sprintf("cap on the execs in progress at once, of every face (429 over_limit past it; one sandbox may run at most %d)", service.DefaultMaxExecsPerSandbox))
-	fl.StringVar(&f.maxExecBuffer, "max-exec-buffer", units.Bytes(server.DefaultMaxExecBuffer).String(), "cap on the output all WebSocket execs keep for reconnects (past it ended execs' output is dropped, oldest first, then new WebSocket execs get 429 over_limit)")
+	fl.StringVar(&f.maxExecBuffer, "max-exec-buffer", units.Bytes(server.DefaultMaxExecBuffer).String(), "cap on the output all WebSocket execs may hold: each running one counts 6MiB, so 512MiB admits 85 at once (past it ended execs' output is dropped, oldest first, then new WebSocket execs get 429 over_limit)")
 	fl.IntVar(&f.maxConnections, "max-connections", server.DefaultMaxConnections, "cap on the connections open at once on each listener (new ones wait past it)")
 	fl.IntVar(&f.maxMCPSessions, "max-mcp-sessions", mcpserver.DefaultMaxSessions, "cap on the MCP sessions open at once at /mcp (a new one is refused with 429 over_limit past it; closing one, or its 30m idle timeout, frees its slot)")
 	fl.StringVar(&f.maxBody, "max-body", units.Bytes(server.DefaultMaxBody).String(), "cap on JSON request bodies")

@@ -80,12 +80,13 @@ const sessionTimeout = 30 * time.Minute
 // HTTPHandler serves the streamable HTTP transport. It does no
 // authentication: mount it behind the caller's (airlock serve's bearer
 // token). Requests arriving on a loopback address with a Host that is not
-// loopback are refused (DNS rebinding), and bodies are capped. A request
+// loopback are refused (DNS rebinding), and bodies are capped, in bytes
+// and in JSON values (boundValues). A request
 // that would open a session past WithMaxSessions is refused with 429 and
 // airlock's error shape (kind over_limit); requests on open sessions
 // always pass. Every handler of one Server shares its cap.
 func (s *Server) HTTPHandler() http.Handler {
-	return s.gate.wrap(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, &mcp.StreamableHTTPOptions{
+	return boundValues(s.gate.wrap(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, &mcp.StreamableHTTPOptions{
 		Logger:              s.log,
 		SessionTimeout:      s.sessionTimeout,
 		MaxRequestBodyBytes: maxMessage,
@@ -93,5 +94,5 @@ func (s *Server) HTTPHandler() http.Handler {
 		// (protocol 2026-07-28 on; before it, an abandoned exec runs to
 		// its timeout and counts against the service's --max-execs).
 		PropagateRequestCancellation: true,
-	}))
+	})))
 }

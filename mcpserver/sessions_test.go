@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -196,5 +197,45 @@ func TestMaxSessionsConcurrent(t *testing.T) {
 	}
 	if n := httpSessions(s); n != ok {
 		t.Errorf("%d HTTP sessions open, want %d", n, ok)
+	}
+}
+
+// A message of many JSON values is refused before the SDK decodes it, at
+// little cost, naming the cap; one within it goes on to the SDK.
+func TestMessageValuesBounded(t *testing.T) {
+	_, url := serveHTTP(t)
+	_, id, _ := initialize(t, url)
+	post := func(body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", id)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	call := func(hosts int) string {
+		return `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"sandbox_create","arguments":{"allow_host":[` +
+			strings.TrimSuffix(strings.Repeat(`"",`, hosts), ",") + `]}}}`
+	}
+	big := call(2 << 20)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	status, body := post(big)
+	runtime.ReadMemStats(&after)
+	if status != http.StatusBadRequest || !strings.Contains(body, "invalid_input") || !strings.Contains(body, "JSON values") {
+		t.Fatalf("%d MiB of empty hosts: %d %.300s; want 400 invalid_input naming the cap", len(big)>>20, status, body)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > uint64(5*len(big)) {
+		t.Errorf("refusing a %d-byte message allocated %d bytes", len(big), got)
+	}
+	if status, body := post(call(300)); status == http.StatusBadRequest && strings.Contains(body, "JSON values") {
+		t.Errorf("300 hosts: refused by the value cap: %.300s", body)
 	}
 }

@@ -36,6 +36,48 @@ func DecodeList(b []byte, v any, field string, max int, what string) error {
 // or an object, zero for anything else.
 func entries(b []byte) int {
 	depth, commas, seen := 0, 0, false
+	outsideStrings(b, func(c byte) {
+		switch c {
+		case ' ', '\t', '\n', '\r', ':':
+			return
+		case ',':
+			if depth == 1 {
+				commas++
+			}
+			return
+		case ']', '}':
+			depth--
+			return
+		}
+		if depth == 1 {
+			seen = true
+		}
+		if c == '[' || c == '{' {
+			depth++
+		}
+	})
+	if !seen {
+		return 0
+	}
+	return commas + 1
+}
+
+// Values is at least the number of values inside b's arrays and objects,
+// at any depth (one more for each array or object than its entries), for
+// a cap on a whole message whose fields are decoded by others.
+func Values(b []byte) int {
+	n := 0
+	outsideStrings(b, func(c byte) {
+		if c == ',' || c == '[' || c == '{' {
+			n++
+		}
+	})
+	return n
+}
+
+// outsideStrings calls f with each byte of JSON b that is not inside a
+// string, each string's opening quote included.
+func outsideStrings(b []byte, f func(c byte)) {
 	inString, escaped := false, false
 	for _, c := range b {
 		if inString {
@@ -49,31 +91,11 @@ func entries(b []byte) int {
 			}
 			continue
 		}
-		switch c {
-		case ' ', '\t', '\n', '\r', ':':
-			continue
-		case '"':
+		if c == '"' {
 			inString = true
-		case ',':
-			if depth == 1 {
-				commas++
-			}
-			continue
-		case ']', '}':
-			depth--
-			continue
 		}
-		if depth == 1 {
-			seen = true
-		}
-		if c == '[' || c == '{' {
-			depth++
-		}
+		f(c)
 	}
-	if !seen {
-		return 0
-	}
-	return commas + 1
 }
 
 // Env is env: NAME=VALUE entries, MaxEnv at most.

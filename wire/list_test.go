@@ -62,3 +62,16 @@ func TestEntries(t *testing.T) {
 		}
 	}
 }
+
+// Values counts every value inside arrays and objects, at any depth, at
+// least once, and never what strings hold.
+func TestValues(t *testing.T) {
+	for in, want := range map[string]int{
+		`null`: 0, `"a,[b{"`: 0, `[]`: 1, `[1]`: 1, `[1,2]`: 2,
+		`{"a":[1,2,3],"b":{"c":"x,y"}}`: 6, `["\\",",","\"[{,"]`: 3,
+	} {
+		if got := Values([]byte(in)); got != want {
+			t.Errorf("Values(%s) = %d, want %d", in, got, want)
+		}
+	}
+}

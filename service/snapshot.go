@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/containerd/errdefs"
 
@@ -106,10 +108,34 @@ func checkForkServer(ctx context.Context, rn *runner.Runner, spec runner.Sandbox
 	if err != nil {
 		return fmt.Errorf("checking the fork server of its snapshot: %w", err)
 	}
+	return forkServerCheckFailed(res)
+}
+
+// forkServerCheckFailed is the error of a fork server check whose result
+// is res, or nil if it passed.
+func forkServerCheckFailed(res runner.Result) error {
 	if res.Reason != runner.ReasonExited || res.ExitCode != 0 {
-		return fmt.Errorf("%w: a sandbox restored from its snapshot has no working fork server (%s, exit %d: %q); create the template again", errdefs.ErrUnavailable, res.Reason, res.ExitCode, bytes.TrimSpace(res.Stderr.Head))
+		return fmt.Errorf("%w: a sandbox restored from its snapshot has no working fork server (%s, exit %d: %s); create the template again", errdefs.ErrUnavailable, res.Reason, res.ExitCode, quoteHead(res.Stderr))
 	}
 	return nil
+}
+
+// maxQuoted bounds the output an error quotes: it is one line on the
+// operator's terminal.
+const maxQuoted = 400
+
+// quoteHead quotes the start of s for an error, at most maxQuoted bytes
+// cut at a character's start, saying how much it wrote in all when more.
+func quoteHead(s runner.Stream) string {
+	head := bytes.TrimSpace(s.Head)
+	if len(head) <= maxQuoted && !s.Truncated {
+		return strconv.Quote(string(head))
+	}
+	n := min(len(head), maxQuoted)
+	for i := 1; i < utf8.UTFMax && n < len(head) && !utf8.RuneStart(head[n]); i++ {
+		n--
+	}
+	return fmt.Sprintf("%q… (%d bytes in all)", head[:n], s.Bytes)
 }
 
 // RemoveTemplate removes template name and its snapshot, if it has one.

@@ -11,6 +11,7 @@ package oci
 // policy. An exec the agent read but never answered is not started again.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -312,12 +313,16 @@ type stream struct {
 	typ  byte
 	wake chan struct{}
 
-	mu     sync.Mutex
-	w      *os.File // the client's end; nil once ended or broken
-	queue  [][]byte
-	queued int
-	eof    bool // the agent ended it: close once written
-	closed bool // the exec was released or the agent died: close now
+	mu sync.Mutex
+	w  *os.File // the client's end; nil once ended or broken
+	// pending is the output the writer has not taken, in one buffer of
+	// at most agent.Window bytes whatever the frames' sizes: with the
+	// chunk being written, a stream holds at most twice the window.
+	// queued counts both: everything not yet credited.
+	pending []byte
+	queued  int
+	eof     bool // the agent ended it: close once written
+	closed  bool // the exec was released or the agent died: close now
 }
 
 func newStream(x *relayed, typ byte, w *os.File) *stream {
@@ -343,8 +348,18 @@ func (o *stream) push(b []byte) error {
 		o.eof = true
 	case o.queued+len(b) > agent.Window:
 		return fmt.Errorf("%d bytes of %q output sent past the %d-byte window", o.queued+len(b), o.typ, agent.Window)
+	case len(o.pending) == 0:
+		o.pending = b // the reader's own slice: no copy
+		o.queued += len(b)
 	default:
-		o.queue = append(o.queue, b)
+		if cap(o.pending)-len(o.pending) < len(b) {
+			// What pending holds and b are within the window, and so
+			// is the new buffer.
+			grown := make([]byte, len(o.pending), min(2*(len(o.pending)+len(b)), agent.Window))
+			copy(grown, o.pending)
+			o.pending = grown
+		}
+		o.pending = append(o.pending, b...)
 		o.queued += len(b)
 	}
 	o.signal()
@@ -354,7 +369,7 @@ func (o *stream) push(b []byte) error {
 // reopen undoes the end a failed agent put on a stream it never wrote.
 func (o *stream) reopen() {
 	o.mu.Lock()
-	o.eof, o.queue, o.queued = false, nil, 0
+	o.eof, o.pending, o.queued = false, nil, 0
 	o.mu.Unlock()
 }
 
@@ -372,17 +387,21 @@ func (o *stream) close() {
 	o.signal()
 }
 
+// maxWrite bounds one write to the client, and so the credit it gives
+// back at once.
+const maxWrite = agent.MaxPayload
+
 // run writes the stream to the client, crediting the agent with every
 // chunk passed on or, once the client is gone, dropped.
 func (o *stream) run() {
 	for {
 		o.mu.Lock()
-		for len(o.queue) == 0 && !o.eof && !o.closed {
+		for len(o.pending) == 0 && !o.eof && !o.closed {
 			o.mu.Unlock()
 			<-o.wake
 			o.mu.Lock()
 		}
-		if o.closed || len(o.queue) == 0 {
+		if o.closed || len(o.pending) == 0 {
 			w := o.w
 			o.w = nil
 			o.mu.Unlock()
@@ -391,9 +410,14 @@ func (o *stream) run() {
 			}
 			return
 		}
-		b, w := o.queue[0], o.w
-		o.queue[0] = nil
-		o.queue = o.queue[1:]
+		// push only appends past pending's end, or to a new buffer, so b
+		// is never written while the lock is not held.
+		n := min(len(o.pending), maxWrite)
+		b, w := o.pending[:n:n], o.w
+		o.pending = o.pending[n:]
+		if len(o.pending) == 0 {
+			o.pending = nil // an idle stream holds no buffer
+		}
 		o.mu.Unlock()
 		if w != nil {
 			if _, err := w.Write(b); err != nil {
@@ -446,7 +470,7 @@ func startAgentProc(ctx context.Context, s *sandbox) (_ *agentProc, err error) {
 	}
 	a := &agentProc{s: s, pid: pid, w: inW, r: outR, execs: map[uint32]*relayed{}, dead: make(chan struct{})}
 	outR.SetReadDeadline(time.Now().Add(agentTimeout))
-	rd := agent.NewReader(outR, agent.MaxPayload)
+	rd := newAgentReader(outR)
 	if f, err := rd.Read(); err != nil || f.Type != agent.Ready || string(f.Payload) != agent.Version {
 		c.Kill(context.WithoutCancel(ctx), int(pid), false)
 		return nil, fmt.Errorf("the exec agent did not say it is ready (%v, %q frame %q); rerun `make setup` to install this airlock's agent", err, f.Type, f.Payload)
@@ -460,6 +484,12 @@ func startAgentProc(ctx context.Context, s *sandbox) (_ *agentProc, err error) {
 		a.fail(fmt.Errorf("the exec agent ended (%v)", err))
 	}()
 	return a, nil
+}
+
+// newAgentReader reads the agent's frames from its stdout, buffered: a
+// frame's header and a small payload take no syscall of their own.
+func newAgentReader(out *os.File) *agent.Reader {
+	return agent.NewReader(bufio.NewReaderSize(out, 64<<10), agent.MaxPayload)
 }
 
 // fail marks the agent dead, kills it, and ends every exec's output.

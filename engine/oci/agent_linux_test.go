@@ -5,7 +5,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,11 +35,7 @@ func TestAgentFramesAreHostile(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			a, x, client, _ := relayFixture(t)
-			fromAgent, agentOut, err := os.Pipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			go a.read(agent.NewReader(fromAgent, agent.MaxPayload), fromAgent)
+			agentOut := agentStdout(t, a)
 			agent.Write(agentOut, agent.Stdout, 1, []byte("mine"))
 			c.frames(agentOut)
 			if c.want == "" {
@@ -62,7 +60,6 @@ func TestAgentFramesAreHostile(t *testing.T) {
 			if c.want != "" && !x.out[0].eof {
 				t.Error("a failed agent left an exec's output open")
 			}
-			agentOut.Close()
 		})
 	}
 }
@@ -72,12 +69,7 @@ func TestAgentFramesAreHostile(t *testing.T) {
 // window breaks the protocol.
 func TestAgentOutputCredit(t *testing.T) {
 	a, x, client, toAgent := relayFixture(t)
-	fromAgent, agentOut, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer agentOut.Close()
-	go a.read(agent.NewReader(fromAgent, agent.MaxPayload), fromAgent)
+	agentOut := agentStdout(t, a)
 	credits := agent.NewReader(toAgent, agent.MaxPayload)
 	chunk := make([]byte, agent.MaxPayload)
 	for i := 0; i < 2; i++ {
@@ -109,6 +101,73 @@ func TestAgentOutputCredit(t *testing.T) {
 	}
 }
 
+// An agent may send its window in frames of any size: one-byte frames
+// while the client reads nothing are within it, and the relay holds them
+// in a small multiple of the window, not a slice each. Every byte reaches
+// the client, in order, once it reads.
+func TestAgentOutputSmallFrames(t *testing.T) {
+	a, x, client, toAgent := relayFixture(t)
+	agentOut := agentStdout(t, a)
+	// The relay's credits, counted as the agent would.
+	var credited atomic.Int64
+	go func() {
+		rd := agent.NewReader(toAgent, agent.MaxPayload)
+		for {
+			f, err := rd.Read()
+			if err != nil {
+				return
+			}
+			if _, n, err := agent.ParseCredit(f.Payload); err == nil {
+				credited.Add(int64(n))
+			}
+		}
+	}()
+	frames := make([]byte, 0, agent.Window*agent.FrameSize([]byte{0}))
+	for i := range agent.Window {
+		frames = append(frames, agent.Stdout, 0, 0, 0, 1, 0, 0, 0, 1, byte(i%251))
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	go agentOut.Write(frames)
+	o := x.out[0]
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		o.mu.Lock()
+		held := o.queued
+		o.mu.Unlock()
+		if int64(held)+credited.Load() == agent.Window {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the relay took %d bytes of %d", int64(held)+credited.Load(), agent.Window)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(frames)
+	grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("heap growth: %d bytes", grew)
+	if grew > 2<<20 {
+		t.Errorf("the relay's heap grew by %d bytes holding a %d-byte window", grew, agent.Window)
+	}
+	select {
+	case <-a.dead:
+		t.Fatalf("an agent within its window was killed: %v", a.err)
+	default:
+	}
+	agent.Write(agentOut, agent.Stdout, 1, nil)
+	got, _ := io.ReadAll(client)
+	if len(got) != agent.Window {
+		t.Fatalf("the client read %d bytes; want %d", len(got), agent.Window)
+	}
+	for i, b := range got {
+		if b != byte(i%251) {
+			t.Fatalf("byte %d is %d; want %d", i, b, i%251)
+		}
+	}
+}
+
 // relayFixture is an agent with exec 1 in flight, whose stdout the
 // returned client reads; toAgent reads what the relay sends the agent.
 // The sandbox's control socket does not exist: killing the agent is a
@@ -134,6 +193,19 @@ func relayFixture(t *testing.T) (a *agentProc, x *relayed, client, toAgent *os.F
 	return a, x, client, toAgent
 }
 
+// agentStdout starts a's reader on a new pipe and returns the agent's end
+// of it, closed at the test's end.
+func agentStdout(t *testing.T, a *agentProc) *os.File {
+	t.Helper()
+	fromAgent, agentOut, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { agentOut.Close() })
+	go a.read(newAgentReader(fromAgent), fromAgent)
+	return agentOut
+}
+
 // TestDeadAgentReaderEnds: once the agent is dead, its reader ends even
 // while a process of the sandbox holds the agent's stdout open and
 // writes frames into it; no goroutine or descriptor is left per dead
@@ -148,7 +220,7 @@ func TestDeadAgentReaderEnds(t *testing.T) {
 	a.r = r
 	done := make(chan struct{})
 	go func() {
-		a.read(agent.NewReader(r, agent.MaxPayload), r)
+		a.read(newAgentReader(r), r)
 		close(done)
 	}()
 	a.fail(errors.New("the exec agent ended"))

@@ -67,6 +67,8 @@ type Engine struct {
 	// root is the airlock root whose containers this engine makes and
 	// reaps; "" takes every airlock container as its own.
 	root string
+	// procs are the pidfds on live sandboxes' processes, one per container.
+	procs procWatches
 }
 
 // daemonFacts are what a run needs to know of dockerd.

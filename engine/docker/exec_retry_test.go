@@ -60,7 +60,7 @@ func execFake(t *testing.T, failures int) (*sandbox, *atomic.Int32) {
 	}
 	_, e := startFake(t, routes)
 	// The test's own process stands for the container's: it outlives the exec.
-	w, err := watchPid(os.Getpid())
+	w, err := watchPid(os.Getpid(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -272,8 +272,9 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (sb engine.S
 	return sb, nil
 }
 
-// watch opens a pidfd on the container's process. The container must run
-// before and after, with the same pid, so the pidfd is not a reused pid's.
+// watch opens a pidfd on the container's process, or shares the engine's
+// (procWatches). The container must run before and after, with the same
+// pid, so the pidfd is not a reused pid's.
 func (s *sandbox) watch(ctx context.Context) error {
 	before, err := s.inspect(ctx)
 	if err != nil {
@@ -282,7 +283,11 @@ func (s *sandbox) watch(ctx context.Context) error {
 	if !before.Running || before.Pid <= 0 {
 		return s.lost(before)
 	}
-	w, werr := watchPid(before.Pid)
+	if w := s.e.procs.get(s.cid, before.Pid); w != nil {
+		s.pid, s.proc = before.Pid, w
+		return nil
+	}
+	w, werr := s.e.procs.open(s.cid, before.Pid)
 	after, err := s.inspect(ctx)
 	switch {
 	case err != nil:
@@ -297,7 +302,7 @@ func (s *sandbox) watch(ctx context.Context) error {
 	case werr != nil:
 		return fmt.Errorf("%w: watching the process %d of sandbox %q: %v; the docker engine must run on dockerd's host, in its pid namespace", errdefs.ErrUnavailable, before.Pid, s.id, werr)
 	}
-	s.pid, s.proc = before.Pid, w
+	s.pid, s.proc = before.Pid, s.e.procs.keep(s.cid, w)
 	return nil
 }
 
@@ -363,7 +368,8 @@ type sandbox struct {
 	user    string // the policy's uid:gid, for every exec
 	timeout time.Duration
 	gvisor  bool
-	// pid and proc are the container's process and a pidfd on it.
+	// pid and proc are the container's process and a pidfd on it, shared
+	// with the engine's other handles of the sandbox.
 	pid  int
 	proc *pidWatch
 	// oomEvents is the file counting the container cgroup's OOM kills, or
@@ -985,7 +991,7 @@ func (s *sandbox) Destroy(ctx context.Context) error {
 	s.mu.Lock()
 	s.destroyed = true
 	s.mu.Unlock()
-	defer s.proc.close()
+	defer s.e.procs.release(s.cid)
 	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	var errs []error

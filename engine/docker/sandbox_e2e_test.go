@@ -594,6 +594,12 @@ func TestSandboxDestroy(t *testing.T) {
 			t.Fatalf("second destroy: %v", err)
 		}
 		checkFreed(t, e, sb.ID())
+		for deadline := time.Now().Add(5 * time.Second); e.procs.held()+other.procs.held() != 0; {
+			if time.Now().After(deadline) {
+				t.Fatal("a destroyed sandbox's process is still watched")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		if _, err := os.Stat(logDir); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("sandbox log %s left: %v", logDir, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -16,16 +17,20 @@ import (
 // pid: runsc's sandbox process, or the init under runc), so that its death
 // is seen at once, without asking dockerd, which learns of it later.
 type pidWatch struct {
-	f *os.File
+	pid int
+	f   *os.File
 	// done is closed once the process has exited. The wait is on Go's
 	// poller, so an idle watch holds no thread.
 	done chan struct{}
+	once sync.Once
 }
 
 // errProcessGone is watchPid's error for a pid that no longer exists.
 var errProcessGone = errors.New("no such process")
 
-func watchPid(pid int) (*pidWatch, error) {
+// watchPid opens a watch on pid. Once the process exits, the watch ends
+// itself (end) and calls gone, if not nil.
+func watchPid(pid int, gone func(*pidWatch)) (*pidWatch, error) {
 	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
 	if errors.Is(err, unix.ESRCH) {
 		return nil, errProcessGone
@@ -33,7 +38,7 @@ func watchPid(pid int) (*pidWatch, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &pidWatch{f: os.NewFile(uintptr(fd), "pidfd"), done: make(chan struct{})}
+	w := &pidWatch{pid: pid, f: os.NewFile(uintptr(fd), "pidfd"), done: make(chan struct{})}
 	rc, err := w.f.SyscallConn()
 	if err != nil {
 		w.f.Close()
@@ -43,7 +48,14 @@ func watchPid(pid int) (*pidWatch, error) {
 		// The callback returns false to wait for readability; Close ends
 		// the wait with an error.
 		if rc.Read(func(fd uintptr) bool { return readable(int(fd)) }) == nil {
-			close(w.done)
+			w.end()
+		}
+		select {
+		case <-w.done:
+			if gone != nil {
+				gone(w)
+			}
+		default: // closed unshared
 		}
 	}()
 	return w, nil
@@ -84,6 +96,17 @@ func (w *pidWatch) ended() <-chan struct{} {
 	return w.done
 }
 
+// end marks the process exited and closes the pidfd. It is called only
+// once the process has exited, so every handle sharing w sees the exit on
+// done, never a pidfd closed under it.
+func (w *pidWatch) end() {
+	w.once.Do(func() {
+		close(w.done)
+		w.f.Close()
+	})
+}
+
+// close closes a watch that no handle shares, without marking an exit.
 func (w *pidWatch) close() {
 	if w != nil {
 		w.f.Close()

@@ -13,8 +13,14 @@
 //     refused (ErrTooLarge) at the first read past a cap, before anything
 //     is stored.
 //   - Archives are read by go-containerregistry; the only names airlock
-//     accepts from an OCI layout tar are the layout's own (oci-layout,
-//     index.json, blobs/<alg>/<hex>), so extraction cannot write elsewhere.
+//     accepts from an OCI layout, a tar or a directory, are the layout's own
+//     (oci-layout, index.json, blobs/<alg>/<hex>), so extraction cannot write
+//     elsewhere. A layout directory is copied like a tar, regular files only,
+//     no symlinks, sizes capped before a byte is read; the library reads
+//     only the private copy.
+//   - Fixed caps no flag raises: MaxLayers layers, a store.MaxConfig
+//     config, indexes and manifests of 4 MiB, and what store.LayerCheck
+//     keeps for the paths the layers name.
 //   - Files under airlock's root are written atomically (temporary file, then
 //     rename), so an interrupted command never leaves a half-written record.
 package images

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -59,7 +60,8 @@ type ImportOptions struct {
 // opt.Loader, all or nothing: the store's blobs first, then the loader,
 // then the store's index and airlock's, each step undone if a later one
 // fails. Errors are classed with errdefs: a damaged, unsafe or unwanted
-// archive is invalid input, a missing one not found.
+// archive is invalid input, a missing one not found, a local failure to
+// read or unpack it unavailable.
 func Import(ctx context.Context, path string, opt ImportOptions) (ref Ref, err error) {
 	step := opt.Progress
 	if step == nil {
@@ -74,16 +76,22 @@ func Import(ctx context.Context, path string, opt ImportOptions) (ref Ref, err e
 		src, err = FromRootfs(path, *opt.Rootfs)
 	} else {
 		step("reading %s", path)
-		src, err = OpenImage(ctx, path, opt.RequireDigest)
+		src, err = openImage(ctx, path, opt.RequireDigest, opt.Limits)
 	}
 	if err != nil {
 		if errors.Is(err, ErrNotRequired) {
 			return ref, fmt.Errorf("%w: %s: %w; nothing was imported", errdefs.ErrInvalidArgument, path, err)
 		}
-		if errors.Is(err, ErrFormat) {
+		switch {
+		case errors.Is(err, ErrFormat) || errors.Is(err, ErrTooLarge):
 			return ref, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
+		case errors.Is(err, fs.ErrNotExist):
+			return ref, fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
+		case ctx.Err() != nil:
+			return ref, ctx.Err()
 		}
-		return ref, fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
+		// A local failure: no space for the unpacked layout, an I/O error.
+		return ref, fmt.Errorf("%w: %w", errdefs.ErrUnavailable, err)
 	}
 	defer src.Close()
 	// The required image is known by its config alone: an archive that
@@ -100,6 +108,8 @@ func Import(ctx context.Context, path string, opt ImportOptions) (ref Ref, err e
 
 	v, err := Verify(ctx, src, opt.Limits, step)
 	switch {
+	case errors.Is(err, store.ErrLayerCap) || errors.Is(err, errFixedCap):
+		return ref, fmt.Errorf("%w: verifying %s: %w; nothing was imported (real images stay far below this cap)", errdefs.ErrInvalidArgument, path, err)
 	case errors.Is(err, store.ErrUnsafeLayer):
 		return ref, fmt.Errorf("%w: verifying %s: %w; airlock refuses such layers, so nothing was imported (rebuild the image without that entry)", errdefs.ErrInvalidArgument, path, err)
 	case ctx.Err() != nil:

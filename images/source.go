@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -17,6 +18,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/airlock-sandbox/airlock/store"
+	"github.com/airlock-sandbox/airlock/units"
 )
 
 // ErrFormat is wrapped when a file is not an image airlock can read.
@@ -60,28 +64,39 @@ func Open(ctx context.Context, path string) (*Source, error) {
 // chosen. The choice is by what the manifest claims: Verify then computes
 // the real ID, which the caller must compare with id.
 func OpenImage(ctx context.Context, path string, id digest.Digest) (*Source, error) {
+	return openImage(ctx, path, id, Limits{})
+}
+
+// openImage is OpenImage, copying a layout directory under lim's caps.
+func openImage(ctx context.Context, path string, id digest.Digest, lim Limits) (*Source, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("opening image %q: %w", path, err)
 	}
+	var kind string
 	if fi.IsDir() {
-		if _, err := os.Stat(filepath.Join(path, ocispec.ImageLayoutFile)); err != nil {
+		if _, err := os.Lstat(filepath.Join(path, ocispec.ImageLayoutFile)); err != nil {
 			return nil, fmt.Errorf("%w: directory %q has no %s file; give an OCI image layout, a tar of one, or a `docker save` archive", ErrFormat, path, ocispec.ImageLayoutFile)
 		}
-		return openLayout(ctx, path, id, nil)
-	}
-	kind, err := sniffTar(path)
-	if err != nil {
+	} else if kind, err = sniffTar(path); err != nil {
 		return nil, err
 	}
-	switch kind {
-	case "oci-layout":
+	switch {
+	case fi.IsDir() || kind == "oci-layout":
+		// Either way the layout is read from a private copy: go-containerregistry
+		// reads its files whole, through symlinks, and would block on a FIFO.
 		dir, err := os.MkdirTemp("", "airlock-layout-")
 		if err != nil {
-			return nil, fmt.Errorf("unpacking %q: %w", path, err)
+			// %v: a missing TMPDIR is no missing image.
+			return nil, fmt.Errorf("making a directory to unpack %q into: %v", path, err)
 		}
 		done := func() { os.RemoveAll(dir) }
-		if err := extractLayout(ctx, path, dir); err != nil {
+		if fi.IsDir() {
+			err = copyLayout(ctx, path, dir, lim)
+		} else {
+			err = extractLayout(ctx, path, dir)
+		}
+		if err != nil {
 			done()
 			return nil, err
 		}
@@ -130,6 +145,12 @@ func sniffTar(path string) (string, error) {
 
 var layoutName = regexp.MustCompile(`^(oci-layout|index\.json|blobs/[a-z0-9]+/[a-f0-9]{32,128})$`)
 
+// The parts of a blob's name in a layout.
+var (
+	blobAlg  = regexp.MustCompile(`^[a-z0-9]+$`)
+	blobName = regexp.MustCompile(`^[a-f0-9]{32,128}$`)
+)
+
 // extractLayout copies the layout's own files from a tar into dir. Any
 // other name (manifest.json and repositories from newer docker save
 // archives included) is skipped, so nothing lands outside dir.
@@ -159,6 +180,9 @@ func extractLayout(ctx context.Context, path, dir string) error {
 			return fmt.Errorf("unpacking %q: %w", name, err)
 		}
 		out, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("%w: %q: entry %q appears twice", ErrFormat, path, name)
+		}
 		if err != nil {
 			return fmt.Errorf("unpacking %q: %w", name, err)
 		}
@@ -201,13 +225,16 @@ func openLayout(ctx context.Context, dir string, id digest.Digest, cleanup func(
 		}
 		return nil, err
 	}
+	if fi, err := os.Lstat(filepath.Join(dir, "index.json")); err == nil && fi.Size() > int64(maxLayoutJSON) {
+		return fail(fmt.Errorf("%w: index.json is %d bytes, over the %s cap", errFixedCap, fi.Size(), maxLayoutJSON))
+	}
 	idx, err := layout.ImageIndexFromPath(dir)
 	if err != nil {
 		return fail(fmt.Errorf("%w: reading OCI layout: %v", ErrFormat, err))
 	}
 	var found []v1.Descriptor
 	var images []v1.Image
-	w := &indexWalk{ctx: ctx, seen: map[v1.Hash]bool{}}
+	w := &indexWalk{ctx: ctx, dir: dir, seen: map[v1.Hash]bool{}}
 	if err := w.collect(idx, &found, &images, 0); err != nil {
 		return fail(err)
 	}
@@ -231,6 +258,15 @@ func openLayout(ctx context.Context, dir string, id digest.Digest, cleanup func(
 		return fail(fmt.Errorf("%w: the OCI layout holds %d images for %s/%s; export one image per layout, or choose one with --require-digest", ErrFormat, len(images), runtime.GOOS, runtime.GOARCH))
 	}
 	d := found[0]
+	// The reader reads the config whole too: refuse it first if it is
+	// larger than any the store reads (Verify checks the bytes).
+	m, err := images[0].Manifest()
+	if err != nil {
+		return fail(fmt.Errorf("%w: reading manifest %s: %v", ErrFormat, d.Digest, err))
+	}
+	if err := w.small(m.Config, "config", store.MaxConfig); err != nil {
+		return fail(err)
+	}
 	return &Source{
 		Image:    images[0],
 		Manifest: &d,
@@ -248,8 +284,25 @@ const maxDescriptors = 4096
 // indexWalk walks a layout's indexes, each digest once.
 type indexWalk struct {
 	ctx  context.Context
+	dir  string // the layout, a private copy
 	seen map[v1.Hash]bool
 	n    int
+}
+
+// small refuses the blob d names if the descriptor or the file is larger
+// than max: the layout reader reads such a blob whole before it compares
+// the size.
+func (w *indexWalk) small(d v1.Descriptor, what string, limit units.Bytes) error {
+	size := d.Size
+	if blobAlg.MatchString(d.Digest.Algorithm) && blobName.MatchString(d.Digest.Hex) {
+		if fi, err := os.Lstat(filepath.Join(w.dir, "blobs", d.Digest.Algorithm, d.Digest.Hex)); err == nil {
+			size = max(size, fi.Size())
+		}
+	}
+	if size > int64(limit) {
+		return fmt.Errorf("%w: %s %s is %d bytes, over the %s cap", errFixedCap, what, d.Digest, size, limit)
+	}
+	return nil
 }
 
 // collect walks an index, keeping images for this platform (or with no
@@ -278,6 +331,9 @@ func (w *indexWalk) collect(idx v1.ImageIndex, found *[]v1.Descriptor, images *[
 		}
 		switch d.MediaType {
 		case types.OCIImageIndex, types.DockerManifestList:
+			if err := w.small(d, "index", maxLayoutJSON); err != nil {
+				return err
+			}
 			child, err := idx.ImageIndex(d.Digest)
 			if err != nil {
 				return fmt.Errorf("%w: reading index %s: %v", ErrFormat, d.Digest, err)
@@ -286,6 +342,9 @@ func (w *indexWalk) collect(idx v1.ImageIndex, found *[]v1.Descriptor, images *[
 				return err
 			}
 		case types.OCIManifestSchema1, types.DockerManifestSchema2:
+			if err := w.small(d, "manifest", maxLayoutJSON); err != nil {
+				return err
+			}
 			img, err := idx.Image(d.Digest)
 			if err != nil {
 				return fmt.Errorf("%w: reading image %s: %v", ErrFormat, d.Digest, err)

@@ -23,6 +23,17 @@ var ErrDigest = errors.New("content does not match its digest")
 // uncompressed, than Limits allow.
 var ErrTooLarge = errors.New("image too large")
 
+// errFixedCap is wrapped, with ErrTooLarge, when an image passes a cap
+// that no flag raises.
+var errFixedCap = fmt.Errorf("%w", ErrTooLarge)
+
+// MaxLayers caps an image's layers. go-containerregistry reads a docker
+// save archive from its start for every layer it opens, so the work grows
+// with the square of the count (10,000 one-byte layers: minutes). dockerd
+// refuses more than 125 (moby layer/layer_store.go, maxLayerDepth; overlay2
+// stacks at most 128 lowers), so no image it built comes near.
+const MaxLayers = 256
+
 // The default Limits. A gzip or zstd layer expands up to about 32,000
 // times over (a 1 MB blob to 32 GB), and every byte is read to check its
 // diff_id and written when it is unpacked. Real images stay well below:
@@ -98,15 +109,28 @@ func Verify(ctx context.Context, src *Source, lim Limits, progress Progress) (Ve
 	if err != nil {
 		return v, fmt.Errorf("reading config: %w", err)
 	}
+	// The store reads no more of a config than this: a larger one would
+	// import, then fail every run.
+	if len(rawCfg) > int(store.MaxConfig) {
+		return v, fmt.Errorf("%w: config is %d bytes, over the %s cap", errFixedCap, len(rawCfg), store.MaxConfig)
+	}
 	sum := sha256.Sum256(rawCfg)
 	v.ID = digest.NewDigestFromEncoded(digest.SHA256, hex.EncodeToString(sum[:]))
 	cfg, err := img.ConfigFile()
 	if err != nil {
 		return v, fmt.Errorf("%w: parsing config: %v", ErrFormat, err)
 	}
+	// Before the manifest: a docker save archive's is computed by reading
+	// every layer.
+	if err := checkLayerCount(len(cfg.RootFS.DiffIDs)); err != nil {
+		return v, err
+	}
 	m, err := img.Manifest()
 	if err != nil {
 		return v, fmt.Errorf("%w: reading manifest: %v", ErrFormat, err)
+	}
+	if err := checkLayerCount(len(m.Layers)); err != nil {
+		return v, err
 	}
 	if src.Manifest != nil {
 		if err := checkBytes("config", rawCfg, m.Config.Digest, m.Config.Size); err != nil {
@@ -156,6 +180,13 @@ func Verify(ctx context.Context, src *Source, lim Limits, progress Progress) (Ve
 	}
 	v.Layers = len(layers)
 	return v, nil
+}
+
+func checkLayerCount(n int) error {
+	if n > MaxLayers {
+		return fmt.Errorf("%w: the image has %d layers, over the cap of %d", errFixedCap, n, MaxLayers)
+	}
+	return nil
 }
 
 // checkLayer runs the layer's entries through check and reads the rest of

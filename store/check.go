@@ -6,6 +6,8 @@ import (
 	"io"
 	"path"
 	"strings"
+
+	"github.com/airlock-sandbox/airlock/units"
 )
 
 // LayerCheck applies UnpackLayer's rules to an image's layers without
@@ -14,10 +16,12 @@ import (
 // layer leaves in place (symlinks, files, whiteouts) to catch an entry
 // under a symlink, or a hardlink to nothing, that an earlier layer set up.
 //
-// Each path costs a map entry; each entry a walk over its ancestors, which
-// are bounded by the name's length (at most maxName bytes).
+// Each path costs a map entry, charged against MaxPathBytes for the whole
+// image; each entry a walk over its ancestors, which are bounded by the
+// name's length (at most maxName bytes).
 type LayerCheck struct {
 	layer, seq int
+	paths      pathBudget
 	nodes      map[string]treeNode
 	// replaced: path → seq at which an entry replaced it whole, which ends
 	// everything below it that was written earlier.
@@ -35,6 +39,7 @@ type treeNode struct {
 // NewLayerCheck starts a check of one image, its lowest layer first.
 func NewLayerCheck() *LayerCheck {
 	return &LayerCheck{
+		paths:    pathBudget{left: int64(MaxPathBytes), of: "one image"},
 		nodes:    map[string]treeNode{".": {typ: tar.TypeDir}},
 		replaced: map[string]int{}, hidden: map[string]int{}, opaque: map[string]int{},
 	}
@@ -61,7 +66,9 @@ func (c *LayerCheck) Layer(r io.Reader) error {
 }
 
 func (c *LayerCheck) entry(h *tar.Header) error {
-	c.seq++
+	if c.seq++; c.seq > MaxEntries {
+		return fmt.Errorf("%w: the layers hold more than %d entries, the cap on one image", ErrLayerCap, MaxEntries)
+	}
 	name, kind, err := classify(h)
 	if err != nil || kind == skipEntry || name == "." {
 		return err
@@ -71,12 +78,20 @@ func (c *LayerCheck) entry(h *tar.Header) error {
 	}
 	if kind == whiteoutEntry {
 		dir, base := path.Dir(name), path.Base(name)
+		var m map[string]int
 		switch {
 		case base == whiteoutOpaque:
-			c.opaque[dir] = c.layer
+			m = c.opaque
 		case !strings.HasPrefix(base, whiteoutMeta):
-			c.hidden[path.Join(dir, strings.TrimPrefix(base, whiteoutPrefix))] = c.layer
+			m, dir = c.hidden, path.Join(dir, strings.TrimPrefix(base, whiteoutPrefix))
+		default:
+			return nil
 		}
+		k, err := keep(&c.paths, m, dir)
+		if err != nil {
+			return err
+		}
+		m[k] = c.layer
 		return nil
 	}
 	if h.Typeflag == tar.TypeLink {
@@ -89,14 +104,76 @@ func (c *LayerCheck) entry(h *tar.Header) error {
 		}
 	}
 	old, exists := c.live(name)
-	if h.Typeflag != tar.TypeDir || exists && old.typ != tar.TypeDir {
-		c.replaced[name] = c.seq
-	}
 	if h.Typeflag == tar.TypeDir && exists && old.typ == tar.TypeDir {
 		return nil // merges into the directory
 	}
-	c.nodes[name] = treeNode{typ: h.Typeflag, layer: c.layer, seq: c.seq}
+	k, err := keep(&c.paths, c.nodes, name)
+	if err != nil {
+		return err
+	}
+	if h.Typeflag != tar.TypeDir || exists && old.typ != tar.TypeDir {
+		if _, ok := c.replaced[k]; !ok {
+			// The key shares its bytes with the node's: only the entry costs.
+			if err := c.paths.charge(""); err != nil {
+				return err
+			}
+		}
+		c.replaced[k] = c.seq
+	}
+	c.nodes[k] = treeNode{typ: h.Typeflag, layer: c.layer, seq: c.seq}
 	return nil
+}
+
+// What an image's layers may name. Each path LayerCheck keeps, and
+// UnpackLayer for the layer it applies, costs a map entry and the path's
+// own bytes, and the byte caps on layers do not bound that: a 200 KB gzip
+// layer of 40,000 empty files, each 120 directories deep, names 4.9 million
+// paths (395 MiB of maps, before these caps). Real images stay far below:
+// a distribution base names a few thousand paths, a CUDA or conda image a
+// few hundred thousand.
+const (
+	// MaxEntries caps the entries of an image's layers together, and so of
+	// each layer. Each entry costs a walk over its ancestors (up to
+	// maxDepth map lookups).
+	MaxEntries = 1 << 21
+	// MaxPathBytes caps what the paths kept take in memory: each new key
+	// of a map is charged pathCost plus its length. A file costs the check
+	// two keys: some 900,000 files of 80-byte names fit.
+	MaxPathBytes units.Bytes = 256 << 20
+	// pathCost is a map entry's share of memory at its worst, just after
+	// the map has grown (TestLayerCheckPathCap measures it).
+	pathCost = 112
+)
+
+// ErrLayerCap is wrapped, with ErrUnsafeLayer, when layers name more
+// entries or paths than MaxEntries or MaxPathBytes allow.
+var ErrLayerCap = fmt.Errorf("%w", ErrUnsafeLayer)
+
+// pathBudget is what the paths a check or an unpack keeps may still take.
+type pathBudget struct {
+	left int64
+	of   string // "one image", "one layer": what the cap applies to
+}
+
+// charge takes a new key of len(key) bytes from b.
+func (b *pathBudget) charge(key string) error {
+	if b.left -= pathCost + int64(len(key)); b.left < 0 {
+		return fmt.Errorf("%w: the layers name more paths than fit in %s, the memory kept for the paths of %s", ErrLayerCap, MaxPathBytes, b.of)
+	}
+	return nil
+}
+
+// keep returns key as m may hold it: a copy of its own, so that m holds no
+// more than the key's bytes (a name may be a slice of a PAX record block
+// of up to 1 MiB, an ancestor a slice of a longer name). A key new to m is
+// charged to b.
+func keep[V any](b *pathBudget, m map[string]V, key string) (string, error) {
+	if _, ok := m[key]; !ok {
+		if err := b.charge(key); err != nil {
+			return "", err
+		}
+	}
+	return strings.Clone(key), nil
 }
 
 // parents refuses name if an ancestor is a symlink or not a directory, as
@@ -120,7 +197,11 @@ func (c *LayerCheck) parents(name string) error {
 		ok = ok && above.spare(n) && c.hidden[p] <= n.layer
 		switch {
 		case !ok:
-			c.nodes[p] = treeNode{typ: tar.TypeDir, layer: c.layer, seq: c.seq}
+			k, err := keep(&c.paths, c.nodes, p)
+			if err != nil {
+				return err
+			}
+			c.nodes[k] = treeNode{typ: tar.TypeDir, layer: c.layer, seq: c.seq}
 		case n.typ == tar.TypeSymlink:
 			return fmt.Errorf("%w: %q is under the symlink %q", ErrUnsafeLayer, name, p)
 		case n.typ != tar.TypeDir:

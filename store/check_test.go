@@ -4,8 +4,11 @@ import (
 	"archive/tar"
 	"bytes"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -132,4 +135,57 @@ func FuzzLayerCheck(f *testing.F) {
 			t.Fatalf("LayerCheck: %v; UnpackLayer: %v", checked, unpacked)
 		}
 	})
+}
+
+// deepLayer streams a layer of n empty files, each in a top directory of
+// its own and depth directories below it: 512-byte headers that each name
+// depth+1 new paths.
+func deepLayer(n, depth int) io.Reader {
+	pr, pw := io.Pipe()
+	go func() {
+		tw := tar.NewWriter(pw)
+		deep := strings.Repeat("a/", depth)
+		for i := range n {
+			h := &tar.Header{Typeflag: tar.TypeReg, Name: fmt.Sprintf("%07d/%sf", i, deep), Mode: 0o644, Format: tar.FormatPAX}
+			if err := tw.WriteHeader(h); err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+		}
+		pw.CloseWithError(tw.Close())
+	}()
+	return pr
+}
+
+// TestLayerCheckPathCap: 40,000 empty files 120 directories deep, 200 KB
+// gzipped, name 4.9 million paths. The check refuses the layer once the
+// paths it keeps pass MaxPathBytes, and its heap stays within that cap.
+func TestLayerCheckPathCap(t *testing.T) {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	c := NewLayerCheck()
+	err := c.Layer(deepLayer(40000, 120))
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(c)
+	if !errors.Is(err, ErrLayerCap) || !errors.Is(err, ErrUnsafeLayer) || !strings.Contains(err.Error(), MaxPathBytes.String()) {
+		t.Fatalf("got %v, want the layer refused at the %s cap", err, MaxPathBytes)
+	}
+	grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("%v; refused at entry %d, heap grew %d MiB", err, c.seq, grew>>20)
+	if grew > int64(MaxPathBytes) {
+		t.Errorf("the heap grew %d MiB, over the %s cap", grew>>20, MaxPathBytes)
+	}
+}
+
+// TestLayerCheckEntryCap: more entries than MaxEntries are refused, even
+// when each is one the check skips.
+func TestLayerCheckEntryCap(t *testing.T) {
+	c := NewLayerCheck()
+	c.seq = MaxEntries - 1
+	err := c.Layer(bytes.NewReader(layer(t, "", node("p1", tar.TypeFifo), node("p2", tar.TypeFifo))))
+	if !errors.Is(err, ErrLayerCap) || !strings.Contains(err.Error(), fmt.Sprint(MaxEntries)) {
+		t.Fatalf("got %v, want the entry past %d refused", err, MaxEntries)
+	}
 }

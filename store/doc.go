@@ -38,7 +38,9 @@
 //     the root, and any entry whose parent path holds a symlink, so nothing
 //     is ever written through a link. Devices and FIFOs are skipped; setuid
 //     and setgid bits are dropped; xattrs are never written; GNU sparse
-//     files are refused (their holes expand without bound).
+//     files are refused (their holes expand without bound). A layer of more
+//     than MaxEntries entries, or whose paths take more than MaxPathBytes
+//     to keep track of, is refused (ErrLayerCap), at import and at unpack.
 //   - An entry replaces an existing one of the same name (remove, then
 //     create; an existing file is never opened for writing), except that a
 //     directory merges into an existing directory. Whiteouts (.wh.<name>)

@@ -14,6 +14,7 @@ import (
 	"slices"
 
 	"github.com/airlock-sandbox/airlock/internal/atomicfile"
+	"github.com/airlock-sandbox/airlock/units"
 	"github.com/containerd/errdefs"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
@@ -425,8 +426,10 @@ func (s *Store) Image(id digest.Digest) (v1.Image, error) {
 	return img, nil
 }
 
-// maxConfig caps the config blob Config reads.
-const maxConfig = 4 << 20
+// MaxConfig caps an image's config blob. Real configs are a few KiB
+// (the history of a hundred layers included); images.Verify refuses a
+// larger one at import, so every stored image's config fits.
+const MaxConfig units.Bytes = 4 << 20
 
 // Config reads image id's config straight from its blob, checking it
 // against id, which is its digest. Unlike Image it reads neither the index
@@ -441,9 +444,12 @@ func (s *Store) Config(id digest.Digest) (ocispec.Image, error) {
 		return img, fmt.Errorf("reading the config of image %q: %w", id, err)
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxConfig+1))
+	b, err := io.ReadAll(io.LimitReader(f, int64(MaxConfig)+1))
 	if err != nil {
 		return img, fmt.Errorf("reading the config of image %q: %w", id, err)
+	}
+	if len(b) > int(MaxConfig) {
+		return img, fmt.Errorf("the config of image %q is larger than the %s cap", id, MaxConfig)
 	}
 	if got := digest.FromBytes(b); got != id {
 		return img, fmt.Errorf("%w: config of image %q is %s", ErrDigest, id, got)

@@ -174,6 +174,25 @@ func TestConfig(t *testing.T) {
 	}
 }
 
+// TestConfigOverCap: a config larger than MaxConfig (stored before
+// import refused such configs) is reported as over the cap, not as a
+// digest mismatch that would call the store damaged.
+func TestConfigOverCap(t *testing.T) {
+	s := openStore(t)
+	img, err := mutate.Config(ociImage(t, false, plainLayer(t, reg("a", "a"))), v1.Config{Env: []string{"BIG=" + strings.Repeat("x", int(MaxConfig))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := s.Put(t.Context(), img, "test/bigconfig")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Config(id)
+	if err == nil || errors.Is(err, ErrDigest) || !strings.Contains(err.Error(), "larger than the "+MaxConfig.String()+" cap") {
+		t.Fatalf("got %v, want the config named larger than the cap", err)
+	}
+}
+
 func TestPutLayout(t *testing.T) {
 	s := openStore(t)
 	img, err := random.Image(100, 2)

@@ -36,15 +36,19 @@ func UnpackLayer(root *os.Root, r io.Reader) error {
 		touched:    map[string]bool{},
 		under:      map[string]bool{},
 		dirTimes:   map[string]time.Time{},
+		paths:      pathBudget{left: int64(MaxPathBytes), of: "one layer"},
 	}
 	tr := tar.NewReader(r)
-	for {
+	for n := 1; ; n++ {
 		h, err := tr.Next()
 		if err == io.EOF {
 			return u.finish()
 		}
 		if err != nil {
 			return fmt.Errorf("reading layer: %w", err)
+		}
+		if n > MaxEntries {
+			return fmt.Errorf("%w: the layer holds more than %d entries, the cap on one layer", ErrLayerCap, MaxEntries)
 		}
 		if err := u.entry(h, tr); err != nil {
 			return fmt.Errorf("unpacking %q: %w", h.Name, err)
@@ -64,6 +68,33 @@ type unpacker struct {
 	under   map[string]bool
 	// dirTimes are applied last: adding children changes a directory's mtime.
 	dirTimes map[string]time.Time
+	// paths is what the keys of these maps may still take; dirsCost, what
+	// those of dirs took, given back when it is cleared. The layer's
+	// entries were checked against the same caps at import (LayerCheck),
+	// for the whole image; the maps last one layer.
+	paths    pathBudget
+	dirsCost int64
+}
+
+// knowDir records that p is a real directory.
+func (u *unpacker) knowDir(p string) error {
+	if u.dirs[p] {
+		return nil
+	}
+	k, err := keep(&u.paths, u.dirs, p)
+	if err != nil {
+		return err
+	}
+	u.dirs[k] = true
+	u.dirsCost += pathCost + int64(len(k))
+	return nil
+}
+
+// forgetDirs clears dirs.
+func (u *unpacker) forgetDirs() {
+	u.dirs = map[string]bool{".": true}
+	u.paths.left += u.dirsCost
+	u.dirsCost = 0
 }
 
 func (u *unpacker) entry(h *tar.Header, data io.Reader) error {
@@ -223,7 +254,9 @@ func (u *unpacker) parents(name string, create bool) (exists bool, err error) {
 			if err := u.root.Chmod(p, 0o755); err != nil {
 				return false, err
 			}
-			u.created(p)
+			if err := u.created(p); err != nil {
+				return false, err
+			}
 		case err != nil:
 			return false, err
 		case fi.Mode()&fs.ModeSymlink != 0:
@@ -231,17 +264,27 @@ func (u *unpacker) parents(name string, create bool) (exists bool, err error) {
 		case !fi.IsDir():
 			return false, fmt.Errorf("%q is under %q, which is not a directory", name, p)
 		}
-		u.dirs[p] = true
+		if err := u.knowDir(p); err != nil {
+			return false, err
+		}
 	}
 	return true, nil
 }
 
 // created records that this layer made p.
-func (u *unpacker) created(p string) {
-	u.touched[p] = true
-	for q := path.Dir(p); q != "." && !u.under[q]; q = path.Dir(q) {
-		u.under[q] = true
+func (u *unpacker) created(p string) error {
+	k, err := keep(&u.paths, u.touched, p)
+	if err != nil {
+		return err
 	}
+	u.touched[k] = true
+	for q := path.Dir(p); q != "." && !u.under[q]; q = path.Dir(q) {
+		if k, err = keep(&u.paths, u.under, q); err != nil {
+			return err
+		}
+		u.under[k] = true
+	}
+	return nil
 }
 
 // clear removes whatever is at name, so that a new entry can take its place.
@@ -260,7 +303,7 @@ func (u *unpacker) remove(name string, fi fs.FileInfo) error {
 	if !fi.IsDir() {
 		return u.root.Remove(name)
 	}
-	u.dirs = map[string]bool{".": true}
+	u.forgetDirs()
 	return u.root.RemoveAll(name)
 }
 
@@ -281,9 +324,13 @@ func (u *unpacker) dir(name string, h *tar.Header) error {
 	default:
 		return err
 	}
-	u.dirs[name] = true
+	if err := u.knowDir(name); err != nil {
+		return err
+	}
 	if name != "." {
-		u.created(name)
+		if err := u.created(name); err != nil {
+			return err
+		}
 	}
 	mode := perm(h)
 	if h.Mode&0o1000 != 0 {
@@ -300,7 +347,11 @@ func (u *unpacker) dir(name string, h *tar.Header) error {
 	if err := u.owned(u.root.Lchown(name, h.Uid, h.Gid)); err != nil {
 		return err
 	}
-	u.dirTimes[name] = h.ModTime
+	k, err := keep(&u.paths, u.dirTimes, name)
+	if err != nil {
+		return err
+	}
+	u.dirTimes[k] = h.ModTime
 	return nil
 }
 
@@ -313,7 +364,10 @@ func (u *unpacker) file(name string, h *tar.Header, data io.Reader) error {
 	if err != nil {
 		return err
 	}
-	u.created(name)
+	if err := u.created(name); err != nil {
+		f.Close()
+		return err
+	}
 	_, err = io.Copy(f, data)
 	if err == nil {
 		err = u.owned(f.Chown(h.Uid, h.Gid))
@@ -341,7 +395,9 @@ func (u *unpacker) symlink(name string, h *tar.Header) error {
 	if err := u.root.Symlink(target, name); err != nil {
 		return err
 	}
-	u.created(name)
+	if err := u.created(name); err != nil {
+		return err
+	}
 	if err := u.owned(u.root.Lchown(name, h.Uid, h.Gid)); err != nil {
 		return err
 	}
@@ -378,8 +434,7 @@ func (u *unpacker) link(name string, h *tar.Header) error {
 	if err := u.root.Link(target, name); err != nil {
 		return err
 	}
-	u.created(name)
-	return nil
+	return u.created(name)
 }
 
 // whiteout applies .wh.<name> or .wh..wh..opq; the marker itself is never

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -497,4 +498,34 @@ func FuzzUnpackLayer(f *testing.F) {
 			t.Fatalf("written outside the target: %q", names)
 		}
 	})
+}
+
+// TestUnpackLayerEntryCap: a layer of more than MaxEntries entries is
+// refused at the first past the cap, even entries UnpackLayer skips.
+func TestUnpackLayerEntryCap(t *testing.T) {
+	root, _, _ := target(t)
+	// One FIFO header, repeated: writing each with tar.Writer takes seconds.
+	fifo := layer(t, "", node("p", tar.TypeFifo))[:512]
+	err := UnpackLayer(root, io.MultiReader(&repeated{b: fifo, n: MaxEntries + 1}, bytes.NewReader(make([]byte, 1024))))
+	if !errors.Is(err, ErrLayerCap) || !strings.Contains(err.Error(), fmt.Sprint(MaxEntries)) {
+		t.Fatalf("got %v, want the layer refused past %d entries", err, MaxEntries)
+	}
+}
+
+// repeated reads as b, n times over.
+type repeated struct {
+	b   []byte
+	n   int
+	off int
+}
+
+func (r *repeated) Read(p []byte) (int, error) {
+	if r.n == 0 {
+		return 0, io.EOF
+	}
+	k := copy(p, r.b[r.off:])
+	if r.off += k; r.off == len(r.b) {
+		r.off, r.n = 0, r.n-1
+	}
+	return k, nil
 }

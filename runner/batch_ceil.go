@@ -36,6 +36,11 @@ type BatchCeilings struct {
 	// names another is refused (it would take that template's settings
 	// where the batch gave no flag).
 	Template string
+	// Isolation is the batch's own mode, its jobs' unless a line narrows
+	// it: under gvisor, a job that would run under runc (a template of
+	// --isolation seccomp named by its line) is refused. Empty bounds
+	// nothing.
+	Isolation isolation.Mode
 }
 
 // jobFlags name the flag of `airlock batch` that sets each ceiling.
@@ -68,6 +73,10 @@ func (c *BatchCeilings) check(j Job, s Spec) error {
 			errs = append(errs, fmt.Errorf("%s %v is above this batch's ceiling of %v (airlock batch %s): a job line may narrow the batch's flags, never widen them; ask for at most %v, or give the batch a higher %s",
 				field, v, max, flag, max, flag))
 		}
+	}
+	if c.Isolation == isolation.GVisor && s.Policy.Isolation != isolation.GVisor {
+		errs = append(errs, fmt.Errorf("isolation %s%s is weaker than this batch's %s: a job line may narrow the batch's settings, never widen them (runc shares the host's kernel with the job); leave \"template\" out of the line, or run the batch with --isolation %s if that is meant",
+			s.Policy.Isolation, templateOf(j.Template), c.Isolation, s.Policy.Isolation))
 	}
 	l, m := s.Policy.Limits, c.Limits
 	over("timeout", l.Timeout, m.Timeout, m.Timeout > 0 && l.Timeout > m.Timeout)
@@ -118,4 +127,12 @@ func (c *BatchCeilings) check(j Job, s Spec) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// templateOf names template name in a refusal, or nothing.
+func templateOf(name string) string {
+	if name == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (template %q's)", name)
 }

@@ -180,7 +180,7 @@ func runBatch(cmd *cobra.Command, g *globals, f *batchFlags, path string) error 
 		if tmpl, engineName, err = g.batchTemplates(cmd, &f.run, base); err != nil {
 			return err
 		}
-		if ceil, err = batchCeilings(cmd.Flags(), tmpl); err != nil {
+		if ceil, err = batchCeilings(cmd.Flags(), tmpl, base); err != nil {
 			return err
 		}
 		rn, closeRunner, err := g.service(engineName).ForNew(cmd.Context(), "")
@@ -252,9 +252,9 @@ func runBatch(cmd *cobra.Command, g *globals, f *batchFlags, path string) error 
 // --credential when given, else within --template's, else there are
 // none: a line never turns the network on by itself, not even by naming
 // a template with egress. With --template, lines may name no other.
-func batchCeilings(fl *pflag.FlagSet, tmpl *runner.BatchTemplate) (*runner.BatchCeilings, error) {
+func batchCeilings(fl *pflag.FlagSet, tmpl *runner.BatchTemplate, base runner.Spec) (*runner.BatchCeilings, error) {
 	ex := tmpl.Explicit.Policy
-	c := &runner.BatchCeilings{Limits: ex.Limits, Template: tmpl.Default}
+	c := &runner.BatchCeilings{Limits: ex.Limits, Template: tmpl.Default, Isolation: cmp.Or(base.Policy.Isolation, isolation.GVisor)}
 	c.Egress.Bytes = ex.Egress.Bytes
 	var own isolation.Egress // --template's
 	if tmpl.Default != "" {
@@ -263,6 +263,11 @@ func batchCeilings(fl *pflag.FlagSet, tmpl *runner.BatchTemplate) (*runner.Batch
 			return nil, err
 		}
 		own = s.Policy.Egress
+		// The batch's mode is --template's, as --isolation narrows it.
+		if s, err = tmpl.Apply(tmpl.Default, tmpl.Explicit); err != nil {
+			return nil, err
+		}
+		c.Isolation = s.Policy.Isolation
 	}
 	byTemplate := fmt.Sprintf("--template %q", tmpl.Default)
 	switch {

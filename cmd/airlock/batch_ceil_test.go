@@ -208,3 +208,28 @@ func TestBatchCommandRefusesALineOverItsFlags(t *testing.T) {
 		}
 	}
 }
+
+// A batch's isolation bounds its lines: under gVisor (the default, or
+// --template's), a line naming a template of runc's isolation is refused;
+// a batch run with --isolation seccomp takes it.
+func TestBatchLineIsolationIsBounded(t *testing.T) {
+	f := newCeilFaces(t)
+	fuzztest.PutTemplate(t, f.root, "runc", runner.Spec{Policy: isolation.Policy{Isolation: isolation.Seccomp}}, "auto")
+	line := `{"id":"a","argv":["true"],"template":"runc"}`
+	want := `isolation seccomp (template "runc"'s) is weaker than this batch's gvisor: a job line may narrow the batch's settings, never widen them`
+	if got := f.batch(line); got.policy != nil || got.kind != "invalid_input" || !strings.Contains(got.msg, want) {
+		t.Errorf("no flags: %+v; want invalid_input saying %q", got, want)
+	}
+	// Refused by the template's own narrowing, and by --template's rule.
+	for _, flags := range [][]string{{"--isolation", "gvisor"}, {"--template", narrowTemplate}} {
+		if got := f.batch(line, flags...); got.policy != nil || got.kind != "invalid_input" {
+			t.Errorf("%v: %+v; want invalid_input", flags, got)
+		}
+	}
+	if got := f.batch(line, "--isolation", "seccomp"); got.policy == nil || got.policy.Isolation != isolation.Seccomp {
+		t.Errorf("--isolation seccomp: %+v", got)
+	}
+	if got := f.batch(`{"id":"a","argv":["true"],"template":"narrow"}`); got.policy == nil || got.policy.Isolation != isolation.GVisor {
+		t.Errorf("a gVisor template: %+v", got)
+	}
+}

@@ -143,7 +143,7 @@ func (f *faces) batch(line string, flags ...string) checked {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	ceil, err := batchCeilings(cmd.Flags(), tmpl)
+	ceil, err := batchCeilings(cmd.Flags(), tmpl, runner.Spec{Policy: pol})
 	if err != nil {
 		f.t.Fatal(err)
 	}

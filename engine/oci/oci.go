@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -273,9 +274,10 @@ func (e *Engine) prepare(ctx context.Context, s *engine.SandboxSpec, argv []stri
 		// runc sets these limits on its child cgroup; keep them just above
 		// airlock's, so that airlock's cgroup, which outlives the run, is
 		// the one that trips and counts.
-		*p.spec.Linux.Resources.Memory.Limit += 1 << 20
-		*p.spec.Linux.Resources.Memory.Swap += 1 << 20
-		*p.spec.Linux.Resources.Pids.Limit++
+		r := p.spec.Linux.Resources
+		raise(r.Memory.Limit, 1<<20)
+		raise(r.Memory.Swap, 1<<20)
+		raise(r.Pids.Limit, 1)
 	}
 	b, err := json.Marshal(p.spec)
 	if err != nil {
@@ -477,6 +479,10 @@ func exitCode(ps *os.ProcessState) int {
 	}
 	return ps.ExitCode()
 }
+
+// raise adds d to the limit at v, saturating: a checked limit never
+// wraps to a negative one.
+func raise(v *int64, d int64) { *v += min(d, math.MaxInt64-*v) }
 
 // Close waits for the work calls left to finish after they returned (a
 // resumed sandbox's checkpoint being removed). The engine stays usable.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -285,5 +286,18 @@ func TestKillInCgroup(t *testing.T) {
 	}
 	if err := other.Process.Signal(syscall.Signal(0)); err != nil {
 		t.Errorf("a process outside the sandbox's cgroup was hit: %v", err)
+	}
+}
+
+// The runc child's limits, raised above airlock's, saturate rather than
+// wrap past the largest limit.
+func TestRaiseSaturates(t *testing.T) {
+	for _, c := range []struct{ v, d, want int64 }{
+		{512 << 20, 1 << 20, 513 << 20}, {math.MaxInt64 - 5, 1 << 20, math.MaxInt64}, {math.MaxInt64, 1, math.MaxInt64}, {64, 1, 65},
+	} {
+		v := c.v
+		if raise(&v, c.d); v != c.want {
+			t.Errorf("raise(%d, %d) = %d, want %d", c.v, c.d, v, c.want)
+		}
 	}
 }

@@ -33,18 +33,35 @@ func hostTmp(t *testing.T) string {
 }
 
 // counter counts in /tmp/n every 20 ms, from where it was: the process
-// holds its count in memory, and a restored copy goes on from it.
+// holds its count in memory, and a restored copy goes on from it. While
+// /tmp/hold exists it writes nothing (saying so in /tmp/held), so that a
+// snapshot (hold) finds no file of /tmp open: a clone's /tmp is another,
+// where runsc could not reopen it.
 const counter = `
 import os, time
 n = 0
 open("/tmp/airlock-ready", "w").close()
 while True:
     n += 1
-    with open("/tmp/n.new", "w") as f:
-        f.write("%d %d" % (os.getpid(), n))
-    os.rename("/tmp/n.new", "/tmp/n")
+    if os.path.exists("/tmp/hold"):
+        if not os.path.exists("/tmp/held"):
+            open("/tmp/held", "w").close()
+    else:
+        with open("/tmp/n.new", "w") as f:
+            f.write("%d %d" % (os.getpid(), n))
+        os.rename("/tmp/n.new", "/tmp/n")
     time.sleep(0.02)
 `
+
+// hold stops the counter of the sandbox whose /tmp source is dir writing
+// to /tmp, and waits until it has.
+func hold(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, "hold"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the counter to hold", func() bool { _, err := os.Stat(filepath.Join(dir, "held")); return err == nil })
+}
 
 // gvisorEngine is an engine on a root of the test's own, and the spec of
 // a gVisor sandbox of the default image by id, each call's with a /tmp of
@@ -118,6 +135,7 @@ func TestSnapshotRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the counter", func() bool { _, n := readCount(warm.TmpSource); return n > 5 })
+	hold(t, warm.TmpSource)
 	snap, err := e.Snapshot(ctx, sb.ID())
 	if err != nil {
 		t.Fatal(err)

@@ -19,7 +19,7 @@ import (
 
 // TestProbeDeniesEverything runs the probe, which attempts every call the
 // seccomp profile denies (natively, through int 0x80 and through the x32
-// ABI), in the isolation mode under test.
+// ABI, which the profile leaves out), in the isolation mode under test.
 func TestProbeDeniesEverything(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "probe")
@@ -78,6 +78,10 @@ func TestProbeDeniesEverything(t *testing.T) {
 			want = "0" // allowed
 		case noIA32 && strings.HasPrefix(name, "int80_"):
 			want = "-11"
+		case strings.HasPrefix(name, "x32_") && isolationName == "seccomp":
+			// x32 is not in the profile: runc's filter kills it as a bad
+			// architecture. gVisor ignores architectures (EPERM).
+			want = "-31"
 		case name == "clone3" && isolationName == "seccomp":
 			want = "38" // ENOSYS, so that libc falls back to clone
 		case name == "clone3":

@@ -6,6 +6,7 @@ import (
 	"path"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
@@ -177,14 +178,23 @@ func withDockerLimits(m Mode, l Limits) DockerOpt {
 			MemorySwap: int64(l.Memory), // equal: no swap on top
 			NanoCPUs:   l.CPUs.NanoCPUs(),
 			PidsLimit:  &pids,
-			Ulimits: []*container.Ulimit{
-				{Name: "nofile", Soft: l.OpenFiles, Hard: l.OpenFiles},
-				{Name: "fsize", Soft: int64(l.FileSize), Hard: int64(l.FileSize)},
-				{Name: "core", Soft: 0, Hard: 0},
-			},
+			Ulimits:    dockerUlimits(l),
 		}
 		return nil
 	}
+}
+
+// dockerUlimits are the OCI spec's rlimits as dockerd names them
+// ("RLIMIT_NOFILE" is "nofile"), pinned ones included.
+func dockerUlimits(l Limits) []*container.Ulimit {
+	u := []*container.Ulimit{
+		{Name: "nofile", Soft: l.OpenFiles, Hard: l.OpenFiles},
+		{Name: "fsize", Soft: int64(l.FileSize), Hard: int64(l.FileSize)},
+	}
+	for _, r := range pinnedRlimits {
+		u = append(u, &container.Ulimit{Name: strings.ToLower(strings.TrimPrefix(r.Type, "RLIMIT_")), Soft: int64(r.Soft), Hard: int64(r.Hard)})
+	}
+	return u
 }
 
 // withDockerTmp mounts /tmp: dockerd's tmpfs capped by l.Tmp, or the

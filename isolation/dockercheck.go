@@ -9,6 +9,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
+	"github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // withDockerCheck runs last, so a mistake in any earlier step fails closed.
@@ -21,10 +22,11 @@ func withDockerCheck(tmpSource string, binds []Bind) DockerOpt {
 // CheckDockerConfig reports every way a container configuration is wider
 // than DockerConfig ever makes it: a network, a capability, privileges, a
 // writable root, root as uid or gid, a shared namespace, a volume, a
-// device, a sysctl, a host mount other than binds, a missing limit, swap,
-// or an unmasked path. binds are the only host paths it may mount besides
-// tmpSource, the declared /tmp source ("" for none), which only /tmp may
-// bind; /tmp is mounted exactly once. Errors wrap ErrInvalid.
+// device, a sysctl, a host mount other than binds, a missing limit, a
+// raised pinned rlimit, swap, or an unmasked path. binds are the only host
+// paths it may mount besides tmpSource, the declared /tmp source ("" for
+// none), which only /tmp may bind; /tmp is mounted exactly once. Errors
+// wrap ErrInvalid.
 func CheckDockerConfig(c *container.Config, h *container.HostConfig, tmpSource string, binds ...Bind) error {
 	if c == nil || h == nil {
 		return fmt.Errorf("%w: container configuration lacks its config or host config", ErrInvalid)
@@ -68,6 +70,14 @@ func CheckDockerConfig(c *container.Config, h *container.HostConfig, tmpSource s
 	if h.PidsLimit == nil || *h.PidsLimit <= 0 || h.NanoCPUs <= 0 {
 		bad("pids or cpu limit unset")
 	}
+	// dockerd names RLIMIT_<NAME> as <name>; -1, unlimited, is the largest.
+	var rls []specs.POSIXRlimit
+	for _, u := range h.Ulimits {
+		if u != nil {
+			rls = append(rls, specs.POSIXRlimit{Type: "RLIMIT_" + strings.ToUpper(u.Name), Soft: uint64(u.Soft), Hard: uint64(u.Hard)})
+		}
+	}
+	checkRlimits(rls, bad)
 	checkPaths(h.MaskedPaths, h.ReadonlyPaths, bad)
 	tmps := 0
 	for _, m := range h.Mounts {

@@ -123,8 +123,27 @@ var (
 	// ociMountTypes are the filesystem types of the fixed mounts; any other
 	// non-bind type (cgroup, overlay, a block device) is a widening.
 	ociMountTypes = []string{"proc", "tmpfs", "devpts", "mqueue", "sysfs"}
-	ociRlimits    = []string{"RLIMIT_CORE", "RLIMIT_FSIZE", "RLIMIT_NOFILE"}
+	// ociRlimits must all be set: the policy's two, then pinnedRlimits.
+	ociRlimits = []string{"RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_CORE", "RLIMIT_MEMLOCK", "RLIMIT_NICE", "RLIMIT_RTPRIO", "RLIMIT_RTTIME"}
+	// pinnedRlimits are the same for every policy, so that none is
+	// inherited from whatever started the runtime. RTPRIO 0 keeps the
+	// program out of SCHED_FIFO and SCHED_RR, which cpu.max does not
+	// throttle; NICE 0 lets it lower its priority only. NPROC and
+	// SIGPENDING are counted per host uid, which every sandbox shares, so
+	// no per-sandbox value of them would hold.
+	pinnedRlimits = []specs.POSIXRlimit{
+		{Type: "RLIMIT_CORE"},
+		{Type: "RLIMIT_MEMLOCK", Hard: memlockLimit, Soft: memlockLimit},
+		{Type: "RLIMIT_NICE"},
+		{Type: "RLIMIT_RTPRIO"},
+		{Type: "RLIMIT_RTTIME"},
+	}
 )
+
+// memlockLimit is RLIMIT_MEMLOCK in bytes: Linux's default since 5.16, so a
+// program that locks a few pages for its keys (gpg, libsodium) works as on
+// a stock host. Locked pages still count toward the memory limit.
+const memlockLimit = 8 << 20
 
 // OCISpec converts a policy and a job into the runtime spec airlock writes
 // to a bundle's config.json for runsc or runc. It is pure: the same input
@@ -366,11 +385,10 @@ func withOCILimits(m Mode, l Limits) OCIOpt {
 			Period: new(uint64(ociCPUPeriod)),
 		}
 		s.Linux.Resources.Pids = &specs.LinuxPids{Limit: &pids}
-		s.Process.Rlimits = []specs.POSIXRlimit{
+		s.Process.Rlimits = append([]specs.POSIXRlimit{
 			{Type: "RLIMIT_NOFILE", Hard: uint64(l.OpenFiles), Soft: uint64(l.OpenFiles)},
 			{Type: "RLIMIT_FSIZE", Hard: uint64(l.FileSize), Soft: uint64(l.FileSize)},
-			{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},
-		}
+		}, pinnedRlimits...)
 		slices.SortFunc(s.Process.Rlimits, func(a, b specs.POSIXRlimit) int { return strings.Compare(a.Type, b.Type) })
 		return nil
 	}
@@ -480,13 +498,14 @@ func withOCICheck(n *OCINetwork, tmpSource, bootID string, binds []Bind) OCIOpt 
 // CheckOCISpec reports every way s is wider than OCISpec ever makes it:
 // a capability, a shared or missing namespace, root as uid or gid, a
 // writable root, a hook, a host mount other than binds, a runtime
-// configuration annotation, a missing limit or device rule, or swap.
-// netNS is the one namespace s may join, as its network namespace: the
-// one airlock made for a policy with egress ("" for none, when s must
-// join none). binds are the only host paths s may mount besides
-// tmpSource, the declared /tmp source ("" for none), which only /tmp may
-// bind, and bootID, the declared boot id file ("" for none), which only
-// BootIDPath may bind, read-only. Errors wrap ErrInvalid.
+// configuration annotation, a missing limit or device rule, a raised
+// pinned rlimit, or swap. netNS is the one namespace s may join, as its
+// network namespace: the one airlock made for a policy with egress (""
+// for none, when s must join none). binds are the only host paths s may
+// mount besides tmpSource, the declared /tmp source ("" for none), which
+// only /tmp may bind, and bootID, the declared boot id file ("" for
+// none), which only BootIDPath may bind, read-only. Errors wrap
+// ErrInvalid.
 func CheckOCISpec(s *specs.Spec, netNS, tmpSource, bootID string, binds ...Bind) error {
 	if s == nil || s.Process == nil || s.Root == nil || s.Linux == nil || s.Linux.Resources == nil {
 		return fmt.Errorf("%w: spec lacks process, root, linux or resources", ErrInvalid)
@@ -510,11 +529,7 @@ func CheckOCISpec(s *specs.Spec, netNS, tmpSource, bootID string, binds ...Bind)
 	if pr.User.UID == 0 || pr.User.GID == 0 || len(pr.User.AdditionalGids) != 0 {
 		bad("user %d:%d with groups %v", pr.User.UID, pr.User.GID, pr.User.AdditionalGids)
 	}
-	for _, want := range ociRlimits {
-		if !slices.ContainsFunc(pr.Rlimits, func(r specs.POSIXRlimit) bool { return r.Type == want }) {
-			bad("%s unset", want)
-		}
-	}
+	checkRlimits(pr.Rlimits, bad)
 	if !s.Root.Readonly || s.Root.Path == "/" {
 		bad("root %q is writable or the host's", s.Root.Path)
 	}
@@ -592,6 +607,22 @@ func CheckOCISpec(s *specs.Spec, netNS, tmpSource, bootID string, binds ...Bind)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkRlimits reports each of ociRlimits that rls lacks, and each entry
+// that raises a pinned one: the runtime applies every entry in turn.
+func checkRlimits(rls []specs.POSIXRlimit, bad func(string, ...any)) {
+	for _, want := range ociRlimits {
+		if !slices.ContainsFunc(rls, func(r specs.POSIXRlimit) bool { return r.Type == want }) {
+			bad("%s unset", want)
+		}
+	}
+	for _, r := range rls {
+		i := slices.IndexFunc(pinnedRlimits, func(p specs.POSIXRlimit) bool { return p.Type == r.Type })
+		if i >= 0 && (r.Hard > pinnedRlimits[i].Hard || r.Soft > pinnedRlimits[i].Soft) {
+			bad("%s %d/%d, above %d", r.Type, r.Soft, r.Hard, pinnedRlimits[i].Hard)
+		}
+	}
 }
 
 // checkOCIMount says what is wrong with m, or "". runc treats any mount

@@ -139,7 +139,7 @@ func TestOCISpecInvariants(t *testing.T) {
 			t.Errorf("bind %s read-only = %v", m.Destination, got)
 		}
 	}
-	if rl := pr.Rlimits; len(rl) != 3 || !slices.IsSortedFunc(rl, func(a, b specs.POSIXRlimit) int { return strings.Compare(a.Type, b.Type) }) {
+	if rl := pr.Rlimits; len(rl) != len(ociRlimits) || !slices.IsSortedFunc(rl, func(a, b specs.POSIXRlimit) int { return strings.Compare(a.Type, b.Type) }) {
 		t.Errorf("rlimits %+v", rl)
 	}
 	if len(s.Annotations) != 1 || s.Annotations["airlock.id"] != "r1" {

@@ -46,13 +46,20 @@ func readCachedProfile(file string) *isolation.SeccompProfile {
 		return nil
 	}
 	var prof isolation.SeccompProfile
-	if json.Unmarshal(b, &prof) != nil || prof.Spec == nil || len(prof.JSON) == 0 {
+	if json.Unmarshal(b, &prof) != nil || len(prof.JSON) == 0 {
 		return nil
 	}
 	// The profile's own hash must still match what is recorded for it.
 	if sum := sha256.Sum256(prof.JSON); hex.EncodeToString(sum[:]) != prof.SHA256 {
 		return nil
 	}
+	// Only the hashed JSON is trusted: the spec the runtime gets is derived
+	// from it anew (cheap; the compile is what the cache skips), never read.
+	spec, err := seccomp.SpecOf(prof.JSON)
+	if err != nil {
+		return nil
+	}
+	prof.Spec = spec
 	return &prof
 }
 
@@ -60,7 +67,9 @@ func writeCachedProfile(file string, prof *isolation.SeccompProfile) {
 	if file == "" {
 		return
 	}
-	if b, err := json.Marshal(prof); err == nil {
+	// The spec is not stored: readCachedProfile derives it from the JSON.
+	entry := isolation.SeccompProfile{JSON: prof.JSON, SHA256: prof.SHA256}
+	if b, err := json.Marshal(entry); err == nil {
 		atomicfile.WriteFile(file, b, 0o600)
 	}
 	// Each airlock build keys anew; keep the newest few.

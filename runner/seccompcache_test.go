@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"reflect"
 	"testing"
+
+	"github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/seccomp"
@@ -52,5 +55,56 @@ func TestSeccompCache(t *testing.T) {
 	}
 	if p, err := r.loadSeccomp("", isolation.GVisor); err != nil || p.SHA256 != first.SHA256 || !bytes.Equal(p.JSON, first.JSON) {
 		t.Errorf("not recompiled over a tampered entry: %v", err)
+	}
+}
+
+// TestSeccompCacheSpecFromJSON: an entry whose spec was rewritten to allow
+// everything, its JSON and hash left as they were, still gives runc the
+// strict profile, the one its recorded hash names.
+func TestSeccompCacheSpecFromJSON(t *testing.T) {
+	if seccomp.LibVersion() == "" {
+		t.Skip("no libseccomp: nothing is cached")
+	}
+	r := &Runner{root: t.TempDir()}
+	strict, err := r.loadSeccomp("", isolation.Seccomp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := r.seccompCacheFile(nil, isolation.Seccomp)
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entry isolation.SeccompProfile
+	if err := json.Unmarshal(b, &entry); err != nil {
+		t.Fatal(err)
+	}
+	entry.Spec = &specs.LinuxSeccomp{DefaultAction: specs.ActAllow, Architectures: strict.Spec.Architectures}
+	b, _ = json.Marshal(entry)
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	if c := readCachedProfile(file); c == nil {
+		t.Fatal("the entry is not a hit")
+	}
+	got, err := r.loadSeccomp("", isolation.Seccomp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.SHA256 != strict.SHA256 || !reflect.DeepEqual(got.Spec, strict.Spec) {
+		t.Errorf("the cached spec was used: default action %s, %d rules; want %s, %d", got.Spec.DefaultAction, len(got.Spec.Syscalls), strict.Spec.DefaultAction, len(strict.Spec.Syscalls))
+	}
+	pol := isolation.Default()
+	pol.Isolation = isolation.Seccomp
+	pol.Seccomp = got
+	s, err := isolation.OCISpec(pol, isolation.OCIJob{
+		Rootfs: "/var/lib/airlock/rootfs/x", Argv: []string{"true"}, CgroupsPath: "/airlock/r1",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(s.Linux.Seccomp, strict.Spec) {
+		t.Fatalf("OCISpec's seccomp is not the strict profile: default action %s", s.Linux.Seccomp.DefaultAction)
 	}
 }

@@ -9,6 +9,11 @@
 //     errors, not ignored; so is a syscall name that no listed architecture
 //     has. Without cgo and libseccomp, Parse, Load and Compile return
 //     ErrNotSupported.
+//   - An argument condition is refused where libseccomp would not compile it
+//     as written: a SCMP_CMP_MASKED_EQ whose mask is 0 or whose valueTwo has
+//     bits outside the mask, and, if the profile names a 32-bit
+//     architecture (where only the low 32 bits are compared), any value
+//     over 32 bits.
 //   - A profile's groups are unambiguous: a syscall with an unconditional rule
 //     appears in no other group, and a rule never compares one argument twice.
 //   - A profile a user gives may only narrow the built-in default, never

@@ -4,12 +4,14 @@ package seccomp
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -22,8 +24,12 @@ import (
 )
 
 // helperEnv makes the test binary a helper process instead: "filtered"
-// loads the default profile, "unfiltered" does not.
-const helperEnv = "AIRLOCK_SECCOMP_HELPER"
+// loads the default profile, "unfiltered" does not, and "custom" loads the
+// profile in the file profileEnv names if ParseCustom takes it.
+const (
+	helperEnv  = "AIRLOCK_SECCOMP_HELPER"
+	profileEnv = "AIRLOCK_SECCOMP_HELPER_PROFILE"
+)
 
 func TestMain(m *testing.M) {
 	if mode := os.Getenv(helperEnv); mode != "" {
@@ -87,7 +93,8 @@ func probes() []probe {
 			return closing(unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE))
 		}),
 		eperm("socket(AF_VSOCK)", func() unix.Errno { return closing(unix.Socket(unix.AF_VSOCK, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)) }),
-		eperm("clone(CLONE_NEWNET)", cloneNewNet),
+		eperm("clone(CLONE_NEWNET)", func() unix.Errno { return forkExec(unix.CLONE_NEWNET) }),
+		eperm("clone(CLONE_NEWUSER)", func() unix.Errno { return forkExec(unix.CLONE_NEWUSER) }),
 		eperm("ioctl(TIOCSTI)", func() unix.Errno { return ioctlDevNull(unix.TIOCSTI) }),
 		eperm("ioctl(TIOCSTI|1<<32)", func() unix.Errno { return ioctlDevNull(1<<32 | unix.TIOCSTI) }),
 		eperm("personality(READ_IMPLIES_EXEC)", func() unix.Errno { return raw(unix.SYS_PERSONALITY, readImpliesExec) }),
@@ -148,11 +155,11 @@ func ioctlDevNull(req uintptr) unix.Errno {
 	return raw(unix.SYS_IOCTL, uintptr(fd), req, 0)
 }
 
-// cloneNewNet asks for a new network namespace the way a Go program would:
-// ForkExec's clone with CLONE_NEWNET.
-func cloneNewNet() unix.Errno {
+// forkExec asks for new namespaces the way a Go program would: ForkExec's
+// clone with the flags.
+func forkExec(flags uintptr) unix.Errno {
 	pid, err := syscall.ForkExec("/bin/true", []string{"true"}, &syscall.ProcAttr{
-		Sys: &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWNET},
+		Sys: &syscall.SysProcAttr{Cloneflags: flags},
 	})
 	if err != nil {
 		return errnoOf(err)
@@ -167,14 +174,25 @@ func cloneNewNet() unix.Errno {
 func helper(mode string) int {
 	runtime.LockOSThread()
 	older := olderThreadProbe()
-	if mode == "filtered" {
-		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-			fmt.Println("setup: no_new_privs:", err)
+	if mode != "unfiltered" {
+		var p *Profile
+		var err error
+		if mode == "custom" {
+			b, rerr := os.ReadFile(os.Getenv(profileEnv))
+			if rerr != nil {
+				fmt.Println("setup:", rerr)
+				return 2
+			}
+			if p, err = ParseCustom(b); err != nil {
+				fmt.Println("refused:", err)
+				return 0
+			}
+		} else if p, err = Load("default"); err != nil {
+			fmt.Println("setup:", err)
 			return 2
 		}
-		p, err := Load("default")
-		if err != nil {
-			fmt.Println("setup:", err)
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			fmt.Println("setup: no_new_privs:", err)
 			return 2
 		}
 		f, err := Compile(p)
@@ -358,8 +376,8 @@ func loopback() error {
 }
 
 // runHelper runs this test binary as a helper and returns its "name errno"
-// lines and its whole output.
-func runHelper(t *testing.T, mode string) (map[string]unix.Errno, string) {
+// lines and its whole output. env is added to the helper's environment.
+func runHelper(t *testing.T, mode string, env ...string) (map[string]unix.Errno, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -367,6 +385,7 @@ func runHelper(t *testing.T, mode string) (map[string]unix.Errno, string) {
 	// No asynchronous preemption: a traced helper (PTRACE_TRACEME without
 	// the filter) would stop at its SIGURG, with nobody to resume it.
 	cmd.Env = append(os.Environ(), helperEnv+"="+mode, "GODEBUG=asyncpreemptoff=1")
+	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s helper: %v\n%s", mode, err, out)
@@ -423,4 +442,34 @@ func TestDefaultDeniesEscapes(t *testing.T) {
 		t.Errorf("as root, every call failed the same way without the filter:\n%v", control)
 	}
 	t.Logf("%d of %d denials differ from the unfiltered run", proved, len(want))
+}
+
+// TestCustomMaskTricksRefused: the review's profile, the default with a
+// clone mask of 0 and socket masks that leave out a high bit of the value,
+// is refused before it is compiled. libseccomp compiles those rules to
+// match clone(CLONE_NEWUSER) and socket(AF_NETLINK, AF_VSOCK); were the
+// profile taken, the helper would load it and the probes would show it.
+func TestCustomMaskTricksRefused(t *testing.T) {
+	doc := defaultDoc(t)
+	replace(t, doc, "clone", `{"names": ["clone"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 0, "value": 0, "valueTwo": 1, "op": "SCMP_CMP_MASKED_EQ"}]}`)
+	editReviewSockets(t, doc)
+	b, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "profile.json")
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, out := runHelper(t, "custom", profileEnv+"="+file)
+	if strings.Contains(out, "refused: "+ErrInvalid.Error()) {
+		t.Log(out)
+		return
+	}
+	for name, e := range got {
+		if e == 0 {
+			t.Errorf("%s succeeded under the custom profile", name)
+		}
+	}
+	t.Fatalf("the custom profile was taken:\n%s", out)
 }

@@ -71,6 +71,14 @@ func Narrows(p, ref *Profile) error {
 			problems = append(problems, fmt.Sprintf("architecture %s, which the default does not allow (it allows %v)", a, ref.spec.Architectures))
 		}
 	}
+	if slices.Contains(p.spec.Architectures, specs.ArchX86) {
+		for _, mux := range multiplexed {
+			if hasConditionalAllow(p, mux.calls) && !deniedByRule(p, mux.name) {
+				problems = append(problems, fmt.Sprintf("rules with argument checks on %s and SCMP_ARCH_X86 without a rule denying %s: on 32-bit x86 libseccomp compiles them into %s rules without the checks, allowing every argument; keep the default's %s rule (SCMP_ACT_ERRNO, errnoRet 38), or leave SCMP_ARCH_X86 out",
+					mux.calls[0], mux.name, mux.name, mux.name))
+			}
+		}
+	}
 	refRules := allowRules(ref)
 	for key, rules := range allowRules(p) {
 		if !slices.Contains(ref.spec.Architectures, key.arch) {
@@ -118,6 +126,38 @@ func rank(name string) int {
 		return i
 	}
 	return len(headline)
+}
+
+// multiplexed are 32-bit x86's multiplexers and the calls libseccomp
+// reaches through them there: a rule on one of the calls becomes a rule
+// on the multiplexer for that call's number, its argument checks dropped
+// (they are behind a pointer), unless the multiplexer has a rule of its
+// own.
+var multiplexed = []struct {
+	name  string
+	calls []string
+}{
+	{"socketcall", []string{"socket", "socketpair", "bind", "connect", "listen", "accept", "accept4",
+		"getsockname", "getpeername", "send", "recv", "sendto", "recvfrom", "shutdown",
+		"setsockopt", "getsockopt", "sendmsg", "recvmsg", "recvmmsg", "sendmmsg"}},
+	{"ipc", []string{"semop", "semget", "semctl", "semtimedop", "msgsnd", "msgrcv", "msgget", "msgctl",
+		"shmat", "shmdt", "shmget", "shmctl"}},
+}
+
+// hasConditionalAllow reports whether p allows one of calls only for
+// some arguments.
+func hasConditionalAllow(p *Profile, calls []string) bool {
+	return slices.ContainsFunc(p.spec.Syscalls, func(r specs.LinuxSyscall) bool {
+		return !denies[r.Action] && len(r.Args) > 0 && slices.ContainsFunc(r.Names, func(n string) bool { return slices.Contains(calls, n) })
+	})
+}
+
+// deniedByRule reports whether p has a rule denying name whatever its
+// arguments.
+func deniedByRule(p *Profile, name string) bool {
+	return slices.ContainsFunc(p.spec.Syscalls, func(r specs.LinuxSyscall) bool {
+		return denies[r.Action] && len(r.Args) == 0 && slices.Contains(r.Names, name)
+	})
 }
 
 // deniesAlways reports whether p denies the call name whatever its
@@ -193,8 +233,10 @@ func condImplies(h, w specs.LinuxSeccompArg) bool {
 	case specs.OpMaskedEqual:
 		mask, val := h.Value, h.ValueTwo
 		switch {
-		case val&^mask != 0:
-			return true // nothing satisfies h
+		case mask == 0 || val&^mask != 0:
+			// convert refuses these, as libseccomp does not compile them
+			// as written: reading h as "matches nothing" let rules through.
+			return false
 		case mask == math.MaxUint64:
 			return holds(w, val)
 		case w.Op == specs.OpMaskedEqual:

@@ -41,11 +41,31 @@ func drop(doc profileDoc, name string) {
 	doc["syscalls"] = kept
 }
 
-// add appends a rule given as JSON.
+// only leaves the profile the one architecture a, and only names a has.
+func only(doc profileDoc, a specs.Arch) {
+	delete(doc, "archMap")
+	doc["architectures"] = []specs.Arch{a}
+	var missing []string
+	for _, g := range groups(doc) {
+		for _, n := range g.(map[string]any)["names"].([]any) {
+			if !onArch(n.(string), a) {
+				missing = append(missing, n.(string))
+			}
+		}
+	}
+	for _, n := range missing {
+		drop(doc, n)
+	}
+}
+
+// add appends a rule given as JSON. Numbers are kept as written: a float64
+// would round values over 1<<53.
 func add(t *testing.T, doc profileDoc, ruleJSON string) {
 	t.Helper()
 	var r any
-	if err := json.Unmarshal([]byte(ruleJSON), &r); err != nil {
+	dec := json.NewDecoder(strings.NewReader(ruleJSON))
+	dec.UseNumber()
+	if err := dec.Decode(&r); err != nil {
 		t.Fatal(err)
 	}
 	doc["syscalls"] = append(groups(doc), r)
@@ -71,6 +91,9 @@ func TestNarrows(t *testing.T) {
 		edit func(t *testing.T, doc profileDoc)
 		// widened lists what the error must name; nil: the profile narrows.
 		widened []string
+		// refused, if set, is what Parse's refusal must name: a condition
+		// libseccomp would not compile as written never reaches Narrows.
+		refused []string
 	}{
 		{name: "the default itself", edit: func(*testing.T, profileDoc) {}},
 		{name: "default minus mkdir", edit: func(_ *testing.T, d profileDoc) { drop(d, "mkdir"); drop(d, "mkdirat") }},
@@ -102,6 +125,14 @@ func TestNarrows(t *testing.T) {
 		}},
 		{name: "personality 0 only", edit: func(t *testing.T, d profileDoc) {
 			replace(t, d, "personality", `{"names": ["personality"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 0, "value": 0, "op": "SCMP_CMP_EQ"}]}`)
+		}},
+		{name: "socketcall's rule dropped, 64-bit architecture only", edit: func(_ *testing.T, d profileDoc) {
+			only(d, hostArches[0])
+			drop(d, "socketcall")
+		}},
+		{name: "clone with a 64-bit mask, 64-bit architecture only", edit: func(t *testing.T, d profileDoc) {
+			only(d, hostArches[0])
+			replace(t, d, "clone", `{"names": ["clone"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 0, "value": 18446744071528644608, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ"}]}`)
 		}},
 
 		{name: "allow by default", widened: []string{"unshare", "mount", "defaultAction SCMP_ACT_ALLOW"}, edit: func(_ *testing.T, d profileDoc) {
@@ -139,6 +170,12 @@ func TestNarrows(t *testing.T) {
 		{name: "socketcall", widened: []string{"socketcall"}, edit: func(t *testing.T, d profileDoc) {
 			replace(t, d, "socketcall", `{"names": ["socketcall"], "action": "SCMP_ACT_ALLOW"}`)
 		}},
+		{name: "socketcall's rule dropped", widened: []string{"rules with argument checks on socket and SCMP_ARCH_X86 without a rule denying socketcall"}, edit: func(_ *testing.T, d profileDoc) {
+			drop(d, "socketcall")
+		}},
+		{name: "socketcall allowed for accept only", widened: []string{"without a rule denying socketcall"}, edit: func(t *testing.T, d profileDoc) {
+			replace(t, d, "socketcall", `{"names": ["socketcall"], "action": "SCMP_ACT_ERRNO", "args": [{"index": 0, "value": 5, "op": "SCMP_CMP_NE"}]}`)
+		}},
 		{name: "clone3", widened: []string{"clone3"}, edit: func(t *testing.T, d profileDoc) {
 			replace(t, d, "clone3", `{"names": ["clone3"], "action": "SCMP_ACT_ALLOW"}`)
 		}},
@@ -167,6 +204,29 @@ func TestNarrows(t *testing.T) {
 		{name: "any ioctl", widened: []string{"ioctl (with"}, edit: func(t *testing.T, d profileDoc) {
 			replace(t, d, "ioctl", `{"names": ["ioctl"], "action": "SCMP_ACT_ALLOW"}`)
 		}},
+
+		// libseccomp compiles these as "always" or truncates them; read as
+		// written they matched nothing, so Narrows took them.
+		{name: "review: clone, mask 0", refused: []string{"[clone]: argument 0", "mask (value) 0"}, edit: func(t *testing.T, d profileDoc) {
+			replace(t, d, "clone", `{"names": ["clone"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 0, "value": 0, "valueTwo": 1, "op": "SCMP_CMP_MASKED_EQ"}]}`)
+		}},
+		{name: "review: netlink and vsock behind a high bit", refused: []string{"[socket]: argument 0", "valueTwo 0x100000010", "valueTwo 0x100000028", "outside the mask"}, edit: editReviewSockets},
+		{name: "mask 0, valueTwo 0", refused: []string{"[clone]: argument 0", "mask (value) 0"}, edit: func(t *testing.T, d profileDoc) {
+			replace(t, d, "clone", `{"names": ["clone"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 0, "value": 0, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ"}]}`)
+		}},
+		{name: "clone, low half of the mask 0", refused: []string{"[clone]: argument 0", "outside the mask"}, edit: func(t *testing.T, d profileDoc) {
+			only(d, hostArches[0])
+			replace(t, d, "clone", `{"names": ["clone"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 0, "value": 18446744069414584320, "valueTwo": 1, "op": "SCMP_CMP_MASKED_EQ"}]}`)
+		}},
+		{name: "socket family over 32 bits with 32-bit architectures", refused: []string{"[socket]: argument 0", "over 32 bits", "SCMP_ARCH_"}, edit: func(t *testing.T, d profileDoc) {
+			replace(t, d, "socket", `{"names": ["socket"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 0, "value": 4294967297, "op": "SCMP_CMP_EQ"}]}`)
+		}},
+		{name: "clone with a 64-bit mask and 32-bit architectures", refused: []string{"[clone]: argument 0", "over 32 bits"}, edit: func(t *testing.T, d profileDoc) {
+			replace(t, d, "clone", `{"names": ["clone"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 0, "value": 18446744071528644608, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ"}]}`)
+		}},
+		{name: "personality, range over 32 bits", refused: []string{"[personality]: argument 0", "over 32 bits"}, edit: func(t *testing.T, d profileDoc) {
+			replace(t, d, "personality", `{"names": ["personality"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 0, "value": 18446744073709551615, "op": "SCMP_CMP_GT"}]}`)
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			doc := defaultDoc(t)
@@ -176,6 +236,13 @@ func TestNarrows(t *testing.T) {
 				t.Fatal(err)
 			}
 			p, err := Parse(b)
+			if tc.refused != nil {
+				wantNamed(t, err, tc.refused, ErrInvalid)
+				if _, err := ParseCustom(b); !errors.Is(err, ErrInvalid) {
+					t.Errorf("ParseCustom: %v, want ErrInvalid", err)
+				}
+				return
+			}
 			if err != nil {
 				t.Fatalf("parse: %v", err)
 			}
@@ -189,20 +256,36 @@ func TestNarrows(t *testing.T) {
 				}
 				return
 			}
-			if !errors.Is(err, ErrWidens) || !errors.Is(err, ErrInvalid) {
-				t.Fatalf("got %v, want ErrWidens and ErrInvalid", err)
-			}
-			for _, w := range tc.widened {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error does not name %q: %v", w, err)
-				}
-			}
+			wantNamed(t, err, tc.widened, ErrWidens, ErrInvalid)
 			if _, err := ParseCustom(b); !errors.Is(err, ErrWidens) {
 				t.Errorf("ParseCustom: %v, want ErrWidens", err)
 			}
-			t.Log(err)
 		})
 	}
+}
+
+// wantNamed checks that err wraps each of targets and names each of words.
+func wantNamed(t *testing.T, err error, words []string, targets ...error) {
+	t.Helper()
+	for _, target := range targets {
+		if !errors.Is(err, target) {
+			t.Fatalf("got %v, want %v", err, target)
+		}
+	}
+	for _, w := range words {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error does not name %q: %v", w, err)
+		}
+	}
+	t.Log(err)
+}
+
+// editReviewSockets adds socket rules for AF_NETLINK and AF_VSOCK whose
+// masks leave out a high bit of the value: read as written they match
+// nothing, but libseccomp drops the high half and compares family alone.
+func editReviewSockets(t *testing.T, d profileDoc) {
+	add(t, d, `{"names": ["socket"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 0, "value": 4294967295, "valueTwo": 4294967312, "op": "SCMP_CMP_MASKED_EQ"}]}`)
+	add(t, d, `{"names": ["socket"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 0, "value": 4294967295, "valueTwo": 4294967336, "op": "SCMP_CMP_MASKED_EQ"}]}`)
 }
 
 // TestNarrowsRefusesOtherSections: moby's includes and excludes, and a
@@ -268,7 +351,14 @@ func TestCondImplies(t *testing.T) {
 		{arg(specs.OpEqualTo, 0x20, 0), arg(specs.OpMaskedEqual, 0xf0, 0x10), false},
 		{arg(specs.OpMaskedEqual, 0xff, 0x10), arg(specs.OpMaskedEqual, 0xf0, 0x10), true},
 		{arg(specs.OpMaskedEqual, 0xf0, 0x10), arg(specs.OpMaskedEqual, 0xff, 0x10), false},
-		{arg(specs.OpMaskedEqual, 0x0f, 0x10), arg(specs.OpEqualTo, 7, 0), true}, // matches nothing
+		// Refused by convert, as libseccomp compiles them to match: never
+		// read as "matches nothing".
+		{arg(specs.OpMaskedEqual, 0x0f, 0x10), arg(specs.OpEqualTo, 7, 0), false},
+		{arg(specs.OpMaskedEqual, 0, 1), arg(specs.OpMaskedEqual, 0x7E020000, 0), false},
+		{arg(specs.OpMaskedEqual, 0xFFFFFFFF, 0x1_00000010), arg(specs.OpEqualTo, 1, 0), false},
+		{arg(specs.OpMaskedEqual, 0xFFFFFFFF, 0x1_00000028), arg(specs.OpEqualTo, 10, 0), false},
+		{arg(specs.OpMaskedEqual, 0, 0), arg(specs.OpEqualTo, 1, 0), false},
+		{arg(specs.OpMaskedEqual, 0xFFFFFFFF_7E020000, 0), arg(specs.OpMaskedEqual, 0x7E020000, 0), true},
 		{arg(specs.OpLessThan, 3, 0), arg(specs.OpLessEqual, 2, 0), true},
 		{arg(specs.OpLessEqual, 3, 0), arg(specs.OpLessEqual, 2, 0), false},
 		{arg(specs.OpGreaterThan, 3, 0), arg(specs.OpGreaterEqual, 4, 0), true},

@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"maps"
+	"math"
 	"path"
 	"runtime"
 	"slices"
@@ -118,7 +119,36 @@ func Parse(b []byte) (*Profile, error) {
 	return parse(b, host)
 }
 
+// SpecOf converts b as Parse does, but without compiling it (nor the checks
+// the compile makes, such as syscall names): for bytes that compiled before,
+// such as a cached profile's, so that the spec a runtime gets is always
+// derived from the bytes whose hash is recorded. Without libseccomp it
+// returns ErrNotSupported.
+func SpecOf(b []byte) (*specs.LinuxSeccomp, error) {
+	host, ok := goArches[runtime.GOARCH]
+	if !ok || LibVersion() == "" {
+		return nil, fmt.Errorf("%w: no seccomp architecture for GOARCH %q, or no libseccomp", ErrNotSupported, runtime.GOARCH)
+	}
+	p, err := decode(b, host)
+	if err != nil {
+		return nil, err
+	}
+	return p.Spec(), nil
+}
+
 func parse(b []byte, host specs.Arch) (*Profile, error) {
+	p, err := decode(b, host)
+	if err != nil {
+		return nil, err
+	}
+	if err := Validate(p); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// decode reads and converts b, without compiling it.
+func decode(b []byte, host specs.Arch) (*Profile, error) {
 	var f fileProfile
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -133,11 +163,7 @@ func parse(b []byte, host specs.Arch) (*Profile, error) {
 		return nil, err
 	}
 	sum := sha256.Sum256(b)
-	p := &Profile{spec: spec, arches: arches, raw: bytes.Clone(b), sum: hex.EncodeToString(sum[:])}
-	if err := Validate(p); err != nil {
-		return nil, err
-	}
-	return p, nil
+	return &Profile{spec: spec, arches: arches, raw: bytes.Clone(b), sum: hex.EncodeToString(sum[:])}, nil
 }
 
 // Validate compiles p and throws the filter away, so that a profile that
@@ -220,6 +246,14 @@ var (
 		specs.ArchPARISC64, specs.ArchRISCV64, specs.ArchLOONGARCH64, specs.ArchM68K,
 		specs.ArchSH, specs.ArchSHEB,
 	}
+	// arches32 are those libseccomp compiles with 32-bit arguments: it
+	// compares only an argument's low 32 bits there (x32 included).
+	arches32 = map[specs.Arch]bool{
+		specs.ArchX86: true, specs.ArchX32: true, specs.ArchARM: true,
+		specs.ArchMIPS: true, specs.ArchMIPSEL: true, specs.ArchMIPS64N32: true,
+		specs.ArchMIPSEL64N32: true, specs.ArchPPC: true, specs.ArchS390: true,
+		specs.ArchPARISC: true, specs.ArchM68K: true, specs.ArchSH: true, specs.ArchSHEB: true,
+	}
 	// goArches maps GOARCH to the architecture an archMap entry names.
 	goArches = map[string]specs.Arch{
 		"386": specs.ArchX86, "amd64": specs.ArchX86_64, "arm": specs.ArchARM,
@@ -277,6 +311,13 @@ func convert(f fileProfile, host specs.Arch) (specs.LinuxSeccomp, []specs.Arch, 
 		bad("no architectures or archMap")
 	}
 
+	var narrow []specs.Arch // 32-bit architectures declared
+	for _, a := range declared {
+		if arches32[a] {
+			narrow = append(narrow, a)
+		}
+	}
+
 	unconditional := map[string]int{} // name → group with a rule without args
 	groups := map[string][]int{}      // name → every group naming it
 	for i, g := range f.Syscalls {
@@ -312,6 +353,10 @@ func convert(f fileProfile, host specs.Arch) (specs.LinuxSeccomp, []specs.Arch, 
 				bad("syscalls[%d]: unknown operator %q", i, a.Op)
 			case a.Op != specs.OpMaskedEqual && a.ValueTwo != 0:
 				bad("syscalls[%d]: valueTwo is only for %s", i, specs.OpMaskedEqual)
+			default:
+				if msg := checkArg(a, narrow); msg != "" {
+					bad("syscalls[%d] %v: argument %d: %s", i, g.Names, a.Index, msg)
+				}
 			}
 			seen[a.Index] = true
 		}
@@ -330,6 +375,27 @@ func convert(f fileProfile, host specs.Arch) (specs.LinuxSeccomp, []specs.Arch, 
 		}
 	}
 	return s, declared, errors.Join(errs...)
+}
+
+// checkArg says what is wrong with an argument condition that libseccomp
+// would not compile as written, or "". narrow are the profile's 32-bit
+// architectures. Narrows reads a condition as written, so the two must agree.
+func checkArg(a specs.LinuxSeccompArg, narrow []specs.Arch) string {
+	if a.Op == specs.OpMaskedEqual {
+		mask, val := a.Value, a.ValueTwo
+		switch {
+		case mask == 0:
+			return fmt.Sprintf("%s with mask (value) 0 compares nothing, and libseccomp drops it; leave the condition out, or give the bits to compare in value", a.Op)
+		case val&^mask != 0:
+			// As written it matches nothing; libseccomp skips each 32-bit
+			// half whose mask is 0, and the rule would match.
+			return fmt.Sprintf("%s valueTwo %#x has bits outside the mask (value) %#x: as written it matches nothing, but libseccomp skips a 32-bit half whose mask is 0 and may let every call through; give a valueTwo within the mask", a.Op, val, mask)
+		}
+	}
+	if len(narrow) > 0 && (a.Value > math.MaxUint32 || a.ValueTwo > math.MaxUint32) {
+		return fmt.Sprintf("value %#x or valueTwo %#x is over 32 bits, and on %v libseccomp compares only the low 32 bits, so the rule would mean something else there; keep values under 1<<32, or drop the 32-bit architectures", a.Value, a.ValueTwo, narrow)
+	}
+	return ""
 }
 
 // checkAction says what is wrong with an action and its errno, or "".

@@ -29,6 +29,7 @@ func FuzzParseCustom(f *testing.F) {
 		`{"defaultAction":"SCMP_ACT_ERRNO","architectures":["SCMP_ARCH_X86_64"],"syscalls":[{"names":["mount"],"action":"SCMP_ACT_LOG"}]}`,
 		`{"defaultAction":"SCMP_ACT_ERRNO","architectures":["SCMP_ARCH_X86_64"],"syscalls":[{"names":["socket"],"action":"SCMP_ACT_ALLOW","args":[{"index":0,"value":16,"op":"SCMP_CMP_GE"}]}]}`,
 		`{"defaultAction":"SCMP_ACT_ERRNO","architectures":["SCMP_ARCH_X86_64"],"syscalls":[{"names":["read"],"action":"SCMP_ACT_ALLOW","args":[{"index":7,"value":0,"op":"SCMP_CMP_EQ"}]}]}`,
+		`{"defaultAction":"SCMP_ACT_ERRNO","architectures":["SCMP_ARCH_X86_64","SCMP_ARCH_X86"],"syscalls":[{"names":["clone"],"action":"SCMP_ACT_ALLOW","args":[{"index":0,"value":0,"valueTwo":1,"op":"SCMP_CMP_MASKED_EQ"}]},{"names":["socket"],"action":"SCMP_ACT_ALLOW","args":[{"index":0,"value":4294967295,"valueTwo":4294967312,"op":"SCMP_CMP_MASKED_EQ"}]}]}`,
 		`{"defaultAction":"SCMP_ACT_NOTIFY","architectures":["SCMP_ARCH_X86_64"]}`,
 		`{"defaultAction":"SCMP_ACT_ERRNO","architectures":["SCMP_ARCH_X86_64","SCMP_ARCH_X86_64"]}`,
 		`{"defaultAction":"SCMP_ACT_ERRNO","architectures":["SCMP_ARCH_X86_64"],"syscalls":[{"names":["no_such_call"],"action":"SCMP_ACT_ALLOW"}]}`,

@@ -107,9 +107,12 @@ func (res *Result) exited(exit engine.Exit, cause error) {
 	res.Reason = reasonOf(exit, cause)
 	res.Usage = Usage{CPUMS: exit.Usage.CPU.Milliseconds(), MemoryPeakBytes: exit.Usage.MemoryPeak, PidsPeak: exit.Usage.PidsPeak}
 	res.Egress = exit.Egress
-	res.StartedAt, res.FinishedAt = exit.Started, exit.Finished
+	// Wall clock only: the duration is then the one the recorded times
+	// give (a receipt's verifier computes it so), not the monotonic
+	// clock's, which a clock adjustment can put a millisecond apart.
+	res.StartedAt, res.FinishedAt = exit.Started.Round(0), exit.Finished.Round(0)
 	if !exit.Started.IsZero() && !exit.Finished.IsZero() {
-		res.DurationMS = exit.Finished.Sub(exit.Started).Milliseconds()
+		res.DurationMS = res.FinishedAt.Sub(res.StartedAt).Milliseconds()
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/artifacts"
 	"github.com/airlock-sandbox/airlock/egress"
@@ -57,5 +58,24 @@ func TestResultEgressTotals(t *testing.T) {
 		if got := string(b); tc.want == "" && strings.Contains(got, `"egress"`) || tc.want != "" && !strings.Contains(got, tc.want) {
 			t.Errorf("%s; want %q", got, tc.want)
 		}
+	}
+}
+
+// A Result's times carry no monotonic reading, and its duration is the
+// one they give once recorded (as a receipt's verifier computes it).
+func TestResultDurationFromRecordedTimes(t *testing.T) {
+	start := time.Now()
+	var res Result
+	res.exited(engine.Exit{Started: start, Finished: start.Add(98*time.Millisecond + 999*time.Microsecond)}, nil)
+	if strings.Contains(res.StartedAt.String(), "m=") || strings.Contains(res.FinishedAt.String(), "m=") {
+		t.Errorf("times keep a monotonic reading: %v, %v", res.StartedAt, res.FinishedAt)
+	}
+	b, _ := json.Marshal(res)
+	var back Result
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if got := back.FinishedAt.Sub(back.StartedAt).Milliseconds(); got != res.DurationMS {
+		t.Errorf("duration_ms %d, the recorded times give %d", res.DurationMS, got)
 	}
 }

@@ -33,12 +33,9 @@ func (s *Service) claims() *claim.Store { return claim.Open(s.root) }
 
 // kubeCount counts the sandboxes on a cluster for admission: each from
 // its record's writing, before the claim is made, until rm has seen the
-// claim and its pod gone and removed the record. A corrupt record fails
-// the count, and so the admission.
-func (s *Service) kubeCount() (int, error) {
-	list, err := s.claims().List()
-	return len(list), err
-}
+// claim and its pod gone and removed the record. A corrupt record counts
+// as one.
+func (s *Service) kubeCount() (int, error) { return s.claims().Count() }
 
 // CreateKube claims a sandbox from a warm pool on a cluster (o.ID is
 // set here) and waits until it runs; admission counts it like any other,
@@ -112,12 +109,16 @@ func (s *Service) onCluster(id string) error {
 // kubeInfo is a cluster sandbox's record as sandbox ls shows one.
 func kubeInfo(r claim.Record) runner.SandboxInfo {
 	st := lifecycle.Ready
-	if r.State != claim.Ready {
+	switch r.State {
+	case claim.Ready:
+	case claim.Corrupt:
+		st = lifecycle.Orphaned
+	default:
 		st = lifecycle.Requested
 	}
 	iso := map[string]string{"gvisor": "gvisor", "runc": "seccomp"}[r.RuntimeClass]
 	return runner.SandboxInfo{ID: r.ID, State: st, Image: r.Image, Engine: claim.Engine, Isolation: iso,
-		Labels: r.Labels, CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt, Workspace: runner.WorkspaceDir}
+		Labels: r.Labels, CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt, Workspace: runner.WorkspaceDir, Error: r.Err}
 }
 
 // ExecKube runs spec in sandbox id on its cluster, through the API

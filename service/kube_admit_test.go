@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/fuzztest"
 	"github.com/airlock-sandbox/airlock/kube/claim"
 	"github.com/airlock-sandbox/airlock/kube/cluster/clustertest"
+	"github.com/airlock-sandbox/airlock/lifecycle"
 	"github.com/airlock-sandbox/airlock/service"
 )
 
@@ -74,5 +76,34 @@ func TestAdmitCountsClaims(t *testing.T) {
 			t.Fatalf("%s claim: admission once it is removed: %v", state, err)
 		}
 		release()
+	}
+}
+
+// A claim record that cannot be read counts as one sandbox: it neither
+// frees a place nor refuses every admission.
+func TestAdmitCountsCorruptClaim(t *testing.T) {
+	root := t.TempDir()
+	s := service.New(root, &fuzztest.NoEngines{}, service.WithAdmission(admission.New(root, 2)))
+	if err := os.MkdirAll(filepath.Join(root, "claims"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "claims", "sb-0123456789abcdef0123.json"), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	list, err := s.Sandboxes()
+	if err != nil || len(list) != 1 || list[0].State != lifecycle.Orphaned || !strings.Contains(list[0].Error, "corrupt") {
+		t.Errorf("listed %+v, %v; want the record orphaned, saying it is corrupt", list, err)
+	}
+	release, err := s.Admit()
+	if err != nil {
+		t.Fatalf("an admission beside a corrupt claim record, under 2: %v", err)
+	}
+	defer release()
+	var over *admission.OverLimitError
+	if r, err := s.Admit(); !errors.As(err, &over) || over.Live != 2 {
+		if r != nil {
+			r()
+		}
+		t.Errorf("a second admission under 2: %v; want the corrupt record counted", err)
 	}
 }

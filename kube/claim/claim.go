@@ -47,6 +47,9 @@ const (
 	Creating = "creating"
 	// Ready: the claim is bound to a running pod.
 	Ready = "ready"
+	// Corrupt: List's word for a record it could not read; never
+	// written. Record.Err says why and what to do.
+	Corrupt = "corrupt"
 )
 
 // Record is where a claimed sandbox lives.
@@ -74,6 +77,8 @@ type Record struct {
 	// ExpiresAt is the pod's end by its activeDeadlineSeconds, counted
 	// from the pod's start (a warm pod starts before it is claimed).
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	// Err is why a Corrupt record could not be read.
+	Err string `json:"-"`
 }
 
 // Store is the records under one airlock root.
@@ -106,17 +111,27 @@ func (s *Store) Has(id string) bool {
 	return err == nil
 }
 
-// List reads every record, oldest first.
+// Count is how many records there are, a corrupt one included: admission
+// counts a sandbox whose record it cannot read, as it does a local one,
+// rather than refusing every admission over it.
+func (s *Store) Count() (int, error) {
+	files, err := filepath.Glob(filepath.Join(s.dir, "sb-*.json"))
+	return len(files), err
+}
+
+// List reads every record, oldest first; one it cannot read is listed
+// Corrupt, with its id and Err, so that the others are still seen.
 func (s *Store) List() ([]Record, error) {
 	files, _ := filepath.Glob(filepath.Join(s.dir, "sb-*.json"))
 	var out []Record
 	for _, f := range files {
-		r, err := s.Get(strings.TrimSuffix(filepath.Base(f), ".json"))
+		id := strings.TrimSuffix(filepath.Base(f), ".json")
+		r, err := s.Get(id)
 		if errdefs.IsNotFound(err) {
 			continue
 		}
 		if err != nil {
-			return nil, err
+			r = Record{ID: id, State: Corrupt, Engine: Engine, Labels: map[string]string{}, Err: err.Error()}
 		}
 		out = append(out, r)
 	}

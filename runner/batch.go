@@ -143,6 +143,12 @@ type BatchTemplate struct {
 // MaxJobLine caps one line of a batch file.
 const MaxJobLine = 16 << 20
 
+// maxJobValues caps the JSON values of one line, counted before it is
+// decoded: a line of empty strings at MaxJobLine would take some 300MiB
+// decoded, and every job is held until the batch ends. The lists' own
+// caps, with room for the rest of a job, fit.
+const maxJobValues = wire.MaxArgv + wire.MaxEnv + wire.MaxAllowHosts + wire.MaxCredentials + 3*MaxInputs + 64
+
 // ParseJobs reads a batch file. A line that is not a valid job (too long,
 // not JSON, no id...) does not stop the others: it comes back as a
 // BatchResult with Reason error and ErrorKind invalid_input, in file order
@@ -194,6 +200,9 @@ func parseJob(line []byte, long bool, seen map[string]bool) (Job, error) {
 	var j Job
 	if long {
 		return j, fmt.Errorf("is longer than the %d-byte (16MiB) line limit; put big data in an input file", MaxJobLine)
+	}
+	if n := wire.Values(line); n > maxJobValues {
+		return j, fmt.Errorf("holds %d JSON values, past the %d one job may hold (argv %d entries at most, env %d, inputs %d); pass large data as stdin or an input file", n, maxJobValues, wire.MaxArgv, wire.MaxEnv, MaxInputs)
 	}
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.DisallowUnknownFields()

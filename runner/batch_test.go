@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/internal/roottest"
+	"github.com/airlock-sandbox/airlock/wire"
 )
 
 func TestParseJobs(t *testing.T) {
@@ -98,6 +99,23 @@ func TestParseJobsLongLine(t *testing.T) {
 		if b.ErrorKind != "invalid_input" || !strings.Contains(b.Error, "line limit") {
 			t.Errorf("bad %s: %s %q", b.JobID, b.ErrorKind, b.Error)
 		}
+	}
+}
+
+// A line within the byte limit but of more values than a job can hold is
+// refused before it is decoded; a job of the lists' caps still parses.
+func TestParseJobsValuesBounded(t *testing.T) {
+	many := `{"id": "many", "argv": ["true"` + strings.Repeat(`,""`, 4<<20) + `]}`
+	most := `{"id": "most", "argv": ["true"` + strings.Repeat(`,""`, wire.MaxArgv-1) + `], "env": [` + strings.Repeat(`"A=1",`, wire.MaxEnv-1) + `"A=1"]}`
+	jobs, bad, err := ParseJobs(strings.NewReader(many + "\n" + most))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 1 || jobs[0].ID != "most" || len(jobs[0].Argv) != wire.MaxArgv {
+		t.Errorf("jobs %d", len(jobs))
+	}
+	if len(bad) != 1 || bad[0].JobID != "line-1" || !strings.Contains(bad[0].Error, "JSON values") {
+		t.Fatalf("bad %+v", bad)
 	}
 }
 

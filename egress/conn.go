@@ -312,6 +312,8 @@ func (p *Proxy) forward(ctx context.Context, client activeConn, req *http.Reques
 		return keep && (body == nil || body.eof)
 	case status == 0 && errors.As(err, &ref) && ref.reason == ReasonClosed && rec.Reason == ReasonClosed:
 		p.record(rec) // the sandbox went away mid-request: no one to answer
+	case errors.Is(err, errSandboxGone):
+		p.record(rec) // mid-response: its end (closed), not the host's
 	case status == 0 && errors.As(err, &ref):
 		if rec.Reason == ReasonClosed {
 			rec.Reason = ref.reason
@@ -361,10 +363,18 @@ func sendFailed(out *http.Request) *refusal {
 	return badRequest("the request's body could not be read")
 }
 
+// errSandboxGone says writing a response to the sandbox failed: it
+// closed its connection (or the proxy did, at the idle timeout, the byte
+// cap or its end, which Proxy.ended tells apart), and the host is not to
+// blame.
+var errSandboxGone = errors.New("the sandbox's connection ended before the response did")
+
 // exchange writes out to the upstream and its response back to the
 // client; status is the upstream's, 0 before a response was read. The
 // client's connection is kept when it asked for that (keep) and the
-// response has a known length; keep says whether it was.
+// response has a known length; keep says whether it was. Once a response
+// was read, an error is errSandboxGone when writing to the client failed,
+// else the upstream's failure.
 func (p *Proxy) exchange(up net.Conn, client net.Conn, out *http.Request, keep bool) (status int, kept bool, err error) {
 	bw := bufio.NewWriterSize(up, 4096)
 	if err := out.Write(bw); err != nil {
@@ -375,6 +385,7 @@ func (p *Proxy) exchange(up net.Conn, client net.Conn, out *http.Request, keep b
 	}
 	cr := &capReader{r: up}
 	ubr := bufio.NewReaderSize(cr, 4096)
+	cw := &failWriter{w: client}
 	for range 8 {
 		cr.n = int64(p.limits.HeaderBytes)
 		resp, err := http.ReadResponse(ubr, out)
@@ -388,9 +399,9 @@ func (p *Proxy) exchange(up net.Conn, client net.Conn, out *http.Request, keep b
 		}
 		if resp.StatusCode < 200 {
 			// 1xx: passed on, then the real response.
-			fmt.Fprintf(client, "HTTP/1.1 %s\r\n", resp.Status)
-			resp.Header.Write(client)
-			io.WriteString(client, "\r\n")
+			fmt.Fprintf(cw, "HTTP/1.1 %s\r\n", resp.Status)
+			resp.Header.Write(cw)
+			io.WriteString(cw, "\r\n")
 			continue
 		}
 		if resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified {
@@ -401,29 +412,45 @@ func (p *Proxy) exchange(up net.Conn, client net.Conn, out *http.Request, keep b
 		}
 		kept = keep && (resp.ContentLength >= 0 || len(resp.TransferEncoding) > 0)
 		resp.Close = !kept
-		w := io.Writer(client)
+		w := io.Writer(cw)
 		if m, ok := up.(*meterConn); ok && resp.Body != http.NoBody && resp.ContentLength > 0 && len(resp.TransferEncoding) == 0 {
-			b := &bodyRelay{Conn: client, m: m, ubr: ubr, body: io.LimitedReader{R: ubr, N: resp.ContentLength}}
+			b := &bodyRelay{client: client, w: cw, m: m, ubr: ubr, body: io.LimitedReader{R: ubr, N: resp.ContentLength}}
 			resp.Body, w = b, b
+		} else if resp.Body != http.NoBody {
+			// Closing the body would read the rest of it, to the byte cap,
+			// when the copy to the client fails: the upstream connection
+			// ends with this exchange, so what is left is not read.
+			resp.Body = io.NopCloser(resp.Body)
 		}
-		return resp.StatusCode, kept, resp.Write(w)
+		if err := resp.Write(w); err != nil {
+			if cw.failed {
+				return resp.StatusCode, kept, fmt.Errorf("%w: %w", errSandboxGone, err)
+			}
+			return resp.StatusCode, kept, err
+		}
+		return resp.StatusCode, kept, nil
 	}
 	return 0, false, &refusal{ReasonUpstreamHeader, "the host sent too many interim responses"}
 }
 
 // bodyRelay is a response body of known length from the upstream m, and
-// the client's connection it is written to. Read reads the body through
-// ubr, as http.ReadResponse's would. When Response.Write copies the body
-// to it whole (ReadFrom), it writes out what ubr holds and relays the
-// rest from m (spliced, on Linux), metered as the tunnel's bytes are.
+// the client's connection it is written to (through w, which notes a
+// failed write, as ReadFrom does a failed relay). Read reads the body
+// through ubr, as http.ReadResponse's would. When Response.Write copies
+// the body to it whole (ReadFrom), it writes out what ubr holds and
+// relays the rest from m (spliced, on Linux), metered as the tunnel's
+// bytes are.
 type bodyRelay struct {
-	net.Conn // the client's
-	m        *meterConn
-	ubr      *bufio.Reader
-	body     io.LimitedReader // over ubr
+	client net.Conn // the client's activeConn
+	w      *failWriter
+	m      *meterConn
+	ubr    *bufio.Reader
+	body   io.LimitedReader // over ubr
 }
 
 func (b *bodyRelay) Read(p []byte) (int, error) { return b.body.Read(p) }
+
+func (b *bodyRelay) Write(p []byte) (int, error) { return b.w.Write(p) }
 
 func (b *bodyRelay) Close() error { return nil }
 
@@ -432,11 +459,11 @@ func (b *bodyRelay) Close() error { return nil }
 func (b *bodyRelay) ReadFrom(r io.Reader) (int64, error) {
 	lr, ok := r.(*io.LimitedReader)
 	if !ok || lr.R != io.Reader(b) || lr.N != b.body.N {
-		return io.Copy(struct{ io.Writer }{b.Conn}, r)
+		return io.Copy(b.w, r)
 	}
 	var n int64
 	if k := min(int64(b.ubr.Buffered()), b.body.N); k > 0 {
-		w, err := io.CopyN(b.Conn, b.ubr, k)
+		w, err := io.CopyN(b.w, b.ubr, k)
 		n += w
 		b.body.N -= w
 		if err != nil {
@@ -445,7 +472,10 @@ func (b *bodyRelay) ReadFrom(r io.Reader) (int64, error) {
 		}
 	}
 	before := b.m.down.Load()
-	err := b.m.relay(b.Conn, b.m, true, b.body.N)
+	err := b.m.relay(b.client, b.m, true, b.body.N)
+	if errors.As(err, new(*writeError)) {
+		b.w.failed = true
+	}
 	moved := b.m.down.Load() - before
 	n += moved
 	b.body.N -= moved

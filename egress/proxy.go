@@ -94,22 +94,57 @@ const (
 	KindCredential = "credential" // one request on a credential route
 )
 
-// Reasons a connection was refused, or how an allowed one ended.
+// Reasons a connection was refused (Allowed false), or how an allowed one
+// ended (Allowed true: the policy let it through and the host was
+// dialled). Two are either: ReasonBadRequest and ReasonByteLimit.
 const (
-	ReasonBadRequest     = "bad_request" // not a request the proxy reads
-	ReasonMethod         = "method_not_allowed"
-	ReasonHost           = "host_not_allowed"
-	ReasonPort           = "port_not_allowed"
-	ReasonAddress        = "address_not_allowed" // resolved only to addresses not allowed
-	ReasonResolve        = "resolve_failed"
-	ReasonConnLimit      = "conn_limit"
-	ReasonByteLimit      = "byte_limit"
-	ReasonDial           = "dial_failed"
-	ReasonTLS            = "tls_failed"
-	ReasonUpstream       = "upstream_error"
-	ReasonClosed         = "closed"
-	ReasonIdle           = "idle_timeout"
-	ReasonStopped        = "proxy_stopped"
+	// ReasonBadRequest: the sandbox sent what the proxy does not read.
+	// Refused: its request's header (or a DNS packet that is not a
+	// query). Allowed: its upload's body (a malformed chunk), read only
+	// after the host was dialled; the upload is cut and answered 400.
+	ReasonBadRequest = "bad_request"
+	// ReasonMethod: refused, TRACE or TRACK.
+	ReasonMethod = "method_not_allowed"
+	// ReasonHost: refused, the host is not on the allowlist.
+	ReasonHost = "host_not_allowed"
+	// ReasonPort: refused, the host is on the allowlist but not with
+	// this port.
+	ReasonPort = "port_not_allowed"
+	// ReasonAddress: refused, the name resolved only to addresses the
+	// proxy may not dial.
+	ReasonAddress = "address_not_allowed"
+	// ReasonResolve: refused, the name did not resolve.
+	ReasonResolve = "resolve_failed"
+	// ReasonConnLimit: refused, the sandbox has its most connections
+	// open; its request is not read.
+	ReasonConnLimit = "conn_limit"
+	// ReasonByteLimit: the sandbox's byte budget. Refused: it was spent
+	// before the connection. Allowed: it ran out, and the connection was
+	// cut.
+	ReasonByteLimit = "byte_limit"
+	// ReasonDial: allowed, but connecting to the host failed.
+	ReasonDial = "dial_failed"
+	// ReasonTLS: allowed (a route), but the host's certificate could not
+	// be verified, or TLS failed.
+	ReasonTLS = "tls_failed"
+	// ReasonUpstream: allowed, and the host failed it: sending it the
+	// request failed, or its response's body broke off (a reset, or an
+	// end before its length). Never the sandbox's own end.
+	ReasonUpstream = "upstream_error"
+	// ReasonClosed: allowed, and it ended as a connection ends: a tunnel
+	// closed by either side, a response passed whole, or the sandbox
+	// closing its connection before an upload's or a response's end.
+	ReasonClosed = "closed"
+	// ReasonIdle: allowed, and no byte passed either way for the idle
+	// timeout.
+	ReasonIdle = "idle_timeout"
+	// ReasonStopped: allowed, and the proxy stopped (the sandbox ended,
+	// or the audit sink failed).
+	ReasonStopped = "proxy_stopped"
+	// ReasonUpstreamHeader: allowed, and the host's response header
+	// could not be read or forwarded (none came, or it was too large or
+	// malformed, or too many interim responses, or a switch of
+	// protocols).
 	ReasonUpstreamHeader = "upstream_bad_response"
 )
 

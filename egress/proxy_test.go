@@ -685,6 +685,8 @@ func TestByteLimitUpload(t *testing.T) {
 
 // TestUploadAborted: a body the sandbox stops sending is its side's end
 // (closed, or bad_request when it cannot be read), not the host's failure.
+// The request was allowed and the host dialled, so its record is allowed
+// either way, and counts what reached the host.
 func TestUploadAborted(t *testing.T) {
 	s, _ := upstream(t)
 	h := newHarness(t, []string{fmt.Sprintf("127.0.0.1:%d", portOf(t, s.URL))})
@@ -701,6 +703,15 @@ func TestUploadAborted(t *testing.T) {
 	}
 	if r := h.last(); !r.Allowed || r.Reason != ReasonBadRequest {
 		t.Errorf("a malformed chunk: record %+v; want allowed, %s", r, ReasonBadRequest)
+	}
+	// Past the proxy's write buffer, part of the body reached the host.
+	conn = dialRaw(t, h.addr)
+	fmt.Fprintf(conn, "POST %s/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n4000\r\n%s\r\nzz\r\n", s.URL, strings.Repeat("u", 0x4000))
+	if st := status(t, conn); st != 400 {
+		t.Errorf("a malformed chunk after 16 KiB: %d", st)
+	}
+	if r := h.last(); !r.Allowed || r.Reason != ReasonBadRequest || r.BytesUp < 0x4000 {
+		t.Errorf("a malformed chunk after 16 KiB: record %+v; want allowed, %s, the bytes sent", r, ReasonBadRequest)
 	}
 }
 

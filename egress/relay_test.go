@@ -271,3 +271,66 @@ func TestTunnelPipelined(t *testing.T) {
 		t.Errorf("record %+v", r)
 	}
 }
+
+// TestDownloadAbandoned: a sandbox that closes its connection in the
+// middle of a forwarded response's body ended the request itself: the
+// record says closed, not the host's upstream_error, whether the body is
+// relayed (a Content-Length, spliced on Linux), copied (chunked), or
+// comes through a credential route's TLS.
+func TestDownloadAbandoned(t *testing.T) {
+	// serve answers one request with a body far larger than the sockets
+	// hold, until writing to the proxy fails.
+	serve := func(w http.ResponseWriter, length bool) {
+		if length {
+			w.Header().Set("Content-Length", strconv.Itoa(1<<30))
+		}
+		chunk := pattern(64 << 10)
+		for {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		length bool
+		route  bool
+	}{
+		{"length", true, false},
+		{"chunked", false, false},
+		{"route", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { serve(w, tc.length) })
+			var h *harness
+			var url, kind, host string
+			if tc.route {
+				u := newTLSUpstream(t, handler)
+				h = routeHarness(t, u, u.roots)
+				url, kind, host = "http://example.com/", KindCredential, "example.com"
+			} else {
+				s := httptest.NewServer(handler)
+				defer s.Close()
+				h = newHarness(t, []string{s.Listener.Addr().String()})
+				url, kind, host = s.URL+"/", KindHTTP, "127.0.0.1"
+			}
+			conn := dialRaw(t, h.addr)
+			fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", url)
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("GET: %v", err)
+			}
+			if _, err := io.ReadFull(resp.Body, make([]byte, 256<<10)); err != nil {
+				t.Fatalf("reading the body's start: %v", err)
+			}
+			conn.Close()
+			r := h.last()
+			checkRecord(t, r, kind, host, true, ReasonClosed)
+			// Nor does the proxy read on past the sandbox's end (closing
+			// a chunked body would read it to the byte cap).
+			if r.Status != 200 || r.BytesDown < 256<<10 || r.BytesDown > 64<<20 {
+				t.Errorf("record %+v", r)
+			}
+		})
+	}
+}

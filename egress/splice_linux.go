@@ -23,8 +23,9 @@ import (
 // the sandbox is not refused for bytes this one holds but has not
 // received. With src's bytes waiting and no budget left, the move is cut
 // with errByteLimit, as meterConn.Read would; at src's end it returns
-// nil. Every move resets the idle timer; count gets the bytes written
-// to dst, and at a failed write those the pipe still held.
+// nil; a failed write to dst is a *writeError. Every move resets the
+// idle timer; count gets the bytes written to dst, and at a failed write
+// those the pipe still held.
 func (m *meterConn) splice(dst, src net.Conn, count *atomic.Int64, limit int64) (handled bool, err error) {
 	s, ok1 := src.(*net.TCPConn)
 	d, ok2 := dst.(*net.TCPConn)
@@ -81,7 +82,7 @@ func (m *meterConn) splice(dst, src net.Conn, count *atomic.Int64, limit int64) 
 				// paid for: it counts, so the Records add up to the
 				// budget spent.
 				count.Add(int64(left))
-				return true, err
+				return true, &writeError{err}
 			}
 		}
 		if limit > 0 {

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -247,8 +248,28 @@ func (p *Pool) fits(s Spec, job *engine.SandboxSpec) string {
 		return "inputs are staged per run"
 	case s.Workdir != p.base.Workdir:
 		return "another working directory"
+	case !setsEvery(s.Env, p.base.Env):
+		return "another environment"
 	}
 	return fitsShape(s.Output, job, p.base.Output, p.plan)
+}
+
+// setsEvery says whether env names every variable base does: a held
+// sandbox's environment is the pool's base, and a run's env is laid over
+// it, so a variable the run does not set would come from the pool (from a
+// template since changed, say).
+func setsEvery(env, base []string) bool {
+	names := make(map[string]bool, len(env))
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		names[k] = true
+	}
+	for _, kv := range base {
+		if k, _, _ := strings.Cut(kv, "="); !names[k] {
+			return false
+		}
+	}
+	return true
 }
 
 // fitsShape says why a run of output o, planned as job, cannot run on a

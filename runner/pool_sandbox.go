@@ -143,6 +143,8 @@ func (p *Pool) fitsSandbox(s SandboxSpec, job *engine.SandboxSpec) string {
 		return "inputs are staged per sandbox"
 	case job.Image != p.splan.Image:
 		return "another image"
+	case s.Snapshot != b.Snapshot:
+		return "another snapshot"
 	case !slices.Equal(s.Env, b.Env):
 		return "another environment"
 	case s.WorkspaceSize != b.WorkspaceSize:

@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
 
 	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/isolation"
 )
 
 // holdEngine is the fake engine with held sandboxes.
@@ -86,9 +88,7 @@ func newPool(t *testing.T, he *holdEngine, o PoolOptions) (*Runner, string, *Poo
 	}
 	r, root := newFakeRunner(t, &he.fakeEngine)
 	r.engine = he
-	base := fakeSpec()
-	base.Env = []string{"FROM=pool"}
-	p, err := r.NewPool(context.Background(), base, o)
+	p, err := r.NewPool(context.Background(), poolSpec(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +100,13 @@ func newPool(t *testing.T, he *holdEngine, o PoolOptions) (*Runner, string, *Poo
 		time.Sleep(5 * time.Millisecond)
 	}
 	return r, root, p
+}
+
+// poolSpec is the base of newPool's pools, and a run that fits them.
+func poolSpec() Spec {
+	s := fakeSpec()
+	s.Env = []string{"FROM=pool"}
+	return s
 }
 
 // Claims take distinct sandboxes, each started once, get the job's env,
@@ -149,25 +156,40 @@ func TestPoolClaims(t *testing.T) {
 }
 
 // A run that does not fit the pool's sandboxes, or names a program the
-// image lacks, starts cold and leaves the pool as it was.
+// image lacks, starts cold and leaves the pool as it was. A run that
+// leaves out a variable of the pool's env (its template's, since changed)
+// would get it from the pooled sandbox, so it does not fit either.
 func TestPoolMisses(t *testing.T) {
 	he := &holdEngine{}
 	_, _, p := newPool(t, he, PoolOptions{Name: "t", Size: 1})
 	defer p.Close(context.Background())
-	other := fakeSpec()
+	other := poolSpec()
 	other.Policy.Limits.Memory = 128 << 20
-	longer := fakeSpec()
+	longer := poolSpec()
 	longer.Policy.Limits.Timeout = time.Hour
-	missing := fakeSpec()
+	missing := poolSpec()
 	missing.Argv = []string{"missing"}
-	for name, s := range map[string]Spec{"another policy": other, "a longer timeout": longer, "a missing program": missing} {
+	unset := poolSpec()
+	unset.Env = []string{"JOB=1"}
+	cases := map[string]Spec{"another policy": other, "a longer timeout": longer, "a missing program": missing, "the pool's env unset": unset}
+	for name, s := range cases {
 		res, err := p.Run(context.Background(), s)
 		if err != nil || res.Pool != "" {
 			t.Errorf("%s: pool %q, err %v; want a cold run", name, res.Pool, err)
 		}
+		if strings.Contains(string(res.Stdout.Head), "FROM=pool") {
+			t.Errorf("%s: the run saw the pool's env: %q", name, res.Stdout.Head)
+		}
 	}
-	if st := p.Stats(); st.Ready != 1 || st.Claims != 0 || st.Misses != 3 {
-		t.Errorf("stats %+v; want 1 ready, 0 claims, 3 misses", st)
+	if st := p.Stats(); st.Ready != 1 || st.Claims != 0 || st.Misses != int64(len(cases)) {
+		t.Errorf("stats %+v; want 1 ready, 0 claims, %d misses", st, len(cases))
+	}
+	// The pool's variable set to another value fits: the run's is laid
+	// over it.
+	over := poolSpec()
+	over.Env = []string{"FROM=job"}
+	if res, err := p.Run(context.Background(), over); err != nil || res.Pool != "t" || string(res.Stdout.Head) != "true [FROM=job]\n" {
+		t.Errorf("FROM=job: pool %q, printed %q, err %v; want a claim printing [FROM=job]", res.Pool, res.Stdout.Head, err)
 	}
 }
 
@@ -179,10 +201,10 @@ func TestPoolFailWhenEmpty(t *testing.T) {
 	he.mu.Lock()
 	he.holdErr = fmt.Errorf("%w: no refills", errdefs.ErrUnavailable)
 	he.mu.Unlock()
-	if res, err := p.Run(context.Background(), fakeSpec()); err != nil || res.Pool != "t" {
+	if res, err := p.Run(context.Background(), poolSpec()); err != nil || res.Pool != "t" {
 		t.Fatalf("the first run: %v %+v", err, res)
 	}
-	if _, err := p.Run(context.Background(), fakeSpec()); !errdefs.IsResourceExhausted(err) {
+	if _, err := p.Run(context.Background(), poolSpec()); !errdefs.IsResourceExhausted(err) {
 		t.Fatalf("a run on the empty pool: %v; want ErrResourceExhausted", err)
 	}
 }
@@ -327,7 +349,7 @@ func TestPoolFullSleeps(t *testing.T) {
 	_, _, p := newPool(t, he, PoolOptions{Name: "t", Size: 2})
 	defer p.Close(context.Background())
 	for range 2 {
-		if _, err := p.Run(context.Background(), fakeSpec()); err != nil {
+		if _, err := p.Run(context.Background(), poolSpec()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -347,5 +369,25 @@ func TestPoolFullSleeps(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	if n := looks() - before; n > 0 {
 		t.Fatalf("a full pool's fillers looked %d times in 300ms", n)
+	}
+}
+
+// A pool of long-lived sandboxes of a snapshot template holds sandboxes
+// restored from the snapshot the template had when the pool was made: a
+// create asking for another (the template's warm program made again), or
+// for none, does not take one.
+func TestSandboxPoolFitsSnapshot(t *testing.T) {
+	pol := isolation.Default()
+	pol.Seccomp = &isolation.SeccompProfile{SHA256: "aa"}
+	plan := &engine.SandboxSpec{Image: digest.Digest("sha256:" + strings.Repeat("11", 32)), Policy: pol}
+	p := &Pool{sbase: SandboxSpec{Snapshot: "old"}, splan: plan}
+	job := &engine.SandboxSpec{Image: plan.Image, Policy: pol}
+	for _, snap := range []string{"new", ""} {
+		if why := p.fitsSandbox(SandboxSpec{Snapshot: snap}, job); why != "another snapshot" {
+			t.Errorf("snapshot %q on a pool restored from %q: %q, want another snapshot", snap, "old", why)
+		}
+	}
+	if why := p.fitsSandbox(SandboxSpec{Snapshot: "old"}, job); why != "" {
+		t.Errorf("the pool's own snapshot: %q", why)
 	}
 }

@@ -53,3 +53,36 @@ func TestPoolsStayClosed(t *testing.T) {
 		t.Errorf("%d run directories left after the pools closed", len(runs))
 	}
 }
+
+// A template removed while its pool serves retires the pool at the next
+// refresh: nothing of the old version is handed out, and its sandboxes
+// are destroyed.
+func TestPoolsRetireRemovedTemplate(t *testing.T) {
+	onlyPair(t, "oci", "")
+	const name = "retire-removed"
+	if c := airlock(nil, "template", "create", name, "--replace", "--engine", "oci", "--isolation", isolationName, "--image", busybox); c.code != 0 {
+		t.Fatalf("template create: %d %s", c.code, c.stderr)
+	}
+	t.Cleanup(func() { airlock(nil, "template", "rm", name) })
+	r := apiRunner(t)
+	ctx := context.Background()
+	svc := service.New(rootDir, fuzztest.Engines(r), service.WithPools([]service.PoolConfig{{Template: name, Size: 1}}, service.PoolOptions{}))
+	if err := svc.StartPools(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer svc.ClosePools()
+	if svc.Pool(name, false, r) == nil {
+		t.Fatal("no pool after StartPools")
+	}
+	if c := airlock(nil, "template", "rm", name); c.code != 0 {
+		t.Fatalf("template rm: %d %s", c.code, c.stderr)
+	}
+	svc.RefreshPools(ctx)
+	if p := svc.Pool(name, false, r); p != nil {
+		t.Error("the pool of a removed template still serves after a refresh")
+	}
+	svc.ClosePools()
+	if left := sandboxes(); len(left) > 0 {
+		t.Errorf("left after the pool retired: %v", left)
+	}
+}

@@ -136,6 +136,7 @@ func (s *Service) refresh(ctx context.Context, w *warm) error {
 	}
 	t, err := s.Template(w.cfg.Template)
 	if err != nil {
+		s.retire(w)
 		return fmt.Errorf("warm pool of template %q: %w", w.cfg.Template, err)
 	}
 	w.mu.Lock()
@@ -146,11 +147,9 @@ func (s *Service) refresh(ctx context.Context, w *warm) error {
 	}
 	rn, done, err := s.engines.Runner(ctx, t.Engine)
 	if err != nil {
+		s.retire(w)
 		return fmt.Errorf("warm pool of template %q: %w", w.cfg.Template, err)
 	}
-	s.pools.relMu.Lock()
-	s.pools.releases = append(s.pools.releases, done)
-	s.pools.relMu.Unlock()
 	o := runner.PoolOptions{Name: w.cfg.Template, Size: w.cfg.Size, MaxAge: s.pools.opt.MaxAge, FailWhenEmpty: s.pools.opt.FailWhenEmpty, Room: s.Room}
 	if w.cfg.Sandboxes && slices.Contains(slices.Collect(maps.Values(s.runCode)), w.cfg.Template) {
 		// A run-code pool's sandboxes start their exec agent before a
@@ -169,8 +168,13 @@ func (s *Service) refresh(ctx context.Context, w *warm) error {
 		p, err = rn.NewPool(ctx, t.Spec(), o)
 	}
 	if err != nil {
+		done()
+		s.retire(w)
 		return fmt.Errorf("warm pool of template %q: %w", w.cfg.Template, err)
 	}
+	s.pools.relMu.Lock()
+	s.pools.releases = append(s.pools.releases, done)
+	s.pools.relMu.Unlock()
 	w.mu.Lock()
 	old := w.pool
 	w.pool, w.version = p, t.Version()
@@ -183,6 +187,24 @@ func (s *Service) refresh(ctx context.Context, w *warm) error {
 		s.pools.retiring.Go(func() { old.Close(context.WithoutCancel(ctx)) })
 	}
 	return nil
+}
+
+// retire ends w's pool, made for a version of its template that is no
+// more, when no pool of the new one could be made: until one is (each
+// RefreshPools tries again), the template's runs and creates start cold
+// rather than from sandboxes of the old version.
+func (s *Service) retire(w *warm) {
+	w.mu.Lock()
+	old := w.pool
+	w.pool, w.version = nil, ""
+	if old != nil {
+		w.replace++
+	}
+	w.mu.Unlock()
+	if old != nil {
+		s.log.Warn("template changed and its new warm pool could not be made: its runs start cold until it can", "template", w.cfg.Template)
+		s.pools.retiring.Go(func() { old.Close(context.Background()) })
+	}
 }
 
 // RefreshPools replaces the pools of templates that changed.

@@ -5,6 +5,8 @@
 //   - exec of `true`: `airlock exec` (oci and docker engines, gVisor), the
 //     Go API (runner.Open once, then Sandbox.Exec), bare `runsc exec` into
 //     the same sandbox, and `docker exec` into a runsc container;
+//   - 64 MiB of an exec's stdout: `airlock exec` (both engines) beside
+//     `docker exec`, the bytes counted on the host;
 //   - one 10 MiB file up and down: `airlock cp` beside `docker cp`;
 //   - 1,000 × 10 KB files up and down, one command per file on both sides,
 //     and `docker cp` of the whole directory for reference;
@@ -39,10 +41,11 @@ import (
 func main() {
 	n := flag.Int("n", 30, "execs per exec scenario")
 	big := flag.Int("big", 10, "rounds of the 10 MiB transfers")
+	out := flag.Int("out", 10, "rounds of the 64 MiB exec outputs (0 skips them)")
 	files := flag.Int("files", 1000, "files in the many-files transfers (0 skips them)")
 	trees := flag.Int("trees", 5, "rounds of the directory-tree transfers (0 skips them)")
 	flag.Parse()
-	if err := run(*n, *big, *files, *trees); err != nil {
+	if err := run(*n, *big, *out, *files, *trees); err != nil {
 		fmt.Fprintf(os.Stderr, "bench-session: %v\n", err)
 		os.Exit(1)
 	}
@@ -52,8 +55,11 @@ type scenario struct {
 	name string
 	// argv returns the command of round i; nil with fn set runs fn.
 	argv func(i int) []string
-	fn   func(i int) error
-	took []time.Duration
+	// stdout, when above zero, is how many bytes the command must print:
+	// they are counted, not kept.
+	stdout int64
+	fn     func(i int) error
+	took   []time.Duration
 }
 
 func (s *scenario) once(i int) error {
@@ -64,12 +70,30 @@ func (s *scenario) once(i int) error {
 		}
 	} else {
 		a := s.argv(i)
-		if out, err := exec.Command(a[0], a[1:]...).CombinedOutput(); err != nil {
-			return fmt.Errorf("%s: %v\n%s", s.name, err, out)
+		cmd := exec.Command(a[0], a[1:]...)
+		var out bytes.Buffer
+		var n countWriter
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if s.stdout > 0 {
+			cmd.Stdout = &n
+		}
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("%s: %v\n%s", s.name, err, out.Bytes())
+		}
+		if s.stdout > 0 && int64(n) != s.stdout {
+			return fmt.Errorf("%s: printed %d bytes, want %d: %s", s.name, n, s.stdout, out.Bytes())
 		}
 	}
 	s.took = append(s.took, time.Since(start))
 	return nil
+}
+
+// countWriter counts what is written to it.
+type countWriter int64
+
+func (c *countWriter) Write(b []byte) (int, error) {
+	*c += countWriter(len(b))
+	return len(b), nil
 }
 
 // interleave runs every scenario rounds times, rotating their order each
@@ -105,7 +129,7 @@ func (e *env) airlock(args ...string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-func run(n, big, files, trees int) error {
+func run(n, big, outs, files, trees int) error {
 	ctx := context.Background()
 	root := e2etest.SysRoot()
 	tmp, err := os.MkdirTemp("", "airlock-bench-session-")
@@ -132,7 +156,7 @@ func run(n, big, files, trees int) error {
 	// bytes) and plain text (the many small files).
 	create := func(engineName string) (string, error) {
 		return e.airlock("sandbox", "create", "--engine", engineName, "--isolation", "gvisor", "--image", e.busybox.String(),
-			"--download-types", "application/octet-stream,text/plain", "--idle-timeout", "30m", "--ttl", "2h")
+			"--download-types", "application/octet-stream,text/plain", "--idle-timeout", "30m", "--ttl", "2h", "--output-limit", "128MiB")
 	}
 	if e.ociSB, err = create("oci"); err != nil {
 		return err
@@ -176,6 +200,17 @@ func run(n, big, files, trees int) error {
 	ratio("airlock exec (oci) / docker exec", execs[0], execs[4], " (target ≤ 0.5)")
 	ratio("Go API exec / bare runsc exec", execs[2], execs[3], " (target ≤ 1.2)")
 	ratio("airlock exec (docker) / docker exec", execs[1], execs[4], "")
+
+	if outs > 0 {
+		ss := e.outputScenarios()
+		fmt.Fprintf(os.Stderr, "64 MiB of stdout: %d rounds of each of %d scenarios, interleaved…\n", outs, len(ss))
+		if err := interleave(outs, ss); err != nil {
+			return err
+		}
+		report(ss...)
+		ratio("64 MiB stdout: airlock exec (oci) / docker exec", ss[0], ss[2], "")
+		ratio("64 MiB stdout: airlock exec (docker) / docker exec", ss[1], ss[2], "")
+	}
 
 	bigs, err := e.bigScenarios()
 	if err != nil {
@@ -249,6 +284,21 @@ func (e *env) execScenarios() ([]*scenario, error) {
 		{name: "runsc exec (bare)", argv: func(int) []string { return bare }},
 		{name: "docker exec (runsc)", argv: func(int) []string { return []string{"docker", "exec", e.peer, "true"} }},
 	}, nil
+}
+
+// outputScenarios print 64 MiB of zeros on stdout through each engine's
+// exec and through docker exec, to a host that counts them.
+func (e *env) outputScenarios() []*scenario {
+	const size = 64 << 20
+	head := []string{"head", "-c", fmt.Sprint(size), "/dev/zero"}
+	through := func(sb string) func(int) []string {
+		return func(int) []string { return append([]string{e.bin, "--root", e.root, "exec", sb, "--"}, head...) }
+	}
+	return []*scenario{
+		{name: "64 MiB stdout: airlock exec (oci, gVisor)", argv: through(e.ociSB), stdout: size},
+		{name: "64 MiB stdout: airlock exec (docker, gVisor)", argv: through(e.dockerSB), stdout: size},
+		{name: "64 MiB stdout: docker exec (runsc)", argv: func(int) []string { return append([]string{"docker", "exec", e.peer}, head...) }, stdout: size},
+	}
 }
 
 func randomFile(path string, size int) error {

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -281,6 +282,58 @@ func TestTemplateSnapshotRefused(t *testing.T) {
 	}
 	if left := sandboxesIn(root); len(left) > 0 {
 		t.Errorf("a refusal left sandboxes: %v", left)
+	}
+}
+
+// A warm program that keeps a file of its sandbox's /tmp or workspace
+// open once ready makes a snapshot no sandbox can be restored from (each
+// gets fresh areas): template create restores one sandbox from it before
+// storing the template, and refuses it (exit 64), naming the file and the
+// fix. Nothing is left, and a template it was to replace stays as it was.
+func TestTemplateSnapshotKeptOpen(t *testing.T) {
+	onlyPair(t, "oci", "gvisor") // it names its engine and isolation
+	root := pauseRoot(t)
+	const ready = "import os, time\n%sopen(os.environ['AIRLOCK_READY_FILE'], 'w').close()\nwhile True:\n    time.sleep(3600)\n"
+	good := in(root, "template", "create", "snap-open", "--engine", "oci", "--json", "--warm", "--", "python3", "-c", fmt.Sprintf(ready, ""))
+	var tpl struct{ Snapshot string }
+	if err := json.Unmarshal([]byte(good.stdout), &tpl); err != nil || good.code != 0 || len(tpl.Snapshot) != 64 {
+		t.Fatalf("template create --warm of a program that closes its files: exit %d (%v): %s", good.code, err, good.stderr)
+	}
+	t.Cleanup(func() { in(root, "template", "rm", "snap-open") })
+	if i := strings.Index(good.stderr, "a sandbox restores from the snapshot"); i < 0 {
+		t.Errorf("no progress line for the restore check: %q", good.stderr)
+	} else {
+		t.Logf("%s", strings.TrimSpace(good.stderr[i:]))
+	}
+	for _, c := range []struct{ open, says string }{
+		{"f = open('/tmp/x', 'w')\n", `"/tmp/x"`},
+		{"os.mkdir('/home/user/d')\nf = open('/home/user/d/data', 'w')\n", `"/home/user/d" (or a file beneath it)`},
+	} {
+		r := in(root, "template", "create", "snap-open", "--replace", "--engine", "oci", "--warm", "--", "python3", "-c", fmt.Sprintf(ready, c.open))
+		t.Logf("keeping %s open: exit %d: %s", c.says, r.code, r.stderr)
+		if r.code != 64 {
+			t.Errorf("template create --warm of a program keeping %s open: exit %d: %s; want 64", c.says, r.code, r.stderr)
+		}
+		for _, want := range []string{"was not stored", c.says, "close its files under /tmp, /home/user and /out"} {
+			if !strings.Contains(r.stderr, want) {
+				t.Errorf("template create --warm of a program keeping %s open: %q; want it to say %q", c.says, r.stderr, want)
+			}
+		}
+		var kept struct{ Snapshot string }
+		if err := json.Unmarshal([]byte(mustIn(t, root, "template", "inspect", "snap-open")), &kept); err != nil || kept.Snapshot != tpl.Snapshot {
+			t.Errorf("the template after a refused replacement names snapshot %q (%v); want its own %s", kept.Snapshot, err, tpl.Snapshot)
+		}
+		if ents, _ := os.ReadDir(filepath.Join(root, "oci", "snapshots")); len(ents) != 1 || ents[0].Name() != tpl.Snapshot {
+			t.Errorf("snapshots after a refused create: %v; want only the template's %s", ents, tpl.Snapshot)
+		}
+		if left := sandboxesIn(root); len(left) > 0 {
+			t.Errorf("a refused create left sandboxes: %v", left)
+		}
+	}
+	if si := in(root, "sandbox", "create", "--template", "snap-open"); si.code != 0 {
+		t.Errorf("sandbox create from the template kept: exit %d: %s", si.code, si.stderr)
+	} else {
+		in(root, "sandbox", "rm", strings.TrimSpace(si.stdout))
 	}
 }
 

@@ -23,7 +23,8 @@ const snapshotEngine = templates.EngineOCI
 
 // PutWarmTemplate stores t with a snapshot of w's warm program: a
 // sandbox of t is made on the oci engine, w's program started in it and
-// waited for (runner.Warm), the sandbox snapshotted and destroyed, and t
+// waited for (runner.Warm), the sandbox snapshotted and destroyed, one
+// sandbox restored from the snapshot and destroyed (checkRestore), and t
 // stored naming the snapshot (replacing a template of its name when
 // replace is set, whose own snapshot then goes). On error nothing is
 // left: no sandbox, no snapshot, no template.
@@ -64,14 +65,17 @@ func (s *Service) PutWarmTemplate(ctx context.Context, t *templates.Template, w 
 	if err := t.Validate(); err != nil {
 		return err
 	}
-	if forkserver.Is(w.Argv) {
-		begin := time.Now()
-		if err := checkForkServer(ctx, rn, spec, snap); err != nil {
-			return fmt.Errorf("template %q was not stored: %w", t.Name, err)
+	begin := time.Now()
+	runCode := forkserver.Is(w.Argv)
+	if err := checkRestore(ctx, rn, spec, snap, runCode); err != nil {
+		return fmt.Errorf("template %q was not stored: %w", t.Name, err)
+	}
+	if w.Progress != nil {
+		checked := "a sandbox restores from the snapshot"
+		if runCode {
+			checked = "the fork server answers in a restored sandbox"
 		}
-		if w.Progress != nil {
-			fmt.Fprintf(w.Progress, "the fork server answers in a restored sandbox (%v)\n", time.Since(begin).Round(time.Millisecond))
-		}
+		fmt.Fprintf(w.Progress, "%s (%v)\n", checked, time.Since(begin).Round(time.Millisecond))
 	}
 	put := s.templates.Put
 	if replace {
@@ -88,22 +92,28 @@ func (s *Service) PutWarmTemplate(ctx context.Context, t *templates.Template, w 
 	return nil
 }
 
-// checkForkServer restores a sandbox of spec from snapshot snap and has
-// its fork server primed, as a pool does before it pools one: a snapshot
-// whose fork server or spare does not answer after a restore fails the
-// template's creation, rather than every pooled sandbox of it.
-func checkForkServer(ctx context.Context, rn *runner.Runner, spec runner.SandboxSpec, snap string) (err error) {
+// checkRestore restores a sandbox of spec from snapshot snap, as the
+// template's sandboxes are made, and destroys it: a snapshot that does
+// not restore (its warm program kept a file of the warming sandbox's
+// /tmp or workspace open, which a new sandbox's fresh areas lack) fails
+// the template's creation, rather than every sandbox of it. With
+// forkServer the restored fork server is primed too, as a pool does
+// before it pools one.
+func checkRestore(ctx context.Context, rn *runner.Runner, spec runner.SandboxSpec, snap string, forkServer bool) (err error) {
 	spec.Snapshot = snap
 	spec.Labels = map[string]string{"template": spec.Labels["template"], "checking": "true"}
 	sb, err := rn.Create(ctx, spec)
 	if err != nil {
-		return fmt.Errorf("restoring its snapshot to check its fork server: %w", err)
+		return fmt.Errorf("restoring a sandbox from its snapshot to check it: %w", err)
 	}
 	defer func() {
 		if derr := rn.Destroy(context.WithoutCancel(ctx), sb.ID()); derr != nil && err == nil {
-			err = fmt.Errorf("destroying the sandbox that checked the fork server: %w", derr)
+			err = fmt.Errorf("destroying the sandbox that checked its snapshot: %w", derr)
 		}
 	}()
+	if !forkServer {
+		return nil
+	}
 	res, err := sb.Exec(ctx, runner.ExecSpec{Argv: forkserver.PrimeArgv(), Timeout: time.Minute})
 	if err != nil {
 		return fmt.Errorf("checking the fork server of its snapshot: %w", err)

@@ -230,6 +230,12 @@ func (e *Engine) create(ctx context.Context, s *engine.SandboxSpec, snap string)
 	// init does so for all but the --preserve-fds it is given (none).
 	cmd.ExtraFiles = []*os.File{lk.File()}
 	if err := cmd.Run(); err != nil {
+		if snap != "" {
+			if rerr := restoreRefusal(bundle, snap); rerr != nil {
+				e.log.Debug("restore refused", "sandbox_id", s.ID, "snapshot", snap, "err", err, "runtime_log", runtimeLog(bundle))
+				return nil, rerr
+			}
+		}
 		return nil, fmt.Errorf("%w: starting sandbox %q with %s %s: %v%s", errdefs.ErrUnavailable, s.ID, filepath.Base(bin), verb[0], err, runtimeLog(bundle))
 	}
 	lap(filepath.Base(bin) + " " + verb[0])

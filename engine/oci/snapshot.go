@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -144,4 +145,62 @@ func (m *snapshotManifest) fits(name string, w snapshotWant) error {
 		return nil
 	}
 	return fmt.Errorf("%w: snapshot %s does not fit: %s; create the template again with `airlock template create NAME --replace --warm ...`", errdefs.ErrInvalidArgument, name, why)
+}
+
+// unreopenedFile matches the line runsc logs when a restore cannot reopen
+// a file the checkpoint holds open, because it is not in the new
+// sandbox's mount: the first element of its path that is missing (Go
+// quoted), that element's file type (octal, as st_mode) and the mount,
+// named "<source>:<destination>". As the runsc `make setup` builds
+// (20260905) log it:
+//
+//	failed to walk "x" of type 0100000 in mount "__no_name_0:/tmp": no such file or directory
+//
+// runsc tells it in no other way (its restore exits 128 whatever went
+// wrong), so its own log is read for it; the name came from the sandbox,
+// and is only ever quoted back.
+var unreopenedFile = regexp.MustCompile(`failed to walk ("(?:[^"\\]|\\.)*") of type (0[0-7]*) in mount "(?:[^"\\]|\\.)*:(/[^"\\:]*)"`)
+
+// unreopened reads, from runsc restore's log, the path inside the
+// sandbox of the file it could not reopen, and whether that is a
+// directory (the file held open is then beneath it); ok is false when
+// the log says no such thing.
+func unreopened(log []byte) (path string, dir, ok bool) {
+	m := unreopenedFile.FindSubmatch(log)
+	if m == nil {
+		return "", false, false
+	}
+	name, err := strconv.Unquote(string(m[1]))
+	if err != nil || name == "" {
+		return "", false, false
+	}
+	mode, err := strconv.ParseUint(string(m[2]), 8, 32)
+	if err != nil {
+		return "", false, false
+	}
+	const sIFMT, sIFDIR = 0o170000, 0o040000
+	dest := string(m[3])
+	if dest != "/" {
+		dest += "/"
+	}
+	return dest + name, mode&sIFMT == sIFDIR, true
+}
+
+// unreopenedError is the refusal of snapshot snap, whose restore failed
+// as runsc's log says, when it failed for a file of the warming
+// sandbox's own areas that the warm program kept open; nil otherwise. A
+// restore from that snapshot can never succeed, so it is invalid input,
+// as a snapshot that does not fit is: the fix is a new snapshot.
+func unreopenedError(snap string, log []byte) error {
+	p, dir, ok := unreopened(log)
+	if !ok {
+		return nil
+	}
+	what := strconv.Quote(p)
+	if dir {
+		what += " (or a file beneath it)"
+	}
+	return fmt.Errorf("%w: snapshot %s cannot be restored: its warm program kept %s open when the snapshot was taken, and a sandbox restored from it gets fresh /tmp, workspace and /out areas, where that file is not; "+
+		"have the warm program close its files under /tmp, /home/user and /out before it creates its ready file, then create the template again (`airlock template create NAME --replace --warm ...`)",
+		errdefs.ErrInvalidArgument, snap, what)
 }

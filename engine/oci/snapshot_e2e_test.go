@@ -265,3 +265,57 @@ func TestSnapshotNeedsSpawner(t *testing.T) {
 		t.Errorf("snapshots left: %v", snaps)
 	}
 }
+
+// keepsOpen is a warm program that keeps a file of its /tmp open once
+// ready: /tmp/d/x, in a directory of its own.
+const keepsOpen = `
+import os, time
+os.mkdir("/tmp/d")
+f = open("/tmp/d/x", "w")
+open("/tmp/airlock-ready", "w").close()
+while True:
+    time.sleep(3600)
+`
+
+// A snapshot whose warm program kept a file of its /tmp open cannot be
+// restored: the new sandbox's /tmp is another. The restore is refused as
+// invalid input, naming the file and the fix, not as runsc's "failed to
+// walk"; nothing is left of the sandbox it was for.
+func TestSnapshotKeptOpen(t *testing.T) {
+	e, spec := gvisorEngine(t)
+	warm := spec("snap-open-warm")
+	ctx := context.Background()
+	sb, err := e.Create(ctx, warm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.Exec(ctx, &engine.Process{Argv: []string{"python3", "-c", keepsOpen}, Detach: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the warm program", func() bool { _, err := os.Stat(filepath.Join(warm.TmpSource, "airlock-ready")); return err == nil })
+	snap, err := e.Snapshot(ctx, sb.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.RemoveSnapshot(ctx, snap) })
+	if err := sb.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	csb, err := e.Restore(ctx, spec("snap-open-a"), snap)
+	if err == nil {
+		csb.Destroy(ctx)
+		t.Fatal("restored a snapshot whose warm program kept /tmp/d/x open; want it refused")
+	}
+	if !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("restore: %v; want invalid input (no restore of it can succeed)", err)
+	}
+	for _, want := range []string{snap, `"/tmp/d" (or a file beneath it)`, "close its files under /tmp, /home/user and /out", "--replace --warm"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("restore: %v; want it to say %q", err, want)
+		}
+	}
+	if left := leftovers(t, e, "snap-open-a"); len(left) > 0 {
+		t.Errorf("left of snap-open-a: %v", left)
+	}
+}

@@ -146,6 +146,28 @@ func (e *Engine) Snapshot(ctx context.Context, id string) (_ string, err error) 
 	return snap, nil
 }
 
+// maxRestoreLog caps what is read of a restore's log for its error.
+const maxRestoreLog = 1 << 20
+
+// restoreRefusal is the clear refusal of snapshot snap after its restore
+// into bundle failed, when runsc's restore log says why (unreopenedError);
+// nil when it does not.
+func restoreRefusal(bundle, snap string) error {
+	logs, _ := filepath.Glob(filepath.Join(bundle, "logs", "*.restore.txt"))
+	for _, l := range logs {
+		f, err := os.Open(l)
+		if err != nil {
+			continue
+		}
+		b, _ := io.ReadAll(io.LimitReader(f, maxRestoreLog))
+		f.Close()
+		if err := unreopenedError(snap, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // fileSHA256 hashes the file at p.
 func fileSHA256(p string) (string, error) {
 	f, err := os.Open(p)

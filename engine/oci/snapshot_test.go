@@ -163,3 +163,52 @@ func TestPolicyDigestEgress(t *testing.T) {
 		t.Error("a credential route alone digests unlike an allowlist: both give the sandbox the same interface")
 	}
 }
+
+// A restore that fails because a file the warm program kept open is not
+// in the new sandbox's areas is told apart from runsc's log line, with
+// the file's path in the sandbox; any other failure is not.
+func TestUnreopened(t *testing.T) {
+	const pre = `W1207 15:25:47.771609    5413 util.go:107] FATAL ERROR: starting container: restoring container "airlock-a": failed to load kernel: vfs.CompleteRestore() failed: failed to complete restore for filesystem type "9p": `
+	for _, c := range []struct {
+		log  string
+		path string
+		dir  bool
+		ok   bool
+	}{
+		{pre + `failed to walk "x" of type 0100000 in mount "__no_name_0:/tmp": no such file or directory`, "/tmp/x", false, true},
+		{pre + `failed to walk "d\n\"q" of type 040000 in mount "__no_name_0:/tmp": no such file or directory`, "/tmp/d\n\"q", true, true},
+		{pre + `failed to walk "data.db" of type 0100000 in mount "/var/lib/air:lock/x:/home/user": no such file or directory`, "/home/user/data.db", false, true},
+		{"I1207 some line\n" + pre + `failed to walk "a b" of type 0100000 in mount "__no_name_2:/out": no such file or directory` + "\nW1207 Failure to execute command, err: 1\n", "/out/a b", false, true},
+		{pre + `failed to walk "x" of type 0100000 in mount "/": no such file or directory`, "", false, false},
+		{pre + `failed to walk "" of type 0100000 in mount "m:/tmp": no such file or directory`, "", false, false},
+		{pre + `failed to walk "x\q" of type 0100000 in mount "m:/tmp": no such file or directory`, "", false, false},
+		{pre + `failed to walk "x" of type 0100000 in mount "m:/tmp`, "", false, false},
+		{`FATAL ERROR: starting container: mount "/tmp" does not match the checkpoint's`, "", false, false},
+		{"", "", false, false},
+	} {
+		path, dir, ok := unreopened([]byte(c.log))
+		if path != c.path || dir != c.dir || ok != c.ok {
+			t.Errorf("unreopened(%q) = %q, %v, %v; want %q, %v, %v", c.log, path, dir, ok, c.path, c.dir, c.ok)
+		}
+	}
+
+	snap := strings.Repeat("c", 64)
+	err := unreopenedError(snap, []byte(pre+`failed to walk "x\x1b[2J" of type 0100000 in mount "__no_name_0:/tmp": no such file or directory`))
+	if !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("unreopenedError = %v; want invalid input (a restore from it can never succeed)", err)
+	}
+	for _, want := range []string{snap, `"/tmp/x\x1b[2J"`, "fresh /tmp", "close its files under /tmp, /home/user and /out", "--replace --warm"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not say %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "\x1b") {
+		t.Errorf("%q passes the sandbox's escape through", err)
+	}
+	if err := unreopenedError(snap, []byte(pre+`failed to walk "d" of type 040000 in mount "m:/home/user": no such file or directory`)); err == nil || !strings.Contains(err.Error(), `"/home/user/d" (or a file beneath it)`) {
+		t.Errorf("a directory: %v; want it named, with the files beneath it", err)
+	}
+	if err := unreopenedError(snap, []byte("FATAL ERROR: something else")); err != nil {
+		t.Errorf("another failure: %v; want nil (runsc's own error stands)", err)
+	}
+}

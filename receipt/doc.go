@@ -22,7 +22,10 @@
 //     tail_base64). CheckResult recomputes the latter from the Result.
 //   - CheckResult holds a Result (or batch result line) to the receipt it
 //     carries, field by field, and names every field that disagrees.
-//     image_ref and usage are not bound.
+//     image_ref, usage, pool, egress, artifacts_dir, quarantine_dir and a
+//     rejection's quarantined name are not bound.
+//   - Keys are read as written (exactKeys): in a receipt, a Result, and
+//     every line of a results file, a line without a receipt included.
 //   - The policy hash is Hash(Policy), an isolation.Record: JSON-tagged,
 //     with no host path.
 //   - A receipt an airlock node signs for a one-shot pod names the pod's
@@ -30,5 +33,6 @@
 //     version 2 since it began are omitted when empty: a receipt without
 //     them signs the same bytes it always did.
 //   - Version 1 receipts still verify, alone: they bind no Result, no
-//     captured bytes, no job id and no verdict.
+//     captured bytes, no job id and no verdict. A results line around one
+//     is LineLegacy, never LineVerified.
 package receipt

@@ -17,12 +17,18 @@ import (
 // t guides the walk; where it names no struct, keys are only checked
 // against each other.
 func exactKeys(b []byte, t reflect.Type) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	if err := walkKeys(dec, t, ""); err != nil {
+	if err := keysAsWritten(b, t); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
+}
+
+// keysAsWritten is exactKeys for JSON that is no receipt, such as a
+// results line: its error does not wrap ErrInvalid.
+func keysAsWritten(b []byte, t reflect.Type) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	return walkKeys(dec, t, "")
 }
 
 func walkKeys(dec *json.Decoder, t reflect.Type, at string) error {

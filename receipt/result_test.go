@@ -204,9 +204,9 @@ func TestFind(t *testing.T) {
 	}
 }
 
-// A version 1 receipt, signed by the version 1 code, still verifies, alone,
-// and says what it does not bind.
-func TestVersion1(t *testing.T) {
+// readVersion1 reads testdata's version 1 receipt: its bytes, and as read.
+func readVersion1(t *testing.T) ([]byte, Signed) {
+	t.Helper()
 	b, err := os.ReadFile("testdata/v1-receipt.json")
 	if err != nil {
 		t.Fatal(err)
@@ -215,6 +215,13 @@ func TestVersion1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return b, s
+}
+
+// A version 1 receipt, signed by the version 1 code, still verifies, alone,
+// and says what it does not bind.
+func TestVersion1(t *testing.T) {
+	b, s := readVersion1(t)
 	if err := Verify(s, nil); err != nil {
 		t.Fatalf("Verify(v1) = %v", err)
 	}

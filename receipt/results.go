@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"slices"
 )
 
@@ -18,7 +19,9 @@ import (
 // and, given the batch's jobs, that the file holds exactly one verified
 // outcome for each and that each verdict is the one on the job's own
 // expected stdout: a line removed, repeated, moved from another batch or
-// given another verdict does not pass.
+// given another verdict does not pass. A version 1 receipt binds none of
+// the line around it: such a line is not verified, though the receipt
+// alone still verifies (see Signed.Legacy).
 
 // Line statuses of LineCheck.
 const (
@@ -27,6 +30,12 @@ const (
 	// LineUnsignedError: a line with no receipt that claims no outcome,
 	// only an error (the job did not run to an end, or was refused).
 	LineUnsignedError = "unsigned_error"
+	// LineLegacy: a version 1 receipt that verifies, around which the
+	// line is unbound: version 1 signs no job id, verdict or Result, so
+	// whatever the line claims is unsigned. It is not verified, and a
+	// file with such a line does not verify; the receipt still verifies
+	// alone.
+	LineLegacy = "legacy"
 	// LineNotVerified: anything else; Problem says why.
 	LineNotVerified = "not_verified"
 )
@@ -40,7 +49,7 @@ type LineCheck struct {
 	Status string `json:"status"`
 	// Pass is a verified line's signed verdict.
 	Pass *bool `json:"pass,omitempty"`
-	// Signer names the key that signed a verified line.
+	// Signer names the key that signed a verified or legacy line.
 	Signer  string `json:"signer,omitempty"`
 	Problem string `json:"problem,omitempty"`
 }
@@ -48,10 +57,11 @@ type LineCheck struct {
 // ResultsReport is what CheckResults found.
 type ResultsReport struct {
 	Lines []LineCheck `json:"lines"`
-	// Verified, UnsignedErrors and NotVerified count the lines of each
-	// status; Passed and Failed the verified lines' verdicts.
+	// Verified, UnsignedErrors, Legacy and NotVerified count the lines
+	// of each status; Passed and Failed the verified lines' verdicts.
 	Verified       int `json:"verified"`
 	UnsignedErrors int `json:"unsigned_errors"`
+	Legacy         int `json:"legacy"`
 	NotVerified    int `json:"not_verified"`
 	Passed         int `json:"passed"`
 	Failed         int `json:"failed"`
@@ -61,7 +71,9 @@ type ResultsReport struct {
 
 // OK reports whether every line verified or is an unsigned error, and
 // no job is missing.
-func (r ResultsReport) OK() bool { return r.NotVerified == 0 && len(r.Missing) == 0 }
+func (r ResultsReport) OK() bool {
+	return r.NotVerified == 0 && r.Legacy == 0 && len(r.Missing) == 0
+}
 
 // KeyFor returns the key a receipt must be signed by and the signer's
 // name; an error (ErrUntrustedKey) when no key it trusts signed it.
@@ -94,6 +106,8 @@ func CheckResults(r io.Reader, keyFor KeyFor, jobs map[string]*string) (ResultsR
 				}
 			case LineUnsignedError:
 				rep.UnsignedErrors++
+			case LineLegacy:
+				rep.Legacy++
 			default:
 				rep.NotVerified++
 			}
@@ -112,6 +126,14 @@ func CheckResults(r io.Reader, keyFor KeyFor, jobs map[string]*string) (ResultsR
 	return rep, nil
 }
 
+// lineKeys names the keys of a results line that must be spelled as
+// written: every key a receipt binds, those checkLine reads of a line
+// with no receipt (job_id, pass, reason, error), and the receipt itself.
+type lineKeys struct {
+	resultJSON
+	Receipt json.RawMessage `json:"receipt"`
+}
+
 // checkLine checks line n, b; seen maps the jobs answered so far to
 // their lines.
 func checkLine(n int, b []byte, keyFor KeyFor, jobs map[string]*string, seen map[string]int) LineCheck {
@@ -127,6 +149,14 @@ func checkLine(n int, b []byte, keyFor KeyFor, jobs map[string]*string, seen map
 		return c
 	}
 	c.JobID = line.JobID
+	// Keys are read as written before anything is read of the line, with
+	// a receipt or without: encoding/json folds case and keeps the last
+	// of a repeated key, so a line jq reads as reason "exited" could read
+	// here as an error that claims no outcome.
+	if err := keysAsWritten(b, reflect.TypeFor[lineKeys]()); err != nil {
+		c.Problem = fmt.Sprintf("keys are read as written: %v", err)
+		return c
+	}
 	s, inResult, err := Find(b)
 	if inResult && errors.Is(err, ErrInvalid) && line.Reason == "error" && line.Error != "" && line.Pass == nil {
 		// No receipt, and no outcome claimed: it still answers its job.
@@ -144,6 +174,13 @@ func checkLine(n int, b []byte, keyFor KeyFor, jobs map[string]*string, seen map
 	key, signer, err := keyFor(s)
 	if err == nil {
 		err = Verify(s, key)
+	}
+	if err == nil && s.Legacy() {
+		// Signed, but around nothing of the line: its job id, verdict
+		// and outcome are the line's word alone.
+		c.Status, c.Signer = LineLegacy, signer
+		c.Problem = "a version 1 receipt, which binds nothing of the line around it (job_id, pass, outcome); verify the receipt alone"
+		return c
 	}
 	if err == nil {
 		err = CheckResult(b)

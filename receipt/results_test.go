@@ -68,6 +68,12 @@ func TestCheckResults(t *testing.T) {
 		{"a line edited", [][]byte{edit(t, a, func(m map[string]any) { m["exit_code"] = 1 }), b, c, errLine}, jobs, "exit_code"},
 		{"another key", [][]byte{batchLine(t, other, "a", "42\n", 0, yes), b, c, errLine}, jobs, ErrUntrustedKey.Error()},
 		{"an outcome with no receipt", [][]byte{a, b, c, []byte(`{"job_id":"d","reason":"exited","exit_code":0,"pass":true}`)}, jobs, "no receipt"},
+		// Keys are read as written on a line with no receipt too: jq reads
+		// this one as reason "exited", exit 0, stdout "42\n", where
+		// encoding/json takes the last, case-folded "Reason": an error.
+		{"no receipt, a reason repeated in another case", [][]byte{a, b, c, []byte(`{"job_id":"d","reason":"exited","exit_code":0,"stdout":{"text":"42\n","bytes":3},"Reason":"error","error":"x"}`)}, jobs, `key "Reason" repeats "reason"`},
+		// jq reads no error here; encoding/json would read "x".
+		{"no receipt, error in another case", [][]byte{a, b, c, []byte(`{"job_id":"d","reason":"error","Error":"x"}`)}, jobs, `key "Error" is not "error"`},
 		{"not JSON", [][]byte{a, b, c, errLine, []byte("{")}, nil, "not a JSON object"},
 		{"repeated, without jobs", [][]byte{a, a}, nil, "answered on line 1 already"},
 	} {
@@ -94,6 +100,59 @@ func TestCheckResults(t *testing.T) {
 	}
 	if _, err := CheckResults(failing{}, trusting(key.Public().(ed25519.PublicKey)), nil); err == nil {
 		t.Fatal("an unreadable file gave no error")
+	}
+}
+
+// TestCheckResultsUnsignedError: a line with no receipt answers its job
+// when it claims no outcome (reason "error", its error, no pass), whatever
+// else the runner kept of a run that failed after its program ended (here
+// its receipt could not be signed): the exit code, stdout, usage and
+// delivery directories stay on the line, unverified.
+func TestCheckResultsUnsignedError(t *testing.T) {
+	line := []byte(`{"job_id":"d","id":"run-d","image":"sha256:aa","engine":"oci","reason":"error","exit_code":0,` +
+		`"stdout":{"text":"42\n","bytes":3,"sha256":"` + hash("42\n") + `"},"usage":{"cpu_ms":3,"memory_peak_bytes":1,"pids_peak":1},` +
+		`"artifacts_dir":"/out/run-d","quarantine_dir":"/q/run-d","error":"signing the receipt: disk full","error_kind":"internal"}`)
+	key := newKey(t)
+	rep, err := CheckResults(bytes.NewReader(append(line, '\n')), trusting(key.Public().(ed25519.PublicKey)), map[string]*string{"d": nil})
+	if err != nil || !rep.OK() || rep.UnsignedErrors != 1 || rep.Lines[0].Problem != "signing the receipt: disk full" {
+		t.Errorf("an error line as the runner writes it: %+v, %v", rep, err)
+	}
+}
+
+// TestCheckResultsVersion1: a version 1 receipt binds nothing of the line
+// around it, so a line made up around any version 1 receipt the trusted
+// key ever signed (job "a", pass true, exit 0) is not verified: it is
+// "legacy", and the file does not verify. A version 1 receipt whose
+// signature fails is not verified at all.
+func TestCheckResultsVersion1(t *testing.T) {
+	b, s := readVersion1(t)
+	pub := ed25519.PublicKey(s.PublicKey)
+	lineAround := func(rec []byte) []byte {
+		line, err := json.Marshal(map[string]any{"job_id": "a", "pass": true, "reason": "exited", "exit_code": 0,
+			"stdout": map[string]any{"text": "42\n"}, "receipt": json.RawMessage(bytes.TrimSpace(rec))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append(line, '\n')
+	}
+	for _, jobs := range []map[string]*string{nil, {"a": nil}} {
+		rep, err := CheckResults(bytes.NewReader(lineAround(b)), trusting(pub), jobs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := rep.Lines[0]
+		if rep.OK() || rep.Verified != 0 || rep.Legacy != 1 || l.Status != LineLegacy || l.Pass != nil || l.Signer != "host" ||
+			!strings.Contains(l.Problem, "version 1") {
+			t.Errorf("jobs %v: a line around a v1 receipt: %+v", jobs, rep)
+		}
+		if jobs != nil && (len(rep.Missing) != 1 || rep.Missing[0] != "a") {
+			t.Errorf("a line around a v1 receipt answers job a: %+v", rep)
+		}
+	}
+	tampered := bytes.Replace(b, []byte(`"exit_code": 0`), []byte(`"exit_code": 1`), 1)
+	rep, err := CheckResults(bytes.NewReader(lineAround(tampered)), trusting(pub), nil)
+	if err != nil || rep.NotVerified != 1 || rep.Legacy != 0 || !strings.Contains(rep.Lines[0].Problem, ErrBadSignature.Error()) {
+		t.Errorf("a tampered v1 receipt: %+v, %v", rep, err)
 	}
 }
 

@@ -45,8 +45,9 @@ Around a Result, every field the receipt covers must agree with it: id,
 job_id and pass, image, engine, isolation, the seccomp profile, limits and
 policy, reason, exit code, times, every artifact and rejected file, and
 stdout and stderr (the bytes carried as text, base64 and tail, and the
-totals). image_ref, usage, pool, egress, error and error_kind are not
-covered. A receipt an airlock node signed for a one-shot pod names the
+totals). image_ref, usage, pool, egress, error, error_kind,
+artifacts_dir, quarantine_dir and a rejected file's quarantined name are
+not covered. A receipt an airlock node signed for a one-shot pod names the
 pod's UID (pod_uid), shown below. Keys are read as written: a key
 repeated, or a field's name in another case, does not verify. A version
 1 receipt covers only itself.
@@ -54,11 +55,13 @@ repeated, or a field's name in another case, does not verify. A version
 A results file is checked line by line: each line's receipt must verify
 and agree with its line. A line with no receipt is accepted only when it
 claims no outcome (reason "error": the job did not run to an end, or was
-refused). With --jobs JOBS, the batch's jobs file, the results must also
-answer every job of JOBS exactly once, no other job, and each verdict
-(pass) must be the one on the job's expected_stdout in JOBS: a line
-removed, repeated, brought from another batch, or judged on another
-expected stdout does not verify. --json prints the per-line report.
+refused). A line around a version 1 receipt is not verified, since that
+receipt binds nothing of its line (verify the receipt alone). With --jobs
+JOBS, the batch's jobs file, the results must also answer every job of
+JOBS exactly once, no other job, and each verdict (pass) must be the one
+on the job's expected_stdout in JOBS: a line removed, repeated, brought
+from another batch, or judged on another expected stdout does not
+verify. --json prints the per-line report.
 
 Exits 0 when the receipt (or every line) verifies, 65 when it does not.`,
 		Example: `  airlock run --json -- python3 -c 'print(1)' > result.json
@@ -197,6 +200,8 @@ func verifyResults(cmd *cobra.Command, path string, b []byte, keyFor receipt.Key
 				sayf(errw, "line %d (job %q) does NOT verify: %s", l.Line, l.JobID, l.Problem)
 			case receipt.LineUnsignedError:
 				sayf(errw, "line %d (job %q) has no receipt: an error, no outcome: %s", l.Line, l.JobID, l.Problem)
+			case receipt.LineLegacy:
+				sayf(errw, "line %d (job %q) is NOT verified: its receipt verifies, but it is %s", l.Line, l.JobID, l.Problem)
 			}
 		}
 		for _, id := range rep.Missing {
@@ -204,6 +209,9 @@ func verifyResults(cmd *cobra.Command, path string, b []byte, keyFor receipt.Key
 		}
 		summary := fmt.Sprintf("%s: %d lines; %d verified (%d passed, %d failed their expected stdout), %d errors with no receipt, %d NOT verified",
 			path, len(rep.Lines), rep.Verified, rep.Passed, rep.Failed, rep.UnsignedErrors, rep.NotVerified)
+		if rep.Legacy > 0 {
+			summary += fmt.Sprintf(", %d with a version 1 receipt, which binds nothing of its line (NOT verified)", rep.Legacy)
+		}
 		if jobsFile != "" {
 			summary += fmt.Sprintf("; %d of %d jobs of %s answered", len(jobs)-len(rep.Missing), len(jobs), jobsFile)
 		}

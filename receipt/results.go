@@ -28,7 +28,8 @@ const (
 	// LineVerified: the receipt verifies and the line agrees with it.
 	LineVerified = "verified"
 	// LineUnsignedError: a line with no receipt that claims no outcome,
-	// only an error (the job did not run to an end, or was refused).
+	// only an error (the job did not run to an end, or was refused) or
+	// its destruction by another airlock process (reason "destroyed").
 	LineUnsignedError = "unsigned_error"
 	// LineLegacy: a version 1 receipt that verifies, around which the
 	// line is unbound: version 1 signs no job id, verdict or Result, so
@@ -158,7 +159,7 @@ func checkLine(n int, b []byte, keyFor KeyFor, jobs map[string]*string, seen map
 		return c
 	}
 	s, inResult, err := Find(b)
-	if inResult && errors.Is(err, ErrInvalid) && line.Reason == "error" && line.Error != "" && line.Pass == nil {
+	if inResult && errors.Is(err, ErrInvalid) && (line.Reason == "error" || line.Reason == "destroyed") && line.Error != "" && line.Pass == nil {
 		// No receipt, and no outcome claimed: it still answers its job.
 		c.Status, c.Problem = LineUnsignedError, line.Error
 		return answer(c, n, jobs, seen)

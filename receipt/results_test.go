@@ -159,3 +159,18 @@ func TestCheckResultsVersion1(t *testing.T) {
 type failing struct{}
 
 func (failing) Read([]byte) (int, error) { return 0, errors.New("disk gone") }
+
+// A line of a run another airlock process destroyed, as the runner
+// writes it (no receipt, no verdict), is an unsigned error; with a
+// verdict it is not verified.
+func TestCheckResultsDestroyed(t *testing.T) {
+	line := `{"job_id":"d","id":"run-d","reason":"destroyed","exit_code":137,"error":"another airlock process destroyed the run"}`
+	rep, err := CheckResults(strings.NewReader(line+"\n"), nil, map[string]*string{"d": nil})
+	if err != nil || !rep.OK() || rep.UnsignedErrors != 1 {
+		t.Errorf("a destroyed run's line: %+v, %v", rep, err)
+	}
+	withPass := strings.Replace(line, `"reason"`, `"pass":true,"reason"`, 1)
+	if rep, err := CheckResults(strings.NewReader(withPass+"\n"), nil, nil); err != nil || rep.OK() || rep.NotVerified != 1 {
+		t.Errorf("a destroyed run's line claiming a verdict: %+v, %v", rep, err)
+	}
+}

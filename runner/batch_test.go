@@ -2,7 +2,9 @@ package runner
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +15,8 @@ import (
 
 	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/internal/roottest"
+	"github.com/airlock-sandbox/airlock/lifecycle"
+	"github.com/airlock-sandbox/airlock/receipt"
 	"github.com/airlock-sandbox/airlock/wire"
 )
 
@@ -515,5 +519,37 @@ func TestJobSpecCeilings(t *testing.T) {
 	}
 	if _, err := opt.jobSpec(Job{ID: "c", Argv: []string{"true"}, Template: "py"}); err != nil {
 		t.Errorf("the batch's template: %v", err)
+	}
+}
+
+// A job destroyed by another airlock process has no receipt, so its line
+// claims no verdict: receipt verify takes it as an unsigned error, and a
+// batch with one still verifies.
+func TestBatchDestroyedJobClaimsNoVerdict(t *testing.T) {
+	fe := &fakeEngine{}
+	r, root := newFakeRunner(t, fe)
+	lc, err := lifecycle.Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fe.run = func(ctx context.Context, j *engine.SandboxSpec) (engine.Exit, error) {
+		if err := lc.Destroy(context.Background(), j.ID, "", func() error { return nil }); err != nil {
+			return engine.Exit{}, err
+		}
+		return engine.Exit{Code: 137}, nil
+	}
+	want := "ok\n"
+	var got BatchResult
+	jobs := []Job{{ID: "d", Argv: []string{"true"}, ExpectedStdout: &want}}
+	if err := r.RunBatch(context.Background(), jobs, BatchOptions{Parallel: 1, Base: fakeSpec()}, func(b BatchResult) { got = b }); err != nil {
+		t.Fatal(err)
+	}
+	if got.Reason != ReasonDestroyed || got.Receipt != nil || got.Pass != nil {
+		t.Fatalf("reason %s, receipt %v, pass %v; want destroyed, no receipt, no verdict", got.Reason, got.Receipt != nil, got.Pass)
+	}
+	b, _ := json.Marshal(got)
+	rep, err := receipt.CheckResults(bytes.NewReader(append(b, '\n')), nil, map[string]*string{"d": &want})
+	if err != nil || rep.UnsignedErrors != 1 || len(rep.Missing) != 0 {
+		t.Errorf("receipt verify of the line: %+v, %v", rep, err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -39,7 +40,9 @@ areas are refused. Download (sandbox → host) reads from the workspace,
 devices and directories are refused, sizes are checked before reading, and
 the type, detected from the content, must be on the sandbox's
 --download-types allowlist. The host file is created new (never
-overwriting, never through a symlink); DST may be an existing directory.
+overwriting, never through a symlink another user could plant; missing
+directories are made), and named only once it passed; DST may be an
+existing directory.
 
 Directories: SRC_DIR is copied to DST when DST does not exist, and into
 DST/<name of SRC_DIR> when DST is a directory; SRC_DIR/. copies the
@@ -313,10 +316,24 @@ func downloadTree(p, host string, get func(p string, sink runner.TreeSink) (runn
 func upload(cmd *cobra.Command, sb *runner.Sandbox, host, p string) (runner.Transfer, error) {
 	f, p, size, err := openUpload(host, p)
 	if err != nil {
-		return runner.Transfer{}, err
+		return uploadRefusal(host, p, err)
 	}
 	defer f.Close()
 	return sb.Upload(cmd.Context(), p, f, size)
+}
+
+// uploadRefusal is openUpload's error as the record of a refused upload
+// of host to sandbox path p when it is a refusal (a symlink, not a
+// regular file), else as it is.
+func uploadRefusal(host, p string, err error) (runner.Transfer, error) {
+	var te *runner.TransferError
+	if !errors.As(err, &te) {
+		return runner.Transfer{}, err
+	}
+	if strings.HasSuffix(p, "/") {
+		p += filepath.Base(host)
+	}
+	return hostRefusal(runner.DirectionUpload, p, te.Reason, "%s", te.Detail)
 }
 
 // openUpload opens host, a regular file never reached through a symlink,
@@ -327,7 +344,7 @@ func openUpload(host, p string) (*os.File, string, int64, error) {
 	f, err := os.OpenFile(host, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		if errors.Is(err, unix.ELOOP) {
-			return nil, "", 0, fmt.Errorf("%w: %s is a symlink; airlock never follows one: name its target", errdefs.ErrInvalidArgument, host)
+			return nil, "", 0, &runner.TransferError{Reason: artifacts.ReasonSymlink, Detail: fmt.Sprintf("%s is a symlink; airlock never follows one: name its target", host), Err: errdefs.ErrInvalidArgument}
 		}
 		return nil, "", 0, fmt.Errorf("%w: opening %s: %v", errdefs.ErrNotFound, host, err)
 	}
@@ -338,7 +355,7 @@ func openUpload(host, p string) (*os.File, string, int64, error) {
 	}
 	if !fi.Mode().IsRegular() {
 		f.Close()
-		return nil, "", 0, fmt.Errorf("%w: %s is not a regular file (%s); airlock cp copies one file", errdefs.ErrInvalidArgument, host, fi.Mode().Type())
+		return nil, "", 0, &runner.TransferError{Reason: artifacts.ReasonNotRegular, Detail: fmt.Sprintf("%s is not a regular file (%s); airlock cp copies one file", host, fi.Mode().Type()), Err: errdefs.ErrInvalidArgument}
 	}
 	if strings.HasSuffix(p, "/") {
 		p += filepath.Base(host)
@@ -350,28 +367,57 @@ func download(cmd *cobra.Command, sb *runner.Sandbox, p, host string) (runner.Tr
 	return downloadTo(host, p, func(w io.Writer) (runner.Transfer, error) { return sb.Download(cmd.Context(), p, w) })
 }
 
-// downloadTo creates host new (in it, when it is a directory), never
-// through a symlink, has fetch write sandbox path p into it, and removes
-// it when fetch fails.
+// downloadTo delivers sandbox path p to host: a new file there, or in it
+// when it is a directory. The file is delivered as the scanner delivers
+// artifacts: its directory is reached under safeopen's rules (no symlink
+// or directory another user could plant; missing directories made), the
+// bytes go to a temporary name there, and the file is named only once
+// fetch has succeeded, never over an existing one. A refusal so leaves
+// nothing, and removes nothing by name.
 func downloadTo(host, p string, fetch func(io.Writer) (runner.Transfer, error)) (runner.Transfer, error) {
-	if fi, err := os.Stat(host); err == nil && fi.IsDir() {
-		host = filepath.Join(host, path.Base(p))
+	dir, name := filepath.Dir(host), filepath.Base(host)
+	if fi, err := os.Lstat(host); err == nil && fi.IsDir() {
+		dir, name = host, path.Base(p)
 	}
-	f, err := os.OpenFile(host, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		if errors.Is(err, os.ErrExist) {
-			return runner.Transfer{}, fmt.Errorf("%w: %s exists; airlock cp never overwrites: remove it or name another file", errdefs.ErrInvalidArgument, host)
+	target := filepath.Join(dir, name)
+	if name == "/" || name == "." || name == ".." {
+		return hostRefusal(runner.DirectionDownload, p, artifacts.ReasonBadName, "%s names no file: give DST a file name", host)
+	}
+	if fi, err := os.Lstat(target); err == nil {
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			return hostRefusal(runner.DirectionDownload, p, artifacts.ReasonSymlink, "%s is a symlink, which airlock cp never writes through: remove it or name another file", target)
 		}
-		return runner.Transfer{}, fmt.Errorf("%w: creating %s: %v", errdefs.ErrUnavailable, host, err)
+		return hostRefusal(runner.DirectionDownload, p, artifacts.ReasonExists, "%s exists; airlock cp never overwrites: remove it or name another file", target)
+	}
+	dest, err := artifacts.OpenDest(dir)
+	if err != nil {
+		return runner.Transfer{}, fmt.Errorf("%w: opening %s: %v", errdefs.ErrInvalidArgument, dir, err)
+	}
+	defer dest.Close()
+	f, err := dest.Create(name)
+	if err != nil {
+		return runner.Transfer{}, fmt.Errorf("%w: creating %s: %v", errdefs.ErrUnavailable, target, err)
 	}
 	tr, err := fetch(f)
-	if cerr := f.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("%w: writing %s: %v", errdefs.ErrUnavailable, host, cerr)
-	}
 	if err != nil {
-		os.Remove(host)
+		f.Discard()
+		return tr, err
 	}
-	return tr, err
+	if err := f.Commit(); errors.Is(err, artifacts.ErrExists) {
+		return hostRefusal(runner.DirectionDownload, p, artifacts.ReasonExists, "%s was made while the file was read; airlock cp never overwrites: remove it or name another file", target)
+	} else if err != nil {
+		return runner.Transfer{}, fmt.Errorf("%w: writing %s: %v", errdefs.ErrUnavailable, target, err)
+	}
+	return tr, nil
+}
+
+// hostRefusal refuses a one-file transfer of sandbox path p for what it
+// met on this machine, as the sandbox's side refuses: a record and a
+// *runner.TransferError, so that it exits 65 and --json prints it.
+func hostRefusal(direction, p string, reason artifacts.Reason, format string, args ...any) (runner.Transfer, error) {
+	detail := artifacts.Escape(fmt.Sprintf(format, args...))
+	tr := runner.Transfer{Direction: direction, Path: p, Decision: runner.DecisionRefused, Reason: reason, Detail: detail}
+	return tr, &runner.TransferError{Direction: direction, Path: p, Reason: reason, Detail: detail, Err: errdefs.ErrInvalidArgument}
 }
 
 // cpKube copies a file or a tree into or out of a sandbox on a cluster,
@@ -410,7 +456,8 @@ func cpKube(cmd *cobra.Command, g *globals, id, src, dst, spath, dpath string, u
 		var f *os.File
 		var size int64
 		if f, dpath, size, err = openUpload(src, dpath); err != nil {
-			return err
+			tr, err = uploadRefusal(src, dpath, err)
+			return reportTransfer(cmd, tr, err, fl)
 		}
 		defer f.Close()
 		tr, err = svc.UploadKube(ctx, id, dpath, f, size)

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/spf13/cobra"
 
+	"github.com/airlock-sandbox/airlock/artifacts"
 	"github.com/airlock-sandbox/airlock/internal/proc"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/service"
@@ -209,9 +212,11 @@ expires (the earlier of its TTL and its idle timeout), and its labels.`,
 			fmt.Fprintln(tw, "ID\tSTATE\tENGINE\tISOLATION\tENDS\tLABELS")
 			now := time.Now()
 			for _, s := range list {
+				// A label is any client's text: escaped, as a sandbox's
+				// file names are, so that it cannot drive the terminal.
 				var labels []string
-				for k, v := range s.Labels {
-					labels = append(labels, k+"="+v)
+				for _, k := range slices.Sorted(maps.Keys(s.Labels)) {
+					labels = append(labels, artifacts.Escape(k)+"="+artifacts.Escape(s.Labels[k]))
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.State, s.Engine, s.Isolation,
 					s.Deadline(now).Local().Format(time.DateTime), strings.Join(labels, ","))

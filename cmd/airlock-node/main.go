@@ -33,7 +33,7 @@ var version = "dev"
 type flags struct {
 	root, airlock, kubeconfig, name, address, engine string
 	tlsCert, tlsKey, clientCA, maxOutput             string
-	maxSandboxes, port                               int
+	maxSandboxes, maxExecs, port                     int
 	leaseDuration                                    time.Duration
 	debug                                            bool
 }
@@ -89,7 +89,9 @@ server's kubectl logs and kubectl exec, as a kubelet does on 10250: every
 request is authenticated (a client certificate of --client-ca, or a token
 the API server vouches for) and authorized by the API server (nodes/proxy).
 kubectl exec runs as airlock exec does, under the pod's exec timeout and
-output cap, with no terminal.`,
+output cap, with no terminal. --max-execs caps the kubectl execs in
+progress at once, and one pod runs at most 64 of them; past either an exec
+is refused.`,
 		Example: `  airlock node --kubeconfig /etc/airlock/node.kubeconfig --name lab-07
   airlock node --name lab-07 --address 10.0.0.7 --port 10250 \
     --tls-cert lab-07.crt --tls-key lab-07.key --client-ca cluster-ca.crt
@@ -110,6 +112,7 @@ output cap, with no terminal.`,
 	fl.StringVar(&f.address, "address", "127.0.0.1", "the Node's InternalIP")
 	fl.StringVar(&f.engine, "engine", "oci", "engine the pods' sandboxes run on: oci or docker")
 	fl.IntVar(&f.maxSandboxes, "max-sandboxes", 8, "the most pods this node runs at once (its pod capacity)")
+	fl.IntVar(&f.maxExecs, "max-execs", service.DefaultMaxExecs, fmt.Sprintf("cap on the kubectl execs in progress at once (one pod may run at most %d); past it an exec is refused", service.DefaultMaxExecsPerSandbox))
 	fl.StringVar(&f.maxOutput, "max-output-limit", "1GiB", "ceiling on a pod's output limit (its airlock.dev/output-limit): each stream's cap is held in this process's memory and the pod's log on its disk")
 	fl.IntVar(&f.port, "port", 0, "serve kubectl logs and exec to the API server on --address:PORT, over TLS (a kubelet's 10250); 0 serves none")
 	fl.StringVar(&f.tlsCert, "tls-cert", "", "with --port: the node's serving certificate, for its --address")
@@ -144,6 +147,9 @@ func run(cmd *cobra.Command, f *flags) error {
 	if err != nil || maxOutput <= 0 {
 		return fmt.Errorf("%w: --max-output-limit %q: give a positive size such as 1GiB", errdefs.ErrInvalidArgument, f.maxOutput)
 	}
+	if f.maxExecs <= 0 {
+		return fmt.Errorf("%w: --max-execs %d: give a positive number", errdefs.ErrInvalidArgument, f.maxExecs)
+	}
 	p, err := seccomp.Load("default")
 	if err != nil {
 		return err
@@ -155,7 +161,7 @@ func run(cmd *cobra.Command, f *flags) error {
 			return []string{f.airlock, "--root", f.root, "sandbox", "supervise", id}
 		})))
 	defer host.Close()
-	svc := service.New(f.root, host, service.WithAdmission(admission.New(f.root, f.maxSandboxes)), service.WithLogger(log))
+	svc := newService(f, host, log)
 	err = node.Run(cmd.Context(), node.Config{
 		Kubeconfig: f.kubeconfig, Name: f.name, Address: f.address, MaxSandboxes: f.maxSandboxes, Root: f.root, Version: version, Log: log,
 		Port: f.port, TLSCert: f.tlsCert, TLSKey: f.tlsKey, ClientCA: f.clientCA, LeaseDuration: f.leaseDuration,
@@ -167,6 +173,14 @@ func run(cmd *cobra.Command, f *flags) error {
 		return err
 	}
 	return nil
+}
+
+// newService is the node's service: its admission of sandboxes
+// (--max-sandboxes) and of the kubectl execs in progress (--max-execs, and
+// at most service.DefaultMaxExecsPerSandbox in one pod).
+func newService(f *flags, host service.Engines, log *slog.Logger) *service.Service {
+	return service.New(f.root, host, service.WithAdmission(admission.New(f.root, f.maxSandboxes)),
+		service.WithExecLimits(f.maxExecs, service.DefaultMaxExecsPerSandbox), service.WithLogger(log))
 }
 
 // logger is the process's log, and the Kubernetes client's: its warnings,

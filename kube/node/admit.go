@@ -59,11 +59,15 @@ var mounts = map[string]bool{"/tmp": true, runner.WorkspaceDir: true}
 // airlock guarantees (a host namespace or volume, a privilege, a
 // capability, a user other than nobody, an image not pinned by digest)
 // and every one it cannot carry out (probes, ports, restarts, secrets
-// read through the API) is refused, never dropped. defaultProfile is the
-// sha256 of airlock's default seccomp profile, the only Localhost profile
-// a node holds.
+// read through the API) is refused, never dropped, and so is a UID that
+// is not a plain Kubernetes UID (it names the pod's log file).
+// defaultProfile is the sha256 of airlock's default seccomp profile, the
+// only Localhost profile a node holds.
 func Admit(pod *corev1.Pod, defaultProfile string) (Work, error) {
 	var w Work
+	if err := podUID(string(pod.UID)); err != nil {
+		return w, err
+	}
 	s := &pod.Spec
 	mode, err := runtimeClass(s.RuntimeClassName)
 	if err != nil {
@@ -147,6 +151,28 @@ func podField(err error) error {
 		return refuse(podFields[we.Field], "%s: %s", we.Value, we.Want)
 	}
 	return refuse("spec", "%v", err)
+}
+
+// maxUID bounds a pod's UID. The API server gives a UUID (36
+// characters); the bound leaves room for another cluster's form.
+const maxUID = 64
+
+// podUID refuses a UID that is not a plain Kubernetes UID: 1 to maxUID
+// letters, digits and '-'. The UID, a string from the API server, names
+// the pod's log file and labels its sandbox; a separator, a dot or
+// anything else could make it name another file.
+func podUID(uid string) error {
+	ok := uid != "" && len(uid) <= maxUID && strings.IndexFunc(uid, func(r rune) bool {
+		return !(r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r == '-')
+	}) < 0
+	if !ok {
+		shown := uid
+		if len(shown) > maxUID {
+			shown = shown[:maxUID] + "…"
+		}
+		return refuse("metadata.uid", "%q is not a Kubernetes UID: an airlock node takes 1 to %d letters, digits and '-' (the API server gives a UUID)", shown, maxUID)
+	}
+	return nil
 }
 
 func runtimeClass(name *string) (isolation.Mode, error) {
@@ -278,7 +304,13 @@ func volumes(s *corev1.PodSpec) (map[string]string, error) {
 		case m.MountPropagation != nil && *m.MountPropagation != corev1.MountPropagationNone:
 			return nil, refuse(field+".mountPropagation", "%s: an airlock sandbox shares no mount with its host: remove it", *m.MountPropagation)
 		}
-		if med := s.Volumes[vi].EmptyDir.Medium; med != corev1.StorageMediumDefault && !(med == corev1.StorageMediumMemory && m.MountPath == "/tmp") {
+		// The medium must be the sandbox's own: /tmp is memory (tmpfs),
+		// the workspace the node's disk.
+		want := corev1.StorageMediumDefault
+		if m.MountPath == "/tmp" {
+			want = corev1.StorageMediumMemory
+		}
+		if med := s.Volumes[vi].EmptyDir.Medium; med != want {
 			return nil, refuse(fmt.Sprintf("spec.volumes[%d].emptyDir.medium", vi), "%q: an airlock sandbox's /tmp is in memory and %s on the node's disk: give Memory for /tmp and nothing for %s", med, runner.WorkspaceDir, runner.WorkspaceDir)
 		}
 		if _, dup := sizes[m.MountPath]; dup {

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 
 	"github.com/airlock-sandbox/airlock/internal/fuzztest"
@@ -19,7 +20,8 @@ import (
 	"github.com/airlock-sandbox/airlock/seccomp"
 )
 
-// rendered is the pod of a template as airlock kube render writes it.
+// rendered is the pod of a template as airlock kube render writes it,
+// with a UID as the API server gives one.
 func rendered(t *testing.T) (*corev1.Pod, string) {
 	t.Helper()
 	spec := runner.Spec{Env: []string{"A=1"}, Policy: isolation.Policy{Limits: isolation.Limits{Memory: 256 << 20, CPUs: 500, Timeout: 20 * time.Second}}}
@@ -46,7 +48,9 @@ func rendered(t *testing.T) (*corev1.Pod, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &corev1.Pod{ObjectMeta: st.Spec.PodTemplate.ObjectMeta, Spec: st.Spec.PodTemplate.Spec}, p.SHA256()
+	pod := &corev1.Pod{ObjectMeta: st.Spec.PodTemplate.ObjectMeta, Spec: st.Spec.PodTemplate.Spec}
+	pod.UID = "6f1c2a9e-3b7d-4c8e-9a01-2d3e4f5a6b7c"
+	return pod, p.SHA256()
 }
 
 // TestAdmitRendered: the pod airlock kube render writes is admitted with
@@ -155,6 +159,17 @@ func TestAdmitRefuses(t *testing.T) {
 			c0(p).VolumeMounts[0].MountPropagation = ptr(corev1.MountPropagationBidirectional)
 		}},
 		{"spec.volumes[0].emptyDir.medium", func(p *corev1.Pod) { p.Spec.Volumes[0].EmptyDir.Medium = corev1.StorageMediumHugePages }},
+		// The medium must be the sandbox's own: /tmp (volumes[0]) is in
+		// memory, the workspace (volumes[1]) on the node's disk.
+		{"spec.volumes[0].emptyDir.medium", func(p *corev1.Pod) { p.Spec.Volumes[0].EmptyDir.Medium = corev1.StorageMediumDefault }},
+		{"spec.volumes[1].emptyDir.medium", func(p *corev1.Pod) { p.Spec.Volumes[1].EmptyDir.Medium = corev1.StorageMediumMemory }},
+		// The UID names the pod's log file: only a plain UID is taken.
+		{"metadata.uid", func(p *corev1.Pod) { p.UID = "../../../etc/cron.d/x" }},
+		{"metadata.uid", func(p *corev1.Pod) { p.UID = "a/b" }},
+		{"metadata.uid", func(p *corev1.Pod) { p.UID = ".." }},
+		{"metadata.uid", func(p *corev1.Pod) { p.UID = "" }},
+		{"metadata.uid", func(p *corev1.Pod) { p.UID = "uid\x00" }},
+		{"metadata.uid", func(p *corev1.Pod) { p.UID = types.UID(strings.Repeat("a", maxUID+1)) }},
 		// Past an int64 once converted: refused, never wrapped around.
 		{"spec.containers[0].resources.limits.cpu", func(p *corev1.Pod) {
 			c0(p).Resources.Limits[corev1.ResourceCPU] = resource.MustParse("18446744073709552")
@@ -184,5 +199,18 @@ func TestAdmitNarrowerIsTaken(t *testing.T) {
 	pod.Spec.Containers[0].SecurityContext.Capabilities.Drop = nil
 	if _, err := Admit(pod, profile); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAdmitPlainUIDs: the UIDs an API server gives, and any other plain
+// token of letters, digits and '-' up to maxUID, are admitted (the
+// refused ones are TestAdmitRefuses's).
+func TestAdmitPlainUIDs(t *testing.T) {
+	for _, uid := range []string{"6f1c2a9e-3b7d-4c8e-9a01-2d3e4f5a6b7c", "6F1C2A9E-3B7D-4C8E-9A01-2D3E4F5A6B7C", "uid-1", "7", strings.Repeat("a", maxUID)} {
+		pod, profile := rendered(t)
+		pod.UID = types.UID(uid)
+		if _, err := Admit(pod, profile); err != nil {
+			t.Errorf("UID %q: %v", uid, err)
+		}
 	}
 }

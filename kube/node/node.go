@@ -350,9 +350,15 @@ func kubeletAPI(client kubernetes.Interface, c Config, prov *Provider) (*http.Se
 		StreamIdleTimeout:     5 * time.Minute,
 		StreamCreationTimeout: 30 * time.Second,
 	}, false)
+	// As airlock serve's: a connection idle between requests, answered or
+	// not (a client with no credentials gets its 401 and may stay), is
+	// closed, and a request's headers are bounded. No ReadTimeout: an
+	// exec's stream lives as long as the exec.
 	return &http.Server{
 		Handler:           nodeutil.WithAuth(execIsCreate{auth}, h),
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
 		TLSConfig: &tls.Config{
 			MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert},
 			ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: pool,

@@ -3,11 +3,12 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -44,6 +45,13 @@ const (
 // createTimeout bounds making one pod's sandbox.
 const createTimeout = 2 * time.Minute
 
+// execResultBytes is the most of each stream's head a kubectl exec's
+// Result keeps (with its tail, at most 64KiB, its total and sha256). The
+// output went to the client as it came and only the exit code is used,
+// so the pod's output cap must not set what the node holds while the exec
+// runs.
+const execResultBytes = 4 << 10
+
 // Provider runs the pods the cluster binds to one node as airlock
 // sandboxes, through the service: a pod is one sandbox, its container's
 // program one exec in it that lives as long as the pod. It is the
@@ -55,8 +63,10 @@ type Provider struct {
 	node    string
 	hostIP  string
 	profile string
-	logs    string
-	log     *slog.Logger
+	// logs is the directory of the pods' logs; every file operation in it
+	// goes through it, so that none leaves it.
+	logs *os.Root
+	log  *slog.Logger
 
 	mu     sync.Mutex
 	pods   map[string]*pod // by namespace/name
@@ -71,8 +81,10 @@ var (
 
 // pod is one pod the node was given, and what runs it.
 type pod struct {
-	obj       *corev1.Pod // its status is the node's word
-	sandbox   string
+	obj     *corev1.Pod // its status is the node's word
+	sandbox string
+	// log is the name of the pod's log file in the logs directory, once
+	// it is made.
 	log       string
 	execLimit time.Duration
 	cancel    context.CancelFunc
@@ -105,7 +117,11 @@ func NewProvider(ctx context.Context, c ProviderConfig) (*Provider, error) {
 	if err := os.MkdirAll(c.Logs, 0o700); err != nil {
 		return nil, fmt.Errorf("making the pods' log directory: %w", err)
 	}
-	p := &Provider{svc: c.Service, engine: c.Engine, node: c.Node, hostIP: c.HostIP, profile: c.Profile, logs: c.Logs,
+	logs, err := os.OpenRoot(c.Logs)
+	if err != nil {
+		return nil, fmt.Errorf("opening the pods' log directory: %w", err)
+	}
+	p := &Provider{svc: c.Service, engine: c.Engine, node: c.Node, hostIP: c.HostIP, profile: c.Profile, logs: logs,
 		log: c.Log, pods: map[string]*pod{}, lost: map[string]bool{}, notify: func(*corev1.Pod) {}}
 	all, err := p.svc.Sandboxes()
 	if err != nil {
@@ -193,18 +209,23 @@ func (p *Provider) CreatePod(ctx context.Context, in *corev1.Pod) error {
 		p.log.Warn("pod's sandbox not made", "pod", k, "error", err)
 		return p.fail(pd, ReasonCreateFailed, fmt.Sprintf("%s: %v", errkind.Of(err), err))
 	}
-	logf, err := os.OpenFile(filepath.Join(p.logs, string(in.UID)+".log"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
+	// Admit took only a plain UID, so the name is one component.
+	logName := string(in.UID) + ".log"
+	logf, err := p.openLog(logName)
 	if err != nil {
 		p.svc.Destroy(context.WithoutCancel(ctx), sb.ID())
 		return p.fail(pd, ReasonCreateFailed, fmt.Sprintf("opening the pod's log: %v", err))
 	}
 	runCtx, stop := context.WithCancel(context.Background())
 	p.mu.Lock()
-	pd.sandbox, pd.log, pd.cancel = sb.ID(), logf.Name(), stop
+	pd.sandbox, pd.log, pd.cancel = sb.ID(), logName, stop
 	if pd.ended {
+		// Deleted while its sandbox was made: drop ran before the log
+		// was, and left it to this.
 		p.mu.Unlock()
 		stop()
 		logf.Close()
+		p.removeLog(k, logName)
 		return p.svc.Destroy(context.WithoutCancel(ctx), sb.ID())
 	}
 	started := metav1.Now()
@@ -222,6 +243,24 @@ func (p *Provider) CreatePod(ctx context.Context, in *corev1.Pod) error {
 
 	go p.run(runCtx, pd, sb, w, logf)
 	return nil
+}
+
+// openLog makes the pod's log file, name, in the logs directory, empty. A
+// file a node's earlier process left under the name is replaced; the open
+// never leaves the directory and never follows a link (os.Root, and
+// O_EXCL once the name is free).
+func (p *Provider) openLog(name string) (*os.File, error) {
+	if err := p.logs.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	return p.logs.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
+}
+
+// removeLog removes the log file name of pod k from the logs directory.
+func (p *Provider) removeLog(k, name string) {
+	if err := p.logs.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		p.log.Warn("removing a pod's log", "pod", k, "log", name, "error", err)
+	}
 }
 
 // create makes the pod's sandbox. The scheduler counts only this node's
@@ -373,14 +412,14 @@ func (p *Provider) DeletePod(ctx context.Context, in *corev1.Pod) error {
 func (p *Provider) drop(ctx context.Context, k string, pd *pod) (string, error) {
 	p.mu.Lock()
 	pd.ended = true
-	logPath := pd.log
+	logName := pd.log
 	p.mu.Unlock()
 	id, err := p.endSandbox(ctx, pd)
 	if err != nil {
 		return id, fmt.Errorf("ending pod %s's sandbox %s: %w", k, id, err)
 	}
-	if logPath != "" {
-		os.Remove(logPath)
+	if logName != "" {
+		p.removeLog(k, logName)
 	}
 	p.mu.Lock()
 	if p.pods[k] == pd {
@@ -477,14 +516,14 @@ func (p *Provider) GetContainerLogs(_ context.Context, ns, name, container strin
 		return nil, err
 	}
 	p.mu.Lock()
-	path := pd.log
+	logName := pd.log
 	p.mu.Unlock()
-	if path == "" {
+	if logName == "" {
 		return io.NopCloser(strings.NewReader("")), nil
 	}
 	// Read from the file, never whole into memory: a log is as large as
 	// the pod's output cap lets it be.
-	f, err := os.Open(path)
+	f, err := p.logs.Open(logName)
 	if err != nil {
 		return nil, err
 	}
@@ -563,7 +602,7 @@ func (p *Provider) RunInContainer(ctx context.Context, ns, name, container strin
 		return err
 	}
 	defer done()
-	spec := runner.ExecSpec{Argv: cmd, Stdin: attach.Stdin(), Timeout: limit}
+	spec := runner.ExecSpec{Argv: cmd, Stdin: attach.Stdin(), Timeout: limit, ResultBytes: execResultBytes}
 	if w := attach.Stdout(); w != nil {
 		spec.Stdout = w
 	}

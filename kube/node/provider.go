@@ -137,6 +137,16 @@ func NewProvider(ctx context.Context, c ProviderConfig) (*Provider, error) {
 		}
 		p.log.Info("ended a sandbox the node's last process left", "sandbox", si.ID, "pod", si.Labels["k8s-namespace"]+"/"+si.Labels["k8s-pod"])
 	}
+	// The logs are the last process's pods', which fail unserved.
+	if d, err := logs.Open("."); err == nil {
+		names, _ := d.Readdirnames(-1)
+		d.Close()
+		for _, name := range names {
+			if strings.HasSuffix(name, ".log") {
+				p.removeLog("", name)
+			}
+		}
+	}
 	return p, nil
 }
 

@@ -427,3 +427,22 @@ type nopWriteCloser struct{}
 
 func (nopWriteCloser) Write(b []byte) (int, error) { return len(b), nil }
 func (nopWriteCloser) Close() error                { return nil }
+
+// A new provider removes the logs its node's last process left: their
+// pods fail unserved, and nothing else would ever remove them.
+func TestNewProviderRemovesLastLogs(t *testing.T) {
+	fe := &fakeEngine{}
+	p, root, logs := fakeProvider(t, fe)
+	left := filepath.Join(logs, "0b3f6c1e-5d7a-4c2b-9e8f-1a2b3c4d5e6f.log")
+	if err := os.WriteFile(left, []byte("the last process's pod\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, profile := rendered(t)
+	if _, err := NewProvider(context.Background(), ProviderConfig{Service: p.svc, Node: "n", Profile: profile,
+		Logs: logs, Log: slog.New(slog.DiscardHandler)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(left); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the last process's log is still there: %v (root %s)", err, root)
+	}
+}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -147,7 +148,7 @@ func (s *Server) fetchFiles(ctx context.Context, sb *runner.Sandbox, names []str
 	for _, name := range names {
 		p := path.Clean(fusionPath(name))
 		if first, ok := seen[p]; ok {
-			omit(name, reasonDuplicate, "names %s, as %q does before it; each file is fetched once", p, first)
+			omit(name, reasonDuplicate, "names %s, as %q does before it; each file is fetched once", clip(p), clip(first))
 			continue
 		}
 		seen[p] = name
@@ -218,6 +219,19 @@ func (c *cappedWriter) Write(p []byte) (int, error) {
 // writeFusion writes resp with got's files as its files, streaming each
 // from the spool through a base64 encoder: neither a file nor the
 // response is ever whole in memory. The length is known beforehand.
+// marshalPlain is json.Marshal without its HTML escaping, which writes
+// '<', '>' and '&' in 6 bytes each: the answer is JSON, never HTML, and
+// echoes names and output a client or a program chose.
+func marshalPlain(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
 func writeFusion(w http.ResponseWriter, resp FusionResponse, got *fetched) error {
 	var files []fetchedFile
 	if got != nil {
@@ -226,7 +240,7 @@ func writeFusion(w http.ResponseWriter, resp FusionResponse, got *fetched) error
 	if resp.FilesOmitted == nil {
 		resp.FilesOmitted = []FusionOmitted{}
 	}
-	head, err := json.Marshal(resp)
+	head, err := marshalPlain(resp)
 	if err != nil {
 		return err
 	}
@@ -235,7 +249,7 @@ func writeFusion(w http.ResponseWriter, resp FusionResponse, got *fetched) error
 	keys := make([][]byte, len(files))
 	size := int64(len(head)) + int64(len("{}}\n"))
 	for i, f := range files {
-		if keys[i], err = json.Marshal(f.name); err != nil {
+		if keys[i], err = marshalPlain(f.name); err != nil {
 			return err
 		}
 		size += int64(len(keys[i])+len(`:""`)) + int64(base64.StdEncoding.EncodedLen(int(f.size)))

@@ -78,18 +78,65 @@ const (
 // until the answer.
 const maxFetchNames = 1000
 
-// CodeFiles is files: wire.MaxCodeFiles at most.
+// maxFusionPath bounds a path of files and fetch_files, as PATH_MAX does
+// a path in the sandbox: the response echoes fetch_files names.
+const maxFusionPath = 4096
+
+// CodeFiles is files: wire.MaxCodeFiles at most, each path at most
+// maxFusionPath bytes. SandboxFusion types a file's content as optional;
+// a null is refused, naming the file, rather than written empty.
 type CodeFiles map[string]string
 
 func (l *CodeFiles) UnmarshalJSON(b []byte) error {
-	return wire.DecodeList(b, (*map[string]string)(l), "files", wire.MaxCodeFiles, "files")
+	var m map[string]*string
+	if err := wire.DecodeList(b, &m, "files", wire.MaxCodeFiles, "files"); err != nil {
+		return err
+	}
+	*l = make(CodeFiles, len(m))
+	for p, v := range m {
+		if err := checkFusionPath("files", p); err != nil {
+			return err
+		}
+		if v == nil {
+			return fmt.Errorf("files[%q] is null: give the file's content in base64 (\"\" for an empty file), or leave it out", p)
+		}
+		(*l)[p] = *v
+	}
+	return nil
 }
 
-// FetchFiles is fetch_files: maxFetchNames at most.
+// FetchFiles is fetch_files: maxFetchNames at most, each at most
+// maxFusionPath bytes.
 type FetchFiles []string
 
 func (l *FetchFiles) UnmarshalJSON(b []byte) error {
-	return wire.DecodeList(b, (*[]string)(l), "fetch_files", maxFetchNames, "names")
+	if err := wire.DecodeList(b, (*[]string)(l), "fetch_files", maxFetchNames, "names"); err != nil {
+		return err
+	}
+	for _, p := range *l {
+		if err := checkFusionPath("fetch_files", p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// clip cuts s to 256 bytes, for a message that repeats what files_omitted
+// holds whole.
+func clip(s string) string {
+	if len(s) <= 256 {
+		return s
+	}
+	return strings.ToValidUTF8(s[:256], "") + "…"
+}
+
+// checkFusionPath refuses a path of field over maxFusionPath bytes,
+// quoting only its start.
+func checkFusionPath(field, p string) error {
+	if len(p) <= maxFusionPath {
+		return nil
+	}
+	return fmt.Errorf("%s: the path %q… is %d bytes, over the %d a path may have", field, p[:64], len(p), maxFusionPath)
 }
 
 // omitted reasons of the response's own.
@@ -228,7 +275,7 @@ func (s *Server) fusion(ctx context.Context, q *FusionRequest) (FusionResponse, 
 				names = append(names, fmt.Sprintf("and %d more", len(got.omitted)-i))
 				break
 			}
-			names = append(names, fmt.Sprintf("%q: %s", o.Name, o.Message))
+			names = append(names, fmt.Sprintf("%q: %s", clip(o.Name), clip(o.Message)))
 		}
 		out.Message = "fetch_files left out (see files_omitted): " + strings.Join(names, "; ")
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/airlock-sandbox/airlock/units"
 )
 
 // pidMaxLimit is the kernel's PID_MAX_LIMIT on 64-bit hosts: pids.max
@@ -38,6 +40,32 @@ func TestValidatePidsBound(t *testing.T) {
 	}
 	if h := GVisorHostPids(MaxPids) + 1; h > pidMaxLimit {
 		t.Errorf("gVisor host pids %d at the maximum passes the kernel's %d", h, pidMaxLimit)
+	}
+}
+
+// Every CPU limit Validate accepts is a CFS quota the kernel takes: at
+// least 1 ms per 100 ms period, a hundredth of a CPU (Docker's minimum
+// too). Less would pass here and fail as unavailable at cgroup creation.
+func TestValidateCPUsBound(t *testing.T) {
+	for _, tc := range []struct {
+		cpus units.MilliCPUs
+		ok   bool
+	}{
+		{0, false},
+		{1, false},
+		{9, false},
+		{MinCPUs, true},
+		{1000, true},
+	} {
+		p := Default()
+		p.Limits.CPUs = tc.cpus
+		err := p.Validate()
+		if tc.ok != (err == nil) {
+			t.Errorf("cpus %v: err = %v, want ok=%v", tc.cpus, err, tc.ok)
+		}
+		if err != nil && (!errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "below the minimum of 0.01")) {
+			t.Errorf("cpus %v: error %q is not invalid input naming the minimum", tc.cpus, err)
+		}
 	}
 }
 

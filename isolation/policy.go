@@ -120,6 +120,11 @@ const (
 	minTimeout = 10 * time.Millisecond
 )
 
+// MinCPUs is the smallest CPU limit: a hundredth of a CPU is a CFS quota
+// of 1 ms per 100 ms period, the least the kernel takes (cpu.cfs_quota_us
+// refuses less), and the least Docker takes too.
+const MinCPUs units.MilliCPUs = 10
+
 // Validate checks every field. A zero limit is an error, never "unlimited".
 func (p Policy) Validate() error {
 	var errs []error
@@ -136,8 +141,8 @@ func (p Policy) Validate() error {
 	if l.Memory < minMemory {
 		bad("memory %v is below the minimum of %v", l.Memory, units.Bytes(minMemory))
 	}
-	if l.CPUs <= 0 {
-		bad("cpus must be more than 0")
+	if l.CPUs < MinCPUs {
+		bad("cpus %v is below the minimum of %v", l.CPUs, MinCPUs)
 	}
 	if l.Pids < minPids || l.Pids > MaxPids {
 		bad("pids %d must be between %d and %d", l.Pids, minPids, MaxPids)

@@ -61,6 +61,7 @@ func destroyRun(ctx context.Context, lc *lifecycle.Store, root string, reapers [
 // says the run was killed. A run that is already gone is no error: gone is
 // then true.
 func Kill(ctx context.Context, root string, reapers []engine.Reaper, id string) (gone bool, err error) {
+	root = ResolveRoot(root)
 	if !runID.MatchString(id) {
 		return false, fmt.Errorf("%w: %q is not a run id (20 hex digits); `airlock ps` lists the live runs", errdefs.ErrInvalidArgument, id)
 	}

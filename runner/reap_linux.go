@@ -56,6 +56,13 @@ func procStart(pid int) uint64 {
 	return st.StartTime
 }
 
+// alive reports whether o names a process that is running now. A torn or
+// hand-edited record's zero owner (pid 0, start 0) names nobody: procStart
+// of a missing process is 0 too, so the start time alone would match it.
+func (o owner) alive() bool {
+	return o.PID > 0 && o.Start != 0 && procStart(o.PID) == o.Start
+}
+
 // ReapReport says what a reap did.
 type ReapReport struct {
 	Reaped []string `json:"reaped"`
@@ -73,7 +80,9 @@ const freshGrace = time.Minute
 // directory names (their directory went first, or the state was lost).
 // engines is called for the engines once there is something to free (at
 // once with full), so that a sweep that frees nothing reaches no engine.
+// root is resolved as New resolves a runner's (ResolveRoot).
 func Reap(ctx context.Context, root string, engines func() []engine.Reaper, full bool) (ReapReport, error) {
+	root = ResolveRoot(root)
 	var rep ReapReport
 	reapers := sync.OnceValue(func() []engine.Reaper {
 		if engines == nil {
@@ -157,7 +166,7 @@ func ownerStatus(dir string) lifecycle.State {
 		return lifecycle.Orphaned // corrupt: airlock's, and nobody can be proven to own it
 	}
 	switch {
-	case o.PID <= 0 || o.Start == 0 || procStart(o.PID) != o.Start:
+	case !o.alive():
 		return lifecycle.Orphaned
 	case !time.Now().Before(o.Deadline):
 		return lifecycle.Expired
@@ -176,7 +185,14 @@ func removeRunDir(dir string) error {
 }
 
 // mountsUnder lists mount points at or below dir, deepest first.
+// mountinfo names a mount point absolute, with its symlinks resolved and
+// its spaces, tabs, newlines and backslashes octal-escaped; dir is taken
+// to that form (realPath), and each mount point decoded, before they are
+// compared: a relative root, one reached through a symlink or one with a
+// space in its path would otherwise match nothing, and its runs' mounts
+// would keep their directories busy for good.
 func mountsUnder(dir string) []string {
+	dir = realPath(dir)
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil
@@ -186,8 +202,11 @@ func mountsUnder(dir string) []string {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && (fields[4] == dir || strings.HasPrefix(fields[4], dir+"/")) {
-			out = append(out, fields[4])
+		if len(fields) <= 4 {
+			continue
+		}
+		if m := unescapeMountinfo(fields[4]); m == dir || strings.HasPrefix(m, dir+"/") {
+			out = append(out, m)
 		}
 	}
 	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
@@ -195,3 +214,23 @@ func mountsUnder(dir string) []string {
 	}
 	return out
 }
+
+// unescapeMountinfo decodes the \ooo octal escapes the kernel writes in
+// mountinfo's paths (\040 for a space).
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) && s[i+1] >= '0' && s[i+1] <= '3' && isOctal(s[i+2]) && isOctal(s[i+3]) {
+			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
+			i += 3
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func isOctal(c byte) bool { return c >= '0' && c <= '7' }

@@ -121,7 +121,8 @@ type Runner struct {
 // Option configures a Runner.
 type Option func(*Runner)
 
-// WithRoot sets airlock's state directory (default /var/lib/airlock).
+// WithRoot sets airlock's state directory (default /var/lib/airlock). New
+// makes it absolute and resolves its symlinks (ResolveRoot).
 func WithRoot(dir string) Option { return func(r *Runner) { r.root = dir } }
 
 // WithEngine sets the engine; it is required (the library picks none).
@@ -210,6 +211,7 @@ func New(opts ...Option) (*Runner, error) {
 	for _, o := range opts {
 		o(r)
 	}
+	r.root = ResolveRoot(r.root)
 	if r.engine == nil {
 		return nil, fmt.Errorf("%w: no engine: pass runner.WithEngine with one of engine/oci or engine/docker", errdefs.ErrInvalidArgument)
 	}

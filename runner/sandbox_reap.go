@@ -105,8 +105,8 @@ func reapSandboxes(ctx context.Context, lc *lifecycle.Store, root string, reaper
 			// lifecycle's Destroy runs it again, once a live destroyer,
 			// which holds the lock, is done.
 			why = lifecycle.Orphaned
-		case (rec.State == lifecycle.Requested || rec.State == lifecycle.Created || rec.State == lifecycle.Pooled) && procStart(si.Creator.PID) != si.Creator.Start:
-			why = lifecycle.Orphaned // its creator (or its pool's server) died
+		case (rec.State == lifecycle.Requested || rec.State == lifecycle.Created || rec.State == lifecycle.Pooled) && !si.Creator.alive():
+			why = lifecycle.Orphaned // its creator (or its pool's server) died, or the record names none
 		case !now.Before(si.Deadline(now)):
 			why = lifecycle.Expired
 		case full && rec.State == lifecycle.Failed:
@@ -128,6 +128,7 @@ func reapSandboxes(ctx context.Context, lc *lifecycle.Store, root string, reaper
 // sandbox whose record is gone or unreadable; like Destroy, it succeeds
 // for an id that is already gone.
 func RemoveSandbox(ctx context.Context, root string, reapers []engine.Reaper, id string) error {
+	root = ResolveRoot(root)
 	if err := CheckSandboxID(id); err != nil {
 		return err
 	}

@@ -35,7 +35,7 @@ func (si *SandboxInfo) Deadline(now time.Time) time.Time {
 	}
 	last := si.LastActivity
 	for _, o := range si.Execs {
-		if o.PID > 0 && procStart(o.PID) == o.Start {
+		if o.alive() {
 			last = now
 			break
 		}
@@ -51,7 +51,7 @@ func (si *SandboxInfo) Deadline(now time.Time) time.Time {
 func (si *SandboxInfo) liveExecs() int {
 	n := 0
 	for _, o := range si.Execs {
-		if o.PID > 0 && procStart(o.PID) == o.Start {
+		if o.alive() {
 			n++
 		}
 	}

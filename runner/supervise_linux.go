@@ -113,7 +113,7 @@ func (r *Runner) Supervise(ctx context.Context, id string) error {
 				return nil
 			}
 			si.State = rec.State // a paused sandbox's deadline is its TTL
-			if (rec.State == lifecycle.Requested || rec.State == lifecycle.Created || rec.State == lifecycle.Pooled) && procStart(si.Creator.PID) != si.Creator.Start {
+			if (rec.State == lifecycle.Requested || rec.State == lifecycle.Created || rec.State == lifecycle.Pooled) && !si.Creator.alive() {
 				why = lifecycle.Orphaned // its creator died mid-create, or its pool's server died
 			}
 		}

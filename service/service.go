@@ -69,8 +69,10 @@ func WithAdmission(g *admission.Gate) Option {
 // WithLogger sets the logger; the default discards.
 func WithLogger(l *slog.Logger) Option { return func(s *Service) { s.log = l } }
 
-// New returns the service over root, its runners from engines.
+// New returns the service over root (made absolute, its symlinks
+// resolved: runner.ResolveRoot), its runners from engines.
 func New(root string, engines Engines, opts ...Option) *Service {
+	root = runner.ResolveRoot(root)
 	s := &Service{root: root, engines: engines, engine: "auto", templates: templates.Open(root), log: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		o(s)

@@ -3,6 +3,8 @@ package service_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -158,5 +160,29 @@ func TestStartPoolsRefuses(t *testing.T) {
 	// Closed for good: a server's pools are not started again.
 	if err := none.StartPools(ctx); !errdefs.IsFailedPrecondition(err) {
 		t.Errorf("StartPools after ClosePools: %v, want a refusal", err)
+	}
+}
+
+// The service's root, which the servers' spools and templates hang off and
+// the runner's reaps take, is absolute with its symlinks resolved
+// (runner.ResolveRoot): a relative --root or AIRLOCK_ROOT, or one reached
+// through a symlink, names the same directory as the kernel's mountinfo.
+func TestNewResolvesRoot(t *testing.T) {
+	base, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(base, "real"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("real", filepath.Join(base, "link")); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(base)
+	want := filepath.Join(base, "real")
+	for _, root := range []string{"link", "real", filepath.Join(base, "link")} {
+		if got := service.New(root, &fuzztest.NoEngines{}).Root(); got != want {
+			t.Errorf("New(%q).Root() = %q; want %q", root, got, want)
+		}
 	}
 }

@@ -163,12 +163,15 @@ func Size(field, s string) (units.Bytes, error) {
 	return 0, refuse(field, s, `give a positive size such as "512MiB" or "1.5GiB"`)
 }
 
-// CPUs parses field's value s, a positive number of CPUs such as "0.5".
+// CPUs parses field's value s, a positive number of CPUs such as "0.5",
+// at least isolation.MinCPUs.
 func CPUs(field, s string) (units.MilliCPUs, error) {
 	c, err := units.ParseCPUs(s)
 	switch {
-	case err == nil && c > 0:
+	case err == nil && c >= isolation.MinCPUs:
 		return c, nil
+	case err == nil && c > 0:
+		return 0, refuse(field, s, fmt.Sprintf("give at least %v CPUs", isolation.MinCPUs))
 	case isZero(s):
 		return 0, refuse(field, s, zeroLimit)
 	}

@@ -33,6 +33,8 @@ func TestParse(t *testing.T) {
 		{name: "bare zero", in: Policy{Timeout: "0"}, err: `timeout "0": ` + zeroLimit},
 		{name: "duration without unit", in: Policy{Timeout: "30"}, err: `timeout "30": give a positive duration such as "30s" or "500ms"`},
 		{name: "zero cpus", in: Policy{CPUs: "0.0"}, err: `cpus "0.0": ` + zeroLimit},
+		{name: "cpus below the kernel's minimum quota", in: Policy{CPUs: "0.005"}, err: `cpus "0.005": give at least 0.01 CPUs`},
+		{name: "the fewest cpus", in: Policy{CPUs: "0.01"}, want: isolation.Limits{CPUs: 10}},
 		{name: "too many cpus", in: Policy{CPUs: "100000"}, err: `cpus "100000": give a positive number of CPUs such as 0.5 or 2, at most 1024`},
 		{name: "zero pids", in: Policy{Pids: ptr[int64](0)}, err: "pids 0: " + zeroLimit},
 		{name: "negative pids", in: Policy{Pids: ptr[int64](-4)}, err: "pids -4: give a positive number"},

@@ -40,6 +40,7 @@ import (
 	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/flock"
+	"github.com/airlock-sandbox/airlock/internal/realpath"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/store"
 )
@@ -117,8 +118,12 @@ func WithDetachedCleanup() Option { return func(e *Engine) { e.detached = true }
 // RunscPath is where setup installs airlock's pinned runsc under root.
 func RunscPath(root string) string { return filepath.Join(root, "tools", "runsc") }
 
-// New returns an engine over airlock's root directory.
+// New returns an engine over airlock's root directory, made absolute with
+// the symlinks of its existing part resolved (realpath.Of), as a runner's
+// is: the paths it records and mounts under the root are then the ones
+// the kernel reports.
 func New(root string, opts ...Option) (*Engine, error) {
+	root = realpath.Of(root)
 	e := &Engine{root: root, runsc: RunscPath(root), runc: "runc", agent: AgentPath(root), log: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		o(e)

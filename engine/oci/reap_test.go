@@ -197,3 +197,35 @@ func withRunscState(t *testing.T) *Engine {
 	}
 	return e
 }
+
+// The engine's root is absolute with its symlinks resolved, as the
+// runner's (runner.ResolveRoot): the paths it records and mounts under
+// it are then those the kernel reports, and mean the same from any
+// working directory.
+func TestNewResolvesRoot(t *testing.T) {
+	base, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(base, "real"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("real", filepath.Join(base, "link")); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(base)
+	for root, want := range map[string]string{
+		"link":           filepath.Join(base, "real"),
+		"real":           filepath.Join(base, "real"),
+		"link/not/yet":   filepath.Join(base, "real", "not", "yet"),
+		"missing/either": filepath.Join(base, "missing", "either"),
+	} {
+		e, err := New(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.root != want || e.runsc != RunscPath(want) {
+			t.Errorf("New(%q): root %q, runsc %q; want root %q", root, e.root, e.runsc, want)
+		}
+	}
+}

@@ -126,12 +126,30 @@ func swapAdvice(err error) error {
 // of them would hold no such limit, so New fails closed without it.
 var limited = []cgroup1.Name{cgroup1.Memory, cgroup1.Cpu, cgroup1.Pids}
 
+// v1Needed are the v1 controllers a group cannot do without, with what
+// each is for: limited's, the freezer, through which KillAll stops a
+// group from forking while it kills it, and cpuacct, from which Stats
+// reads the CPU time. (v2 has cgroup.kill and cpu.stat in every group.)
+var v1Needed = []struct {
+	name cgroup1.Name
+	role string
+}{
+	{cgroup1.Memory, "so a sandbox would run without its memory limit"},
+	{cgroup1.Cpu, "so a sandbox would run without its cpu limit"},
+	{cgroup1.Pids, "so a sandbox would run without its pids limit"},
+	{cgroup1.Freezer, "so airlock could not stop a sandbox's processes from forking while it kills them"},
+	{cgroup1.Cpuacct, "so airlock could not read a run's CPU time"},
+}
+
 // v1Subsystems limits a v1 group to the controllers airlock uses, so that a
 // host without, say, net_prio still works, and refuses a host where a
-// controller of limited's is not a mounted hierarchy. cgroup1.Default leaves
-// out a hierarchy that is not there, and keeps a directory left where one
-// is not mounted (on /sys/fs/cgroup's tmpfs, where the limits would be
-// written to plain files): either way New would succeed without the limit.
+// controller of v1Needed's is not a mounted hierarchy. cgroup1.Default
+// leaves out a hierarchy that is not there, and keeps a directory left
+// where one is not mounted (on /sys/fs/cgroup's tmpfs, where the limits
+// would be written to plain files): either way New would succeed without
+// the limit, or KillAll and Stats would fail on a group already running.
+// An optional controller (devices, cpuset) that is not mounted is left
+// out, rather than given plain directories on the tmpfs.
 func v1Subsystems() ([]cgroup1.Subsystem, error) {
 	all, err := cgroup1.Default()
 	if err != nil {
@@ -144,20 +162,28 @@ func v1Subsystems() ([]cgroup1.Subsystem, error) {
 	var out []cgroup1.Subsystem
 	have := map[cgroup1.Name]bool{}
 	for _, s := range all {
-		switch s.Name() {
-		case cgroup1.Memory, cgroup1.Cpu, cgroup1.Cpuacct, cgroup1.Pids, cgroup1.Freezer, cgroup1.Devices, cgroup1.Cpuset:
-			out = append(out, s)
-		}
 		if p, ok := s.(interface{ Path(string) string }); ok {
 			dir, err := filepath.EvalSymlinks(p.Path("/"))
 			have[s.Name()] = err == nil && slices.Contains(mounts[string(s.Name())], dir)
 		}
-	}
-	for _, c := range limited {
-		if !have[c] {
-			return nil, fmt.Errorf("the cgroup v1 %s controller is not mounted at %s, so a sandbox would run without its %s limit; mount it there (systemd does at boot; memory may need the kernel parameter cgroup_enable=memory)",
-				c, filepath.Join(mountpoint, string(c)), c)
+		switch s.Name() {
+		case cgroup1.Memory, cgroup1.Cpu, cgroup1.Cpuacct, cgroup1.Pids, cgroup1.Freezer, cgroup1.Devices, cgroup1.Cpuset:
+			if have[s.Name()] {
+				out = append(out, s)
+			}
 		}
+	}
+	// Every one missing is named: hierarchies are often mounted in pairs
+	// (cpu,cpuacct), and the fix is the same for each.
+	var missing []error
+	for _, c := range v1Needed {
+		if !have[c.name] {
+			missing = append(missing, fmt.Errorf("the cgroup v1 %s controller is not mounted at %s, %s; mount it there (systemd does at boot; memory may need the kernel parameter cgroup_enable=memory)",
+				c.name, filepath.Join(mountpoint, string(c.name)), c.role))
+		}
+	}
+	if err := errors.Join(missing...); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -286,18 +312,25 @@ func (g *Group) Empty() (bool, error) {
 }
 
 // KillAll kills every process in the group, daemons that double-forked
-// away from the runtime included, and waits until the group is empty.
+// away from the runtime included, and waits until the group is empty. On
+// v1 a freeze that fails does not stop the kill: it is reported only if
+// the group does not empty.
 func (g *Group) KillAll(ctx context.Context) error {
 	b := backoff{max: 10 * time.Millisecond}
+	var freezeErr error
 	for {
 		if empty, err := g.Empty(); err != nil || empty {
 			return err
 		}
-		if err := g.killOnce(); err != nil {
-			return err
+		ferr, err := g.killOnce()
+		if ferr != nil {
+			freezeErr = ferr
+		}
+		if err != nil {
+			return errors.Join(err, freezeErr)
 		}
 		if err := b.wait(ctx); err != nil {
-			return fmt.Errorf("cgroup %s still has processes: %w", g.path, err)
+			return errors.Join(fmt.Errorf("cgroup %s still has processes: %w", g.path, err), freezeErr)
 		}
 	}
 }
@@ -318,9 +351,11 @@ func (b *backoff) wait(ctx context.Context) error {
 	}
 }
 
-func (g *Group) killOnce() error {
+// killOnce sends SIGKILL to every process in the group once. A v1 freeze
+// that fails outright is given apart, as freezeErr, after the kill.
+func (g *Group) killOnce() (freezeErr, err error) {
 	if g.v2 != nil {
-		return g.v2.Kill()
+		return nil, g.v2.Kill()
 	}
 	// Freeze so nothing can fork while the list is walked, then kill.
 	// The freeze is awaited only for a moment: a task the freezer cannot
@@ -328,9 +363,12 @@ func (g *Group) killOnce() error {
 	// for its frozen threads to die), and containerd's Freeze waits with
 	// it. Unfrozen, the kill still lands; a child forked meanwhile is
 	// found by the caller's next round.
+	// A freeze that fails outright (New refuses a host without the
+	// freezer, but a hierarchy can go from under a group) still kills,
+	// unfrozen, with nothing to thaw.
 	state := filepath.Join(mountpoint, "freezer", g.path, "freezer.state")
-	if err := setFreezer(state, "FROZEN", freezeWait); err != nil && !errors.Is(err, errStillFreezing) {
-		return fmt.Errorf("freezing cgroup %s: %w", g.path, err)
+	if ferr := setFreezer(state, "FROZEN", freezeWait); ferr != nil && !errors.Is(ferr, errStillFreezing) {
+		freezeErr = fmt.Errorf("freezing cgroup %s: %w", g.path, ferr)
 	}
 	procs, err := g.v1.Processes(cgroup1.Pids, true)
 	for _, p := range procs {
@@ -338,10 +376,13 @@ func (g *Group) killOnce() error {
 			err = perr
 		}
 	}
+	if freezeErr != nil {
+		return freezeErr, err
+	}
 	if terr := setFreezer(state, "THAWED", thawWait); err == nil {
 		err = terr
 	}
-	return err
+	return nil, err
 }
 
 // freezeWait is how long a kill waits for its group to freeze; thawWait

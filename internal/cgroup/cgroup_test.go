@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/isolation"
 )
 
 // These tests need root and a real cgroup hierarchy; `make test` runs them
@@ -205,5 +207,24 @@ func TestSwapAdvice(t *testing.T) {
 		if got := swapAdvice(e); got != e {
 			t.Errorf("swapAdvice(%v) = %v; want it unchanged", e, got)
 		}
+	}
+}
+
+// The smallest CPU limit a policy passes (isolation.MinCPUs) is a CFS
+// quota the kernel takes: below 1 ms per period cpu.cfs_quota_us (v1) or
+// cpu.max (v2) refuses it, and the run would fail as unavailable instead
+// of being refused as invalid before anything is made.
+func TestNewTakesMinimumCPUs(t *testing.T) {
+	g := newGroup(t, Limits{Memory: 64 << 20, MilliCPUs: int64(isolation.MinCPUs), Pids: 32})
+	f := filepath.Join(mountpoint, "cpu", g.Path(), "cpu.cfs_quota_us")
+	if Unified() {
+		f = filepath.Join(mountpoint, g.Path(), "cpu.max")
+	}
+	b, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := strings.Fields(string(b)); len(q) == 0 || q[0] != "1000" {
+		t.Errorf("%s reads %q; want a quota of 1000 µs", f, b)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -46,7 +47,8 @@ func testID(what string) string {
 // On cgroup v1, cgroup1.Default leaves out a hierarchy that is not
 // mounted, and keeps the directory left on /sys/fs/cgroup's tmpfs, where
 // the limits would land in plain files: New must refuse either way,
-// naming the controller, and leave nothing.
+// naming the controller, and leave nothing. That holds for the freezer
+// (KillAll's) and cpuacct (Stats') as for the limits' controllers.
 func TestNewRefusesUnmountedController(t *testing.T) {
 	if what := os.Getenv(childEnv); strings.HasPrefix(what, "v1:") {
 		refuseWithout(t, strings.TrimPrefix(what, "v1:"))
@@ -55,13 +57,102 @@ func TestNewRefusesUnmountedController(t *testing.T) {
 	if Unified() {
 		t.Skip("a cgroup v2 host; TestNewRefusesV2WithoutControllers covers it")
 	}
-	for _, c := range limited {
-		if !isMounted(string(c)) {
+	for _, c := range []string{"memory", "cpu", "pids", "freezer", "cpuacct"} {
+		if !isMounted(c) {
 			t.Errorf("this host has no %s hierarchy: New cannot work here at all", c)
 			continue
 		}
-		inOwnMountNS(t, t.Name(), "v1:"+string(c))
+		inOwnMountNS(t, t.Name(), "v1:"+c)
 	}
+}
+
+// A v1 host with no freezer hierarchy at all (a kernel or a container
+// runtime without it, no directory for it either): New must refuse it,
+// naming the freezer, rather than make a group KillAll cannot freeze.
+// The child puts a tmpfs of its own on /sys/fs/cgroup and mounts the
+// host's other hierarchies there again, as they are mounted on the host.
+func TestNewRefusesHostWithoutFreezer(t *testing.T) {
+	if os.Getenv(childEnv) == "v1-no-freezer" {
+		refuseWithoutFreezer(t)
+		return
+	}
+	if Unified() {
+		t.Skip("a cgroup v2 host, whose groups need no freezer hierarchy")
+	}
+	inOwnMountNS(t, t.Name(), "v1-no-freezer")
+}
+
+func refuseWithoutFreezer(t *testing.T) {
+	hierarchies, err := v1Hierarchies()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", mountpoint, "tmpfs", 0, "mode=755"); err != nil {
+		t.Fatalf("mounting a tmpfs at %s in the test's own mount namespace: %v", mountpoint, err)
+	}
+	for _, h := range hierarchies {
+		if slices.Contains(h, "freezer") {
+			continue
+		}
+		// Mounted at the joined name, each controller's own name a link
+		// to it, as systemd does.
+		joined := strings.Join(h, ",")
+		d := filepath.Join(mountpoint, joined)
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mount("cgroup", d, "cgroup", 0, joined); err != nil {
+			t.Fatalf("mounting the %s hierarchy at %s: %v", joined, d, err)
+		}
+		for _, c := range h {
+			if c != joined {
+				if err := os.Symlink(joined, filepath.Join(mountpoint, c)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	id := testID("nofreezer")
+	g, err := New(id, Limits{Memory: 64 << 20, MilliCPUs: 500, Pids: 32})
+	if err == nil {
+		g.Delete(t.Context())
+		t.Fatal("New made a group on a v1 host with no freezer hierarchy, which KillAll cannot freeze")
+	}
+	if !strings.Contains(err.Error(), "freezer controller is not mounted") {
+		t.Errorf("New: %v; want it to name the freezer controller", err)
+	}
+	if left := dirsOf(PathOf(id)); len(left) != 0 {
+		Remove(t.Context(), id)
+		t.Errorf("a refused New left %v", left)
+	}
+}
+
+// v1Hierarchies lists the host's mounted cgroup v1 hierarchies, each as
+// the controllers it holds (["cpu", "cpuacct"]), those airlock uses only.
+func v1Hierarchies() ([][]string, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	used := []string{"memory", "cpu", "cpuacct", "pids", "freezer", "devices", "cpuset"}
+	var out [][]string
+	for line := range strings.SplitSeq(string(b), "\n") {
+		_, post, ok := strings.Cut(line, " - ")
+		p := strings.Fields(post)
+		if !ok || len(p) < 3 || p[0] != "cgroup" {
+			continue
+		}
+		var h []string
+		for o := range strings.SplitSeq(p[2], ",") {
+			if slices.Contains(used, o) {
+				h = append(h, o)
+			}
+		}
+		if len(h) > 0 && !slices.ContainsFunc(out, func(x []string) bool { return slices.Equal(x, h) }) {
+			out = append(out, h)
+		}
+	}
+	return out, nil
 }
 
 func refuseWithout(t *testing.T, c string) {

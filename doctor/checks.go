@@ -25,8 +25,13 @@ import (
 
 const cgroupRoot = "/sys/fs/cgroup"
 
-// controllers are the cgroup controllers every run's limits need.
-var controllers = []string{"memory", "pids", "cpu"}
+// controllers are the cgroup controllers every run's limits need;
+// v1Controllers those a v1 host needs besides (v2 has freezing and CPU
+// accounting built in): the oci engine refuses a host without them.
+var (
+	controllers   = []string{"memory", "pids", "cpu"}
+	v1Controllers = []string{"freezer", "cpuacct"}
+)
 
 // Free space under the root: below these, images cannot be unpacked.
 const (
@@ -128,14 +133,18 @@ func checkCgroups(context.Context, Options) Check {
 	default:
 		return fail(name, "no cgroup hierarchy at "+cgroupRoot, "mount cgroup2 at "+cgroupRoot+" (systemd does this at boot)")
 	}
-	if missing := missingControllers(have); len(missing) > 0 {
+	need := controllers
+	if mode != cgroups.Unified {
+		need = append(slices.Clone(controllers), v1Controllers...)
+	}
+	if missing := missingControllers(need, have); len(missing) > 0 {
 		return fail(name, fmt.Sprintf("%s; missing controllers: %s", ver, strings.Join(missing, ", ")), fix)
 	}
 	if !swapAccounted(mode == cgroups.Unified) {
 		return fail(name, ver+"; the kernel accounts no swap in cgroups, so a memory limit could be passed by swapping (airlock refuses to run)",
 			"boot the kernel with swapaccount=1: add it to GRUB_CMDLINE_LINUX in /etc/default/grub, run update-grub and reboot")
 	}
-	return ok(name, fmt.Sprintf("%s; controllers %s available", ver, strings.Join(controllers, ", ")))
+	return ok(name, fmt.Sprintf("%s; controllers %s available", ver, strings.Join(need, ", ")))
 }
 
 // swapAccounted reports whether memory groups bound swap: v1's memory
@@ -152,9 +161,9 @@ func swapAccounted(unified bool) bool {
 	return len(limited) == 0 || len(swap) > 0
 }
 
-func missingControllers(have func(string) bool) []string {
+func missingControllers(need []string, have func(string) bool) []string {
 	var missing []string
-	for _, c := range controllers {
+	for _, c := range need {
 		if !have(c) {
 			missing = append(missing, c)
 		}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -127,16 +128,21 @@ func TestHasField(t *testing.T) {
 	}
 }
 
+// A v1 host needs freezer and cpuacct besides, as the oci engine does.
 func TestMissingControllers(t *testing.T) {
+	v1 := append(slices.Clone(controllers), v1Controllers...)
 	for _, tc := range []struct {
+		need []string
 		have []string
 		want []string
 	}{
-		{[]string{"cpuset", "cpu", "io", "memory", "hugetlb", "pids"}, nil},
-		{[]string{"cpu", "pids"}, []string{"memory"}},
-		{nil, []string{"memory", "pids", "cpu"}},
+		{controllers, []string{"cpuset", "cpu", "io", "memory", "hugetlb", "pids"}, nil},
+		{controllers, []string{"cpu", "pids"}, []string{"memory"}},
+		{controllers, nil, []string{"memory", "pids", "cpu"}},
+		{v1, []string{"cpu", "memory", "pids"}, []string{"freezer", "cpuacct"}},
+		{v1, []string{"cpu", "cpuacct", "memory", "pids", "freezer"}, nil},
 	} {
-		got := missingControllers(func(c string) bool {
+		got := missingControllers(tc.need, func(c string) bool {
 			for _, h := range tc.have {
 				if h == c {
 					return true

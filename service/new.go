@@ -82,9 +82,6 @@ func (s *Service) runRestored(ctx context.Context, rn *runner.Runner, template s
 		s.log.Debug("a run on a snapshot template starts cold", "template", template, "why", why)
 		return runner.Result{}, false, nil
 	}
-	if err == nil && argv != nil {
-		err = forkServerFailed(res)
-	}
 	return res, true, err
 }
 

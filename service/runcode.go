@@ -176,9 +176,6 @@ func (s *Service) RunCode(ctx context.Context, c Code) (run CodeRun, err error) 
 	begin = time.Now()
 	run.Result, err = sb.Exec(ctx, runner.ExecSpec{Argv: argv, Timeout: c.Policy.Limits.Timeout, Stdin: c.Stdin})
 	run.Exec = time.Since(begin)
-	if err == nil && t != nil {
-		err = forkServerFailed(run.Result)
-	}
 	if err != nil {
 		return run, fmt.Errorf("running the code: %w", err)
 	}

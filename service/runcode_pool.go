@@ -5,10 +5,13 @@ package service
 // template (template create --run-code), whose sandboxes are restored
 // with the fork server of internal/forkserver waiting for one job. A job
 // claims one, writes its files, runs one exec of the fork server's client
-// and is fetched and destroyed as a cold one is.
+// and is fetched and destroyed as a cold one is. The exec agent hands the
+// job over; when it could not, the exec fails with an error of kind
+// unavailable (engine/oci), which is how the service learns that the fork
+// server did not run the job. The exec's exit code and output are the
+// job's own, whatever they say.
 
 import (
-	"bytes"
 	"fmt"
 	"maps"
 	"slices"
@@ -17,7 +20,6 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/forkserver"
 	"github.com/airlock-sandbox/airlock/isolation"
-	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/templates"
 )
 
@@ -92,19 +94,4 @@ func (s *Service) codeTemplate(c Code) (*templates.Template, string) {
 		return nil, fmt.Sprintf("memory limit %v is not template %q's %v", lim.Memory, name, t.Limits.Memory)
 	}
 	return t, ""
-}
-
-// forkServerFailed is the error of a pooled run whose job the fork
-// server never ran, or whose status it never sent: the client says so
-// with forkserver.ExitFailed and a line on stderr.
-func forkServerFailed(res runner.Result) error {
-	i := bytes.Index(res.Stderr.Head, []byte(forkserver.FailurePrefix))
-	if res.Reason != runner.ReasonExited || res.ExitCode != forkserver.ExitFailed || i < 0 || (i > 0 && res.Stderr.Head[i-1] != '\n') {
-		return nil
-	}
-	line, _, _ := bytes.Cut(res.Stderr.Head[i+len(forkserver.FailurePrefix):], []byte("\n"))
-	if len(line) > 400 {
-		line = line[:400]
-	}
-	return fmt.Errorf("%w: the fork server in sandbox %q did not run the job: %q", errdefs.ErrUnavailable, res.SandboxID, line)
 }

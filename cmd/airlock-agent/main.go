@@ -8,12 +8,13 @@
 // `airlock-agent run-code -- FILE ARGS…` it runs one job through a
 // run-code template's fork server (internal/forkserver); the agent serves
 // an exec of that argv itself, handing the job over without a client
-// process (runcode.go).
+// process, and answers HandOverFailed when it could not (runcode.go).
 package main
 
 import (
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -45,14 +46,12 @@ func main() {
 				args = args[1:]
 			}
 			runRunCode(args)
-		case "run-code-failed":
-			runRunCodeFailed(os.Args[2:])
 		case "run-code-prime":
 			runRunCodePrime()
 		}
 		os.Exit(2)
 	}
-	a := &server{execs: map[uint32]*execution{}, pending: map[int]bool{}}
+	a := &server{out: os.Stdout, execs: map[uint32]*execution{}, pending: map[int]bool{}}
 	signal.Ignore(syscall.SIGPIPE) // a closed output pipe is an error, not an exit
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGCHLD)
@@ -75,7 +74,8 @@ func main() {
 }
 
 type server struct {
-	wmu sync.Mutex // one frame at a time on stdout
+	out io.Writer  // the host's frames: stdout
+	wmu sync.Mutex // one frame at a time on out
 
 	mu      sync.Mutex
 	execs   map[uint32]*execution
@@ -195,7 +195,7 @@ func (c *credit) spend(n int) {
 func (a *server) send(typ byte, id uint32, payload []byte) error {
 	a.wmu.Lock()
 	defer a.wmu.Unlock()
-	return agent.Write(os.Stdout, typ, id, payload)
+	return agent.Write(a.out, typ, id, payload)
 }
 
 func (a *server) handle(f agent.Frame) {
@@ -271,13 +271,24 @@ func (a *server) spawn(id uint32, payload []byte) {
 		a.send(agent.Failed, id, agent.Uint32(uint32(syscall.EINVAL)))
 		return
 	}
-	x, pid, err := startExec(&s)
+	if job, ok := runCodeJob(&s); ok {
+		// It may wait for the fork server: the other execs go on.
+		go a.spawnRunCode(forkserver.Socket, id, &s, job)
+		return
+	}
+	x, pid, err := start(&s)
 	if err != nil {
 		errno := syscall.EIO
 		errors.As(err, &errno)
 		a.send(agent.Failed, id, agent.Uint32(uint32(errno)))
 		return
 	}
+	a.started(id, x, pid)
+}
+
+// started records x, exec id's, started as pid, answers the host and
+// relays its stdio.
+func (a *server) started(id uint32, x *execution, pid int) {
 	x.pid = pid
 	a.mu.Lock()
 	a.execs[id] = x

@@ -1,16 +1,15 @@
 package main
 
 // The run-code client (see package internal/forkserver). The agent hands
-// a run-code exec's job to the fork server itself (startRunCode), so that
-// no client process starts; `airlock-agent run-code` is the client where
-// no agent runs, and where the server did not answer the agent's dial.
+// a run-code exec's job to the fork server itself (spawnRunCode), so that
+// no client process starts, and says so when it could not; `airlock-agent
+// run-code` is the client where no agent runs (by hand, or `runsc exec`),
+// whose failure the host cannot tell from the job's own exit.
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/internal/forkserver"
@@ -37,7 +36,7 @@ func runCode(addr string, argv []string, stdio [3]*os.File, stderr io.Writer) in
 	return code
 }
 
-// failRunCode says why on stderr as the host expects it, and returns
+// failRunCode says why on stderr, for a person, and returns
 // forkserver.ExitFailed.
 func failRunCode(stderr io.Writer, why string) int {
 	fmt.Fprintf(stderr, "%s%s\n", forkserver.FailurePrefix, why)
@@ -48,8 +47,7 @@ func failRunCode(stderr io.Writer, why string) int {
 // (forkserver.ClientArgv): its file and arguments, directory and
 // environment, as the client would send them.
 func runCodeJob(s *agent.SpawnArgs) (forkserver.Job, bool) {
-	a := s.Argv
-	if len(a) < 4 || a[0] != agent.Path || a[1] != "run-code" || a[2] != "--" {
+	if !agent.RunCode(s.Argv) {
 		return forkserver.Job{}, false
 	}
 	dir := s.Dir
@@ -59,52 +57,51 @@ func runCodeJob(s *agent.SpawnArgs) (forkserver.Job, bool) {
 			dir = "/"
 		}
 	}
-	return forkserver.Job{Argv: a[3:], Dir: dir, Env: s.Env}, true
+	return forkserver.Job{Argv: s.Argv[3:], Dir: dir, Env: s.Env}, true
 }
 
-// startExec starts s. A run-code client's job goes to the fork server
-// from the agent, and the exec's pid is the job's own, which the host
-// waits for through the sentry as it does any exec's: the client's start
-// (a Go program's, inside gVisor) is saved. When no server answers the one
-// dial, the client runs instead, and waits for one or says why not.
-func startExec(s *agent.SpawnArgs) (*execution, int, error) {
-	if job, ok := runCodeJob(s); ok {
-		x, pid, err := startRunCode(forkserver.Socket, s, job)
-		if !errors.Is(err, forkserver.ErrNoServer) {
-			return x, pid, err
+// spawnRunCode serves exec id, a run-code client's exec, itself: it
+// hands job to the fork server at addr with the exec's pipes, and the
+// exec's pid is the job's, which the host waits for through the sentry
+// as it does any exec's (no client process starts). When the job cannot
+// be handed over, or its pid does not come back, the answer is
+// HandOverFailed and why, in place of Started: the host learns it from
+// the agent, before the job could run, never from the job's output or
+// exit status, which are the job's own.
+func (a *server) spawnRunCode(addr string, id uint32, s *agent.SpawnArgs, job forkserver.Job) {
+	x, pid, err := startRunCode(addr, s, job)
+	if err != nil {
+		why := err.Error()
+		if len(why) > maxWhy {
+			why = why[:maxWhy]
 		}
+		a.send(agent.HandOverFailed, id, []byte(why))
+		return
 	}
-	return start(s)
+	a.started(id, x, pid)
 }
 
-// startRunCode hands job to the fork server at addr with the exec's pipes. Once
-// the dial has succeeded, a failure is the client's: an exec that writes
-// forkserver.FailurePrefix and why to its stderr and exits
-// forkserver.ExitFailed, so that the host tells it from the job's status
-// as it does the client's.
+// maxWhy bounds a HandOverFailed's reason.
+const maxWhy = 1024
+
+// startRunCode hands job to the fork server at addr with the exec's
+// pipes, retrying a socket that refuses it for up to forkserver.DialWait
+// (a server not listening yet), and returns the job's pid. On an error
+// the exec's pipes are closed, and a job that may have started ended
+// with its connection.
 func startRunCode(addr string, s *agent.SpawnArgs, job forkserver.Job) (*execution, int, error) {
 	x, child, err := pipes(s)
 	if err != nil {
 		return nil, 0, err
 	}
-	c, pid, err := forkserver.Start(addr, 0, job, [3]int{int(child[0].Fd()), int(child[1].Fd()), int(child[2].Fd())})
+	c, pid, err := forkserver.Start(addr, forkserver.DialWait, job, [3]int{int(child[0].Fd()), int(child[1].Fd()), int(child[2].Fd())})
 	closeFiles(child[:])
 	if err != nil {
 		x.close()
-		if errors.Is(err, forkserver.ErrNoServer) {
-			return nil, 0, err
-		}
-		fail := *s
-		fail.Argv = []string{agent.Path, "run-code-failed", err.Error()}
-		return start(&fail)
+		return nil, 0, err
 	}
 	x.job = c
 	return x, pid, nil
-}
-
-// runRunCodeFailed is startRunCode's failed exec.
-func runRunCodeFailed(why []string) {
-	os.Exit(failRunCode(os.Stderr, strings.Join(why, " ")))
 }
 
 // runRunCodePrime primes the sandbox's fork server (forkserver.Prime).

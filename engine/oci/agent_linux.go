@@ -9,6 +9,10 @@ package oci
 // before the agent reads the exec leaves it to the control socket, which
 // isolates it the same way: the agent is a speed-up, never a different
 // policy. An exec the agent read but never answered is not started again.
+// A run-code client's exec is the exception: only the agent hands its job
+// to the fork server and says, in its answer, when it could not
+// (agent.HandOverFailed), so it never goes to the control socket, where
+// the client's failure and the job's own exit look alike.
 
 import (
 	"bufio"
@@ -49,6 +53,9 @@ const (
 	relayAnswer = 5 * agentTimeout
 	// maxRelayReply bounds the relay's answer as the client reads it.
 	maxRelayReply = 4 << 10
+	// maxHandOverWhy bounds the reason of a failed hand-over the relay
+	// passes on, well within maxRelayReply once quoted.
+	maxHandOverWhy = 512
 	// relayDrain is the byte a client writes on its connection to ask for
 	// the exec's drain: what the agent holds is passed on, and the
 	// exec's output ends.
@@ -100,7 +107,10 @@ type relayReply struct {
 	// Taken: the agent read the exec but never said whether it started
 	// it. It must not be started again, and its status is unknown.
 	Taken string `json:"taken,omitempty"`
-	Err   string `json:"err,omitempty"`
+	// HandOver: the agent could not hand a run-code job to the fork
+	// server (agent.HandOverFailed), and says why: nothing runs.
+	HandOver string `json:"handOver,omitempty"`
+	Err      string `json:"err,omitempty"`
 }
 
 // agentExec is an exec the relay started, held by its connection.
@@ -122,8 +132,20 @@ func (x *agentExec) release() {
 }
 
 // startAgent starts pr through the sandbox's agent, with the program's
-// ends of its stdio. errNoAgent: nothing was started.
+// ends of its stdio. errNoAgent: nothing was started, and the control
+// socket may start it. A run-code client's exec is the agent's alone:
+// it waits for the relay, and is never left to the control socket.
 func (s *sandbox) startAgent(ctx context.Context, pr *specs.Process, child [3]*os.File, stdin bool) (pid int32, x *agentExec, err error) {
+	if agent.RunCode(pr.Args) {
+		defer func() {
+			if errors.Is(err, errNoAgent) {
+				err = fmt.Errorf("%w: no exec agent took the run-code job (%v): only the agent hands a job to the fork server and says when it could not", errdefs.ErrUnavailable, err)
+			}
+		}()
+		wctx, cancel := context.WithTimeout(ctx, agentTimeout)
+		s.Served(wctx) // a sandbox just made: its supervisor serves it within milliseconds
+		cancel()
+	}
 	if !s.st.Agent {
 		return 0, nil, errNoAgent
 	}
@@ -131,11 +153,11 @@ func (s *sandbox) startAgent(ctx context.Context, pr *specs.Process, child [3]*o
 	// descriptors.
 	req, _ := json.Marshal(agent.SpawnArgs{Argv: pr.Args, Env: pr.Env, Dir: pr.Cwd, Stdin: stdin, Merged: child[1] == child[2]})
 	if len(req) > agent.MaxSpawn-64 {
-		return 0, nil, errNoAgent
+		return 0, nil, fmt.Errorf("%w: a request of %d bytes", errNoAgent, len(req))
 	}
 	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: filepath.Join(s.bundle, agentSocket), Net: "unix"})
 	if err != nil {
-		return 0, nil, errNoAgent // not served (yet, or any more)
+		return 0, nil, fmt.Errorf("%w: %v", errNoAgent, err) // not served (yet, or any more)
 	}
 	defer func() {
 		if err != nil {
@@ -165,9 +187,11 @@ func (s *sandbox) startAgent(ctx context.Context, pr *specs.Process, child [3]*o
 	switch {
 	case rep.Unavailable != "":
 		s.e.log.Debug("exec agent unavailable; the exec starts through the control socket", "sandbox_id", s.st.ID, "why", rep.Unavailable)
-		return 0, nil, errNoAgent
+		return 0, nil, fmt.Errorf("%w: %s", errNoAgent, rep.Unavailable)
 	case rep.Taken != "":
 		return 0, nil, fmt.Errorf("%w: whether %q started in sandbox %q is unknown, so it was not started again: %s", errdefs.ErrDataLoss, pr.Args[0], s.st.ID, rep.Taken)
+	case rep.HandOver != "":
+		return 0, nil, fmt.Errorf("%w: the sandbox's exec agent could not hand the job to the fork server: %q", errdefs.ErrUnavailable, rep.HandOver)
 	case rep.Err != "":
 		return 0, nil, errors.New(rep.Err)
 	case rep.Errno != 0:
@@ -175,7 +199,7 @@ func (s *sandbox) startAgent(ctx context.Context, pr *specs.Process, child [3]*o
 		// program that cannot start is refused, and told, one way only,
 		// and a sandbox that is ending is seen to be.
 		s.e.log.Debug("the exec agent could not start the program; the control socket is asked", "sandbox_id", s.st.ID, "errno", syscall.Errno(rep.Errno).Error())
-		return 0, nil, errNoAgent
+		return 0, nil, fmt.Errorf("%w: %v", errNoAgent, syscall.Errno(rep.Errno))
 	case rep.Pid <= 0:
 		return 0, nil, fmt.Errorf("the agent relay answered pid %d", rep.Pid)
 	}
@@ -590,9 +614,11 @@ func (a *agentProc) dispatch(f agent.Frame) error {
 	x := a.execs[f.ID]
 	a.mu.Unlock()
 	switch f.Type {
-	case agent.Started, agent.Failed:
-		if _, err := agent.ParseUint32(f.Payload); err != nil {
-			return err
+	case agent.Started, agent.Failed, agent.HandOverFailed:
+		if f.Type != agent.HandOverFailed { // its payload is text
+			if _, err := agent.ParseUint32(f.Payload); err != nil {
+				return err
+			}
 		}
 		if x != nil {
 			select {
@@ -725,6 +751,26 @@ func (r *relay) serve(ctx context.Context, conn *net.UnixConn) {
 			return
 		}
 		reply(relayReply{Unavailable: fmt.Sprintf("the sandbox's exec agent did not answer in %v and was killed", agentTimeout)})
+		return
+	}
+	if f.Type == agent.HandOverFailed {
+		// Only as the answer to a run-code client's Spawn: the job's pid
+		// was never given, so nothing of the exec runs. A job can write no
+		// frame before it exists, and its own output and exit are never
+		// read for this.
+		if !agent.RunCode(req.Argv) {
+			a.fail(errors.New("a hand-over failure answered an exec that is no run-code job"))
+			reply(relayReply{Err: "the sandbox's exec agent broke the protocol answering the exec; try again"})
+			return
+		}
+		why := string(f.Payload)
+		if len(why) > maxHandOverWhy {
+			why = why[:maxHandOverWhy]
+		}
+		if why == "" {
+			why = "no reason given"
+		}
+		reply(relayReply{HandOver: why})
 		return
 	}
 	v, _ := agent.ParseUint32(f.Payload)

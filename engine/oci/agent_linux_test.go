@@ -1,17 +1,25 @@
 package oci
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/airlock-sandbox/airlock/internal/agent"
+	"github.com/airlock-sandbox/airlock/internal/forkserver"
 )
 
 // TestAgentFramesAreHostile feeds the relay's reader what a subverted
@@ -228,5 +236,113 @@ func TestDeadAgentReaderEnds(t *testing.T) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the dead agent's reader still reads")
+	}
+}
+
+// relayWithAgent serves the relay of a sandbox whose bundle is a new
+// directory, with a fake agent that answers every Spawn with answer's
+// frame. The control socket does not exist: killing is a no-op.
+func relayWithAgent(t *testing.T, answer func(spawn agent.Frame) agent.Frame) *sandbox {
+	t.Helper()
+	s := &sandbox{e: &Engine{log: slog.New(slog.DiscardHandler)}, bundle: t.TempDir(), st: sandboxState{ID: "t", Agent: true, Control: "/nonexistent/control.sock"}}
+	toAgent, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &agentProc{s: s, pid: 1, w: w, execs: map[uint32]*relayed{}, dead: make(chan struct{})}
+	agentOut := agentStdout(t, a)
+	go func() {
+		defer toAgent.Close()
+		rd := agent.NewReader(toAgent, agent.MaxSpawn)
+		for {
+			f, err := rd.Read()
+			if err != nil {
+				return
+			}
+			if f.Type == agent.Spawn {
+				ans := answer(f)
+				agent.Write(agentOut, ans.Type, f.ID, ans.Payload)
+			}
+		}
+	}()
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(s.bundle, agentSocket), Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &relay{s: s, a: a}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); ln.Close(); r.stop() })
+	go func() {
+		for {
+			conn, err := ln.AcceptUnix()
+			if err != nil {
+				return
+			}
+			go r.serve(ctx, conn)
+		}
+	}()
+	return s
+}
+
+// execStdio is three pipe ends to pass as an exec's stdio.
+func execStdio(t *testing.T) [3]*os.File {
+	t.Helper()
+	var files [3]*os.File
+	for i := range files {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close(); w.Close() })
+		files[i] = w
+	}
+	return files
+}
+
+// TestAgentHandOverFailed: the agent's HandOverFailed answer to a
+// run-code client's exec reaches the exec as an error of kind
+// unavailable, the one way the host learns that the fork server did not
+// run a job (the job's own exit and output never say it); the same answer
+// to any other exec breaks the protocol. An exec the agent started is a
+// pid, whatever the job then prints or exits with.
+func TestAgentHandOverFailed(t *testing.T) {
+	runCode := &specs.Process{Args: forkserver.ClientArgv("/w/job.py"), Cwd: "/"}
+	s := relayWithAgent(t, func(spawn agent.Frame) agent.Frame {
+		var req agent.SpawnArgs
+		json.Unmarshal(spawn.Payload, &req)
+		if req.Argv[len(req.Argv)-1] == "/w/ok.py" {
+			return agent.Frame{Type: agent.Started, Payload: agent.Uint32(42)}
+		}
+		return agent.Frame{Type: agent.HandOverFailed, Payload: []byte("connecting to the fork server: refused")}
+	})
+	_, _, err := s.startAgent(context.Background(), runCode, execStdio(t), false)
+	if !errdefs.IsUnavailable(err) || errors.Is(err, errNoAgent) || !strings.Contains(err.Error(), "connecting to the fork server: refused") {
+		t.Errorf("a failed hand-over: %v; want an unavailable error saying why, not left to the control socket", err)
+	}
+	pid, x, err := s.startAgent(context.Background(), &specs.Process{Args: forkserver.ClientArgv("/w/ok.py"), Cwd: "/"}, execStdio(t), false)
+	if err != nil || pid != 42 {
+		t.Fatalf("a job handed over: pid %d, %v; want the job's pid", pid, err)
+	}
+	x.release()
+	_, _, err = s.startAgent(context.Background(), &specs.Process{Args: []string{"sh", "-c", "exit 125"}, Cwd: "/"}, execStdio(t), false)
+	if err == nil || errors.Is(err, errNoAgent) || errdefs.IsUnavailable(err) {
+		t.Errorf("a hand-over failure answering a plain exec: %v; want the protocol broken", err)
+	}
+}
+
+// TestRunCodeNeedsAgent: a run-code client's exec that no agent takes
+// fails as unavailable instead of going to the control socket, where the
+// client's failure would look like the job's own exit; any other exec
+// goes there.
+func TestRunCodeNeedsAgent(t *testing.T) {
+	s := &sandbox{e: &Engine{log: slog.New(slog.DiscardHandler)}, bundle: t.TempDir(), st: sandboxState{ID: "t"}}
+	_, _, err := s.startAgent(context.Background(), &specs.Process{Args: forkserver.ClientArgv("/w/job.py")}, execStdio(t), false)
+	if !errdefs.IsUnavailable(err) || errors.Is(err, errNoAgent) {
+		t.Errorf("a run-code exec with no agent: %v; want unavailable", err)
+	}
+	for _, argv := range [][]string{{"python3", "/w/job.py"}, forkserver.PrimeArgv(), {agentPath, "run-code", "/w/job.py"}} {
+		if _, _, err := s.startAgent(context.Background(), &specs.Process{Args: argv}, execStdio(t), false); !errors.Is(err, errNoAgent) {
+			t.Errorf("%q with no agent: %v; want errNoAgent", argv, err)
+		}
 	}
 }

@@ -6,6 +6,7 @@ package oci
 // name, and the check that a snapshot fits the sandbox asked of it.
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -17,6 +18,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/isolation"
 )
 
@@ -37,8 +39,11 @@ type snapshotManifest struct {
 	// Runtime is runsc's version, as it prints it.
 	Runtime string `json:"runtime"`
 	// Agent says the exec agent was bound into the sandbox: a sandbox
-	// restored from it has the same mounts.
-	Agent bool `json:"agent"`
+	// restored from it has the same mounts. AgentVersion is the wire
+	// format the host spoke to it (agent.Version): the snapshot holds the
+	// agent process itself, which a host of another format refuses.
+	Agent        bool   `json:"agent"`
+	AgentVersion string `json:"agent_version,omitempty"`
 	// BootID says the sandbox's boot id was a file of its own, bound over
 	// the sentry's: a sandbox restored from it has that mount too, with
 	// a boot id of its own.
@@ -125,6 +130,15 @@ type snapshotWant struct {
 	BootID  bool
 }
 
+// agentVersion is the agent wire format a snapshot taken with the agent
+// bound records, and a restore wants.
+func agentVersion(bound bool) string {
+	if !bound {
+		return ""
+	}
+	return agent.Version
+}
+
 // fits refuses snapshot name, described by m, for a sandbox that wants w:
 // each difference is named, with the fix. A snapshot that does not fit is
 // never used, nor rebuilt here: only its template knows its warm program.
@@ -139,6 +153,8 @@ func (m *snapshotManifest) fits(name string, w snapshotWant) error {
 		why = fmt.Sprintf("it was taken under runsc %q, and this is runsc %q", m.Runtime, w.Runtime)
 	case m.Agent != w.Agent:
 		why = fmt.Sprintf("it was taken with the exec agent bound %v, and the sandbox would have it %v (is %s installed?)", m.Agent, w.Agent, "airlock-agent")
+	case m.AgentVersion != agentVersion(w.Agent):
+		why = fmt.Sprintf("it holds an exec agent speaking %s, and this airlock speaks %s (airlock was upgraded since)", cmp.Or(m.AgentVersion, "an earlier format"), agent.Version)
 	case m.BootID != w.BootID:
 		why = "it was taken before each sandbox had a boot id of its own (its mounts differ)"
 	default:

@@ -115,7 +115,7 @@ func (e *Engine) Snapshot(ctx context.Context, id string) (_ string, err error) 
 	if err != nil {
 		return "", fmt.Errorf("%w: checkpointing sandbox %q for a snapshot: %v: %s", errdefs.ErrUnavailable, id, err, out)
 	}
-	m := &snapshotManifest{Version: manifestVersion, Image: sb.st.Image, Policy: sb.st.Policy, Runtime: rt, Agent: sb.st.Agent, BootID: sb.st.BootID,
+	m := &snapshotManifest{Version: manifestVersion, Image: sb.st.Image, Policy: sb.st.Policy, Runtime: rt, Agent: sb.st.Agent, AgentVersion: agentVersion(sb.st.Agent), BootID: sb.st.BootID,
 		Files: map[string]string{}, CreatedAt: time.Now().UTC()}
 	ents, err := os.ReadDir(tmp)
 	if err != nil {

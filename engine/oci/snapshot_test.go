@@ -12,6 +12,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/internal/agent"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/units"
 )
@@ -20,7 +21,7 @@ func testManifest() *snapshotManifest {
 	p := isolation.Default()
 	return &snapshotManifest{
 		Version: manifestVersion, Image: digest.FromString("image"), Policy: policyDigest(p), Runtime: "runsc version 1",
-		Agent: true, BootID: true, Files: map[string]string{"checkpoint.img": strings.Repeat("a", 64), "pages.img": strings.Repeat("b", 64)},
+		Agent: true, AgentVersion: agent.Version, BootID: true, Files: map[string]string{"checkpoint.img": strings.Repeat("a", 64), "pages.img": strings.Repeat("b", 64)},
 		CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
 	}
 }
@@ -124,6 +125,15 @@ func TestSnapshotFits(t *testing.T) {
 	}
 	if err := om.fits("x", want); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "boot id") {
 		t.Errorf("a snapshot without its own boot id: fits = %v; want invalid input naming the boot id", err)
+	}
+	// A snapshot holds its agent process: one of another wire format (or
+	// of before the format was recorded) would not be taken by this host.
+	for _, v := range []string{"", "airlock-agent/1"} {
+		om := testManifest()
+		om.AgentVersion = v
+		if err := om.fits("x", want); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "exec agent speaking") || !strings.Contains(err.Error(), "template create") {
+			t.Errorf("agent version %q: fits = %v; want invalid input naming the agent and the fix", v, err)
+		}
 	}
 }
 

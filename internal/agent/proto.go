@@ -11,9 +11,9 @@
 // stdout; both are pipes the host made. A frame is a type byte, an exec
 // id and a payload length (both big-endian uint32), then the payload.
 // Everything the agent writes is hostile: a reader bounds every frame
-// (MaxPayload) and the host takes only a pid, an errno, output bytes and
-// acknowledgements from it. Exit statuses are read from the sentry, never
-// from the agent.
+// (MaxPayload) and the host takes only a pid, an errno, a failed
+// hand-over's reason, output bytes and acknowledgements from it. Exit
+// statuses are read from the sentry, never from the agent.
 package agent
 
 import (
@@ -25,7 +25,8 @@ import (
 // Frame types. Host to agent:
 const (
 	// Spawn starts an exec: the payload is a JSON SpawnArgs. The agent
-	// answers Started or Failed.
+	// answers Started or Failed, or, for a run-code client's exec,
+	// HandOverFailed.
 	Spawn byte = 'S'
 	// Stdin is input for the exec's stdin; an empty one closes it. The
 	// agent answers each non-empty one with Ack once it is written.
@@ -52,6 +53,15 @@ const (
 	Started byte = 'P'
 	// Failed carries the errno (4 bytes) that kept the exec from starting.
 	Failed byte = 'F'
+	// HandOverFailed answers the Spawn of a run-code client's exec
+	// (`/.airlock-agent run-code -- FILE ARGS...`), in place of Started,
+	// when the agent could not hand its job to the sandbox's fork server
+	// or the job's pid did not come back: nothing of the exec runs (a job
+	// that may have started ended with its connection). The payload is
+	// why, as text. It is the one way the host learns that the fork
+	// server did not run a job: it comes before the job could run, as the
+	// answer to the exec, never from the job's output or exit status.
+	HandOverFailed byte = 'H'
 	// Stdout and Stderr carry output; an empty one is the stream's end.
 	Stdout byte = 'O'
 	Stderr byte = 'E'
@@ -63,7 +73,7 @@ const (
 )
 
 // Version names this wire format; a host takes no agent of another.
-const Version = "airlock-agent/3"
+const Version = "airlock-agent/4"
 
 // Window is how many bytes of one output stream the agent sends ahead of
 // the host's credit. The host writes each exec's output to its client on
@@ -91,6 +101,14 @@ type SpawnArgs struct {
 	// Merged gives stdout and stderr one pipe, so that their order is
 	// kept; its output comes as Stdout frames.
 	Merged bool `json:"merged,omitempty"`
+}
+
+// RunCode reports whether argv is a run-code client's exec,
+// `/.airlock-agent run-code -- FILE ARGS...` (forkserver.ClientArgv): the
+// agent hands its job to the fork server itself, and answers its Spawn
+// with Started or HandOverFailed.
+func RunCode(argv []string) bool {
+	return len(argv) >= 4 && argv[0] == Path && argv[1] == "run-code" && argv[2] == "--"
 }
 
 // Frame is one frame.

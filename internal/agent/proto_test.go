@@ -133,3 +133,25 @@ func TestSendHeld(t *testing.T) {
 		t.Fatalf("at the end: %v, passed on %q; want io.EOF, \"helde\" (the chunk emit refused is gone)", err, got)
 	}
 }
+
+// TestRunCode: only forkserver.ClientArgv's shape is a run-code client's
+// exec, the one the agent answers with Started or HandOverFailed.
+func TestRunCode(t *testing.T) {
+	for _, c := range []struct {
+		argv []string
+		want bool
+	}{
+		{[]string{Path, "run-code", "--", "/w/job.py"}, true},
+		{[]string{Path, "run-code", "--", "/w/job.py", "a", "b"}, true},
+		{[]string{Path, "run-code", "--"}, false},
+		{[]string{Path, "run-code", "/w/job.py"}, false},
+		{[]string{Path, "run-code-prime"}, false},
+		{[]string{"airlock-agent", "run-code", "--", "/w/job.py"}, false},
+		{[]string{"python3", "/w/job.py"}, false},
+		{nil, false},
+	} {
+		if got := RunCode(c.argv); got != c.want {
+			t.Errorf("RunCode(%q) = %v; want %v", c.argv, got, c.want)
+		}
+	}
+}

@@ -15,6 +15,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/containerd/errdefs"
 
@@ -218,8 +220,8 @@ func checkLabels(l map[string]string) error {
 		if !labelKey.MatchString(k) {
 			return fmt.Errorf("%w: label key %q must be 1-63 letters, digits, '.', '_' or '-'", errdefs.ErrInvalidArgument, k)
 		}
-		if len(v) > 256 || strings.ContainsAny(v, "\x00\n") {
-			return fmt.Errorf("%w: label %q: the value must be one line of at most 256 bytes", errdefs.ErrInvalidArgument, k)
+		if len(v) > 256 || !utf8.ValidString(v) || strings.ContainsFunc(v, unicode.IsControl) {
+			return fmt.Errorf("%w: label %q: the value must be one line of at most 256 bytes of UTF-8 text, without control characters", errdefs.ErrInvalidArgument, k)
 		}
 	}
 	return nil

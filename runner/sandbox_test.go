@@ -381,3 +381,27 @@ func TestReapFinishesCutShortDestroy(t *testing.T) {
 		t.Fatalf("left behind: %v", left)
 	}
 }
+
+// A label is any client's text, shown by sandbox ls and kept in records:
+// one line of UTF-8 without control characters, within its bounds.
+func TestCheckLabels(t *testing.T) {
+	for _, tc := range []struct {
+		labels map[string]string
+		ok     bool
+	}{
+		{map[string]string{"agent": "demo", "task": "é ✓ \u202e"}, true},
+		{map[string]string{"agent": strings.Repeat("x", 256)}, true},
+		{map[string]string{"agent": strings.Repeat("x", 257)}, false},
+		{map[string]string{"agent": "a\nb"}, false},
+		{map[string]string{"agent": "\x1b]0;pwned\x07"}, false},
+		{map[string]string{"agent": "a\rb"}, false},
+		{map[string]string{"agent": "\u009b31m"}, false},
+		{map[string]string{"agent": "\xff"}, false},
+		{map[string]string{"a b": "x"}, false},
+	} {
+		err := checkLabels(tc.labels)
+		if (err == nil) != tc.ok || err != nil && !errdefs.IsInvalidArgument(err) {
+			t.Errorf("%q: %v; want ok %v", tc.labels, err, tc.ok)
+		}
+	}
+}

@@ -158,16 +158,16 @@ func TestCpHostRefusalExits65(t *testing.T) {
 	}
 }
 
-// sandbox ls escapes labels, which any client sets (the API takes ESC,
-// CR, BEL and bidi controls in a value): they cannot drive the terminal.
+// Labels are any client's text: one with control characters is refused
+// as invalid input, and sandbox ls escapes what a record holds (bidi
+// controls, which a label may carry; a record an older airlock wrote),
+// so that a label cannot drive the terminal.
 func TestSandboxLsEscapesLabels(t *testing.T) {
 	hostile := "\x1b]0;pwned\x07\x1b[2J\r\u202egnp.exe"
-	// The API accepts such a label: the engine is asked to check the
-	// sandbox, so the label passed the record's checks.
 	f := newFaces(t)
 	body, _ := json.Marshal(map[string]any{"labels": map[string]string{"agent": hostile}})
-	if got := f.http(string(body)); got.policy == nil {
-		t.Fatalf("the API refused the label: %s: %s", got.kind, got.msg)
+	if got := f.http(string(body)); got.policy != nil || got.kind != "invalid_input" {
+		t.Errorf("the API took a label with control characters: %s: %s", got.kind, got.msg)
 	}
 
 	root := t.TempDir()

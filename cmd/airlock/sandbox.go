@@ -115,7 +115,7 @@ func (f *sandboxCreateFlags) addFlags(cmd *cobra.Command) {
 	fl.StringVar(&f.idle, "idle-timeout", runner.DefaultIdleTimeout.String(), "end the sandbox this long after its last exec or transfer")
 	fl.StringVar(&f.ttl, "ttl", runner.DefaultTTL.String(), "end the sandbox this long after its creation")
 	fl.StringVar(&f.workspace, "workspace-size", "1GiB", "cap on the workspace at /home/user (kernel-enforced: ENOSPC past it)")
-	fl.StringArrayVar(&f.labels, "label", nil, "label the sandbox KEY=VALUE (repeatable)")
+	fl.StringArrayVar(&f.labels, "label", nil, "label the sandbox KEY=VALUE (repeatable; at most 64; KEY letters, digits, ., _ or -; VALUE one line of at most 256 bytes, no control characters)")
 	fl.StringVar(&f.downloadTypes, "download-types", "", "MIME types airlock cp may download, comma-separated (default: the artifact types plus source code as text)")
 }
 

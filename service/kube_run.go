@@ -104,15 +104,19 @@ func (s *Service) RunKube(ctx context.Context, o KubeRun) (res runner.Result, er
 		return res, fmt.Errorf("creating a pod from SandboxTemplate %s/%s: %w", ns, o.Template, err)
 	}
 	name := made.Metadata.Name
-	res.ID = name
 	defer func() {
 		// The pod goes whatever happened, ctx done included.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
 		if derr := c.DeletePod(dctx, ns, name); derr != nil && err == nil {
-			err = fmt.Errorf("deleting pod %s/%s: %w", ns, name, derr)
+			err = fmt.Errorf("deleting pod %s/%s: %w", ns, cluster.Printable(name), derr)
 		}
 	}()
+	// The names the cluster gives are shown and recorded as they are.
+	if err := cluster.CheckName("pod", name); err != nil {
+		return res, fmt.Errorf("creating a pod from SandboxTemplate %s/%s: %w", ns, o.Template, err)
+	}
+	res.ID = name
 	progress(fmt.Sprintf("pod %s/%s made from SandboxTemplate %q on %s; waiting for its end", ns, name, o.Template, o.Config.Server))
 	deadline := time.Now().Add(o.Start) // to start
 	var endBy time.Time                 // to end, once started
@@ -124,6 +128,11 @@ func (s *Service) RunKube(ctx context.Context, o KubeRun) (res runner.Result, er
 			return res, fmt.Errorf("reading pod %s/%s: %w", ns, name, err)
 		}
 		if err == nil {
+			if n := p.Spec.NodeName; n != "" {
+				if err := cluster.CheckName("node", n); err != nil {
+					return res, fmt.Errorf("pod %s/%s: %w", ns, name, err)
+				}
+			}
 			node = p.Spec.NodeName
 			if p.Status.Reason == cluster.ReasonRefused {
 				return res, fmt.Errorf("%w: pod %s/%s refused by node %s: %s", errdefs.ErrInvalidArgument, ns, name, node, cluster.Printable(p.Status.Message))

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -458,5 +459,51 @@ func TestRunKubeNoResult(t *testing.T) {
 	res, err := a.run(t, context.Background(), KubeRun{Argv: []string{"true"}})
 	if err != nil || res.ExitCode != 3 || string(res.Stdout.Head) != "its log\n" || res.Receipt != nil {
 		t.Errorf("a node with no key: %+v, %v", res, err)
+	}
+}
+
+// The made pod's name and its node's are the cluster's word, as its
+// status message is: a name that is no DNS-1123 name fails the run before
+// it is shown, and no progress or error line has it raw.
+func TestRunKubeRefusesNamesNotDNS(t *testing.T) {
+	evil := "\x1b]0;pwned\x07\x1b[2J" + strings.Repeat("n", 4096)
+	for _, tc := range []struct{ pod, node string }{{pod: "py-run-" + evil, node: "n1"}, {pod: "py-run-abc", node: "node-" + evil}} {
+		m := http.NewServeMux()
+		m.HandleFunc("GET /apis/extensions.agents.x-k8s.io/v1beta1/namespaces/default/sandboxtemplates/py", func(w http.ResponseWriter, r *http.Request) {
+			w.Write([]byte(`{"spec":{"podTemplate":{"metadata":{},"spec":{"activeDeadlineSeconds":1,"containers":[{"name":"sandbox","image":"x"}]}}}}`))
+		})
+		m.HandleFunc("POST /api/v1/namespaces/default/pods", func(w http.ResponseWriter, r *http.Request) {
+			json.NewEncoder(w).Encode(map[string]any{"metadata": map[string]any{"name": tc.pod, "uid": "u"}})
+		})
+		m.HandleFunc("GET /api/v1/namespaces/default/pods/{name}", func(w http.ResponseWriter, r *http.Request) {
+			json.NewEncoder(w).Encode(map[string]any{"metadata": map[string]any{"name": r.PathValue("name"), "uid": "u"},
+				"spec": map[string]any{"nodeName": tc.node}, "status": map[string]any{"phase": "Failed", "reason": "AirlockRefused", "message": "no"}})
+		})
+		deleted := make(chan string, 1)
+		m.HandleFunc("DELETE /api/v1/namespaces/default/pods/{name}", func(w http.ResponseWriter, r *http.Request) {
+			deleted <- r.PathValue("name")
+			w.Write([]byte(`{}`))
+		})
+		cfg, _ := clustertest.Serve(t, m)
+		var progress []string
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := New(t.TempDir(), nil).RunKube(ctx, KubeRun{Config: cfg, Template: "py", Argv: []string{"true"}, Progress: func(p string) { progress = append(progress, p) }})
+		if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "no DNS-1123 name") {
+			t.Errorf("err = %.300v; want unavailable, naming the rule", err)
+		}
+		for _, p := range append(progress, fmt.Sprint(err)) {
+			if strings.Contains(p, "\x1b") || len(p) > 3*cluster.MaxPrintable {
+				t.Errorf("a progress or error line of %d bytes with the cluster's raw text: %.120q", len(p), p)
+			}
+		}
+		select {
+		case name := <-deleted:
+			if name != tc.pod {
+				t.Errorf("deleted pod %.40q, not the one made", name)
+			}
+		default:
+			t.Errorf("the pod made was not deleted")
+		}
 	}
 }

@@ -1,10 +1,17 @@
 package service
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -66,5 +73,98 @@ func TestDownloadTreeKubeListingInjected(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(dst, "a", "b.txt")); err != nil || string(b) != "b\n" {
 		t.Errorf("a/b.txt: %q %v", b, err)
+	}
+}
+
+// slowReader hands out its bytes a little at a time, as a client's
+// request body arrives.
+type slowReader struct {
+	b []byte
+}
+
+func (s *slowReader) Read(p []byte) (int, error) {
+	if len(s.b) == 0 {
+		return 0, io.EOF
+	}
+	time.Sleep(2 * time.Millisecond)
+	n := copy(p[:min(len(p), 512)], s.b)
+	s.b = s.b[n:]
+	return n, nil
+}
+
+// A tree upload whose first file the sandbox refuses without reading its
+// stdin (the path is a directory there: uploadScript exits 65 at once)
+// uploads the next files whole: the exec that was refused has stopped
+// reading the tar stream when it returns, so nothing of the next entries
+// is lost to it, nor read by it while the next entry is (run with -race).
+func TestUploadTreeKubeAfterAnEarlyExit(t *testing.T) {
+	var mu sync.Mutex
+	got := map[string]string{}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/v1/namespaces/default/pods/p/exec", func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{cluster.Protocol}})
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		ctx := r.Context()
+		argv := r.URL.Query()["command"]
+		ok := func() {
+			c.Write(ctx, websocket.MessageBinary, append([]byte{cluster.ChannelError}, `{"status":"Success"}`...))
+			c.Close(websocket.StatusNormalClosure, "")
+		}
+		switch {
+		case argv[2] == uploadScript && strings.HasSuffix(argv[4], "/a"):
+			// A directory there: exit 65 before reading stdin.
+			c.Write(ctx, websocket.MessageBinary, append([]byte{cluster.ChannelError},
+				`{"status":"Failure","reason":"NonZeroExitCode","details":{"causes":[{"reason":"ExitCode","message":"65"}]}}`...))
+			c.Close(websocket.StatusNormalClosure, "")
+		case argv[2] == uploadScript:
+			var in bytes.Buffer
+			for {
+				_, msg, err := c.Read(ctx)
+				if err != nil {
+					return
+				}
+				if msg[0] == cluster.ChannelClose {
+					break
+				}
+				in.Write(msg[1:])
+			}
+			mu.Lock()
+			got[argv[4]] = in.String()
+			mu.Unlock()
+			ok()
+		default:
+			ok()
+		}
+	})
+	s, id := claimedSandbox(t, mux)
+	var tb bytes.Buffer
+	tw := tar.NewWriter(&tb)
+	big := bytes.Repeat([]byte("A"), 256<<10)
+	want := map[string]string{}
+	tw.WriteHeader(&tar.Header{Name: "a", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(big))})
+	tw.Write(big)
+	for _, n := range []string{"b", "c", "d"} {
+		body := strings.Repeat(n, 10000)
+		want["/home/user/t/"+n] = body
+		tw.WriteHeader(&tar.Header{Name: n, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(body))})
+		tw.Write([]byte(body))
+	}
+	tw.Close()
+	var recs []runner.Transfer
+	sum, err := s.UploadTreeKube(context.Background(), id, "/home/user/t", &slowReader{b: tb.Bytes()}, func(tr runner.Transfer) { recs = append(recs, tr) })
+	mu.Lock()
+	defer mu.Unlock()
+	for p, w := range want {
+		if got[p] != w {
+			t.Errorf("%s reached the sandbox as %d bytes %.20q…, want %d bytes (sum %+v, err %v)", p, len(got[p]), got[p], len(w), sum, err)
+		}
+	}
+	for _, r := range recs {
+		if r.Path != "/home/user/t/a" && r.Decision == runner.DecisionAccepted && r.Size != 10000 {
+			t.Errorf("record %s accepted with size %d, sha %s: not the client's file", r.Path, r.Size, r.SHA256)
+		}
 	}
 }

@@ -82,7 +82,17 @@ type Record struct {
 }
 
 // Store is the records under one airlock root.
-type Store struct{ dir string }
+type Store struct {
+	dir string
+	// timeout, when set, is its clients' request timeout (tests shorten
+	// it); else cluster.RequestTimeout.
+	timeout time.Duration
+}
+
+// client is a client of cfg's API server.
+func (s *Store) client(cfg *cluster.Config) *cluster.Client {
+	return cluster.New(cfg, cluster.WithRequestTimeout(s.timeout))
+}
 
 // Open returns the store of root's claimed sandboxes.
 func Open(root string) *Store { return &Store{dir: filepath.Join(root, "claims")} }
@@ -169,13 +179,15 @@ type CreateOptions struct {
 	// render --template T --warm N` names it T).
 	WarmPool string
 	Labels   map[string]string
-	// Timeout bounds the wait for the claim to be ready (default 2m).
+	// Timeout bounds the create as a whole (default 2m): reading the warm
+	// pool, the claim, the wait for it to be ready, and reading its pod.
+	// Cleaning up after a failed create has a minute of its own.
 	Timeout time.Duration
 	// Progress, when set, is told what the create is waiting for.
 	Progress func(string)
 }
 
-// DefaultTimeout is how long Create waits for a claim by default.
+// DefaultTimeout is how long a create may take by default.
 const DefaultTimeout = 2 * time.Minute
 
 // poll is how often a wait asks the API server.
@@ -191,7 +203,7 @@ const (
 )
 
 // Create claims a sandbox from o's warm pool and waits until its pod
-// runs. On any error nothing it made is left.
+// runs, within o.Timeout. On any error nothing it made is left.
 func (s *Store) Create(ctx context.Context, o CreateOptions) (rec Record, err error) {
 	progress := o.Progress
 	if progress == nil {
@@ -201,14 +213,25 @@ func (s *Store) Create(ctx context.Context, o CreateOptions) (rec Record, err er
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
 	}
-	c := cluster.New(o.Config)
+	parent := ctx
+	ctx, cancelCreate := context.WithTimeout(ctx, o.Timeout)
+	defer cancelCreate()
+	// within says, of an error that the create's Timeout (not its
+	// caller) cut short, that it did.
+	within := func(err error) error {
+		if ctx.Err() != nil && parent.Err() == nil {
+			return fmt.Errorf("%w (the create's %v, --ready-timeout, ran out)", err, o.Timeout)
+		}
+		return err
+	}
+	c := s.client(o.Config)
 	pool, err := c.WarmPool(ctx, ns, o.WarmPool)
 	if err != nil {
 		if errdefs.IsNotFound(err) {
 			return rec, fmt.Errorf("%w: no SandboxWarmPool %q in namespace %q on %s: make one with `airlock kube render --template %s --warm 2 | kubectl apply -f -`",
 				errdefs.ErrNotFound, o.WarmPool, ns, o.Config.Server, o.WarmPool)
 		}
-		return rec, fmt.Errorf("reading warm pool %s/%s: %w", ns, o.WarmPool, err)
+		return rec, within(fmt.Errorf("reading warm pool %s/%s: %w", ns, o.WarmPool, err))
 	}
 	rec = Record{ID: o.ID, State: Creating, Engine: Engine, Kubeconfig: o.Config.Path, Context: o.Config.Context, Server: o.Config.Server,
 		Namespace: ns, Claim: o.ID, WarmPool: o.WarmPool, Labels: o.Labels, CreatedAt: time.Now().UTC()}
@@ -231,12 +254,10 @@ func (s *Store) Create(ctx context.Context, o CreateOptions) (rec Record, err er
 		}
 	}()
 	start := time.Now()
-	wctx, cancel := context.WithTimeout(ctx, o.Timeout)
-	defer cancel()
 	claim := func() error {
 		labels := map[string]string{"app.kubernetes.io/managed-by": "airlock"}
-		if _, err := c.CreateClaim(wctx, ns, rec.Claim, o.WarmPool, labels); err != nil {
-			return fmt.Errorf("creating SandboxClaim %s/%s: %w", ns, rec.Claim, err)
+		if _, err := c.CreateClaim(ctx, ns, rec.Claim, o.WarmPool, labels); err != nil {
+			return within(fmt.Errorf("creating SandboxClaim %s/%s: %w", ns, rec.Claim, err))
 		}
 		progress(fmt.Sprintf("claimed %s/%s from warm pool %q on %s; waiting for it to be ready", ns, rec.Claim, o.WarmPool, o.Config.Server))
 		return nil
@@ -253,8 +274,14 @@ func (s *Store) Create(ctx context.Context, o CreateOptions) (rec Record, err er
 		maxClaims = max(minClaims, int(*r)+2)
 	}
 	for {
-		cl, err := c.Claim(wctx, ns, rec.Claim)
+		cl, err := c.Claim(ctx, ns, rec.Claim)
 		if err == nil {
+			// The sandbox's name is its pod's, which is recorded and shown.
+			if n := cl.Status.Sandbox.Name; n != "" {
+				if err := cluster.CheckName("pod", n); err != nil {
+					return rec, fmt.Errorf("SandboxClaim %s/%s's sandbox: %w", ns, rec.Claim, err)
+				}
+			}
 			cond, _ := cl.Ready()
 			if cond.Status == "True" && cl.Status.Sandbox.Name != "" {
 				rec.Pod = cl.Status.Sandbox.Name
@@ -275,21 +302,21 @@ func (s *Store) Create(ctx context.Context, o CreateOptions) (rec Record, err er
 						errdefs.ErrUnavailable, ns, o.WarmPool, failed, ns)
 				}
 				progress(fmt.Sprintf("the warm pool's sandbox %q had failed; claiming again", cl.Status.Sandbox.Name))
-				if err := deleteClaim(wctx, c, ns, rec.Claim, cl.Status.Sandbox.Name); err != nil {
-					return rec, err
+				if err := deleteClaim(ctx, c, ns, rec.Claim, cl.Status.Sandbox.Name); err != nil {
+					return rec, within(err)
 				}
 				if err := claim(); err != nil {
 					return rec, err
 				}
 				last = ""
 			}
-		} else if wctx.Err() == nil && !errdefs.IsUnavailable(err) {
+		} else if ctx.Err() == nil && !errdefs.IsUnavailable(err) {
 			return rec, fmt.Errorf("reading SandboxClaim %s/%s: %w", ns, rec.Claim, err)
 		}
 		select {
-		case <-wctx.Done():
-			if ctx.Err() != nil {
-				return rec, ctx.Err()
+		case <-ctx.Done():
+			if parent.Err() != nil {
+				return rec, parent.Err()
 			}
 			return rec, fmt.Errorf("%w: SandboxClaim %s/%s was not ready within %v (last: %s); see `kubectl get sandboxwarmpool -n %s %s` and `kubectl describe sandboxclaim -n %s %s`, or wait longer with --ready-timeout",
 				errdefs.ErrUnavailable, ns, rec.Claim, o.Timeout, strings.TrimSpace(last), ns, o.WarmPool, ns, rec.Claim)
@@ -298,10 +325,15 @@ func (s *Store) Create(ctx context.Context, o CreateOptions) (rec Record, err er
 	}
 	pod, err := c.Pod(ctx, ns, rec.Pod)
 	if err != nil {
-		return rec, fmt.Errorf("reading the claim's pod %s/%s: %w", ns, rec.Pod, err)
+		return rec, within(fmt.Errorf("reading the claim's pod %s/%s: %w", ns, rec.Pod, err))
 	}
 	if pod.Status.Phase != "Running" {
 		return rec, fmt.Errorf("%w: the claim's pod %s/%s is %s, not Running: %s", errdefs.ErrUnavailable, ns, rec.Pod, cluster.Printable(pod.Status.Phase), cluster.Printable(pod.Status.Message))
+	}
+	if n := pod.Spec.NodeName; n != "" {
+		if err := cluster.CheckName("node", n); err != nil {
+			return rec, fmt.Errorf("the claim's pod %s/%s: %w", ns, rec.Pod, err)
+		}
 	}
 	rec.State, rec.Node, rec.RuntimeClass = Ready, pod.Spec.NodeName, pod.Spec.RuntimeClassName
 	for _, ct := range pod.Spec.Containers {
@@ -319,9 +351,9 @@ func (s *Store) Create(ctx context.Context, o CreateOptions) (rec Record, err er
 	return rec, nil
 }
 
-// client loads the kubeconfig r was made with and checks that it still
+// clientOf loads the kubeconfig r was made with and checks that it still
 // names the same API server.
-func (r *Record) client() (*cluster.Client, error) {
+func (s *Store) clientOf(r *Record) (*cluster.Client, error) {
 	cfg, err := cluster.Load(r.Kubeconfig, r.Context)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox %q was claimed with kubeconfig %s (context %q): %w", r.ID, r.Kubeconfig, r.Context, err)
@@ -330,7 +362,7 @@ func (r *Record) client() (*cluster.Client, error) {
 		return nil, fmt.Errorf("%w: sandbox %q is on %s, and context %q of %s now names %s: restore it, or delete SandboxClaim %s/%s with kubectl and the record %s",
 			errdefs.ErrFailedPrecondition, r.ID, r.Server, r.Context, r.Kubeconfig, cfg.Server, r.Namespace, r.Claim, r.ID+".json")
 	}
-	return cluster.New(cfg), nil
+	return s.client(cfg), nil
 }
 
 // Exec runs e in sandbox id's pod (e's Namespace, Pod and Container are
@@ -343,7 +375,7 @@ func (s *Store) Exec(ctx context.Context, id string, e cluster.Exec) (int, error
 	if r.State != Ready {
 		return -1, fmt.Errorf("%w: sandbox %q is %s, not ready", errdefs.ErrFailedPrecondition, id, r.State)
 	}
-	c, err := r.client()
+	c, err := s.clientOf(&r)
 	if err != nil {
 		return -1, err
 	}
@@ -367,14 +399,15 @@ func (s *Store) Destroy(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	c, err := r.client()
+	c, err := s.clientOf(&r)
 	if err != nil {
 		return err
 	}
 	return s.destroy(ctx, c, r)
 }
 
-// destroyWait bounds the wait for a deleted claim to go.
+// destroyWait bounds a destroy: the DELETE and the wait for the deleted
+// claim to go.
 const destroyWait = 2 * time.Minute
 
 func (s *Store) destroy(ctx context.Context, c *cluster.Client, r Record) error {
@@ -385,13 +418,13 @@ func (s *Store) destroy(ctx context.Context, c *cluster.Client, r Record) error 
 }
 
 // deleteClaim deletes claim ns/name and waits until it is gone, with what
-// it owns (pod names its pod, for the error).
+// it owns (pod names its pod, for the error), within destroyWait.
 func deleteClaim(ctx context.Context, c *cluster.Client, ns, name, pod string) error {
-	if err := c.DeleteClaim(ctx, ns, name); err != nil {
-		return fmt.Errorf("deleting SandboxClaim %s/%s: %w", ns, name, err)
-	}
 	wctx, cancel := context.WithTimeout(ctx, destroyWait)
 	defer cancel()
+	if err := c.DeleteClaim(wctx, ns, name); err != nil {
+		return fmt.Errorf("deleting SandboxClaim %s/%s: %w", ns, name, err)
+	}
 	for {
 		_, err := c.Claim(wctx, ns, name)
 		if errdefs.IsNotFound(err) {

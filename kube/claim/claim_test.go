@@ -1,6 +1,7 @@
 package claim
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -31,10 +32,18 @@ type apiServer struct {
 	failed  int            // the first claims get a sandbox whose pod failed
 	deletes int
 	message string // the message of a claim not yet ready
+	// pod and node name the ready claim's pod and its node ("py-abcde",
+	// "airlock-a" when empty).
+	pod, node string
+	// stall, when set, is a method and path prefix whose answers send
+	// their headers and part of a body, then nothing until the test ends.
+	stall string
 }
 
-func (a *apiServer) handler() http.Handler {
-	const base = "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/team"
+// base is the path of the namespace's agent-sandbox objects.
+const base = "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/team"
+
+func (a *apiServer) handler(done <-chan struct{}) http.Handler {
 	m := http.NewServeMux()
 	notFound := func(w http.ResponseWriter, what string) {
 		w.WriteHeader(http.StatusNotFound)
@@ -75,7 +84,8 @@ func (a *apiServer) handler() http.Handler {
 		if a.deletes < a.failed {
 			status = `{"conditions":[{"type":"Ready","status":"False","reason":"PodFailed","message":"Pod failed"}],"sandbox":{"name":"py-dead"}}`
 		} else if n >= 2 && !a.never {
-			status = `{"conditions":[{"type":"Ready","status":"True"}],"sandbox":{"name":"py-abcde"}}`
+			pod, _ := json.Marshal(cmp.Or(a.pod, "py-abcde"))
+			status = `{"conditions":[{"type":"Ready","status":"True"}],"sandbox":{"name":` + string(pod) + `}}`
 		}
 		fmt.Fprintf(w, `{"metadata":{"name":%q},"spec":{"warmPoolRef":{"name":"py"}},"status":%s}`, r.PathValue("name"), status)
 	})
@@ -90,19 +100,42 @@ func (a *apiServer) handler() http.Handler {
 		a.claims[r.PathValue("name")] = -1
 		fmt.Fprint(w, `{"kind":"Status","status":"Success"}`)
 	})
-	m.HandleFunc("GET /api/v1/namespaces/team/pods/py-abcde", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprint(w, `{"metadata":{"name":"py-abcde"},"spec":{"nodeName":"airlock-a","runtimeClassName":"gvisor","activeDeadlineSeconds":600,
- "containers":[{"name":"sandbox","image":"airlock/py@sha256:0123"}]},"status":{"phase":"Running","startTime":"2026-01-02T03:04:05Z"}}`)
+	m.HandleFunc("GET /api/v1/namespaces/team/pods/{name}", func(w http.ResponseWriter, r *http.Request) {
+		if r.PathValue("name") != cmp.Or(a.pod, "py-abcde") {
+			notFound(w, "pods "+r.PathValue("name"))
+			return
+		}
+		pod, _ := json.Marshal(r.PathValue("name"))
+		node, _ := json.Marshal(cmp.Or(a.node, "airlock-a"))
+		fmt.Fprintf(w, `{"metadata":{"name":%s},"spec":{"nodeName":%s,"runtimeClassName":"gvisor","activeDeadlineSeconds":600,
+ "containers":[{"name":"sandbox","image":"airlock/py@sha256:0123"}]},"status":{"phase":"Running","startTime":"2026-01-02T03:04:05Z"}}`, pod, node)
 	})
-	return m
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		stall := a.stall
+		a.mu.Unlock()
+		if stall == "" || !strings.HasPrefix(r.Method+" "+r.URL.Path, stall) {
+			m.ServeHTTP(w, r)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+		fmt.Fprint(w, `{"metadata":`)
+		w.(http.Flusher).Flush()
+		select {
+		case <-done:
+		case <-r.Context().Done():
+		}
+	})
 }
 
 // setup serves a and writes a kubeconfig for it.
 func setup(t *testing.T, a *apiServer) (*cluster.Config, *Store) {
 	t.Helper()
 	a.claims = map[string]int{}
-	srv := httptest.NewTLSServer(a.handler())
+	done := make(chan struct{})
+	srv := httptest.NewTLSServer(a.handler(done))
 	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(done) })
 	ca := base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
 	kc := filepath.Join(t.TempDir(), "kubeconfig")
 	os.WriteFile(kc, []byte(`current-context: c
@@ -213,5 +246,89 @@ func TestCreateProgressPrintable(t *testing.T) {
 	}
 	if !seen {
 		t.Errorf("no progress line shows the condition: %q", progress)
+	}
+}
+
+// A create from the API or MCP runs on a context that is never canceled:
+// an API server that stalls inside an answer (its headers sent) ends the
+// create once its Timeout has passed, whichever read it stalls, and
+// nothing of it is left.
+func TestCreateStalledServer(t *testing.T) {
+	for _, stall := range []string{"GET " + base + "/sandboxwarmpools/", "POST " + base + "/sandboxclaims", "GET /api/v1/namespaces/team/pods/"} {
+		t.Run(stall, func(t *testing.T) {
+			a := &apiServer{stall: stall}
+			cfg, s := setup(t, a)
+			id, _ := runner.NewSandboxID()
+			errc := make(chan error, 1)
+			go func() {
+				_, err := s.Create(context.WithoutCancel(context.Background()), CreateOptions{ID: id, Config: cfg, WarmPool: "py", Timeout: 1500 * time.Millisecond})
+				errc <- err
+			}()
+			select {
+			case err := <-errc:
+				if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "the create's 1.5s, --ready-timeout, ran out") {
+					t.Errorf("err = %v; want unavailable, saying the create's timeout ran out", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("Create has not returned after 10s")
+			}
+			if list, _ := s.List(); len(list) != 0 {
+				t.Errorf("left: records %v", list)
+			}
+		})
+	}
+}
+
+// A destroy's DELETE is bounded too: an API server that stalls inside
+// its answer fails the destroy once the client's request timeout has
+// passed, naming the server, and the record stays for rm to try again.
+func TestDestroyStalledServer(t *testing.T) {
+	a := &apiServer{}
+	cfg, s := setup(t, a)
+	s.timeout = 200 * time.Millisecond
+	id, _ := runner.NewSandboxID()
+	if _, err := s.Create(context.Background(), CreateOptions{ID: id, Config: cfg, WarmPool: "py"}); err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	a.stall = "DELETE " + base + "/sandboxclaims/"
+	a.mu.Unlock()
+	errc := make(chan error, 1)
+	go func() { errc <- s.Destroy(context.WithoutCancel(context.Background()), id) }()
+	var err error
+	select {
+	case err = <-errc:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("Destroy has not returned after 10s")
+	}
+	if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "deleting SandboxClaim team/"+id) || !strings.Contains(err.Error(), "no whole answer within 200ms") || !strings.Contains(err.Error(), cfg.Server) {
+		t.Errorf("err = %v; want unavailable, naming the DELETE, the server and the timeout", err)
+	}
+	if _, err := s.Get(id); err != nil {
+		t.Errorf("the record: %v", err)
+	}
+}
+
+// The claim's pod and the pod's node are named by the cluster: a name
+// that is no DNS-1123 name fails the create before it is recorded or
+// shown raw, and nothing of the create is left.
+func TestCreateRefusesNamesNotDNS(t *testing.T) {
+	evil := "\x1b]0;pwned\x07\x1b[2J" + strings.Repeat("n", 4096)
+	for _, a := range []*apiServer{{pod: "py-" + evil}, {node: "node-" + evil}} {
+		cfg, s := setup(t, a)
+		id, _ := runner.NewSandboxID()
+		var progress []string
+		_, err := s.Create(context.Background(), CreateOptions{ID: id, Config: cfg, WarmPool: "py", Progress: func(p string) { progress = append(progress, p) }})
+		if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "no DNS-1123 name") {
+			t.Errorf("err = %.300v; want unavailable, naming the rule", err)
+		}
+		for _, p := range append(progress, fmt.Sprint(err)) {
+			if strings.Contains(p, "\x1b") || len(p) > 3*cluster.MaxPrintable {
+				t.Errorf("a line of %d bytes with the cluster's raw text: %.120q", len(p), p)
+			}
+		}
+		if list, _ := s.List(); len(list) != 0 || len(a.claims) != 0 {
+			t.Errorf("left: records %v, claims %v", list, a.claims)
+		}
 	}
 }

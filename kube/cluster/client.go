@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,17 +20,69 @@ import (
 
 // Client calls one API server as one user.
 type Client struct {
-	cfg *Config
-	hc  *http.Client
+	cfg     *Config
+	hc      *http.Client
+	timeout time.Duration
+}
+
+// RequestTimeout is how long one request may take by default, its answer
+// read whole included (a pod exec's stream excepted): an API server that
+// stalls inside an answer does not hold its caller for ever.
+const RequestTimeout = 30 * time.Second
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithRequestTimeout sets how long one request may take, its answer read
+// whole included (RequestTimeout by default).
+func WithRequestTimeout(d time.Duration) Option {
+	return func(c *Client) {
+		if d > 0 {
+			c.timeout = d
+		}
+	}
 }
 
 // New returns a client for cfg. It follows no redirect: an API server
 // answers, it does not send the client (and its credentials) elsewhere,
 // so a 3xx is an error (see statusError), for a pod exec's WebSocket too.
-func New(cfg *Config) *Client {
+func New(cfg *Config, opts ...Option) *Client {
 	tr := &http.Transport{TLSClientConfig: cfg.TLS.Clone(), TLSHandshakeTimeout: 10 * time.Second, ResponseHeaderTimeout: 30 * time.Second}
 	noRedirect := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return &Client{cfg: cfg, hc: &http.Client{Transport: tr, CheckRedirect: noRedirect}}
+	c := &Client{cfg: cfg, hc: &http.Client{Transport: tr, CheckRedirect: noRedirect}, timeout: RequestTimeout}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// errTimedOut is the cause of a request's own deadline.
+var errTimedOut = errors.New("the request's deadline passed")
+
+// readAll reads r, the body of an answer asked for on ctx, up to max
+// bytes. A read that ctx ended is an error, though the transport may
+// end such a body with a plain EOF: what was read is not known whole.
+func readAll(ctx context.Context, r io.Reader, max int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, max))
+	if err == nil && ctx.Err() != nil {
+		err = context.Cause(ctx)
+	}
+	return b, err
+}
+
+// bound returns ctx bounded by the client's request timeout.
+func (c *Client) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, c.timeout, errTimedOut)
+}
+
+// failed is the error of request method path that failed with err while
+// ctx, the request's (see bound), was live or not: a request that ran out
+// of its own time says so, naming the server.
+func (c *Client) failed(ctx context.Context, method, path string, err error) error {
+	if errors.Is(context.Cause(ctx), errTimedOut) {
+		return fmt.Errorf("%w: %s %s: the API server %s gave no whole answer within %v", errdefs.ErrUnavailable, method, path, c.cfg.Server, c.timeout)
+	}
+	return fmt.Errorf("%w: %s %s on %s: %v", errdefs.ErrUnavailable, method, path, c.cfg.Server, err)
 }
 
 // Config is the client's kubeconfig context.
@@ -56,14 +109,16 @@ type Status struct {
 // maxBody bytes, into out (when non-nil); any other answer is an error
 // classified by its status code.
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, body, out any) error {
+	ctx, cancel := c.bound(ctx)
+	defer cancel()
 	resp, err := c.send(ctx, method, path, query, body)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
+	b, err := readAll(ctx, resp.Body, maxBody+1)
 	if err != nil {
-		return fmt.Errorf("%w: reading %s %s: %v", errdefs.ErrUnavailable, method, path, err)
+		return fmt.Errorf("reading the answer: %w", c.failed(ctx, method, path, err))
 	}
 	if len(b) > maxBody {
 		return fmt.Errorf("%w: %s %s: the answer is over %d bytes", errdefs.ErrUnavailable, method, path, maxBody)
@@ -79,7 +134,8 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 
 // send sends a request for path, with body as JSON when non-nil, and
 // returns a 2xx answer for the caller to read and close; any other answer
-// is an error classified by its status code.
+// is an error classified by its status code. ctx should be bounded (see
+// bound) until the answer is read.
 func (c *Client) send(ctx context.Context, method, path string, query url.Values, body any) (*http.Response, error) {
 	u := c.cfg.Server + path
 	if len(query) > 0 {
@@ -104,13 +160,13 @@ func (c *Client) send(ctx context.Context, method, path string, query url.Values
 	c.auth(req.Header)
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s %s: %v", errdefs.ErrUnavailable, method, c.cfg.Server, err)
+		return nil, c.failed(ctx, method, path, err)
 	}
 	if resp.StatusCode/100 != 2 {
 		defer resp.Body.Close()
 		b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 		if err != nil {
-			return nil, fmt.Errorf("%w: reading %s %s: %v", errdefs.ErrUnavailable, method, path, err)
+			return nil, fmt.Errorf("reading the answer: %w", c.failed(ctx, method, path, err))
 		}
 		return nil, statusError(resp.StatusCode, b)
 	}

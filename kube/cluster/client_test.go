@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/containerd/errdefs"
 )
@@ -91,6 +92,73 @@ func TestPodLogLimit(t *testing.T) {
 		log, truncated, err := c.PodLog(context.Background(), "default", "p", "sandbox", limit)
 		if err != nil || truncated != tc.truncated || int64(len(log)) != min(tc.size, limit) {
 			t.Errorf("a log of %d bytes: %d bytes read, truncated %v, %v; want %d, %v", tc.size, len(log), truncated, err, min(tc.size, limit), tc.truncated)
+		}
+	}
+}
+
+// An API server that sends its answer's headers and then stalls inside
+// its body holds a request no longer than the client's request timeout:
+// the error is unavailable, saying so and naming the server.
+func TestRequestTimeoutCoversTheBody(t *testing.T) {
+	done := make(chan struct{})
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		fmt.Fprint(w, `{"metadata":`)
+		w.(http.Flusher).Flush()
+		select {
+		case <-done:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(done)
+	c := New(&Config{Server: srv.URL, TLS: srv.Client().Transport.(*http.Transport).TLSClientConfig, Token: "tok"}, WithRequestTimeout(100*time.Millisecond))
+	for name, call := range map[string]func() error{
+		"read":   func() error { _, err := c.Pod(context.Background(), "default", "p"); return err },
+		"delete": func() error { return c.DeleteClaim(context.Background(), "default", "c") },
+		"log": func() error {
+			_, _, err := c.PodLog(context.Background(), "default", "p", "sandbox", 1<<20)
+			return err
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			errc := make(chan error, 1)
+			go func() { errc <- call() }()
+			select {
+			case err := <-errc:
+				if !errdefs.IsUnavailable(err) || !strings.Contains(fmt.Sprint(err), "no whole answer within 100ms") || !strings.Contains(err.Error(), srv.URL) {
+					t.Errorf("err = %v; want unavailable, naming the server and the timeout", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Errorf("the request has not ended after 10s")
+			}
+		})
+	}
+}
+
+// A pod's or node's name from the cluster is a DNS-1123 subdomain of at
+// most 253 bytes, or it is refused, shown escaped.
+func TestCheckName(t *testing.T) {
+	for name, ok := range map[string]bool{
+		"py-x7k2q":                  true,
+		"lab-07.example.com":        true,
+		"a":                         true,
+		strings.Repeat("n", 253):    true,
+		strings.Repeat("n", 254):    false,
+		"":                          false,
+		"-py":                       false,
+		"py.":                       false,
+		"Py":                        false,
+		"py_x":                      false,
+		"py/x":                      false,
+		"py\x1b]0;pwned\x07\x1b[2J": false,
+	} {
+		err := CheckName("pod", name)
+		if (err == nil) != ok {
+			t.Errorf("CheckName(%q) = %v", name, err)
+		}
+		if err != nil && (!errdefs.IsUnavailable(err) || strings.Contains(err.Error(), "\x1b") || len(err.Error()) > 2*MaxPrintable) {
+			t.Errorf("CheckName(%.40q) = %.100q: want unavailable, escaped and cut", name, err)
 		}
 	}
 }

@@ -17,7 +17,13 @@
 //   - No redirect is followed (a 3xx is an error naming its status), so
 //     credentials reach the kubeconfig's server alone.
 //   - Every answer is read up to a cap: maxBody, or PodLog's own, which
-//     says when the log went on past it.
+//     says when the log went on past it, and within the request timeout
+//     (RequestTimeout, or WithRequestTimeout's), its body included.
 //   - Text from the cluster put in an error is Printable: cut, and its
-//     control characters escaped.
+//     control characters escaped. A pod's or node's name from the cluster
+//     is checked (CheckName) before its users record or show it.
+//   - Exec never reads its Stdin after it returns.
+//   - The files a kubeconfig names are trusted as kubectl trusts them (any
+//     path the user can read), but each must be a regular file of at most
+//     1 MiB.
 package cluster

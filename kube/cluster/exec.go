@@ -41,11 +41,19 @@ type Exec struct {
 	// Argv is the program and its arguments, run without a shell.
 	Argv []string
 	// Stdin feeds the program and is closed at its EOF; nil means the
-	// program has no stdin.
+	// program has no stdin. Exec reads it no more once the program has
+	// ended, and returns only once a Read in progress then has returned
+	// (as os/exec's Wait does), so the caller has its reader back,
+	// positioned after what was read: a Stdin that may block for long (a
+	// terminal) holds Exec's return that long.
 	Stdin io.Reader
 	// Stdout and Stderr receive the output as it arrives; nil discards.
 	Stdout, Stderr io.Writer
 }
+
+// ref is e's pod for an error, as Printable: its name may be the
+// cluster's word.
+func (e Exec) ref() string { return Printable(e.Namespace + "/" + e.Pod) }
 
 // maxFrame caps one message from the API server.
 const maxFrame = 1 << 20
@@ -55,7 +63,7 @@ const maxFrame = 1 << 20
 // (the stream broke before its status).
 func (c *Client) Exec(ctx context.Context, e Exec) (int, error) {
 	if len(e.Argv) == 0 {
-		return -1, fmt.Errorf("%w: exec in pod %s/%s: no command", errdefs.ErrInvalidArgument, e.Namespace, e.Pod)
+		return -1, fmt.Errorf("%w: exec in pod %s: no command", errdefs.ErrInvalidArgument, e.ref())
 	}
 	q := url.Values{"command": e.Argv, "stdout": {"true"}, "stderr": {"true"}}
 	if e.Container != "" {
@@ -76,26 +84,42 @@ func (c *Client) Exec(ctx context.Context, e Exec) (int, error) {
 			if resp.Body != nil {
 				b, _ = io.ReadAll(io.LimitReader(resp.Body, maxBody))
 			}
-			return -1, fmt.Errorf("exec in pod %s/%s: %w", e.Namespace, e.Pod, statusError(resp.StatusCode, b))
+			return -1, fmt.Errorf("exec in pod %s: %w", e.ref(), statusError(resp.StatusCode, b))
 		}
-		return -1, fmt.Errorf("%w: exec in pod %s/%s: %v", errdefs.ErrUnavailable, e.Namespace, e.Pod, err)
+		return -1, fmt.Errorf("%w: exec in pod %s: %v", errdefs.ErrUnavailable, e.ref(), err)
 	}
 	defer conn.CloseNow()
 	if p := conn.Subprotocol(); p != Protocol {
-		return -1, fmt.Errorf("%w: exec in pod %s/%s: the API server speaks %q, not %s (it needs Kubernetes 1.30 or later)", errdefs.ErrNotImplemented, e.Namespace, e.Pod, p, Protocol)
+		return -1, fmt.Errorf("%w: exec in pod %s: the API server speaks %q, not %s (it needs Kubernetes 1.30 or later)", errdefs.ErrNotImplemented, e.ref(), p, Protocol)
 	}
 	conn.SetReadLimit(maxFrame)
-	if e.Stdin != nil {
-		go sendStdin(ctx, conn, e.Stdin)
+	if e.Stdin == nil {
+		return readStreams(ctx, conn, e)
 	}
-	return readStreams(ctx, conn, e)
+	// The program may end without reading its stdin (a transfer script
+	// that refuses its path): the copy then stops, and Exec waits for it,
+	// so that e.Stdin is never read after Exec returns.
+	sctx, stop := context.WithCancel(ctx)
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		sendStdin(sctx, conn, e.Stdin)
+	}()
+	code, err := readStreams(ctx, conn, e)
+	stop()
+	<-copied
+	return code, err
 }
 
-// sendStdin copies r to the stdin channel, then closes the channel.
+// sendStdin copies r to the stdin channel, then closes the channel; it
+// starts no Read once ctx is done.
 func sendStdin(ctx context.Context, conn *websocket.Conn, r io.Reader) {
 	buf := make([]byte, 32<<10)
-	for {
+	for ctx.Err() == nil {
 		n, err := r.Read(buf[1:])
+		if ctx.Err() != nil {
+			return
+		}
 		if n > 0 {
 			buf[0] = ChannelStdin
 			if conn.Write(ctx, websocket.MessageBinary, buf[:1+n]) != nil {
@@ -120,7 +144,7 @@ func readStreams(ctx context.Context, conn *websocket.Conn, e Exec) (int, error)
 			if websocket.CloseStatus(err) == websocket.StatusNormalClosure || errors.Is(err, io.EOF) || status != nil {
 				break
 			}
-			return -1, fmt.Errorf("%w: exec in pod %s/%s: the stream broke before the program's end was known: %v", errdefs.ErrUnavailable, e.Namespace, e.Pod, err)
+			return -1, fmt.Errorf("%w: exec in pod %s: the stream broke before the program's end was known: %v", errdefs.ErrUnavailable, e.ref(), err)
 		}
 		if typ != websocket.MessageBinary || len(msg) == 0 {
 			continue
@@ -133,18 +157,18 @@ func readStreams(ctx context.Context, conn *websocket.Conn, e Exec) (int, error)
 			w = e.Stderr
 		case ChannelError:
 			if len(status)+len(msg) > maxBody {
-				return -1, fmt.Errorf("%w: exec in pod %s/%s: an oversized status", errdefs.ErrUnavailable, e.Namespace, e.Pod)
+				return -1, fmt.Errorf("%w: exec in pod %s: an oversized status", errdefs.ErrUnavailable, e.ref())
 			}
 			status = append(status, msg[1:]...)
 		}
 		if w != nil && len(msg) > 1 {
 			if _, err := w.Write(msg[1:]); err != nil {
-				return -1, fmt.Errorf("exec in pod %s/%s: writing its output: %w", e.Namespace, e.Pod, err)
+				return -1, fmt.Errorf("exec in pod %s: writing its output: %w", e.ref(), err)
 			}
 		}
 	}
 	if status == nil {
-		return -1, fmt.Errorf("%w: exec in pod %s/%s: the stream ended without the program's status", errdefs.ErrUnavailable, e.Namespace, e.Pod)
+		return -1, fmt.Errorf("%w: exec in pod %s: the stream ended without the program's status", errdefs.ErrUnavailable, e.ref())
 	}
 	return ExitCode(status)
 }

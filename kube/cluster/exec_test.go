@@ -8,7 +8,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
 	"github.com/containerd/errdefs"
@@ -141,5 +144,69 @@ func TestStatusErrors(t *testing.T) {
 	_, err := c.Pod(context.Background(), "default", "gone")
 	if !errdefs.IsNotFound(err) || !strings.Contains(err.Error(), `pods "gone" not found`) {
 		t.Errorf("err = %v", err)
+	}
+}
+
+// heldReader's first Read blocks until release is closed; it records a
+// Read in progress, and one begun or ended once returned is set.
+type heldReader struct {
+	entered, release chan struct{}
+	once             sync.Once
+	inRead, returned atomic.Bool
+	late             atomic.Bool
+}
+
+func (h *heldReader) Read(p []byte) (int, error) {
+	h.late.Store(h.late.Load() || h.returned.Load())
+	h.inRead.Store(true)
+	defer h.inRead.Store(false)
+	h.once.Do(func() { close(h.entered) })
+	<-h.release
+	h.late.Store(h.late.Load() || h.returned.Load())
+	p[0] = 'x'
+	return 1, nil
+}
+
+// A program that ends without reading its stdin (a transfer script's
+// refusal, exit 65) leaves a Read of the caller's stdin in progress:
+// Exec returns only once it has returned, and starts none after, so the
+// caller has its reader back (a tree upload reads its tar stream's next
+// entry from it at once).
+func TestExecReturnsOnceStdinIsLeft(t *testing.T) {
+	r := &heldReader{entered: make(chan struct{}), release: make(chan struct{})}
+	c := fakeExec(t, []string{Protocol}, func(ctx context.Context, conn *websocket.Conn, _ *http.Request) {
+		select {
+		case <-r.entered:
+		case <-ctx.Done():
+			return
+		}
+		send(ctx, conn, ChannelError, `{"status":"Failure","reason":"NonZeroExitCode","details":{"causes":[{"reason":"ExitCode","message":"65"}]}}`)
+		conn.Close(websocket.StatusNormalClosure, "")
+	})
+	type ended struct {
+		code int
+		err  error
+	}
+	done := make(chan ended, 1)
+	go func() {
+		code, err := c.Exec(context.Background(), Exec{Namespace: "default", Pod: "p", Argv: []string{"sh"}, Stdin: r})
+		r.returned.Store(true)
+		done <- ended{code, err}
+	}()
+	<-r.entered
+	var e ended
+	select {
+	case e = <-done:
+		t.Errorf("Exec returned (%d, %v) while a Read of its stdin was in progress", e.code, e.err)
+		close(r.release)
+	case <-time.After(200 * time.Millisecond):
+		close(r.release)
+		e = <-done
+	}
+	if e.err != nil || e.code != 65 {
+		t.Errorf("code %d, err %v; want 65", e.code, e.err)
+	}
+	if r.late.Load() || r.inRead.Load() {
+		t.Errorf("stdin was read after Exec returned")
 	}
 }

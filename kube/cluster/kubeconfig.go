@@ -7,10 +7,12 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/containerd/errdefs"
 	"sigs.k8s.io/yaml"
@@ -30,6 +32,15 @@ type Config struct {
 	// Token is a bearer token, "" for none.
 	Token string
 }
+
+// Why a kubeconfig's setting is refused. kube/node, which reads its
+// kubeconfig through client-go, refuses these settings in these words.
+const (
+	RefuseHTTP         = "airlock talks to an API server only over https"
+	RefuseInsecure     = "insecure-skip-tls-verify: airlock always verifies the API server; give its CA as certificate-authority"
+	RefuseExec         = "an exec credential plugin, which airlock does not run; use a kubeconfig with a client certificate or a token (`kubectl create token SERVICEACCOUNT` makes one)"
+	RefuseAuthProvider = "auth-provider, which airlock does not support; use a client certificate or a token"
+)
 
 // NamespaceOr is ns, else the context's namespace, else "default", as
 // kubectl takes one.
@@ -141,11 +152,11 @@ func Parse(b []byte, dir, context string) (*Config, error) {
 		cl := c.Cluster
 		u, err := url.Parse(cl.Server)
 		if err != nil || u.Scheme != "https" || u.Host == "" {
-			return nil, invalid("cluster %q: server %q: airlock talks to an API server only over https", clusterName, cl.Server)
+			return nil, invalid("cluster %q: server %q: %s", clusterName, cl.Server, RefuseHTTP)
 		}
 		cfg.Server = strings.TrimSuffix(cl.Server, "/")
 		if cl.InsecureSkipTLSVerify {
-			return nil, invalid("cluster %q: insecure-skip-tls-verify: airlock always verifies the API server; give its CA as certificate-authority", clusterName)
+			return nil, invalid("cluster %q: %s", clusterName, RefuseInsecure)
 		}
 		if cl.ProxyURL != "" {
 			return nil, invalid("cluster %q: proxy-url: airlock connects to the API server directly; remove it or use a kubeconfig without a proxy", clusterName)
@@ -175,9 +186,9 @@ func Parse(b []byte, dir, context string) (*Config, error) {
 		u := us.User
 		switch {
 		case u.Exec != nil:
-			return nil, invalid("user %q: an exec credential plugin, which airlock does not run; use a kubeconfig with a client certificate or a token (`kubectl create token SERVICEACCOUNT` makes one)", userName)
+			return nil, invalid("user %q: %s", userName, RefuseExec)
 		case u.AuthProvider != nil:
-			return nil, invalid("user %q: auth-provider, which airlock does not support; use a client certificate or a token", userName)
+			return nil, invalid("user %q: %s", userName, RefuseAuthProvider)
 		case u.Username != "" || u.Password != "":
 			return nil, invalid("user %q: basic authentication (username, password), which Kubernetes removed; use a client certificate or a token", userName)
 		case u.As != "" || len(u.AsGroups) > 0:
@@ -203,7 +214,7 @@ func Parse(b []byte, dir, context string) (*Config, error) {
 		}
 		cfg.Token = u.Token
 		if u.TokenFile != "" && cfg.Token == "" {
-			t, err := os.ReadFile(rel(dir, u.TokenFile))
+			t, err := readFile(rel(dir, u.TokenFile))
 			if err != nil {
 				return nil, invalid("user %q: tokenFile: %v", userName, err)
 			}
@@ -232,7 +243,38 @@ func data(inline, file, dir string) ([]byte, error) {
 	if file == "" {
 		return nil, nil
 	}
-	return os.ReadFile(rel(dir, file))
+	return readFile(rel(dir, file))
+}
+
+// maxFile caps a file a kubeconfig names (a CA, a certificate, a key, a
+// token): each is a few KiB.
+const maxFile = 1 << 20
+
+// readFile reads name, a file a kubeconfig names, which must be a
+// regular file of at most maxFile bytes: a FIFO or a device (/dev/zero)
+// would hang Load or fill the memory.
+func readFile(name string) ([]byte, error) {
+	// O_NONBLOCK: a FIFO opens at once, and the check below refuses it.
+	f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file (%s)", name, fi.Mode().Type())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxFile {
+		return nil, fmt.Errorf("%s is over %d bytes, more than a kubeconfig's file holds", name, maxFile)
+	}
+	return b, nil
 }
 
 func rel(dir, name string) string {

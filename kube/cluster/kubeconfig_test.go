@@ -4,11 +4,14 @@ import (
 	"encoding/base64"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/containerd/errdefs"
 )
@@ -89,5 +92,39 @@ func TestLoadNeedsAKubeconfig(t *testing.T) {
 	}
 	if _, err := Load(filepath.Join(t.TempDir(), "missing"), ""); !errdefs.IsInvalidArgument(err) || errors.Unwrap(err) == nil {
 		t.Errorf("err = %v", err)
+	}
+}
+
+// A file a kubeconfig names must be a regular file of at most maxFile
+// bytes: a FIFO would hang Load (it is opened without blocking, and
+// refused), a device such as /dev/zero would fill the memory, as would a
+// huge file.
+func TestParseRefusesIrregularFiles(t *testing.T) {
+	srv := httptest.NewTLSServer(nil)
+	defer srv.Close()
+	dir := t.TempDir()
+	if err := syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "huge"), make([]byte, maxFile+1), 0o600)
+	for _, tc := range []struct{ name, cluster, user, refused string }{
+		{name: "a FIFO as the CA", cluster: "    certificate-authority: fifo", user: "    token: abc", refused: "not a regular file"},
+		{name: "a FIFO as tokenFile", user: "    tokenFile: fifo", refused: "not a regular file"},
+		{name: "/dev/zero as the client key", user: "    token: abc\n    client-key: /dev/zero", refused: "not a regular file"},
+		{name: "a huge tokenFile", user: "    tokenFile: huge", refused: "over 1048576 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kc := kubeconfigFor(srv.URL, "", tc.cluster, tc.user)
+			done := make(chan error, 1)
+			go func() { _, err := Parse([]byte(kc), dir, ""); done <- err }()
+			select {
+			case err := <-done:
+				if !errdefs.IsInvalidArgument(err) || !strings.Contains(fmt.Sprint(err), tc.refused) {
+					t.Errorf("err = %v; want invalid input saying %q", err, tc.refused)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Parse has not returned after 10s")
+			}
+		})
 	}
 }

@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/url"
 	"strconv"
 	"time"
@@ -62,6 +61,35 @@ const (
 	// should it come back, ends the pod's sandbox.
 	ReasonNodeLost = "AirlockNodeLost"
 )
+
+// MaxName is the longest object name CheckName takes: a DNS-1123
+// subdomain's, as Kubernetes gives pods and nodes.
+const MaxName = 253
+
+// CheckName says whether name, the name of a kind ("pod", "node") as the
+// cluster gave it, is a DNS-1123 subdomain (lower-case letters, digits,
+// '-' and '.', starting and ending with a letter or digit, at most
+// MaxName bytes), as Kubernetes requires of pods' and nodes' names. A
+// name read from the cluster is checked before it is recorded or shown:
+// anyone who may write an object's status chooses what it names, and a
+// valid name needs no escaping on a terminal. Another is unavailable (the
+// answer is not one an API server gives), shown as Printable.
+func CheckName(kind, name string) error {
+	ok := name != "" && len(name) <= MaxName
+	for i := 0; ok && i < len(name); i++ {
+		switch ch := name[i]; {
+		case 'a' <= ch && ch <= 'z', '0' <= ch && ch <= '9':
+		case ch == '-' || ch == '.':
+			ok = i > 0 && i < len(name)-1
+		default:
+			ok = false
+		}
+	}
+	if !ok {
+		return fmt.Errorf("%w: the cluster named a %s \"%s\", which is no DNS-1123 name of at most %d bytes, as Kubernetes gives", errdefs.ErrUnavailable, kind, Printable(name), MaxName)
+	}
+	return nil
+}
 
 // NameRef names an object in the same namespace.
 type NameRef struct {
@@ -260,14 +288,16 @@ func (c *Client) PodLog(ctx context.Context, ns, name, container string, limit i
 	// longer one.
 	q := url.Values{"container": {container}, "limitBytes": {strconv.FormatInt(limit+1, 10)}}
 	path := "/api/v1/namespaces/" + url.PathEscape(ns) + "/pods/" + url.PathEscape(name) + "/log"
+	ctx, cancel := c.bound(ctx)
+	defer cancel()
 	resp, err := c.send(ctx, "GET", path, q, nil)
 	if err != nil {
 		return nil, false, err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	b, err := readAll(ctx, resp.Body, limit+1)
 	if err != nil {
-		return nil, false, fmt.Errorf("%w: reading the log of pod %s/%s: %v", errdefs.ErrUnavailable, ns, name, err)
+		return nil, false, fmt.Errorf("reading the log of pod %s/%s: %w", ns, name, c.failed(ctx, "GET", path, err))
 	}
 	if int64(len(b)) > limit {
 		return b[:limit], true, nil

@@ -1,9 +1,19 @@
 package controller
 
 import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/containerd/errdefs"
 
 	coordv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -139,5 +149,52 @@ func TestRBAC(t *testing.T) {
 		if _, err := RBAC(bad[0], bad[1]); err == nil {
 			t.Errorf("RBAC(%q, %q) accepted", bad[0], bad[1])
 		}
+	}
+}
+
+// The controller's credentials may update any pod's status. Its
+// kubeconfig, read by client-go, is refused as the airlock binary's is
+// (see node.ClientAs) when it names a plain-http server, skips TLS
+// verification or runs an exec credential plugin: Run stops before any
+// request is sent or program run.
+func TestRunRefusesKubeconfigsClusterRefuses(t *testing.T) {
+	var asked atomic.Int32
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		http.Error(w, `{"kind":"Status","status":"Failure","code":500}`, 500)
+	})
+	plain := httptest.NewServer(handler)
+	defer plain.Close()
+	tlsSrv := httptest.NewTLSServer(handler)
+	defer tlsSrv.Close()
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "plugin-ran")
+	plugin := filepath.Join(dir, "plugin.sh")
+	os.WriteFile(plugin, []byte("#!/bin/sh\ntouch "+marker+"\necho '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\"status\":{\"token\":\"from-plugin\"}}'\n"), 0o700)
+	kubeconfig := func(cluster, user string) string {
+		return "apiVersion: v1\ncurrent-context: c\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n" +
+			"clusters: [{name: k, cluster: {" + cluster + "}}]\nusers: [{name: u, user: {" + user + "}}]\n"
+	}
+	for name, kc := range map[string]string{
+		"http server":              kubeconfig("server: "+plain.URL, "token: controller-secret"),
+		"insecure-skip-tls-verify": kubeconfig("server: "+tlsSrv.URL+", insecure-skip-tls-verify: true", "token: controller-secret"),
+		"exec plugin":              kubeconfig("server: "+tlsSrv.URL, "exec: {apiVersion: client.authentication.k8s.io/v1, command: "+plugin+", interactiveMode: Never}"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "kubeconfig")
+			os.WriteFile(p, []byte(kc), 0o600)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			err := Run(ctx, Config{Kubeconfig: p, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, nil)
+			if !errdefs.IsInvalidArgument(err) {
+				t.Errorf("Run: %v; want invalid input", err)
+			}
+		})
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Errorf("the exec credential plugin ran")
+	}
+	if n := asked.Load(); n != 0 {
+		t.Errorf("the API server was asked %d times", n)
 	}
 }

@@ -32,6 +32,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -54,6 +55,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
@@ -227,7 +229,9 @@ func Run(ctx context.Context, c Config, ready func()) error {
 // Client reads a kubeconfig that only its owner may read.
 func Client(path string) (*kubernetes.Clientset, error) { return ClientAs(path, "airlock-node") }
 
-// ClientAs is Client, naming itself agent to the API server.
+// ClientAs is Client, naming itself agent to the API server. It refuses
+// what package cluster refuses of a kubeconfig and client-go would
+// honour (see refused).
 func ClientAs(path, agent string) (*kubernetes.Clientset, error) {
 	if path == "" {
 		return nil, fmt.Errorf("%w: no kubeconfig: give --kubeconfig FILE or set KUBECONFIG", errdefs.ErrInvalidArgument)
@@ -243,12 +247,34 @@ func ClientAs(path, agent string) (*kubernetes.Clientset, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: kubeconfig %s: %v", errdefs.ErrInvalidArgument, path, err)
 	}
+	if why := refused(cfg); why != "" {
+		return nil, fmt.Errorf("%w: kubeconfig %s: %s", errdefs.ErrInvalidArgument, path, why)
+	}
 	cfg.UserAgent = agent
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%w: kubeconfig %s: %v", errdefs.ErrInvalidArgument, path, err)
 	}
 	return cs, nil
+}
+
+// refused says why cfg, a kubeconfig's context as client-go reads it, is
+// refused, as package cluster refuses it: a server without TLS, or one
+// not verified (either would carry the credentials, which may change any
+// pod's status, to whoever answers), an exec credential plugin (a
+// program client-go would run) or an auth provider; "" when it is not.
+func refused(cfg *rest.Config) string {
+	switch u, err := url.Parse(cfg.Host); {
+	case err != nil || u.Scheme != "https" || u.Host == "":
+		return fmt.Sprintf("server %q: %s", cfg.Host, cluster.RefuseHTTP)
+	case cfg.Insecure:
+		return cluster.RefuseInsecure
+	case cfg.ExecProvider != nil:
+		return cluster.RefuseExec
+	case cfg.AuthProvider != nil:
+		return cluster.RefuseAuthProvider
+	}
+	return ""
 }
 
 // nodeObject is the Node the node registers: tainted so that only pods

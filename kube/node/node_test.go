@@ -5,6 +5,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -14,14 +15,18 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/virtual-kubelet/virtual-kubelet/node/nodeutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
 
 	"github.com/airlock-sandbox/airlock/internal/pkitest"
+	"github.com/airlock-sandbox/airlock/kube/cluster"
 )
 
 // TestExecIsCreate: whatever its method, a request that runs something in
@@ -105,5 +110,59 @@ func TestKubeletAPIBounds(t *testing.T) {
 	}
 	if code := ask("X-Pad: " + strings.Repeat("x", 128<<10) + "\r\n"); code != http.StatusRequestHeaderFieldsTooLarge {
 		t.Errorf("128KiB of headers: %d, want 431", code)
+	}
+}
+
+// A kubeconfig is read by client-go here, which would honour what package
+// cluster refuses: a server without TLS or unverified (the credentials,
+// which may change pods' status, go to whoever answers), an exec
+// credential plugin (a program run) and an auth provider. Each is refused
+// in cluster's words, before any request is made or program run.
+func TestClientRefusesWhatClusterRefuses(t *testing.T) {
+	var asked atomic.Int32
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		http.Error(w, "no", http.StatusInternalServerError)
+	}))
+	defer srv.Close()
+	ca := base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "plugin-ran")
+	plugin := filepath.Join(dir, "plugin.sh")
+	os.WriteFile(plugin, []byte("#!/bin/sh\ntouch "+marker+"\necho '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\"status\":{\"token\":\"t\"}}'\n"), 0o700)
+	kubeconfig := func(cluster, user string) string {
+		return "apiVersion: v1\ncurrent-context: c\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n" +
+			"clusters: [{name: k, cluster: {" + cluster + "}}]\nusers: [{name: u, user: {" + user + "}}]\n"
+	}
+	verified := "server: " + srv.URL + ", certificate-authority-data: " + ca
+	for _, tc := range []struct{ name, kubeconfig, says string }{
+		{"http", kubeconfig("server: "+strings.Replace(srv.URL, "https:", "http:", 1), "token: secret"), cluster.RefuseHTTP},
+		{"insecure-skip-tls-verify", kubeconfig("server: "+srv.URL+", insecure-skip-tls-verify: true", "token: secret"), cluster.RefuseInsecure},
+		{"exec plugin", kubeconfig(verified, "exec: {apiVersion: client.authentication.k8s.io/v1, command: "+plugin+", interactiveMode: Never}"), cluster.RefuseExec},
+		{"auth provider", kubeconfig(verified, "auth-provider: {name: oidc, config: {id-token: x, idp-issuer-url: 'https://127.0.0.1:1'}}"), cluster.RefuseAuthProvider},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "kubeconfig")
+			os.WriteFile(p, []byte(tc.kubeconfig), 0o600)
+			cs, err := ClientAs(p, "airlock-test")
+			if err == nil {
+				cs.CoreV1().Nodes().Get(t.Context(), "x", metav1.GetOptions{})
+			}
+			if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("err = %v; want invalid input saying %q", err, tc.says)
+			}
+		})
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Errorf("the exec credential plugin ran")
+	}
+	if n := asked.Load(); n != 0 {
+		t.Errorf("the server was asked %d times", n)
+	}
+	// A verified server with a token is taken.
+	p := filepath.Join(dir, "kubeconfig")
+	os.WriteFile(p, []byte(kubeconfig(verified, "token: secret")), 0o600)
+	if _, err := ClientAs(p, "airlock-test"); err != nil {
+		t.Errorf("a verified https server with a token: %v", err)
 	}
 }

@@ -335,11 +335,21 @@ func (s *Store) Create(ctx context.Context, o CreateOptions) (rec Record, err er
 			return rec, fmt.Errorf("the claim's pod %s/%s: %w", ns, rec.Pod, err)
 		}
 	}
+	if rc := pod.Spec.RuntimeClassName; rc != "" {
+		if err := cluster.CheckName("runtime class", rc); err != nil {
+			return rec, fmt.Errorf("the claim's pod %s/%s: %w", ns, rec.Pod, err)
+		}
+	}
 	rec.State, rec.Node, rec.RuntimeClass = Ready, pod.Spec.NodeName, pod.Spec.RuntimeClassName
 	for _, ct := range pod.Spec.Containers {
-		if ct.Name == Container {
-			rec.Image = ct.Image
+		if ct.Name != Container {
+			continue
 		}
+		if !imageRef(ct.Image) {
+			return rec, fmt.Errorf("%w: the claim's pod %s/%s names image \"%s\", which is no image reference (printable ASCII, at most %d bytes)",
+				errdefs.ErrUnavailable, ns, rec.Pod, cluster.Printable(ct.Image), maxImageRef)
+		}
+		rec.Image = ct.Image
 	}
 	if d := pod.Spec.ActiveDeadlineSeconds; d != nil && pod.Status.StartTime != nil {
 		rec.ExpiresAt = pod.Status.StartTime.Add(time.Duration(*d) * time.Second).UTC()
@@ -349,6 +359,24 @@ func (s *Store) Create(ctx context.Context, o CreateOptions) (rec Record, err er
 	}
 	progress(fmt.Sprintf("ready in %.1fs: pod %s/%s on node %s", time.Since(start).Seconds(), ns, rec.Pod, rec.Node))
 	return rec, nil
+}
+
+// maxImageRef bounds an image reference read from a pod, as a
+// registry's name and digest need.
+const maxImageRef = 4096
+
+// imageRef says whether s can be an image reference: printable ASCII
+// without spaces, at most maxImageRef bytes. It is recorded and shown.
+func imageRef(s string) bool {
+	if s == "" || len(s) > maxImageRef {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
 }
 
 // clientOf loads the kubeconfig r was made with and checks that it still

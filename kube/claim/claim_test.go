@@ -33,8 +33,10 @@ type apiServer struct {
 	deletes int
 	message string // the message of a claim not yet ready
 	// pod and node name the ready claim's pod and its node ("py-abcde",
-	// "airlock-a" when empty).
-	pod, node string
+	// "airlock-a" when empty); image and runtimeClass are its container's
+	// image and its runtime class ("airlock/py@sha256:0123", "gvisor").
+	pod, node           string
+	image, runtimeClass string
 	// stall, when set, is a method and path prefix whose answers send
 	// their headers and part of a body, then nothing until the test ends.
 	stall string
@@ -107,8 +109,10 @@ func (a *apiServer) handler(done <-chan struct{}) http.Handler {
 		}
 		pod, _ := json.Marshal(r.PathValue("name"))
 		node, _ := json.Marshal(cmp.Or(a.node, "airlock-a"))
-		fmt.Fprintf(w, `{"metadata":{"name":%s},"spec":{"nodeName":%s,"runtimeClassName":"gvisor","activeDeadlineSeconds":600,
- "containers":[{"name":"sandbox","image":"airlock/py@sha256:0123"}]},"status":{"phase":"Running","startTime":"2026-01-02T03:04:05Z"}}`, pod, node)
+		image, _ := json.Marshal(cmp.Or(a.image, "airlock/py@sha256:0123"))
+		rc, _ := json.Marshal(cmp.Or(a.runtimeClass, "gvisor"))
+		fmt.Fprintf(w, `{"metadata":{"name":%s},"spec":{"nodeName":%s,"runtimeClassName":%s,"activeDeadlineSeconds":600,
+ "containers":[{"name":"sandbox","image":%s}]},"status":{"phase":"Running","startTime":"2026-01-02T03:04:05Z"}}`, pod, node, rc, image)
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a.mu.Lock()
@@ -309,17 +313,18 @@ func TestDestroyStalledServer(t *testing.T) {
 	}
 }
 
-// The claim's pod and the pod's node are named by the cluster: a name
-// that is no DNS-1123 name fails the create before it is recorded or
-// shown raw, and nothing of the create is left.
+// The claim's pod, its node, its runtime class and its image are named by
+// the cluster: a name that is no DNS-1123 name, or an image that is no
+// reference, fails the create before it is recorded or shown raw, and
+// nothing of the create is left.
 func TestCreateRefusesNamesNotDNS(t *testing.T) {
 	evil := "\x1b]0;pwned\x07\x1b[2J" + strings.Repeat("n", 4096)
-	for _, a := range []*apiServer{{pod: "py-" + evil}, {node: "node-" + evil}} {
+	for _, a := range []*apiServer{{pod: "py-" + evil}, {node: "node-" + evil}, {runtimeClass: "gvisor-" + evil}, {image: "airlock/py " + evil}} {
 		cfg, s := setup(t, a)
 		id, _ := runner.NewSandboxID()
 		var progress []string
 		_, err := s.Create(context.Background(), CreateOptions{ID: id, Config: cfg, WarmPool: "py", Progress: func(p string) { progress = append(progress, p) }})
-		if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "no DNS-1123 name") {
+		if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "no DNS-1123 name") && !strings.Contains(err.Error(), "no image reference") {
 			t.Errorf("err = %.300v; want unavailable, naming the rule", err)
 		}
 		for _, p := range append(progress, fmt.Sprint(err)) {

@@ -198,10 +198,22 @@ func (p *Provider) CreatePod(ctx context.Context, in *corev1.Pod) error {
 			return nil
 		}
 	}
+	// A UID names the pod's log: the API server gives each pod its own,
+	// and a second pod under one held here is refused.
+	twin := ""
+	for ok, other := range p.pods {
+		if other.obj.UID == in.UID {
+			twin = ok
+			break
+		}
+	}
 	p.pods[k] = pd
 	lost := p.lost[string(in.UID)]
 	p.mu.Unlock()
 
+	if twin != "" {
+		return p.fail(pd, ReasonRefused, fmt.Sprintf("metadata.uid: pod %s has UID %q too; Kubernetes gives each pod a UID of its own", twin, in.UID))
+	}
 	if lost {
 		return p.fail(pd, ReasonNodeRestarted, "the node restarted while this pod ran; its program is not started again")
 	}

@@ -446,3 +446,39 @@ func TestNewProviderRemovesLastLogs(t *testing.T) {
 		t.Errorf("the last process's log is still there: %v (root %s)", err, root)
 	}
 }
+
+// A UID names its pod's log: a second pod of a UID held here (a hostile
+// or broken API server) is refused, and the first pod's log is its own.
+func TestPodOfAHeldUIDRefused(t *testing.T) {
+	fe := &fakeEngine{}
+	fe.exec = func(ctx context.Context, pr *engine.Process) (engine.Exit, error) {
+		pr.Stdout.Write([]byte("the first pod's\n"))
+		<-ctx.Done()
+		return engine.Exit{Code: 137}, nil
+	}
+	p, _, _ := fakeProvider(t, fe)
+	ctx := context.Background()
+	first := renderedPod(t, "0b3f6c1e-5d7a-4c2b-9e8f-1a2b3c4d5e6f")
+	if err := p.CreatePod(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	defer p.DeletePod(ctx, first)
+	second := renderedPod(t, string(first.UID))
+	second.Name = "q"
+	if err := p.CreatePod(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := p.GetPod(ctx, "ns", "q")
+	if got.Status.Phase != corev1.PodFailed || !strings.Contains(got.Status.Message, "ns/p has UID") {
+		t.Errorf("a second pod of UID %s: %s, %q; want it refused naming the first", first.UID, got.Status.Phase, got.Status.Message)
+	}
+	if n := fe.sandboxes(); n != 1 {
+		t.Errorf("%d sandboxes made; want the first pod's alone", n)
+	}
+	if err := p.DeletePod(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := p.GetPod(ctx, "ns", "p"); got == nil || got.Status.Phase == corev1.PodFailed {
+		t.Errorf("deleting the refused twin touched the first pod: %+v", got)
+	}
+}

@@ -97,6 +97,17 @@ func (e *Engine) agentBind() (src string, ok bool) {
 // socket instead.
 var errNoAgent = errors.New("no exec agent")
 
+// handOverError is the agent's answer that it could not hand a run-code
+// job to the fork server: nothing ran, and the sandbox is up (its agent
+// answered). It is errdefs.IsUnavailable.
+type handOverError struct{ sandbox, why string }
+
+func (e *handOverError) Error() string {
+	return fmt.Sprintf("the exec agent of sandbox %q could not hand the job to the fork server: %q", e.sandbox, e.why)
+}
+
+func (e *handOverError) Unwrap() error { return errdefs.ErrUnavailable }
+
 // relayReply is the relay's one answer.
 type relayReply struct {
 	Pid   int32 `json:"pid,omitempty"`
@@ -191,7 +202,7 @@ func (s *sandbox) startAgent(ctx context.Context, pr *specs.Process, child [3]*o
 	case rep.Taken != "":
 		return 0, nil, fmt.Errorf("%w: whether %q started in sandbox %q is unknown, so it was not started again: %s", errdefs.ErrDataLoss, pr.Args[0], s.st.ID, rep.Taken)
 	case rep.HandOver != "":
-		return 0, nil, fmt.Errorf("%w: the sandbox's exec agent could not hand the job to the fork server: %q", errdefs.ErrUnavailable, rep.HandOver)
+		return 0, nil, &handOverError{sandbox: s.st.ID, why: rep.HandOver}
 	case rep.Err != "":
 		return 0, nil, errors.New(rep.Err)
 	case rep.Errno != 0:

@@ -647,6 +647,9 @@ func (s *sandbox) execControl(ctx context.Context, p *engine.Process, pr *specs.
 	}
 	if err != nil {
 		var refused *gvisor.RefusedError
+		if ho := (*handOverError)(nil); errors.As(err, &ho) {
+			return engine.Exit{}, err // the agent answered: the sandbox is up
+		}
 		if !errors.As(err, &refused) {
 			if aerr := s.goneWithin(2 * time.Second); aerr != nil {
 				return engine.Exit{}, aerr

@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/internal/atomicfile"
 	"github.com/airlock-sandbox/airlock/internal/proc"
+	"github.com/airlock-sandbox/airlock/internal/realpath"
 	"github.com/airlock-sandbox/airlock/lifecycle"
 	"github.com/airlock-sandbox/airlock/store"
 )
@@ -187,12 +188,12 @@ func removeRunDir(dir string) error {
 // mountsUnder lists mount points at or below dir, deepest first.
 // mountinfo names a mount point absolute, with its symlinks resolved and
 // its spaces, tabs, newlines and backslashes octal-escaped; dir is taken
-// to that form (realPath), and each mount point decoded, before they are
+// to that form (realpath.Of), and each mount point decoded, before they are
 // compared: a relative root, one reached through a symlink or one with a
 // space in its path would otherwise match nothing, and its runs' mounts
 // would keep their directories busy for good.
 func mountsUnder(dir string) []string {
-	dir = realPath(dir)
+	dir = realpath.Of(dir)
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil

@@ -10,7 +10,4 @@ import "github.com/airlock-sandbox/airlock/internal/realpath"
 // part that does not exist yet is kept as given: airlock makes it, as
 // plain directories. It returns dir cleaned when there is no working
 // directory to make it absolute against.
-func ResolveRoot(dir string) string { return realPath(dir) }
-
-// realPath is path as the kernel names it (realpath.Of).
-func realPath(path string) string { return realpath.Of(path) }
+func ResolveRoot(dir string) string { return realpath.Of(dir) }

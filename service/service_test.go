@@ -3,7 +3,6 @@ package service_test
 import (
 	"context"
 	"errors"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/admission"
 	"github.com/airlock-sandbox/airlock/internal/fuzztest"
+	"github.com/airlock-sandbox/airlock/internal/roottest"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/service"
 )
@@ -168,21 +168,8 @@ func TestStartPoolsRefuses(t *testing.T) {
 // (runner.ResolveRoot): a relative --root or AIRLOCK_ROOT, or one reached
 // through a symlink, names the same directory as the kernel's mountinfo.
 func TestNewResolvesRoot(t *testing.T) {
-	base, err := filepath.EvalSymlinks(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Mkdir(filepath.Join(base, "real"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink("real", filepath.Join(base, "link")); err != nil {
-		t.Fatal(err)
-	}
-	t.Chdir(base)
-	want := filepath.Join(base, "real")
-	for _, root := range []string{"link", "real", filepath.Join(base, "link")} {
-		if got := service.New(root, &fuzztest.NoEngines{}).Root(); got != want {
-			t.Errorf("New(%q).Root() = %q; want %q", root, got, want)
-		}
+	base := roottest.LinkedDir(t)
+	if got, want := service.New("link", &fuzztest.NoEngines{}).Root(), filepath.Join(base, "real"); got != want {
+		t.Errorf("New(%q).Root() = %q; want %q (realpath.Of)", "link", got, want)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/internal/flock"
+	"github.com/airlock-sandbox/airlock/internal/roottest"
 )
 
 // TestReapWaitsForLock: Reap frees nothing of a sandbox whose lock
@@ -203,29 +204,12 @@ func withRunscState(t *testing.T) *Engine {
 // it are then those the kernel reports, and mean the same from any
 // working directory.
 func TestNewResolvesRoot(t *testing.T) {
-	base, err := filepath.EvalSymlinks(t.TempDir())
+	base := roottest.LinkedDir(t)
+	e, err := New("link")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Mkdir(filepath.Join(base, "real"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink("real", filepath.Join(base, "link")); err != nil {
-		t.Fatal(err)
-	}
-	t.Chdir(base)
-	for root, want := range map[string]string{
-		"link":           filepath.Join(base, "real"),
-		"real":           filepath.Join(base, "real"),
-		"link/not/yet":   filepath.Join(base, "real", "not", "yet"),
-		"missing/either": filepath.Join(base, "missing", "either"),
-	} {
-		e, err := New(root)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if e.root != want || e.runsc != RunscPath(want) {
-			t.Errorf("New(%q): root %q, runsc %q; want root %q", root, e.root, e.runsc, want)
-		}
+	if want := filepath.Join(base, "real"); e.root != want || e.runsc != RunscPath(want) {
+		t.Errorf("New(%q): root %q, runsc %q; want root %q (realpath.Of)", "link", e.root, e.runsc, want)
 	}
 }

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -24,8 +26,10 @@ type metrics struct {
 	runs      *counterVec
 }
 
-// liveStates are the states a listed sandbox can be in.
-var liveStates = []lifecycle.State{lifecycle.Requested, lifecycle.Pooled, lifecycle.Created, lifecycle.Ready, lifecycle.Running, lifecycle.Failed, lifecycle.Orphaned}
+// liveStates are the states a listed sandbox can be in, each written at
+// every scrape (0 when none is in it).
+var liveStates = []lifecycle.State{lifecycle.Requested, lifecycle.Pooled, lifecycle.Created, lifecycle.Ready, lifecycle.Running,
+	lifecycle.Paused, lifecycle.Terminating, lifecycle.Failed, lifecycle.Orphaned}
 
 var latencyBuckets = []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
 
@@ -97,6 +101,11 @@ func writeSandboxes(e *expo, sandboxes func() ([]runner.SandboxInfo, error)) {
 	}
 	e.family("airlock_sandboxes_active", "Live sandboxes by lifecycle state.", "gauge")
 	for _, st := range liveStates {
+		e.sample("airlock_sandboxes_active", float64(counts[st]), "state", string(st))
+		delete(counts, st)
+	}
+	// A state not above still counts: a sandbox is never left out.
+	for _, st := range slices.Sorted(maps.Keys(counts)) {
 		e.sample("airlock_sandboxes_active", float64(counts[st]), "state", string(st))
 	}
 	age.write(e, "airlock_sandbox_age_seconds", "Age of the live sandboxes at scrape time.")

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/prometheus/common/expfmt"
@@ -26,6 +27,7 @@ import (
 	"github.com/airlock-sandbox/airlock/errkind"
 	"github.com/airlock-sandbox/airlock/internal/fuzztest"
 	"github.com/airlock-sandbox/airlock/isolation"
+	"github.com/airlock-sandbox/airlock/lifecycle"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/service"
 )
@@ -516,5 +518,34 @@ func TestTokenFileModes(t *testing.T) {
 		if _, err := LoadToken(t.TempDir(), f); (err == nil) != ok {
 			t.Errorf("mode %04o: %v, want taken %v", mode, err, ok)
 		}
+	}
+}
+
+// Every listed sandbox is counted in the gauge, paused and terminating
+// ones included, and no more than once.
+func TestMetricsCountEveryState(t *testing.T) {
+	var list []runner.SandboxInfo
+	for _, st := range []lifecycle.State{lifecycle.Paused, lifecycle.Paused, lifecycle.Terminating, lifecycle.Ready, "unheard-of"} {
+		list = append(list, runner.SandboxInfo{State: st, CreatedAt: time.Now()})
+	}
+	var e expo
+	writeSandboxes(&e, func() ([]runner.SandboxInfo, error) { return list, nil })
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(e.b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	total := 0.0
+	for _, m := range fams["airlock_sandboxes_active"].GetMetric() {
+		st := m.GetLabel()[0].GetValue()
+		if _, dup := got[st]; dup {
+			t.Errorf("state %q written twice", st)
+		}
+		got[st] = m.GetGauge().GetValue()
+		total += got[st]
+	}
+	if got["paused"] != 2 || got["terminating"] != 1 || got["ready"] != 1 || got["unheard-of"] != 1 || total != float64(len(list)) {
+		t.Fatalf("gauge %v for %d sandboxes", got, len(list))
 	}
 }

@@ -381,7 +381,9 @@ func (e *Engine) ListSandboxes(ctx context.Context) ([]string, error) {
 	}
 	ids := make([]string, 0, len(list))
 	for _, c := range list {
-		ids = append(ids, c.Labels[LabelID])
+		if id, ok := ourID(c); ok {
+			ids = append(ids, id)
+		}
 	}
 	return ids, nil
 }
@@ -393,6 +395,37 @@ func (e *Engine) ours() filters.Args {
 		f.Add("label", LabelRoot+"="+e.root)
 	}
 	return f
+}
+
+// ofID filters this root's containers or volumes to those of sandbox id.
+func (e *Engine) ofID(id string) filters.Args {
+	f := e.ours()
+	f.Add("label", LabelID+"="+id)
+	return f
+}
+
+// containersOf lists this root's containers of sandbox id.
+func (e *Engine) containersOf(ctx context.Context, id string) ([]container.Summary, error) {
+	list, err := e.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: e.ofID(id)})
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(list, func(c container.Summary) bool {
+		got, ok := ourID(c)
+		return !ok || got != id
+	}), nil
+}
+
+// containerName is the name airlock gives sandbox id's container.
+func containerName(id string) string { return "airlock-" + id }
+
+// ourID is the sandbox id of an airlock container. Labels alone do not
+// make one: dockerd copies an image's LABELs onto the containers of it,
+// which airlock may not have made. No image names its container, so the
+// name must also be the one airlock gave it.
+func ourID(c container.Summary) (string, bool) {
+	id := c.Labels[LabelID]
+	return id, id != "" && slices.Contains(c.Names, "/"+containerName(id))
 }
 
 // labels are the labels of the container of s.

@@ -56,7 +56,7 @@ func TestOpenSharesOneWatch(t *testing.T) {
 		"State":      map[string]any{"Running": true, "Status": "running", "Pid": sleep.Process.Pid, "StartedAt": "2024-01-01T00:00:00Z"},
 	}
 	_, e := startFake(t, map[string]http.HandlerFunc{
-		"GET /containers/json":     jsonReply([]map[string]any{{"Id": "cid"}}),
+		"GET /containers/json":     jsonReply([]map[string]any{{"Id": "cid", "Names": []string{"/airlock-sb"}, "Labels": map[string]string{LabelID: "sb"}}}),
 		"GET /containers/cid/json": jsonReply(c),
 	})
 	ctx := context.Background()

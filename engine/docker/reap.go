@@ -12,8 +12,6 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/volume"
 
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
@@ -71,13 +69,13 @@ func (e *Engine) sweepSandboxLogs(ctx context.Context) {
 	}
 }
 
-// Reap implements engine.Reaper: force-remove the run's container with
-// every volume it used, volumes labelled with the run's id, and its parent
-// cgroup.
+// Reap implements engine.Reaper: force-remove this root's container of
+// the run with its anonymous volumes, this root's volumes labelled with
+// the run's id, and its parent cgroup. A named volume a container mounts
+// is not airlock's (its sandboxes mount binds and tmpfs only) and stays.
 func (e *Engine) Reap(ctx context.Context, id string) error {
 	var errs []error
-	label := filters.NewArgs(filters.Arg("label", LabelID+"="+id))
-	list, err := e.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: label})
+	list, err := e.containersOf(ctx, id)
 	if err != nil {
 		errs = append(errs, unavailable(e.cli.DaemonHost(), err))
 	}
@@ -87,12 +85,6 @@ func (e *Engine) Reap(ctx context.Context, id string) error {
 	}
 	var vols []string
 	for _, c := range list {
-		for _, m := range c.Mounts {
-			if m.Type == mount.TypeVolume && m.Name != "" {
-				vols = append(vols, m.Name)
-			}
-		}
-		// RemoveVolumes takes the anonymous volumes; named ones go below.
 		if err := e.removeContainer(ctx, c.ID); err != nil && !errdefs.IsNotFound(err) {
 			errs = append(errs, err)
 		}
@@ -100,7 +92,7 @@ func (e *Engine) Reap(ctx context.Context, id string) error {
 			os.RemoveAll(dir)
 		}
 	}
-	if labelled, err := e.cli.VolumeList(ctx, volume.ListOptions{Filters: label}); err != nil {
+	if labelled, err := e.cli.VolumeList(ctx, volume.ListOptions{Filters: e.ofID(id)}); err != nil {
 		errs = append(errs, unavailable(e.cli.DaemonHost(), err))
 	} else {
 		for _, v := range labelled.Volumes {

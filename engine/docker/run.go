@@ -104,7 +104,7 @@ func (e *Engine) Run(ctx context.Context, s *engine.SandboxSpec) (_ engine.Task,
 	r.log = r.log.With("runtime", host.Runtime)
 
 	since := time.Now()
-	name := "airlock-" + s.ID
+	name := containerName(s.ID)
 	cctx, cancelCreate := context.WithTimeout(r.bg, e.setupTimeout)
 	created, err := e.cli.ContainerCreate(cctx, cfg, host, netcfg, nil, name)
 	cancelCreate()

@@ -32,7 +32,6 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/airlock-sandbox/airlock/engine"
@@ -223,7 +222,7 @@ func (e *Engine) Create(ctx context.Context, s *engine.SandboxSpec) (sb engine.S
 	cfg.AttachStdout, cfg.AttachStderr = false, false
 	log := e.log.With("sandbox_id", s.ID, "image_digest", s.Image.String(), "runtime", host.Runtime)
 
-	name := "airlock-" + s.ID
+	name := containerName(s.ID)
 	remove := func(ref string) {
 		rctx, cancel := context.WithTimeout(bg, cleanupTimeout)
 		defer cancel()
@@ -306,12 +305,12 @@ func (s *sandbox) watch(ctx context.Context) error {
 	return nil
 }
 
-// Open implements engine.Engine: it finds the sandbox's container by its
-// id label.
+// Open implements engine.Engine: it finds the sandbox's container of
+// this root by its id label and its name.
 func (e *Engine) Open(ctx context.Context, id string) (engine.Sandbox, error) {
 	lctx, cancel := context.WithTimeout(ctx, e.setupTimeout)
 	defer cancel()
-	list, err := e.cli.ContainerList(lctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", LabelID+"="+id))})
+	list, err := e.containersOf(lctx, id)
 	if err != nil {
 		return nil, classify("finding sandbox", e.cli.DaemonHost(), err)
 	}

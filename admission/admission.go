@@ -61,12 +61,12 @@ func (g *Gate) CountAlso(others func() (int, error)) {
 // live counts the sandboxes recorded; g.mu is held, so that a count and
 // the admission it allows are one step.
 func (g *Gate) live() (int, error) {
-	list, err := runner.ListSandboxes(g.root)
+	n, err := runner.CountSandboxes(g.root)
 	if err != nil || g.others == nil {
-		return len(list), err
+		return n, err
 	}
-	n, err := g.others()
-	return len(list) + n, err
+	m, err := g.others()
+	return n + m, err
 }
 
 // Room says whether one more sandbox or run would be admitted now.

@@ -490,6 +490,11 @@ func (sb *Sandbox) Exec(ctx context.Context, p ExecSpec) (Result, error) {
 		cur.LastActivity = time.Now().UTC()
 		merr := lc.Move(sb.id, lifecycle.Running, "", nil)
 		if errors.Is(merr, lifecycle.ErrTransition) {
+			if rec, gerr := lc.Get(sb.id); gerr == nil && rec.State == lifecycle.Paused {
+				// Paused since it was opened: alive, and an exec's
+				// open resumes it.
+				return fmt.Errorf("%w: sandbox %q was paused as this exec began; try again (an exec resumes a paused sandbox)", errdefs.ErrConflict, sb.id)
+			}
 			return goneError(sb.id)
 		}
 		return merr

@@ -227,6 +227,21 @@ func checkLabels(l map[string]string) error {
 	return nil
 }
 
+// CountSandboxes counts what ListSandboxes lists and the sandboxes being
+// destroyed, which their engines may still hold until their records go:
+// what admission counts.
+func CountSandboxes(root string) (int, error) {
+	files, _ := filepath.Glob(filepath.Join(sandboxesDir(root), "sb-*.json"))
+	n := len(listPooled(root))
+	for _, f := range files {
+		si, err := ReadSandbox(root, strings.TrimSuffix(filepath.Base(f), ".json"))
+		if !errdefs.IsNotFound(err) || si.State == lifecycle.Terminating {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // ListSandboxes lists every sandbox that has a record under root, oldest
 // first, warm pools' sandboxes included (state pooled); a record whose
 // sandbox is gone is left out.

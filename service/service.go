@@ -198,6 +198,11 @@ func (s *Service) Destroy(ctx context.Context, id string) error {
 	if errdefs.IsInvalidArgument(err) {
 		return err
 	}
+	if si, rerr := runner.ReadSandbox(s.root, id); rerr == nil && si.Engine != "" {
+		// Its engine is named and does not answer: the sandbox may
+		// still run there, and its record is what finds it again.
+		return err
+	}
 	reapers, rdone := s.engines.Reapers(ctx)
 	defer rdone()
 	return runner.RemoveSandbox(ctx, s.root, reapers, id)

@@ -210,8 +210,11 @@ func (s *Store) Begin(ctx context.Context, id string, extra map[string]any) (*Ru
 		return nil, err
 	}
 	if err := s.Move(id, Requested, "", extra); err != nil {
-		if rerr := os.Remove(s.path(id)); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
-			err = fmt.Errorf("%w (and removing its state: %v)", err, rerr)
+		// A refused move wrote nothing: the record there is another's.
+		if !errors.Is(err, ErrTransition) {
+			if rerr := os.Remove(s.path(id)); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+				err = fmt.Errorf("%w (and removing its state: %v)", err, rerr)
+			}
 		}
 		l.Release()
 		return nil, err

@@ -269,3 +269,26 @@ func TestRedact(t *testing.T) {
 		t.Errorf("audit log holds a secret: %s", b)
 	}
 }
+
+// A Begin refused because the id has a live record leaves that record.
+func TestRefusedBeginKeepsTheRecordThere(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	l, err := s.Begin(ctx, "run1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MoveThrough("run1", Created, Ready); err != nil {
+		t.Fatal(err)
+	}
+	l.Release()
+	if _, err := s.Begin(ctx, "run1", nil); err == nil {
+		t.Fatal("a second Begin of a ready run was accepted")
+	}
+	if rec, err := s.Get("run1"); err != nil || rec.State != Ready {
+		t.Fatalf("after a refused Begin, the live run's record is %+v (%v); want it still ready", rec, err)
+	}
+}

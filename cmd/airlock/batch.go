@@ -195,7 +195,8 @@ func runBatch(cmd *cobra.Command, g *globals, f *batchFlags, path string) error 
 	total := len(jobs) + len(bad)
 	var results []runner.BatchResult
 	failures := 0
-	bar := newBar(cmd.ErrOrStderr(), total-countDone(jobs, bad, done))
+	skipped := countDone(jobs, bad, done)
+	bar := newBar(cmd.ErrOrStderr(), total-skipped)
 	emit := func(br runner.BatchResult) {
 		b, _ := json.Marshal(br)
 		w.Write(append(termsafe.JSON(b), '\n'))
@@ -219,7 +220,7 @@ func runBatch(cmd *cobra.Command, g *globals, f *batchFlags, path string) error 
 	} else {
 		opt := runner.BatchOptions{Parallel: f.parallel, Base: base, Skip: done, InputRoot: inputRoot, Template: tmpl,
 			JobsFile: jobsInfo, Results: outInfo, Ceilings: ceil}
-		if f.warm > 0 && total > countDone(jobs, bad, done) {
+		if f.warm > 0 && total > skipped {
 			if opt.Pool, err = newBatchPool(cmd, r, opt, f.warm); err != nil {
 				return err
 			}
@@ -234,7 +235,7 @@ func runBatch(cmd *cobra.Command, g *globals, f *batchFlags, path string) error 
 	if err := out.Sync(); err != nil {
 		return fmt.Errorf("writing results: %w", err)
 	}
-	printSummary(cmd.ErrOrStderr(), runner.Summarize(results), len(done), time.Since(start))
+	printSummary(cmd.ErrOrStderr(), runner.Summarize(results), skipped, time.Since(start))
 	switch {
 	case runErr != nil && cmd.Context().Err() != nil:
 		fmt.Fprintf(cmd.ErrOrStderr(), "airlock: batch interrupted; run the same command again to resume\n")

@@ -115,3 +115,20 @@ func TestBatchInterruptedExits130(t *testing.T) {
 		t.Errorf("--engine kube without --template: %v, stderr %q; want its usage error", err, stderr)
 	}
 }
+
+// The summary's "skipped as already done" counts the jobs of this jobs
+// file that were skipped, not every id the results file holds.
+func TestBatchSummaryCountsSkippedJobs(t *testing.T) {
+	dir := t.TempDir()
+	jobs, out := filepath.Join(dir, "jobs.jsonl"), filepath.Join(dir, "results.jsonl")
+	// One line, not a valid job: it gets a result without any sandbox.
+	os.WriteFile(jobs, []byte(`{"id":"x"}`+"\n"), 0o644)
+	os.WriteFile(out, []byte(`{"job_id":"other1"}`+"\n"+`{"job_id":"other2"}`+"\n"), 0o644)
+	stderr, err := batchCmd(t, context.Background(), jobs, "--out", out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stderr, "(0 skipped as already done)") {
+		t.Errorf("no job of the jobs file was skipped, but the summary says: %q", stderr)
+	}
+}

@@ -62,7 +62,10 @@ type pools struct {
 	// retiring are the pools a template change replaced, still closing,
 	// and the sandboxes of pooled /run_code requests, still being destroyed;
 	// releases free the runners the pools hold, once all are closed.
+	// closing, under relMu, is set once ClosePools waits for them: work
+	// that would join them after runs at once instead (retire).
 	retiring sync.WaitGroup
+	closing  bool
 	relMu    sync.Mutex
 	releases []func()
 	// refreshMu is held by each refresh, whole: ClosePools takes it to
@@ -184,7 +187,7 @@ func (s *Service) refresh(ctx context.Context, w *warm) error {
 	w.mu.Unlock()
 	if old != nil {
 		s.log.Info("template changed: replacing its warm pool", "template", w.cfg.Template)
-		s.pools.retiring.Go(func() { old.Close(context.WithoutCancel(ctx)) })
+		s.retiring(func() { old.Close(context.WithoutCancel(ctx)) })
 	}
 	return nil
 }
@@ -203,7 +206,7 @@ func (s *Service) retire(w *warm) {
 	w.mu.Unlock()
 	if old != nil {
 		s.log.Warn("template changed and its new warm pool could not be made: its runs start cold until it can", "template", w.cfg.Template)
-		s.pools.retiring.Go(func() { old.Close(context.Background()) })
+		s.retiring(func() { old.Close(context.Background()) })
 	}
 }
 
@@ -224,6 +227,9 @@ func (s *Service) ClosePools() {
 	s.pools.closed = true
 	s.pools.refreshMu.Unlock()
 	defer func() {
+		s.pools.relMu.Lock()
+		s.pools.closing = true
+		s.pools.relMu.Unlock()
 		s.pools.retiring.Wait()
 		s.pools.relMu.Lock()
 		defer s.pools.relMu.Unlock()
@@ -240,6 +246,25 @@ func (s *Service) ClosePools() {
 		}
 	}
 	wg.Wait()
+}
+
+// retiring runs f, a pool's close or a pooled sandbox's destroy, in the
+// background, where ClosePools waits for it; once ClosePools is waiting
+// (a request that outlived the server's drain), it runs f now: a
+// WaitGroup may not grow from zero while it is waited on.
+func (s *Service) retiring(f func()) {
+	s.pools.relMu.Lock()
+	if s.pools.closing {
+		s.pools.relMu.Unlock()
+		f()
+		return
+	}
+	s.pools.retiring.Add(1)
+	s.pools.relMu.Unlock()
+	go func() {
+		defer s.pools.retiring.Done()
+		f()
+	}()
 }
 
 // Pool returns the pool of a template on rn's engine, for runs or for

@@ -162,7 +162,7 @@ func (s *Service) RunCode(ctx context.Context, c Code) (run CodeRun, err error) 
 			return
 		}
 		r := run
-		s.pools.retiring.Go(func() { s.closeCode(ctx, sb, &r) })
+		s.retiring(func() { s.closeCode(ctx, sb, &r) })
 	}()
 	begin = time.Now()
 	// In order of path, so that the same request fails the same way.

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/isolation"
@@ -127,37 +126,60 @@ func invalid(format string, args ...any) error {
 	return newError(KindInvalidInput, fmt.Sprintf(format, args...))
 }
 
-// decodeJSON reads one JSON object from r strictly: unknown fields and
-// trailing data are refused.
+// decodeJSON reads one JSON object from r strictly: unknown fields, a
+// field's name in another case, a repeated key and trailing data are
+// refused (wire.CheckKeys, as encoding/json takes the last three
+// silently). The body is read once and decoded in place: a decoder over it
+// would copy it again.
 func decodeJSON(r io.Reader, v any) error {
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var mbe *http.MaxBytesError
-		var se *json.SyntaxError
-		var ute *json.UnmarshalTypeError
-		var fe *wire.Error
-		switch {
-		case errors.As(err, &mbe), errors.As(err, &fe):
+	var buf bytes.Buffer
+	if l, ok := r.(interface{ Len() int }); ok {
+		buf.Grow(l.Len() + bytes.MinRead)
+	}
+	if _, err := buf.ReadFrom(r); err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return err
-		case errors.Is(err, io.EOF):
-			return invalid("the request body is empty; send a JSON object (see docs/api.md)")
-		case errors.As(err, &se):
-			return invalid("the request body is not valid JSON at byte %d: %v", se.Offset, err)
+		}
+		return invalid("reading the request body: %v", err)
+	}
+	b := buf.Bytes()
+	if !json.Valid(b) {
+		return malformed(b)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		var ute *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, new(*wire.Error)):
+			return err
 		case errors.As(err, &ute):
 			return invalid("field %q: got a JSON %s, want %s (see docs/api.md)", ute.Field, ute.Value, ute.Type)
-		case strings.HasPrefix(err.Error(), "json: unknown field "):
-			return invalid("unknown field %s; fields are the CLI's flag names with '_' for '-' (see docs/api.md)", strings.TrimPrefix(err.Error(), "json: unknown field "))
 		}
 		return invalid("decoding the request body: %v", err)
 	}
-	if dec.More() {
+	err := wire.CheckKeys(b, v)
+	if uk, ok := errors.AsType[*wire.UnknownKeyError](err); ok {
+		return invalid("unknown field %q; fields are the CLI's flag names with '_' for '-' (see docs/api.md)", uk.Key)
+	}
+	return err
+}
+
+// malformed words why b, which is not one JSON value, is refused.
+func malformed(b []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	var skip json.RawMessage
+	err := dec.Decode(&skip)
+	var se *json.SyntaxError
+	switch {
+	case errors.Is(err, io.EOF):
+		return invalid("the request body is empty; send a JSON object (see docs/api.md)")
+	case errors.As(err, &se):
+		return invalid("the request body is not valid JSON at byte %d: %v", se.Offset, err)
+	case err != nil:
+		return invalid("decoding the request body: %v", err)
+	case dec.More():
 		return invalid("the request body holds more than one JSON value; send one object")
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return invalid("the request body has trailing data after its JSON object")
-	}
-	return nil
+	return invalid("the request body has trailing data after its JSON object")
 }
 
 // firstErr is the first of errs that is not nil.

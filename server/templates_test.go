@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/fuzztest"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
@@ -74,5 +75,29 @@ func TestTemplateRequestSpec(t *testing.T) {
 	plain := RunRequest{Argv: []string{"true"}}
 	if s, _, err := plain.spec(ts); err != nil || s.Policy.Limits != isolation.Default().Limits {
 		t.Errorf("no template: %+v, %v", s.Policy, err)
+	}
+}
+
+// An empty allow_host or credential on a template with egress is refused:
+// read as not given, it would keep the template's whole egress, the
+// widest answer to a request for none of it.
+func TestEmptyEgressListOnTemplateRefused(t *testing.T) {
+	s, root := newTestServer(t, nil)
+	allow, err := egress.ParseAllowlist([]string{"pypi.org", "*.pythonhosted.org"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fuzztest.PutTemplate(t, root, "net", runner.Spec{Policy: isolation.Policy{Egress: isolation.Egress{Allow: allow}}}, "oci")
+	h := s.Handler()
+	for _, c := range []struct{ target, body, field string }{
+		{"/v1/runs", `{"template":"net","argv":["true"],"allow_host":[]}`, "allow_host"},
+		{"/v1/runs", `{"template":"net","argv":["true"],"credential":[]}`, "credential"},
+		{"/v1/sandboxes", `{"template":"net","allow_host":[]}`, "allow_host"},
+		{"/v1/sandboxes", `{"allow_host":[]}`, "allow_host"},
+	} {
+		e := errorOf(t, do(t, h, false, "POST", c.target, c.body))
+		if e.Kind != KindInvalidInput || !strings.HasPrefix(e.Message, c.field+" []: ") || !strings.Contains(e.Message, "leave it out") {
+			t.Errorf("%s %s: %s %q; want invalid_input naming %s", c.target, c.body, e.Kind, e.Message, c.field)
+		}
 	}
 }

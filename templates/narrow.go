@@ -74,7 +74,9 @@ func (t *Template) Narrow(explicit runner.Spec) (runner.Spec, error) {
 	narrowNumber(refuse, t.Name, "open_files", el.OpenFiles, &l.OpenFiles, func(v int64) string { return fmt.Sprint(v) })
 
 	// Egress narrows by its own rules: hosts and credentials may be
-	// removed, never added (package egress words each refusal).
+	// removed, never added (package egress words each refusal). An empty
+	// list is not given: wire.Parse refuses an empty list given, which
+	// would otherwise keep the template's whole egress here.
 	if ee := explicit.Policy.Egress; !ee.Allow.Empty() {
 		if a, err := t.Egress.Allow.Narrow(ee.Allow); err != nil {
 			errs = append(errs, fmt.Errorf("template %q: %w", t.Name, err))

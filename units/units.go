@@ -18,6 +18,13 @@ import (
 // invalid input.
 var ErrSyntax = errors.New("invalid quantity")
 
+// ErrNotWhole and ErrTooLarge are wrapped too by a size that reads as a
+// number but is not a whole number of bytes ("1.5"), or is past an int64.
+var (
+	ErrNotWhole = errors.New("is not a whole number of bytes")
+	ErrTooLarge = errors.New("is too large")
+)
+
 // Bytes is a count of bytes.
 type Bytes int64
 
@@ -60,19 +67,25 @@ func ParseBytes(s string) (Bytes, error) {
 	}
 	r.Mul(r, new(big.Rat).SetInt64(mult))
 	if !r.IsInt() {
-		return 0, fmt.Errorf("%w: size %q is not a whole number of bytes", ErrSyntax, s)
+		return 0, fmt.Errorf("%w: size %q %w", ErrSyntax, s, ErrNotWhole)
 	}
 	if !r.Num().IsInt64() {
-		return 0, fmt.Errorf("%w: size %q is too large", ErrSyntax, s)
+		return 0, fmt.Errorf("%w: size %q %w", ErrSyntax, s, ErrTooLarge)
 	}
 	return Bytes(r.Num().Int64()), nil
 }
 
-// parseDecimal reads "123", "1.5" or ".5" exactly, rejecting signs,
-// exponents and repeated points.
+// parseDecimal reads "123", "1.5" or ".5" exactly: digits with at most
+// one point. big.Rat.SetString alone would also take signs, exponents,
+// fractions ("1/2"), base prefixes ("0x10") and separators ("1_0").
 func parseDecimal(s string) (*big.Rat, bool) {
-	if s == "" || s == "." || strings.Count(s, ".") > 1 || len(s) > 40 {
+	if strings.Trim(s, ".") == "" || strings.Count(s, ".") > 1 || len(s) > 40 {
 		return nil, false
+	}
+	for _, c := range []byte(s) {
+		if (c < '0' || c > '9') && c != '.' {
+			return nil, false
+		}
 	}
 	r, ok := new(big.Rat).SetString(s)
 	return r, ok

@@ -91,6 +91,31 @@ func TestParseCPUs(t *testing.T) {
 	}
 }
 
+// ParseCPUs reads plain decimals only: big.Rat's other forms (signs,
+// exponents, fractions, base prefixes, digit separators) are refused.
+func TestParseCPUsTakesOnlyDecimals(t *testing.T) {
+	for _, s := range []string{"+1", "1e1", "2e-2", "1/2", "0x10", "0b11", "0o7", "1_0", ".", "1..5"} {
+		if c, err := ParseCPUs(s); err == nil || !errors.Is(err, ErrSyntax) {
+			t.Errorf("ParseCPUs(%q) = %v CPUs, %v; want a syntax error", s, c, err)
+		}
+	}
+	for s, want := range map[string]MilliCPUs{"2.": 2000, ".5": 500, "007": 7000} {
+		if c, err := ParseCPUs(s); err != nil || c != want {
+			t.Errorf("ParseCPUs(%q) = %v, %v; want %v", s, c, err, want)
+		}
+	}
+}
+
+// A size that reads as a number but is not a whole number of bytes, or
+// is past an int64, says so (wire words its refusal from these).
+func TestParseBytesReasons(t *testing.T) {
+	for s, want := range map[string]error{"1.5": ErrNotWhole, "0.3KiB": ErrNotWhole, "9000000TiB": ErrTooLarge} {
+		if _, err := ParseBytes(s); !errors.Is(err, want) || !errors.Is(err, ErrSyntax) {
+			t.Errorf("ParseBytes(%q): %v; want %v", s, err, want)
+		}
+	}
+}
+
 func TestParseDuration(t *testing.T) {
 	for _, tc := range []struct {
 		in   string

@@ -14,7 +14,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -75,14 +74,15 @@ type Policy struct {
 	ArtifactsAllowDotfiles bool `json:"artifacts_allow_dotfiles,omitempty"`
 	// AllowHost lists the hosts the sandbox may reach through its egress
 	// proxy, HOST[:PORT] each ("pypi.org", "*.pythonhosted.org",
-	// "192.0.2.10:8080"; docs/egress.md). Empty, the sandbox has no
-	// network at all.
+	// "192.0.2.10:8080"; docs/egress.md). Left out, the sandbox has the
+	// template's hosts, or no network at all; an empty list is refused.
 	AllowHost AllowHosts `json:"allow_host,omitempty"`
 	// Credential lists the proxy's credential routes,
 	// HOST=HEADER:ENV or HOST=HEADER:@FILE each: the header's value is
 	// read from airlock's own environment or a host file and never enters
 	// the sandbox. Only the host's command line names its own; a client
-	// (the API, MCP, a batch line) may only narrow a template's.
+	// (the API, MCP, a batch line) may only narrow a template's. An empty
+	// list is refused.
 	Credential Credentials `json:"credential,omitempty"`
 	// EgressLimit caps the bytes the egress proxy moves for the sandbox,
 	// both ways, over its whole life, a size such as 4GiB (default 1GiB).
@@ -90,10 +90,12 @@ type Policy struct {
 	EgressLimit string `json:"egress_limit,omitempty"`
 }
 
-// Number is a JSON string or number, kept as its text ("cpus": 2 or "0.5").
+// Number is cpus: a JSON string or number, kept as its text ("cpus": 2
+// or "0.5").
 type Number string
 
-// UnmarshalJSON takes a string or a number.
+// UnmarshalJSON takes a string or a number; anything else is an *Error
+// naming cpus, as encoding/json names no field for an Unmarshaler's error.
 func (v *Number) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err == nil {
@@ -102,7 +104,11 @@ func (v *Number) UnmarshalJSON(b []byte) error {
 	}
 	var n json.Number
 	if err := json.Unmarshal(b, &n); err != nil {
-		return fmt.Errorf("give a number or a string such as \"0.5\"")
+		got := string(b)
+		if len(b) > 0 && (b[0] == '[' || b[0] == '{') {
+			got = string(b[0]) + "…" + map[byte]string{'[': "]", '{': "}"}[b[0]]
+		}
+		return &Error{Field: "cpus", Value: got, Want: `give a number or a string such as "0.5"`}
 	}
 	*v = Number(n.String())
 	return nil
@@ -136,15 +142,18 @@ func Seconds(field string, v *float64) (time.Duration, error) {
 		return 0, nil
 	}
 	text := strconv.FormatFloat(*v, 'g', -1, 64)
+	// The bound is on the product: 2^63 is exact as a float64, where
+	// MaxInt64/1e9 rounds up and lets 2^63 through to overflow.
+	ns := *v * float64(time.Second)
 	switch {
 	case *v == 0:
 		return 0, &Error{Field: field, Value: text, Want: zeroLimit}
-	case !(*v > 0) || *v > math.MaxInt64/float64(time.Second):
+	case !(*v > 0) || !(ns < 1<<63):
 		return 0, &Error{Field: field, Value: text, Want: "give a positive number of seconds, such as 30, or leave it out for the default"}
 	}
 	// A value so small that it rounds to no time at all would read as
 	// "not given": it is refused instead.
-	d := time.Duration(*v * float64(time.Second))
+	d := time.Duration(ns)
 	if d < time.Millisecond {
 		return 0, &Error{Field: field, Value: text, Want: "give at least 0.001 seconds"}
 	}
@@ -159,6 +168,10 @@ func Size(field, s string) (units.Bytes, error) {
 		return b, nil
 	case err == nil || isZero(s):
 		return 0, refuse(field, s, zeroLimit)
+	case errors.Is(err, units.ErrNotWhole):
+		return 0, refuse(field, s, `not a whole number of bytes; give a size such as "512MiB", "1.5GiB" or "1536KiB"`)
+	case errors.Is(err, units.ErrTooLarge):
+		return 0, refuse(field, s, "too large; give a size under 8388608TiB (2^63 bytes)")
 	}
 	return 0, refuse(field, s, `give a positive size such as "512MiB" or "1.5GiB"`)
 }
@@ -189,14 +202,22 @@ func Count[T int | int64](field string, n T) (T, error) {
 	return n, nil
 }
 
-// isZero reports whether s spells zero in any unit ("0", "0s", "0MiB").
+// isZero reports whether s spells zero in any unit ("0", "0s", "0MiB",
+// "0h0m"): zeros, then letters, spaces and more zeros only, so that a
+// malformed "0x5" is told as malformed.
 func isZero(s string) bool {
 	s = strings.TrimSpace(s)
 	i := 0
 	for i < len(s) && (s[i] == '0' || s[i] == '.') {
 		i++
 	}
-	return i > 0 && strings.Trim(s[:i], ".") != "" && (i == len(s) || s[i] < '0' || s[i] > '9')
+	if i == 0 || strings.Trim(s[:i], ".") == "" {
+		return false
+	}
+	if i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		return false
+	}
+	return !strings.ContainsFunc(s[i:], func(r rune) bool { return r >= '1' && r <= '9' })
 }
 
 // The caps on list fields. Every one is far past what a real policy
@@ -298,6 +319,14 @@ func (p *Policy) Parse() (isolation.Policy, error) {
 		if l.Pids, err = Count("pids", *p.Pids); err != nil {
 			return pol, err
 		}
+	}
+	// An empty list given is refused, as for artifact_types: on a
+	// template it would read as not given, the template's whole egress.
+	if p.AllowHost != nil && len(p.AllowHost) == 0 {
+		return pol, &Error{Field: "allow_host", Value: "[]", Want: "an empty list is neither \"no network\" nor \"the template's\"; leave it out for the default (the template's hosts, or none), or list the hosts to keep"}
+	}
+	if p.Credential != nil && len(p.Credential) == 0 {
+		return pol, &Error{Field: "credential", Value: "[]", Want: "an empty list is neither \"no credentials\" nor \"the template's\"; leave it out for the default (the template's credentials, or none), or list the routes to keep"}
 	}
 	if pol.Egress, err = ParseEgress(p.AllowHost, p.Credential); err != nil {
 		return pol, err

@@ -40,6 +40,11 @@ func TestParse(t *testing.T) {
 		{name: "negative pids", in: Policy{Pids: ptr[int64](-4)}, err: "pids -4: give a positive number"},
 		{name: "unknown isolation", in: Policy{Isolation: "none"}, err: `isolation "none": use gvisor or seccomp`},
 		{name: "unknown engine", in: Policy{Engine: "podman"}, err: `engine "podman": use auto, oci or docker`},
+		{name: "cpus not a plain decimal", in: Policy{CPUs: "1e1"}, err: `cpus "1e1": give a positive number of CPUs such as 0.5 or 2, at most 1024`},
+		// An empty list given would read, on a template, as not given: the
+		// template's whole egress.
+		{name: "empty allow_host", in: Policy{AllowHost: []string{}}, err: `allow_host []: an empty list is neither "no network" nor "the template's"; leave it out for the default (the template's hosts, or none), or list the hosts to keep`},
+		{name: "empty credential", in: Policy{Credential: []string{}}, err: `credential []: an empty list is neither "no credentials" nor "the template's"; leave it out for the default (the template's credentials, or none), or list the routes to keep`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p, err := c.in.Parse()
@@ -105,11 +110,39 @@ func TestSeconds(t *testing.T) {
 	}
 }
 
+// Seconds at the largest duration are refused as too large: MaxInt64/1e9
+// as a bound rounds up to 2^63ns, which passed it, overflowed to a
+// negative duration, and was refused as "at least 0.001 seconds".
+func TestSecondsAtTheLargestDuration(t *testing.T) {
+	edge := math.MaxInt64 / float64(time.Second)
+	if _, err := Seconds("timeout", &edge); err == nil || !strings.HasPrefix(err.Error(), "timeout 9.223372036854776e+09: give a positive number of seconds") {
+		t.Errorf("Seconds(%v): %v; want the too-large refusal", edge, err)
+	}
+	below := math.Nextafter(edge, 0)
+	if d, err := Seconds("timeout", &below); err != nil || d <= 0 {
+		t.Errorf("Seconds(%v) = %v, %v; want a positive duration", below, d, err)
+	}
+}
+
+// A size that reads as a number gives the parser's reason, not "give a
+// positive size".
+func TestSizeSaysWhy(t *testing.T) {
+	for s, want := range map[string]string{
+		"1.5":        `memory "1.5": not a whole number of bytes`,
+		"9000000TiB": `memory "9000000TiB": too large`,
+		"0x5":        `memory "0x5": give a positive size`,
+	} {
+		if _, err := Size("memory", s); err == nil || !strings.HasPrefix(err.Error(), want) || !errdefs.IsInvalidArgument(err) {
+			t.Errorf("Size(%q): %v; want %q", s, err, want)
+		}
+	}
+}
+
 // A zero in any spelling is told as a zero limit, never as malformed.
 func TestIsZero(t *testing.T) {
 	for s, want := range map[string]bool{
-		"0": true, "00": true, "0.0": true, "0s": true, "0MiB": true, " 0 ": true, "0.": true,
-		"": false, ".": false, "0.5": false, "10": false, "05s": false, "1": false, "-0": false,
+		"0": true, "00": true, "0.0": true, "0s": true, "0MiB": true, " 0 ": true, "0.": true, "0h0m": true,
+		"": false, ".": false, "0.5": false, "10": false, "05s": false, "1": false, "-0": false, "0x5": false, "0 5": false,
 	} {
 		if isZero(s) != want {
 			t.Errorf("isZero(%q) = %v", s, !want)

@@ -1813,7 +1813,7 @@ export interface components {
         };
         /** @description RunRequest is the body of POST /v1/runs. */
         RunRequest: {
-            /** @description AllowHost lists the hosts the sandbox may reach through its egress proxy, HOST[:PORT] each ("pypi.org", "*.pythonhosted.org", "192.0.2.10:8080"; docs/egress.md). Empty, the sandbox has no network at all. */
+            /** @description AllowHost lists the hosts the sandbox may reach through its egress proxy, HOST[:PORT] each ("pypi.org", "*.pythonhosted.org", "192.0.2.10:8080"; docs/egress.md). Left out, the sandbox has the template's hosts, or no network at all; an empty list is refused. */
             allow_host?: string[];
             /** @description Argv is the program and its arguments, never a shell string. */
             argv: string[];
@@ -1825,7 +1825,7 @@ export interface components {
             artifacts_allow_dotfiles?: boolean;
             /** @description CPUs is the CPU allowance, a number or a string such as "0.5". */
             cpus?: string | number;
-            /** @description Credential lists the proxy's credential routes, HOST=HEADER:ENV or HOST=HEADER:@FILE each: the header's value is read from airlock's own environment or a host file and never enters the sandbox. Only the host's command line names its own; a client (the API, MCP, a batch line) may only narrow a template's. */
+            /** @description Credential lists the proxy's credential routes, HOST=HEADER:ENV or HOST=HEADER:@FILE each: the header's value is read from airlock's own environment or a host file and never enters the sandbox. Only the host's command line names its own; a client (the API, MCP, a batch line) may only narrow a template's. An empty list is refused. */
             credential?: string[];
             /** @description EgressLimit caps the bytes the egress proxy moves for the sandbox, both ways, over its whole life, a size such as 4GiB (default 1GiB). It needs an egress: allow_host, a credential, or a template's. */
             egress_limit?: string;
@@ -1900,7 +1900,7 @@ export interface components {
         };
         /** @description SandboxRequest is the body of POST /v1/sandboxes. */
         SandboxRequest: {
-            /** @description AllowHost lists the hosts the sandbox may reach through its egress proxy, HOST[:PORT] each ("pypi.org", "*.pythonhosted.org", "192.0.2.10:8080"; docs/egress.md). Empty, the sandbox has no network at all. */
+            /** @description AllowHost lists the hosts the sandbox may reach through its egress proxy, HOST[:PORT] each ("pypi.org", "*.pythonhosted.org", "192.0.2.10:8080"; docs/egress.md). Left out, the sandbox has the template's hosts, or no network at all; an empty list is refused. */
             allow_host?: string[];
             /** @description ArtifactMaxSize caps one artifact, a size. */
             artifact_max_size?: string;
@@ -1910,7 +1910,7 @@ export interface components {
             artifacts_allow_dotfiles?: boolean;
             /** @description CPUs is the CPU allowance, a number or a string such as "0.5". */
             cpus?: string | number;
-            /** @description Credential lists the proxy's credential routes, HOST=HEADER:ENV or HOST=HEADER:@FILE each: the header's value is read from airlock's own environment or a host file and never enters the sandbox. Only the host's command line names its own; a client (the API, MCP, a batch line) may only narrow a template's. */
+            /** @description Credential lists the proxy's credential routes, HOST=HEADER:ENV or HOST=HEADER:@FILE each: the header's value is read from airlock's own environment or a host file and never enters the sandbox. Only the host's command line names its own; a client (the API, MCP, a batch line) may only narrow a template's. An empty list is refused. */
             credential?: string[];
             /** @description DownloadTypes is the MIME allowlist of downloads from the sandbox. */
             download_types?: string[];

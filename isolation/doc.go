@@ -22,9 +22,12 @@
 // the image it takes only Env and the working directory. CheckOCISpec runs
 // last and refuses any spec wider than the policy: a capability, a joined
 // namespace (but egress's network namespace) or a missing one, a hook, a writable root, a host mount other than
-// airlock's binds, a writable bind without noexec, or a dev.gvisor.*
-// annotation, which runsc reads as configuration. CheckDockerConfig does
-// the same for the container configuration.
+// airlock's binds, a writable bind without noexec, a writable tmpfs without
+// its caps, nosuid and nodev, a seccomp filter other than the policy's, a
+// working directory in /proc, /sys or /dev (CheckWorkdir), or a
+// dev.gvisor.* annotation, which runsc reads as configuration.
+// CheckDockerConfig does the same for the container configuration,
+// reading its security options in order as dockerd does.
 //
 // No bind goes at a reserved target (ReservedTargets). The one exception
 // is explicit and typed: a job's TmpSource, the host tmpfs airlock made to

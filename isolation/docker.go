@@ -76,6 +76,11 @@ func DockerConfig(p Policy, j DockerJob) (*container.Config, *container.HostConf
 	if err := refuseEgress(p, DockerNoEgress); err != nil {
 		return nil, nil, nil, err
 	}
+	if j.Workdir != "" {
+		if err := CheckWorkdir(j.Workdir); err != nil {
+			return nil, nil, nil, err
+		}
+	}
 	cfg, host := dockerDefault()
 	for _, opt := range []DockerOpt{
 		withDockerRuntime(p.Isolation, j.Runtime),
@@ -86,7 +91,7 @@ func DockerConfig(p Policy, j DockerJob) (*container.Config, *container.HostConf
 		withDockerJob(j),
 		withDockerBinds(j.Binds),
 		withDockerCgroupParent(j.CgroupParent),
-		withDockerCheck(j.TmpSource, j.Binds),
+		withDockerCheck(p, j),
 	} {
 		if err := opt(cfg, host); err != nil {
 			return nil, nil, nil, err
@@ -148,16 +153,23 @@ func dockerDefault() (*container.Config, *container.HostConfig) {
 
 func withDockerRuntime(m Mode, name string) DockerOpt {
 	return func(_ *container.Config, h *container.HostConfig) error {
-		rt, ok := DockerRuntimes[m]
-		if !ok {
-			return fmt.Errorf("%w: isolation %q is not available on the docker engine yet; use --isolation %s", ErrInvalid, m, GVisor)
-		}
-		if name != "" {
-			rt = name
-		}
+		rt, err := dockerRuntime(m, name)
 		h.Runtime = rt
-		return nil
+		return err
 	}
+}
+
+// dockerRuntime is the runtime a container of mode m runs under: name, or
+// the mode's entry in DockerRuntimes.
+func dockerRuntime(m Mode, name string) (string, error) {
+	rt, ok := DockerRuntimes[m]
+	if !ok {
+		return "", fmt.Errorf("%w: isolation %q is not available on the docker engine yet; use --isolation %s", ErrInvalid, m, GVisor)
+	}
+	if name != "" {
+		rt = name
+	}
+	return rt, nil
 }
 
 // GVisorHostPids is the host task limit that gives a gVisor sandbox room for
@@ -208,14 +220,17 @@ func withDockerTmp(l Limits, source string, binds []Bind) DockerOpt {
 			return err
 		}
 		if source == "" {
-			h.Tmpfs = map[string]string{
-				TmpDir: "rw,nosuid,nodev,mode=1777,size=" + strconv.FormatInt(int64(l.Tmp), 10) + "," + tmpInodes(int64(l.Tmp)),
-			}
+			h.Tmpfs = map[string]string{TmpDir: dockerTmpfs(l)}
 			return nil
 		}
 		h.Mounts = append(h.Mounts, dockerBind(Bind{Source: source, Target: TmpDir}))
 		return nil
 	}
+}
+
+// dockerTmpfs is the options of the /tmp tmpfs for limits l.
+func dockerTmpfs(l Limits) string {
+	return "rw,nosuid,nodev,mode=1777,size=" + strconv.FormatInt(int64(l.Tmp), 10) + "," + tmpInodes(int64(l.Tmp))
 }
 
 // dockerBind is one of airlock's binds as dockerd takes it: not recursive,

@@ -113,11 +113,16 @@ func TestOCISpecEgress(t *testing.T) {
 			t.Errorf("env keeps %s", kv)
 		}
 	}
-	if err := CheckOCISpec(s, testNetwork.NetNS, "", "", j.Binds...); err != nil {
+	if err := CheckOCISpec(s, p, j); err != nil {
 		t.Errorf("final check: %v", err)
 	}
 	for name, netNS := range map[string]string{"no namespace allowed": "", "another namespace": "/run/netns/other"} {
-		if err := CheckOCISpec(s, netNS, "", "", j.Binds...); !errors.Is(err, ErrInvalid) {
+		j := j
+		j.Network = nil
+		if netNS != "" {
+			j.Network = &OCINetwork{NetNS: netNS, Proxy: testNetwork.Proxy}
+		}
+		if err := CheckOCISpec(s, p, j); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: final check took the spec: %v", name, err)
 		}
 	}
@@ -126,7 +131,7 @@ func TestOCISpecEgress(t *testing.T) {
 			s.Linux.Namespaces[i].Path = testNetwork.NetNS
 		}
 	}
-	if err := CheckOCISpec(s, testNetwork.NetNS, "", "", j.Binds...); !errors.Is(err, ErrInvalid) {
+	if err := CheckOCISpec(s, p, j); !errors.Is(err, ErrInvalid) {
 		t.Errorf("the egress path as a pid namespace: %v", err)
 	}
 

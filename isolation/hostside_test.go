@@ -2,9 +2,11 @@ package isolation
 
 import (
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
@@ -40,6 +42,30 @@ func TestValidatePidsBound(t *testing.T) {
 	}
 	if h := GVisorHostPids(MaxPids) + 1; h > pidMaxLimit {
 		t.Errorf("gVisor host pids %d at the maximum passes the kernel's %d", h, pidMaxLimit)
+	}
+}
+
+// A timeout is at most a year: a longer one would overflow the deadline
+// a run derives from it (timeout and a minute) into the past.
+func TestValidateTimeoutBound(t *testing.T) {
+	for _, tc := range []struct {
+		timeout time.Duration
+		ok      bool
+	}{
+		{minTimeout, true},
+		{MaxTimeout, true},
+		{MaxTimeout + time.Nanosecond, false},
+		{math.MaxInt64, false},
+	} {
+		p := Default()
+		p.Limits.Timeout = tc.timeout
+		err := p.Validate()
+		if tc.ok != (err == nil) {
+			t.Errorf("timeout %v: err = %v, want ok=%v", tc.timeout, err, tc.ok)
+		}
+		if err != nil && (!errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "timeout") || !strings.Contains(err.Error(), "maximum of 8760h0m0s")) {
+			t.Errorf("timeout %v: error %q is not invalid input naming the field and the maximum", tc.timeout, err)
+		}
 	}
 }
 
@@ -97,7 +123,7 @@ func TestOCIWritableBindsNoexec(t *testing.T) {
 	}
 	i := slices.IndexFunc(s.Mounts, func(m specs.Mount) bool { return m.Destination == "/work/out" })
 	s.Mounts[i].Options = slices.DeleteFunc(s.Mounts[i].Options, func(o string) bool { return o == "noexec" })
-	if err := CheckOCISpec(s, "", "", "", j.Binds...); !errors.Is(err, ErrInvalid) {
+	if err := CheckOCISpec(s, Default(), j); !errors.Is(err, ErrInvalid) {
 		t.Errorf("executable writable bind: err = %v, want ErrInvalid", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"path"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -178,7 +179,7 @@ func OCISpec(p Policy, j OCIJob) (*specs.Spec, error) {
 		withOCIBinds(j.Binds),
 		withOCIBootID(j.BootID),
 		withOCISeccomp(p.Seccomp),
-		withOCICheck(j.Network, j.TmpSource, j.BootID, j.Binds),
+		withOCICheck(p, j),
 	} {
 		if err := opt(s); err != nil {
 			return nil, err
@@ -279,8 +280,10 @@ func validateOCIJob(j OCIJob) error {
 	if j.Terminal {
 		bad("a terminal is never given to the sandbox")
 	}
-	if j.Workdir != "" && !absClean(j.Workdir) {
-		bad("workdir %q must be an absolute, clean path", j.Workdir)
+	if j.Workdir != "" {
+		if err := CheckWorkdir(j.Workdir); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if !absClean(j.CgroupsPath) || j.CgroupsPath == "/" {
 		bad("cgroups path %q must be an absolute, clean path other than /", j.CgroupsPath)
@@ -487,28 +490,28 @@ func withOCIBinds(binds []Bind) OCIOpt {
 }
 
 // withOCICheck runs last, so a mistake in any earlier step fails closed.
-func withOCICheck(n *OCINetwork, tmpSource, bootID string, binds []Bind) OCIOpt {
-	netNS := ""
-	if n != nil {
-		netNS = n.NetNS
-	}
-	return func(s *specs.Spec) error { return CheckOCISpec(s, netNS, tmpSource, bootID, binds...) }
+func withOCICheck(p Policy, j OCIJob) OCIOpt {
+	return func(s *specs.Spec) error { return CheckOCISpec(s, p, j) }
 }
 
-// CheckOCISpec reports every way s is wider than OCISpec ever makes it:
-// a capability, a shared or missing namespace, root as uid or gid, a
-// writable root, a hook, a host mount other than binds, a runtime
+// CheckOCISpec reports every way s is wider than OCISpec(p, j) ever makes
+// it: a capability, a shared or missing namespace, root as uid or gid, a
+// writable root, a hook, a host mount other than j's, a runtime
 // configuration annotation, a missing limit or device rule, a raised
-// pinned rlimit, or swap. netNS is the one namespace s may join, as its
-// network namespace: the one airlock made for a policy with egress (""
-// for none, when s must join none). binds are the only host paths s may
-// mount besides tmpSource, the declared /tmp source ("" for none), which
-// only /tmp may bind, and bootID, the declared boot id file ("" for
-// none), which only BootIDPath may bind, read-only. Errors wrap
+// pinned rlimit, swap, a seccomp filter other than p's (none included), a
+// writable tmpfs without its size and inode caps, nosuid and nodev, or a
+// working directory in /proc, /sys or /dev. Of j it reads only the host
+// paths: the network namespace s joins (none without j.Network), the
+// binds, the declared /tmp source, which only /tmp may bind, and the boot
+// id file, which only BootIDPath may bind, read-only. Errors wrap
 // ErrInvalid.
-func CheckOCISpec(s *specs.Spec, netNS, tmpSource, bootID string, binds ...Bind) error {
+func CheckOCISpec(s *specs.Spec, p Policy, j OCIJob) error {
 	if s == nil || s.Process == nil || s.Root == nil || s.Linux == nil || s.Linux.Resources == nil {
 		return fmt.Errorf("%w: spec lacks process, root, linux or resources", ErrInvalid)
+	}
+	netNS, tmpSource, bootID, binds := "", j.TmpSource, j.BootID, j.Binds
+	if j.Network != nil {
+		netNS = j.Network.NetNS
 	}
 	var errs []error
 	bad := func(format string, args ...any) {
@@ -528,6 +531,9 @@ func CheckOCISpec(s *specs.Spec, netNS, tmpSource, bootID string, binds ...Bind)
 	}
 	if pr.User.UID == 0 || pr.User.GID == 0 || len(pr.User.AdditionalGids) != 0 {
 		bad("user %d:%d with groups %v", pr.User.UID, pr.User.GID, pr.User.AdditionalGids)
+	}
+	if err := CheckWorkdir(pr.Cwd); err != nil {
+		bad("cwd: %v", err)
 	}
 	checkRlimits(pr.Rlimits, bad)
 	if !s.Root.Readonly || s.Root.Path == "/" {
@@ -554,6 +560,20 @@ func CheckOCISpec(s *specs.Spec, netNS, tmpSource, bootID string, binds ...Bind)
 		bad("devices, network devices or sysctls")
 	}
 	checkPaths(l.MaskedPaths, l.ReadonlyPaths, bad)
+	// The policy's filter, exactly: in seccomp mode the only syscall
+	// barrier, under gVisor its second layer.
+	var want *specs.LinuxSeccomp
+	if p.Seccomp != nil {
+		want = p.Seccomp.Spec
+	}
+	switch {
+	case want == nil && p.Isolation == Seccomp:
+		bad("seccomp isolation with no seccomp profile")
+	case l.Seccomp == nil && want != nil:
+		bad("no seccomp filter")
+	case !reflect.DeepEqual(l.Seccomp, want):
+		bad("a seccomp filter other than the policy's")
+	}
 	tmps, bootIDs := 0, 0
 	for _, m := range s.Mounts {
 		if m.Destination == TmpDir {
@@ -635,8 +655,13 @@ func checkOCIMount(m specs.Mount, tmpSource string, binds []Bind) string {
 		if !slices.Contains(ociMountTypes, m.Type) {
 			return "type " + strconv.Quote(m.Type)
 		}
-		if m.Type == "sysfs" && !slices.Contains(m.Options, "ro") {
+		if m.Type == "sysfs" && !mountFlag(m.Options, "ro", "rw") {
 			return "sysfs writable"
+		}
+		if m.Type == "tmpfs" {
+			if why := checkTmpfs(m.Destination, m.Options); why != "" {
+				return why
+			}
 		}
 		if m.Destination == TmpDir && tmpSource != "" {
 			return "a " + m.Type + " where the declared /tmp source belongs"
@@ -652,6 +677,9 @@ func checkOCIMount(m specs.Mount, tmpSource string, binds []Bind) string {
 				return "the /tmp bind lacks " + o
 			}
 		}
+		if !mountFlag(m.Options, "nosuid", "suid") || !mountFlag(m.Options, "nodev", "dev") {
+			return "the /tmp bind undoes nosuid or nodev"
+		}
 		if slices.Contains(m.Options, "rbind") {
 			return "the /tmp bind is recursive"
 		}
@@ -659,16 +687,63 @@ func checkOCIMount(m specs.Mount, tmpSource string, binds []Bind) string {
 	}
 	for _, b := range binds {
 		if m.Source == b.Source && m.Destination == b.Target {
-			if b.ReadOnly && !slices.Contains(m.Options, "ro") {
+			if b.ReadOnly && !mountFlag(m.Options, "ro", "rw") {
 				return "read-only bind made writable"
 			}
-			if !b.ReadOnly && !slices.Contains(m.Options, "noexec") {
+			if !b.ReadOnly && !mountFlag(m.Options, "noexec", "exec") {
 				return "writable bind is executable"
 			}
 			return ""
 		}
 	}
 	return "binds " + strconv.Quote(m.Source) + ", which is not one of airlock's binds"
+}
+
+// mountFlag reports whether opts leave a mount flag set: on given after
+// its opposite off, since the runtime applies options in order.
+func mountFlag(opts []string, on, off string) bool {
+	set := false
+	for _, o := range opts {
+		switch o {
+		case on:
+			set = true
+		case off:
+			set = false
+		}
+	}
+	return set
+}
+
+// checkTmpfs says what is wrong with a tmpfs at dst with opts, or "": a
+// writable one needs a size, nosuid and, but at /dev, an inode cap and
+// nodev. /dev holds the runtime's device nodes and is root's, mode 0755.
+func checkTmpfs(dst string, opts []string) string {
+	if mountFlag(opts, "ro", "rw") {
+		return ""
+	}
+	caps := map[string]string{}
+	for _, o := range opts {
+		if k, v, ok := strings.Cut(o, "="); ok {
+			caps[k] = v // the last one applies
+		}
+	}
+	need := []string{"nosuid", "nodev"}
+	limits := []string{"size", "nr_inodes"}
+	if dst == "/dev" {
+		need, limits = need[:1], limits[:1]
+	}
+	for _, f := range need {
+		if !mountFlag(opts, f, strings.TrimPrefix(f, "no")) {
+			return "a writable tmpfs without " + f
+		}
+	}
+	for _, k := range limits {
+		// tmpfs reads 0 as no limit at all.
+		if v := strings.TrimLeft(caps[k], "0"); v == "" || v[0] < '1' || v[0] > '9' {
+			return "a writable tmpfs without a " + k + " cap"
+		}
+	}
+	return ""
 }
 
 // maskedPaths is ociMaskedPaths and the host's per-CPU thermal_throttle

@@ -312,11 +312,11 @@ func TestCheckOCISpecCatchesWidening(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := CheckOCISpec(s, "", "", "", j.Binds...); err != nil {
+		if err := CheckOCISpec(s, Default(), j); err != nil {
 			t.Fatalf("%s: valid spec refused: %v", name, err)
 		}
 		widen(s)
-		if err := CheckOCISpec(s, "", "", "", j.Binds...); !errors.Is(err, ErrInvalid) {
+		if err := CheckOCISpec(s, Default(), j); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: err = %v, want ErrInvalid", name, err)
 		}
 	}
@@ -325,7 +325,7 @@ func TestCheckOCISpecCatchesWidening(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := CheckOCISpec(s, "", "", ""); !errors.Is(err, ErrInvalid) {
+	if err := CheckOCISpec(s, Default(), testOCIJob); !errors.Is(err, ErrInvalid) {
 		t.Errorf("binds not passed: err = %v, want ErrInvalid", err)
 	}
 }
@@ -353,5 +353,87 @@ func TestCloneSeccomp(t *testing.T) {
 	}
 	if CloneSeccomp(nil) != nil {
 		t.Error("CloneSeccomp(nil) != nil")
+	}
+}
+
+// The final check holds the spec to the policy's seccomp filter (in
+// seccomp mode the only syscall barrier) and every writable tmpfs to its
+// size and inode caps, nosuid and nodev, reading options as the runtime
+// does: in order, the last of a flag and its opposite winning.
+func TestCheckOCISpecRequiresSeccompAndTmpfsCaps(t *testing.T) {
+	at := func(s *specs.Spec, dst string) *specs.Mount {
+		return &s.Mounts[slices.IndexFunc(s.Mounts, func(m specs.Mount) bool { return m.Destination == dst })]
+	}
+	drop := func(s *specs.Spec, dst string, drop func(string) bool) {
+		m := at(s, dst)
+		m.Options = slices.DeleteFunc(slices.Clone(m.Options), drop)
+	}
+	widenings := map[string]func(*specs.Spec){
+		"seccomp dropped": func(s *specs.Spec) { s.Linux.Seccomp = nil },
+		"seccomp allows all": func(s *specs.Spec) {
+			s.Linux.Seccomp.DefaultAction = specs.ActAllow
+		},
+		"seccomp notifies": func(s *specs.Spec) { s.Linux.Seccomp.ListenerPath = "/run/agent.sock" },
+		"/dev uncapped": func(s *specs.Spec) {
+			drop(s, "/dev", func(o string) bool { return strings.HasPrefix(o, "size=") })
+		},
+		"/dev suid": func(s *specs.Spec) { drop(s, "/dev", func(o string) bool { return o == "nosuid" }) },
+	}
+	for _, dst := range []string{TmpDir, "/dev/shm"} {
+		for _, o := range []string{"size=", "nr_inodes=", "nosuid", "nodev"} {
+			widenings[dst+" without "+o] = func(s *specs.Spec) {
+				drop(s, dst, func(x string) bool { return x == o || strings.HasPrefix(x, o) && strings.HasSuffix(o, "=") })
+			}
+		}
+		widenings[dst+" size=0"] = func(s *specs.Spec) { at(s, dst).Options = append(at(s, dst).Options, "size=0") }
+		widenings[dst+" nr_inodes=0"] = func(s *specs.Spec) { at(s, dst).Options = append(at(s, dst).Options, "nr_inodes=0") }
+		widenings[dst+" suid after nosuid"] = func(s *specs.Spec) { at(s, dst).Options = append(at(s, dst).Options, "suid") }
+		widenings[dst+" dev after nodev"] = func(s *specs.Spec) { at(s, dst).Options = append(at(s, dst).Options, "dev") }
+	}
+	p := seccompPolicy()
+	for name, widen := range widenings {
+		s, err := OCISpec(p, testOCIJob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := CheckOCISpec(s, p, testOCIJob); err != nil {
+			t.Fatalf("%s: valid spec refused: %v", name, err)
+		}
+		widen(s)
+		if err := CheckOCISpec(s, p, testOCIJob); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: err = %v, want ErrInvalid", name, err)
+		}
+	}
+	// A gVisor policy that carries a filter is held to it too; one with
+	// none gets none.
+	g := Default()
+	g.Seccomp = testSeccomp
+	s, err := OCISpec(g, testOCIJob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Linux.Seccomp = nil
+	if err := CheckOCISpec(s, g, testOCIJob); !errors.Is(err, ErrInvalid) {
+		t.Errorf("gvisor, seccomp dropped: err = %v, want ErrInvalid", err)
+	}
+	if err := CheckOCISpec(s, Default(), testOCIJob); err != nil {
+		t.Errorf("gvisor without a profile: %v", err)
+	}
+	// A later rw or exec undoes a bind's ro or noexec.
+	j := testOCIJob
+	j.Binds = tightOCIBinds
+	for _, opt := range []string{"rw", "exec"} {
+		s, err := OCISpec(p, j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range s.Mounts {
+			if s.Mounts[i].Type == "bind" {
+				s.Mounts[i].Options = append(s.Mounts[i].Options, opt)
+			}
+		}
+		if err := CheckOCISpec(s, p, j); !errors.Is(err, ErrInvalid) {
+			t.Errorf("binds given %s last: err = %v, want ErrInvalid", opt, err)
+		}
 	}
 }

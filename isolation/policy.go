@@ -120,6 +120,12 @@ const (
 	minTimeout = 10 * time.Millisecond
 )
 
+// MaxTimeout is the longest timeout a policy takes: a year. A deadline
+// airlock derives from a duration (the timeout and a minute's grace, a
+// sandbox's TTL) then stays far from overflowing time.Duration, which
+// would put it in the past.
+const MaxTimeout = 365 * 24 * time.Hour
+
 // MinCPUs is the smallest CPU limit: a hundredth of a CPU is a CFS quota
 // of 1 ms per 100 ms period, the least the kernel takes (cpu.cfs_quota_us
 // refuses less), and the least Docker takes too.
@@ -137,6 +143,9 @@ func (p Policy) Validate() error {
 	l := p.Limits
 	if l.Timeout < minTimeout {
 		bad("timeout %v is below the minimum of %v", l.Timeout, minTimeout)
+	}
+	if l.Timeout > MaxTimeout {
+		bad("timeout %v is above the maximum of %v (a year)", l.Timeout, MaxTimeout)
 	}
 	if l.Memory < minMemory {
 		bad("memory %v is below the minimum of %v", l.Memory, units.Bytes(minMemory))

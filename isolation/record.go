@@ -129,10 +129,35 @@ func CheckTarget(p string) error {
 	if p == "/" {
 		return fmt.Errorf("%w: sandbox path %q would cover the whole root", ErrInvalid, p)
 	}
-	for _, r := range ReservedTargets {
-		if p == r || strings.HasPrefix(p, r+"/") {
-			return fmt.Errorf("%w: sandbox path %q would cover %s", ErrInvalid, p, r)
-		}
+	if r := under(p, ReservedTargets); r != "" {
+		return fmt.Errorf("%w: sandbox path %q would cover %s", ErrInvalid, p, r)
 	}
 	return nil
+}
+
+// kernelDirs are the reserved targets the runtime fills from the kernel.
+// A working directory there is a door out: /proc/self/fd/N, a leaked host
+// directory, is runc's CVE-2024-21626, and /proc/1/cwd another process's.
+var kernelDirs = []string{"/proc", "/sys", "/dev"}
+
+// CheckWorkdir refuses a working directory that is not absolute and
+// clean, or is at or beneath /proc, /sys or /dev. Errors wrap ErrInvalid.
+func CheckWorkdir(p string) error {
+	if !absClean(p) {
+		return fmt.Errorf("%w: workdir %q must be an absolute, clean path", ErrInvalid, p)
+	}
+	if r := under(p, kernelDirs); r != "" {
+		return fmt.Errorf("%w: workdir %q is inside %s: give a working directory outside /proc, /sys and /dev", ErrInvalid, p, r)
+	}
+	return nil
+}
+
+// under returns the one of dirs that p is or is beneath, or "".
+func under(p string, dirs []string) string {
+	for _, d := range dirs {
+		if p == d || strings.HasPrefix(p, d+"/") {
+			return d
+		}
+	}
+	return ""
 }

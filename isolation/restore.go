@@ -79,5 +79,10 @@ func checkBootIDMount(m specs.Mount, bootID string) string {
 			return "the boot id's bind lacks " + o
 		}
 	}
+	for _, f := range [][2]string{{"nosuid", "suid"}, {"nodev", "dev"}, {"noexec", "exec"}, {"ro", "rw"}} {
+		if !mountFlag(m.Options, f[0], f[1]) {
+			return "the boot id's bind undoes " + f[0]
+		}
+	}
 	return ""
 }

@@ -131,11 +131,11 @@ func TestCheckOCISpecBootID(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := CheckOCISpec(s, "", "", j.BootID, j.Binds...); err != nil {
+		if err := CheckOCISpec(s, Default(), j); err != nil {
 			t.Fatalf("%s: valid spec refused: %v", name, err)
 		}
 		widen(s)
-		if err := CheckOCISpec(s, "", "", j.BootID, j.Binds...); !errors.Is(err, ErrInvalid) {
+		if err := CheckOCISpec(s, Default(), j); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: err = %v, want ErrInvalid", name, err)
 		}
 	}
@@ -144,7 +144,8 @@ func TestCheckOCISpecBootID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := CheckOCISpec(s, "", "", "", j.Binds...); !errors.Is(err, ErrInvalid) {
+	j.BootID = ""
+	if err := CheckOCISpec(s, Default(), j); !errors.Is(err, ErrInvalid) {
 		t.Errorf("boot id not declared: err = %v, want ErrInvalid", err)
 	}
 }

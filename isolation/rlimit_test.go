@@ -75,7 +75,7 @@ func TestCheckOCISpecRefusesRlimits(t *testing.T) {
 				t.Fatal(err)
 			}
 			s.Process.Rlimits = widen(s.Process.Rlimits)
-			if err := CheckOCISpec(s, "", "", ""); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), typ) {
+			if err := CheckOCISpec(s, Default(), testOCIJob); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), typ) {
 				t.Errorf("%s %s: err = %v, want ErrInvalid naming it", typ, name, err)
 			}
 		}
@@ -114,11 +114,11 @@ func TestDockerConfigPinsRlimits(t *testing.T) {
 				t.Fatal(err)
 			}
 			widen(host)
-			if err := CheckDockerConfig(cfg, host, ""); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), typ) {
+			if err := CheckDockerConfig(cfg, host, Default(), testJob); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), typ) {
 				t.Errorf("%s %s: err = %v, want ErrInvalid naming it", typ, name, err)
 			}
 		}
-		if err := CheckDockerConfig(cfg, host, ""); err != nil {
+		if err := CheckDockerConfig(cfg, host, Default(), testJob); err != nil {
 			t.Errorf("valid config refused: %v", err)
 		}
 	}

@@ -176,12 +176,11 @@ func TestCheckOCISpecTmp(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		src := j.TmpSource
-		if err := CheckOCISpec(s, "", src, "", j.Binds...); err != nil {
+		if err := CheckOCISpec(s, Default(), j); err != nil {
 			t.Fatalf("%s: valid spec refused: %v", name, err)
 		}
-		widen(s, &src)
-		if err := CheckOCISpec(s, "", src, "", j.Binds...); !errors.Is(err, ErrInvalid) {
+		widen(s, &j.TmpSource)
+		if err := CheckOCISpec(s, Default(), j); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: err = %v, want ErrInvalid", name, err)
 		}
 	}
@@ -190,7 +189,9 @@ func TestCheckOCISpecTmp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := CheckOCISpec(s, "", testTmpSource, ""); !errors.Is(err, ErrInvalid) {
+	j := testOCIJob
+	j.TmpSource = testTmpSource
+	if err := CheckOCISpec(s, Default(), j); !errors.Is(err, ErrInvalid) {
 		t.Errorf("tmpfs where a source is declared: err = %v, want ErrInvalid", err)
 	}
 }
@@ -272,12 +273,11 @@ func TestCheckDockerConfigCatchesWidening(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		src := j.TmpSource
-		if err := CheckDockerConfig(cfg, host, src, j.Binds...); err != nil {
+		if err := CheckDockerConfig(cfg, host, Default(), j); err != nil {
 			t.Fatalf("%s: valid config refused: %v", name, err)
 		}
-		widen(cfg, host, &src)
-		if err := CheckDockerConfig(cfg, host, src, j.Binds...); !errors.Is(err, ErrInvalid) {
+		widen(cfg, host, &j.TmpSource)
+		if err := CheckDockerConfig(cfg, host, Default(), j); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: err = %v, want ErrInvalid", name, err)
 		}
 	}
@@ -290,17 +290,19 @@ func TestCheckDockerConfigCatchesWidening(t *testing.T) {
 		t.Fatal(err)
 	}
 	host.Mounts[len(host.Mounts)-1].ReadOnly = false
-	if err := CheckDockerConfig(cfg, host, j.TmpSource, j.Binds...); !errors.Is(err, ErrInvalid) {
+	if err := CheckDockerConfig(cfg, host, Default(), j); !errors.Is(err, ErrInvalid) {
 		t.Errorf("read-only bind made writable: err = %v", err)
 	}
 	cfg, host, _, err = DockerConfig(Default(), testJob)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := CheckDockerConfig(cfg, host, ""); err != nil {
+	if err := CheckDockerConfig(cfg, host, Default(), testJob); err != nil {
 		t.Errorf("default config refused: %v", err)
 	}
-	if err := CheckDockerConfig(cfg, host, testTmpSource); !errors.Is(err, ErrInvalid) {
+	j = testJob
+	j.TmpSource = testTmpSource
+	if err := CheckDockerConfig(cfg, host, Default(), j); !errors.Is(err, ErrInvalid) {
 		t.Errorf("tmpfs where a source is declared: err = %v, want ErrInvalid", err)
 	}
 }

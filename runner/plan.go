@@ -9,8 +9,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"os"
-	"path"
 	"regexp"
 	"slices"
 	"strings"
@@ -75,8 +75,15 @@ func (r *Runner) plan(s Spec) (*engine.SandboxSpec, error) {
 		Policy:   pol,
 		Workdir:  s.Workdir,
 		Owner:    fmt.Sprintf("%s/%d", host, os.Getpid()),
-		Deadline: time.Now().Add(pol.Limits.Timeout + time.Minute),
+		Deadline: deadline(time.Now(), pol.Limits.Timeout),
 	}, nil
+}
+
+// deadline is when a run of timeout started at now is overdue: a minute
+// after its timeout. Validate caps the timeout; the sum saturates all the
+// same, so that no timeout puts the deadline in the past.
+func deadline(now time.Time, timeout time.Duration) time.Time {
+	return now.Add(min(timeout, math.MaxInt64-time.Minute) + time.Minute)
 }
 
 func checkArgv(argv []string) error {
@@ -190,8 +197,10 @@ func checkFiles(s Spec) error {
 	if err := checkOverlaps(claims); err != nil {
 		return err
 	}
-	if s.Workdir != "" && (!path.IsAbs(s.Workdir) || path.Clean(s.Workdir) != s.Workdir) {
-		return fmt.Errorf("workdir %q must be an absolute, clean path", s.Workdir)
+	if s.Workdir != "" {
+		if err := isolation.CheckWorkdir(s.Workdir); err != nil {
+			return err
+		}
 	}
 	if s.InputLimit < 0 {
 		return fmt.Errorf("input limit must be positive")

@@ -4,9 +4,11 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containerd/errdefs"
 
+	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/wire"
 )
 
@@ -76,5 +78,48 @@ func TestCheckFilesOutFilesBound(t *testing.T) {
 	}
 	if _, err := r.plan(Spec{Argv: []string{"true"}, Output: Output{Files: math.MaxInt}.WithDefaults()}); !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "out_files") {
 		t.Errorf("plan of MaxInt files: %v; want invalid input naming out_files", err)
+	}
+}
+
+// A timeout past the policy's maximum is refused as invalid input naming
+// the field and the maximum: `airlock run --timeout 2562047h47m16s`
+// parses, and its deadline, now + timeout + 1m, would overflow into the
+// past, where any reaper takes the live run for overdue.
+func TestPlanRefusesHugeTimeout(t *testing.T) {
+	d, err := wire.Duration("timeout", "2562047h47m16s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(WithRoot(t.TempDir()), WithEngine(&fakeEngine{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, timeout := range []time.Duration{d, isolation.MaxTimeout + time.Millisecond} {
+		pol := isolation.Policy{Limits: isolation.Limits{Timeout: timeout}}
+		_, err = r.plan(Spec{Argv: []string{"true"}, Image: "sha256:" + strings.Repeat("1", 64), Policy: pol, Output: Output{}.WithDefaults()})
+		if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "timeout") || !strings.Contains(err.Error(), "maximum") {
+			t.Errorf("timeout %v: %v; want invalid input naming the timeout and its maximum", timeout, err)
+		}
+	}
+	now := time.Now()
+	for _, timeout := range []time.Duration{isolation.MaxTimeout, d, math.MaxInt64} {
+		if got := deadline(now, timeout); !got.After(now) {
+			t.Errorf("timeout %v: deadline %v, not after %v", timeout, got, now)
+		}
+	}
+}
+
+// A working directory in /proc, /sys or /dev is refused before anything
+// is made, naming workdir: /proc/self/fd/N as cwd is runc's
+// CVE-2024-21626.
+func TestCheckFilesRefusesWorkdirInKernelDirs(t *testing.T) {
+	for _, wd := range []string{"/proc/self/fd/7", "/proc/1/cwd", "/sys/fs/cgroup", "/dev", "work"} {
+		s := Spec{Workdir: wd, Output: Output{Disabled: true}}
+		if err := checkFiles(s); err == nil || !strings.Contains(err.Error(), "workdir") {
+			t.Errorf("workdir %q: %v; want a refusal naming workdir", wd, err)
+		}
+	}
+	if err := checkFiles(Spec{Workdir: "/work", Output: Output{Disabled: true}}); err != nil {
+		t.Errorf("workdir /work: %v", err)
 	}
 }

@@ -33,13 +33,24 @@ func (g *globals) logger() *slog.Logger {
 func (g *globals) host(opts ...engines.Option) *engines.Host {
 	return engines.New(g.root, append([]engines.Option{engines.WithLogger(g.logger()),
 		engines.WithEgressFiles(os.Getenv("AIRLOCK_EGRESS_HOSTS"), os.Getenv("AIRLOCK_EGRESS_CA")),
-		engines.WithRunnerOptions(runner.WithVersion(version), runner.WithSupervisor(func(id string) []string {
-			return []string{"/proc/self/exe", "--root", g.root, "sandbox", "supervise", id}
-		}))}, opts...)...)
+		engines.WithRunnerOptions(runner.WithVersion(version), runner.WithSupervisor(g.supervisor))}, opts...)...)
 }
 
-func newRootCmd() *cobra.Command {
-	g := &globals{stderr: os.Stderr}
+// supervisor is the command that supervises sandbox id: this airlock, on
+// this root. It starts in /, so the root it is given must be absolute, as
+// every command's is once it starts (resolveRoot).
+func (g *globals) supervisor(id string) []string {
+	return []string{"/proc/self/exe", "--root", g.root, "sandbox", "supervise", id}
+}
+
+// resolveRoot names the root as the kernel does (runner.ResolveRoot):
+// absolute, its symlinks resolved, for every command and what it starts.
+func (g *globals) resolveRoot() { g.root = runner.ResolveRoot(g.root) }
+
+func newRootCmd() *cobra.Command { return newRootCmdFor(&globals{stderr: os.Stderr}) }
+
+// newRootCmdFor is airlock's command line, its global flags set in g.
+func newRootCmdFor(g *globals) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "airlock",
 		Short: "Run untrusted code in a locked-down sandbox",
@@ -64,6 +75,7 @@ input, 66 not found, 69 engine or runtime unavailable, 70 internal error,
 		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: true},
 		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
 			commandStarted = true
+			g.resolveRoot()
 			if cmd.Name() != "reap" && cmd.Name() != "supervise" { // reap does the whole job and reports it
 				g.sweep(cmd.Context())
 			}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/images"
+	"github.com/airlock-sandbox/airlock/internal/rootonly"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/seccomp"
@@ -39,10 +40,18 @@ const (
 	spaceFail = 256 << 20
 )
 
-func checkRoot(context.Context, Options) Check {
+func checkRoot(_ context.Context, o Options) Check {
 	if euid := os.Geteuid(); euid != 0 {
 		return fail("root", fmt.Sprintf("euid %d; the oci engine (cgroups, runsc) and the output directory's tmpfs need root", euid),
 			"run airlock as root, for example with sudo")
+	}
+	// Whoever can write airlock's root can put their own runsc, images
+	// or sandbox state there. One not made yet is the free space row's.
+	if o.Root != "" {
+		var e *rootonly.Error
+		if err := rootonly.Check(o.Root); errors.As(err, &e) {
+			return fail("root", fmt.Sprintf("euid 0, but airlock's root directory %s is not root's alone: %v", o.Root, e), e.Fix())
+		}
 	}
 	return ok("root", "euid 0")
 }
@@ -62,11 +71,29 @@ func checkRunsc(ctx context.Context, o Options) Check {
 	case !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0:
 		return bad(needed, name, fmt.Sprintf("%s is not an executable file (mode %v)", path, fi.Mode()), fix)
 	}
+	// The oci engine runs it as root; not even its version is asked.
+	if detail, fix, unsafe := unsafeRunsc(path); unsafe {
+		return bad(needed, name, detail, fix)
+	}
 	v, err := engine.BinaryVersion(ctx, path, "")
 	if err != nil {
 		return bad(needed, name, err.Error(), fix)
 	}
 	return ok(name, fmt.Sprintf("%s: %s; platform %s", path, v, platform()))
+}
+
+// unsafeRunsc says whether a user other than root can change the runsc
+// at path, or put another in its place, and if so what and how to fix it.
+func unsafeRunsc(path string) (detail, fix string, unsafe bool) {
+	err := rootonly.Check(path)
+	var e *rootonly.Error
+	switch {
+	case errors.As(err, &e):
+		return fmt.Sprintf("%v: whoever can change it runs code as root", e), e.Fix(), true
+	case err != nil:
+		return fmt.Sprintf("checking who can change %s: %v", path, err), "run `make setup`, which installs airlock's runsc at " + path, true
+	}
+	return "", "", false
 }
 
 // checkAgent warns only: without the agent, execs into long-lived gVisor
@@ -210,6 +237,10 @@ func checkDockerd(ctx context.Context, o Options) Check {
 	const name = "dockerd"
 	needed := o.Engine == "docker"
 	only := onlyFor(needed, "--engine docker")
+	if o.DockerRuntime == nil && o.RuntimeRecordErr != nil {
+		// The docker runtime row fails, with the fix.
+		return bad(false, name, "not checked: the docker engine cannot start on this root, whose runtime record is damaged (see the docker runtime row)", recordFix(o))
+	}
 	if o.DockerRuntime == nil {
 		return bad(needed, name, "not checked: no docker engine given"+only, "run `airlock doctor`, which checks it")
 	}

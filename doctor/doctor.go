@@ -60,6 +60,10 @@ type Options struct {
 	RuntimeOwner string
 	RuntimeRunsc string
 	RuntimeArgs  []string
+	// RuntimeRecordErr is why the root's record of the runtime name its
+	// docker engine runs under cannot be read, if it cannot: then no
+	// docker engine runs on the root.
+	RuntimeRecordErr error
 	// Run runs the live probe's sandboxes on the chosen engine; nil leaves
 	// the probe out.
 	Run func(context.Context, runner.Spec) (runner.Result, error)

@@ -166,7 +166,11 @@ func TestSandboxChecks(t *testing.T) {
 		hint string   // in some failing row's detail
 	}{
 		{"isolated", goodProbe, []string{StatusOK, StatusOK, StatusOK}, ""},
-		{"timeout is no network", strings.Replace(goodProbe, "ENETUNREACH", "TimeoutError", 1), []string{StatusOK, StatusOK, StatusOK}, ""},
+		// Only loopback answers ENETUNREACH at once: a refusal, an ICMP
+		// from a router or a timeout each mean the sandbox has a route out.
+		{"refused is a network", strings.Replace(goodProbe, "ENETUNREACH", "ECONNREFUSED", 1), []string{StatusFail, StatusOK, StatusOK}, "ECONNREFUSED, not ENETUNREACH"},
+		{"host unreachable is a network", strings.Replace(goodProbe, "ENETUNREACH", "EHOSTUNREACH", 1), []string{StatusFail, StatusOK, StatusOK}, "EHOSTUNREACH, not ENETUNREACH"},
+		{"timeout is a network", strings.Replace(goodProbe, "ENETUNREACH", "TimeoutError", 1), []string{StatusFail, StatusOK, StatusOK}, "TimeoutError, not ENETUNREACH"},
 		{"network", strings.Replace(goodProbe, "net=ENETUNREACH", "net=connected", 1), []string{StatusFail, StatusOK, StatusOK}, "connected to 192.0.2.1:80"},
 		{"writable root", strings.Replace(goodProbe, "root_write=EACCES", "root_write=ok", 1), []string{StatusOK, StatusFail, StatusOK}, "wrote a file"},
 		{"root not read-only", strings.Replace(goodProbe, "root_ro=1", "root_ro=0", 1), []string{StatusOK, StatusFail, StatusOK}, "not mounted read-only"},

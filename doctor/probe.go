@@ -140,6 +140,10 @@ func sandboxChecks(m map[string]string) []Check {
 		out = append(out, fail(netName, "the probe printed no network result", escapeFix))
 	case v == "connected":
 		out = append(out, fail(netName, "connected to "+netTarget, escapeFix))
+	case v != "ENETUNREACH":
+		// Only loopback gives ENETUNREACH at once. A refusal, a host
+		// unreachable or a timeout each mean the SYN left on a route.
+		out = append(out, fail(netName, fmt.Sprintf("connecting to %s failed with %s, not ENETUNREACH: the sandbox has a route out", netTarget, shown(v)), escapeFix))
 	default:
 		out = append(out, ok(netName, fmt.Sprintf("connecting to %s failed: %s", netTarget, shown(v))))
 	}

@@ -20,6 +20,10 @@ func checkDockerRuntime(ctx context.Context, o Options) Check {
 	const name = "docker runtime"
 	needed := o.Engine == "docker" && o.Isolation == string(isolation.GVisor)
 	only := onlyFor(needed, "--engine docker --isolation gvisor")
+	if err := o.RuntimeRecordErr; err != nil {
+		// Every docker run on this root would fail, whatever its mode.
+		return bad(o.Engine == "docker", name, err.Error()+onlyFor(o.Engine == "docker", "--engine docker"), recordFix(o))
+	}
 	if o.DockerRegistered == nil {
 		return bad(needed, name, "not checked: no docker engine given"+only, "run `airlock doctor`, which checks it")
 	}
@@ -30,6 +34,11 @@ func checkDockerRuntime(ctx context.Context, o Options) Check {
 		return bad(needed, name, "not checked: "+err.Error()+only, "start dockerd (`make setup` does)")
 	}
 	return runtimeCheck(needed, e, o, only)
+}
+
+// recordFix says how to mend a root's record of its runtime name.
+func recordFix(o Options) string {
+	return fmt.Sprintf("register this root's runsc again under a name, which rewrites the record: `airlock --root %s host install-runtime --runsc %s --name NAME`, then SIGHUP dockerd", o.Root, o.Runsc)
 }
 
 // runtimeCheck grades dockerd's entry e; only is appended to a problem's
@@ -56,6 +65,10 @@ func runtimeCheck(needed bool, e RuntimeEntry, o Options, only string) Check {
 		}
 		return bad(needed, name, fmt.Sprintf("runtime %q runs %s, which %s: every gVisor run on dockerd would fail%s", e.Name, e.Path, what, only),
 			"install runsc there again (`make setup`, or the bundle's install.sh)")
+	}
+	// dockerd runs it as root for every container.
+	if detail, fix, unsafe := unsafeRunsc(e.Path); unsafe {
+		return bad(needed, name, fmt.Sprintf("runtime %q runs %s: %s%s", e.Name, e.Path, detail, only), fix)
 	}
 	if !slices.Equal(e.Args, o.RuntimeArgs) {
 		return bad(needed, name, fmt.Sprintf("runtime %q has flags %q, not the ones airlock writes for %s: %q%s", e.Name, e.Args, o.RuntimeOwner, o.RuntimeArgs, only), fix)

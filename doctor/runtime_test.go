@@ -1,6 +1,8 @@
 package doctor
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,6 +26,9 @@ func TestRuntimeCheck(t *testing.T) {
 	args := []string{"--network=none", "--oci-seccomp", "--debug-log=/r/sandbox-logs/%ID%/", "--debug-command=boot"}
 	o := Options{Root: "/r", RuntimeOwner: "/r", RuntimeRunsc: runsc, RuntimeArgs: args}
 	gone := filepath.Join(dir, "gone", "runsc")
+	// dockerd runs it as root: one anyone may rewrite is refused.
+	writable := filepath.Join(dir, "writable", "tools", "runsc")
+	writeRunsc(t, writable, 0o777)
 	for _, tc := range []struct {
 		name   string
 		o      Options
@@ -39,6 +44,8 @@ func TestRuntimeCheck(t *testing.T) {
 			RuntimeEntry{Name: "rt", Found: true, Path: gone, Args: args}, StatusFail, []string{gone, "does not exist"}},
 		{"not executable", Options{Root: "/r", RuntimeOwner: "/r", RuntimeRunsc: notExec, RuntimeArgs: args},
 			RuntimeEntry{Name: "rt", Found: true, Path: notExec, Args: args}, StatusFail, []string{notExec, "not an executable"}},
+		{"anyone may rewrite it", Options{Root: "/r", RuntimeOwner: "/r", RuntimeRunsc: writable, RuntimeArgs: args},
+			RuntimeEntry{Name: "rt", Found: true, Path: writable, Args: args}, StatusFail, []string{writable, "0777", "as root"}},
 		{"flags differ", o, RuntimeEntry{Name: "rt", Found: true, Path: runsc, Args: append(args[:3:3], "--network=host")}, StatusFail, []string{"--network=host", "not the ones airlock writes"}},
 		{"a flag more", o, RuntimeEntry{Name: "rt", Found: true, Path: runsc, Args: append(args[:4:4], "--network=host")}, StatusFail, []string{"--network=host"}},
 		{"shared with the default root", Options{Root: "/s", RuntimeOwner: "/r", RuntimeRunsc: runsc, RuntimeArgs: args},
@@ -58,6 +65,27 @@ func TestRuntimeCheck(t *testing.T) {
 		}
 		if w := runtimeCheck(false, tc.e, tc.o, " (only)"); tc.status == StatusFail && w.Status != StatusWarn {
 			t.Errorf("%s, not needed: %s, want warn", tc.name, w.Status)
+		}
+	}
+}
+
+// A record of the runtime name that cannot be read is the docker runtime
+// row's FAIL, with its fix; dockerd's row, which no engine could check,
+// points there.
+func TestRuntimeRecordDamaged(t *testing.T) {
+	damaged := errors.New("/r/docker-runtime: runtime name \"../x\": use up to 64 letters")
+	for _, engine := range []string{"docker", "oci"} {
+		o := Options{Root: "/r", Runsc: "/r/tools/runsc", Engine: engine, Isolation: "seccomp", RuntimeRecordErr: damaged}
+		c := checkDockerRuntime(context.Background(), o)
+		want := StatusFail
+		if engine == "oci" {
+			want = StatusWarn
+		}
+		if c.Status != want || !strings.Contains(c.Detail, "docker-runtime") || !strings.Contains(c.Fix, "--name NAME") {
+			t.Errorf("engine %s: %+v; want %s naming the record, and a fix", engine, c, want)
+		}
+		if d := checkDockerd(context.Background(), o); d.Status == StatusOK || !strings.Contains(d.Detail, "docker runtime row") {
+			t.Errorf("engine %s: dockerd row %+v", engine, d)
 		}
 	}
 }

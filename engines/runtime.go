@@ -21,6 +21,7 @@ import (
 	"github.com/airlock-sandbox/airlock/engine/oci"
 	"github.com/airlock-sandbox/airlock/images"
 	"github.com/airlock-sandbox/airlock/internal/atomicfile"
+	"github.com/airlock-sandbox/airlock/internal/rootonly"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
 )
@@ -45,7 +46,7 @@ func RuntimeName(root string) (string, error) {
 		return name, err
 	}
 	root = filepath.Clean(root)
-	if root == runner.DefaultRoot {
+	if isDefaultRoot(root) {
 		return DefaultRuntime, nil
 	}
 	sum := sha256.Sum256([]byte(root))
@@ -103,6 +104,14 @@ func InstallRuntime(root string, in Install) (Installed, error) {
 	fi, err := os.Stat(abs)
 	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
 		return Installed{}, fmt.Errorf("%w: runsc %q is not an executable file; build it with `make setup`", errdefs.ErrNotFound, in.Runsc)
+	}
+	// dockerd runs it as root for every container.
+	if err := rootonly.Check(abs); err != nil {
+		var e *rootonly.Error
+		if errors.As(err, &e) {
+			return Installed{}, fmt.Errorf("%w: runsc %s: %v, and dockerd would run what they put there as root; %s", errdefs.ErrInvalidArgument, abs, e, e.Fix())
+		}
+		return Installed{}, fmt.Errorf("checking runsc %s: %w", abs, err)
 	}
 	if in.Args == nil {
 		in.Args = RuntimeArgs(root)
@@ -163,6 +172,12 @@ func recordedRuntime(root string) (string, bool, error) {
 	return name, true, nil
 }
 
+// isDefaultRoot reports whether root is the default root, as given or
+// through a symlink.
+func isDefaultRoot(root string) bool {
+	return filepath.Clean(root) == runner.DefaultRoot || runner.ResolveRoot(root) == runner.ResolveRoot(runner.DefaultRoot)
+}
+
 // engineRuntime is the runtime root's docker engine runs gVisor under: the
 // recorded name, else DefaultRuntime (a root that registered nothing of
 // its own uses the default root's).
@@ -198,8 +213,9 @@ func (h *Host) DockerImages() (DockerImages, error) { return h.docker() }
 
 // Doctor fills in what o's checks need to know of the engines: where
 // setup installs runsc and the exec agent, dockerd's runtime checks, and
-// whose registration the root's docker engine runs under. done closes
-// the engine those checks use.
+// whose registration the root's docker engine runs under (a record it
+// cannot read is the docker runtime check's to report). done closes the
+// engine those checks use.
 func (h *Host) Doctor(o *doctor.Options) (done func(), err error) {
 	root, err := filepath.Abs(h.root)
 	if err != nil {
@@ -209,9 +225,10 @@ func (h *Host) Doctor(o *doctor.Options) (done func(), err error) {
 	o.RuntimeOwner, o.RuntimeRunsc = root, o.Runsc
 	_, recorded, err := recordedRuntime(root)
 	if err != nil {
-		return nil, err
+		o.RuntimeRecordErr = err
+		return func() {}, nil // no docker engine runs on this root
 	}
-	if !recorded && root != runner.DefaultRoot {
+	if !recorded && !isDefaultRoot(root) {
 		// It shares the default root's registration.
 		o.RuntimeOwner, o.RuntimeRunsc = runner.DefaultRoot, oci.RunscPath(runner.DefaultRoot)
 	}

@@ -6,6 +6,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/doctor"
+	"github.com/airlock-sandbox/airlock/internal/roottest"
 	"github.com/airlock-sandbox/airlock/runner"
 )
 
@@ -82,4 +86,103 @@ func TestRuntimeNames(t *testing.T) {
 func recorded(root string) bool {
 	_, ok, _ := recordedRuntime(root)
 	return ok
+}
+
+// fakeRunsc makes an executable runsc in dir, then gives it mode.
+func fakeRunsc(t *testing.T, dir string, mode os.FileMode) string {
+	t.Helper()
+	p := filepath.Join(dir, "runsc")
+	if err := os.WriteFile(p, []byte("#!/bin/sh\necho runsc version test\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// dockerd runs the registered runsc as root for every container: one
+// another user can rewrite, or replace in a directory they may write, is
+// refused, by a check as by a registration, naming what to fix.
+func TestInstallRuntimeRefusesRunscOthersCanChange(t *testing.T) {
+	dir := t.TempDir()
+	daemon := filepath.Join(dir, "daemon.json")
+	shared := filepath.Join(dir, "shared")
+	if err := os.Mkdir(shared, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	inShared := fakeRunsc(t, shared, 0o755)
+	if err := os.Chmod(shared, 0o777); err != nil { // no sticky bit: anyone may rename over runsc
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ runsc, says string }{
+		{fakeRunsc(t, t.TempDir(), 0o777), "0777"},
+		{fakeRunsc(t, t.TempDir(), 0o775), "0775"},
+		{inShared, shared},
+	} {
+		for _, check := range []bool{true, false} {
+			_, err := InstallRuntime(filepath.Join(dir, "root"), Install{Runsc: tc.runsc, DaemonJSON: daemon, Check: check})
+			if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), tc.says) || !strings.Contains(err.Error(), "chmod go-w") {
+				t.Errorf("runsc %s (check %v): %v; want a refusal naming %s and the fix", tc.runsc, check, err, tc.says)
+			}
+		}
+	}
+	if _, err := os.Stat(daemon); err == nil {
+		t.Errorf("a refusal wrote %s", daemon)
+	}
+}
+
+func TestInstallRuntimeRefusesRunscOfAnotherUser(t *testing.T) {
+	roottest.Require(t, "chown")
+	runsc := fakeRunsc(t, t.TempDir(), 0o755)
+	if err := os.Chown(runsc, 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	_, err := InstallRuntime(filepath.Join(dir, "root"), Install{Runsc: runsc, DaemonJSON: filepath.Join(dir, "daemon.json"), Check: true})
+	if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "uid 1000") {
+		t.Errorf("runsc owned by uid 1000: %v; want a refusal naming the owner", err)
+	}
+}
+
+// Two roots given the same runsc and --name: the second would re-point
+// the first's --debug-log at its own directory, and the first's `airlock
+// doctor` would then fail "flags differ". It is refused.
+func TestInstallRuntimeKeepsAnotherRootsEntry(t *testing.T) {
+	dir := t.TempDir()
+	runsc := fakeRunsc(t, dir, 0o755)
+	daemon := filepath.Join(dir, "daemon.json")
+	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	if _, err := InstallRuntime(a, Install{Runsc: runsc, Name: "shared", DaemonJSON: daemon}); err != nil {
+		t.Fatal(err)
+	}
+	orig, _ := os.ReadFile(daemon)
+	got, err := InstallRuntime(b, Install{Runsc: runsc, Name: "shared", DaemonJSON: daemon})
+	if !errdefs.IsAlreadyExists(err) || got.Changed {
+		t.Errorf("root %s took root %s's runtime %q: %+v, %v; want an already-exists refusal", b, a, "shared", got, err)
+	}
+	if raw, _ := os.ReadFile(daemon); string(raw) != string(orig) {
+		t.Errorf("a refusal changed daemon.json to %s", raw)
+	}
+	if _, err := os.Stat(filepath.Join(b, RuntimeRecord)); err == nil {
+		t.Errorf("a refusal recorded the name in %s", b)
+	}
+}
+
+// A damaged record is the doctor's docker runtime row to report, not an
+// error that keeps the report from being made.
+func TestDoctorDamagedRecord(t *testing.T) {
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, RuntimeRecord), []byte("../x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var o doctor.Options
+	done, err := New(root).Doctor(&o)
+	if err != nil {
+		t.Fatalf("Doctor: %v", err)
+	}
+	done()
+	if o.RuntimeRecordErr == nil || !strings.Contains(o.RuntimeRecordErr.Error(), RuntimeRecord) || o.Root != root {
+		t.Errorf("Doctor filled in %+v; want the record's error", o)
+	}
 }

@@ -203,7 +203,7 @@ al() { "$airlock" --root "$root" "$@"; }
 if command -v dockerd >/dev/null; then
   if ! why=$(al host install-runtime --check --runsc "$root/tools/runsc" --daemon-json "$daemon_json" ${runtime:+--name "$runtime"} 2>&1 >/dev/null); then
     printf '%s\n' "$why" >&2
-    fail "registering runsc with dockerd would fail (above); choose the runtime's name with --runtime NAME; no image was imported"
+    fail "registering runsc with dockerd would fail (above); fix what it says (a name another root's runsc holds: choose this root's with --runtime NAME); no image was imported"
   fi
 fi
 while read -r file ref role recipe; do
@@ -231,7 +231,7 @@ if command -v dockerd >/dev/null; then
   engine=auto
   # The root's own name; an entry of it that runs another runsc is refused.
   changed=$(al host install-runtime --runsc "$root/tools/runsc" --daemon-json "$daemon_json" ${runtime:+--name "$runtime"}) ||
-    fail "registering runsc with dockerd failed (above); choose the runtime's name with --runtime NAME"
+    fail "registering runsc with dockerd failed (above); fix what it says (a name another root's runsc holds: choose this root's with --runtime NAME)"
   [ -f "$root/docker-runtime" ] && name=$(cat "$root/docker-runtime") || name=airlock-runsc
   step "dockerd runtime $name: $changed ($daemon_json)"
   if [ "$changed" = changed ] && [ -f "$docker_pid" ]; then

@@ -61,15 +61,28 @@ fi
 # 2. runsc -------------------------------------------------------------------
 # Built from a vendored copy of the pinned module, with the sentry's and the
 # gofer's seccomp programs compiled ahead (tools/runsc/precompile), as gVisor's
-# own build does. Rebuilt when the pin or the precompiler changes: the key is
-# their hash, kept beside the binary.
+# own build does. Rebuilt when the pin or the precompiler changes (the key is
+# their hash, kept beside the binary), or when the binary is no longer the
+# one built (its sha256, kept beside it too).
 gvisor_version=$(cd "$here/tools/runsc" && go list -m -f '{{.Version}}' gvisor.dev/gvisor)
 runsc=$tools/runsc
 key=$(cd "$here/tools/runsc" && cat go.mod go.sum precompile/*.go | sha256sum | cut -d' ' -f1)
-# The version is read whole: `| grep -q` under pipefail fails when grep
-# quits before runsc has written its last line (SIGPIPE), and rebuilt.
-have=$([ -x "$runsc" ] && "$runsc" --version 2>/dev/null || true)
-if [ "$(cat "$runsc.key" 2>/dev/null)" = "$key" ] && [[ $have == *"runsc version $gvisor_version"* ]]; then
+runsc_current() {
+  [ "$(cat "$runsc.key" 2>/dev/null)" = "$key" ] || return 1
+  local sum have
+  sum=$(sha256sum "$runsc" 2>/dev/null | cut -d' ' -f1) || return 1
+  if [ -e "$runsc.sha256" ]; then
+    [ "$(cat "$runsc.sha256")" = "$sum" ] || return 1
+  fi
+  # The version is read whole: `| grep -q` under pipefail fails when grep
+  # quits before runsc has written its last line (SIGPIPE), and rebuilt.
+  have=$("$runsc" --version 2>/dev/null) || return 1
+  [[ $have == *"runsc version $gvisor_version"* ]] || return 1
+  # One built before setup kept its sha256 is trusted by its key and
+  # version this once.
+  [ -e "$runsc.sha256" ] || echo "$sum" >"$runsc.sha256"
+}
+if runsc_current; then
   step "runsc $gvisor_version present"
 else
   step "building runsc $gvisor_version with its seccomp programs precompiled (CGO_ENABLED=0; about 2-4 minutes)"
@@ -84,6 +97,9 @@ else
       -ldflags "-X gvisor.dev/gvisor/runsc/version.version=$gvisor_version" \
       -o "$runsc.new" gvisor.dev/gvisor/runsc)
   rm -rf "$build"
+  # The sum first: cut short before the rename, it names the new binary
+  # and the old one is rebuilt.
+  sha256sum "$runsc.new" | cut -d' ' -f1 >"$runsc.sha256"
   mv -f "$runsc.new" "$runsc"
   echo "$key" >"$runsc.key"
   step "runsc built: $("$runsc" --version | head -1)"
@@ -105,16 +121,26 @@ fi
 
 # 3. daemon.json ---------------------------------------------------------------
 changed=$("$bin" host install-runtime --runsc "$runsc")
-step "dockerd runtime airlock-runsc: $changed"
+# The name it registered, recorded in the root: airlock-runsc for the
+# default root, airlock-runsc-<hash> for another.
+runtime=$(cat "$root/docker-runtime")
+step "dockerd runtime $runtime: $changed"
 
 # 4. dockerd -------------------------------------------------------------------
 docker_up() { timeout 5 docker version --format '{{.Server.Version}}' >/dev/null 2>&1; }
+# has_runtime: dockerd lists $runtime, by its exact name (read whole, as
+# runsc's version is).
+has_runtime() {
+  local names
+  names=$(docker info --format '{{range $name, $_ := .Runtimes}}{{println $name}}{{end}}' 2>/dev/null) || return 1
+  grep -qxF -- "$runtime" <<<"$names"
+}
 if docker_up; then
   if [ "$changed" = changed ] && [ -f /var/run/docker.pid ]; then
     step "reloading dockerd's runtimes (SIGHUP)"
     kill -HUP "$(cat /var/run/docker.pid)"
     for _ in $(seq 1 50); do
-      docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q airlock-runsc && break
+      has_runtime && break
       sleep 0.2
     done
   fi
@@ -137,9 +163,9 @@ else
   done
   docker_up || fail "dockerd did not answer within 60s; see /var/log/airlock-dockerd.log"
 fi
-docker info --format '{{json .Runtimes}}' | grep -q airlock-runsc ||
-  fail "dockerd does not list the airlock-runsc runtime; check /etc/docker/daemon.json and restart dockerd"
-step "dockerd $(docker version --format '{{.Server.Version}}') answers, airlock-runsc registered"
+has_runtime ||
+  fail "dockerd does not list the $runtime runtime; check /etc/docker/daemon.json and restart dockerd"
+step "dockerd $(docker version --format '{{.Server.Version}}') answers, $runtime registered"
 
 # 6. default image -----------------------------------------------------------
 recipe=$(sha256sum "$here/images/default/build.sh" | cut -d' ' -f1)

@@ -18,11 +18,13 @@ func newDoctorCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "doctor [--json] [--engine auto|oci|docker] [--isolation gvisor|seccomp]",
 		Short: "Check that this host can keep airlock's guarantees",
-		Long: `Check the host for the chosen engine and isolation mode: root, airlock's
-runsc (and the gVisor platform), runc, cgroups and their memory, pids and
+		Long: `Check the host for the chosen engine and isolation mode: root (and that
+only root can change airlock's root directory), airlock's runsc (that only
+root can change it, and the gVisor platform), runc, cgroups and their memory, pids and
 cpu controllers, kernel seccomp and the default profile, dockerd and the
 runtime this root registered with it (its path is this root's runsc, which
-exists, and its flags are exactly airlock's), and free space under --root. Then, if nothing
+exists, only root can change it, and its flags are exactly airlock's; a
+damaged <root>/docker-runtime is its FAIL), and free space under --root. Then, if nothing
 failed, run a short live probe on the default image: one sandbox tries to
 reach the network, write to /, and reads its capabilities, no_new_privs
 and uid; a second allocates 200MiB under a 64MiB limit and must end oom.

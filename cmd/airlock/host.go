@@ -27,17 +27,22 @@ func newInstallRuntimeCmd(g *globals) *cobra.Command {
 		Use:   "install-runtime --runsc PATH [--name NAME]",
 		Short: "Register airlock's runsc with dockerd in daemon.json",
 		Long: fmt.Sprintf(`Add (or update) this root's runsc runtime in dockerd's daemon.json,
-pointing at the runsc binary given. Every other setting in the file is kept;
-an existing file is first copied to a timestamped backup beside it. Prints
-"changed" or "unchanged" (with --check: what it would do, writing nothing).
-dockerd reads runtimes again on SIGHUP; 'make setup' sends it.
+pointing at the runsc binary given, which only root may be able to change
+(the file and every directory above it). Every other setting in the file,
+and its mode and owner, are kept; an existing file is first copied to a
+timestamped backup beside it. A daemon.json that is a symlink, or holds a
+key twice, is refused: edit it by hand, or name the file a symlink points
+to with --daemon-json. Prints "changed" or "unchanged" (with --check:
+what it would do, writing nothing). dockerd reads runtimes again on
+SIGHUP; 'make setup' sends it.
 
 The default root (%s) registers the runtime %q. Any other root registers
 a name of its own, %q followed by a hash of the root's path, unless --name
 chooses one; the name is recorded in <root>/%s, and that root's docker
-engine runs under it. An entry of that name that runs another runsc is
-another installation's and is refused: choose another --name, or pass
---replace once nothing uses that runsc any more.
+engine runs under it. An entry of that name that runs another runsc, or
+logs its sandboxes under another root, is another installation's and is
+refused: choose another --name, or pass --replace once nothing uses that
+runsc any more.
 
 By default runsc gets --network=none, --oci-seccomp (so that it applies the
 seccomp profile airlock passes), and a log per sandbox under

@@ -2,14 +2,19 @@ package docker
 
 import (
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/containerd/errdefs"
+
+	"github.com/airlock-sandbox/airlock/internal/roottest"
 )
 
 func TestRegisterRuntimeMerges(t *testing.T) {
@@ -62,10 +67,19 @@ func TestRegisterRuntimeNewFile(t *testing.T) {
 	}
 }
 
+// A file airlock cannot merge into as dockerd reads it is refused, by a
+// check as by a registration, and left as it was. A key given twice is
+// one: dockerd merges two "runtimes" objects, a rewrite would keep one.
 func TestRegisterRuntimeRefusesBadJSON(t *testing.T) {
-	for _, content := range []string{`{"runtimes": [1,2]}`, `not json`, `[1]`} {
+	for _, content := range []string{`{"runtimes": [1,2]}`, `not json`, `[1]`, "null\n",
+		`{"runtimes":{"nvidia":{"path":"/usr/bin/nvidia-container-runtime"}},"runtimes":{"kata":{"path":"/usr/bin/kata-runtime"}}}`,
+		`{"runtimes":{"kata":{"path":"/a"},"kata":{"path":"/b"}}}`,
+	} {
 		p := filepath.Join(t.TempDir(), "daemon.json")
 		os.WriteFile(p, []byte(content), 0o644)
+		if _, err := CheckRuntime(p, "rt", Runtime{Path: "/x"}, false); !errdefs.IsInvalidArgument(err) {
+			t.Errorf("%s: check: err = %v", content, err)
+		}
 		_, _, err := RegisterRuntime(p, "rt", Runtime{Path: "/x"}, false)
 		if !errdefs.IsInvalidArgument(err) {
 			t.Errorf("%s: err = %v", content, err)
@@ -75,6 +89,121 @@ func TestRegisterRuntimeRefusesBadJSON(t *testing.T) {
 		}
 		if ents, _ := os.ReadDir(filepath.Dir(p)); len(ents) != 1 {
 			t.Errorf("%s: stray files %v", content, ents)
+		}
+	}
+}
+
+// "runtimes": null is no runtimes, as dockerd reads it: merged into.
+func TestRegisterRuntimeNullRuntimes(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "daemon.json")
+	if err := os.WriteFile(p, []byte(`{"log-level":"warn","runtimes":null}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := CheckRuntime(p, "rt", Runtime{Path: "/x"}, false); err != nil || !changed {
+		t.Fatalf("CheckRuntime = %v, %v", changed, err)
+	}
+	if changed, _, err := RegisterRuntime(p, "rt", Runtime{Path: "/x"}, false); err != nil || !changed {
+		t.Fatalf("RegisterRuntime = %v, %v", changed, err)
+	}
+	var got struct {
+		LogLevel string             `json:"log-level"`
+		Runtimes map[string]Runtime `json:"runtimes"`
+	}
+	b, _ := os.ReadFile(p)
+	if err := json.Unmarshal(b, &got); err != nil || got.LogLevel != "warn" || got.Runtimes["rt"].Path != "/x" {
+		t.Errorf("wrote %s (%v)", b, err)
+	}
+}
+
+// A daemon.json that is a symlink (into a managed configuration) is
+// refused, naming the file it links to: renaming over it would turn it
+// into a file of its own, which that configuration no longer governs.
+func TestRegisterRuntimeRefusesSymlink(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "managed", "daemon.json")
+	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const orig = `{"log-level":"warn"}`
+	if err := os.WriteFile(target, []byte(orig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "daemon.json")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := CheckRuntime(link, "rt", Runtime{Path: "/x"}, false); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("CheckRuntime = %v; want an invalid-argument refusal", err)
+	}
+	_, _, err := RegisterRuntime(link, "rt", Runtime{Path: "/x"}, false)
+	if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "--daemon-json "+target) {
+		t.Errorf("RegisterRuntime = %v; want a refusal naming --daemon-json %s", err, target)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("%s is no longer a symlink: %v, %v", link, fi, err)
+	}
+	if b, _ := os.ReadFile(target); string(b) != orig {
+		t.Errorf("%s changed to %s", target, b)
+	}
+}
+
+// The new file keeps the old one's owner and group, as its mode.
+func TestRegisterRuntimeKeepsOwner(t *testing.T) {
+	roottest.Require(t, "chown")
+	p := filepath.Join(t.TempDir(), "daemon.json")
+	if err := os.WriteFile(p, []byte(`{"log-level":"warn"}`), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(p, 0, 4321); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := RegisterRuntime(p, "rt", Runtime{Path: "/x"}, false); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := fi.Sys().(*syscall.Stat_t); st.Uid != 0 || st.Gid != 4321 || fi.Mode().Perm() != 0o640 {
+		t.Errorf("owner %d:%d mode %v; want 0:4321 and 0640 kept", st.Uid, st.Gid, fi.Mode().Perm())
+	}
+}
+
+// Registrations at once (install.sh for two roots, make setup beside an
+// install) each land: none reads the file before another's write and
+// then writes over it.
+func TestRegisterRuntimeConcurrent(t *testing.T) {
+	for round := 0; round < 20; round++ {
+		p := filepath.Join(t.TempDir(), "daemon.json")
+		if err := os.WriteFile(p, []byte(`{"log-level":"warn"}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		const n = 6
+		var wg sync.WaitGroup
+		errs := make([]error, n)
+		for i := range n {
+			wg.Go(func() {
+				_, _, errs[i] = RegisterRuntime(p, fmt.Sprintf("rt%d", i), Runtime{Path: fmt.Sprintf("/runsc%d", i)}, false)
+			})
+		}
+		wg.Wait()
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got struct {
+			Runtimes map[string]Runtime `json:"runtimes"`
+		}
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatalf("round %d: daemon.json corrupt: %v: %s", round, err, b)
+		}
+		for i := range n {
+			if errs[i] != nil {
+				t.Fatalf("round %d: rt%d: %v", round, i, errs[i])
+			}
+			if _, ok := got.Runtimes[fmt.Sprintf("rt%d", i)]; !ok {
+				t.Fatalf("round %d: rt%d was registered, but daemon.json lost it: %s", round, i, b)
+			}
 		}
 	}
 }
@@ -137,6 +266,37 @@ func TestRegisterRuntimeKeepsAnotherRunsc(t *testing.T) {
 	}
 	// --replace re-points it.
 	if changed, _, err := RegisterRuntime(p, "airlock-runsc", ours, true); err != nil || !changed {
+		t.Errorf("replace = %v, %v", changed, err)
+	}
+}
+
+// The same runsc logging its sandboxes under another root is that root's
+// entry: refused, as another runsc's is, unless replace is set.
+func TestRegisterRuntimeKeepsAnotherRootsLogs(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "daemon.json")
+	const runsc = "/opt/runsc"
+	theirs := Runtime{Path: runsc, RuntimeArgs: []string{"--network=none", "--debug-log=/srv/a/sandbox-logs/%ID%/"}}
+	if _, _, err := RegisterRuntime(p, "shared", theirs, false); err != nil {
+		t.Fatal(err)
+	}
+	orig, _ := os.ReadFile(p)
+	ours := Runtime{Path: runsc, RuntimeArgs: []string{"--network=none", "--debug-log=/srv/b/sandbox-logs/%ID%/"}}
+	if changed, err := CheckRuntime(p, "shared", ours, false); !errdefs.IsAlreadyExists(err) || changed {
+		t.Errorf("CheckRuntime = %v, %v; want an already-exists refusal", changed, err)
+	}
+	changed, _, err := RegisterRuntime(p, "shared", ours, false)
+	if !errdefs.IsAlreadyExists(err) || changed {
+		t.Fatalf("RegisterRuntime = %v, %v; want an already-exists refusal", changed, err)
+	}
+	for _, want := range []string{"/srv/a/sandbox-logs/%ID%/", "--name", "--replace"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal does not name %q: %v", want, err)
+		}
+	}
+	if b, _ := os.ReadFile(p); string(b) != string(orig) {
+		t.Errorf("a refusal changed the file to %s", b)
+	}
+	if changed, _, err := RegisterRuntime(p, "shared", ours, true); err != nil || !changed {
 		t.Errorf("replace = %v, %v", changed, err)
 	}
 }

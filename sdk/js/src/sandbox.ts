@@ -6,7 +6,7 @@
  */
 import { Readable } from "node:stream";
 import { AirlockError, errorOf, isErrorKind } from "./errors.js";
-import { ConnectionOptions, Transport, ndjson, readAll } from "./transport.js";
+import { ConnectionOptions, Transport, decodeB64, ndjson, readAll } from "./transport.js";
 import { ExecHandle } from "./spawn.js";
 import { type TarEntry, tarStream, untar } from "./tar.js";
 import type { components } from "./api.js";
@@ -205,6 +205,20 @@ function splitArea(path: string): [string | null, string] {
   return [null, path];
 }
 
+/**
+ * A tree transfer's report, checked: an object whose transfers are an
+ * array of records (objects); n, when given, is how many there must be.
+ * Anything else is an internal AirlockError naming what.
+ */
+function treeReport(v: unknown, what: string, n?: number): TreeReport {
+  const ok = (o: unknown): o is Record<string, unknown> => typeof o === "object" && o !== null && !Array.isArray(o);
+  if (!ok(v) || !Array.isArray(v.transfers) || !v.transfers.every(ok) || (v.summary !== undefined && !ok(v.summary))) {
+    throw errorOf("internal", `${what}: the report is not a list of transfer records: ${JSON.stringify(v)?.slice(0, 200)}`);
+  }
+  if (n !== undefined && v.transfers.length !== n) throw errorOf("internal", `${what}: ${v.transfers.length} records for ${n} paths`);
+  return { ...v, summary: v.summary ?? {} } as TreeReport;
+}
+
 /** Files in a sandbox's workspace (/home/user). */
 export class Files {
   readonly #t: Transport;
@@ -247,11 +261,12 @@ export class Files {
     const bytes = (d: string | Uint8Array) => (typeof d === "string" ? Buffer.from(d, "utf8") : d);
     for (const [area, idx] of groups) {
       const entries = idx.map((i): [string, Uint8Array] => [splitArea(files[i][0])[1], bytes(files[i][1])]);
-      const rep = await this.#t.json<TreeReport>("PUT", `/v1/sandboxes/${enc(this.#id)}/files?path=${enc(area)}`, {
+      const answer = await this.#t.json<unknown>("PUT", `/v1/sandboxes/${enc(this.#id)}/files?path=${enc(area)}`, {
         body: { stream: tarStream(entries) },
         headers: { "content-type": "application/x-tar" },
         signal: opts.signal,
       });
+      const rep = treeReport(answer, `files write to ${area}`);
       // One record per entry, in stream order: only files are sent.
       idx.forEach((i, k) => {
         out[i] = rep.transfers[k] ?? {
@@ -316,16 +331,21 @@ export class Files {
       const tar = await readAll(res, this.#t.maxReadBytes, `files/read: the tar answer for ${idx.length} paths`, "maxReadBytes");
       let entries: TarEntry[];
       try {
-        entries = untar(tar);
+        // Only regular files are content: a symlink or any other entry is
+        // as if it were not in the stream.
+        entries = untar(tar).filter((ent) => ent.type === "0");
       } catch (err) {
         throw errorOf("internal", `files/read: ${(err as Error).message}`, res.statusCode, undefined, err);
       }
       const last = entries.pop();
       if (last?.name !== ".airlock-report.json") throw errorOf("internal", "files/read: the stream does not end with its report");
-      const rep = JSON.parse(last.data.toString("utf8")) as TreeReport;
-      if (rep.transfers.length !== idx.length) {
-        throw errorOf("internal", `files/read: ${rep.transfers.length} records for ${idx.length} paths`);
+      let parsed: unknown;
+      try {
+        parsed = JSON.parse(last.data.toString("utf8"));
+      } catch (err) {
+        throw errorOf("internal", `files/read: the report is not JSON: ${last.data.subarray(0, 200).toString("utf8")}`, res.statusCode, undefined, err);
       }
+      const rep = treeReport(parsed, "files/read", idx.length);
       // The accepted records, in order, are the entries, in order.
       let e = 0;
       idx.forEach((i, k) => {
@@ -463,12 +483,13 @@ export class Sandbox {
 }
 
 interface StreamEvent {
-  type?: string;
-  data_b64?: string;
-  offset?: number;
-  result?: Result;
-  error?: { kind?: unknown; message?: unknown; reason?: unknown };
+  type?: unknown;
+  data_b64?: unknown;
+  result?: unknown;
+  error?: unknown;
 }
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
 
 /** Feeds an exec's NDJSON events to the callbacks and returns its final Result. */
 export async function consumeExecStream(events: AsyncIterable<unknown>, opts: Pick<ExecOptions, "onStdout" | "onStderr">): Promise<Result> {
@@ -477,15 +498,15 @@ export async function consumeExecStream(events: AsyncIterable<unknown>, opts: Pi
     switch (ev?.type) {
       case "stdout":
       case "stderr": {
-        const cb = ev.type === "stdout" ? opts.onStdout : opts.onStderr;
-        if (cb && typeof ev.data_b64 === "string") cb(Buffer.from(ev.data_b64, "base64"));
+        const chunk = decodeB64(ev.data_b64, `the exec's ${ev.type} event`);
+        (ev.type === "stdout" ? opts.onStdout : opts.onStderr)?.(chunk);
         break;
       }
       case "exit":
-        if (!ev.result) throw errorOf("internal", "the server's exit event carries no result");
-        return ev.result;
+        if (!isObject(ev.result)) throw errorOf("internal", "the server's exit event carries no result");
+        return ev.result as unknown as Result;
       case "error": {
-        const e = ev.error ?? {};
+        const e = isObject(ev.error) ? ev.error : {};
         throw errorOf(isErrorKind(e.kind) ? e.kind : "internal", typeof e.message === "string" ? e.message : "the exec failed", 0, typeof e.reason === "string" ? e.reason : undefined);
       }
       default:

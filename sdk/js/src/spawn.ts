@@ -6,7 +6,7 @@
  */
 import WebSocket from "ws";
 import { AirlockError, errorFromResponse, errorOf, isErrorKind } from "./errors.js";
-import { type Transport, MAX_ERROR_BODY_BYTES, bytes, readHead } from "./transport.js";
+import { type Transport, MAX_ERROR_BODY_BYTES, bytes, decodeB64, readHead } from "./transport.js";
 import type { Result, Schemas } from "./sandbox.js";
 
 /** The callbacks and retry budget of Sandbox.spawn. */
@@ -18,12 +18,24 @@ export interface SpawnOptions {
 }
 
 interface ServerEvent {
-  type?: string;
-  exec_id?: string;
-  data_b64?: string;
-  offset?: number;
-  result?: Result;
-  error?: { kind?: unknown; message?: unknown; reason?: unknown };
+  type?: unknown;
+  exec_id?: unknown;
+  max_message_bytes?: unknown;
+  data_b64?: unknown;
+  offset?: unknown;
+  result?: unknown;
+  error?: unknown;
+}
+
+/** A client message to the server; input carries raw bytes until it is sent. */
+type ClientMessage = { type: "input"; data: Buffer } | { type: "close_stdin" | "kill" };
+
+/** The bytes of an input message's JSON around its base64: {"type":"input","data_b64":""}. */
+const INPUT_OVERHEAD = JSON.stringify({ type: "input", data_b64: "" }).length;
+
+/** Whether v is a JSON object (not null, not an array). */
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
 /** A running exec. `result` settles with its Result once it ends. */
@@ -41,7 +53,9 @@ export class ExecHandle {
   #reconnectsLeft: number;
   #resolve!: (r: Result) => void;
   #reject!: (e: unknown) => void;
-  #queue: string[] = [];
+  #queue: ClientMessage[] = [];
+  /** The most bytes of one message the server takes, from started (none before it). */
+  #maxMessage?: number;
   #started: Promise<string>;
   #startedResolve!: (id: string) => void;
 
@@ -67,9 +81,12 @@ export class ExecHandle {
     return Promise.race([this.#started, this.result.then(() => this.execId ?? "")]);
   }
 
-  /** Send bytes to the program's stdin. */
+  /**
+   * Send bytes to the program's stdin. Data of any size is sent as as many
+   * input messages as the server's max_message_bytes (from started) asks.
+   */
   write(data: string | Uint8Array): void {
-    this.#send({ type: "input", data_b64: Buffer.from(typeof data === "string" ? Buffer.from(data, "utf8") : data).toString("base64") });
+    this.#send({ type: "input", data: Buffer.from(typeof data === "string" ? Buffer.from(data, "utf8") : data) });
   }
 
   /** End the program's stdin. */
@@ -82,11 +99,26 @@ export class ExecHandle {
     this.#send({ type: "kill" });
   }
 
-  #send(msg: object): void {
+  #send(msg: ClientMessage): void {
     if (this.#done) throw errorOf("invalid_input", "the exec has ended");
-    const text = JSON.stringify(msg);
-    if (this.#ws?.readyState === WebSocket.OPEN && this.execId) this.#ws.send(text);
-    else this.#queue.push(text);
+    if (this.#ws?.readyState === WebSocket.OPEN && this.execId) this.#put(this.#ws, msg);
+    else this.#queue.push(msg);
+  }
+
+  /** Send one message, an input split so that each message's JSON fits max_message_bytes. */
+  #put(ws: WebSocket, msg: ClientMessage): void {
+    if (msg.type !== "input") {
+      ws.send(JSON.stringify(msg));
+      return;
+    }
+    // base64 writes 3 bytes as 4 characters.
+    const step = this.#maxMessage === undefined ? msg.data.length : Math.floor((this.#maxMessage - INPUT_OVERHEAD) / 4) * 3;
+    let at = 0;
+    do {
+      const piece = msg.data.subarray(at, at + Math.max(step, 1));
+      ws.send(JSON.stringify({ type: "input", data_b64: piece.toString("base64") }));
+      at += piece.length;
+    } while (at < msg.data.length);
   }
 
   #connect(first: object): void {
@@ -111,7 +143,14 @@ export class ExecHandle {
       };
       readHead(res, MAX_ERROR_BODY_BYTES).then(fail, () => fail(Buffer.alloc(0)));
     });
-    ws.on("message", (data) => this.#onMessage(data.toString()));
+    ws.on("message", (data) => {
+      // Whatever the server sends, a throw here would be uncaught, in ws's handler.
+      try {
+        this.#onMessage(data.toString());
+      } catch (err) {
+        this.#fail(err instanceof AirlockError ? err : errorOf("internal", `the exec WebSocket's message failed: ${(err as Error)?.message ?? err}`, 0, undefined, err));
+      }
+    });
     ws.on("error", (err: Error & { code?: string }) => {
       // A message past maxPayload would be met again on a reconnect.
       if (err.code === "WS_ERR_UNSUPPORTED_MESSAGE_LENGTH") {
@@ -143,23 +182,40 @@ export class ExecHandle {
   }
 
   #onMessage(text: string): void {
-    let ev: ServerEvent;
+    let parsed: unknown;
     try {
-      ev = JSON.parse(text) as ServerEvent;
+      parsed = JSON.parse(text);
     } catch {
       this.#fail(errorOf("internal", `the exec WebSocket sent a message that is not JSON: ${text.slice(0, 200)}`));
       return;
     }
+    if (!isObject(parsed)) {
+      this.#fail(errorOf("internal", `the exec WebSocket sent a message that is not a JSON object: ${text.slice(0, 200)}`));
+      return;
+    }
+    const ev = parsed as ServerEvent;
     switch (ev.type) {
-      case "started":
+      case "started": {
+        const max = ev.max_message_bytes;
+        if (typeof ev.exec_id !== "string" || ev.exec_id === "") {
+          this.#fail(errorOf("internal", "the exec WebSocket's started event names no exec"));
+          return;
+        }
+        if (max !== undefined && (!Number.isSafeInteger(max) || (max as number) < INPUT_OVERHEAD + 4)) {
+          this.#fail(errorOf("internal", `the exec WebSocket's started event has max_message_bytes ${JSON.stringify(max)}, too small for any input message`));
+          return;
+        }
+        this.#maxMessage = max as number | undefined;
         this.execId = ev.exec_id;
-        if (ev.exec_id) this.#startedResolve(ev.exec_id);
-        for (const m of this.#queue.splice(0)) this.#ws?.send(m);
+        this.#startedResolve(ev.exec_id);
+        const ws = this.#ws;
+        if (ws) for (const m of this.#queue.splice(0)) this.#put(ws, m);
         break;
+      }
       case "stdout":
       case "stderr": {
         const i = ev.type === "stdout" ? 0 : 1;
-        let chunk = Buffer.from(ev.data_b64 ?? "", "base64");
+        let chunk = decodeB64(ev.data_b64, `the exec's ${ev.type} event`);
         const offset = typeof ev.offset === "number" ? ev.offset : this.#got[i];
         // Skip what was already delivered before a reconnect.
         if (offset < this.#got[i]) chunk = chunk.subarray(this.#got[i] - offset);
@@ -169,17 +225,25 @@ export class ExecHandle {
         }
         if (chunk.length === 0) break;
         this.#got[i] += chunk.length;
-        (i === 0 ? this.#opts.onStdout : this.#opts.onStderr)?.(chunk);
+        const cb = i === 0 ? this.#opts.onStdout : this.#opts.onStderr;
+        try {
+          cb?.(chunk);
+        } catch (err) {
+          this.#fail(err); // the caller's own error, as exec() throws it
+        }
         break;
       }
       case "exit":
+        if (!isObject(ev.result)) {
+          this.#fail(errorOf("internal", "the server's exit event carries no result"));
+          return;
+        }
         this.#done = true;
-        if (ev.result) this.#resolve(ev.result);
-        else this.#reject(errorOf("internal", "the server's exit event carries no result"));
+        this.#resolve(ev.result as unknown as Result);
         this.#ws?.close();
         break;
       case "error": {
-        const e = ev.error ?? {};
+        const e = isObject(ev.error) ? ev.error : {};
         this.#fail(errorOf(isErrorKind(e.kind) ? e.kind : "internal", typeof e.message === "string" ? e.message : "the exec failed", 0, typeof e.reason === "string" ? e.reason : undefined));
         break;
       }
@@ -188,7 +252,7 @@ export class ExecHandle {
     }
   }
 
-  #fail(err: AirlockError): void {
+  #fail(err: unknown): void {
     if (this.#done) return;
     this.#done = true;
     this.#reject(err);

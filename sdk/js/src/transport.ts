@@ -140,9 +140,12 @@ export class Transport {
         req.end(payload);
       }
     });
+    if (opts.signal) signals.set(res, opts.signal);
     const status = res.statusCode ?? 0;
     if (status < 200 || status > 299) {
-      throw errorFromResponse(status, (await readHead(res, MAX_ERROR_BODY_BYTES)).toString("utf8"));
+      // The status alone still says what failed when its body cannot be read.
+      const body = await readHead(res, MAX_ERROR_BODY_BYTES).catch(() => Buffer.alloc(0));
+      throw errorFromResponse(status, body.toString("utf8"));
     }
     return res;
   }
@@ -186,6 +189,36 @@ export function bytes(n: number): string {
   return `${n} bytes`;
 }
 
+/**
+ * The bytes of an event's data_b64, which must be standard base64 (as
+ * the server writes it): anything else is an internal AirlockError.
+ */
+export function decodeB64(v: unknown, what: string): Buffer {
+  if (typeof v !== "string" || v.length % 4 !== 0 || !/^[A-Za-z0-9+/]*={0,2}$/.test(v)) {
+    const shown = typeof v === "string" ? JSON.stringify(v.slice(0, 40)) : JSON.stringify(v) ?? String(v);
+    throw errorOf("internal", `${what} has a data_b64 that is not base64: ${shown}`);
+  }
+  return Buffer.from(v, "base64");
+}
+
+/** The caller's AbortSignal of each response, so that a body read it aborts is told from a dropped connection. */
+const signals = new WeakMap<Readable, AbortSignal>();
+
+/**
+ * The typed error of a failed body read, what naming the body: the
+ * caller's AbortSignal is a timeout, as it is before the headers
+ * (Transport's #connError); anything else is a dropped connection.
+ */
+function bodyError(res: Readable, err: unknown, what: string): AirlockError {
+  if (err instanceof AirlockError) return err;
+  res.destroy();
+  const msg = err instanceof Error ? err.message : String(err);
+  if (signals.get(res)?.aborted || (err instanceof Error && err.name === "AbortError")) {
+    return errorOf("timeout", `reading ${what}: aborted`, 0, undefined, err);
+  }
+  return errorOf("unavailable", `reading ${what}: the connection dropped (${msg})`, 0, undefined, err);
+}
+
 /** The Content-Length of a response, when it has a valid one. */
 function contentLength(res: Readable): number | undefined {
   const v = (res as Partial<http.IncomingMessage>).headers?.["content-length"];
@@ -209,10 +242,14 @@ export async function readAll(res: Readable, max = DEFAULT_MAX_JSON_BYTES, what 
   if (declared !== undefined && declared > max) throw tooBig();
   const chunks: Buffer[] = [];
   let n = 0;
-  for await (const c of res) {
-    n += (c as Buffer).length;
-    if (n > max) throw tooBig();
-    chunks.push(c as Buffer);
+  try {
+    for await (const c of res) {
+      n += (c as Buffer).length;
+      if (n > max) throw tooBig();
+      chunks.push(c as Buffer);
+    }
+  } catch (err) {
+    throw bodyError(res, err, what);
   }
   return Buffer.concat(chunks, n);
 }
@@ -221,11 +258,15 @@ export async function readAll(res: Readable, max = DEFAULT_MAX_JSON_BYTES, what 
 export async function readHead(res: Readable, max: number): Promise<Buffer> {
   const chunks: Buffer[] = [];
   let n = 0;
-  for await (const c of res) {
-    const b = c as Buffer;
-    chunks.push(b.subarray(0, max - n));
-    n += Math.min(b.length, max - n);
-    if (n >= max) break; // leaving the loop destroys the response
+  try {
+    for await (const c of res) {
+      const b = c as Buffer;
+      chunks.push(b.subarray(0, max - n));
+      n += Math.min(b.length, max - n);
+      if (n >= max) break; // leaving the loop destroys the response
+    }
+  } catch (err) {
+    throw bodyError(res, err, "the error answer");
   }
   return Buffer.concat(chunks, n);
 }
@@ -259,16 +300,20 @@ export async function* ndjson(res: Readable, maxLine = DEFAULT_MAX_JSON_BYTES): 
     held = 0;
     return line;
   };
-  for await (const chunk of res) {
-    const c = typeof chunk === "string" ? Buffer.from(chunk, "utf8") : (chunk as Buffer);
-    let start = 0;
-    for (let nl = c.indexOf(0x0a); nl >= 0; nl = c.indexOf(0x0a, start)) {
-      hold(c.subarray(start, nl));
-      start = nl + 1;
-      const line = take();
-      if (line) yield parseLine(line);
+  try {
+    for await (const chunk of res) {
+      const c = typeof chunk === "string" ? Buffer.from(chunk, "utf8") : (chunk as Buffer);
+      let start = 0;
+      for (let nl = c.indexOf(0x0a); nl >= 0; nl = c.indexOf(0x0a, start)) {
+        hold(c.subarray(start, nl));
+        start = nl + 1;
+        const line = take();
+        if (line) yield parseLine(line);
+      }
+      hold(c.subarray(start));
     }
-    hold(c.subarray(start));
+  } catch (err) {
+    throw bodyError(res, err, "the server's NDJSON stream");
   }
   const line = take();
   if (line) yield parseLine(line);

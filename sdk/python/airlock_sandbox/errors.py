@@ -114,7 +114,7 @@ _BY_STATUS = {400: "invalid_input", 401: "unauthorized", 403: "permission_denied
 
 def error_of(kind: str, message: str, status: int = 0, reason: str | None = None) -> AirlockError:
     """The typed error of one kind; an unknown kind is ``internal``."""
-    if kind not in _CLASSES:
+    if not isinstance(kind, str) or kind not in _CLASSES:
         kind = "internal"
     return _CLASSES[kind](kind, message, status, reason)
 
@@ -133,7 +133,7 @@ def error_from_response(status: int, body: bytes) -> AirlockError:
         if text.strip():
             message += ": " + text.strip()[:500]
     if isinstance(err, dict):
-        if err.get("kind") in _CLASSES:
+        if isinstance(err.get("kind"), str) and err["kind"] in _CLASSES:
             kind = err["kind"]
         if isinstance(err.get("message"), str) and err["message"]:
             message = err["message"]

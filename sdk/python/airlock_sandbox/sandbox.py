@@ -9,6 +9,7 @@ of seconds; sizes are strings (``"512MiB"``) or numbers of bytes.
 from __future__ import annotations
 
 import base64
+import binascii
 import io
 import json
 import tarfile
@@ -16,7 +17,7 @@ import urllib.parse
 from typing import Any, BinaryIO, Callable, Iterable, Mapping, Sequence, Union
 
 from .errors import AirlockError, error_of
-from .transport import Transport, _too_big, ndjson, read_capped
+from .transport import Transport, _too_big, ndjson, read_body, read_capped
 
 Duration = Union[str, int, float]
 Size = Union[str, int]
@@ -162,10 +163,10 @@ class Files:
                     info = tarfile.TarInfo(_split_area(path)[1])
                     info.size, info.mode = len(body), 0o644
                     tf.addfile(info, io.BytesIO(body))
-            rep = self._t.json(
+            rep = _tree_report(self._t.json(
                 "PUT", f"/v1/sandboxes/{_quote(self._id)}/files?path={_quote(area)}",
                 body=buf.getvalue(), headers={"Content-Type": "application/x-tar"},
-            )  # fmt: skip
+            ), f"files write to {area}")  # fmt: skip
             recs = rep["transfers"]
             for k, i in enumerate(idx):
                 out[i] = recs[k] if k < len(recs) else {
@@ -242,14 +243,17 @@ class Files:
                 resp.close()
             if not entries or entries[-1][0] != ".airlock-report.json":
                 raise error_of("internal", "files/read: the stream does not end with its report")
-            recs = json.loads(entries.pop()[1])["transfers"]
-            if len(recs) != len(idx):
-                raise error_of("internal", f"files/read: {len(recs)} records for {len(idx)} paths")
+            report = entries.pop()[1]
+            try:
+                parsed = json.loads(report)
+            except ValueError as e:
+                raise error_of("internal", f"files/read: the report is not JSON: {report[:200]!r}") from e
+            recs = _tree_report(parsed, "files/read", len(idx))["transfers"]
             # The accepted records, in order, are the entries, in order.
             files = iter(entries)
             for k, i in enumerate(idx):
                 rec = recs[k]
-                if rec["decision"] == "accepted":
+                if rec.get("decision") == "accepted":
                     name, content = next(files, ("", b""))
                     if name != _absolute(paths[i])[1:]:
                         raise error_of("internal", f"files/read: no entry in the stream for {paths[i]!r}")
@@ -259,6 +263,22 @@ class Files:
             if out[i] is None:
                 out[i] = {**(out[first[_absolute(p)]] or {}), "path": p}
         return [r for r in out if r is not None]
+
+
+def _tree_report(v: Any, what: str, n: int | None = None) -> dict[str, Any]:
+    """A tree transfer's report, checked: a dict whose transfers are a list
+    of records (dicts); n, when given, is how many there must be. Anything
+    else raises Internal, naming what."""
+    if (
+        not isinstance(v, dict)
+        or not isinstance(v.get("transfers"), list)
+        or not all(isinstance(r, dict) for r in v["transfers"])
+        or not isinstance(v.get("summary", {}), dict)
+    ):
+        raise error_of("internal", f"{what}: the report is not a list of transfer records: {json.dumps(v)[:200]}")
+    if n is not None and len(v["transfers"]) != n:
+        raise error_of("internal", f"{what}: {len(v['transfers'])} records for {n} paths")
+    return {**v, "summary": v.get("summary", {})}
 
 
 class _CappedReader:
@@ -271,7 +291,7 @@ class _CappedReader:
     def read(self, n: int = -1) -> bytes:
         if n is None or n < 0:
             n = self._left + 1
-        b = self._resp.read(min(n, self._left + 1))
+        b = read_body(self._resp, min(n, self._left + 1), self._what)
         self._left -= len(b)
         if self._left < 0:
             raise _too_big(self._what, self._limit, "max_read_bytes")
@@ -462,6 +482,17 @@ class Sandbox:
         self.close()
 
 
+def _decode_b64(v: Any, what: str) -> bytes:
+    """The bytes of an event's data_b64, which must be standard base64 (as
+    the server writes it): anything else raises Internal."""
+    if isinstance(v, str):
+        try:
+            return base64.b64decode(v, validate=True)
+        except (binascii.Error, ValueError):
+            pass
+    raise error_of("internal", f"{what} has a data_b64 that is not base64: {json.dumps(v)[:40]}")
+
+
 def consume_exec_stream(events: Iterable[Any], on_stdout: Callable[[bytes], None] | None, on_stderr: Callable[[bytes], None] | None) -> Result:
     """Feed an exec's NDJSON events to the callbacks; return its final Result."""
     for ev in events:
@@ -469,16 +500,24 @@ def consume_exec_stream(events: Iterable[Any], on_stdout: Callable[[bytes], None
             continue
         kind = ev.get("type")
         if kind in ("stdout", "stderr"):
+            chunk = _decode_b64(ev.get("data_b64"), f"the exec's {kind} event")
             cb = on_stdout if kind == "stdout" else on_stderr
-            if cb is not None and isinstance(ev.get("data_b64"), str):
-                cb(base64.b64decode(ev["data_b64"]))
+            if cb is not None:
+                cb(chunk)
         elif kind == "exit":
             if not isinstance(ev.get("result"), dict):
                 raise error_of("internal", "the server's exit event carries no result")
             return Result(ev["result"])
         elif kind == "error":
-            e = ev.get("error") or {}
-            raise error_of(e.get("kind", "internal"), e.get("message") or "the exec failed", 0, e.get("reason"))
+            e = ev.get("error")
+            e = e if isinstance(e, dict) else {}
+            message, reason = e.get("message"), e.get("reason")
+            raise error_of(
+                e.get("kind", "internal"),
+                message if isinstance(message, str) and message else "the exec failed",
+                0,
+                reason if isinstance(reason, str) and reason else None,
+            )
         # Unknown event types are for newer clients.
     raise error_of("unavailable", "the server's exec stream ended before its exit event; the connection dropped")
 

@@ -81,7 +81,11 @@ class Transport:
         self.url = None
         self.socket_path = None
         if url:
-            u = urllib.parse.urlsplit(url)
+            try:
+                u = urllib.parse.urlsplit(url)
+                u.port  # raises ValueError for a port that is not a number in 0-65535
+            except ValueError as e:
+                raise error_of("invalid_input", f"url {url!r} is not a URL ({e}); give one such as http://127.0.0.1:7070") from None
             if u.scheme not in ("http", "https") or not u.hostname:
                 raise error_of("invalid_input", f"url {url!r}: give one such as http://127.0.0.1:7070")
             self.url = u
@@ -119,9 +123,8 @@ class Transport:
             hdrs["Content-Length"] = str(len(body))
         conn = self._connection()
         try:
-            conn.request(method, path, body=body, headers=hdrs)
-            resp = conn.getresponse()
-        except OSError as e:
+            resp = self._send(conn, method, path, body, hdrs)
+        except (OSError, http.client.HTTPException) as e:
             conn.close()
             hint = ""
             if isinstance(e, (FileNotFoundError, ConnectionRefusedError)):
@@ -134,6 +137,8 @@ class Transport:
         if not 200 <= resp.status <= 299:
             try:
                 data = resp.read(MAX_ERROR_BODY_BYTES)  # the rest is never read
+            except (OSError, http.client.HTTPException):
+                data = b""  # the status alone still says what failed
             finally:
                 resp.close()
                 conn.close()
@@ -145,6 +150,24 @@ class Transport:
             conn.sock.close()
             conn.sock = None
         return resp
+
+    @staticmethod
+    def _send(conn: http.client.HTTPConnection, method: str, path: str, body: Any, hdrs: dict[str, str]) -> http.client.HTTPResponse:
+        try:
+            conn.request(method, path, body=body, headers=hdrs)
+        except (BrokenPipeError, ConnectionResetError) as e:
+            # http.client sends the whole body before it reads: a server
+            # that refused the request early has answered and closed. Its
+            # answer, an error, says why; without one, the send failed.
+            try:
+                resp = conn.getresponse()
+            except (OSError, http.client.HTTPException):
+                raise e from None
+            if 200 <= resp.status <= 299:
+                resp.close()
+                raise e
+            return resp
+        return conn.getresponse()
 
     def json(self, method: str, path: str, **kw: Any) -> Any:
         """Send a request and parse its JSON answer (None for an empty one)."""
@@ -182,6 +205,30 @@ def _too_big(what: str, limit: int, option: str) -> AirlockError:
     return error_of("internal", f"{what} passes {_bytes(limit)}, the most this client takes ({option}); raise {option} if it is expected")
 
 
+def read_error(e: BaseException, what: str) -> AirlockError:
+    """The typed error of a failed body read, what naming the body: the
+    transport's timeout is Timeout; a dropped or cut connection (OSError,
+    http.client's IncompleteRead and the like) is Unavailable."""
+    if isinstance(e, AirlockError):
+        return e
+    if isinstance(e, socket.timeout):
+        return error_of("timeout", f"reading {what}: no more of it within the request timeout")
+    return error_of("unavailable", f"reading {what}: the connection dropped ({e!r})")
+
+
+def read_body(resp: http.client.HTTPResponse, n: int | None, what: str) -> bytes:
+    """resp.read(n), its failures typed (see read_error). http.client's
+    read(n) takes a body that ends before its Content-Length for its end;
+    here that is a dropped connection too."""
+    try:
+        b = resp.read(n)
+    except (OSError, http.client.HTTPException) as e:
+        raise read_error(e, what) from e
+    if not b and n and resp.length:
+        raise read_error(http.client.IncompleteRead(b"", resp.length), what)
+    return b
+
+
 def read_capped(resp: http.client.HTTPResponse, limit: int, what: str, option: str) -> bytes:
     """All of a response's body, at most limit bytes: one whose
     Content-Length, or whose body, passes limit raises an Internal error
@@ -190,11 +237,11 @@ def read_capped(resp: http.client.HTTPResponse, limit: int, what: str, option: s
     if resp.length is not None:
         if resp.length > limit:
             raise _too_big(what, limit, option)
-        return resp.read()  # exactly Content-Length bytes
+        return read_body(resp, None, what)  # exactly Content-Length bytes
     chunks: list[bytes] = []
     n = 0
     while True:
-        b = resp.read(min(1 << 20, limit + 1 - n))
+        b = read_body(resp, min(1 << 20, limit + 1 - n), what)
         if not b:
             return b"".join(chunks)
         n += len(b)
@@ -209,7 +256,10 @@ def ndjson(resp: http.client.HTTPResponse, max_line: int = DEFAULT_MAX_JSON_BYTE
     never ends its line would otherwise grow without bound)."""
     try:
         while True:
-            line = resp.readline(max_line + 1)
+            try:
+                line = resp.readline(max_line + 1)
+            except (OSError, http.client.HTTPException) as e:
+                raise read_error(e, "the server's NDJSON stream") from e
             if not line:
                 return
             if len(line) > max_line and not line.endswith(b"\n"):

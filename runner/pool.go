@@ -229,11 +229,18 @@ func (p *Pool) Run(ctx context.Context, s Spec) (Result, error) {
 		p.missed(err.Error())
 		return p.r.Run(ctx, s)
 	}
+	job.ID, job.Deadline, job.Owner, job.Mounts = e.job.ID, e.job.Deadline, e.job.Owner, e.sc.mounts
+	res, err := p.r.run(ctx, s, job, &claim{held: e.held, sc: e.sc, pool: p.opt.Name, later: p.later})
+	if errors.Is(err, errClaimLost) {
+		// The sandbox went while it waited (`airlock kill`, a reaper) and
+		// run discarded it: a miss, as Pool.create's.
+		p.r.log.Warn("claiming a pooled sandbox", "pool", p.opt.Name, "sandbox_id", e.id, "err", err)
+		p.missed(err.Error())
+		return p.r.Run(ctx, s)
+	}
 	p.mu.Lock()
 	p.stats.Claims++
 	p.mu.Unlock()
-	job.ID, job.Deadline, job.Owner, job.Mounts = e.job.ID, e.job.Deadline, e.job.Owner, e.sc.mounts
-	res, err := p.r.run(ctx, s, job, &claim{held: e.held, sc: e.sc, pool: p.opt.Name, later: p.later})
 	if res.ID != "" {
 		res.Pool = p.opt.Name
 	}

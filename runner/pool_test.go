@@ -391,3 +391,24 @@ func TestSandboxPoolFitsSnapshot(t *testing.T) {
 		t.Errorf("the pool's own snapshot: %q", why)
 	}
 }
+
+// A pooled sandbox destroyed while it waits (`airlock kill` of the id
+// `airlock ps` lists) is a miss: the run that claims it starts cold.
+func TestPoolRunOnKilledPooledSandboxStartsCold(t *testing.T) {
+	he := &holdEngine{}
+	_, root, p := newPool(t, he, PoolOptions{Name: "t", Size: 1})
+	defer p.Close(context.Background())
+	p.mu.Lock()
+	id := p.ready[0].id
+	p.mu.Unlock()
+	if _, err := Kill(context.Background(), root, []engine.Reaper{he}, id); err != nil {
+		t.Fatalf("kill %s: %v", id, err)
+	}
+	res, err := p.Run(context.Background(), poolSpec())
+	if err != nil || res.Reason != ReasonExited || res.Pool != "" {
+		t.Fatalf("a run after its pooled sandbox was killed: reason %q, pool %q, err %v; want a cold run that exits", res.Reason, res.Pool, err)
+	}
+	if st := p.Stats(); st.Claims != 0 || st.Misses != 1 {
+		t.Errorf("stats %+v; want 0 claims, 1 miss", st)
+	}
+}

@@ -23,6 +23,9 @@ import (
 var (
 	errTimeout     = errors.New("timeout")
 	errOutputLimit = errors.New("output limit")
+	// errClaimLost is a pooled sandbox a run claimed but could not take:
+	// nothing ran on it.
+	errClaimLost = errors.New("claiming a pooled sandbox")
 )
 
 // Run converts and validates s, checks that the engine can run it, then runs
@@ -114,7 +117,10 @@ func (r *Runner) run(ctx context.Context, s Spec, job *engine.SandboxSpec, c *cl
 	cancel()
 	if err != nil {
 		if c != nil {
+			// Killed or reaped while it waited in the pool, say: Pool.Run
+			// starts the run cold.
 			r.discard(ctx, lc, c)
+			return Result{}, fmt.Errorf("%w: %w", errClaimLost, err)
 		}
 		return Result{}, fmt.Errorf("%w: recording the run: %w", errdefs.ErrUnavailable, err)
 	}

@@ -45,6 +45,8 @@ func (r *Runner) RunRestored(ctx context.Context, s Spec, base SandboxSpec, argv
 	if err := checkDestinations(s.Output); err != nil {
 		return Result{}, "", err
 	}
+	// Its TTL and idle timeout are set below, from the run's timeout.
+	base.oneShot = true
 	if err := base.defaults(); err != nil {
 		return Result{}, "", err
 	}

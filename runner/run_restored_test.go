@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 
 	"github.com/airlock-sandbox/airlock/engine"
@@ -37,5 +38,34 @@ func TestFitsShape(t *testing.T) {
 		if c.want == "" && got != "" || c.want != "" && !strings.Contains(got, c.want) {
 			t.Errorf("%s: %q; want %q", c.name, got, c.want)
 		}
+	}
+}
+
+// A one-shot run on a snapshot template asks for no TTL: its sandbox
+// lives the run's timeout and restoredGrace, held to --max-timeout (with
+// the run) and not to --max-ttl, nor is the template's own TTL.
+func TestRunRestoredNotHeldToMaxTTL(t *testing.T) {
+	rn, err := New(WithRoot(t.TempDir()), WithEngine(&snapshotting{}), WithCeilings(Ceilings{Timeout: time.Hour, TTL: 30 * time.Minute}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tmplTTL := range []time.Duration{30 * time.Minute, 0 /* the default, 1h */} {
+		s := fakeSpec()
+		s.Policy.Limits.Timeout = 30 * time.Minute
+		base := SandboxSpec{Image: s.Image, Snapshot: "snap", TTL: tmplTTL, Output: Output{Disabled: true}}
+		base.Policy.Limits.Timeout = time.Hour
+		// The refusing engine makes nothing: any refusal but a ceiling's.
+		_, why, err := rn.RunRestored(t.Context(), s, base, nil, nil)
+		if why != "" || errdefs.IsInvalidArgument(err) {
+			t.Errorf("template TTL %v, run timeout 30m: why %q, err %v; want no ceiling's refusal", tmplTTL, why, err)
+		}
+	}
+	// A run's timeout is still held to --max-timeout.
+	s := fakeSpec()
+	s.Policy.Limits.Timeout = 2 * time.Hour
+	base := SandboxSpec{Image: s.Image, Snapshot: "snap", Output: Output{Disabled: true}}
+	base.Policy.Limits.Timeout = 2 * time.Hour
+	if _, _, err := rn.RunRestored(t.Context(), s, base, nil, nil); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("a run of timeout 2h over a --max-timeout of 1h: %v", err)
 	}
 }

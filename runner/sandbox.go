@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path"
 	"regexp"
 	"time"
 
@@ -73,6 +71,10 @@ type SandboxSpec struct {
 	// pool, set by a warm pool, leaves the sandbox created, for the pool
 	// to record pooled; a claim makes it ready.
 	pool string
+	// oneShot, set by RunRestored, makes a sandbox for one run: its TTL is
+	// the run's timeout and a grace, held to the ceiling on timeouts with
+	// the run, not to the TTL's.
+	oneShot bool
 }
 
 // ExecSpec is one program run in a live sandbox.
@@ -141,12 +143,14 @@ type SandboxInfo struct {
 	IdleTimeoutMS  int64             `json:"idle_timeout_ms"`
 	LastActivity   time.Time         `json:"last_activity"`
 	// Areas are its host directories; Creator is the process that created
-	// it; Execs the airlock processes of the execs in progress, by exec
-	// id. The record keeps them; Public leaves them out.
-	Areas   Areas            `json:"areas,omitzero" openapi:"-"`
-	Creator owner            `json:"creator,omitzero" openapi:"-"`
-	Execs   map[string]owner `json:"execs,omitempty" openapi:"-"`
-	Error   string           `json:"error,omitempty"`
+	// it; Execs and Transfers the airlock processes of the execs and file
+	// transfers in progress, by id. The record keeps them; Public leaves
+	// them out.
+	Areas     Areas            `json:"areas,omitzero" openapi:"-"`
+	Creator   owner            `json:"creator,omitzero" openapi:"-"`
+	Execs     map[string]owner `json:"execs,omitempty" openapi:"-"`
+	Transfers map[string]owner `json:"transfers,omitempty" openapi:"-"`
+	Error     string           `json:"error,omitempty"`
 	// Snapshot names the snapshot the sandbox was restored from; empty
 	// for one that booted.
 	Snapshot string `json:"snapshot,omitempty"`
@@ -155,7 +159,7 @@ type SandboxInfo struct {
 // Public is si as a client of the API sees it: without the host's paths
 // and processes, which a client has no use for and should not learn.
 func (si SandboxInfo) Public() SandboxInfo {
-	si.Areas, si.Creator, si.Execs = Areas{}, owner{}, nil
+	si.Areas, si.Creator, si.Execs, si.Transfers = Areas{}, owner{}, nil, nil
 	return si
 }
 
@@ -227,7 +231,7 @@ func (r *Runner) Create(ctx context.Context, s SandboxSpec) (_ *Sandbox, err err
 		Seccomp: job.Policy.Seccomp.SHA256, Limits: limitsOf(job.Policy.Limits),
 		Workspace: WorkspaceDir, WorkspaceBytes: int64(s.WorkspaceSize), Labels: s.Labels, DownloadTypes: s.DownloadTypes,
 		CreatedAt: now, ExpiresAt: now.Add(s.TTL), IdleTimeoutMS: s.IdleTimeout.Milliseconds(), LastActivity: now,
-		Creator: owner{PID: os.Getpid(), Start: procStart(os.Getpid())}, Snapshot: s.Snapshot,
+		Creator: self(), Snapshot: s.Snapshot,
 	}
 	if si.Labels == nil {
 		si.Labels = map[string]string{}
@@ -342,6 +346,14 @@ func (s *SandboxSpec) defaults() error {
 	if s.IdleTimeout < 0 || s.TTL < 0 {
 		return fmt.Errorf("%w: the idle timeout and the TTL must be positive", errdefs.ErrInvalidArgument)
 	}
+	// Deadlines are computed in Durations: a year keeps them far from
+	// overflow.
+	if s.TTL > isolation.MaxTimeout && !s.oneShot {
+		return fmt.Errorf("%w: ttl %v is above the maximum of %v (a year)", errdefs.ErrInvalidArgument, s.TTL, isolation.MaxTimeout)
+	}
+	if s.IdleTimeout > isolation.MaxTimeout {
+		return fmt.Errorf("%w: idle timeout %v is above the maximum of %v (a year)", errdefs.ErrInvalidArgument, s.IdleTimeout, isolation.MaxTimeout)
+	}
 	if err := checkLabels(s.Labels); err != nil {
 		return err
 	}
@@ -354,8 +366,14 @@ func (s *SandboxSpec) defaults() error {
 
 // planSandbox plans a long-lived sandbox as a run of its policy.
 func (r *Runner) planSandbox(s SandboxSpec) (*engine.SandboxSpec, error) {
-	// A pool's own deadline for its unclaimed sandboxes is not a request's.
-	if s.pool == "" {
+	// A pool's own deadline for its unclaimed sandboxes is not a request's,
+	// nor is a one-shot run's sandbox's.
+	switch {
+	case s.oneShot:
+		if err := r.ceil.check(asked{Workspace: units.Bytes(s.WorkspaceSize)}); err != nil {
+			return nil, err
+		}
+	case s.pool == "":
 		if err := r.ceil.check(asked{TTL: s.TTL, Workspace: units.Bytes(s.WorkspaceSize)}); err != nil {
 			return nil, err
 		}
@@ -435,8 +453,11 @@ func (sb *Sandbox) CheckExec(p ExecSpec) (isolation.LimitsRecord, error) {
 	if err := checkCommand(p.Argv, p.Env); err != nil {
 		return limits, err
 	}
-	if p.Workdir != "" && (!path.IsAbs(p.Workdir) || path.Clean(p.Workdir) != p.Workdir) {
-		return limits, fmt.Errorf("%w: workdir %q must be an absolute, clean path", errdefs.ErrInvalidArgument, p.Workdir)
+	if p.Workdir != "" {
+		// As a run's: no /proc/self/fd/N (CVE-2024-21626) or the like.
+		if err := isolation.CheckWorkdir(p.Workdir); err != nil {
+			return limits, fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
+		}
 	}
 	if p.Timeout < 0 || p.OutputLimit < 0 {
 		return limits, fmt.Errorf("%w: the timeout and the output limit must be positive", errdefs.ErrInvalidArgument)
@@ -483,10 +504,11 @@ func (sb *Sandbox) Exec(ctx context.Context, p ExecSpec) (Result, error) {
 	// The exec is recorded before it starts: the sandbox is not idle while
 	// it runs, and a destroy that won the race makes it fail here.
 	err = updateInfo(sb.r.root, sb.id, func(cur *SandboxInfo) error {
+		cur.pruneDead()
 		if cur.Execs == nil {
 			cur.Execs = map[string]owner{}
 		}
-		cur.Execs[execID] = owner{PID: os.Getpid(), Start: procStart(os.Getpid())}
+		cur.Execs[execID] = self()
 		cur.LastActivity = time.Now().UTC()
 		merr := lc.Move(sb.id, lifecycle.Running, "", nil)
 		if errors.Is(merr, lifecycle.ErrTransition) {
@@ -593,8 +615,39 @@ func (sb *Sandbox) alive() (SandboxInfo, error) {
 	return si, nil
 }
 
-// transferred records a transfer in the audit log and counts it as
-// activity.
+// transferring records a transfer in progress, as Exec records an exec:
+// the sandbox is not idle while it lasts (Deadline), and no pause begins.
+// done removes it and counts its end as activity.
+func (sb *Sandbox) transferring() (done func(), err error) {
+	id, err := newID()
+	if err != nil {
+		return nil, err
+	}
+	err = updateInfo(sb.r.root, sb.id, func(cur *SandboxInfo) error {
+		cur.pruneDead()
+		if cur.Transfers == nil {
+			cur.Transfers = map[string]owner{}
+		}
+		cur.Transfers[id] = self()
+		cur.LastActivity = time.Now().UTC()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		uerr := updateInfo(sb.r.root, sb.id, func(cur *SandboxInfo) error {
+			delete(cur.Transfers, id)
+			cur.LastActivity = time.Now().UTC()
+			return nil
+		})
+		if uerr != nil && !errdefs.IsNotFound(uerr) {
+			sb.r.log.Warn("recording the end of a transfer", "sandbox_id", sb.id, "err", uerr)
+		}
+	}, nil
+}
+
+// transferred records a transfer in the audit log.
 func (sb *Sandbox) transferred(tr Transfer, err error) (Transfer, error) {
 	ev := transferEvent(sb.id, tr)
 	lc, lerr := sb.r.lifecycle()
@@ -604,7 +657,6 @@ func (sb *Sandbox) transferred(tr Transfer, err error) (Transfer, error) {
 	if aerr := lc.Audit().Append(ev); aerr != nil {
 		return tr, also(err, fmt.Errorf("recording the transfer: %w", aerr))
 	}
-	updateInfo(sb.r.root, sb.id, func(cur *SandboxInfo) error { cur.LastActivity = time.Now().UTC(); return nil })
 	return tr, err
 }
 
@@ -612,20 +664,28 @@ func (sb *Sandbox) transferred(tr Transfer, err error) (Transfer, error) {
 // workspace or /tmp; see Areas.Upload. A refusal is a *TransferError.
 func (sb *Sandbox) Upload(ctx context.Context, sandboxPath string, rd io.Reader, limit int64) (Transfer, error) {
 	si, err := sb.alive()
-	if err != nil {
-		return Transfer{Direction: DirectionUpload, Path: sandboxPath, Decision: DecisionRefused}, err
+	if err == nil {
+		var done func()
+		if done, err = sb.transferring(); err == nil {
+			defer done()
+			return sb.transferred(si.Areas.Upload(ctx, sandboxPath, rd, limit))
+		}
 	}
-	return sb.transferred(si.Areas.Upload(ctx, sandboxPath, rd, limit))
+	return Transfer{Direction: DirectionUpload, Path: sandboxPath, Decision: DecisionRefused}, err
 }
 
 // Download writes the file at sandboxPath to w through the artifact
 // scanner's rules and the sandbox's allowlist; see Areas.Download.
 func (sb *Sandbox) Download(ctx context.Context, sandboxPath string, w io.Writer) (Transfer, error) {
 	si, err := sb.alive()
-	if err != nil {
-		return Transfer{Direction: DirectionDownload, Path: sandboxPath, Decision: DecisionRefused}, err
+	if err == nil {
+		var done func()
+		if done, err = sb.transferring(); err == nil {
+			defer done()
+			return sb.transferred(si.Areas.Download(ctx, sandboxPath, w, si.download()))
+		}
 	}
-	return sb.transferred(si.Areas.Download(ctx, sandboxPath, w, si.download()))
+	return Transfer{Direction: DirectionDownload, Path: sandboxPath, Decision: DecisionRefused}, err
 }
 
 // Close destroys the sandbox: every process, its runtime state, cgroups,

@@ -128,6 +128,9 @@ func (r *Runner) pause(ctx context.Context, lc *lifecycle.Store, p engine.Pauser
 			return nil
 		case rec.State == lifecycle.Running && cur.liveExecs() > 0:
 			return fmt.Errorf("%w: sandbox %q has an exec in progress; pause it once its execs have ended", errdefs.ErrConflict, id)
+		case cur.liveTransfers() > 0:
+			// In use, as by an exec.
+			return fmt.Errorf("%w: sandbox %q has a file transfer in progress; pause it once its transfers have ended", errdefs.ErrConflict, id)
 		}
 		if rec.State == lifecycle.Running {
 			// Execs whose airlock process died: nothing runs for them.

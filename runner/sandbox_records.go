@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -26,21 +28,20 @@ import (
 )
 
 // Deadline is when the sandbox ends unless something runs in it: the
-// earlier of its TTL and its idle timeout, counting an exec in progress
-// (whose airlock process is alive) as activity now. A paused sandbox
-// (si.State) has only its TTL: its idle timeout starts again at resume.
-// One with no idle timeout recorded (a sandbox on a cluster, whose pod's
-// deadline is its end) has only its ExpiresAt.
+// earlier of its TTL and its idle timeout, counting an exec or a transfer
+// in progress (whose airlock process is alive) as activity now. A paused
+// sandbox (si.State) has only its TTL: its idle timeout starts again at
+// resume. One with no idle timeout recorded (a sandbox on a cluster, whose
+// pod's deadline is its end) has only its ExpiresAt.
 func (si *SandboxInfo) Deadline(now time.Time) time.Time {
-	if si.State == lifecycle.Paused || si.IdleTimeoutMS <= 0 {
+	// An idle timeout past what a Duration holds (a record Create did not
+	// write) never comes before the TTL.
+	if si.State == lifecycle.Paused || si.IdleTimeoutMS <= 0 || si.IdleTimeoutMS > math.MaxInt64/int64(time.Millisecond) {
 		return si.ExpiresAt
 	}
 	last := si.LastActivity
-	for _, o := range si.Execs {
-		if o.alive() {
-			last = now
-			break
-		}
+	if si.liveExecs() > 0 || si.liveTransfers() > 0 {
+		last = now
 	}
 	idle := last.Add(time.Duration(si.IdleTimeoutMS) * time.Millisecond)
 	if idle.Before(si.ExpiresAt) {
@@ -49,10 +50,27 @@ func (si *SandboxInfo) Deadline(now time.Time) time.Time {
 	return si.ExpiresAt
 }
 
+// self is this process, as an exec's or a transfer's owner.
+func self() owner { return owner{PID: os.Getpid(), Start: procStart(os.Getpid())} }
+
+// pruneDead drops the execs and transfers whose airlock process is gone
+// (SIGKILLed, say): nothing else removes them, and a record is capped
+// (maxRecordBytes).
+func (si *SandboxInfo) pruneDead() {
+	dead := func(_ string, o owner) bool { return !o.alive() }
+	maps.DeleteFunc(si.Execs, dead)
+	maps.DeleteFunc(si.Transfers, dead)
+}
+
 // liveExecs counts the execs whose airlock process is alive.
-func (si *SandboxInfo) liveExecs() int {
+func (si *SandboxInfo) liveExecs() int { return countAlive(si.Execs) }
+
+// liveTransfers counts the transfers whose airlock process is alive.
+func (si *SandboxInfo) liveTransfers() int { return countAlive(si.Transfers) }
+
+func countAlive(m map[string]owner) int {
 	n := 0
-	for _, o := range si.Execs {
+	for _, o := range m {
 		if o.alive() {
 			n++
 		}
@@ -211,6 +229,11 @@ func removeSandboxFiles(ctx context.Context, root, id string) error {
 		return nil
 	})
 }
+
+// CheckLabels refuses labels a sandbox may not have, as invalid input:
+// more than 64, a key other than 1-63 letters, digits, '.', '_' or '-', a
+// value other than one line of at most 256 bytes of text.
+func CheckLabels(l map[string]string) error { return checkLabels(l) }
 
 func checkLabels(l map[string]string) error {
 	if len(l) > 64 {

@@ -3,6 +3,7 @@ package runner
 import (
 	"errors"
 	"io/fs"
+	"math"
 	"os"
 	"testing"
 	"time"
@@ -72,5 +73,16 @@ func TestRecordCacheParsesChangesOnly(t *testing.T) {
 	}
 	if _, _, err := rc.read(); !errdefs.IsNotFound(err) {
 		t.Fatalf("a removed record: %v", err)
+	}
+}
+
+// An idle timeout past what a Duration holds (a record not made by this
+// package's Create, which caps it at a year) leaves the TTL as the
+// deadline, not one wrapped into the past.
+func TestDeadlineSaturates(t *testing.T) {
+	now := time.Now()
+	si := SandboxInfo{ExpiresAt: now.Add(time.Hour), LastActivity: now, IdleTimeoutMS: math.MaxInt64}
+	if dl := si.Deadline(now); !dl.Equal(si.ExpiresAt) {
+		t.Errorf("deadline %v; want the TTL's %v", dl, si.ExpiresAt)
 	}
 }

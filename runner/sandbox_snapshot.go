@@ -170,8 +170,8 @@ func (r *Runner) Snapshot(ctx context.Context, id string) (string, error) {
 		if err != nil {
 			return fmt.Errorf("%w: %v", errdefs.ErrUnavailable, err)
 		}
-		if rec.State != lifecycle.Ready || cur.liveExecs() > 0 {
-			return fmt.Errorf("%w: sandbox %q is %s with %d exec(s) in progress; a snapshot is taken of a ready sandbox with none", errdefs.ErrConflict, id, rec.State, cur.liveExecs())
+		if rec.State != lifecycle.Ready || cur.liveExecs() > 0 || cur.liveTransfers() > 0 {
+			return fmt.Errorf("%w: sandbox %q is %s with %d exec(s) and %d file transfer(s) in progress; a snapshot is taken of a ready sandbox with none", errdefs.ErrConflict, id, rec.State, cur.liveExecs(), cur.liveTransfers())
 		}
 		return lc.Move(id, lifecycle.Paused, "", nil)
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/internal/roottest"
+	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/lifecycle"
 )
 
@@ -403,5 +405,70 @@ func TestCheckLabels(t *testing.T) {
 		if (err == nil) != tc.ok || err != nil && !errdefs.IsInvalidArgument(err) {
 			t.Errorf("%q: %v; want ok %v", tc.labels, err, tc.ok)
 		}
+	}
+}
+
+// A TTL or an idle timeout past a year is refused, naming the field and
+// the maximum; a year is taken, and its deadline is a year away.
+func TestSandboxDeadlinesCappedAtAYear(t *testing.T) {
+	f := &fakeSandboxer{}
+	r, root := newSandboxRunner(t, f)
+	ctx := context.Background()
+	for field, set := range map[string]func(*SandboxSpec){
+		"ttl":          func(s *SandboxSpec) { s.TTL = isolation.MaxTimeout + time.Millisecond },
+		"idle timeout": func(s *SandboxSpec) { s.IdleTimeout = math.MaxInt64 },
+	} {
+		s := fakeSandboxSpec()
+		set(&s)
+		sb, err := r.Create(ctx, s)
+		if err == nil {
+			sb.Close(ctx)
+		}
+		if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), field) || !strings.Contains(err.Error(), isolation.MaxTimeout.String()) {
+			t.Errorf("%s over a year: %v; want invalid input naming it and the maximum", field, err)
+		}
+	}
+	s := fakeSandboxSpec()
+	s.TTL, s.IdleTimeout = isolation.MaxTimeout, isolation.MaxTimeout
+	sb, err := r.Create(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(ctx)
+	si, err := readInfo(root, sb.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now := time.Now(); si.Deadline(now).Before(now.Add(isolation.MaxTimeout - time.Hour)) {
+		t.Errorf("a sandbox of a year's TTL and idle timeout ends at %v", si.Deadline(now))
+	}
+}
+
+// An exec's working directory is checked as a run's: none inside /proc
+// (/proc/self/fd/N is CVE-2024-21626's way out under runc), /sys or /dev.
+func TestExecWorkdirChecked(t *testing.T) {
+	var execs atomic.Int32
+	f := &fakeSandboxer{exec: func(context.Context, *engine.Process) (engine.Exit, error) {
+		execs.Add(1)
+		return engine.Exit{}, nil
+	}}
+	r, _ := newSandboxRunner(t, f)
+	ctx := context.Background()
+	sb, err := r.Create(ctx, fakeSandboxSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(ctx)
+	for _, wd := range []string{"/proc/self/fd/7", "/proc", "/sys/fs/cgroup", "/dev/shm", "work", "/a/../b"} {
+		_, err := sb.Exec(ctx, ExecSpec{Argv: []string{"true"}, Workdir: wd})
+		if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), wd) {
+			t.Errorf("workdir %q: %v; want invalid input naming it", wd, err)
+		}
+	}
+	if n := execs.Load(); n != 0 {
+		t.Errorf("%d refused execs ran", n)
+	}
+	if res, err := sb.Exec(ctx, ExecSpec{Argv: []string{"true"}, Workdir: "/home/user/proc"}); err != nil || res.Reason != ReasonExited {
+		t.Errorf("workdir /home/user/proc: %v, %v", res.Reason, err)
 	}
 }

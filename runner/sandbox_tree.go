@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"time"
 
 	"github.com/airlock-sandbox/airlock/lifecycle"
 )
@@ -32,18 +31,21 @@ func NewTransferAudit(root, id string, each func(Transfer)) *TransferAudit {
 	return &TransferAudit{id: id, log: func() (*lifecycle.Audit, error) { return a, nil }, touch: func() {}, each: each}
 }
 
-func (sb *Sandbox) transferAudit(each func(Transfer)) *TransferAudit {
-	return &TransferAudit{id: sb.id, each: each,
+// transferAudit records a tree transfer in progress (see transferring)
+// until its Done.
+func (sb *Sandbox) transferAudit(each func(Transfer)) (*TransferAudit, error) {
+	done, err := sb.transferring()
+	if err != nil {
+		return nil, err
+	}
+	return &TransferAudit{id: sb.id, each: each, touch: done,
 		log: func() (*lifecycle.Audit, error) {
 			lc, err := sb.r.lifecycle()
 			if err != nil {
 				return nil, err
 			}
 			return lc.Audit(), nil
-		},
-		touch: func() {
-			updateInfo(sb.r.root, sb.id, func(cur *SandboxInfo) error { cur.LastActivity = time.Now().UTC(); return nil })
-		}}
+		}}, nil
 }
 
 // transferEvent is tr's audit event.
@@ -95,7 +97,10 @@ func (sb *Sandbox) UploadTree(ctx context.Context, dir string, rd io.Reader, eac
 	if err != nil {
 		return TreeSummary{}, err
 	}
-	ta := sb.transferAudit(each)
+	ta, err := sb.transferAudit(each)
+	if err != nil {
+		return TreeSummary{}, err
+	}
 	sum, err := si.Areas.UploadTree(ctx, dir, rd, SessionTree(si.WorkspaceBytes), ta.Record)
 	return sum, ta.Done(err)
 }
@@ -110,7 +115,10 @@ func (sb *Sandbox) DownloadTree(ctx context.Context, dir string, sink TreeSink, 
 	}
 	opt := si.download()
 	opt.AllowDotfiles = dotfiles
-	ta := sb.transferAudit(each)
+	ta, err := sb.transferAudit(each)
+	if err != nil {
+		return TreeSummary{}, err
+	}
 	sum, err := si.Areas.DownloadTree(ctx, dir, sink, opt, SessionTree(si.WorkspaceBytes), ta.Record)
 	return sum, ta.Done(err)
 }
@@ -126,7 +134,10 @@ func (sb *Sandbox) DownloadFiles(ctx context.Context, paths []string, sink TreeS
 	}
 	opt := si.download()
 	lim := TreeLimits{Files: MaxDownloadFiles, Bytes: si.WorkspaceBytes, FileBytes: si.WorkspaceBytes}
-	ta := sb.transferAudit(each)
+	ta, err := sb.transferAudit(each)
+	if err != nil {
+		return TreeSummary{}, err
+	}
 	sum, err := si.Areas.DownloadFiles(ctx, paths, sink, opt, lim, ta.Record)
 	return sum, ta.Done(err)
 }

@@ -212,7 +212,13 @@ func (e *Engine) Check(ctx context.Context, j *engine.SandboxSpec) error {
 	if img.Config == nil {
 		return nil
 	}
-	return checkImageConfig(j.Image.String(), img.Config.Volumes, img.Config.Labels)
+	// Without a workdir of the spec's, dockerd starts the container and
+	// its execs in the image's.
+	wd := ""
+	if j.Workdir == "" {
+		wd = img.Config.WorkingDir
+	}
+	return checkImageConfig(j.Image.String(), img.Config.Volumes, img.Config.Labels, wd)
 }
 
 // CheckRuntime checks that dockerd answers, says it can apply every limit
@@ -281,7 +287,15 @@ func (e *Engine) inspectImage(ctx context.Context, id string) (image.InspectResp
 //     path, outside the tmpfs and output caps, and keeps it after the run.
 //   - Labels in airlock's namespace: reserved for what airlock sets, which
 //     the reaper and `airlock ps` read.
-func checkImageConfig(id string, volumes map[string]struct{}, labels map[string]string) error {
+//   - WORKDIR (workdir; "" when the spec gives its own): refused where
+//     isolation.CheckWorkdir refuses a spec's, as the oci engine does.
+func checkImageConfig(id string, volumes map[string]struct{}, labels map[string]string, workdir string) error {
+	if workdir != "" {
+		if err := isolation.CheckWorkdir(workdir); err != nil {
+			return fmt.Errorf("%w: image %s sets WORKDIR %q, which airlock refuses (%v): give the program a working directory (--workdir), or rebuild the image with another WORKDIR",
+				errdefs.ErrInvalidArgument, id, workdir, err)
+		}
+	}
 	if len(volumes) > 0 {
 		paths := slices.Sorted(maps.Keys(volumes))
 		return fmt.Errorf("%w: image %s declares VOLUME %s; dockerd would back each with a writable volume on the host's disk, outside airlock's limits, so airlock refuses it: rebuild the image without VOLUME (the oci engine ignores VOLUME, and keeps those paths read-only)",

@@ -4,15 +4,18 @@ package oci
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/internal/cgroup"
 )
 
 // TestResumeCutShort: a resume whose process died after the sandbox was
@@ -149,6 +152,90 @@ func TestSnapshotOrPauseNeedsRoom(t *testing.T) {
 	}
 	if paused, err := e.Paused(ctx, spec.ID); err != nil || paused {
 		t.Errorf("Paused = %v, %v; want the sandbox running", paused, err)
+	}
+}
+
+// incompressible holds 64 MiB of random bytes in memory, then idles.
+const incompressible = `
+import os, time
+keep = os.urandom(64 << 20)
+open("/tmp/ready", "w").close()
+while True:
+    time.sleep(1)
+`
+
+// Pauses made at once share the room: each one's checkpoint is promised
+// its room until written, so where the file system has room for one
+// sandbox's memory and the reserve, not two, one of two pauses begun
+// together is refused, saying room is promised to a checkpoint being
+// written, and its sandbox runs on.
+func TestSnapshotOrPauseNeedsRoomAtOnce(t *testing.T) {
+	e, specOf := gvisorEngine(t)
+	ctx := context.Background()
+	ids := []string{"room-a", "room-b"}
+	for _, id := range ids {
+		spec := specOf(id)
+		sb, err := e.Create(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := sb.Destroy(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+		if _, err := sb.Exec(ctx, &engine.Process{Argv: []string{"python3", "-c", incompressible}, Detach: true}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the sandbox's memory", func() bool { _, err := os.Stat(filepath.Join(spec.TmpSource, "ready")); return err == nil })
+	}
+	var need int64
+	for _, id := range ids {
+		n, err := cgroup.MemoryInUse(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		need = max(need, n)
+	}
+	size := checkpointReserve + need + need/4
+	dir := e.checkpointsDir()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=0700", size)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+
+	var wg sync.WaitGroup
+	errs := make([]error, len(ids))
+	for i, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = e.Pause(ctx, id)
+		}()
+	}
+	wg.Wait()
+	free, _ := engine.FreeBytes(dir)
+	refused := 0
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		refused++
+		if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "promised to checkpoints being written") {
+			t.Errorf("pause of %s: %v; want it refused as unavailable, naming the room promised", ids[i], err)
+		}
+		if paused, err := e.Paused(ctx, ids[i]); err != nil || paused {
+			t.Errorf("refused %s: Paused = %v, %v; want it running", ids[i], paused, err)
+		}
+	}
+	if refused != 1 {
+		t.Errorf("pauses at once, on a file system with room for one sandbox's memory (%d MiB) and the reserve: %v, %d MiB free after; want one refused", need>>20, errs, free>>20)
+	}
+	if ents, _ := os.ReadDir(e.reservationsDir()); len(ents) != 0 {
+		t.Errorf("reservations left after the pauses: %v", ents)
 	}
 }
 

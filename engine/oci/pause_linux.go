@@ -40,15 +40,44 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/gvisor"
 	"github.com/airlock-sandbox/airlock/internal/netns"
 	"github.com/airlock-sandbox/airlock/isolation"
-	"github.com/airlock-sandbox/airlock/units"
 )
 
 // checkpointDone marks a checkpoint that runsc wrote whole;
-// checkpointImage is the kernel's state in it, which runsc writes.
+// checkpointImage is the kernel's state in it, which runsc writes;
+// checkpointRuntime holds the version of the runsc that wrote it.
 const (
-	checkpointDone  = "complete"
-	checkpointImage = "checkpoint.img"
+	checkpointDone    = "complete"
+	checkpointImage   = "checkpoint.img"
+	checkpointRuntime = "runtime"
 )
+
+// checkpointTimeout bounds a runsc checkpoint of a sandbox holding need
+// bytes of memory: cleanupTimeout, and a second per checkpointRate bytes.
+func checkpointTimeout(need int64) time.Duration {
+	return cleanupTimeout + time.Duration(need/checkpointRate)*time.Second
+}
+
+// checkpointRate is a low bound of the rate runsc writes a checkpoint
+// at, in bytes a second.
+const checkpointRate = 16 << 20
+
+// checkRuntime refuses to restore checkpoint dir unless under the runsc
+// that wrote it, version rt (a checkpoint from before versions were
+// recorded is tried).
+func checkRuntime(id, dir, rt string) error {
+	b, err := os.ReadFile(filepath.Join(dir, checkpointRuntime))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%w: reading the checkpoint of %q: %v", errdefs.ErrUnavailable, id, err)
+	}
+	if string(b) != rt {
+		// Lost to its clients: no retry resumes it, a new sandbox serves.
+		return engine.Lost("sandbox %q was paused under runsc %q, and this is runsc %q, which cannot restore its checkpoint: the sandbox cannot be resumed; remove it (`airlock sandbox rm %s`)", id, b, rt, id)
+	}
+	return nil
+}
 
 func (e *Engine) checkpointsDir() string { return filepath.Join(e.root, "oci", "checkpoints") }
 
@@ -128,12 +157,14 @@ func (e *Engine) Pause(ctx context.Context, id string) (err error) {
 	if err := sb.alive(); err != nil {
 		return err
 	}
+	bin, state, args := e.runtimeFor(sb.st.Mode, sb.bundle)
+	rt, err := engine.BinaryVersion(ctx, bin, filepath.Join(e.root, "cache"))
+	if err != nil {
+		return fmt.Errorf("%w: reading runsc's version for a pause: %v", errdefs.ErrUnavailable, err)
+	}
 	dir := e.checkpointDir(id)
 	if err := os.MkdirAll(e.checkpointsDir(), 0o700); err != nil {
 		return fmt.Errorf("%w: creating the checkpoints directory: %v", errdefs.ErrUnavailable, err)
-	}
-	if err := roomToCheckpoint(id, e.checkpointsDir(), fmt.Sprintf("pausing sandbox %q", id)); err != nil {
-		return err
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("%w: removing an earlier checkpoint of %q: %v", errdefs.ErrUnavailable, id, err)
@@ -146,21 +177,39 @@ func (e *Engine) Pause(ctx context.Context, id string) (err error) {
 			os.RemoveAll(dir)
 		}
 	}()
-	bin, state, args := e.runtimeFor(sb.st.Mode, sb.bundle)
+	room, err := e.reserveRoom(id, dir, fmt.Sprintf("pausing sandbox %q", id))
+	if err != nil {
+		return err
+	}
+	defer room.Release()
+	// Another runsc cannot restore the checkpoint: Resume refuses it.
+	if err := atomicfile.WriteFile(filepath.Join(dir, checkpointRuntime), []byte(rt), 0o600); err != nil {
+		return fmt.Errorf("%w: recording the checkpoint of %q: %v", errdefs.ErrUnavailable, id, err)
+	}
 	name := sb.name()
 	// Not on ctx: a checkpoint cut short leaves the sandbox stopped
 	// half-way, so once begun it runs to its end.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	timeout := checkpointTimeout(room.need)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	ck := exec.CommandContext(cctx, bin, append(args, "checkpoint", "--image-path="+dir, name)...)
 	// runsc holds the engine's lock of the sandbox too: should this
 	// process die, a resume waits for the checkpoint to end before it
-	// looks at the sandbox.
-	ck.ExtraFiles = []*os.File{lk.File()}
+	// looks at the sandbox. It holds the room reserved for the
+	// checkpoint as long as it writes.
+	ck.ExtraFiles = []*os.File{lk.File(), room.File()}
 	lap := stopwatch()
 	out, err := ck.CombinedOutput()
 	lap("checkpoint")
+	room.Release()
 	if err != nil {
+		if cctx.Err() != nil {
+			// The sandbox was stopped for the save, which was cut short.
+			sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			defer scancel()
+			e.stopRuntime(sctx, sb, state, name, nil)
+			return engine.Lost("checkpointing sandbox %q took more than %v, and it was stopped half-way; it cannot be resumed: remove it (`airlock sandbox rm %s`)", id, timeout, id)
+		}
 		if aerr := sb.alive(); aerr != nil {
 			return aerr
 		}
@@ -189,40 +238,6 @@ func (e *Engine) Pause(ctx context.Context, id string) (err error) {
 		return err
 	}
 	e.log.Debug("sandbox paused", "sandbox_id", id, "steps", lap("state"))
-	return nil
-}
-
-// checkpointReserve is the space a checkpoint (a pause's, a snapshot's)
-// leaves free on the file system of airlock's root: records, receipts and
-// the audit log are written there, and a full disk fails every run
-// (closed).
-const checkpointReserve = 512 << 20
-
-// roomToCheckpoint refuses what, a checkpoint of sandbox id into dir,
-// unless dir's file system has room for it, counted as the memory the
-// sandbox's cgroup holds (an upper bound: its pages, and cache), and
-// checkpointReserve beside it. Clients' pauses, or templates warmed from
-// a large program, would otherwise fill the disk of airlock's root.
-func roomToCheckpoint(id, dir, what string) error {
-	need, err := cgroup.MemoryInUse(id)
-	if err != nil {
-		return fmt.Errorf("%w: sizing the checkpoint of %q: %v", errdefs.ErrUnavailable, id, err)
-	}
-	return roomFor(dir, need, checkpointReserve, what)
-}
-
-// roomFor refuses what, which writes need bytes under dir, unless dir's
-// file system keeps reserve free beside them.
-func roomFor(dir string, need, reserve int64, what string) error {
-	avail, err := engine.FreeBytes(dir)
-	if err != nil {
-		return fmt.Errorf("%w: reading the free space under %s: %v", errdefs.ErrUnavailable, dir, err)
-	}
-	free := int64(min(avail, 1<<62))
-	if free-need < reserve {
-		return fmt.Errorf("%w: %s needs about %s for its checkpoint under %s (the memory it holds) and %s kept free beside it; the file system has %s free: free space there, or resume or destroy paused sandboxes, or remove snapshot templates no longer used (`airlock template rm`)",
-			errdefs.ErrUnavailable, what, units.Bytes(need), dir, units.Bytes(reserve), units.Bytes(max(free, 0)))
-	}
 	return nil
 }
 
@@ -322,6 +337,13 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 		return fmt.Errorf("%w: sandbox %q is paused but its checkpoint is gone; `airlock sandbox rm %s` frees it", errdefs.ErrDataLoss, id, id)
 	}
 	bin, state, args := e.runtimeFor(sb.st.Mode, sb.bundle)
+	rt, err := engine.BinaryVersion(cctx, bin, filepath.Join(e.root, "cache"))
+	if err != nil {
+		return fmt.Errorf("%w: reading runsc's version for a resume: %v", errdefs.ErrUnavailable, err)
+	}
+	if err := checkRuntime(id, e.checkpointDir(id), rt); err != nil {
+		return err
+	}
 	name := sb.name()
 	// What an earlier resume, cut short, left running or recorded.
 	e.stopRuntime(cctx, sb, state, name, nil)
@@ -443,14 +465,7 @@ func removeDetached(path string) bool {
 const usedPrefix = ".used-"
 
 // usedOwner is the sandbox id of a used checkpoint's name, or false.
-func usedOwner(name string) (string, bool) {
-	rest, ok := strings.CutPrefix(name, usedPrefix)
-	i := strings.LastIndexByte(rest, '-')
-	if !ok || i <= 0 {
-		return "", false
-	}
-	return rest[:i], true
-}
+func usedOwner(name string) (string, bool) { return ownerOf(name, usedPrefix) }
 
 // checkpointExit bounds the wait for a sandbox to end after runsc
 // checkpoint did: its kernel was killed as the checkpoint ended, and it

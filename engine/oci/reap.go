@@ -152,12 +152,29 @@ func (e *Engine) reap(ctx context.Context, id string) error {
 	if err := os.RemoveAll(e.checkpointDir(id)); err != nil {
 		errs = append(errs, err)
 	}
-	used, _ := filepath.Glob(filepath.Join(e.checkpointsDir(), usedPrefix+id+"-*"))
-	halfSnaps, _ := filepath.Glob(filepath.Join(e.snapshotsDir(), ".new-"+id+"-*"))
-	for _, d := range append(used, halfSnaps...) {
-		if err := os.RemoveAll(d); err != nil {
-			errs = append(errs, err)
+	// By the owner each name gives, not by a glob: ids may hold '-', and
+	// ".used-a-*" would take sandbox "a-b"'s too.
+	for _, d := range []struct{ dir, prefix string }{{e.checkpointsDir(), usedPrefix}, {e.snapshotsDir(), newPrefix}} {
+		ents, _ := os.ReadDir(d.dir)
+		for _, ent := range ents {
+			if owner, ok := ownerOf(ent.Name(), d.prefix); !ok || owner != id {
+				continue
+			}
+			if err := os.RemoveAll(filepath.Join(d.dir, ent.Name())); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// ownerOf is the sandbox id of name, prefix+<id>-<suffix> (the suffix
+// has no '-'), or false.
+func ownerOf(name, prefix string) (string, bool) {
+	rest, ok := strings.CutPrefix(name, prefix)
+	i := strings.LastIndexByte(rest, '-')
+	if !ok || i <= 0 {
+		return "", false
+	}
+	return rest[:i], true
 }

@@ -102,6 +102,36 @@ func TestReapUsedCheckpoint(t *testing.T) {
 	}
 }
 
+// Reaping sandbox "a" takes its used checkpoints and half-written
+// snapshots, and not those of sandbox "a-b" (ids may hold '-'), which
+// ".used-a-*" and ".new-a-*" would match too.
+func TestReapKeepsAnotherSandboxesFiles(t *testing.T) {
+	e, err := New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := []string{filepath.Join(e.snapshotsDir(), newPrefix+"a-123456"), filepath.Join(e.checkpointsDir(), usedPrefix+"a-xyz")}
+	others := []string{filepath.Join(e.snapshotsDir(), newPrefix+"a-b-123456"), filepath.Join(e.checkpointsDir(), usedPrefix+"a-b-xyz")}
+	for _, d := range append(mine, others...) {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.Reap(context.Background(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range mine {
+		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("reaping sandbox %q left its %s (%v)", "a", filepath.Base(d), err)
+		}
+	}
+	for _, d := range others {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("reaping sandbox %q removed %s, sandbox %q's (%v)", "a", filepath.Base(d), "a-b", err)
+		}
+	}
+}
+
 func TestUsedOwner(t *testing.T) {
 	for _, tc := range []struct {
 		name, id string

@@ -39,6 +39,10 @@ func (e *Engine) snapshotsDir() string { return filepath.Join(e.root, "oci", "sn
 
 func (e *Engine) snapshotDir(name string) string { return filepath.Join(e.snapshotsDir(), name) }
 
+// newPrefix names a snapshot being written, in the snapshots directory:
+// .new-<id>-<random> (os.MkdirTemp's, digits).
+const newPrefix = ".new-"
+
 // refuseSnapshot explains why a sandbox under runc has no snapshot.
 func refuseSnapshot(what string) error {
 	return fmt.Errorf("%w: %s runs under runc (--isolation seccomp), which cannot checkpoint a sandbox's processes and memory; only gVisor sandboxes have snapshots (use --isolation gvisor)", errdefs.ErrNotImplemented, what)
@@ -83,30 +87,35 @@ func (e *Engine) Snapshot(ctx context.Context, id string) (_ string, err error) 
 	if err := os.MkdirAll(e.snapshotsDir(), 0o700); err != nil {
 		return "", fmt.Errorf("%w: creating the snapshots directory: %v", errdefs.ErrUnavailable, err)
 	}
-	if err := roomToCheckpoint(id, e.snapshotsDir(), fmt.Sprintf("a snapshot of sandbox %q", id)); err != nil {
-		return "", err
-	}
 	// Written under a name of its own, then renamed to its content's: a
 	// snapshot cut short is never found under a name.
-	tmp, err := os.MkdirTemp(e.snapshotsDir(), ".new-"+id+"-")
+	tmp, err := os.MkdirTemp(e.snapshotsDir(), newPrefix+id+"-")
 	if err != nil {
 		return "", fmt.Errorf("%w: creating a snapshot of %q: %v", errdefs.ErrUnavailable, id, err)
 	}
 	defer os.RemoveAll(tmp)
+	room, err := e.reserveRoom(id, tmp, fmt.Sprintf("a snapshot of sandbox %q", id))
+	if err != nil {
+		return "", err
+	}
+	defer room.Release()
 	name := sb.name()
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), checkpointTimeout(room.need))
 	defer cancel()
 	lap := stopwatch()
 	// Uncompressed, and without the pages that hold only zeros: a restore
 	// then maps the pages file as it is, and reads it in the background.
 	ck := exec.CommandContext(cctx, bin, append(args, "checkpoint", "--compression=none", "--exclude-committed-zero-pages", "--image-path="+tmp, name)...)
-	ck.ExtraFiles = []*os.File{lk.File()}
+	ck.ExtraFiles = []*os.File{lk.File(), room.File()}
 	out, err := ck.CombinedOutput()
 	lap("checkpoint")
+	room.Release()
 	// Whatever happened, the sandbox's processes are to end: a checkpoint
 	// stops them, and a failed one may have stopped them half-way.
 	defer func() {
-		e.stopRuntime(cctx, sb, state, name, nil)
+		sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer scancel()
+		e.stopRuntime(sctx, sb, state, name, nil)
 		sb.st.Paused, sb.st.Pid, sb.st.Start, sb.st.Control = true, 0, 0, ""
 		if werr := e.writeState(sb); werr != nil && err == nil {
 			err = werr

@@ -93,47 +93,47 @@ type (
 
 func (s *Server) addTools() {
 	t := func(b bool) *bool { return &b }
-	mcp.AddTool(s.mcp, &mcp.Tool{
+	addTool(s.mcp, &mcp.Tool{
 		Name:        "run_code",
 		Description: "Run a snippet of Python, bash or sh once in a fresh, isolated sandbox (no network, read-only root, 30s and 512MiB by default) and return how it ended: reason, exit_code, stdout, stderr, truncated.",
 		Annotations: &mcp.ToolAnnotations{Title: "Run code in a sandbox", DestructiveHint: t(false), OpenWorldHint: t(false)},
 	}, s.runCode)
-	mcp.AddTool(s.mcp, &mcp.Tool{
+	addTool(s.mcp, &mcp.Tool{
 		Name:        "sandbox_create",
 		Description: "Create a long-lived sandbox and return its sandbox_id. Its workspace /home/user persists between sandbox_exec calls. It ends by itself after its idle timeout (default 15 minutes) or TTL (default 1 hour); sandbox_destroy ends it sooner.",
 		Annotations: &mcp.ToolAnnotations{Title: "Create a sandbox", DestructiveHint: t(false), OpenWorldHint: t(false)},
 	}, s.sandboxCreate)
-	mcp.AddTool(s.mcp, &mcp.Tool{
+	addTool(s.mcp, &mcp.Tool{
 		Name:        "sandbox_exec",
 		Description: "Run a shell command (sh -c) in a live sandbox, in /home/user, and return how it ended: reason, exit_code, stdout, stderr, truncated.",
 		Annotations: &mcp.ToolAnnotations{Title: "Run a command in a sandbox", OpenWorldHint: t(false)},
 	}, s.sandboxExec)
-	mcp.AddTool(s.mcp, &mcp.Tool{
+	addTool(s.mcp, &mcp.Tool{
 		Name:        "sandbox_write_file",
 		Description: fmt.Sprintf("Write a file (at most %s) into a live sandbox's workspace /home/user or /tmp, from text (content) or bytes (content_base64). Returns its path, size and sha256.", units.Bytes(MaxFileBytes)),
 		Annotations: &mcp.ToolAnnotations{Title: "Write a file into a sandbox", IdempotentHint: true, OpenWorldHint: t(false)},
 	}, s.sandboxWriteFile)
-	mcp.AddTool(s.mcp, &mcp.Tool{
+	addTool(s.mcp, &mcp.Tool{
 		Name:        "sandbox_read_file",
 		Description: fmt.Sprintf("Read a file (at most %s) from a live sandbox's workspace /home/user, /tmp or /out, through airlock's artifact scanner: links, devices and types off the sandbox's allowlist are refused. Returns path, size, sha256, mime, and content as text or content_base64.", units.Bytes(MaxFileBytes)),
 		Annotations: &mcp.ToolAnnotations{Title: "Read a file from a sandbox", ReadOnlyHint: true, OpenWorldHint: t(false)},
 	}, s.sandboxReadFile)
-	mcp.AddTool(s.mcp, &mcp.Tool{
+	addTool(s.mcp, &mcp.Tool{
 		Name:        "sandbox_list",
 		Description: "List the live sandboxes: id, state, image, engine, isolation, and when each ends.",
 		Annotations: &mcp.ToolAnnotations{Title: "List sandboxes", ReadOnlyHint: true, OpenWorldHint: t(false)},
 	}, s.sandboxList)
-	mcp.AddTool(s.mcp, &mcp.Tool{
+	addTool(s.mcp, &mcp.Tool{
 		Name:        "sandbox_destroy",
 		Description: "Destroy a sandbox: kill every process in it and remove its workspace. A sandbox that is already gone succeeds.",
 		Annotations: &mcp.ToolAnnotations{Title: "Destroy a sandbox", DestructiveHint: t(true), IdempotentHint: true, OpenWorldHint: t(false)},
 	}, s.sandboxDestroy)
-	mcp.AddTool(s.mcp, &mcp.Tool{
+	addTool(s.mcp, &mcp.Tool{
 		Name:        "sandbox_pause",
 		Description: "Pause a sandbox: checkpoint its processes and memory and free them, keeping its files. Its TTL still counts; its idle timeout does not while paused. sandbox_resume, sandbox_exec or a file tool resumes it, with its processes going on where they stopped. Only sandboxes of the oci engine under gVisor can pause.",
 		Annotations: &mcp.ToolAnnotations{Title: "Pause a sandbox", DestructiveHint: t(false), IdempotentHint: true, OpenWorldHint: t(false)},
 	}, s.sandboxPause)
-	mcp.AddTool(s.mcp, &mcp.Tool{
+	addTool(s.mcp, &mcp.Tool{
 		Name:        "sandbox_resume",
 		Description: "Resume a paused sandbox under the same sandbox_id, its processes going on where they stopped. A sandbox that is not paused is left as it is.",
 		Annotations: &mcp.ToolAnnotations{Title: "Resume a sandbox", DestructiveHint: t(false), IdempotentHint: true, OpenWorldHint: t(false)},
@@ -481,7 +481,7 @@ func (s *Server) sandboxExec(ctx context.Context, _ *mcp.CallToolRequest, in San
 func (s *Server) sandboxWriteFile(ctx context.Context, _ *mcp.CallToolRequest, in SandboxWriteFileArgs) (*mcp.CallToolResult, FileResult, error) {
 	data, err := fileContent(in)
 	if err != nil {
-		return nil, FileResult{}, err
+		return nil, FileResult{}, toolError("writing the file", invalidArgs{err})
 	}
 	sb, done, err := s.openFiles(ctx, in.SandboxID)
 	if err != nil {
@@ -500,7 +500,7 @@ func (s *Server) sandboxWriteFile(ctx context.Context, _ *mcp.CallToolRequest, i
 // sandboxReadFile is sandbox_read_file.
 func (s *Server) sandboxReadFile(ctx context.Context, _ *mcp.CallToolRequest, in SandboxFileArgs) (*mcp.CallToolResult, FileResult, error) {
 	if err := checkID(in.SandboxID); err != nil {
-		return nil, FileResult{}, err
+		return nil, FileResult{}, toolError("reading the file", invalidArgs{err})
 	}
 	sb, done, err := s.openFiles(ctx, in.SandboxID)
 	if err != nil {
@@ -510,7 +510,7 @@ func (s *Server) sandboxReadFile(ctx context.Context, _ *mcp.CallToolRequest, in
 	w := &capped{max: MaxFileBytes}
 	tr, err := sb.Download(ctx, in.Path, w)
 	if w.over {
-		return nil, FileResult{}, fmt.Errorf("%s is larger than the %s sandbox_read_file returns: read it in parts with sandbox_exec (head -c, split), or copy it out with `airlock cp`", in.Path, units.Bytes(MaxFileBytes))
+		return nil, FileResult{}, toolError("reading the file", invalidArgs{fmt.Errorf("%s is larger than the %s sandbox_read_file returns: read it in parts with sandbox_exec (head -c, split), or copy it out with `airlock cp`", in.Path, units.Bytes(MaxFileBytes))})
 	}
 	if err != nil {
 		return nil, FileResult{}, transferError(in.SandboxID, err)
@@ -535,7 +535,7 @@ func (s *Server) sandboxList(ctx context.Context, _ *mcp.CallToolRequest, _ NoAr
 // sandboxDestroy is sandbox_destroy.
 func (s *Server) sandboxDestroy(ctx context.Context, _ *mcp.CallToolRequest, in SandboxIDArgs) (*mcp.CallToolResult, Destroyed, error) {
 	if err := checkID(in.SandboxID); err != nil {
-		return nil, Destroyed{}, err
+		return nil, Destroyed{}, toolError("destroying the sandbox", invalidArgs{err})
 	}
 	// Like create, a destroy once begun is finished even if the client
 	// hangs up. A sandbox already gone is destroyed too.
@@ -560,11 +560,27 @@ func (s *Server) sandboxResume(ctx context.Context, _ *mcp.CallToolRequest, in S
 // hangs up: one cut short is left half-way.
 func (s *Server) pauseOrResume(ctx context.Context, in SandboxIDArgs, do func(context.Context, string) (runner.SandboxInfo, error)) (*mcp.CallToolResult, SandboxResult, error) {
 	if err := checkID(in.SandboxID); err != nil {
-		return nil, SandboxResult{}, err
+		return nil, SandboxResult{}, toolError("finding the sandbox", invalidArgs{err})
 	}
 	si, err := do(context.WithoutCancel(ctx), in.SandboxID)
 	if err != nil {
 		return nil, SandboxResult{}, sandboxError(in.SandboxID, err)
 	}
 	return nil, sandboxResult(si, time.Now()), nil
+}
+
+// addTool adds a tool whose arguments are read as the HTTP API reads a
+// request body (wire.CheckKeys): a key given twice, which the SDK's
+// decoding takes silently, the last winning, is refused, naming the key.
+func addTool[In, Out any](srv *mcp.Server, t *mcp.Tool, h mcp.ToolHandlerFor[In, Out]) {
+	mcp.AddTool(srv, t, func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
+		if req != nil && req.Params != nil && len(req.Params.Arguments) > 0 {
+			var fresh In
+			if err := wire.CheckKeys(req.Params.Arguments, &fresh); err != nil {
+				var zero Out
+				return nil, zero, toolError("reading the tool's arguments", invalidArgs{err})
+			}
+		}
+		return h(ctx, req, in)
+	})
 }

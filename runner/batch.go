@@ -69,9 +69,9 @@ type JobInput struct {
 // batch's defaults, and given ones replace them within
 // BatchOptions.Ceilings.
 type JobLimits struct {
-	Timeout string `json:"timeout,omitempty"`
-	Memory  string `json:"memory,omitempty"`
-	CPUs    string `json:"cpus,omitempty"`
+	Timeout string      `json:"timeout,omitempty"`
+	Memory  string      `json:"memory,omitempty"`
+	CPUs    wire.Number `json:"cpus,omitempty"`
 	// Pids is a pointer so that an explicit 0 is refused, not defaulted.
 	Pids   *int64 `json:"pids,omitempty"`
 	Output string `json:"output,omitempty"`
@@ -204,11 +204,26 @@ func parseJob(line []byte, long bool, seen map[string]bool) (Job, error) {
 	if n := wire.Values(line); n > maxJobValues {
 		return j, fmt.Errorf("holds %d JSON values, past the %d one job may hold (argv %d entries at most, env %d, inputs %d); pass large data as stdin or an input file", n, maxJobValues, wire.MaxArgv, wire.MaxEnv, MaxInputs)
 	}
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.DisallowUnknownFields()
-	switch err := dec.Decode(&j); {
-	case err != nil:
+	// One JSON object, its keys read as written (wire.CheckKeys), as the
+	// API reads a request: what a reader of the line sees is what runs.
+	if !json.Valid(bytes.TrimSpace(line)) {
+		dec := json.NewDecoder(bytes.NewReader(line))
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return j, fmt.Errorf("is not a job: %v", err)
+		}
+		return j, fmt.Errorf("holds more than one JSON value, or data after its job; put one job on a line")
+	}
+	if err := json.Unmarshal(line, &j); err != nil {
 		return j, fmt.Errorf("is not a job: %v", err)
+	}
+	if err := wire.CheckKeys(line, &j); err != nil {
+		if uk, ok := errors.AsType[*wire.UnknownKeyError](err); ok {
+			return j, fmt.Errorf("is not a job: unknown field %q", uk.Key)
+		}
+		return j, fmt.Errorf("is not a job: %v", err)
+	}
+	switch {
 	case j.ID == "":
 		return j, fmt.Errorf("has no id")
 	case lineID.MatchString(j.ID):
@@ -275,7 +290,7 @@ func (j Job) spec(base Spec, template string) (Spec, error) {
 	// The limits given go through the one wire parser, and replace the
 	// base's.
 	jl := j.Limits
-	w := wire.Policy{Timeout: jl.Timeout, Memory: jl.Memory, CPUs: wire.Number(jl.CPUs), Pids: jl.Pids, OutputLimit: jl.Output}
+	w := wire.Policy{Timeout: jl.Timeout, Memory: jl.Memory, CPUs: jl.CPUs, Pids: jl.Pids, OutputLimit: jl.Output}
 	given, err := w.Parse()
 	if err != nil {
 		return s, fmt.Errorf("limits: %w", err)

@@ -150,7 +150,7 @@ func checkJobLimits(t *testing.T, j Job, got isolation.Limits) {
 		want.Memory, _ = units.ParseBytes(jl.Memory)
 	}
 	if jl.CPUs != "" {
-		want.CPUs, _ = units.ParseCPUs(jl.CPUs)
+		want.CPUs, _ = units.ParseCPUs(string(jl.CPUs))
 	}
 	if jl.Output != "" {
 		want.Output, _ = units.ParseBytes(jl.Output)

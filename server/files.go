@@ -36,6 +36,11 @@ func (s *Server) fileTarget(r *http.Request) (f service.Files, path string, limi
 }
 
 func targetPath(r *http.Request) (string, error) {
+	// Once: as of a key in a body, a proxy may read the first where
+	// another reads the last.
+	if ps := r.URL.Query()["path"]; len(ps) > 1 {
+		return "", invalid("?path= given %d times; give the sandbox path once", len(ps))
+	}
 	p := r.URL.Query().Get("path")
 	if p == "" {
 		return "", invalid("give the sandbox path as ?path=, such as ?path=/home/user/data.csv")

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -12,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/admission"
+	"github.com/airlock-sandbox/airlock/errkind"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/service"
@@ -254,7 +253,9 @@ func (s *Server) fusion(ctx context.Context, q *FusionRequest) (FusionResponse, 
 	if run.Destroy != nil {
 		s.metrics.termFail.Add(1)
 	}
-	if ol := (*admission.OverLimitError)(nil); errors.As(err, &ol) {
+	// Over a limit (admission, or an empty pool under --pool-exhausted
+	// fail): 429, to retry, never a sample's failure.
+	if errkind.Of(err) == errkind.OverLimit {
 		return FusionResponse{}, nil, err
 	}
 	if err != nil {

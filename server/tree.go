@@ -148,6 +148,10 @@ func (s *Server) getTree(w http.ResponseWriter, r *http.Request) {
 	}
 	defer done()
 	dotfiles := false
+	if vs := r.URL.Query()["dotfiles"]; len(vs) > 1 {
+		writeError(w, invalid("?dotfiles= given %d times; give it once", len(vs)))
+		return
+	}
 	if v := r.URL.Query().Get("dotfiles"); v != "" {
 		if dotfiles, err = strconv.ParseBool(v); err != nil {
 			writeError(w, invalid("?dotfiles= takes true or false, not %q", v))

@@ -41,6 +41,9 @@ func (s *Service) kubeCount() (int, error) { return s.claims().Count() }
 // set here) and waits until it runs; admission counts it like any other,
 // its record once written (kubeCount).
 func (s *Service) CreateKube(ctx context.Context, o claim.CreateOptions) (claim.Record, error) {
+	if err := runner.CheckLabels(o.Labels); err != nil {
+		return claim.Record{}, err
+	}
 	release, err := s.gate.Admit()
 	if err != nil {
 		return claim.Record{}, err

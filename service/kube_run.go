@@ -99,6 +99,12 @@ func (s *Service) RunKube(ctx context.Context, o KubeRun) (res runner.Result, er
 	if err != nil {
 		return res, err
 	}
+	if err := claim.CheckPodSpec(pod["spec"].(map[string]any)); err != nil {
+		return res, fmt.Errorf("SandboxTemplate %s/%s: %w; render it again (`airlock kube render --template %s | kubectl apply -f -`)", ns, o.Template, err, o.Template)
+	}
+	if err := denyAllLabels(ctx, c, ns, o.Template, pod); err != nil {
+		return res, err
+	}
 	made, err := c.CreatePod(ctx, ns, pod)
 	if err != nil {
 		return res, fmt.Errorf("creating a pod from SandboxTemplate %s/%s: %w", ns, o.Template, err)
@@ -180,7 +186,7 @@ func (s *Service) RunKube(ctx context.Context, o KubeRun) (res runner.Result, er
 // else the TTL an airlock node gives a pod without one.
 func activeDeadline(p *cluster.Pod) time.Duration {
 	if d := p.Spec.ActiveDeadlineSeconds; d != nil && *d > 0 {
-		return time.Duration(*d) * time.Second
+		return claim.ActiveDeadline(*d)
 	}
 	return runner.DefaultTTL
 }
@@ -414,4 +420,60 @@ func oneShotPod(tpl map[string]any, o KubeRun) (map[string]any, error) {
 	meta["generateName"] = template + "-run-"
 	delete(meta, "name")
 	return map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}, nil
+}
+
+// policyWait is how long a run waits for agent-sandbox to make the
+// NetworkPolicy of a template just applied.
+const policyWait = 5 * time.Second
+
+// denyAllLabels puts on pod, made from SandboxTemplate ns/template by a
+// run and not by agent-sandbox, the labels by which the NetworkPolicy
+// agent-sandbox made for the template (<template>-network-policy,
+// controlled by the template) selects its pods, so that the run's pod is
+// denied the network both ways as the template's are. A template with no
+// such policy, or one that is not deny-all both ways, or that selects by
+// more than labels, fails the run: the pod would have the namespace's
+// network.
+func denyAllLabels(ctx context.Context, c *cluster.Client, ns, template string, pod map[string]any) error {
+	name := template + "-network-policy"
+	np, err := c.NetworkPolicy(ctx, ns, name)
+	// A template just applied has its policy a moment later.
+	for wait := time.Now().Add(policyWait); errdefs.IsNotFound(err) && time.Now().Before(wait); {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+		np, err = c.NetworkPolicy(ctx, ns, name)
+	}
+	if errdefs.IsNotFound(err) {
+		return fmt.Errorf("%w: SandboxTemplate %s/%s has no NetworkPolicy %s, which agent-sandbox's controller makes from the template's networkPolicy: is the controller running (with --extensions)? A run's pod without it would have the namespace's network",
+			errdefs.ErrFailedPrecondition, ns, template, name)
+	}
+	if err != nil {
+		return fmt.Errorf("reading NetworkPolicy %s/%s, which denies the run's pod the network: %w", ns, name, err)
+	}
+	var why string
+	sp := np.Spec
+	owned := slices.ContainsFunc(np.Metadata.OwnerReferences, func(r cluster.OwnerReference) bool {
+		return r.Kind == "SandboxTemplate" && r.Name == template && r.Controller != nil && *r.Controller
+	})
+	switch {
+	case !owned:
+		why = "it is not controlled by the SandboxTemplate"
+	case !slices.Contains(sp.PolicyTypes, "Ingress") || !slices.Contains(sp.PolicyTypes, "Egress") || len(sp.Ingress) > 0 || len(sp.Egress) > 0:
+		why = "it does not deny all ingress and egress"
+	case len(sp.PodSelector.MatchLabels) == 0 || len(sp.PodSelector.MatchExpressions) > 0:
+		why = "it selects pods by no labels, or by expressions"
+	}
+	if why != "" {
+		return fmt.Errorf("%w: NetworkPolicy %s/%s, agent-sandbox's for SandboxTemplate %s: %s; render the template again (`airlock kube render --template %s | kubectl apply -f -`), whose networkPolicy denies both ways",
+			errdefs.ErrFailedPrecondition, ns, name, template, why, template)
+	}
+	meta := pod["metadata"].(map[string]any)
+	labels := meta["labels"].(map[string]any)
+	for k, v := range sp.PodSelector.MatchLabels {
+		labels[k] = v
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/sha256"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -87,6 +89,29 @@ func TestCreateKubeForRefusals(t *testing.T) {
 	}
 }
 
+// renderedSpec is a pod spec as `airlock kube render` writes it.
+var renderedSpec = clustertest.RenderedSpec(1)
+
+// denyAllPolicy is the NetworkPolicy agent-sandbox makes for the
+// rendered SandboxTemplate py: controlled by it, deny-all both ways,
+// selecting its pods by agents.x-k8s.io/sandbox-template-ref-hash.
+const denyAllPolicy = `{"metadata":{"name":"py-network-policy","ownerReferences":[{"apiVersion":"extensions.agents.x-k8s.io/v1beta1","kind":"SandboxTemplate","name":"py","uid":"t1","controller":true}]},
+ "spec":{"podSelector":{"matchLabels":{"agents.x-k8s.io/sandbox-template-ref-hash":"8d0ad1e5"}},"policyTypes":["Ingress","Egress"]}}`
+
+const (
+	templatePath = "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/default/sandboxtemplates/py"
+	policyPath   = "/apis/networking.k8s.io/v1/namespaces/default/networkpolicies/py-network-policy"
+)
+
+// serveTemplate answers for SandboxTemplate py, as rendered, and the
+// NetworkPolicy agent-sandbox makes for it.
+func serveTemplate(m *http.ServeMux) {
+	m.HandleFunc("GET "+templatePath, func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"spec":{"podTemplate":{"metadata":{},"spec":` + renderedSpec + `}}}`))
+	})
+	m.HandleFunc("GET "+policyPath, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(denyAllPolicy)) })
+}
+
 // oneShotAPI is the part of an API server a one-shot run meets:
 // SandboxTemplate "py", pod "py-run-abc" (UID thisPod) made from it,
 // whose status is status's (the node's word, or whoever else writes
@@ -101,9 +126,7 @@ type oneShotAPI struct {
 
 func (a *oneShotAPI) handler() http.Handler {
 	m := http.NewServeMux()
-	m.HandleFunc("GET /apis/extensions.agents.x-k8s.io/v1beta1/namespaces/default/sandboxtemplates/py", func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte(`{"spec":{"podTemplate":{"metadata":{},"spec":{"activeDeadlineSeconds":1,"containers":[{"name":"sandbox","image":"x"}]}}}}`))
-	})
+	serveTemplate(m)
 	m.HandleFunc("POST /api/v1/namespaces/default/pods", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte(`{"metadata":{"name":"py-run-abc","namespace":"default","uid":"` + thisPod + `"}}`))
 	})
@@ -469,9 +492,7 @@ func TestRunKubeRefusesNamesNotDNS(t *testing.T) {
 	evil := "\x1b]0;pwned\x07\x1b[2J" + strings.Repeat("n", 4096)
 	for _, tc := range []struct{ pod, node string }{{pod: "py-run-" + evil, node: "n1"}, {pod: "py-run-abc", node: "node-" + evil}} {
 		m := http.NewServeMux()
-		m.HandleFunc("GET /apis/extensions.agents.x-k8s.io/v1beta1/namespaces/default/sandboxtemplates/py", func(w http.ResponseWriter, r *http.Request) {
-			w.Write([]byte(`{"spec":{"podTemplate":{"metadata":{},"spec":{"activeDeadlineSeconds":1,"containers":[{"name":"sandbox","image":"x"}]}}}}`))
-		})
+		serveTemplate(m)
 		m.HandleFunc("POST /api/v1/namespaces/default/pods", func(w http.ResponseWriter, r *http.Request) {
 			json.NewEncoder(w).Encode(map[string]any{"metadata": map[string]any{"name": tc.pod, "uid": "u"}})
 		})
@@ -504,6 +525,141 @@ func TestRunKubeRefusesNamesNotDNS(t *testing.T) {
 			}
 		default:
 			t.Errorf("the pod made was not deleted")
+		}
+	}
+}
+
+// labelsAPI is an API server where warm pool "py" in namespace default
+// hands out ready sandboxes at once; made counts the claims.
+func labelsAPI(made *atomic.Int32) http.Handler {
+	const base = "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/default"
+	m := http.NewServeMux()
+	m.HandleFunc("GET "+base+"/sandboxwarmpools/py", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"metadata":{"name":"py"},"spec":{"replicas":1}}`))
+	})
+	m.HandleFunc("POST "+base+"/sandboxclaims", func(w http.ResponseWriter, r *http.Request) {
+		made.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		w.Write([]byte(`{}`))
+	})
+	m.HandleFunc("GET "+base+"/sandboxclaims/{name}", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"status":{"conditions":[{"type":"Ready","status":"True"}],"sandbox":{"name":"py-abcde"}}}`))
+	})
+	m.HandleFunc("GET /api/v1/namespaces/default/pods/py-abcde", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"metadata":{"name":"py-abcde"},"spec":` + renderedSpec + `,"status":{"phase":"Running"}}`))
+	})
+	return m
+}
+
+// A cluster sandbox's labels are checked as a local sandbox's are
+// (runner.CheckLabels), before anything is claimed.
+func TestCreateKubeChecksLabels(t *testing.T) {
+	var made atomic.Int32
+	_, kc := clustertest.Serve(t, labelsAPI(&made))
+	s := New(t.TempDir(), nil, WithKube(KubeTarget{Kubeconfig: kc, Context: "x", Namespace: "default"}))
+	for name, labels := range map[string]map[string]string{
+		"control characters": {"owner": "\x1b]0;pwned\x07\x1b[2J"},
+		"a bad key":          {"bad key=\n": "v"},
+		"a long value":       {"k": strings.Repeat("v", 1<<20)},
+	} {
+		if si, err := s.CreateKubeFor(context.Background(), "py", labels, 0); !errdefs.IsInvalidArgument(err) {
+			t.Errorf("%s: %v (sandbox %q); want invalid input", name, err, si.ID)
+		}
+	}
+	if n := made.Load(); n > 0 {
+		t.Errorf("%d claims made for labels refused", n)
+	}
+	if _, err := s.CreateKubeFor(context.Background(), "py", map[string]string{"owner": "eval-7"}, 0); err != nil || made.Load() != 1 {
+		t.Errorf("good labels: %v, %d claims", err, made.Load())
+	}
+}
+
+// A one-shot run refuses a template whose pod spec widens what airlock
+// renders (privileged, a hostPath of /, the host's namespaces), before
+// any pod is made: on a node that is not airlock's, a kubelet runs it as
+// asked.
+func TestRunKubeRefusesWideningTemplate(t *testing.T) {
+	var posted atomic.Int32
+	m := http.NewServeMux()
+	m.HandleFunc("GET "+templatePath, func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"spec":{"podTemplate":{"metadata":{},"spec":{"activeDeadlineSeconds":1,"hostNetwork":true,"hostPID":true,
+ "automountServiceAccountToken":true,"runtimeClassName":"gvisor",
+ "volumes":[{"name":"root","hostPath":{"path":"/"}}],
+ "containers":[{"name":"sandbox","image":"py@sha256:01","securityContext":{"privileged":true,"runAsUser":0,"capabilities":{"add":["SYS_ADMIN"]}},
+   "volumeMounts":[{"name":"root","mountPath":"/host"}]}]}}}}`))
+	})
+	m.HandleFunc("GET "+policyPath, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(denyAllPolicy)) })
+	m.HandleFunc("POST /api/v1/namespaces/default/pods", func(w http.ResponseWriter, r *http.Request) {
+		posted.Add(1)
+		http.Error(w, "no", http.StatusForbidden)
+	})
+	cfg, _ := clustertest.Serve(t, m)
+	_, err := New(t.TempDir(), nil).RunKube(context.Background(), KubeRun{Config: cfg, Template: "py", Argv: []string{"id"}})
+	if !errdefs.IsFailedPrecondition(err) || posted.Load() > 0 {
+		t.Fatalf("a widening template: %v, %d pods posted; want failed precondition before any pod", err, posted.Load())
+	}
+	for _, field := range []string{"hostNetwork", "hostPID", "automountServiceAccountToken", "volumes[0] is a hostPath", "privileged", "runAsUser", "capabilities.add", "airlock kube render"} {
+		if !strings.Contains(err.Error(), field) {
+			t.Errorf("the refusal does not name %s: %v", field, err)
+		}
+	}
+}
+
+// A one-shot run's pod carries the labels by which agent-sandbox's
+// deny-all NetworkPolicy for its template selects the template's pods; a
+// template without such a policy fails the run before any pod is made.
+func TestRunKubePodSelectedByNetworkPolicy(t *testing.T) {
+	a := &oneShotAPI{status: ended(0, ""), log: []byte("ok\n")}
+	var pod atomic.Value
+	inner := a.handler()
+	cfg, _ := clustertest.Serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == "POST" && r.URL.Path == "/api/v1/namespaces/default/pods" {
+			var b bytes.Buffer
+			b.ReadFrom(r.Body)
+			pod.Store(b.String())
+		}
+		inner.ServeHTTP(w, r)
+	}))
+	if _, err := New(t.TempDir(), nil).RunKube(context.Background(), KubeRun{Config: cfg, Template: "py", Argv: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+	var sent struct {
+		Metadata struct{ Labels map[string]string } `json:"metadata"`
+	}
+	s, _ := pod.Load().(string)
+	json.Unmarshal([]byte(s), &sent)
+	if sent.Metadata.Labels["agents.x-k8s.io/sandbox-template-ref-hash"] != "8d0ad1e5" {
+		t.Errorf("the run's pod is not selected by the template's NetworkPolicy: %s", s)
+	}
+
+	for name, policy := range map[string]string{
+		"none":            "",
+		"egress allowed":  strings.Replace(denyAllPolicy, `"policyTypes":["Ingress","Egress"]`, `"policyTypes":["Ingress","Egress"],"egress":[{}]`, 1),
+		"ingress only":    strings.Replace(denyAllPolicy, `"policyTypes":["Ingress","Egress"]`, `"policyTypes":["Ingress"]`, 1),
+		"not the owner's": strings.Replace(denyAllPolicy, `"controller":true`, `"controller":false`, 1),
+		"by expressions":  strings.Replace(denyAllPolicy, `"podSelector":{`, `"podSelector":{"matchExpressions":[{"key":"a","operator":"Exists"}],`, 1),
+	} {
+		var posted atomic.Int32
+		m := http.NewServeMux()
+		m.HandleFunc("GET "+templatePath, func(w http.ResponseWriter, r *http.Request) {
+			w.Write([]byte(`{"spec":{"podTemplate":{"metadata":{},"spec":` + renderedSpec + `}}}`))
+		})
+		m.HandleFunc("GET "+policyPath, func(w http.ResponseWriter, r *http.Request) {
+			if policy == "" {
+				w.WriteHeader(http.StatusNotFound)
+				w.Write([]byte(`{"kind":"Status","status":"Failure","reason":"NotFound","code":404}`))
+				return
+			}
+			w.Write([]byte(policy))
+		})
+		m.HandleFunc("POST /api/v1/namespaces/default/pods", func(w http.ResponseWriter, r *http.Request) {
+			posted.Add(1)
+			http.Error(w, "no", http.StatusForbidden)
+		})
+		cfg, _ := clustertest.Serve(t, m)
+		_, err := New(t.TempDir(), nil).RunKube(context.Background(), KubeRun{Config: cfg, Template: "py", Argv: []string{"true"}})
+		if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "py-network-policy") || posted.Load() > 0 {
+			t.Errorf("policy %s: %v, %d pods posted; want failed precondition naming py-network-policy, no pod", name, err, posted.Load())
 		}
 	}
 }

@@ -3,8 +3,9 @@ package service
 // File transfer with a sandbox on a cluster: there are no host-side areas
 // to open, so each file goes through one pod exec of the image's sh and
 // cat. What the rules of a local transfer check on the host side is split:
-// the sandbox path is checked here (absolute, clean, under /home/user or
-// /tmp); the file type and symlink checks run inside the sandbox, where a
+// the sandbox path is checked here (clean, under /home/user or /tmp, a
+// relative one the workspace's; a download's without a component
+// starting with '.' unless dotfiles are allowed); the file type and symlink checks run inside the sandbox, where a
 // link can only reach the sandbox's own files; and a download's content
 // passes the artifact scanner's one-file checks here, on the stream
 // (artifacts.CheckStream: name, type from the content, extension, cap),
@@ -49,16 +50,34 @@ const (
 	uploadScript   = `[ -L "$1" ] && exit 67; [ -e "$1" ] && [ ! -f "$1" ] && exit 65; [ -d "${1%/*}" ] || exit 66; exec cat > "$1"`
 )
 
-// kubePath checks a sandbox path of a transfer.
-func kubePath(dir, p string) error {
+// kubePath checks a sandbox path of a transfer and returns it absolute:
+// a relative path is the workspace's, as a local sandbox's is.
+func kubePath(dir, p string) (string, error) {
 	refuse := func(detail string) error {
 		return &runner.TransferError{Direction: dir, Path: p, Reason: runner.ReasonInvalidPath, Detail: detail, Err: errdefs.ErrInvalidArgument}
 	}
+	full := p
+	if p != "" && !path.IsAbs(p) {
+		full = runner.WorkspaceDir + "/" + p
+	}
 	switch {
-	case !path.IsAbs(p) || path.Clean(p) != p || strings.ContainsAny(p, "\x00\n"):
-		return refuse("give an absolute, clean path")
-	case !strings.HasPrefix(p, runner.WorkspaceDir+"/") && !strings.HasPrefix(p, "/tmp/"):
-		return refuse("a sandbox on Kubernetes moves files in and out of " + runner.WorkspaceDir + " and /tmp only")
+	case p == "" || path.Clean(full) != full || strings.ContainsAny(p, "\x00\n"):
+		return "", refuse("give a clean path, without empty, \".\" or \"..\" components")
+	case !strings.HasPrefix(full, runner.WorkspaceDir+"/") && !strings.HasPrefix(full, "/tmp/"):
+		return "", refuse("a sandbox on Kubernetes moves files in and out of " + runner.WorkspaceDir + " and /tmp only")
+	}
+	return full, nil
+}
+
+// kubeHidden refuses the absolute sandbox path p of a download when a
+// component of it starts with '.', as a local sandbox's download does
+// (runner's Areas.download and openTree): tools act on dotfiles by
+// themselves (.git, .ssh, .bashrc). Neither /home/user nor /tmp has one.
+func kubeHidden(p string) error {
+	for _, c := range strings.Split(p[1:], "/") {
+		if strings.HasPrefix(c, ".") {
+			return runner.Refusal(artifacts.ReasonHiddenName, "%q starts with '.', and tools act on dotfiles by themselves (.git, .ssh, .bashrc)", artifacts.Escape(c))
+		}
 	}
 	return nil
 }
@@ -67,25 +86,27 @@ func kubePath(dir, p string) error {
 // nil for any other code.
 func scriptRefusal(dir, p string, code int) error {
 	var r artifacts.Reason
+	var detail string
 	var class error = errdefs.ErrInvalidArgument
 	switch code {
 	case cpNotRegular:
-		r = artifacts.ReasonNotRegular
+		r, detail = artifacts.ReasonNotRegular, "not a regular file"
 	case cpSymlink:
-		r = runner.ReasonSymlink
+		r, detail = runner.ReasonSymlink, "the name is a symlink, which airlock never follows"
 	case cpNotFound:
-		r, class = runner.ReasonNotFound, errdefs.ErrNotFound
+		r, detail, class = runner.ReasonNotFound, "nothing is there, or a directory on the way is missing", errdefs.ErrNotFound
 	default:
 		return nil
 	}
-	return &runner.TransferError{Direction: dir, Path: p, Reason: r, Err: class}
+	return &runner.TransferError{Direction: dir, Path: p, Reason: r, Detail: detail, Err: class}
 }
 
 // UploadKube writes r, at most max bytes, to sandboxPath in sandbox id on
-// its cluster. It may replace a regular file there, never anything else.
+// its cluster (a relative path is the workspace's), making its missing
+// directories. It may replace a regular file there, never anything else.
 // The transfer's record goes to the audit log of the service's root.
 func (s *Service) UploadKube(ctx context.Context, id, sandboxPath string, r io.Reader, max int64) (runner.Transfer, error) {
-	tr, err := s.uploadKube(ctx, id, sandboxPath, r, max)
+	tr, err := s.uploadKube(ctx, id, sandboxPath, r, max, true)
 	return s.auditKube(id, tr, err)
 }
 
@@ -97,16 +118,26 @@ func (s *Service) auditKube(id string, tr runner.Transfer, err error) (runner.Tr
 	return tr, a.Done(err)
 }
 
-// uploadKube is UploadKube, unrecorded.
-func (s *Service) uploadKube(ctx context.Context, id, sandboxPath string, r io.Reader, max int64) (runner.Transfer, error) {
+// uploadKube is UploadKube, unrecorded; it makes the file's missing
+// directories only with parents set.
+func (s *Service) uploadKube(ctx context.Context, id, sandboxPath string, r io.Reader, max int64, parents bool) (runner.Transfer, error) {
 	tr := runner.Transfer{Direction: runner.DirectionUpload, Path: sandboxPath, Decision: runner.DecisionRefused}
-	if err := kubePath(tr.Direction, sandboxPath); err != nil {
+	full, err := kubePath(tr.Direction, sandboxPath)
+	if err != nil {
 		return refused(tr, err)
+	}
+	if d := path.Dir(full); parents && d != runner.WorkspaceDir && d != "/tmp" {
+		if err := s.kubeMkdir(ctx, id, d, true); err != nil {
+			if runner.IsRefusal(err) {
+				return refused(tr, err)
+			}
+			return tr, err
+		}
 	}
 	h := sha256.New()
 	counted := &countReader{r: io.TeeReader(io.LimitReader(r, max+1), h)}
 	stderr := capbuf.New(execStderrCap)
-	code, err := s.claims().Exec(ctx, id, cluster.Exec{Argv: []string{"sh", "-c", uploadScript, "airlock-cp", sandboxPath}, Stdin: counted, Stderr: stderr})
+	code, err := s.claims().Exec(ctx, id, cluster.Exec{Argv: []string{"sh", "-c", uploadScript, "airlock-cp", full}, Stdin: counted, Stderr: stderr})
 	if err != nil {
 		return tr, err
 	}
@@ -123,8 +154,10 @@ func (s *Service) uploadKube(ctx context.Context, id, sandboxPath string, r io.R
 	return tr, nil
 }
 
-// DownloadKube writes sandboxPath of sandbox id on its cluster to w, if
-// the scanner's one-file checks pass; on a refusal or error w may hold a
+// DownloadKube writes sandboxPath of sandbox id on its cluster (a
+// relative path is the workspace's) to w, if the scanner's one-file
+// checks pass; a path with a component starting with '.' is refused, as a
+// local sandbox's download refuses it. On a refusal or error w may hold a
 // part, and must be discarded.
 func (s *Service) DownloadKube(ctx context.Context, id, sandboxPath string, w io.Writer) (runner.Transfer, error) {
 	tr, err := s.downloadKube(ctx, id, sandboxPath, w, artifacts.FileOptions{MaxBytes: int64(kubeDownloadCap), Types: artifacts.SessionTypes, SourceText: true})
@@ -134,8 +167,14 @@ func (s *Service) DownloadKube(ctx context.Context, id, sandboxPath string, w io
 // downloadKube is DownloadKube under the scanner's options opt.
 func (s *Service) downloadKube(ctx context.Context, id, sandboxPath string, w io.Writer, opt artifacts.FileOptions) (runner.Transfer, error) {
 	tr := runner.Transfer{Direction: runner.DirectionDownload, Path: sandboxPath, Decision: runner.DecisionRefused}
-	if err := kubePath(tr.Direction, sandboxPath); err != nil {
+	full, err := kubePath(tr.Direction, sandboxPath)
+	if err != nil {
 		return refused(tr, err)
+	}
+	if !opt.AllowDotfiles {
+		if err := kubeHidden(full); err != nil {
+			return refused(tr, err)
+		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -147,11 +186,11 @@ func (s *Service) downloadKube(ctx context.Context, id, sandboxPath string, w io
 	done := make(chan ended, 1)
 	stderr := capbuf.New(execStderrCap)
 	go func() {
-		code, err := s.claims().Exec(ctx, id, cluster.Exec{Argv: []string{"sh", "-c", downloadScript, "airlock-cp", sandboxPath}, Stdout: pw, Stderr: stderr})
+		code, err := s.claims().Exec(ctx, id, cluster.Exec{Argv: []string{"sh", "-c", downloadScript, "airlock-cp", full}, Stdout: pw, Stderr: stderr})
 		pw.Close()
 		done <- ended{code, err}
 	}()
-	a, rej, cerr := artifacts.CheckStream(ctx, pr, path.Base(sandboxPath), sandboxPath, w, opt)
+	a, rej, cerr := artifacts.CheckStream(ctx, pr, path.Base(full), sandboxPath, w, opt)
 	if rej != nil || cerr != nil {
 		cancel() // the exec ends once its output has nowhere to go
 	}
@@ -159,6 +198,11 @@ func (s *Service) downloadKube(ctx context.Context, id, sandboxPath string, w io
 	end := <-done
 	if rej != nil {
 		return refused(tr, &runner.TransferError{Direction: tr.Direction, Path: sandboxPath, Reason: rej.Reason, Detail: rej.Detail, Err: errdefs.ErrInvalidArgument})
+	}
+	if cerr != nil {
+		// The host's side failed (a full disk): the exec's error is only
+		// the pipe cut after it.
+		return tr, cerr
 	}
 	if end.err != nil {
 		return tr, end.err
@@ -169,9 +213,6 @@ func (s *Service) downloadKube(ctx context.Context, id, sandboxPath string, w io
 	if end.code != 0 {
 		return tr, fmt.Errorf("%w: download of %q from sandbox %q: cat exited %d (the node's exec output cap ends an exec with a larger output): %s",
 			errdefs.ErrUnavailable, sandboxPath, id, end.code, strings.TrimSpace(stderr.String()))
-	}
-	if cerr != nil {
-		return tr, cerr
 	}
 	tr.Decision, tr.Size, tr.SHA256, tr.MIME = runner.DecisionAccepted, a.Size, a.SHA256, a.MIME
 	return tr, nil

@@ -1,8 +1,11 @@
 package service
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -16,6 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/kube/claim"
 	"github.com/airlock-sandbox/airlock/kube/cluster"
 	"github.com/airlock-sandbox/airlock/kube/cluster/clustertest"
+	"github.com/airlock-sandbox/airlock/runner"
 )
 
 // floodingSandbox is a service with one cluster sandbox, id, whose every
@@ -82,7 +86,7 @@ func TestKubeTransferStderrCapped(t *testing.T) {
 	ctx := context.Background()
 	for name, do := range map[string]func() error{
 		"upload": func() error {
-			_, err := s.uploadKube(ctx, id, "/home/user/f", strings.NewReader("hi"), 10)
+			_, err := s.uploadKube(ctx, id, "/home/user/f", strings.NewReader("hi"), 10, false)
 			return err
 		},
 		"download": func() error {
@@ -102,6 +106,154 @@ func TestKubeTransferStderrCapped(t *testing.T) {
 				n = len(err.Error())
 			}
 			t.Errorf("%s: an error of %d bytes (the exec wrote %d MiB to stderr): %.200v", name, n, mib, err)
+		}
+	}
+}
+
+// dotSandbox is a cluster sandbox whose /home/user/.git holds a config
+// that runs a command on the host's next `git status`.
+func dotSandbox(t *testing.T) (*Service, string) {
+	t.Helper()
+	files := map[string]string{
+		"/home/user/.git/config":  "[core]\n\tfsmonitor = \"touch /tmp/owned\"\n",
+		"/home/user/.ssh/id_note": "a note\n",
+	}
+	return execSandbox(t, func(ctx context.Context, c *websocket.Conn, argv []string) {
+		out := ""
+		switch argv[2] {
+		case listScript:
+			out = "f/home/user/.git/config\x00"
+		case downloadScript:
+			out = files[argv[4]]
+		}
+		c.Write(ctx, websocket.MessageBinary, append([]byte{cluster.ChannelStdout}, out...))
+		c.Write(ctx, websocket.MessageBinary, exitStatus(0))
+	})
+}
+
+// A download from a cluster sandbox refuses, without dotfiles, a path
+// with any component starting with '.', as a local sandbox's does: one
+// file, a tree's own directory, a file of many.
+func TestKubeDownloadRefusesDotPaths(t *testing.T) {
+	s, id := dotSandbox(t)
+	ctx := context.Background()
+
+	var buf bytes.Buffer
+	tr, err := s.DownloadKube(ctx, id, "/home/user/.ssh/id_note", &buf)
+	if runner.ReasonOf(err) != artifacts.ReasonHiddenName || buf.Len() > 0 {
+		t.Errorf("one file under /home/user/.ssh: %s %q, %d bytes (%v); want refused hidden_name", tr.Decision, tr.Reason, buf.Len(), err)
+	}
+
+	dst := t.TempDir()
+	d, err := artifacts.OpenDest(filepath.Join(dst, ".git"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	var recs []string
+	_, err = s.DownloadTreeKube(ctx, id, "/home/user/.git", runner.DestSink(d), false, func(tr runner.Transfer) {
+		recs = append(recs, fmt.Sprintf("%s %s %s", tr.Path, tr.Decision, tr.Reason))
+	})
+	if runner.ReasonOf(err) != artifacts.ReasonHiddenName {
+		t.Errorf("the tree /home/user/.git: %v (records %v); want refused hidden_name", err, recs)
+	}
+	if b, err := os.ReadFile(filepath.Join(dst, ".git", "config")); err == nil {
+		t.Errorf("a .git/config reached the host without dotfiles: %q", b)
+	}
+	// With dotfiles the tree is taken.
+	if _, err := s.DownloadTreeKube(ctx, id, "/home/user/.git", runner.DestSink(d), true, nil); err != nil {
+		t.Errorf("the tree /home/user/.git with dotfiles: %v", err)
+	}
+
+	d2, err := artifacts.OpenDest(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.Close()
+	var got []runner.Transfer
+	if _, err := s.DownloadFilesKube(ctx, id, []string{"/home/user/.git/config"}, runner.DestSink(d2), func(tr runner.Transfer) { got = append(got, tr) }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Reason != artifacts.ReasonHiddenName {
+		t.Errorf("many files, /home/user/.git/config: records %+v; want one refused hidden_name", got)
+	}
+}
+
+// failWriter fails every write, as a full disk does.
+type failWriter struct{}
+
+var errDiskFull = errors.New("no space left on device (the host's)")
+
+func (failWriter) Write([]byte) (int, error) { return 0, errDiskFull }
+
+// A download whose host side fails says so: the error is the writer's,
+// not the exec's cut pipe.
+func TestKubeDownloadKeepsHostWriteError(t *testing.T) {
+	s, id := execSandbox(t, func(ctx context.Context, c *websocket.Conn, argv []string) {
+		for range 16 {
+			if c.Write(ctx, websocket.MessageBinary, append([]byte{cluster.ChannelStdout}, strings.Repeat("hello world\n", 20000)...)) != nil {
+				return
+			}
+		}
+		c.Write(ctx, websocket.MessageBinary, exitStatus(0))
+	})
+	if _, err := s.DownloadKube(context.Background(), id, "/home/user/f.txt", failWriter{}); !errors.Is(err, errDiskFull) {
+		t.Errorf("a download into a failing host writer: %v; want the writer's error", err)
+	}
+}
+
+// exitStatus is the status channel's word for a program that exited code.
+func exitStatus(code int) []byte {
+	if code == 0 {
+		return append([]byte{cluster.ChannelError}, `{"status":"Success"}`...)
+	}
+	return append([]byte{cluster.ChannelError}, fmt.Sprintf(`{"status":"Failure","reason":"NonZeroExitCode","details":{"causes":[{"reason":"ExitCode","message":"%d"}]}}`, code)...)
+}
+
+// A one-file upload to a cluster sandbox takes a relative path as the
+// workspace's and makes missing directories, as a local sandbox's does
+// (and MCP's sandbox_write_file says).
+func TestKubeUploadAsLocal(t *testing.T) {
+	dirs := map[string]bool{"/home/user": true, "/tmp": true}
+	var wrote []string
+	s, id := execSandbox(t, func(ctx context.Context, c *websocket.Conn, argv []string) {
+		code := 0
+		switch p := argv[4]; argv[2] {
+		case mkdirScript:
+			if len(argv) > 5 {
+				for d := p; d != "/"; d = filepath.Dir(d) {
+					dirs[d] = true
+				}
+			} else if dirs[filepath.Dir(p)] {
+				dirs[p] = true
+			} else {
+				code = cpNotFound
+			}
+		case uploadScript:
+			if !dirs[filepath.Dir(p)] {
+				code = cpNotFound
+			} else {
+				wrote = append(wrote, p)
+			}
+		}
+		c.Write(ctx, websocket.MessageBinary, exitStatus(code))
+	})
+	f, _, done, err := s.OpenFiles(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done()
+	for _, p := range []string{"notes.txt", "/home/user/new/dir/notes.txt", "a/b.txt"} {
+		if tr, err := f.Upload(context.Background(), p, strings.NewReader("hi\n"), 4); err != nil || tr.Path != p {
+			t.Errorf("upload to %q: %+v (%v); want it taken", p, tr, err)
+		}
+	}
+	if want := "/home/user/notes.txt /home/user/new/dir/notes.txt /home/user/a/b.txt"; strings.Join(wrote, " ") != want {
+		t.Errorf("wrote %v; want %s", wrote, want)
+	}
+	for _, p := range []string{"../etc/passwd", "a//b", ""} {
+		if _, err := f.Upload(context.Background(), p, strings.NewReader("hi\n"), 4); runner.ReasonOf(err) != runner.ReasonInvalidPath {
+			t.Errorf("upload to %q: %v; want invalid_path", p, err)
 		}
 	}
 }

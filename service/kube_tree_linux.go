@@ -61,11 +61,12 @@ const (
 	mkdirScript = `[ -L "$1" ] && exit 67; [ -d "$1" ] && exit 0; [ -e "$1" ] && exit 65; if [ -n "$2" ]; then mkdir -p -- "$1"; else [ -d "${1%/*}" ] || exit 66; mkdir -- "$1"; fi`
 )
 
-// kubeTreeDir checks the sandbox directory of a tree transfer: as a file's
-// path is checked, or the workspace or /tmp itself.
-func kubeTreeDir(dir, p string) error {
+// kubeTreeDir checks the sandbox directory of a tree transfer, as a
+// file's path is checked (kubePath), or the workspace or /tmp itself, and
+// returns it absolute.
+func kubeTreeDir(dir, p string) (string, error) {
 	if p == runner.WorkspaceDir || p == "/tmp" {
-		return nil
+		return p, nil
 	}
 	return kubePath(dir, p)
 }
@@ -79,7 +80,8 @@ func kubeTreeLimits() runner.TreeLimits {
 // KubeIsDir says whether p is a directory (not a symlink to one) in
 // sandbox id on its cluster.
 func (s *Service) KubeIsDir(ctx context.Context, id, p string) (bool, error) {
-	if err := kubeTreeDir(runner.DirectionDownload, p); err != nil {
+	p, err := kubeTreeDir(runner.DirectionDownload, p)
+	if err != nil {
 		return false, err
 	}
 	code, err := s.claims().Exec(ctx, id, cluster.Exec{Argv: []string{"sh", "-c", isDirScript, "airlock-cp", p}})
@@ -103,7 +105,8 @@ func (s *Service) UploadTreeKube(ctx context.Context, id, dir string, r io.Reade
 func (s *Service) uploadTreeKube(ctx context.Context, id, dir string, r io.Reader, each func(runner.Transfer)) (runner.TreeSummary, error) {
 	var sum runner.TreeSummary
 	top := runner.Transfer{Direction: runner.DirectionUpload, Path: dir}
-	if err := kubeTreeDir(top.Direction, dir); err != nil {
+	dir, err := kubeTreeDir(top.Direction, dir)
+	if err != nil {
 		return sum, err
 	}
 	if err := s.kubeMkdir(ctx, id, dir, true); err != nil {
@@ -150,7 +153,7 @@ func (s *Service) uploadTreeKube(ctx context.Context, id, dir string, r io.Reade
 			}
 		}
 		body := &errReader{r: ts}
-		got, err := s.uploadKube(ctx, id, full, body, hdr.Size)
+		got, err := s.uploadKube(ctx, id, full, body, hdr.Size, false)
 		if body.err != nil {
 			// The stream broke inside the entry: what reached the
 			// sandbox of it is cut, and the transfer ends.
@@ -267,8 +270,16 @@ func (s *Service) DownloadTreeKube(ctx context.Context, id, dir string, sink run
 func (s *Service) downloadTreeKube(ctx context.Context, id, dir string, sink runner.TreeSink, dotfiles bool, each func(runner.Transfer)) (runner.TreeSummary, error) {
 	var sum runner.TreeSummary
 	top := runner.Transfer{Direction: runner.DirectionDownload, Path: dir}
-	if err := kubeTreeDir(top.Direction, dir); err != nil {
+	dir, err := kubeTreeDir(top.Direction, dir)
+	if err != nil {
 		return sum, err
+	}
+	if !dotfiles {
+		// The tree's own directory, as its entries' names are.
+		if err := kubeHidden(dir); err != nil {
+			runner.RecordTreeEntry(&sum, each, top, err)
+			return sum, err
+		}
 	}
 	lim := kubeTreeLimits()
 	listCtx, stopList := context.WithCancel(ctx)
@@ -405,7 +416,14 @@ func (s *Service) DownloadFilesKube(ctx context.Context, id string, paths []stri
 func (s *Service) downloadFilesKube(ctx context.Context, id string, paths []string, sink runner.TreeSink, each func(runner.Transfer)) (runner.TreeSummary, error) {
 	lim := kubeTreeLimits()
 	lim.Files = runner.MaxDownloadFiles
-	check := func(_, name string) error { return kubePath(runner.DirectionDownload, name) }
+	check := func(_, name string) error {
+		full, err := kubePath(runner.DirectionDownload, name)
+		if err != nil {
+			return err
+		}
+		// Refused before the sink makes anything of it.
+		return kubeHidden(full)
+	}
 	fetch := func(_, name string, max int64, w io.Writer) (artifacts.Artifact, error) {
 		got, err := s.downloadKube(ctx, id, name, w, artifacts.FileOptions{MaxBytes: max, Types: artifacts.SessionTypes, SourceText: true})
 		return artifacts.Artifact{Size: got.Size, SHA256: got.SHA256, MIME: got.MIME}, err

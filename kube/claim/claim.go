@@ -340,6 +340,16 @@ func (s *Store) Create(ctx context.Context, o CreateOptions) (rec Record, err er
 			return rec, fmt.Errorf("the claim's pod %s/%s: %w", ns, rec.Pod, err)
 		}
 	}
+	// The pod is agent-sandbox's, from the warm pool's template as the
+	// cluster has it now: held to what airlock renders before it is used.
+	spec, err := c.PodSpec(ctx, ns, rec.Pod)
+	if err != nil {
+		return rec, within(fmt.Errorf("reading the claim's pod %s/%s: %w", ns, rec.Pod, err))
+	}
+	if err := CheckPodSpec(spec); err != nil {
+		return rec, fmt.Errorf("the claim's pod %s/%s, from warm pool %q: %w; render its template again (`airlock kube render --template %s --warm N | kubectl apply -f -`)",
+			ns, rec.Pod, o.WarmPool, err, o.WarmPool)
+	}
 	rec.State, rec.Node, rec.RuntimeClass = Ready, pod.Spec.NodeName, pod.Spec.RuntimeClassName
 	for _, ct := range pod.Spec.Containers {
 		if ct.Name != Container {
@@ -352,7 +362,7 @@ func (s *Store) Create(ctx context.Context, o CreateOptions) (rec Record, err er
 		rec.Image = ct.Image
 	}
 	if d := pod.Spec.ActiveDeadlineSeconds; d != nil && pod.Status.StartTime != nil {
-		rec.ExpiresAt = pod.Status.StartTime.Add(time.Duration(*d) * time.Second).UTC()
+		rec.ExpiresAt = pod.Status.StartTime.Add(ActiveDeadline(*d)).UTC()
 	}
 	if err := s.put(&rec); err != nil {
 		return rec, err
@@ -384,11 +394,12 @@ func imageRef(s string) bool {
 func (s *Store) clientOf(r *Record) (*cluster.Client, error) {
 	cfg, err := cluster.Load(r.Kubeconfig, r.Context)
 	if err != nil {
-		return nil, fmt.Errorf("sandbox %q was claimed with kubeconfig %s (context %q): %w", r.ID, r.Kubeconfig, r.Context, err)
+		return nil, fmt.Errorf("%w: sandbox %q was claimed with kubeconfig %s (context %q), which cannot be used now (%v): restore it, or delete SandboxClaim %s/%s on %s with kubectl and remove the record %s",
+			errdefs.ErrFailedPrecondition, r.ID, r.Kubeconfig, r.Context, err, r.Namespace, r.Claim, r.Server, s.path(r.ID))
 	}
 	if cfg.Server != r.Server {
-		return nil, fmt.Errorf("%w: sandbox %q is on %s, and context %q of %s now names %s: restore it, or delete SandboxClaim %s/%s with kubectl and the record %s",
-			errdefs.ErrFailedPrecondition, r.ID, r.Server, r.Context, r.Kubeconfig, cfg.Server, r.Namespace, r.Claim, r.ID+".json")
+		return nil, fmt.Errorf("%w: sandbox %q is on %s, and context %q of %s now names %s: restore it, or delete SandboxClaim %s/%s with kubectl and remove the record %s",
+			errdefs.ErrFailedPrecondition, r.ID, r.Server, r.Context, r.Kubeconfig, cfg.Server, r.Namespace, r.Claim, s.path(r.ID))
 	}
 	return s.client(cfg), nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/kube/cluster"
+	"github.com/airlock-sandbox/airlock/kube/cluster/clustertest"
 )
 
 // apiServer is the part of an API server with agent-sandbox that a claim
@@ -37,10 +38,17 @@ type apiServer struct {
 	// image and its runtime class ("airlock/py@sha256:0123", "gvisor").
 	pod, node           string
 	image, runtimeClass string
+	// deadline, when set, is the pod's activeDeadlineSeconds (600); widen,
+	// when set, changes the pod's spec, renderedSpec's.
+	deadline uint64
+	widen    func(spec map[string]any)
 	// stall, when set, is a method and path prefix whose answers send
 	// their headers and part of a body, then nothing until the test ends.
 	stall string
 }
+
+// renderedSpec is a pod spec as `airlock kube render` writes it.
+var renderedSpec = clustertest.RenderedSpec(600)
 
 // base is the path of the namespace's agent-sandbox objects.
 const base = "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/team"
@@ -107,12 +115,18 @@ func (a *apiServer) handler(done <-chan struct{}) http.Handler {
 			notFound(w, "pods "+r.PathValue("name"))
 			return
 		}
-		pod, _ := json.Marshal(r.PathValue("name"))
-		node, _ := json.Marshal(cmp.Or(a.node, "airlock-a"))
-		image, _ := json.Marshal(cmp.Or(a.image, "airlock/py@sha256:0123"))
-		rc, _ := json.Marshal(cmp.Or(a.runtimeClass, "gvisor"))
-		fmt.Fprintf(w, `{"metadata":{"name":%s},"spec":{"nodeName":%s,"runtimeClassName":%s,"activeDeadlineSeconds":600,
- "containers":[{"name":"sandbox","image":%s}]},"status":{"phase":"Running","startTime":"2026-01-02T03:04:05Z"}}`, pod, node, rc, image)
+		var spec map[string]any
+		json.Unmarshal([]byte(renderedSpec), &spec)
+		spec["nodeName"], spec["runtimeClassName"] = cmp.Or(a.node, "airlock-a"), cmp.Or(a.runtimeClass, "gvisor")
+		spec["containers"].([]any)[0].(map[string]any)["image"] = cmp.Or(a.image, "airlock/py@sha256:0123")
+		if a.deadline != 0 {
+			spec["activeDeadlineSeconds"] = a.deadline
+		}
+		if a.widen != nil {
+			a.widen(spec)
+		}
+		json.NewEncoder(w).Encode(map[string]any{"metadata": map[string]any{"name": r.PathValue("name")}, "spec": spec,
+			"status": map[string]any{"phase": "Running", "startTime": "2026-01-02T03:04:05Z"}})
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a.mu.Lock()
@@ -335,5 +349,27 @@ func TestCreateRefusesNamesNotDNS(t *testing.T) {
 		if list, _ := s.List(); len(list) != 0 || len(a.claims) != 0 {
 			t.Errorf("left: records %v, claims %v", list, a.claims)
 		}
+	}
+}
+
+// rm of a sandbox whose kubeconfig is gone (rotated, moved) says how to
+// be rid of it: the claim to delete with kubectl and the record to
+// remove, which otherwise counts against --max-sandboxes for ever.
+func TestDestroyKubeconfigGone(t *testing.T) {
+	a := &apiServer{}
+	cfg, s := setup(t, a)
+	id, _ := runner.NewSandboxID()
+	if _, err := s.Create(context.Background(), CreateOptions{ID: id, Config: cfg, WarmPool: "py"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(cfg.Path); err != nil {
+		t.Fatal(err)
+	}
+	err := s.Destroy(context.Background(), id)
+	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), s.path(id)) || !strings.Contains(err.Error(), "SandboxClaim team/"+id+" on "+cfg.Server+" with kubectl") {
+		t.Errorf("rm with the kubeconfig gone: %v\nwant failed precondition naming SandboxClaim team/%s, kubectl and the record %s", err, id, s.path(id))
+	}
+	if n, _ := s.Count(); n != 1 {
+		t.Errorf("count %d", n)
 	}
 }

@@ -304,3 +304,45 @@ func (c *Client) PodLog(ctx context.Context, ns, name, container string, limit i
 	}
 	return b, false, nil
 }
+
+// PodSpec reads pod ns/name's spec whole, as the API server has it, for
+// a check of every field (see claim.CheckPodSpec).
+func (c *Client) PodSpec(ctx context.Context, ns, name string) (map[string]any, error) {
+	var p struct {
+		Spec map[string]any `json:"spec"`
+	}
+	err := c.do(ctx, "GET", "/api/v1/namespaces/"+url.PathEscape(ns)+"/pods/"+url.PathEscape(name), nil, nil, &p)
+	return p.Spec, err
+}
+
+// OwnerReference names an object's owner.
+type OwnerReference struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Name       string `json:"name"`
+	UID        string `json:"uid"`
+	Controller *bool  `json:"controller,omitempty"`
+}
+
+// NetworkPolicy is the part of a NetworkPolicy the client uses.
+type NetworkPolicy struct {
+	Metadata struct {
+		Name            string           `json:"name"`
+		OwnerReferences []OwnerReference `json:"ownerReferences"`
+	} `json:"metadata"`
+	Spec struct {
+		PodSelector struct {
+			MatchLabels      map[string]string `json:"matchLabels"`
+			MatchExpressions []any             `json:"matchExpressions"`
+		} `json:"podSelector"`
+		PolicyTypes []string `json:"policyTypes"`
+		Ingress     []any    `json:"ingress"`
+		Egress      []any    `json:"egress"`
+	} `json:"spec"`
+}
+
+// NetworkPolicy reads NetworkPolicy ns/name.
+func (c *Client) NetworkPolicy(ctx context.Context, ns, name string) (*NetworkPolicy, error) {
+	out := &NetworkPolicy{}
+	return out, c.do(ctx, "GET", "/apis/networking.k8s.io/v1/namespaces/"+url.PathEscape(ns)+"/networkpolicies/"+url.PathEscape(name), nil, nil, out)
+}

@@ -43,3 +43,16 @@ current-context: x
 	}
 	return cfg, p
 }
+
+// RenderedSpec is a pod spec as `airlock kube render` writes it, of the
+// active deadline given, in seconds.
+func RenderedSpec(activeDeadline int) string {
+	return fmt.Sprintf(`{"runtimeClassName":"gvisor","automountServiceAccountToken":false,"enableServiceLinks":false,
+ "hostNetwork":false,"hostPID":false,"hostIPC":false,"restartPolicy":"Never","activeDeadlineSeconds":%d,
+ "securityContext":{"runAsNonRoot":true,"runAsUser":65534,"runAsGroup":65534,"seccompProfile":{"type":"Localhost","localhostProfile":"airlock/x.json"}},
+ "containers":[{"name":"sandbox","image":"x","command":["sleep","infinity"],
+   "securityContext":{"runAsNonRoot":true,"runAsUser":65534,"runAsGroup":65534,"seccompProfile":{"type":"Localhost","localhostProfile":"airlock/x.json"},
+     "privileged":false,"allowPrivilegeEscalation":false,"readOnlyRootFilesystem":true,"capabilities":{"drop":["ALL"]}},
+   "volumeMounts":[{"name":"tmp","mountPath":"/tmp"},{"name":"workspace","mountPath":"/home/user"}]}],
+ "volumes":[{"name":"tmp","emptyDir":{"medium":"Memory","sizeLimit":"1"}},{"name":"workspace","emptyDir":{"sizeLimit":"1"}}]}`, activeDeadline)
+}

@@ -46,7 +46,7 @@ func (r *Runner) RunRestored(ctx context.Context, s Spec, base SandboxSpec, argv
 		return Result{}, "", err
 	}
 	// Its TTL and idle timeout are set below, from the run's timeout.
-	base.oneShot = true
+	base.OneShot = true
 	if err := base.defaults(); err != nil {
 		return Result{}, "", err
 	}

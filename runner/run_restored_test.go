@@ -69,3 +69,22 @@ func TestRunRestoredNotHeldToMaxTTL(t *testing.T) {
 		t.Errorf("a run of timeout 2h over a --max-timeout of 1h: %v", err)
 	}
 }
+
+// A one-shot sandbox (a /run_code answer's) whose TTL is its job's
+// timeout and a grace is held to --max-timeout with the job, not to
+// --max-ttl; a long-lived sandbox's TTL is.
+func TestOneShotSandboxNotHeldToMaxTTL(t *testing.T) {
+	rn, err := New(WithRoot(t.TempDir()), WithEngine(&snapshotting{}), WithCeilings(Ceilings{Timeout: 10 * time.Minute, TTL: 10 * time.Minute}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := SandboxSpec{Image: fakeSpec().Image, TTL: 15 * time.Minute, OneShot: true, Output: Output{Disabled: true}}
+	s.Policy.Limits.Timeout = 10 * time.Minute
+	if _, err := rn.planSandbox(s); err != nil {
+		t.Errorf("a one-shot sandbox of TTL 15m under --max-ttl 10m: %v", err)
+	}
+	s.OneShot = false
+	if _, err := rn.planSandbox(s); !errdefs.IsInvalidArgument(err) {
+		t.Errorf("a long-lived sandbox of TTL 15m under --max-ttl 10m: %v; want refused", err)
+	}
+}

@@ -71,10 +71,10 @@ type SandboxSpec struct {
 	// pool, set by a warm pool, leaves the sandbox created, for the pool
 	// to record pooled; a claim makes it ready.
 	pool string
-	// oneShot, set by RunRestored, makes a sandbox for one run: its TTL is
-	// the run's timeout and a grace, held to the ceiling on timeouts with
-	// the run, not to the TTL's.
-	oneShot bool
+	// OneShot makes the sandbox one job's (a restored run's, a /run_code
+	// answer's): its TTL, the job's timeout and a grace, is held to the
+	// ceiling on timeouts with the job, not to the TTL's (--max-ttl).
+	OneShot bool
 }
 
 // ExecSpec is one program run in a live sandbox.
@@ -348,7 +348,7 @@ func (s *SandboxSpec) defaults() error {
 	}
 	// Deadlines are computed in Durations: a year keeps them far from
 	// overflow.
-	if s.TTL > isolation.MaxTimeout && !s.oneShot {
+	if s.TTL > isolation.MaxTimeout && !s.OneShot {
 		return fmt.Errorf("%w: ttl %v is above the maximum of %v (a year)", errdefs.ErrInvalidArgument, s.TTL, isolation.MaxTimeout)
 	}
 	if s.IdleTimeout > isolation.MaxTimeout {
@@ -369,7 +369,7 @@ func (r *Runner) planSandbox(s SandboxSpec) (*engine.SandboxSpec, error) {
 	// A pool's own deadline for its unclaimed sandboxes is not a request's,
 	// nor is a one-shot run's sandbox's.
 	switch {
-	case s.oneShot:
+	case s.OneShot:
 		if err := r.ceil.check(asked{Workspace: units.Bytes(s.WorkspaceSize)}); err != nil {
 			return nil, err
 		}

@@ -34,7 +34,7 @@ const (
 // CodeWorkspace workspace, and a TTL and an idle timeout that end it even
 // if its server is gone.
 func CodeSandbox(pol isolation.Policy) runner.SandboxSpec {
-	return runner.SandboxSpec{Policy: pol, TTL: pol.Limits.Timeout + codeGrace, IdleTimeout: codeGrace, WorkspaceSize: CodeWorkspace, Output: runner.Output{Disabled: true}}
+	return runner.SandboxSpec{Policy: pol, TTL: pol.Limits.Timeout + codeGrace, IdleTimeout: codeGrace, WorkspaceSize: CodeWorkspace, Output: runner.Output{Disabled: true}, OneShot: true}
 }
 
 // Code is the work of one /run_code request.
@@ -122,7 +122,7 @@ func (s *Service) RunCode(ctx context.Context, c Code) (run CodeRun, err error) 
 			if err != nil {
 				return nil, err
 			}
-			spec, err := t.NarrowSandbox(runner.SandboxSpec{TTL: c.Policy.Limits.Timeout + codeGrace, IdleTimeout: codeGrace})
+			spec, err := t.NarrowSandbox(runner.SandboxSpec{TTL: c.Policy.Limits.Timeout + codeGrace, IdleTimeout: codeGrace, OneShot: true})
 			if err != nil {
 				return nil, err
 			}

@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/containerd/errdefs"
 
@@ -17,11 +18,23 @@ import (
 
 func isNotFound(err error) bool { return err != nil && errdefs.IsNotFound(err) }
 
-// toolError words an error of new work (run_code, sandbox_create).
+// toolError words an error of new work (run_code, sandbox_create). An
+// error that begins with its kind's word (errdefs' "unavailable: …") is
+// not made to say it twice.
 func toolError(doing string, err error) error {
 	row := errkind.RowOf(err)
-	return fmt.Errorf("%s: %s: %w (%s)", doing, row.Kind, err, row.Advice)
+	msg := strings.TrimPrefix(err.Error(), string(row.Kind)+": ")
+	return worded{fmt.Sprintf("%s: %s: %s (%s)", doing, row.Kind, msg, row.Advice), err}
 }
+
+// worded is err with a message of its own.
+type worded struct {
+	msg string
+	err error
+}
+
+func (w worded) Error() string { return w.msg }
+func (w worded) Unwrap() error { return w.err }
 
 // invalidArgs marks an error in a tool's arguments as invalid input.
 type invalidArgs struct{ error }

@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -32,5 +33,16 @@ func TestToolErrorEveryKind(t *testing.T) {
 	}
 	if len(errkind.Table) != 12 {
 		t.Errorf("errkind has %d kinds; this test covers 12", len(errkind.Table))
+	}
+}
+
+// A tool error names its kind once, and still unwraps to its error.
+func TestToolErrorSaysKindOnce(t *testing.T) {
+	for _, base := range []error{errdefs.ErrUnavailable, errdefs.ErrConflict} {
+		err := toolError("doing", fmt.Errorf("%w: dockerd does not answer", base))
+		kind := string(errkind.RowOf(base).Kind)
+		if strings.Count(err.Error(), kind+":") != 1 || !errors.Is(err, base) {
+			t.Errorf("%q: want %q once, and errors.Is %v", err, kind, base)
+		}
 	}
 }

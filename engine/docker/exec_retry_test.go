@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -51,6 +52,14 @@ func execFake(t *testing.T, failures int) (*sandbox, *atomic.Int32) {
 			} else {
 				conn.Write(frame(1, []byte("OCI runtime exec failed: exec failed: unable to start container process: exit status 128\r\n")))
 			}
+			// End the stream, then read what the client sent to its end: a
+			// close with unread input would reset the connection, and the
+			// client could lose the output to the reset.
+			if cw, ok := conn.(interface{ CloseWrite() error }); ok {
+				cw.CloseWrite()
+			}
+			conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			io.Copy(io.Discard, conn)
 		}
 		ins := map[string]any{"Running": false, "Pid": 0, "ExitCode": 126}
 		if started(n) {

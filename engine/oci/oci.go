@@ -41,6 +41,7 @@ import (
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/flock"
 	"github.com/airlock-sandbox/airlock/internal/realpath"
+	"github.com/airlock-sandbox/airlock/internal/rootonly"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/store"
 )
@@ -152,6 +153,19 @@ func Usable(root string) error {
 	return nil
 }
 
+// runsAsRoot refuses a runtime binary, which airlock runs as root, that a
+// user other than root could change (the file, or a directory above it).
+func runsAsRoot(bin string) error {
+	err := rootonly.Check(bin)
+	if re, ok := errors.AsType[*rootonly.Error](err); ok {
+		return fmt.Errorf("%w: %s runs every sandbox as root, but %v: %s", errdefs.ErrUnavailable, bin, re, re.Fix())
+	}
+	if err != nil {
+		return fmt.Errorf("%w: checking who can change %s: %v", errdefs.ErrUnavailable, bin, err)
+	}
+	return nil
+}
+
 // Resolve turns the engine name "auto" into the engine airlock uses: oci
 // where it is usable (root, and setup's runsc), else docker. Other names
 // are returned as they are.
@@ -173,9 +187,16 @@ func (e *Engine) Check(ctx context.Context, s *engine.SandboxSpec) error {
 	if err := Usable(e.root); err != nil {
 		return err
 	}
+	if err := runsAsRoot(e.runsc); err != nil {
+		return err
+	}
 	if s.Policy.Isolation == isolation.Seccomp {
-		if _, err := exec.LookPath(e.runc); err != nil {
+		runc, err := exec.LookPath(e.runc)
+		if err != nil {
 			return fmt.Errorf("%w: seccomp isolation runs runc, which is not installed (%v); run `make setup`", errdefs.ErrUnavailable, err)
+		}
+		if err := runsAsRoot(runc); err != nil {
+			return err
 		}
 	}
 	if !e.store.Has(s.Image) {

@@ -67,6 +67,8 @@ while (($#)); do
 done
 case $prefix in /*) ;; *) fail "--prefix $prefix: give an absolute path" ;; esac
 case $root in /*) ;; *) fail "--root $root: give an absolute path" ;; esac
+# The root is written into the installed wrapper's shell text.
+case $root in *[!A-Za-z0-9/._-]*) fail "--root $root: use letters, digits, '/', '.', '_' and '-' only" ;; esac
 prefix=${prefix%/} root=${root%/}
 
 [ "$(id -u)" = 0 ] || fail "run as root (it installs runsc and images, and may configure dockerd)"
@@ -77,6 +79,24 @@ done
 # 1. the signature -----------------------------------------------------------------
 # The private copies live beside the store, on the same filesystem.
 mkdir -p "$root"
+# runsc goes under the root and runs as root: no user but root may change
+# the root or a directory above it (one others may write but sticky, as
+# /tmp, keeps what is not theirs).
+root_only() {
+  local d u m
+  d=$(cd -- "$1" && pwd -P) || return 1
+  while :; do
+    read -r u m < <(stat -c '%u %a' -- "$d") || return 1
+    if [ "$u" != 0 ] || { (( 8#$m & 8#22 )) && ! (( 8#$m & 8#1000 )); }; then
+      echo "$d (owner uid $u, mode $m)"
+      return 1
+    fi
+    [ "$d" = / ] && return 0
+    d=$(dirname -- "$d")
+  done
+}
+bad=$(root_only "$root") ||
+  fail "--root $root: ${bad:-it} can be changed by a user other than root; make it root's and writable by root alone (chown root DIR && chmod go-w DIR)"
 work=$(mktemp -d "$root/.install-XXXXXX")
 trap 'rm -rf "$work"' EXIT
 if [ -n "$keyfile" ]; then

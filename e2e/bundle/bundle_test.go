@@ -303,6 +303,20 @@ func TestBundle(t *testing.T) {
 		}
 	}
 
+	t.Run("refuses a root others can change", func(t *testing.T) {
+		open := filepath.Join(tmp, "open")
+		if err := os.Mkdir(open, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(open, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		r := offline(t, tools, "bash", installSh, "--prefix", prefix, "--root", filepath.Join(open, "root"))
+		refused(t, r, open, "can be changed by a user other than root")
+		r = offline(t, tools, "bash", installSh, "--prefix", prefix, "--root", filepath.Join(tmp, "a$b"))
+		refused(t, r, "use letters, digits")
+	})
+
 	t.Run("refuses a changed byte in any file", func(t *testing.T) {
 		sums, err := os.ReadFile(filepath.Join(bundle, "SHA256SUMS"))
 		if err != nil {

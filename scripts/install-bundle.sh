@@ -95,7 +95,25 @@ root_only() {
     d=$(dirname -- "$d")
   done
 }
-bad=$(root_only "$root") ||
+# Every name on the way as given, not only where it leads: whoever can
+# change a directory holding a symlink on the way, or the symlink itself,
+# can point the root elsewhere.
+root_only_path() {
+  local p= c u
+  local -a names
+  IFS=/ read -ra names <<< "${1#/}"
+  for c in "${names[@]}"; do
+    [ -n "$c" ] || continue
+    p=$p/$c
+    if [ -L "$p" ]; then
+      u=$(stat -c %u -- "$p") || return 1
+      [ "$u" = 0 ] || { echo "$p (a symlink owned by uid $u)"; return 1; }
+    fi
+    root_only "$p" || return 1
+  done
+  root_only /
+}
+bad=$(root_only_path "$root") ||
   fail "--root $root: ${bad:-it} can be changed by a user other than root; make it root's and writable by root alone (chown root DIR && chmod go-w DIR)"
 work=$(mktemp -d "$root/.install-XXXXXX")
 trap 'rm -rf "$work"' EXIT

@@ -313,6 +313,32 @@ func TestBundle(t *testing.T) {
 		}
 		r := offline(t, tools, "bash", installSh, "--prefix", prefix, "--root", filepath.Join(open, "root"))
 		refused(t, r, open, "can be changed by a user other than root")
+		// A symlink on the way counts where it is, not only where it leads.
+		safe := filepath.Join(tmp, "safe")
+		if err := os.Mkdir(safe, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(safe, filepath.Join(open, "link")); err != nil {
+			t.Fatal(err)
+		}
+		r = offline(t, tools, "bash", installSh, "--prefix", prefix, "--root", filepath.Join(open, "link", "root"))
+		refused(t, r, open, "can be changed by a user other than root")
+		sticky := filepath.Join(tmp, "sticky")
+		if err := os.Mkdir(sticky, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(sticky, 0o1777); err != nil {
+			t.Fatal(err)
+		}
+		theirs := filepath.Join(sticky, "link")
+		if err := os.Symlink(safe, theirs); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Lchown(theirs, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		r = offline(t, tools, "bash", installSh, "--prefix", prefix, "--root", filepath.Join(theirs, "root"))
+		refused(t, r, theirs, "a symlink owned by uid 65534")
 		r = offline(t, tools, "bash", installSh, "--prefix", prefix, "--root", filepath.Join(tmp, "a$b"))
 		refused(t, r, "use letters, digits")
 	})

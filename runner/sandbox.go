@@ -88,7 +88,9 @@ type ExecSpec struct {
 	Stdout, Stderr io.Writer
 	// Timeout and OutputLimit default to the sandbox's policy, and may
 	// only narrow it: a longer or bigger one is cut to the sandbox's (the
-	// Result's Limits hold the ones applied).
+	// Result's Limits hold the ones applied). One over the runner's
+	// ceilings (serve's --max-timeout, --max-output-limit) is refused as
+	// invalid input, as docs/api.md says.
 	Timeout     time.Duration
 	OutputLimit units.Bytes
 	// ResultBytes, when above 0, is the most of each stream's head the

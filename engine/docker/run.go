@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -274,10 +273,9 @@ func (r *oneShot) Wait(ctx context.Context) (engine.Exit, error) {
 		// the trace that stays.
 		exit.PidsLimited = s.PidsLimitHits > 0 || s.PidsPeak >= hostPids(r.policy)
 		// dockerd sets OOMKilled from an event that can come after the
-		// exit; the parent cgroup's counters are there already. A SIGKILL
-		// at the memory limit is the OOM killer's, as in the oci engine.
-		exit.OOMKilled = exit.OOMKilled || s.OOMKills > 0 ||
-			exit.Code == 128+int(syscall.SIGKILL) && (s.MemoryLimitHits > 0 || s.MemoryPeak >= int64(r.policy.Limits.Memory))
+		// exit; the parent cgroup's counters are there already, on v1
+		// without the container's group, which dockerd removes.
+		exit.OOMKilled = exit.OOMKilled || engine.OOMKilled(s, exit.Code, int64(r.policy.Limits.Memory), !cgroup.Unified())
 		exit.Usage = engine.Usage{CPU: s.CPU, MemoryPeak: s.MemoryPeak, PidsPeak: s.PidsPeak}
 	}
 	if r.sandboxLogs != "" && !exit.TimedOut && !exit.Killed && !exit.OOMKilled && !exit.PidsLimited && exit.Usage.MemoryPeak < int64(r.policy.Limits.Memory) {

@@ -18,6 +18,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/isolation"
 )
 
@@ -184,9 +185,7 @@ func (r *oneShot) Wait(ctx context.Context) (engine.Exit, error) {
 		return engine.Exit{}, fmt.Errorf("%w: %v; without the run's cgroup counters airlock cannot tell an OOM kill or the pids limit from the program's own exit", errdefs.ErrInternal, err)
 	}
 	l := r.limits
-	// A SIGKILL at the memory limit is the OOM killer's, even where the
-	// kill was counted in a cgroup runc has since removed.
-	exit.OOMKilled = st.OOMKills > 0 || exit.Code == 128+int(syscall.SIGKILL) && (st.MemoryLimitHits > 0 || st.MemoryPeak >= int64(l.Memory))
+	exit.OOMKilled = engine.OOMKilled(st, exit.Code, int64(l.Memory), r.p.native && !cgroup.Unified())
 	// On cgroup v1 a refused fork is counted in the forking cgroup, which
 	// for runc is its own child; reaching airlock's limit is what stays.
 	exit.PidsLimited = st.PidsLimitHits > 0 || st.PidsPeak >= r.p.hostPids

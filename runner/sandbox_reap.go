@@ -96,6 +96,12 @@ func reapSandboxes(ctx context.Context, lc *lifecycle.Store, root string, reaper
 				continue
 			}
 			why = lifecycle.Orphaned
+		case errdefs.IsUnavailable(err):
+			// A read that failed (EIO, say) says nothing of the sandbox:
+			// it is left for a later pass, and the failure reported.
+			errs = append(errs, fmt.Errorf("reaping sandbox %q: %w", id, err))
+			rep.Live++
+			continue
 		case err != nil, gerr != nil:
 			why = lifecycle.Orphaned
 		case rec.State == "" || rec.State == lifecycle.Terminated:

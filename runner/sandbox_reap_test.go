@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/lifecycle"
 )
 
 // leakyEngine fails Create after the runner made its records and areas,
@@ -73,5 +75,26 @@ func TestReapFreesWhatOnlyTheEngineHolds(t *testing.T) {
 	// Nothing is left: a second reap finds nothing to report.
 	if rep, err := Reap(context.Background(), root, func() []engine.Reaper { return []engine.Reaper{f} }, true); err != nil || len(rep.Reaped) != 0 {
 		t.Fatalf("a second reap: %+v %v", rep, err)
+	}
+}
+
+// A record that cannot be read (an I/O error) says nothing of its
+// sandbox: the sweep leaves it, and says so, rather than destroying it as
+// it does one whose record is corrupt.
+func TestReapLeavesASandboxWhoseRecordCannotBeRead(t *testing.T) {
+	root := t.TempDir()
+	const id = "sb-00000000000000000013"
+	liveSandbox(t, root, id, lifecycle.Created, lifecycle.Ready)
+	spoilRecord(t, root, id, false)
+	rep, err := Reap(context.Background(), root, nil, false)
+	if err == nil || !strings.Contains(err.Error(), id) {
+		t.Errorf("reap's error %v does not name %s", err, id)
+	}
+	if slices.Contains(rep.Reaped, id) || stateOf(t, root, id) != lifecycle.Ready {
+		t.Fatalf("reap took the sandbox (reaped %v, state %s)", rep.Reaped, stateOf(t, root, id))
+	}
+	spoilRecord(t, root, id, true)
+	if rep, _ := Reap(context.Background(), root, nil, false); !slices.Contains(rep.Reaped, id) {
+		t.Fatalf("a corrupt record's sandbox was not reaped: %+v", rep)
 	}
 }

@@ -29,6 +29,10 @@ import (
 // destroyed sandbox (and exits) or new activity soon.
 const superviseTick = time.Second
 
+// recordRetries is how many reads of its record in a row, a
+// superviseTick apart, may fail before the supervisor ends the sandbox.
+const recordRetries = 3
+
 // serve polls for its sandbox every 2 ms for serveFastPoll, the time a
 // create takes, then every serveSlowPoll.
 const (
@@ -95,16 +99,22 @@ func (r *Runner) Supervise(ctx context.Context, id string) error {
 			defer unpin()
 		}
 	}
-	gone, stop := recordGone(r.root, id)
+	gone, changed, stop := recordWatch(r.root, id)
 	defer stop()
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go r.serve(sctx, id)
+	go r.serve(sctx, id, changed)
 	rc := &recordCache{root: r.root, id: id}
+	failed := 0 // reads of the record that failed in a row
 	for {
 		si, cached, err := rc.read()
 		if errdefs.IsNotFound(err) {
 			return nil
+		}
+		if err == nil {
+			failed = 0
+		} else {
+			failed++
 		}
 		why := lifecycle.Expired
 		if err == nil {
@@ -119,8 +129,13 @@ func (r *Runner) Supervise(ctx context.Context, id string) error {
 		}
 		now := time.Now()
 		wait := superviseTick
-		if err != nil {
-			// A corrupt record: nobody can say when it ends, so it ends now.
+		if err != nil && failed <= recordRetries {
+			// A read that failed (EIO, say) or a record not whole may
+			// read well at the next tick.
+			r.log.Warn("reading the sandbox's record; trying again", "sandbox_id", id, "attempt", failed, "err", err)
+		} else if err != nil {
+			// Unreadable or corrupt: nobody can say when it ends, so it
+			// ends now.
 			wait, why = 0, lifecycle.Orphaned
 		} else if why == lifecycle.Orphaned {
 			wait = 0
@@ -151,8 +166,9 @@ func (r *Runner) Supervise(ctx context.Context, id string) error {
 }
 
 // serve runs the engine's helper for sandbox id (engine.Server), once the
-// engine has made the sandbox, until ctx is done.
-func (r *Runner) serve(ctx context.Context, id string) {
+// engine has made the sandbox and while it is not paused, until ctx is
+// done. changed tells of a write of the sandbox's record (a resume).
+func (r *Runner) serve(ctx context.Context, id string, changed <-chan struct{}) {
 	// Polled often while a create would be under way: a sandbox with
 	// egress waits for its proxy, which this serves, before its create
 	// returns. Open costs a stat until the sandbox exists.
@@ -166,6 +182,18 @@ func (r *Runner) serve(ctx context.Context, id string) {
 			tick.Reset(poll)
 		}
 		esb, err := r.engine.Open(ctx, id)
+		if err == nil && r.enginePaused(ctx, id) {
+			// Nothing of it runs, and an oci sandbox opened paused has
+			// no agent to serve: it is opened again once resumed (this
+			// supervisor was started while it was paused).
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			case <-time.After(superviseTick):
+			}
+			continue
+		}
 		if err == nil {
 			if sv, ok := esb.(engine.Server); ok {
 				if err := sv.Serve(ctx); err != nil {
@@ -183,4 +211,14 @@ func (r *Runner) serve(ctx context.Context, id string) {
 		case <-tick.C:
 		}
 	}
+}
+
+// enginePaused reports whether the engine holds sandbox id paused.
+func (r *Runner) enginePaused(ctx context.Context, id string) bool {
+	p, ok := r.engine.(engine.Pauser)
+	if !ok {
+		return false
+	}
+	paused, err := p.Paused(ctx, id)
+	return err == nil && paused
 }

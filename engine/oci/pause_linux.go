@@ -107,7 +107,17 @@ func (e *Engine) Paused(ctx context.Context, id string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return sb.st.Paused, nil
+	return e.paused(sb), nil
+}
+
+// paused reports whether sandbox sb is paused: recorded so, or stopped by
+// a checkpoint still there, which a pause that could not record it (or
+// died first) left, and which Resume restores.
+func (e *Engine) paused(sb *sandbox) bool {
+	if sb.st.Paused {
+		return true
+	}
+	return (e.checkpointed(sb.st.ID) || e.checkpointWritten(sb.st.ID)) && sb.alive() != nil
 }
 
 // openLocked opens sandbox id under its engine lock (which Create and
@@ -148,7 +158,7 @@ func (e *Engine) Pause(ctx context.Context, id string) (err error) {
 		return err
 	}
 	defer release()
-	if sb.st.Paused {
+	if e.paused(sb) {
 		return nil
 	}
 	// A sandbox with egress keeps its namespaces and its proxy (served by
@@ -172,8 +182,9 @@ func (e *Engine) Pause(ctx context.Context, id string) (err error) {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return fmt.Errorf("%w: creating the checkpoint of %q: %v", errdefs.ErrUnavailable, id, err)
 	}
+	kept := false
 	defer func() {
-		if err != nil && !e.checkpointed(id) {
+		if err != nil && !kept && !e.checkpointed(id) {
 			os.RemoveAll(dir)
 		}
 	}()
@@ -215,6 +226,19 @@ func (e *Engine) Pause(ctx context.Context, id string) (err error) {
 		}
 		return fmt.Errorf("%w: checkpointing sandbox %q: %v: %s", errdefs.ErrUnavailable, id, err, bytes.TrimSpace(out))
 	}
+	// runsc stopped the sandbox and wrote its checkpoint whole. Should
+	// recording that fail, the checkpoint stays, Paused reports the sandbox
+	// paused and Resume restores it, as after a pause cut short.
+	kept, stopped := true, false
+	defer func() {
+		if err == nil {
+			return
+		}
+		if !stopped {
+			e.stopRuntime(cctx, sb, state, name, nil)
+		}
+		err = fmt.Errorf("%w; sandbox %q is stopped and its checkpoint kept: `airlock sandbox resume %s` restores it", err, id, id)
+	}()
 	// runsc writes its images 0644; a checkpoint holds the sandbox's
 	// memory, for root alone.
 	ents, _ := os.ReadDir(dir)
@@ -232,6 +256,7 @@ func (e *Engine) Pause(ctx context.Context, id string) (err error) {
 	// writeback starts now, beside the sandbox's end.
 	written := writeBack(dir)
 	e.stopRuntime(cctx, sb, state, name, written)
+	stopped = true
 	lap("stop")
 	sb.st.Paused, sb.st.Pid, sb.st.Start, sb.st.Control = true, 0, 0, ""
 	if err := e.writeState(sb); err != nil {
@@ -409,7 +434,10 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 	}
 	lap("control")
 	if err := e.writeState(sb); err != nil {
-		return err
+		// Unrecorded, the restored sandbox would run as paused: it stops,
+		// and its checkpoint, untouched, restores on the next resume.
+		e.stopRuntime(cctx, sb, state, name, nil)
+		return fmt.Errorf("%w; sandbox %q stays paused: `airlock sandbox resume %s` tries again", err, id, id)
 	}
 	// The marker and the kernel's state go first: without them a resume
 	// cut short from here on is seen as done, never as a pause to finish

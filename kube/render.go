@@ -251,6 +251,12 @@ func header(b *bytes.Buffer, t *templates.Template, o Options, profile string) {
 		fmt.Sprintf("Every node needs the seccomp profile at <kubelet root>/seccomp/%s:", profile),
 		"  " + profileHint(t),
 	}
+	if !t.Output.Disabled {
+		// An airlock node mounts only /tmp and the workspace, and nothing
+		// on a cluster collects or scans an output directory.
+		lines = append(lines, fmt.Sprintf("The template's output directory %s is not rendered: a pod has none (its root is", t.Output.Dir),
+			"read-only); write to "+runner.WorkspaceDir+" or /tmp, and copy files out with `airlock cp`.")
+	}
 	if o.Image == t.Image {
 		lines = append(lines, "The image is airlock's reference (its config digest): airlock nodes hold it;",
 			"a cluster that pulls needs --image REGISTRY/NAME@sha256:<manifest digest>.")

@@ -169,3 +169,28 @@ func TestRenderRefuses(t *testing.T) {
 		t.Errorf("the seccomp mode: %v\n%s", err, b)
 	}
 }
+
+// A template's output directory has no place on a cluster (an airlock node
+// mounts only /tmp and the workspace, and nothing collects the directory):
+// the render says so in its header, never dropping it unsaid.
+func TestRenderNamesTheOutputDirectoryItLeavesOut(t *testing.T) {
+	tp := fuzztest.PutTemplate(t, t.TempDir(), "py", runner.Spec{}, "oci")
+	if tp.Output.Disabled || tp.Output.Dir == "" {
+		t.Fatalf("the default template has no output directory: %+v", tp.Output)
+	}
+	b, err := Render(tp, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, _, _ := strings.Cut(string(b), "\n---\n")
+	if !strings.Contains(head, "# The template's output directory "+tp.Output.Dir+" is not rendered") {
+		t.Errorf("the header does not name the output directory %s:\n%s", tp.Output.Dir, head)
+	}
+	if strings.Contains(string(b), "mountPath: "+tp.Output.Dir) {
+		t.Errorf("the output directory is mounted, which an airlock node refuses:\n%s", b)
+	}
+	none := fuzztest.PutTemplate(t, t.TempDir(), "bare", runner.Spec{Output: runner.Output{Disabled: true}}, "oci")
+	if b, err := Render(none, Options{}); err != nil || strings.Contains(string(b), "output directory") {
+		t.Errorf("a template without an output directory: %v\n%s", err, b)
+	}
+}

@@ -4,10 +4,12 @@ package service
 // to open, so each file goes through one pod exec of the image's sh and
 // cat. What the rules of a local transfer check on the host side is split:
 // the sandbox path is checked here (clean, under /home/user or /tmp, a
-// relative one the workspace's; a download's without a component
-// starting with '.' unless dotfiles are allowed); the file type and symlink checks run inside the sandbox, where a
-// link can only reach the sandbox's own files; and a download's content
-// passes the artifact scanner's one-file checks here, on the stream
+// relative one the workspace's, every component a name a local sandbox
+// takes; a download's without a component starting with '.' unless
+// dotfiles are allowed); the file type and symlink checks (of every
+// component) run inside the sandbox, where a link can only reach the
+// sandbox's own files; and a download's content passes the artifact
+// scanner's one-file checks here, on the stream
 // (artifacts.CheckStream: name, type from the content, extension, cap),
 // before a byte reaches the host file.
 
@@ -46,12 +48,22 @@ const (
 )
 
 const (
-	downloadScript = `[ -L "$1" ] && exit 67; [ -e "$1" ] || exit 66; [ -f "$1" ] || exit 65; exec cat -- "$1"`
-	uploadScript   = `[ -L "$1" ] && exit 67; [ -e "$1" ] && [ ! -f "$1" ] && exit 65; [ -d "${1%/*}" ] || exit 66; exec cat > "$1"`
+	// noLinks, the start of every transfer script, exits 67 when "$1" or
+	// any directory on its way below /home/user or /tmp is a symlink: sh
+	// cannot open beneath a root, so each component is tested. A link
+	// swapped in after the test reaches only the sandbox's own files.
+	noLinks = `p=$1; while case $p in ` + runner.WorkspaceDir + `|/tmp|"") false;; /*) ;; *) false;; esac; do [ -L "$p" ] && exit 67; p=${p%/*}; done; `
+
+	downloadScript = noLinks + `[ -e "$1" ] || exit 66; [ -f "$1" ] || exit 65; exec cat -- "$1"`
+	uploadScript   = noLinks + `[ -e "$1" ] && [ ! -f "$1" ] && exit 65; [ -d "${1%/*}" ] || exit 66; exec cat > "$1"`
 )
 
+// maxKubePath bounds a transfer's sandbox path, as a local sandbox's.
+const maxKubePath = 4096
+
 // kubePath checks a sandbox path of a transfer and returns it absolute:
-// a relative path is the workspace's, as a local sandbox's is.
+// a relative path is the workspace's, and each component below
+// /home/user or /tmp must pass artifacts.CheckName, as a local sandbox's.
 func kubePath(dir, p string) (string, error) {
 	refuse := func(detail string) error {
 		return &runner.TransferError{Direction: dir, Path: p, Reason: runner.ReasonInvalidPath, Detail: detail, Err: errdefs.ErrInvalidArgument}
@@ -61,10 +73,18 @@ func kubePath(dir, p string) (string, error) {
 		full = runner.WorkspaceDir + "/" + p
 	}
 	switch {
+	case len(full) > maxKubePath:
+		return "", refuse(fmt.Sprintf("the path is longer than %d bytes", maxKubePath))
 	case p == "" || path.Clean(full) != full || strings.ContainsAny(p, "\x00\n"):
 		return "", refuse("give a clean path, without empty, \".\" or \"..\" components")
 	case !strings.HasPrefix(full, runner.WorkspaceDir+"/") && !strings.HasPrefix(full, "/tmp/"):
 		return "", refuse("a sandbox on Kubernetes moves files in and out of " + runner.WorkspaceDir + " and /tmp only")
+	}
+	rel := strings.TrimPrefix(strings.TrimPrefix(full, runner.WorkspaceDir+"/"), "/tmp/")
+	for _, c := range strings.Split(rel, "/") {
+		if why := artifacts.CheckName(c); why != "" {
+			return "", refuse(why)
+		}
 	}
 	return full, nil
 }
@@ -92,7 +112,7 @@ func scriptRefusal(dir, p string, code int) error {
 	case cpNotRegular:
 		r, detail = artifacts.ReasonNotRegular, "not a regular file"
 	case cpSymlink:
-		r, detail = runner.ReasonSymlink, "the name is a symlink, which airlock never follows"
+		r, detail = runner.ReasonSymlink, "the name, or a directory on its way, is a symlink, which airlock never follows"
 	case cpNotFound:
 		r, detail, class = runner.ReasonNotFound, "nothing is there, or a directory on the way is missing", errdefs.ErrNotFound
 	default:

@@ -41,8 +41,8 @@ const (
 	// listScript prints every entry beneath "$1", parents before their
 	// children, each as a kind byte (d, f, l for a symlink, o for
 	// anything else) and its path, ended by NUL. Symlinks are never
-	// followed.
-	listScript = `walk() {
+	// followed, on the way to "$1" neither.
+	listScript = noLinks + `walk() {
   for e in "$1"/* "$1"/.[!.]* "$1"/..?*; do
     if [ -L "$e" ]; then printf 'l%s\0' "$e"
     elif [ -d "$e" ]; then printf 'd%s\0' "$e"; walk "$e"
@@ -51,14 +51,14 @@ const (
     fi
   done
 }
-[ -L "$1" ] && exit 67; [ -e "$1" ] || exit 66; [ -d "$1" ] || exit 65; walk "$1"`
-	// isDirScript exits 0 for a directory that is not a symlink, 1
-	// otherwise.
-	isDirScript = `[ ! -L "$1" ] && [ -d "$1" ]`
+[ -e "$1" ] || exit 66; [ -d "$1" ] || exit 65; walk "$1"`
+	// isDirScript exits 0 for a directory that is not a symlink, nor
+	// reached through one; not 0 otherwise.
+	isDirScript = noLinks + `[ -d "$1" ]`
 	// mkdirScript makes the directory "$1", whose parent exists: a
 	// directory already there is kept, anything else refused. With a
 	// second argument, its parents are made too.
-	mkdirScript = `[ -L "$1" ] && exit 67; [ -d "$1" ] && exit 0; [ -e "$1" ] && exit 65; if [ -n "$2" ]; then mkdir -p -- "$1"; else [ -d "${1%/*}" ] || exit 66; mkdir -- "$1"; fi`
+	mkdirScript = noLinks + `[ -d "$1" ] && exit 0; [ -e "$1" ] && exit 65; if [ -n "$2" ]; then mkdir -p -- "$1"; else [ -d "${1%/*}" ] || exit 66; mkdir -- "$1"; fi`
 )
 
 // kubeTreeDir checks the sandbox directory of a tree transfer, as a

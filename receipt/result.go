@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
 	"slices"
 	"strconv"
 	"time"
@@ -118,7 +117,7 @@ func CheckResult(b []byte) error {
 		return nil
 	}
 	var res resultJSON
-	if err := exactKeys(b, reflect.TypeOf(res)); err != nil {
+	if err := exactKeys(b, res); err != nil {
 		return &Mismatch{Field: "(the result)", Detail: err.Error()}
 	}
 	if err := json.Unmarshal(b, &res); err != nil {

@@ -10,8 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"reflect"
 	"slices"
+
+	"github.com/airlock-sandbox/airlock/wire"
 )
 
 // A batch results file holds one Result a line, each with its job id and
@@ -154,7 +155,7 @@ func checkLine(n int, b []byte, keyFor KeyFor, jobs map[string]*string, seen map
 	// a receipt or without: encoding/json folds case and keeps the last
 	// of a repeated key, so a line jq reads as reason "exited" could read
 	// here as an error that claims no outcome.
-	if err := keysAsWritten(b, reflect.TypeFor[lineKeys]()); err != nil {
+	if err := wire.CheckKeysFolded(b, lineKeys{}); err != nil {
 		c.Problem = fmt.Sprintf("keys are read as written: %v", err)
 		return c
 	}

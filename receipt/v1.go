@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"reflect"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/isolation"
@@ -177,7 +176,7 @@ func (s *Signed) UnmarshalJSON(b []byte) error {
 }
 
 func strict(b []byte, v any) error {
-	if err := exactKeys(b, reflect.TypeOf(v)); err != nil {
+	if err := exactKeys(b, v); err != nil {
 		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))

@@ -32,5 +32,6 @@
 //     (errdefs.ErrAlreadyExists) unless the caller replaces on purpose.
 //     Removing a name that does not exist is errdefs.ErrNotFound: a
 //     template is configuration, and a mistyped name should be caught.
-//     A corrupt file is an error naming the file and the fix.
+//     A corrupt file (keys are read as written too: wire.CheckKeys) is an
+//     error naming the file and the fix.
 package templates

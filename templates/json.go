@@ -86,12 +86,16 @@ func (t *Template) MarshalJSON() ([]byte, error) {
 }
 
 // UnmarshalJSON reads what MarshalJSON writes, strictly: an unknown field,
-// a malformed value or a version that does not match is an error.
+// a key not as written (wire.CheckKeys), a malformed value or a version
+// that does not match is an error.
 func (t *Template) UnmarshalJSON(b []byte) error {
 	var w wireTemplate
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&w); err != nil {
+		return err
+	}
+	if err := wire.CheckKeys(b, &w); err != nil {
 		return err
 	}
 	var n Template

@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/atomicfile"
 	"github.com/airlock-sandbox/airlock/internal/flock"
+	"github.com/airlock-sandbox/airlock/wire"
 )
 
 // Store is the set of templates under airlock's root.
@@ -100,7 +101,7 @@ func (s *Store) read(name string) (*Template, error) {
 		return nil, fmt.Errorf("%w: reading template %q: %v", errdefs.ErrUnavailable, name, err)
 	}
 	corrupt := func(err error) error {
-		return fmt.Errorf("%w: template file %s is corrupt (%v): remove it with `airlock template rm %s`, then create the template again", errdefs.ErrDataLoss, p, err, name)
+		return fmt.Errorf("%w: template file %s is corrupt (%v): edit the file, or remove it with `airlock template rm %s` and create the template again (`airlock template create %s`)", errdefs.ErrDataLoss, p, err, name, name)
 	}
 	t := &Template{dir: s.dir}
 	if err := json.Unmarshal(b, t); err != nil {
@@ -206,13 +207,11 @@ func (s *Store) collect() error {
 	used := map[string]bool{}
 	for _, n := range names {
 		b, err := readCapped(s.path(n))
-		var w struct {
-			SHA256 string `json:"seccomp_profile_sha256"`
-		}
-		if err != nil || json.Unmarshal(b, &w) != nil {
+		var w wireTemplate
+		if err != nil || json.Unmarshal(b, &w) != nil || wire.CheckKeys(b, &w) != nil {
 			return nil // a profile may be this file's: keep them all
 		}
-		used[w.SHA256] = true
+		used[w.SeccompSHA256] = true
 	}
 	for _, e := range ents {
 		if sum, ok := strings.CutSuffix(e.Name(), ".json"); ok && sha256RE.MatchString(sum) && !used[sum] {

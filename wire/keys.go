@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"unicode"
 )
 
 // CheckKeys refuses the object keys of b, the JSON that encoding/json has
@@ -23,6 +24,16 @@ func CheckKeys(b []byte, v any) error {
 	return s.value(reflect.TypeOf(v), "")
 }
 
+// CheckKeysFolded is CheckKeys for JSON that other tools read too (jq,
+// Python), such as a signed receipt: v only guides the walk. A key that
+// names no field is let through, and no two keys of any object (a map's,
+// or one v does not describe, included) may be equal but for case. b must
+// be valid JSON here too.
+func CheckKeysFolded(b []byte, v any) error {
+	s := keyScan{b: b, folded: true}
+	return s.value(reflect.TypeOf(v), "")
+}
+
 // UnknownKeyError is a key that names no field of its object.
 type UnknownKeyError struct {
 	// Key is the key, after the keys of the objects it is in ("a.b").
@@ -33,8 +44,9 @@ func (e *UnknownKeyError) Error() string { return fmt.Sprintf("unknown field %q"
 
 // keyScan walks valid JSON beside the Go type it was decoded into.
 type keyScan struct {
-	b []byte
-	i int
+	b      []byte
+	i      int
+	folded bool // CheckKeysFolded
 }
 
 func (s *keyScan) peek() byte {
@@ -89,15 +101,20 @@ func (s *keyScan) value(t reflect.Type, path string) error {
 }
 
 // object reads an object: a struct's keys must be its fields' exact
-// names, and no key of a struct or a map may repeat.
+// names, and no key of a struct or a map may repeat (folded: no key of
+// any object may repeat but for case).
 func (s *keyScan) object(t reflect.Type, path string) error {
 	s.i++
+	var kind reflect.Kind
 	var fields map[string]reflect.Type
-	var seen map[string]bool
-	if t != nil && (t.Kind() == reflect.Struct || t.Kind() == reflect.Map) {
-		seen = map[string]bool{}
+	var seen map[string]string // by fold(key) when folded
+	if t != nil {
+		kind = t.Kind()
 	}
-	if t != nil && t.Kind() == reflect.Struct {
+	if s.folded || kind == reflect.Struct || kind == reflect.Map {
+		seen = map[string]string{}
+	}
+	if kind == reflect.Struct {
 		fields = map[string]reflect.Type{}
 		jsonFields(t, fields)
 	}
@@ -110,31 +127,28 @@ func (s *keyScan) object(t reflect.Type, path string) error {
 		k := s.str(true)
 		s.peek()
 		s.i++ // ':'
+		sk := k
+		if s.folded {
+			sk = fold(k)
+		}
+		prev, repeated := seen[sk]
 		var vt reflect.Type
 		switch {
-		case fields != nil:
-			name := path + k
-			ft, ok := fields[k]
-			if !ok {
-				for f := range fields {
-					if strings.EqualFold(f, k) {
-						return &Error{Field: name, Value: "is not a field", Want: fmt.Sprintf("field names are exact, case and all; give %q", path+f)}
-					}
-				}
-				return &UnknownKeyError{Key: name}
+		case s.folded && repeated:
+			return fmt.Errorf("%skey %q repeats %q: give each key once", path, k, prev)
+		case kind == reflect.Struct:
+			var err error
+			if vt, err = s.field(fields, k, path, repeated); err != nil {
+				return err
 			}
-			if seen[k] {
-				return &Error{Field: name, Value: "given twice", Want: "give each field once"}
-			}
-			vt = ft
-		case seen != nil:
-			if seen[k] {
+		case kind == reflect.Map:
+			if repeated {
 				return &Error{Field: strings.TrimSuffix(path, "."), Value: fmt.Sprintf("key %q given twice", k), Want: "give each key once"}
 			}
 			vt = t.Elem()
 		}
 		if seen != nil {
-			seen[k] = true
+			seen[sk] = k
 		}
 		if err := s.value(vt, path+k+"."); err != nil {
 			return err
@@ -145,6 +159,35 @@ func (s *keyScan) object(t reflect.Type, path string) error {
 			return nil
 		}
 	}
+}
+
+// field is the type of the struct field that key k names, from fields by
+// their JSON names.
+func (s *keyScan) field(fields map[string]reflect.Type, k, path string, repeated bool) (reflect.Type, error) {
+	if ft, ok := fields[k]; ok {
+		if repeated {
+			return nil, &Error{Field: path + k, Value: "given twice", Want: "give each field once"}
+		}
+		return ft, nil
+	}
+	for f := range fields {
+		switch {
+		case !strings.EqualFold(f, k):
+		case s.folded:
+			return nil, fmt.Errorf("%skey %q is not %q: keys are read as written", path, k, f)
+		default:
+			return nil, &Error{Field: path + k, Value: "is not a field", Want: fmt.Sprintf("field names are exact, case and all; give %q", path+f)}
+		}
+	}
+	if s.folded {
+		return nil, nil // the caller's to refuse, if it must
+	}
+	return nil, &UnknownKeyError{Key: path + k}
+}
+
+// fold is a key as encoding/json compares it with a field's name.
+func fold(k string) string {
+	return strings.Map(func(r rune) rune { return unicode.ToUpper(unicode.ToLower(r)) }, k)
 }
 
 // str reads a string and returns its value if want is set.

@@ -71,3 +71,22 @@ func TestNumberRefusalNamesCPUs(t *testing.T) {
 		}
 	}
 }
+
+// CheckKeysFolded, for JSON others read too, lets a key that names no
+// field through and refuses keys equal but for case in any object.
+func TestCheckKeysFoldedRefusesKeysEqualButForCase(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"memory":"1GiB","MEMORY":"2GiB"}`: `key "MEMORY" repeats "memory": give each key once`,
+		`{"by_name":{"a":{},"A":{}}}`:       `by_name.key "A" repeats "a"`,
+		`{"raw":{"k":1,"K":2}}`:             `raw.key "K" repeats "k"`,
+		`{"note":{"x":1,"x":2}}`:            `note.key "x" repeats "x"`,
+		`{"inner":{"Name":"a"}}`:            `inner.key "Name" is not "name": keys are read as written`,
+	} {
+		if err := CheckKeysFolded([]byte(body), new(keysOuter)); err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("%s: %v; want %q", body, err, want)
+		}
+	}
+	if err := CheckKeysFolded([]byte(`{"note":1,"inner":{"nom":"a"}}`), new(keysOuter)); err != nil {
+		t.Errorf("keys that name no field: %v", err)
+	}
+}

@@ -242,6 +242,10 @@ func refused(tr runner.Transfer, err error) (runner.Transfer, error) {
 	var te *runner.TransferError
 	if errors.As(err, &te) {
 		tr.Reason, tr.Detail = te.Reason, te.Detail
+		if te.Direction == "" {
+			// A refusal made without its transfer (runner.Refusal).
+			te.Direction, te.Path = tr.Direction, tr.Path
+		}
 	}
 	return tr, err
 }

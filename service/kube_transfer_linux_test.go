@@ -143,6 +143,9 @@ func TestKubeDownloadRefusesDotPaths(t *testing.T) {
 	if runner.ReasonOf(err) != artifacts.ReasonHiddenName || buf.Len() > 0 {
 		t.Errorf("one file under /home/user/.ssh: %s %q, %d bytes (%v); want refused hidden_name", tr.Decision, tr.Reason, buf.Len(), err)
 	}
+	if want := `download of "/home/user/.ssh/id_note" refused`; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("the refusal says %q; want it to start %q", err, want)
+	}
 
 	dst := t.TempDir()
 	d, err := artifacts.OpenDest(filepath.Join(dst, ".git"))

@@ -123,6 +123,10 @@ is refused.`,
 }
 
 func run(cmd *cobra.Command, f *flags) error {
+	// The root as the kernel names it, as airlock's own commands do: the
+	// sandbox supervisors start in / and the docker engine labels
+	// containers with it.
+	f.root = runner.ResolveRoot(f.root)
 	if f.name == "" {
 		h, err := os.Hostname()
 		if err != nil {

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/engines"
+	"github.com/airlock-sandbox/airlock/runner"
 	"github.com/airlock-sandbox/airlock/service"
 )
 
@@ -67,5 +69,24 @@ func TestMaxExecsFlag(t *testing.T) {
 	cmd.SetArgs([]string{"--root", t.TempDir(), "--airlock", self, "--name", "n", "--max-execs", "0"})
 	if err := cmd.ExecuteContext(context.Background()); !errdefs.IsInvalidArgument(err) {
 		t.Errorf("--max-execs 0: %v, want invalid argument", err)
+	}
+}
+
+// TestRootIsResolved: a relative --root, or one through a symlink, reaches
+// the supervisors and the engines as the kernel names it (they start in
+// /, and the docker engine labels containers with it).
+func TestRootIsResolved(t *testing.T) {
+	real := t.TempDir()
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(filepath.Dir(link))
+	f := &flags{root: "link", address: "not an address"}
+	if err := run(newCmd(), f); !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("run: %v, want the --address refusal", err)
+	}
+	if want := runner.ResolveRoot(real); f.root != want {
+		t.Errorf("--root link became %q, want %q", f.root, want)
 	}
 }

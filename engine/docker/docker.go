@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -25,6 +24,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/internal/realpath"
 	"github.com/airlock-sandbox/airlock/isolation"
 )
 
@@ -143,14 +143,11 @@ func WithRuntime(name string) Option { return func(e *Engine) { e.gvisor = name 
 
 // WithRoot labels the containers the engine makes with airlock's root,
 // and confines its leftovers to that root's: another root's runs on the
-// same dockerd are not this one's to reap.
+// same dockerd are not this one's to reap. The root is named as a
+// runner's is (realpath.Of), so that every spelling of one root (through
+// a symlink, relative) labels and finds the same containers.
 func WithRoot(root string) Option {
-	return func(e *Engine) {
-		if abs, err := filepath.Abs(root); err == nil {
-			root = abs
-		}
-		e.root = root
-	}
+	return func(e *Engine) { e.root = realpath.Of(root) }
 }
 
 // New returns an engine. It does not contact the daemon.

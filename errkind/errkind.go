@@ -111,6 +111,27 @@ var Table = []Row{
 		func(error) bool { return true }},
 }
 
+// ErrPoolEmpty is over_limit of one cause: a claim on a warm pool with no
+// ready sandbox, under airlock serve --pool-exhausted fail. Freeing other
+// sandboxes does not refill the pool, so Advice gives it advice of its
+// own. Its message is errdefs.ErrResourceExhausted's.
+var ErrPoolEmpty error = poolEmpty{}
+
+type poolEmpty struct{}
+
+func (poolEmpty) Error() string      { return "resource exhausted" }
+func (poolEmpty) ResourceExhausted() {}
+
+// Advice is what MCP appends to a tool error about err: its kind's Advice,
+// or its cause's where the kind's would send a model the wrong way.
+func Advice(err error) string {
+	if errors.Is(err, ErrPoolEmpty) {
+		return "the template's warm pool has no ready sandbox (each is used once, then refilled): wait a few seconds for the refill and call again; " +
+			"if it stays empty, the pool is too small for the load (airlock serve --pool TEMPLATE=N)"
+	}
+	return RowOf(err).Advice
+}
+
 // Of is err's kind; nil has none ("").
 func Of(err error) Kind {
 	if err == nil {

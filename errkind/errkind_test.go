@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/containerd/errdefs"
@@ -75,5 +76,21 @@ func TestTable(t *testing.T) {
 	}
 	if Table[len(Table)-1].Kind != Internal {
 		t.Error("Internal is not the last row")
+	}
+}
+
+// An empty warm pool is over_limit, reads as errdefs' words, and advises
+// waiting for the refill, not freeing sandboxes.
+func TestPoolEmptyAdvice(t *testing.T) {
+	err := fmt.Errorf("%w: warm pool %q is empty", ErrPoolEmpty, "py")
+	if Of(err) != OverLimit || err.Error() != `resource exhausted: warm pool "py" is empty` {
+		t.Errorf("%q is %s, want over_limit in errdefs' words", err, Of(err))
+	}
+	row, _ := Lookup(OverLimit)
+	if got := Advice(err); got == row.Advice || !strings.Contains(got, "refill") || strings.Contains(got, "sandbox_destroy") {
+		t.Errorf("Advice(%v) = %q, want the pool's own: wait for the refill", err, got)
+	}
+	if got := Advice(errdefs.ErrResourceExhausted); got != row.Advice {
+		t.Errorf("Advice(%v) = %q, want the kind's %q", errdefs.ErrResourceExhausted, got, row.Advice)
 	}
 }

@@ -13,8 +13,8 @@ import (
 )
 
 // A tool error's message is the runner's, which names the problem, then
-// the error's kind and errkind's advice for it: what to do next in the
-// tools' own terms.
+// the error's kind and errkind's advice for it (errkind.Advice): what to
+// do next in the tools' own terms.
 
 func isNotFound(err error) bool { return err != nil && errdefs.IsNotFound(err) }
 
@@ -24,7 +24,7 @@ func isNotFound(err error) bool { return err != nil && errdefs.IsNotFound(err) }
 func toolError(doing string, err error) error {
 	row := errkind.RowOf(err)
 	msg := strings.TrimPrefix(err.Error(), string(row.Kind)+": ")
-	return worded{fmt.Sprintf("%s: %s: %s (%s)", doing, row.Kind, msg, row.Advice), err}
+	return worded{fmt.Sprintf("%s: %s: %s (%s)", doing, row.Kind, msg, errkind.Advice(err)), err}
 }
 
 // worded is err with a message of its own.
@@ -53,7 +53,7 @@ func sandboxError(id string, err error) error {
 	case errkind.NotFound:
 		return fmt.Errorf("sandbox %q is gone (%s: destroyed, expired after its idle timeout or TTL, or never made): sandbox_create makes a new one, sandbox_list lists the live ones", id, row.Kind)
 	}
-	return fmt.Errorf("sandbox %q: %s: %w (%s)", id, row.Kind, err, row.Advice)
+	return fmt.Errorf("sandbox %q: %s: %w (%s)", id, row.Kind, err, errkind.Advice(err))
 }
 
 // hints say what to do about a refused transfer, by its reason word.

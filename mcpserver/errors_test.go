@@ -46,3 +46,14 @@ func TestToolErrorSaysKindOnce(t *testing.T) {
 		}
 	}
 }
+
+// A run refused because the template's warm pool is empty advises waiting
+// for its refill, not destroying sandboxes, which would not refill it.
+func TestToolErrorEmptyPoolAdvisesRefill(t *testing.T) {
+	err := fmt.Errorf("%w: warm pool %q is empty (2 sandboxes, all claimed or still starting)", errkind.ErrPoolEmpty, "py")
+	for _, got := range []string{toolError("running the code", err).Error(), sandboxError("sb-1", err).Error()} {
+		if !strings.Contains(got, "over_limit") || !strings.Contains(got, "refill") || strings.Contains(got, "sandbox_destroy") {
+			t.Errorf("%q: want over_limit with the pool's advice (wait for the refill), not sandbox_destroy", got)
+		}
+	}
+}

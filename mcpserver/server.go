@@ -53,6 +53,7 @@ func New(svc *service.Service, opts ...Option) *Server {
 		Logger:       s.log,
 	})
 	s.addTools()
+	s.mcp.AddReceivingMiddleware(nullArgs)
 	s.gate = &sessionGate{srv: s.mcp, max: s.maxSessions, timeout: s.sessionTimeout, log: s.log}
 	return s
 }

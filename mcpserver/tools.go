@@ -6,8 +6,10 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 	"time"
@@ -575,12 +577,76 @@ func (s *Server) pauseOrResume(ctx context.Context, in SandboxIDArgs, do func(co
 func addTool[In, Out any](srv *mcp.Server, t *mcp.Tool, h mcp.ToolHandlerFor[In, Out]) {
 	mcp.AddTool(srv, t, func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
 		if req != nil && req.Params != nil && len(req.Params.Arguments) > 0 {
+			args := req.Params.Arguments
+			if sent, ok := ctx.Value(sentArgs{}).(json.RawMessage); ok {
+				args = sent // before nullArgs dropped its nulls
+			}
 			var fresh In
-			if err := wire.CheckKeys(req.Params.Arguments, &fresh); err != nil {
+			if err := wire.CheckKeys(args, &fresh); err != nil {
 				var zero Out
 				return nil, zero, toolError("reading the tool's arguments", invalidArgs{err})
 			}
 		}
 		return h(ctx, req, in)
 	})
+}
+
+// sentArgs is the context key of a tool call's arguments as sent, for
+// addTool's key check, when nullArgs changed them.
+type sentArgs struct{}
+
+// nullArgs reads a tool argument given as null as not given, as the HTTP
+// API reads a body's null (encoding/json leaves the field alone): the
+// SDK's schema check would refuse it in its own words. The keys are still
+// checked as sent, so a key given twice, once as null, is refused.
+func nullArgs(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if r, ok := req.(*mcp.CallToolRequest); ok && r.Params != nil {
+			if args, ok := withoutNulls(r.Params.Arguments); ok {
+				ctx = context.WithValue(ctx, sentArgs{}, r.Params.Arguments)
+				r.Params.Arguments = args
+			}
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// withoutNulls is the JSON object b without its members whose value is
+// null, keys given twice kept; false when b has none or is no object.
+func withoutNulls(b json.RawMessage) (json.RawMessage, bool) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, false
+	}
+	out := []byte{'{'}
+	dropped := false
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, false
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, false
+		}
+		if string(bytes.TrimSpace(v)) == "null" {
+			dropped = true
+			continue
+		}
+		k, err := json.Marshal(tok)
+		if err != nil {
+			return nil, false
+		}
+		if len(out) > 1 {
+			out = append(out, ',')
+		}
+		out = append(append(append(out, k...), ':'), v...)
+	}
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') || !dropped {
+		return nil, false
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, false // something after the object: the SDK refuses it
+	}
+	return append(out, '}'), true
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/errkind"
 	"github.com/airlock-sandbox/airlock/images"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/lifecycle"
@@ -329,7 +330,7 @@ func (p *Pool) claim(why string) (*pooled, error) {
 	}
 	p.missed("the pool is empty")
 	if p.opt.FailWhenEmpty {
-		return nil, fmt.Errorf("%w: warm pool %q is empty (%d sandboxes, all claimed or still starting) and is set to fail when empty (--pool-exhausted fail): retry shortly, or grow the pool", errdefs.ErrResourceExhausted, p.opt.Name, p.opt.Size)
+		return nil, fmt.Errorf("%w: warm pool %q is empty (%d sandboxes, all claimed or still starting) and is set to fail when empty (--pool-exhausted fail): retry shortly, or grow the pool", errkind.ErrPoolEmpty, p.opt.Name, p.opt.Size)
 	}
 	return nil, nil
 }

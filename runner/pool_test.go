@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/airlock-sandbox/airlock/engine"
+	"github.com/airlock-sandbox/airlock/errkind"
 	"github.com/airlock-sandbox/airlock/isolation"
 )
 
@@ -204,8 +206,9 @@ func TestPoolFailWhenEmpty(t *testing.T) {
 	if res, err := p.Run(context.Background(), poolSpec()); err != nil || res.Pool != "t" {
 		t.Fatalf("the first run: %v %+v", err, res)
 	}
-	if _, err := p.Run(context.Background(), poolSpec()); !errdefs.IsResourceExhausted(err) {
-		t.Fatalf("a run on the empty pool: %v; want ErrResourceExhausted", err)
+	// Over limit, of its own cause: the faces advise a wait, not a destroy.
+	if _, err := p.Run(context.Background(), poolSpec()); !errdefs.IsResourceExhausted(err) || !errors.Is(err, errkind.ErrPoolEmpty) {
+		t.Fatalf("a run on the empty pool: %v; want errkind.ErrPoolEmpty", err)
 	}
 }
 

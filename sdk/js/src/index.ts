@@ -16,4 +16,4 @@
 export * from "./errors.js";
 export { Transport, DEFAULT_SOCKET, DEFAULT_MAX_JSON_BYTES, DEFAULT_MAX_READ_BYTES, type ConnectionOptions } from "./transport.js";
 export * from "./sandbox.js";
-export { ExecHandle, type SpawnOptions } from "./spawn.js";
+export { ExecHandle, DEFAULT_START_TIMEOUT, type SpawnOptions } from "./spawn.js";

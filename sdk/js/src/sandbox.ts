@@ -459,9 +459,10 @@ export class Sandbox {
    * Start a command over the exec WebSocket and return its handle at once:
    * write() to its stdin, closeStdin(), kill(), and `await h.result` for
    * the Result. A dropped connection is resumed (reconnect) with no output
-   * byte lost or repeated.
+   * byte lost or repeated. An exec the server has not started within
+   * startTimeout seconds (default 60) fails with TimeoutError.
    */
-  spawn(command: string | string[], opts: Omit<ExecOptions, "stdin" | "detach" | "signal"> & { stdin?: boolean; reconnects?: number } = {}): ExecHandle {
+  spawn(command: string | string[], opts: Omit<ExecOptions, "stdin" | "detach" | "signal"> & { stdin?: boolean; reconnects?: number; startTimeout?: number } = {}): ExecHandle {
     const body = compact({ ...execBody(command, opts), stdin: opts.stdin ?? true });
     return new ExecHandle(this.#t, this.id, body, opts);
   }

@@ -15,7 +15,16 @@ export interface SpawnOptions {
   onStderr?: (chunk: Buffer) => void;
   /** How many times to reconnect after a dropped connection (default 5). */
   reconnects?: number;
+  /**
+   * Seconds each connection may take to have the exec started (the
+   * server's started event) before the exec fails with TimeoutError and
+   * the connection is dropped (default 60).
+   */
+  startTimeout?: number;
 }
+
+/** The default of SpawnOptions.startTimeout, in seconds. */
+export const DEFAULT_START_TIMEOUT = 60;
 
 interface ServerEvent {
   type?: unknown;
@@ -51,6 +60,9 @@ export class ExecHandle {
   #ws?: WebSocket;
   #done = false;
   #reconnectsLeft: number;
+  readonly #startMs: number;
+  /** Fails the exec unless the connection being opened starts it in time. */
+  #startTimer?: NodeJS.Timeout;
   #resolve!: (r: Result) => void;
   #reject!: (e: unknown) => void;
   #queue: ClientMessage[] = [];
@@ -65,6 +77,11 @@ export class ExecHandle {
     this.#path = `/v1/sandboxes/${encodeURIComponent(sandboxId)}/exec/ws`;
     this.#opts = opts;
     this.#reconnectsLeft = opts.reconnects ?? 5;
+    const start = opts.startTimeout ?? DEFAULT_START_TIMEOUT;
+    if (typeof start !== "number" || !Number.isFinite(start) || start <= 0) {
+      throw errorOf("invalid_input", `startTimeout ${String(start)}: give a positive number of seconds`);
+    }
+    this.#startMs = start * 1000;
     this.result = new Promise((res, rej) => {
       this.#resolve = res;
       this.#reject = rej;
@@ -131,6 +148,18 @@ export class ExecHandle {
     const max = this.#t.maxJsonBytes;
     const ws = new WebSocket(url, { headers, perMessageDeflate: false, maxPayload: max });
     this.#ws = ws;
+    // A server that takes the connection but never answers, or never
+    // starts the exec, would otherwise hold the caller forever.
+    clearTimeout(this.#startTimer);
+    this.#startTimer = setTimeout(() => {
+      this.#fail(
+        errorOf(
+          "timeout",
+          `the exec did not start within ${this.#startMs / 1000}s (startTimeout) on airlock's exec WebSocket at ${this.#t.where}: ` +
+            "check that airlock serve is running and answering there, and that the sandbox is not stuck (airlock sandbox ls); raise startTimeout if its start is that slow",
+        ),
+      );
+    }, this.#startMs);
     let opened = false;
     ws.on("open", () => {
       opened = true;
@@ -207,6 +236,7 @@ export class ExecHandle {
         }
         this.#maxMessage = max as number | undefined;
         this.execId = ev.exec_id;
+        clearTimeout(this.#startTimer);
         this.#startedResolve(ev.exec_id);
         const ws = this.#ws;
         if (ws) for (const m of this.#queue.splice(0)) this.#put(ws, m);
@@ -239,6 +269,7 @@ export class ExecHandle {
           return;
         }
         this.#done = true;
+        clearTimeout(this.#startTimer);
         this.#resolve(ev.result as unknown as Result);
         this.#ws?.close();
         break;
@@ -255,6 +286,7 @@ export class ExecHandle {
   #fail(err: unknown): void {
     if (this.#done) return;
     this.#done = true;
+    clearTimeout(this.#startTimer);
     this.#reject(err);
     this.#ws?.terminate();
   }

@@ -122,6 +122,28 @@ test("spawn's write() splits its data into input messages within the server's ma
   }
 });
 
+test("a spawn whose exec never starts (no upgrade answer, or no started event) fails with TimeoutError after startTimeout, and drops its connection", { timeout: 10_000 }, async () => {
+  for (const silent of ["upgrade", "started"]) {
+    const srv = http.createServer((req, res) => res.end('{"id":"sb-x"}'));
+    const closed = new Promise((resolve) => {
+      if (silent === "upgrade") srv.on("upgrade", (req, socket) => socket.on("end", resolve)); // never answered
+      else new WebSocketServer({ server: srv }).on("connection", (ws) => ws.on("close", resolve)); // never says started
+    });
+    const url = await listen(srv);
+    try {
+      const sb = await Sandbox.connect("sb-x", { url, token: "t" });
+      const h = sb.spawn("true", { startTimeout: 0.3 });
+      await assert.rejects(h.result, (e) => kind("timeout")(e) && /startTimeout/.test(e.message) && /airlock serve/.test(e.message));
+      await closed;
+      for (const startTimeout of [0, -1, Infinity, NaN, "1s"]) {
+        assert.throws(() => sb.spawn("true", { startTimeout }), kind("invalid_input"), `startTimeout ${startTimeout}`);
+      }
+    } finally {
+      stop(srv);
+    }
+  }
+});
+
 test("a connection dropped inside a JSON answer or a file read is UnavailableError", { timeout: 30_000 }, async () => {
   const srv = http.createServer((req, res) => {
     req.resume();

@@ -147,15 +147,14 @@ func (x *agentExec) release() {
 // socket may start it. A run-code client's exec is the agent's alone:
 // it waits for the relay, and is never left to the control socket.
 func (s *sandbox) startAgent(ctx context.Context, pr *specs.Process, child [3]*os.File, stdin bool) (pid int32, x *agentExec, err error) {
+	var wait time.Duration
 	if agent.RunCode(pr.Args) {
 		defer func() {
 			if errors.Is(err, errNoAgent) {
 				err = fmt.Errorf("%w: no exec agent took the run-code job (%v): only the agent hands a job to the fork server and says when it could not", errdefs.ErrUnavailable, err)
 			}
 		}()
-		wctx, cancel := context.WithTimeout(ctx, agentTimeout)
-		s.Served(wctx) // a sandbox just made: its supervisor serves it within milliseconds
-		cancel()
+		wait = agentTimeout // a sandbox just made: its supervisor serves it within milliseconds
 	}
 	if !s.st.Agent {
 		return 0, nil, errNoAgent
@@ -166,7 +165,7 @@ func (s *sandbox) startAgent(ctx context.Context, pr *specs.Process, child [3]*o
 	if len(req) > agent.MaxSpawn-64 {
 		return 0, nil, fmt.Errorf("%w: a request of %d bytes", errNoAgent, len(req))
 	}
-	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: filepath.Join(s.bundle, agentSocket), Net: "unix"})
+	conn, err := s.dialRelay(ctx, wait)
 	if err != nil {
 		return 0, nil, fmt.Errorf("%w: %v", errNoAgent, err) // not served (yet, or any more)
 	}
@@ -218,10 +217,33 @@ func (s *sandbox) startAgent(ctx context.Context, pr *specs.Process, child [3]*o
 	return rep.Pid, &agentExec{conn}, nil
 }
 
+// dialRelay connects to the sandbox's relay, waiting up to wait for one
+// to listen. A socket no relay listens on (ECONNREFUSED: a killed
+// supervisor's, until a new one binds its own) is waited for as a missing
+// one is; it never stands for a relay that is there.
+func (s *sandbox) dialRelay(ctx context.Context, wait time.Duration) (*net.UnixConn, error) {
+	addr := &net.UnixAddr{Name: filepath.Join(s.bundle, agentSocket), Net: "unix"}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for {
+		conn, err := net.DialUnix("unix", nil, addr)
+		if err == nil || s.st.Control == "" || !(errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)) {
+			return conn, err
+		}
+		select {
+		case <-wctx.Done():
+			return nil, err
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
 // Served implements engine.Awaiter: true once the relay listens. An exec
 // that dials it then waits for the agent the relay starts as it begins,
 // rather than starting through the control socket, where the sentry
-// builds the container's seccomp program for every exec.
+// builds the container's seccomp program for every exec. A killed
+// supervisor's socket counts too: an exec that finds no relay behind it
+// goes through the control socket, and a run-code one waits (dialRelay).
 func (s *sandbox) Served(ctx context.Context) bool {
 	if !s.st.Agent || s.st.Control == "" {
 		return false

@@ -423,7 +423,13 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 	}
 	start, ok := procStart(pid)
 	if !ok {
-		return engine.Lost("sandbox %q ended as it was restored", id)
+		// As a restore that fails: what runsc left goes, and a paused
+		// sandbox stays so, its checkpoint untouched.
+		e.stopRuntime(cctx, sb, state, name, nil)
+		if !sb.st.Paused {
+			return engine.Lost("sandbox %q died while it was paused, and it ended as its checkpoint was restored%s; remove it (`airlock sandbox rm %s`)", id, runtimeLog(sb.bundle), id)
+		}
+		return fmt.Errorf("%w: sandbox %q ended as it was restored%s; it stays paused: `airlock sandbox resume %s` tries again, `airlock sandbox rm %s` frees it", errdefs.ErrUnavailable, id, runtimeLog(sb.bundle), id, id)
 	}
 	sb.st.Paused, sb.st.Pid, sb.st.Start, sb.st.Control = false, pid, start, ""
 	lap("pid")

@@ -237,6 +237,14 @@ func (e *Engine) Pause(ctx context.Context, id string) (err error) {
 		if !stopped {
 			e.stopRuntime(cctx, sb, state, name, nil)
 		}
+		if !sb.st.Paused {
+			// The state may be writable where the marker was not (another
+			// file system): recorded paused, a failed restore keeps it so.
+			sb.st.Paused, sb.st.Pid, sb.st.Start, sb.st.Control = true, 0, 0, ""
+			if werr := e.writeState(sb); werr != nil {
+				sb.st.Paused = false
+			}
+		}
 		err = fmt.Errorf("%w; sandbox %q is stopped and its checkpoint kept: `airlock sandbox resume %s` restores it", err, id, id)
 	}()
 	// runsc writes its images 0644; a checkpoint holds the sandbox's
@@ -358,7 +366,9 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 		// process died while runsc wrote it) is tried too: a torn one
 		// fails to restore, and the sandbox is lost, as it would be
 		// without it.
-	} else if !e.checkpointed(id) {
+	} else if !e.checkpointed(id) && !e.checkpointWritten(id) {
+		// (Recorded paused with no mark: a pause that wrote its state but
+		// not the mark, after runsc wrote the checkpoint whole.)
 		return fmt.Errorf("%w: sandbox %q is paused but its checkpoint is gone; `airlock sandbox rm %s` frees it", errdefs.ErrDataLoss, id, id)
 	}
 	bin, state, args := e.runtimeFor(sb.st.Mode, sb.bundle)
@@ -407,7 +417,9 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 	lap("restore")
 	if err != nil {
 		e.stopRuntime(cctx, sb, state, name, nil)
-		if !sb.st.Paused {
+		if !sb.st.Paused && !e.checkpointed(id) {
+			// Only a checkpoint a pause cut short may be torn; a whole one
+			// (marked, or recorded paused) is tried again.
 			return engine.Lost("sandbox %q died while it was paused, and its checkpoint does not restore (%v)%s", id, err, runtimeLog(sb.bundle))
 		}
 		return fmt.Errorf("%w: restoring sandbox %q: %v%s", errdefs.ErrUnavailable, id, err, runtimeLog(sb.bundle))
@@ -426,7 +438,7 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 		// As a restore that fails: what runsc left goes, and a paused
 		// sandbox stays so, its checkpoint untouched.
 		e.stopRuntime(cctx, sb, state, name, nil)
-		if !sb.st.Paused {
+		if !sb.st.Paused && !e.checkpointed(id) {
 			return engine.Lost("sandbox %q died while it was paused, and it ended as its checkpoint was restored%s; remove it (`airlock sandbox rm %s`)", id, runtimeLog(sb.bundle), id)
 		}
 		return fmt.Errorf("%w: sandbox %q ended as it was restored%s; it stays paused: `airlock sandbox resume %s` tries again, `airlock sandbox rm %s` frees it", errdefs.ErrUnavailable, id, runtimeLog(sb.bundle), id, id)

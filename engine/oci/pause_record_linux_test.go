@@ -3,6 +3,7 @@ package oci
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/engine"
 	"github.com/airlock-sandbox/airlock/internal/cgroup"
 	"github.com/airlock-sandbox/airlock/internal/roottest"
 	"github.com/airlock-sandbox/airlock/isolation"
@@ -235,5 +237,55 @@ func TestResumeUnrecordedStaysPaused(t *testing.T) {
 		t.Errorf("Paused = %v, %v, checkpoint whole %v; want it paused, its checkpoint kept", paused, err, r.e.checkpointed(r.id))
 	}
 	r.free(t, full)
+	r.resumes(t)
+}
+
+// failNextRestore makes the rig's fake runsc fail its next restore once,
+// as a transient failure (a full disk, a runsc hiccup) would.
+func (r *recordRig) failNextRestore(t *testing.T) {
+	t.Helper()
+	p := filepath.Join(r.root, "runsc")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flag := filepath.Join(r.root, "failrestore")
+	hook := `if [ "$cmd" = restore ] && [ -f ` + flag + ` ]; then rm -f ` + flag + `; echo "restore: transient failure" >&2; exit 1; fi
+case "$cmd" in`
+	s := strings.Replace(string(b), `case "$cmd" in`, hook, 1)
+	if err := os.WriteFile(p, []byte(s), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(flag, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A pause that could not record its checkpoint keeps it, and the sandbox
+// counts as paused: a resume whose restore then fails for a passing
+// reason leaves it paused, to be resumed again, not lost.
+func TestResumeOfKeptCheckpointFailingOnceStaysPaused(t *testing.T) {
+	r := newRecordRig(t, "sb-rv2-kept-restore-fails")
+	ctx := context.Background()
+	full := r.e.checkpointsDir()
+	r.fill(t, full)
+	if err := r.e.Pause(ctx, r.id); err == nil || !strings.Contains(err.Error(), "checkpoint kept") {
+		t.Fatalf("Pause with the marker unwritable: %v; want the checkpoint kept", err)
+	}
+	r.free(t, full)
+	if paused, err := r.e.Paused(ctx, r.id); !paused || err != nil {
+		t.Fatalf("Paused = %v, %v; want paused", paused, err)
+	}
+	r.failNextRestore(t)
+	err := r.e.Resume(ctx, r.id)
+	if err == nil {
+		t.Fatal("Resume succeeded; the fake runsc was to fail the restore")
+	}
+	if errors.Is(err, engine.ErrSandboxLost) {
+		t.Errorf("a resume of a kept checkpoint that failed once: %v\nwant a retryable error (it stays paused), not the sandbox lost", err)
+	}
+	if paused, perr := r.e.Paused(ctx, r.id); !paused || perr != nil {
+		t.Errorf("after the failed resume Paused = %v, %v; want it still paused", paused, perr)
+	}
 	r.resumes(t)
 }

@@ -96,10 +96,9 @@ func reapSandboxes(ctx context.Context, lc *lifecycle.Store, root string, reaper
 				continue
 			}
 			why = lifecycle.Orphaned
-		case errdefs.IsUnavailable(err):
-			// A read that failed (EIO, say) says nothing of the sandbox:
-			// it is left for a later pass, and the failure reported.
-			errs = append(errs, fmt.Errorf("reaping sandbox %q: %w", id, err))
+		case errdefs.IsUnavailable(err) && readsAgain(root, id):
+			// A read that failed for a moment (EIO, say) says nothing
+			// of the sandbox: it is left for a later pass.
 			rep.Live++
 			continue
 		case err != nil, gerr != nil:
@@ -128,6 +127,26 @@ func reapSandboxes(ctx context.Context, lc *lifecycle.Store, root string, reaper
 		rep.Reaped = append(rep.Reaped, id)
 	}
 	return errors.Join(errs...)
+}
+
+// sweepRereads is how many times, sweepRereadGap apart, the sweep reads
+// again a record whose read failed before it takes the sandbox for an
+// orphan, as the supervisor does over recordRetries ticks.
+const (
+	sweepRereads   = 3
+	sweepRereadGap = 100 * time.Millisecond
+)
+
+// readsAgain reports whether sandbox id's record, whose read failed,
+// reads within sweepRereads tries.
+func readsAgain(root, id string) bool {
+	for range sweepRereads {
+		time.Sleep(sweepRereadGap)
+		if _, err := readInfo(root, id); !errdefs.IsUnavailable(err) {
+			return err == nil
+		}
+	}
+	return false
 }
 
 // RemoveSandbox destroys sandbox id through the reapers alone, for a

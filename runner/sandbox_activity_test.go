@@ -39,15 +39,10 @@ func (s stalled) Write(b []byte) (int, error) { s.wait(); return len(b), nil }
 // while a transfer runs (the supervisor and every sweep destroy it
 // there). Its end is activity too, and leaves no record of it behind.
 func TestTransferInProgressIsActivity(t *testing.T) {
-	f := &fakeSandboxer{}
-	r, root := newSandboxRunner(t, f)
-	ctx := context.Background()
 	spec := fakeSandboxSpec()
 	spec.IdleTimeout = time.Minute
-	sb, err := r.Create(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, sb, root := newFakeSandbox(t, &fakeSandboxer{}, spec)
+	ctx := context.Background()
 	defer sb.Close(ctx)
 	if _, err := sb.Upload(ctx, WorkspaceDir+"/a.txt", strings.NewReader("hello\n"), 1<<20); err != nil {
 		t.Fatal(err)
@@ -72,16 +67,8 @@ func TestTransferInProgressIsActivity(t *testing.T) {
 		go func() { done <- transfer(s) }()
 		<-s.started
 		// The transfer has run for an hour, say.
-		if err := updateInfo(root, sb.ID(), func(si *SandboxInfo) error {
-			si.LastActivity = time.Now().Add(-time.Hour)
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-		si, err := readInfo(root, sb.ID())
-		if err != nil {
-			t.Fatal(err)
-		}
+		setInfo(t, root, sb.ID(), func(si *SandboxInfo) { si.LastActivity = time.Now().Add(-time.Hour) })
+		si := infoOf(t, root, sb.ID())
 		now := time.Now()
 		dl := si.Deadline(now)
 		close(s.release)
@@ -91,10 +78,7 @@ func TestTransferInProgressIsActivity(t *testing.T) {
 		if !dl.After(now) {
 			t.Errorf("%s in progress: the sandbox's deadline %v is past (now %v): it would be destroyed mid-transfer", name, dl, now)
 		}
-		si, err = readInfo(root, sb.ID())
-		if err != nil {
-			t.Fatal(err)
-		}
+		si = infoOf(t, root, sb.ID())
 		if len(si.Transfers) != 0 || time.Since(si.LastActivity) > time.Minute {
 			t.Errorf("after the %s: transfers %v, last activity %v; want none, and now", name, si.Transfers, si.LastActivity)
 		}
@@ -107,52 +91,31 @@ func TestPauseRefusedDuringTransfer(t *testing.T) {
 	root := t.TempDir()
 	const id = "sb-00000000000000000004"
 	liveSandbox(t, root, id, lifecycle.Created, lifecycle.Ready)
-	if err := updateInfo(root, id, func(si *SandboxInfo) error {
-		si.Transfers = map[string]owner{"x": self()}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	setInfo(t, root, id, func(si *SandboxInfo) { si.Transfers = map[string]owner{"x": self()} })
 	eng := &pausing{paused: map[string]bool{}}
-	rn, err := New(WithRoot(root), WithEngine(eng))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rn := newRunnerAt(t, root, eng)
 	if _, err := rn.Pause(t.Context(), id); !errdefs.IsConflict(err) || eng.paused[id] {
 		t.Errorf("pausing a sandbox with a transfer in progress: %v", err)
 	}
 	// One whose airlock process is gone holds nothing up.
-	if err := updateInfo(root, id, func(si *SandboxInfo) error {
-		si.Transfers = map[string]owner{"x": deadOwner}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	setInfo(t, root, id, func(si *SandboxInfo) { si.Transfers = map[string]owner{"x": deadOwner} })
 	if _, err := rn.Pause(t.Context(), id); err != nil || !eng.paused[id] {
 		t.Errorf("pausing once the transfer's process is gone: %v", err)
 	}
 }
-
-// deadOwner names no live process.
-var deadOwner = owner{PID: 1 << 30, Start: 1}
 
 // Execs and transfers whose airlock process was killed (never reaching
 // their end's bookkeeping) are dropped by the next exec or transfer:
 // otherwise they pile up until the record passes maxRecordBytes and
 // every exec fails.
 func TestDeadExecsAndTransfersPruned(t *testing.T) {
-	f := &fakeSandboxer{}
-	r, root := newSandboxRunner(t, f)
+	_, sb, root := newFakeSandbox(t, &fakeSandboxer{}, fakeSandboxSpec())
 	ctx := context.Background()
-	sb, err := r.Create(ctx, fakeSandboxSpec())
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer sb.Close(ctx)
 	// fill gives the record dead entries until one more would pass the cap.
 	fill := func(field func(*SandboxInfo) *map[string]owner) {
 		t.Helper()
-		if err := updateInfo(root, sb.ID(), func(si *SandboxInfo) error {
+		setInfo(t, root, sb.ID(), func(si *SandboxInfo) {
 			m := map[string]owner{}
 			*field(si) = m
 			size := func() int { b, _ := json.Marshal(si); return len(b) }
@@ -163,10 +126,7 @@ func TestDeadExecsAndTransfersPruned(t *testing.T) {
 			for i := 2; i <= (maxRecordBytes-one)/per; i++ {
 				m[fmt.Sprintf("%020x", i)] = deadOwner
 			}
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
+		})
 	}
 	fill(func(si *SandboxInfo) *map[string]owner { return &si.Execs })
 	if res, err := sb.Exec(ctx, ExecSpec{Argv: []string{"true"}}); err != nil || res.Reason != ReasonExited {
@@ -176,10 +136,7 @@ func TestDeadExecsAndTransfersPruned(t *testing.T) {
 	if _, err := sb.Upload(ctx, WorkspaceDir+"/a.txt", bytes.NewReader([]byte("x")), 2); err != nil {
 		t.Fatalf("an upload with the record full of dead transfers: %v", err)
 	}
-	si, err := readInfo(root, sb.ID())
-	if err != nil {
-		t.Fatal(err)
-	}
+	si := infoOf(t, root, sb.ID())
 	if len(si.Execs)+len(si.Transfers) != 0 {
 		t.Errorf("left: %d execs, %d transfers; want none", len(si.Execs), len(si.Transfers))
 	}
@@ -193,17 +150,9 @@ func TestSnapshotRefusedDuringTransfer(t *testing.T) {
 	root := t.TempDir()
 	const id = "sb-00000000000000000005"
 	liveSandbox(t, root, id, lifecycle.Created, lifecycle.Ready)
-	if err := updateInfo(root, id, func(si *SandboxInfo) error {
-		si.Transfers = map[string]owner{"x": self()}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	setInfo(t, root, id, func(si *SandboxInfo) { si.Transfers = map[string]owner{"x": self()} })
 	eng := &snapshotting{}
-	rn, err := New(WithRoot(root), WithEngine(eng))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rn := newRunnerAt(t, root, eng)
 	if _, err := rn.Snapshot(t.Context(), id); !errdefs.IsConflict(err) || len(eng.taken) > 0 {
 		t.Errorf("snapshotting a sandbox with a transfer in progress: %v (snapshots taken %v)", err, eng.taken)
 	}

@@ -2,7 +2,6 @@ package runner
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -29,53 +28,10 @@ func (e *pausing) Paused(_ context.Context, id string) (bool, error) {
 
 var _ engine.Pauser = (*pausing)(nil)
 
-// liveSandbox records sandbox id on root as its create would, in state.
-func liveSandbox(t *testing.T, root, id string, states ...lifecycle.State) {
-	t.Helper()
-	if err := os.MkdirAll(sandboxesDir(root), 0o711); err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now().UTC()
-	si := SandboxInfo{ID: id, Engine: "oci", CreatedAt: now, ExpiresAt: now.Add(time.Hour), IdleTimeoutMS: time.Minute.Milliseconds(), LastActivity: now.Add(-time.Hour)}
-	if err := writeInfo(root, &si); err != nil {
-		t.Fatal(err)
-	}
-	lc, err := lifecycle.Open(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := lc.Begin(t.Context(), id, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.Release()
-	for _, st := range states {
-		if err := lc.Move(id, st, "", nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// busySandbox records sandbox id on root running, with an exec of this
-// process in progress.
-func busySandbox(t *testing.T, root, id string) {
-	t.Helper()
-	liveSandbox(t, root, id, lifecycle.Created, lifecycle.Ready, lifecycle.Running)
-	if err := updateInfo(root, id, func(si *SandboxInfo) error {
-		si.Execs = map[string]owner{"x": {PID: os.Getpid(), Start: procStart(os.Getpid())}}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestPauseAndResumeRecords(t *testing.T) {
 	root := t.TempDir()
 	eng := &pausing{paused: map[string]bool{}}
-	rn, err := New(WithRoot(root), WithEngine(eng))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rn := newRunnerAt(t, root, eng)
 	const id = "sb-00000000000000000001"
 	liveSandbox(t, root, id, lifecycle.Created, lifecycle.Ready)
 	si, err := rn.Pause(t.Context(), id)
@@ -115,10 +71,7 @@ func TestPauseRefusals(t *testing.T) {
 	busySandbox(t, root, busy)
 	liveSandbox(t, root, made, lifecycle.Created)
 	eng := &pausing{paused: map[string]bool{}}
-	rn, err := New(WithRoot(root), WithEngine(eng))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rn := newRunnerAt(t, root, eng)
 	if _, err := rn.Pause(t.Context(), busy); !errdefs.IsConflict(err) || eng.paused[busy] {
 		t.Errorf("pausing a sandbox with an exec in progress: %v", err)
 	}
@@ -129,11 +82,8 @@ func TestPauseRefusals(t *testing.T) {
 		t.Errorf("pausing a sandbox being created: %v", err)
 	}
 	// An engine that cannot pause says which one can.
-	plain, err := New(WithRoot(root), WithEngine(&enginetest.Refusing{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = plain.Pause(t.Context(), busy)
+	plain := newRunnerAt(t, root, &enginetest.Refusing{})
+	_, err := plain.Pause(t.Context(), busy)
 	if !errdefs.IsNotImplemented(err) || !strings.Contains(err.Error(), "--engine oci") {
 		t.Errorf("pausing on an engine without Pauser: %v", err)
 	}

@@ -17,110 +17,14 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/airlock-sandbox/airlock/engine"
-	"github.com/airlock-sandbox/airlock/internal/roottest"
 	"github.com/airlock-sandbox/airlock/isolation"
 	"github.com/airlock-sandbox/airlock/lifecycle"
 )
 
-// fakeSandboxer plays an engine's sandbox part: exec runs in place of a
-// program. It proves the runner's protocol, not any isolation.
-type fakeSandboxer struct {
-	fakeEngine
-	exec      func(ctx context.Context, p *engine.Process) (engine.Exit, error)
-	mu        sync.Mutex
-	live      map[string]bool
-	destroyed atomic.Int32
-	specs     []engine.SandboxSpec // as given to Create
-}
-
-type fakeSandbox struct {
-	f  *fakeSandboxer
-	id string
-}
-
-func (f *fakeSandboxer) Create(ctx context.Context, s *engine.SandboxSpec) (engine.Sandbox, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.live == nil {
-		f.live = map[string]bool{}
-	}
-	f.live[s.ID] = true
-	f.specs = append(f.specs, *s)
-	return &fakeSandbox{f, s.ID}, nil
-}
-func (f *fakeSandboxer) Open(_ context.Context, id string) (engine.Sandbox, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !f.live[id] {
-		return nil, fmt.Errorf("%w: no sandbox %q", errdefs.ErrNotFound, id)
-	}
-	return &fakeSandbox{f, id}, nil
-}
-func (s *fakeSandbox) ID() string { return s.id }
-func (s *fakeSandbox) Exec(ctx context.Context, p *engine.Process) (engine.Exit, error) {
-	if s.f.exec == nil {
-		return engine.Exit{}, nil
-	}
-	return s.f.exec(ctx, p)
-}
-func (s *fakeSandbox) Destroy(context.Context) error {
-	s.f.mu.Lock()
-	defer s.f.mu.Unlock()
-	if s.f.live[s.id] {
-		s.f.destroyed.Add(1)
-		delete(s.f.live, s.id)
-	}
-	return nil
-}
-
-func newSandboxRunner(t *testing.T, f *fakeSandboxer) (*Runner, string) {
-	t.Helper()
-	roottest.Require(t, "the sandbox tests mount workspaces")
-	root := t.TempDir()
-	r, err := New(WithRoot(root), WithEngine(f))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r, root
-}
-
-func fakeSandboxSpec() SandboxSpec {
-	return SandboxSpec{Image: fakeSpec().Image, WorkspaceSize: 16 << 20, Output: Output{Disabled: true}}
-}
-
-func stateOf(t *testing.T, root, id string) lifecycle.State {
-	t.Helper()
-	lc, err := lifecycle.Open(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, err := lc.Get(id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rec.State
-}
-
-// sandboxLeftovers lists what a sandbox may leave: state, records, areas.
-func sandboxLeftovers(root string) []string {
-	left := leftovers(root)
-	ents, _ := os.ReadDir(filepath.Join(root, "sandboxes"))
-	for _, e := range ents {
-		if e.Name() != ".lock" {
-			left = append(left, e.Name())
-		}
-	}
-	return left
-}
-
 func TestSandboxExecProtocol(t *testing.T) {
 	f := &fakeSandboxer{}
-	r, root := newSandboxRunner(t, f)
+	r, sb, root := newFakeSandbox(t, f, fakeSandboxSpec())
 	ctx := context.Background()
-	sb, err := r.Create(ctx, fakeSandboxSpec())
-	if err != nil {
-		t.Fatal(err)
-	}
 	id := sb.ID()
 	if CheckSandboxID(id) != nil || stateOf(t, root, id) != lifecycle.Ready {
 		t.Fatalf("id %q, state %s", id, stateOf(t, root, id))
@@ -173,19 +77,13 @@ func TestSandboxExecProtocol(t *testing.T) {
 	if err := sb.Close(ctx); err != nil {
 		t.Fatalf("a second close: %v", err)
 	}
-	if left := sandboxLeftovers(root); len(left) > 0 {
-		t.Fatalf("left behind: %v", left)
-	}
+	noSandboxLeftovers(t, root)
 }
 
 func TestSandboxLostIsFailed(t *testing.T) {
 	f := &fakeSandboxer{}
-	r, root := newSandboxRunner(t, f)
+	r, sb, root := newFakeSandbox(t, f, fakeSandboxSpec())
 	ctx := context.Background()
-	sb, err := r.Create(ctx, fakeSandboxSpec())
-	if err != nil {
-		t.Fatal(err)
-	}
 	f.exec = func(context.Context, *engine.Process) (engine.Exit, error) {
 		return engine.Exit{}, engine.Lost("the runtime's process was killed")
 	}
@@ -203,21 +101,15 @@ func TestSandboxLostIsFailed(t *testing.T) {
 	if _, err := Reap(ctx, root, nil, true); err != nil {
 		t.Fatal(err)
 	}
-	if left := sandboxLeftovers(root); len(left) > 0 {
-		t.Fatalf("left behind: %v", left)
-	}
+	noSandboxLeftovers(t, root)
 }
 
 func TestSuperviseEndsAnIdleSandbox(t *testing.T) {
 	f := &fakeSandboxer{}
-	r, root := newSandboxRunner(t, f)
-	ctx := context.Background()
 	spec := fakeSandboxSpec()
 	spec.IdleTimeout = 300 * time.Millisecond
-	sb, err := r.Create(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, sb, root := newFakeSandbox(t, f, spec)
+	ctx := context.Background()
 	// An exec in progress keeps it alive past its idle timeout. The
 	// supervisor starts once the exec is recorded, so that a slow host
 	// cannot let the idle timeout pass before the exec begins.
@@ -261,21 +153,14 @@ func TestSuperviseEndsAnIdleSandbox(t *testing.T) {
 	if !strings.Contains(string(audit), `"to":"expired"`) {
 		t.Fatalf("no expired transition in %s", audit)
 	}
-	if left := sandboxLeftovers(root); len(left) > 0 {
-		t.Fatalf("left behind: %v", left)
-	}
+	noSandboxLeftovers(t, root)
 }
 
 func TestSweepEndsExpiredAndCorruptSandboxes(t *testing.T) {
-	f := &fakeSandboxer{}
-	r, root := newSandboxRunner(t, f)
-	ctx := context.Background()
 	spec := fakeSandboxSpec()
 	spec.TTL = 200 * time.Millisecond
-	expired, err := r.Create(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, expired, root := newFakeSandbox(t, &fakeSandboxer{}, spec)
+	ctx := context.Background()
 	corrupt, err := r.Create(ctx, fakeSandboxSpec())
 	if err != nil {
 		t.Fatal(err)
@@ -301,21 +186,15 @@ func TestSweepEndsExpiredAndCorruptSandboxes(t *testing.T) {
 	if err := live.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if left := sandboxLeftovers(root); len(left) > 0 {
-		t.Fatalf("left behind: %v", left)
-	}
+	noSandboxLeftovers(t, root)
 }
 
 // An rm that lands during an exec wins: the exec says destroyed, and the
 // rm frees the sandbox once, without a lost sandbox's failed state.
 func TestDestroyDuringExec(t *testing.T) {
 	f := &fakeSandboxer{}
-	r, root := newSandboxRunner(t, f)
+	r, sb, root := newFakeSandbox(t, f, fakeSandboxSpec())
 	ctx := context.Background()
-	sb, err := r.Create(ctx, fakeSandboxSpec())
-	if err != nil {
-		t.Fatal(err)
-	}
 	started := make(chan struct{})
 	f.exec = func(context.Context, *engine.Process) (engine.Exit, error) {
 		close(started)
@@ -343,9 +222,7 @@ func TestDestroyDuringExec(t *testing.T) {
 	if o.err != nil || o.res.Reason != ReasonDestroyed {
 		t.Fatalf("exec: %+v, %v", o.res, o.err)
 	}
-	if left := sandboxLeftovers(root); len(left) > 0 {
-		t.Fatalf("left behind: %v", left)
-	}
+	noSandboxLeftovers(t, root)
 }
 
 // A sandbox whose destroy was cut short (its destroyer killed once the
@@ -353,12 +230,8 @@ func TestDestroyDuringExec(t *testing.T) {
 // as live: the engine is asked to free it and its records go.
 func TestReapFinishesCutShortDestroy(t *testing.T) {
 	f := &fakeSandboxer{}
-	r, root := newSandboxRunner(t, f)
+	_, sb, root := newFakeSandbox(t, f, fakeSandboxSpec())
 	ctx := context.Background()
-	sb, err := r.Create(ctx, fakeSandboxSpec())
-	if err != nil {
-		t.Fatal(err)
-	}
 	lc, err := lifecycle.Open(root)
 	if err != nil {
 		t.Fatal(err)
@@ -379,9 +252,7 @@ func TestReapFinishesCutShortDestroy(t *testing.T) {
 	if rec, err := lc.Get(sb.ID()); err != nil || (rec.State != "" && rec.State != lifecycle.Terminated) {
 		t.Errorf("after the reap: %+v, %v; want it terminated or forgotten", rec, err)
 	}
-	if left := sandboxLeftovers(root); len(left) > 0 {
-		t.Fatalf("left behind: %v", left)
-	}
+	noSandboxLeftovers(t, root)
 }
 
 // A label is any client's text, shown by sandbox ls and kept in records:
@@ -435,10 +306,7 @@ func TestSandboxDeadlinesCappedAtAYear(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sb.Close(ctx)
-	si, err := readInfo(root, sb.ID())
-	if err != nil {
-		t.Fatal(err)
-	}
+	si := infoOf(t, root, sb.ID())
 	if now := time.Now(); si.Deadline(now).Before(now.Add(isolation.MaxTimeout - time.Hour)) {
 		t.Errorf("a sandbox of a year's TTL and idle timeout ends at %v", si.Deadline(now))
 	}
@@ -452,12 +320,8 @@ func TestExecWorkdirChecked(t *testing.T) {
 		execs.Add(1)
 		return engine.Exit{}, nil
 	}}
-	r, _ := newSandboxRunner(t, f)
+	_, sb, _ := newFakeSandbox(t, f, fakeSandboxSpec())
 	ctx := context.Background()
-	sb, err := r.Create(ctx, fakeSandboxSpec())
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer sb.Close(ctx)
 	for _, wd := range []string{"/proc/self/fd/7", "/proc", "/sys/fs/cgroup", "/dev/shm", "work", "/a/../b"} {
 		_, err := sb.Exec(ctx, ExecSpec{Argv: []string{"true"}, Workdir: wd})

@@ -33,9 +33,27 @@ func TestResumeCutShort(t *testing.T) {
 		waitFor(t, "the counter "+what, func() bool { _, m := readCount(spec.TmpSource); return m > n })
 	}
 
-	// pauseKeeping pauses the sandbox and keeps a copy of its checkpoint.
+	// copyFiles copies the files named from one directory to another:
+	// the checkpoint's aside after a pause, and back as a resume cut short
+	// left them.
 	dir := e.checkpointDir(spec.ID)
 	kept := t.TempDir()
+	copyFiles := func(from, to string, names ...string) {
+		t.Helper()
+		if err := os.MkdirAll(to, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range names {
+			b, err := os.ReadFile(filepath.Join(from, n))
+			if err == nil {
+				err = os.WriteFile(filepath.Join(to, n), b, 0o600)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// pauseKeeping pauses the sandbox and keeps a copy of its checkpoint.
 	pauseKeeping := func() {
 		t.Helper()
 		if err := e.Pause(ctx, spec.ID); err != nil {
@@ -46,30 +64,7 @@ func TestResumeCutShort(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, ent := range ents {
-			b, err := os.ReadFile(filepath.Join(dir, ent.Name()))
-			if err == nil {
-				err = os.WriteFile(filepath.Join(kept, ent.Name()), b, 0o600)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	// plant puts back the kept files named, as a resume cut short left
-	// them.
-	plant := func(names ...string) {
-		t.Helper()
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		for _, n := range names {
-			b, err := os.ReadFile(filepath.Join(kept, n))
-			if err == nil {
-				err = os.WriteFile(filepath.Join(dir, n), b, 0o600)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			copyFiles(dir, kept, ent.Name())
 		}
 	}
 	resume := func(what string) *sandbox {
@@ -106,14 +101,14 @@ func TestResumeCutShort(t *testing.T) {
 	}
 
 	// Cut before the checkpoint was removed: restored from it again.
-	plant(checkpointDone, checkpointImage)
-	plant(pages...)
+	copyFiles(kept, dir, checkpointDone, checkpointImage)
+	copyFiles(kept, dir, pages...)
 	resume("cut before the checkpoint's removal")
 
 	// Cut as it removed it: the running sandbox stays as it is.
 	pauseKeeping()
 	before := resume("uncut, again")
-	plant(pages...)
+	copyFiles(kept, dir, pages...)
 	after := resume("cut while the checkpoint's pages were removed")
 	if after.st.Pid != before.st.Pid || after.st.Start != before.st.Start {
 		t.Errorf("the running sandbox was restored again: pid %d, was %d", after.st.Pid, before.st.Pid)
@@ -175,19 +170,7 @@ func TestSnapshotOrPauseNeedsRoomAtOnce(t *testing.T) {
 	ids := []string{"room-a", "room-b"}
 	for _, id := range ids {
 		spec := specOf(id)
-		sb, err := e.Create(ctx, spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if err := sb.Destroy(ctx); err != nil {
-				t.Error(err)
-			}
-		})
-		if _, err := sb.Exec(ctx, &engine.Process{Argv: []string{"python3", "-c", incompressible}, Detach: true}); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, "the sandbox's memory", func() bool { _, err := os.Stat(filepath.Join(spec.TmpSource, "ready")); return err == nil })
+		runningSandbox(t, e, spec, incompressible, "the sandbox's memory", func() bool { _, err := os.Stat(filepath.Join(spec.TmpSource, "ready")); return err == nil })
 	}
 	var need int64
 	for _, id := range ids {
@@ -245,8 +228,22 @@ func TestSnapshotOrPauseNeedsRoomAtOnce(t *testing.T) {
 func countingSandbox(t *testing.T, id string) (*Engine, *engine.SandboxSpec) {
 	t.Helper()
 	e, specOf := gvisorEngine(t)
-	ctx := context.Background()
 	spec := specOf(id)
+	// Cleanups run last first: this one after the sandbox's destroy.
+	t.Cleanup(func() {
+		if left := leftovers(t, e, spec.ID); len(left) > 0 {
+			t.Errorf("left: %v", left)
+		}
+	})
+	runningSandbox(t, e, spec, counter, "the counter", func() bool { _, n := readCount(spec.TmpSource); return n > 5 })
+	return e, spec
+}
+
+// runningSandbox creates spec's sandbox on e, destroyed when the test
+// ends, and starts the Python program in it, detached, until ready.
+func runningSandbox(t *testing.T, e *Engine, spec *engine.SandboxSpec, program, what string, ready func() bool) {
+	t.Helper()
+	ctx := context.Background()
 	sb, err := e.Create(ctx, spec)
 	if err != nil {
 		t.Fatal(err)
@@ -255,13 +252,9 @@ func countingSandbox(t *testing.T, id string) (*Engine, *engine.SandboxSpec) {
 		if err := sb.Destroy(ctx); err != nil {
 			t.Error(err)
 		}
-		if left := leftovers(t, e, spec.ID); len(left) > 0 {
-			t.Errorf("left: %v", left)
-		}
 	})
-	if _, err := sb.Exec(ctx, &engine.Process{Argv: []string{"python3", "-c", counter}, Detach: true}); err != nil {
+	if _, err := sb.Exec(ctx, &engine.Process{Argv: []string{"python3", "-c", program}, Detach: true}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the counter", func() bool { _, n := readCount(spec.TmpSource); return n > 5 })
-	return e, spec
+	waitFor(t, what, ready)
 }

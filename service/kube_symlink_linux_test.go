@@ -89,3 +89,32 @@ func TestKubeScriptsRefuseSymlinkOnTheWay(t *testing.T) {
 		t.Errorf("listing of a plain directory: exit %d, %q", code, out)
 	}
 }
+
+// The workspace or /tmp itself, made a symlink by the image, is refused
+// too: a tree transfer of it does not walk through the link (here to
+// /etc). Run in a private mount namespace with a tmpfs on /home.
+func TestKubeScriptsRefuseASymlinkedWorkspaceRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for a mount namespace")
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("no unshare")
+	}
+	const setup = `mount --make-rprivate / && mount -t tmpfs tmpfs /home && ln -s /etc /home/user && exec sh -c "$0" airlock-cp "$@"`
+	run := func(script string, args ...string) int {
+		cmd := exec.Command("unshare", append([]string{"-m", "sh", "-c", setup, script}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode()
+		} else if err != nil {
+			t.Fatalf("unshare: %v: %s", err, out)
+		}
+		return 0
+	}
+	if code := run(isDirScript, "/home/user"); code == 0 {
+		t.Errorf("is-dir of /home/user, a symlink to /etc: exit 0 (a directory); want not")
+	}
+	if code := run(listScript, "/home/user"); code != cpSymlink {
+		t.Errorf("listing of /home/user, a symlink to /etc: exit %d; want %d (symlink refused)", code, cpSymlink)
+	}
+}

@@ -49,10 +49,11 @@ const (
 
 const (
 	// noLinks, the start of every transfer script, exits 67 when "$1" or
-	// any directory on its way below /home/user or /tmp is a symlink: sh
+	// any directory on its way up to /home/user or /tmp (those included)
+	// is a symlink: sh
 	// cannot open beneath a root, so each component is tested. A link
 	// swapped in after the test reaches only the sandbox's own files.
-	noLinks = `p=$1; while case $p in ` + runner.WorkspaceDir + `|/tmp|"") false;; /*) ;; *) false;; esac; do [ -L "$p" ] && exit 67; p=${p%/*}; done; `
+	noLinks = `p=$1; while [ -L "$p" ] && exit 67; case $p in ` + runner.WorkspaceDir + `|/tmp) false;; /*/*) ;; *) false;; esac; do p=${p%/*}; done; `
 
 	downloadScript = noLinks + `[ -e "$1" ] || exit 66; [ -f "$1" ] || exit 65; exec cat -- "$1"`
 	uploadScript   = noLinks + `[ -e "$1" ] && [ ! -f "$1" ] && exit 65; [ -d "${1%/*}" ] || exit 66; exec cat > "$1"`

@@ -19,7 +19,7 @@ func TestRecordGone(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	gone, _, stop := recordWatch(root, "sb-a")
+	gone, stop := recordGone(root, "sb-a")
 	defer stop()
 	if err := atomicfile.Replace(filepath.Join(dir, "sb-a.json"), []byte(`{"x":1}`), 0o600); err != nil {
 		t.Fatal(err)

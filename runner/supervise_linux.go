@@ -99,11 +99,11 @@ func (r *Runner) Supervise(ctx context.Context, id string) error {
 			defer unpin()
 		}
 	}
-	gone, changed, stop := recordWatch(r.root, id)
+	gone, stop := recordGone(r.root, id)
 	defer stop()
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go r.serve(sctx, id, changed)
+	go r.serve(sctx, id)
 	rc := &recordCache{root: r.root, id: id}
 	failed := 0 // reads of the record that failed in a row
 	for {
@@ -167,8 +167,8 @@ func (r *Runner) Supervise(ctx context.Context, id string) error {
 
 // serve runs the engine's helper for sandbox id (engine.Server), once the
 // engine has made the sandbox and while it is not paused, until ctx is
-// done. changed tells of a write of the sandbox's record (a resume).
-func (r *Runner) serve(ctx context.Context, id string, changed <-chan struct{}) {
+// done.
+func (r *Runner) serve(ctx context.Context, id string) {
 	// Polled often while a create would be under way: a sandbox with
 	// egress waits for its proxy, which this serves, before its create
 	// returns. Open costs a stat until the sandbox exists.
@@ -186,11 +186,8 @@ func (r *Runner) serve(ctx context.Context, id string, changed <-chan struct{}) 
 			// Nothing of it runs, and an oci sandbox opened paused has
 			// no agent to serve: it is opened again once resumed (this
 			// supervisor was started while it was paused).
-			select {
-			case <-ctx.Done():
+			if !r.awaitResume(ctx, id) {
 				return
-			case <-changed:
-			case <-time.After(superviseTick):
 			}
 			continue
 		}
@@ -211,6 +208,23 @@ func (r *Runner) serve(ctx context.Context, id string, changed <-chan struct{}) 
 		case <-tick.C:
 		}
 	}
+}
+
+// awaitResume waits for paused sandbox id to be resumed (a write of its
+// record, or a tick), until ctx is done, and reports whether it may have
+// been.
+func (r *Runner) awaitResume(ctx context.Context, id string) bool {
+	written, stop := recordWritten(r.root, id)
+	defer stop()
+	for r.enginePaused(ctx, id) {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-written:
+		case <-time.After(superviseTick):
+		}
+	}
+	return ctx.Err() == nil
 }
 
 // enginePaused reports whether the engine holds sandbox id paused.

@@ -84,7 +84,7 @@ mkdir -p "$root"
 # /tmp, keeps what is not theirs).
 root_only() {
   local d u m
-  d=$(cd -- "$1" && pwd -P) || return 1
+  d=$(cd -P -- "$1" && pwd -P) || return 1
   while :; do
     read -r u m < <(stat -c '%u %a' -- "$d") || return 1
     if [ "$u" != 0 ] || { (( 8#$m & 8#22 )) && ! (( 8#$m & 8#1000 )); }; then

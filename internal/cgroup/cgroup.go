@@ -59,6 +59,7 @@ type Stats struct {
 // Group is one run's cgroup.
 type Group struct {
 	path string // relative to the hierarchy root, e.g. /airlock/<id>
+	root string // where the v2 hierarchy is mounted
 	v1   cgroup1.Cgroup
 	v2   *cgroup2.Manager
 }
@@ -78,7 +79,7 @@ func New(id string, l Limits) (*Group, error) {
 		CPU:    &specs.LinuxCPU{Quota: &quota, Period: &period},
 		Pids:   &specs.LinuxPids{Limit: &l.Pids},
 	}
-	g := &Group{path: path}
+	g := &Group{path: path, root: mountpoint}
 	var err error
 	if Unified() {
 		if err := v2Controllers(); err != nil {
@@ -236,23 +237,44 @@ func (g *Group) Path() string { return g.path }
 
 // Stats reads the group's counters.
 func (g *Group) Stats() (Stats, error) {
+	local := false
+	if g.v2 != nil {
+		b, err := os.ReadFile("/proc/self/mountinfo")
+		if err != nil {
+			return Stats{}, fmt.Errorf("reading cgroup %s: %w", g.path, err)
+		}
+		local = localEvents(b, g.root)
+	}
+	return g.stats(local)
+}
+
+// stats is Stats; local says v2's memory.events counts only the group's
+// own tasks (the hierarchy is mounted with memory_localevents).
+func (g *Group) stats(local bool) (Stats, error) {
 	var s Stats
 	if g.v2 != nil {
-		m, err := g.v2.Stat()
+		// The few files the counters need, as on v1: containerd's Stat
+		// reads a missing file as zeros.
+		dir := filepath.Join(g.root, g.path)
+		ev, err := readKeys(filepath.Join(dir, "memory.events"))
 		if err != nil {
 			return s, fmt.Errorf("reading cgroup %s: %w", g.path, err)
 		}
-		if m.Memory != nil {
-			s.MemoryPeak = int64(m.Memory.MaxUsage)
+		cpu, err := readKeys(filepath.Join(dir, "cpu.stat"))
+		if err != nil {
+			return s, fmt.Errorf("reading cgroup %s: %w", g.path, err)
 		}
-		if m.CPU != nil {
-			s.CPU = time.Duration(m.CPU.UsageUsec) * time.Microsecond
+		s.CPU = time.Duration(cpu["usage_usec"]) * time.Microsecond
+		s.OOMKills = ev["oom_kill"]
+		s.MemoryLimitHits = ev["max"]
+		if local {
+			// A kill in a child group the runtime made and removed (runc's,
+			// a docker container's) is not counted here; the OOM at this
+			// group's limit, the tightest, that led to it is.
+			s.OOMKills = max(s.OOMKills, ev["oom"])
 		}
-		if m.MemoryEvents != nil {
-			s.OOMKills = m.MemoryEvents.OomKill
-			s.MemoryLimitHits = m.MemoryEvents.Max
-		}
-		dir := filepath.Join(mountpoint, g.path)
+		// memory.peak is Linux 5.19's; before it no peak is kept.
+		s.MemoryPeak = readInt(filepath.Join(dir, "memory.peak"))
 		s.PidsPeak = readInt(filepath.Join(dir, "pids.peak"))
 		s.PidsLimitHits = readKey(filepath.Join(dir, "pids.events"), "max")
 		return s, nil
@@ -538,6 +560,25 @@ func readUint(path string) (uint64, error) {
 	return strconv.ParseUint(string(bytes.TrimSpace(b)), 10, 64)
 }
 
+// readKeys reads a file of "key value" lines, as memory.events.
+func readKeys(path string) (map[string]uint64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]uint64{}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 2 {
+			n, err := strconv.ParseUint(f[1], 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("parsing %s: %w", path, err)
+			}
+			m[f[0]] = n
+		}
+	}
+	return m, nil
+}
+
 // readKey reads "key value" lines, as in pids.events.
 func readKey(path, key string) uint64 {
 	b, err := os.ReadFile(path)
@@ -619,4 +660,20 @@ func IDs() []string {
 		ids = append(ids, id)
 	}
 	return ids
+}
+
+// localEvents reports whether mountinfo shows the cgroup2 hierarchy at
+// mount point at mounted with memory_localevents. Of mounts on one point
+// the last is the one seen.
+func localEvents(mountinfo []byte, at string) bool {
+	local := false
+	for line := range strings.SplitSeq(string(mountinfo), "\n") {
+		// "id parent dev root mountpoint options [optional...] - fstype source superoptions"
+		pre, post, ok := strings.Cut(line, " - ")
+		f, p := strings.Fields(pre), strings.Fields(post)
+		if ok && len(f) >= 5 && len(p) >= 3 && p[0] == "cgroup2" && f[4] == at {
+			local = slices.Contains(strings.Split(p[2], ","), "memory_localevents")
+		}
+	}
+	return local
 }

@@ -1,10 +1,10 @@
 package docker
 
 import (
-	"bytes"
 	"errors"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -170,5 +170,24 @@ func ppidOf(pid int) int {
 // inContainer reports whether pid's cgroup path names container cid.
 func inContainer(pid int, cid string) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
-	return err == nil && bytes.Contains(b, []byte("/"+cid))
+	return err == nil && namesContainer(b, cid)
+}
+
+// namesContainer reports whether a /proc/<pid>/cgroup file names a group
+// of container cid's: dockerd names it <parent>/<cid> with the cgroupfs
+// driver, <slice>/docker-<cid>.scope with systemd's (cgroup v2's default).
+func namesContainer(procCgroup []byte, cid string) bool {
+	for line := range strings.SplitSeq(string(procCgroup), "\n") {
+		// "hierarchy-ID:controllers:path"; v2's is "0::path".
+		f := strings.SplitN(line, ":", 3)
+		if len(f) < 3 {
+			continue
+		}
+		for _, c := range strings.Split(f[2], "/") {
+			if c == cid || c == "docker-"+cid+".scope" {
+				return true
+			}
+		}
+	}
+	return false
 }

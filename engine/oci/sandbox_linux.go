@@ -878,22 +878,25 @@ func (s *sandbox) lostAtLimit(err error, ooms, pidsHits uint64) error {
 
 // pidsLimitHits counts the forks refused at sandbox id's pids limit.
 func pidsLimitHits(id string) uint64 {
-	return cgroupCount(id, "pids", "pids.events", "pids.events", "max")
+	return cgroupCount("/sys/fs/cgroup", id, "pids", "pids.events", "pids.events", "max")
 }
 
 // oomKills counts the OOM kills in sandbox id's memory cgroup and below:
 // v1 counts a kill in the victim's own group, v2 in memory.events up the
-// tree.
+// tree (but under memory_localevents).
 func oomKills(id string) uint64 {
-	return cgroupCount(id, "memory", "memory.oom_control", "memory.events", "oom_kill")
+	return cgroupCount("/sys/fs/cgroup", id, "memory", "memory.oom_control", "memory.events", "oom_kill")
 }
 
-// cgroupCount sums key's counts in sandbox id's cgroup files: each named
-// v1 in its group of the v1 hierarchy hier and below, and v2 in its
-// unified group.
-func cgroupCount(id, hier, v1, v2, key string) uint64 {
-	var n uint64
-	count := func(path, key string) {
+// cgroupCount sums key's counts in sandbox id's cgroup files under the
+// cgroup mount base: each named v1 in its group of the v1 hierarchy hier
+// and below, and v2 in its unified group. A v2 group's own file counts
+// its subtree, unless the hierarchy is mounted with memory_localevents;
+// the subtree's v2+".local" files, where the kernel has them, count it
+// either way.
+func cgroupCount(base, id, hier, v1, v2, key string) uint64 {
+	count := func(path string) uint64 {
+		var n uint64
 		b, _ := os.ReadFile(path)
 		for _, l := range strings.Split(string(b), "\n") {
 			if v, ok := strings.CutPrefix(l, key+" "); ok {
@@ -901,15 +904,22 @@ func cgroupCount(id, hier, v1, v2, key string) uint64 {
 				n += c
 			}
 		}
+		return n
 	}
-	filepath.WalkDir(filepath.Join("/sys/fs/cgroup", hier, cgroup.Parent, id), func(path string, d fs.DirEntry, err error) error {
-		if err == nil && d.Name() == v1 {
-			count(path, key)
-		}
-		return nil
-	})
-	count(filepath.Join("/sys/fs/cgroup", cgroup.Parent, id, v2), key)
-	return n
+	sum := func(dir, name string) (n uint64, found bool) {
+		filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+			if err == nil && d.Name() == name {
+				n, found = n+count(path), true
+			}
+			return nil
+		})
+		return n, found
+	}
+	n, _ := sum(filepath.Join(base, hier, cgroup.Parent, id), v1)
+	if local, ok := sum(filepath.Join(base, cgroup.Parent, id), v2+".local"); ok {
+		return n + local
+	}
+	return n + count(filepath.Join(base, cgroup.Parent, id, v2))
 }
 
 // hostProcs lists the host's processes among pids, zombies included: a

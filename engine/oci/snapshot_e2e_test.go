@@ -100,10 +100,31 @@ func readCount(dir string) (pid, n int) {
 	return pid, n
 }
 
-// waitFor polls cond for up to 20 s.
+// countsOn waits until the counter of the sandbox whose /tmp source is
+// dir is seen counting: a read of its count above the read before. Not
+// above the count there at the call: a sandbox restored from an older
+// checkpoint counts on from that checkpoint's count, below what the one
+// it replaced wrote last, for as long as that one ran.
+func countsOn(t *testing.T, dir, what string) {
+	t.Helper()
+	_, last := readCount(dir)
+	waitFor(t, what, func() bool {
+		_, n := readCount(dir)
+		if n == 0 {
+			return false // none to read
+		}
+		up := last > 0 && n > last
+		last = n
+		return up
+	})
+}
+
+// waitFor polls cond until it holds. The bound only keeps a broken
+// sandbox from hanging the run: a loaded machine may take many times
+// what an idle one does.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Minute); !cond(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
@@ -191,7 +212,7 @@ func TestSnapshotRestore(t *testing.T) {
 			t.Errorf("%s: the warm sandbox's /tmp came along", id)
 		}
 		var out strings.Builder
-		x, err := csb.Exec(ctx, &engine.Process{Argv: []string{"cat", "/proc/1/cmdline"}, Stdout: &out, Timeout: 10 * time.Second})
+		x, err := csb.Exec(ctx, &engine.Process{Argv: []string{"cat", "/proc/1/cmdline"}, Stdout: &out, Timeout: time.Minute})
 		if err != nil || x.Code != 0 {
 			t.Fatalf("%s: exec after restore: %+v, %v", id, x, err)
 		}
@@ -240,8 +261,7 @@ func TestSnapshotRestore(t *testing.T) {
 		t.Errorf("snapshot still there after RemoveSnapshot: %v", err)
 	}
 	// The clones run on without it.
-	_, n := readCount(clones[0].TmpSource)
-	waitFor(t, "snap-a's counter after the snapshot's removal", func() bool { _, m := readCount(clones[0].TmpSource); return m > n })
+	countsOn(t, clones[0].TmpSource, "snap-a's counter after the snapshot's removal")
 }
 
 // A sandbox without the spawner (no exec agent, or no control socket)

@@ -82,7 +82,7 @@ against exactly these flags.`, runner.DefaultRoot, engines.DefaultRuntime, engin
 	cmd.Flags().BoolVar(&replace, "replace", false, "re-point an entry of that name that runs another runsc (only once nothing uses it)")
 	cmd.Flags().BoolVar(&check, "check", false, `print "changed" or "unchanged" for what it would do, or refuse as it would, and write nothing (install.sh asks this before it imports images)`)
 	cmd.Flags().StringVar(&daemonJSON, "daemon-json", engines.DaemonJSON, "dockerd configuration file")
-	cmd.Flags().StringArrayVar(&args, "runtime-arg", nil, "runsc flag for every container (repeatable; replaces the defaults above, and `airlock doctor` then reports the difference)")
+	cmd.Flags().StringArrayVar(&args, "runtime-arg", nil, "runsc flag for every container (repeatable; replaces the defaults above, and 'airlock doctor' then reports the difference)")
 	cmd.MarkFlagRequired("runsc")
 	return cmd
 }

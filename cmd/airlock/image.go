@@ -80,7 +80,7 @@ for an image that really is that large.`,
 	fl.StringArrayVar(&f.env, "env", nil, "with --rootfs: image environment NAME=VALUE (repeatable)")
 	fl.StringVar(&f.workdir, "workdir", "/", "with --rootfs: image working directory")
 	fl.StringVar(&f.user, "user", "65534:65534", "with --rootfs: image default user")
-	fl.BoolVar(&f.setDefault, "default", false, "make this the image `airlock run` uses without --image")
+	fl.BoolVar(&f.setDefault, "default", false, "make this the image 'airlock run' uses without --image")
 	fl.StringVar(&f.recipe, "recipe", "", "with --default: sha256 of the recipe that built the image, recorded in the lock")
 	fl.StringVar(&f.requireDigest, "require-digest", "", "refuse the archive unless its image ID is exactly this sha256:<id>")
 	fl.StringVar(&f.maxLayer, "max-layer-size", images.DefaultMaxLayerSize.String(), "refuse the image if one of its layers holds more than this uncompressed")

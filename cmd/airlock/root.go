@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -66,9 +67,10 @@ Start with:
   airlock image ls
 
 Exit codes: the program's own code when it exited; otherwise 64 invalid
-input, 66 not found, 69 engine or runtime unavailable, 70 internal error,
-122 process limit, 123 output limit, 124 timeout, 130 interrupted,
-137 out of memory.`,
+input, 65 a receipt that does not verify or a refused cp, 66 not found,
+69 engine or runtime unavailable, 70 internal error, 75 try again later
+(in use, over a limit), 77 not permitted, 122 process limit, 123 output
+limit, 124 timeout, 130 interrupted, 137 out of memory (docs/exit-codes.md).`,
 		Version:           version,
 		SilenceUsage:      true,
 		SilenceErrors:     true,
@@ -92,5 +94,24 @@ input, 66 not found, 69 engine or runtime unavailable, 70 internal error,
 	})
 	root.AddCommand(newRunCmd(g), newBatchCmd(g), newImageCmd(g), newReceiptCmd(g), newReapCmd(g), newPsCmd(g), newKillCmd(g), newDoctorCmd(g), newHostCmd(g), newSeccompCmd(),
 		newSandboxCmd(g), newTemplateCmd(g), newExecCmd(g), newCpCmd(g), newServeCmd(g), newMCPCmd(g), newKubeCmd(g), newNodeCmd(g))
+	groups(root)
 	return root
+}
+
+// groups makes every command that only holds subcommands print its help
+// when called alone and refuse anything else as a usage error (exit 64)
+// naming its subcommands: cobra prints the help and exits 0 for
+// `airlock image load`, which a script takes for done.
+func groups(c *cobra.Command) {
+	var names []string
+	for _, s := range c.Commands() {
+		groups(s)
+		if !s.Hidden {
+			names = append(names, s.Name())
+		}
+	}
+	if c.HasParent() && c.HasSubCommands() && !c.Runnable() {
+		c.Args = exactArgs(0, "use a subcommand: "+strings.Join(names, ", "))
+		c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+	}
 }

@@ -70,7 +70,7 @@ tolerate it come; its capacity is the host's CPUs and memory and
 
 A pod is refused, Failed with a message naming the field, for anything the
 node cannot honour: an image not pinned by digest or not held here (the
-node never pulls: load images with airlock image load), a volume other than
+node never pulls: load images with airlock image import), a volume other than
 an emptyDir at /tmp or /home/user (a service-account token among them: set
 automountServiceAccountToken: false), host namespaces, privileged, added
 capabilities, another user than 65534, probes, ports, restarts, env read

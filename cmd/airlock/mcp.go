@@ -20,9 +20,9 @@ func newMCPCmd(g *globals) *cobra.Command {
 		Long: fmt.Sprintf(`Serve the Model Context Protocol over stdin and stdout, for an MCP client
 (Claude Desktop, an IDE, an agent runtime) that starts airlock itself. The
 tools: run_code (one snippet in a fresh sandbox), sandbox_create,
-sandbox_exec, sandbox_write_file, sandbox_read_file, sandbox_list and
-sandbox_destroy. Each does what airlock run, sandbox create, exec, cp,
-sandbox ls and sandbox rm do, with the same isolation and limits, and a
+sandbox_exec, sandbox_write_file, sandbox_read_file, sandbox_list,
+sandbox_pause, sandbox_resume and sandbox_destroy. Each does what airlock
+run, sandbox create, exec, cp, sandbox ls, pause, resume and rm do, with the same isolation and limits, and a
 sandbox made here ends after its idle timeout or TTL like any other, even
 when the client is gone.
 

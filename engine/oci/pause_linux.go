@@ -15,6 +15,7 @@ package oci
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -83,6 +84,20 @@ func (e *Engine) checkpointsDir() string { return filepath.Join(e.root, "oci", "
 
 func (e *Engine) checkpointDir(id string) string { return filepath.Join(e.checkpointsDir(), id) }
 
+// checkpointMark reads the mark of sandbox id's checkpoint: a nonce its
+// pause wrote, "" for none (or a checkpoint from before marks held one).
+func (e *Engine) checkpointMark(id string) string {
+	b, _ := os.ReadFile(filepath.Join(e.checkpointDir(id), checkpointDone))
+	return string(b)
+}
+
+// resumedFrom reports whether sandbox sb was resumed from the checkpoint
+// still there: a resume cut short as it removed it, after it recorded the
+// sandbox running.
+func (e *Engine) resumedFrom(sb *sandbox) bool {
+	return !sb.st.Paused && sb.st.Resumed != "" && sb.st.Resumed == e.checkpointMark(sb.st.ID)
+}
+
 // checkpointed reports whether sandbox id has a whole checkpoint.
 func (e *Engine) checkpointed(id string) bool {
 	_, err := os.Stat(filepath.Join(e.checkpointDir(id), checkpointDone))
@@ -116,6 +131,9 @@ func (e *Engine) Paused(ctx context.Context, id string) (bool, error) {
 func (e *Engine) paused(sb *sandbox) bool {
 	if sb.st.Paused {
 		return true
+	}
+	if e.resumedFrom(sb) {
+		return false // running, or died since: not a pause to finish
 	}
 	return (e.checkpointed(sb.st.ID) || e.checkpointWritten(sb.st.ID)) && sb.alive() != nil
 }
@@ -255,7 +273,10 @@ func (e *Engine) Pause(ctx context.Context, id string) (err error) {
 			return fmt.Errorf("%w: restricting the checkpoint of %q: %v", errdefs.ErrUnavailable, id, err)
 		}
 	}
-	if err := atomicfile.WriteFile(filepath.Join(dir, checkpointDone), nil, 0o600); err != nil {
+	// The mark holds a nonce, which a resume records, so that a resume
+	// cut short as it removes the checkpoint is told from a pause to
+	// finish.
+	if err := atomicfile.WriteFile(filepath.Join(dir, checkpointDone), []byte(rand.Text()), 0o600); err != nil {
 		return fmt.Errorf("%w: recording the checkpoint of %q: %v", errdefs.ErrUnavailable, id, err)
 	}
 	// From here the checkpoint is whole: should this process die, Resume
@@ -347,6 +368,12 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 	defer cancel()
 	lap := stopwatch()
 	if !sb.st.Paused {
+		if e.resumedFrom(sb) {
+			// Resumed, and cut short as it removed its checkpoint:
+			// restoring that again would undo what the sandbox did since.
+			os.RemoveAll(e.checkpointDir(id))
+			return sb.alive()
+		}
 		if !e.checkpointed(id) && !e.checkpointWritten(id) {
 			// Running: what a finished resume, cut short as it removed
 			// its checkpoint, left of it goes now.
@@ -379,6 +406,7 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 	if err := checkRuntime(id, e.checkpointDir(id), rt); err != nil {
 		return err
 	}
+	mark := e.checkpointMark(id)
 	name := sb.name()
 	// What an earlier resume, cut short, left running or recorded.
 	e.stopRuntime(cctx, sb, state, name, nil)
@@ -444,6 +472,7 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 		return fmt.Errorf("%w: sandbox %q ended as it was restored%s; it stays paused: `airlock sandbox resume %s` tries again, `airlock sandbox rm %s` frees it", errdefs.ErrUnavailable, id, runtimeLog(sb.bundle), id, id)
 	}
 	sb.st.Paused, sb.st.Pid, sb.st.Start, sb.st.Control = false, pid, start, ""
+	sb.st.Resumed = mark
 	lap("pid")
 	if c, err := gvisor.Find(cctx, state, name); err == nil {
 		sb.st.Control = c.Socket

@@ -289,3 +289,67 @@ func TestResumeOfKeptCheckpointFailingOnceStaysPaused(t *testing.T) {
 	}
 	r.resumes(t)
 }
+
+// A resume cut short after it recorded the sandbox running, before it
+// removed the checkpoint, is over: the next resume leaves the running
+// sandbox as it is (restoring the checkpoint again would undo what it did
+// since), and removes the checkpoint; should the sandbox then die, it is
+// not taken for paused.
+func TestResumeCutBeforeCheckpointRemovalKeepsTheSandbox(t *testing.T) {
+	r := newRecordRig(t, "sb-cut-before-removal")
+	ctx := context.Background()
+	if err := r.e.Pause(ctx, r.id); err != nil {
+		t.Fatal(err)
+	}
+	dir := r.e.checkpointDir(r.id)
+	mark, err := os.ReadFile(filepath.Join(dir, checkpointDone))
+	if err != nil || len(mark) == 0 {
+		t.Fatalf("the checkpoint's mark: %q, %v; want a nonce", mark, err)
+	}
+	r.resumes(t)
+	before, err := r.e.openState(r.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the cut left: the mark and the kernel's state, still there.
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{checkpointDone: mark, checkpointImage: []byte("state\n")} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if paused, err := r.e.Paused(ctx, r.id); paused || err != nil {
+		t.Fatalf("Paused = %v, %v; want running", paused, err)
+	}
+	r.resumes(t)
+	after, err := r.e.openState(r.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.st.Pid != before.st.Pid || after.st.Start != before.st.Start {
+		t.Fatalf("the running sandbox was restored again: pid %d, was %d", after.st.Pid, before.st.Pid)
+	}
+
+	// Died with the checkpoint still there: lost, not paused.
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{checkpointDone: mark, checkpointImage: []byte("state\n")} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := unix.Kill(after.st.Pid, unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); after.alive() == nil; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the killed sandbox still runs")
+		}
+	}
+	if paused, err := r.e.Paused(ctx, r.id); paused || err != nil {
+		t.Errorf("a resumed sandbox that died since: Paused = %v, %v; want not paused", paused, err)
+	}
+}

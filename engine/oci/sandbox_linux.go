@@ -64,6 +64,10 @@ type sandboxState struct {
 	// Paused says the sandbox is checkpointed (pause_linux.go): no
 	// process of it runs, and Pid, Start and Control are empty.
 	Paused bool `json:"paused,omitempty"`
+	// Resumed is the mark of the checkpoint the sandbox was last resumed
+	// from (pause_linux.go): while that checkpoint is still there, a
+	// resume cut short as it removed it, the sandbox runs as resumed.
+	Resumed string `json:"resumed,omitempty"`
 	// Policy is policyDigest of the sandbox's policy, which a snapshot of
 	// it records (snapshot_linux.go).
 	Policy string `json:"policy_sha256,omitempty"`

@@ -327,7 +327,7 @@ func TestBundle(t *testing.T) {
 		if err := os.Mkdir(sticky, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.Chmod(sticky, 0o1777); err != nil {
+		if err := os.Chmod(sticky, 0o777|os.ModeSticky); err != nil {
 			t.Fatal(err)
 		}
 		theirs := filepath.Join(sticky, "link")

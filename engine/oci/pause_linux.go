@@ -93,9 +93,9 @@ func (e *Engine) checkpointMark(id string) string {
 
 // resumedFrom reports whether sandbox sb was resumed from the checkpoint
 // still there: a resume cut short as it removed it, after it recorded the
-// sandbox running.
+// sandbox running (and, since, a snapshot may have stopped it).
 func (e *Engine) resumedFrom(sb *sandbox) bool {
-	return !sb.st.Paused && sb.st.Resumed != "" && sb.st.Resumed == e.checkpointMark(sb.st.ID)
+	return sb.st.Resumed != "" && sb.st.Resumed == e.checkpointMark(sb.st.ID)
 }
 
 // checkpointed reports whether sandbox id has a whole checkpoint.
@@ -393,9 +393,10 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 		// process died while runsc wrote it) is tried too: a torn one
 		// fails to restore, and the sandbox is lost, as it would be
 		// without it.
-	} else if !e.checkpointed(id) && !e.checkpointWritten(id) {
+	} else if e.resumedFrom(sb) || !e.checkpointed(id) && !e.checkpointWritten(id) {
 		// (Recorded paused with no mark: a pause that wrote its state but
-		// not the mark, after runsc wrote the checkpoint whole.)
+		// not the mark, after runsc wrote the checkpoint whole. One whose
+		// mark the state names was restored already.)
 		return fmt.Errorf("%w: sandbox %q is paused but its checkpoint is gone; `airlock sandbox rm %s` frees it", errdefs.ErrDataLoss, id, id)
 	}
 	bin, state, args := e.runtimeFor(sb.st.Mode, sb.bundle)
@@ -486,11 +487,16 @@ func (e *Engine) Resume(ctx context.Context, id string) error {
 		e.stopRuntime(cctx, sb, state, name, nil)
 		return fmt.Errorf("%w; sandbox %q stays paused: `airlock sandbox resume %s` tries again", err, id, id)
 	}
-	// The marker and the kernel's state go first: without them a resume
-	// cut short from here on is seen as done, never as a pause to finish
-	// from a checkpoint half removed.
+	// The kernel's state goes first, then the mark, whose nonce the state
+	// now names: a resume cut short from here on is seen as done, never as
+	// a pause to finish from a checkpoint half removed. (A mark of an
+	// older airlock's holds no nonce: it goes first.)
 	dir := e.checkpointDir(id)
-	for _, f := range []string{checkpointDone, checkpointImage} {
+	first := []string{checkpointImage, checkpointDone}
+	if mark == "" {
+		first = []string{checkpointDone, checkpointImage}
+	}
+	for _, f := range first {
 		if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			e.log.Warn("removing a used checkpoint", "sandbox_id", id, "err", err)
 		}

@@ -353,3 +353,40 @@ func TestResumeCutBeforeCheckpointRemovalKeepsTheSandbox(t *testing.T) {
 		t.Errorf("a resumed sandbox that died since: Paused = %v, %v; want not paused", paused, err)
 	}
 }
+
+// A checkpoint already restored is never restored again, even once the
+// sandbox is recorded paused since (a snapshot stops it and records it
+// so): the resume refuses, saying the checkpoint is gone.
+func TestResumeNeverRestoresACheckpointTwice(t *testing.T) {
+	r := newRecordRig(t, "sb-restored-once")
+	ctx := context.Background()
+	if err := r.e.Pause(ctx, r.id); err != nil {
+		t.Fatal(err)
+	}
+	dir := r.e.checkpointDir(r.id)
+	mark, err := os.ReadFile(filepath.Join(dir, checkpointDone))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.resumes(t)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{checkpointDone: mark, checkpointImage: []byte("state\n")} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sb, err := r.e.openState(r.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Kill(sb.st.Pid, unix.SIGKILL)
+	sb.st.Paused, sb.st.Pid, sb.st.Start, sb.st.Control = true, 0, 0, ""
+	if err := r.e.writeState(sb); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.e.Resume(ctx, r.id); !errdefs.IsDataLoss(err) {
+		t.Fatalf("a resume from a checkpoint restored already: %v; want data loss (the checkpoint is gone)", err)
+	}
+}

@@ -130,6 +130,9 @@ func fakeProvider(t *testing.T, fe *fakeEngine) (*Provider, string, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Before the root goes: a deleted pod's program writes its records
+	// as it ends.
+	t.Cleanup(p.Wait)
 	return p, root, logs
 }
 

@@ -68,6 +68,9 @@ type Provider struct {
 	logs *os.Root
 	log  *slog.Logger
 
+	// runs are the pods' programs in progress (run), which Wait awaits.
+	runs sync.WaitGroup
+
 	mu     sync.Mutex
 	pods   map[string]*pod // by namespace/name
 	lost   map[string]bool // pod UIDs whose sandbox the node's last process left
@@ -263,9 +266,13 @@ func (p *Provider) CreatePod(ctx context.Context, in *corev1.Pod) error {
 	p.mu.Unlock()
 	p.log.Info("pod running", "pod", k, "sandbox", sb.ID())
 
-	go p.run(runCtx, pd, sb, w, logf)
+	p.runs.Go(func() { p.run(runCtx, pd, sb, w, logf) })
 	return nil
 }
+
+// Wait waits for the programs of the pods already ended or deleted to
+// finish their bookkeeping (records, the sandbox's destroy).
+func (p *Provider) Wait() { p.runs.Wait() }
 
 // openLog makes the pod's log file, name, in the logs directory, empty. A
 // file a node's earlier process left under the name is replaced; the open

@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containerd/cgroups/v3"
@@ -239,14 +240,21 @@ func (g *Group) Path() string { return g.path }
 func (g *Group) Stats() (Stats, error) {
 	local := false
 	if g.v2 != nil {
-		b, err := os.ReadFile("/proc/self/mountinfo")
-		if err != nil {
+		var err error
+		if local, err = mountLocalEvents(); err != nil {
 			return Stats{}, fmt.Errorf("reading cgroup %s: %w", g.path, err)
 		}
-		local = localEvents(b, g.root)
 	}
 	return g.stats(local)
 }
+
+// mountLocalEvents is localEvents of the hierarchy at mountpoint, read
+// once: a mount's options do not change under a running airlock, and
+// Stats is on every run's path.
+var mountLocalEvents = sync.OnceValues(func() (bool, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	return err == nil && localEvents(b, mountpoint), err
+})
 
 // stats is Stats; local says v2's memory.events counts only the group's
 // own tasks (the hierarchy is mounted with memory_localevents).
